@@ -1,0 +1,1 @@
+"""The HTTP service: router API (and, mounted beside it, the notification API)."""

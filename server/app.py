@@ -1,0 +1,35 @@
+"""The application factory: settings in, a ready aiohttp application out."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from server.db.lifecycle import open_database
+from server.errors import error_middleware
+from server.handlers.router_api import setup_routes
+from server.identity import RouterRegistry
+from server.settings import Settings
+from server.typedefs import DATABASE, ROUTER_REGISTRY, SETTINGS
+
+# Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
+CLIENT_MAX_SIZE = 1024 * 1024
+
+
+def create_app(settings: Settings) -> web.Application:
+    app = web.Application(middlewares=[error_middleware(settings.db_retry_after_seconds)],
+                          client_max_size=CLIENT_MAX_SIZE)
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(database_context)
+    setup_routes(app)
+    return app
+
+
+async def database_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    async with open_database(settings) as database:
+        app[DATABASE] = database
+        app[ROUTER_REGISTRY] = RouterRegistry(database, settings.registration_mode,
+                                              settings.router_cache_seconds)
+        yield

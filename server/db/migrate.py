@@ -1,0 +1,74 @@
+"""Schema set-up at start-up: create the database when missing, apply yoyo migrations.
+
+Blocking (psycopg2); callers run it in a thread. Safe when several processes start at once:
+migrations are applied under a PostgreSQL advisory lock, which a crashed holder releases.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import psycopg2
+from psycopg2 import sql
+from yoyo import get_backend, read_migrations
+
+from server.db.location import DatabaseLocation
+
+log = logging.getLogger("router_backend.db")
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATION_LOCK_KEY = 7_302_145_001  # any constant shared by every process of this service
+
+
+def wait_until_reachable(location: DatabaseLocation, timeout: float) -> None:
+    """Retry connecting to the server's maintenance database until it answers or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg2.connect(**location.with_name("postgres").connect_kwargs(),
+                             connect_timeout=5).close()
+            return
+        except psycopg2.OperationalError as error:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"database {location.describe()} unreachable: {str(error).strip()}") from None
+            time.sleep(0.5)
+
+
+def ensure_database(location: DatabaseLocation) -> None:
+    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
+            if cur.fetchone() is None:
+                log.warning("creating database %s", location.name)
+                try:
+                    cur.execute(sql.SQL("CREATE DATABASE {}").format(
+                        sql.Identifier(location.name)))
+                except psycopg2.errors.DuplicateDatabase:
+                    pass  # another process created it first
+    finally:
+        conn.close()
+
+
+def apply_migrations(location: DatabaseLocation) -> list[str]:
+    """Apply pending migrations; return the ids applied (empty when up to date)."""
+    lock_conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        lock_conn.autocommit = True
+        with lock_conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        backend = get_backend(location.yoyo_url())
+        try:
+            pending = backend.to_apply(read_migrations(str(MIGRATIONS_DIR)))
+            if pending:
+                backend.apply_migrations(pending)
+                log.warning("applied migrations: %s", ", ".join(m.id for m in pending))
+            return [m.id for m in pending]
+        finally:
+            backend.connection.close()
+    finally:
+        lock_conn.close()  # closing the session releases the advisory lock

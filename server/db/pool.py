@@ -1,0 +1,122 @@
+"""The aiopg connection pool and the one place that turns connectivity failures into
+`DatabaseUnavailable` (answered 503 with Retry-After by the error middleware).
+
+Queries are SQLAlchemy Core constructs compiled for psycopg2, or SQL text for the few hot
+statements built once at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, AsyncIterator
+
+import aiopg
+import psycopg2
+from sqlalchemy.dialects.postgresql import psycopg2 as pg_dialect
+from sqlalchemy.sql import ClauseElement
+
+from server.db.location import DatabaseLocation
+
+log = logging.getLogger("router_backend.db")
+
+DIALECT = pg_dialect.dialect()
+CONNECTIVITY_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError,
+                       asyncio.TimeoutError, ConnectionError)
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached now; the request is safe to retry later."""
+
+
+def compile_query(query: ClauseElement | str, params: Any = None) -> tuple[str, Any]:
+    if isinstance(query, str):
+        return query, params
+    compiled = query.compile(dialect=DIALECT)
+    return str(compiled), compiled.params
+
+
+class Database:
+    """An aiopg pool plus connectivity-error handling. One per process."""
+
+    def __init__(self, pool: aiopg.Pool, location: DatabaseLocation):
+        self.pool = pool
+        self.location = location
+
+    @classmethod
+    async def open(cls, location: DatabaseLocation, minsize: int, maxsize: int,
+                   timeout: float) -> "Database":
+        pool = await aiopg.create_pool(location.dsn(), minsize=minsize, maxsize=maxsize,
+                                       timeout=timeout, enable_hstore=False, enable_json=False,
+                                       enable_uuid=False)
+        return cls(pool, location)
+
+    async def close(self) -> None:
+        self.pool.close()
+        await self.pool.wait_closed()
+
+    @contextlib.asynccontextmanager
+    async def cursor(self) -> AsyncIterator[aiopg.Cursor]:
+        """A cursor in autocommit mode. A broken connection is discarded, never reused."""
+        try:
+            conn = await self.pool.acquire()
+        except CONNECTIVITY_ERRORS as error:
+            raise DatabaseUnavailable(_describe(error)) from error
+        try:
+            async with conn.cursor() as cur:
+                yield cur
+        except CONNECTIVITY_ERRORS as error:
+            conn.close()
+            await self.pool.clear()  # idle connections to a server that went away are dead too
+            raise DatabaseUnavailable(_describe(error)) from error
+        except BaseException:
+            if not conn.closed and _in_transaction(conn):
+                conn.close()
+            raise
+        finally:
+            await self.pool.release(conn)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiopg.Cursor]:
+        """BEGIN ... COMMIT; any exception rolls back (by closing the connection if need be)."""
+        async with self.cursor() as cur:
+            await cur.execute("BEGIN")
+            try:
+                yield cur
+            except BaseException:
+                with contextlib.suppress(*CONNECTIVITY_ERRORS, psycopg2.Error):
+                    await cur.execute("ROLLBACK")
+                raise
+            await cur.execute("COMMIT")
+
+    async def fetchone(self, query: ClauseElement | str, params: Any = None) -> tuple | None:
+        async with self.cursor() as cur:
+            await execute(cur, query, params)
+            return await cur.fetchone()
+
+    async def fetchall(self, query: ClauseElement | str, params: Any = None) -> list[tuple]:
+        async with self.cursor() as cur:
+            await execute(cur, query, params)
+            return await cur.fetchall()
+
+    async def execute(self, query: ClauseElement | str, params: Any = None) -> int:
+        async with self.cursor() as cur:
+            await execute(cur, query, params)
+            return cur.rowcount
+
+
+async def execute(cur: aiopg.Cursor, query: ClauseElement | str, params: Any = None) -> None:
+    statement, bound = compile_query(query, params)
+    if log.isEnabledFor(logging.INFO):
+        log.info("SQL %s", statement[:500])
+    await cur.execute(statement, bound)
+
+
+def _in_transaction(conn: aiopg.Connection) -> bool:
+    return conn.raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

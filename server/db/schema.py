@@ -1,0 +1,77 @@
+"""SQLAlchemy Core tables, mirroring `migrations/` (checked by tests/test_schema.py)."""
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import INET, JSONB, MACADDR
+
+metadata = sa.MetaData(naming_convention={
+    "ix": "%(table_name)s_%(column_0_name)s_idx",
+    "pk": "%(table_name)s_pkey",
+})
+
+
+def _identity() -> sa.Column:
+    return sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True)
+
+
+def _flow_columns() -> list[sa.Column]:
+    """Columns extracted from an EVE record (see server/ingest/extract.py)."""
+    return [
+        sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("event_time", sa.DateTime(timezone=True)),
+        sa.Column("event_type", sa.Text),
+        sa.Column("src_ip", INET),
+        sa.Column("src_port", sa.Integer),
+        sa.Column("dest_ip", INET),
+        sa.Column("dest_port", sa.Integer),
+        sa.Column("proto", sa.Text),
+        sa.Column("app_proto", sa.Text),
+    ]
+
+
+routers = sa.Table(
+    "routers", metadata,
+    sa.Column("mac", MACADDR, primary_key=True),
+    sa.Column("registered_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("registered_by", sa.Text, nullable=False, server_default="auto"),
+    sa.Column("note", sa.Text),
+)
+
+ids_events = sa.Table(
+    "ids_events", metadata,
+    sa.Column("mac", MACADDR, primary_key=True),
+    _identity(),
+    *_flow_columns(),
+    sa.Column("signature_id", sa.BigInteger),
+    sa.Column("severity", sa.SmallInteger),
+    sa.Column("record", JSONB, nullable=False),
+)
+
+cfm_records = sa.Table(
+    "cfm_records", metadata,
+    sa.Column("mac", MACADDR, primary_key=True),
+    _identity(),
+    *_flow_columns(),
+    sa.Column("record", JSONB, nullable=False),
+)
+
+activations = sa.Table(
+    "activations", metadata,
+    sa.Column("mac", MACADDR, primary_key=True),
+    _identity(),
+    sa.Column("activated_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+)
+
+router_rules = sa.Table(
+    "router_rules", metadata,
+    sa.Column("mac", MACADDR, primary_key=True),
+    sa.Column("ids_payload", JSONB),
+    sa.Column("ids_etag", sa.Text),
+    sa.Column("ids_updated_at", sa.DateTime(timezone=True)),
+    sa.Column("firewall_payload", JSONB),
+    sa.Column("firewall_etag", sa.Text),
+    sa.Column("firewall_updated_at", sa.DateTime(timezone=True)),
+)
+
+TELEMETRY_TABLES = {"events": ids_events, "cfm": cfm_records}

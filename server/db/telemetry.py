@@ -1,0 +1,77 @@
+"""Batched, transactional inserts of telemetry rows while a request body streams in.
+
+Rows arrive as JSON arrays `[column values..., record]` (see server/ingest/extract.py) and
+are sent to PostgreSQL as one JSON document per batch, unpacked server-side by
+`jsonb_array_elements`. aiopg cannot use COPY (psycopg2 has no COPY in async mode); this keeps
+one round trip and one parameter per batch instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+
+import aiopg
+import sqlalchemy as sa
+
+from server.db.pool import DIALECT, Database, execute
+
+BATCH_BYTES = 8 * 1024 * 1024
+
+
+def insert_statement(table: sa.Table, columns: tuple[str, ...]) -> str:
+    """INSERT ... SELECT over the batch's JSON array, casting each position to its column."""
+    casts = [f"(r->>{position})::{table.c[name].type.compile(dialect=DIALECT)}"
+             for position, name in enumerate(columns)]
+    targets = ", ".join(("mac", "received_at") + columns + ("record",))
+    return (f"INSERT INTO {table.name} ({targets}) "
+            f"SELECT %(mac)s::macaddr, %(received_at)s, {', '.join(casts)}, r->{len(columns)} "
+            f"FROM jsonb_array_elements(%(rows)s::jsonb) AS r")
+
+
+class TelemetryWriter:
+    """Collects rows and flushes them in batches inside one transaction, opened at the first
+    flush. A body that fits one batch is written by a single autocommit statement. Leaving the
+    context with an exception rolls everything back."""
+
+    def __init__(self, db: Database, statement: str, mac: str, received_at: datetime,
+                 batch_rows: int):
+        self._db = db
+        self._statement = statement
+        self._params = {"mac": mac, "received_at": received_at}
+        self._batch_rows = batch_rows
+        self._rows: list[bytes] = []
+        self._pending_bytes = 0
+        self._stack = contextlib.AsyncExitStack()
+        self._cursor: aiopg.Cursor | None = None
+
+    async def __aenter__(self) -> "TelemetryWriter":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self._stack.__aexit__(*exc_info)
+
+    async def add(self, row: bytes) -> None:
+        self._rows.append(row)
+        self._pending_bytes += len(row)
+        if len(self._rows) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES:
+            if self._cursor is None:
+                self._cursor = await self._stack.enter_async_context(self._db.transaction())
+            await self._flush(self._cursor)
+
+    async def commit(self) -> None:
+        if self._cursor is None:
+            if self._rows:
+                async with self._db.cursor() as cur:
+                    await self._flush(cur)
+            return
+        await self._flush(self._cursor)
+        await self._stack.aclose()  # COMMIT
+
+    async def _flush(self, cur: aiopg.Cursor) -> None:
+        if not self._rows:
+            return
+        batch = b"[" + b",".join(self._rows) + b"]"
+        self._rows.clear()
+        self._pending_bytes = 0
+        await execute(cur, self._statement, {**self._params, "rows": batch.decode()})

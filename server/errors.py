@@ -1,0 +1,80 @@
+"""The one place that shapes error responses: `{"error": "<description>"}`.
+
+Handlers raise `ApiError` subclasses (or aiohttp's HTTP exceptions); the middleware turns
+them, and anything unexpected, into JSON. Unexpected errors are logged with their traceback
+and answered 500 without internals.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from aiohttp import web
+
+from server.db.pool import DatabaseUnavailable
+
+log = logging.getLogger("router_backend.http")
+
+
+class ApiError(Exception):
+    status = 400
+    headers: dict[str, str] | None = None
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Unauthorized(ApiError):
+    status = 401
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+def json_response(body: object, status: int = 200,
+                  headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, headers=headers,
+                        content_type="application/json")
+
+
+def error_response(status: int, message: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    return json_response({"error": message}, status=status, headers=headers)
+
+
+def error_middleware(retry_after_seconds: int):
+    @web.middleware
+    async def middleware(request: web.Request, handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as error:
+            return error_response(error.status, error.message, error.headers)
+        except DatabaseUnavailable as error:
+            log.warning("%s %s: database unavailable: %s", request.method, request.path, error)
+            return error_response(503, "database unavailable, retry later",
+                                  {"Retry-After": str(retry_after_seconds)})
+        except web.HTTPException as error:
+            if error.status < 400:
+                raise
+            return error_response(error.status, error.reason, _passed_headers(error))
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return error_response(500, "internal server error")
+
+    return middleware
+
+
+def _passed_headers(error: web.HTTPException) -> dict[str, str]:
+    return {name: value for name, value in error.headers.items()
+            if name in ("Allow", "Retry-After")}

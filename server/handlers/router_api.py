@@ -1,0 +1,90 @@
+"""Handlers of the router API: health, telemetry ingestion, rule polling."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from aiohttp import web
+
+from server.db import rules as rules_db
+from server.db.pool import DatabaseUnavailable
+from server.errors import NotFound, error_response, json_response
+from server.identity import mac_from_header
+from server.ingest.ingest import ingest_body
+from server.typedefs import DATABASE, ROUTER_REGISTRY, SETTINGS
+
+SERVICE_VERSION = "1.0.0"
+
+
+async def admitted_router(request: web.Request) -> str:
+    mac = mac_from_header(request)
+    await request.app[ROUTER_REGISTRY].admit(mac)
+    return mac
+
+
+async def health(request: web.Request) -> web.Response:
+    """Checks the header's form only: a health probe neither registers nor writes."""
+    mac_from_header(request)
+    try:
+        await request.app[DATABASE].fetchone("SELECT 1")
+    except DatabaseUnavailable as error:
+        retry = str(request.app[SETTINGS].db_retry_after_seconds)
+        return json_response({"status": "unavailable", "database": "unreachable",
+                              "error": f"database unreachable: {error}"},
+                             status=503, headers={"Retry-After": retry})
+    return json_response({"status": "ok", "database": "ok", "version": SERVICE_VERSION})
+
+
+async def post_events(request: web.Request) -> web.Response:
+    return json_response(await ingest_body(request, await admitted_router(request), "events"))
+
+
+async def post_cfm(request: web.Request) -> web.Response:
+    return json_response(await ingest_body(request, await admitted_router(request), "cfm"))
+
+
+async def last_updated(request: web.Request) -> web.Response:
+    mac = await admitted_router(request)
+    ids_at, firewall_at = await rules_db.activate_and_read_timestamps(request.app[DATABASE], mac)
+    return json_response({"ids_updated_at": _iso(ids_at), "firewall_updated_at": _iso(firewall_at)})
+
+
+async def ids_rules(request: web.Request) -> web.Response:
+    return await _payload(request, "ids")
+
+
+async def firewall_rules(request: web.Request) -> web.Response:
+    return await _payload(request, "firewall")
+
+
+async def _payload(request: web.Request, kind: str) -> web.Response:
+    mac = await admitted_router(request)
+    known = frozenset(tag.value for tag in request.if_none_match or ())
+    found = await rules_db.read_payload(request.app[DATABASE], mac, kind, known)
+    if found is None:
+        raise NotFound(f"no {kind} rules generated for this router yet")
+    etag, text = found
+    if text is None or "*" in known:
+        return web.Response(status=304, headers={"ETag": _etag(etag)})
+    response = web.Response(text=text, content_type="application/json",
+                            headers={"ETag": _etag(etag), "Cache-Control": "no-cache"})
+    response.enable_compression()
+    return response
+
+
+def _etag(value: str) -> str:
+    # Weak: the same content is served plain or gzip-encoded under one validator.
+    return f'W/"{value}"'
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(timezone.utc).isoformat()
+
+
+def setup_routes(app: web.Application) -> None:
+    app.router.add_get("/health", health)
+    app.router.add_post("/log/events", post_events)
+    app.router.add_post("/log/cfm", post_cfm)
+    app.router.add_get("/rules/last_updated", last_updated)
+    app.router.add_get("/rules/ids", ids_rules)
+    app.router.add_get("/rules/firewall", firewall_rules)

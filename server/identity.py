@@ -1,0 +1,57 @@
+"""Router identity: the `X-ID` header, registration on first contact, closed-mode admission.
+
+Each server process remembers which routers it has seen registered, so a polling router costs
+no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
+so an operator's removal takes effect within that time).
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from server.db import routers as router_db
+from server.db.pool import Database
+from server.errors import BadRequest, Forbidden, Unauthorized
+from server.mac import InvalidMac, normalise_mac
+
+HEADER = "X-ID"
+MAX_REMEMBERED = 500_000
+
+
+def mac_from_header(request: web.Request) -> str:
+    value = request.headers.get(HEADER)
+    if value is None or not value.strip():
+        raise Unauthorized(f"missing {HEADER} header (the router's MAC address)")
+    try:
+        return normalise_mac(value)
+    except InvalidMac as error:
+        raise BadRequest(f"invalid {HEADER} header: {error}") from None
+
+
+class RouterRegistry:
+    def __init__(self, db: Database, mode: str, cache_seconds: int):
+        self._db = db
+        self._open = mode == "open"
+        self._cache_seconds = cache_seconds
+        self._admitted_until: dict[str, float] = {}
+
+    async def admit(self, mac: str) -> None:
+        """Register (open mode) or check (closed mode) the router; Forbidden when refused."""
+        now = time.monotonic()
+        if self._admitted_until.get(mac, 0.0) > now:
+            return
+        if self._open:
+            await router_db.register(self._db, mac)
+            until = float("inf")
+        elif await router_db.is_registered(self._db, mac):
+            until = now + self._cache_seconds
+        else:
+            raise Forbidden("router is not subscribed (registration is closed)")
+        if len(self._admitted_until) >= MAX_REMEMBERED:
+            self._admitted_until.clear()
+        self._admitted_until[mac] = until
+
+    def forget(self, mac: str) -> None:
+        self._admitted_until.pop(mac, None)

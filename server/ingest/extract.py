@@ -1,0 +1,123 @@
+"""Turn one raw telemetry record (Suricata EVE JSON) into a row for the batched insert.
+
+The whole record is stored as JSONB; the fields the engine and the reports query are copied
+into columns when present. A present field of the wrong type or shape rejects the record with
+a message naming the field, so a batch sent to PostgreSQL never fails on a value.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from datetime import datetime, timezone
+
+import orjson
+
+
+class RecordError(ValueError):
+    """This record is rejected; the rest of the body goes on."""
+
+
+# PostgreSQL's jsonb refuses the NUL character, escaped or not.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+_MAX_TEXT = 256
+
+
+def _timestamp(value: object, field: str) -> str:
+    if not isinstance(value, str) or len(value) > 64:
+        raise RecordError(f"{field}: expected an ISO 8601 timestamp")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise RecordError(f"{field}: not an ISO 8601 timestamp: {value[:40]!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.isoformat()
+
+
+def _ip(value: object, field: str) -> str:
+    if isinstance(value, str) and len(value) <= 45:
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                socket.inet_pton(family, value)
+                return value
+            except OSError:
+                pass
+    raise RecordError(f"{field}: not an IP address")
+
+
+def _integer(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    raise RecordError(f"{field}: expected an integer from {low} to {high}")
+
+
+def _text(value: object, field: str) -> str:
+    if isinstance(value, str) and len(value) <= _MAX_TEXT:
+        return value
+    raise RecordError(f"{field}: expected a string of at most {_MAX_TEXT} characters")
+
+
+def _optional(record: dict, key: str, convert, *args):
+    value = record.get(key)
+    return None if value is None else convert(value, key, *args)
+
+
+FLOW_COLUMNS = ("event_time", "event_type", "src_ip", "src_port", "dest_ip", "dest_port",
+                "proto", "app_proto")
+ALERT_COLUMNS = ("signature_id", "severity")
+EVENT_COLUMNS = FLOW_COLUMNS + ALERT_COLUMNS
+CFM_COLUMNS = FLOW_COLUMNS
+
+
+def flow_fields(record: dict) -> list:
+    """Values of FLOW_COLUMNS, in that order."""
+    return [
+        _optional(record, "timestamp", _timestamp),
+        _optional(record, "event_type", _text),
+        _optional(record, "src_ip", _ip),
+        _optional(record, "src_port", _integer, 0, 65535),
+        _optional(record, "dest_ip", _ip),
+        _optional(record, "dest_port", _integer, 0, 65535),
+        _optional(record, "proto", _text),
+        _optional(record, "app_proto", _text),
+    ]
+
+
+def alert_fields(record: dict) -> list:
+    """Values of ALERT_COLUMNS, from the record's `alert` object."""
+    alert = record.get("alert")
+    if alert is None:
+        return [None, None]
+    if not isinstance(alert, dict):
+        raise RecordError("alert: expected an object")
+    return [
+        _optional(alert, "signature_id", _integer, 0, 2**63 - 1),
+        _optional(alert, "severity", _integer, 0, 255),
+    ]
+
+
+def event_row(record: dict) -> list:
+    return flow_fields(record) + alert_fields(record)
+
+
+def cfm_row(record: dict) -> list:
+    return flow_fields(record)
+
+
+def encode_row(raw: bytes, row_of) -> bytes:
+    """Validate `raw` and return its row as JSON: `[column values..., <raw record>]`.
+
+    The raw bytes are embedded as they came (they were just validated as JSON), which spares
+    re-serialising the record.
+    """
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise RecordError(f"invalid JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise RecordError("record is not a JSON object")
+    if b"\\u0000" in raw and _NUL_ESCAPE.search(raw):
+        raise RecordError("record contains a NUL character (\\u0000), which cannot be stored")
+    columns = orjson.dumps(row_of(record))
+    return columns[:-1] + b"," + raw + b"]"

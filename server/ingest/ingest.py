@@ -1,0 +1,81 @@
+"""One telemetry request, end to end: decoded chunks -> records -> rows -> batched inserts.
+
+The request is one transaction: it stores every record it reports as accepted, or nothing
+(400/413/503 leave the tables as they were).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from aiohttp import web
+
+from server.db.schema import TELEMETRY_TABLES
+from server.db.telemetry import TelemetryWriter, insert_statement
+from server.errors import ApiError, BadRequest
+from server.ingest import extract
+from server.ingest.body import decoded_chunks
+from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
+from server.typedefs import DATABASE, SETTINGS
+
+ROW_BUILDERS = {"events": extract.event_row, "cfm": extract.cfm_row}
+STATEMENTS = {
+    "events": insert_statement(TELEMETRY_TABLES["events"], extract.EVENT_COLUMNS),
+    "cfm": insert_statement(TELEMETRY_TABLES["cfm"], extract.CFM_COLUMNS),
+}
+
+
+class UnsupportedMediaType(ApiError):
+    status = 415
+
+
+class IngestReport:
+    def __init__(self, max_errors: int):
+        self.accepted = 0
+        self.rejected = 0
+        self.errors: list[dict] = []
+        self._max_errors = max_errors
+
+    def reject(self, number: int, message: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < self._max_errors:
+            self.errors.append({"line": number, "error": message})
+
+    def as_json(self) -> dict:
+        return {"accepted": self.accepted, "rejected": self.rejected, "errors": self.errors}
+
+
+async def ingest_body(request: web.Request, mac: str, kind: str) -> dict:
+    settings = request.app[SETTINGS]
+    if request.content_type not in ACCEPTED_TYPES:
+        raise UnsupportedMediaType(
+            f"unsupported Content-Type {request.content_type!r} "
+            "(use application/json for an array or application/x-ndjson)")
+    splitter = splitter_for(request.content_type, settings.ingest_max_record_bytes)
+    report = IngestReport(settings.ingest_max_reported_errors)
+    row_of = ROW_BUILDERS[kind]
+    received_at = datetime.now(timezone.utc)
+    async with TelemetryWriter(request.app[DATABASE], STATEMENTS[kind], mac, received_at,
+                               settings.ingest_batch_rows) as writer:
+        async def take(records: list[RawRecord]) -> None:
+            for number, raw in records:
+                if raw is None:
+                    report.reject(number, "record exceeds the size limit of "
+                                          f"{settings.ingest_max_record_bytes} bytes")
+                    continue
+                try:
+                    row = extract.encode_row(raw, row_of)
+                except extract.RecordError as error:
+                    report.reject(number, str(error))
+                    continue
+                report.accepted += 1
+                await writer.add(row)
+
+        try:
+            async for chunk in decoded_chunks(request, settings.ingest_max_body_bytes):
+                await take(splitter.feed(chunk))
+            await take(splitter.close())
+        except BodyError as error:
+            raise BadRequest(f"unreadable body: {error}") from None
+        await writer.commit()
+    return report.as_json()

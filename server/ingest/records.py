@@ -1,0 +1,180 @@
+"""Split a streamed telemetry body into raw records without holding the body in memory.
+
+Two framings, both fed decoded chunks as they arrive:
+
+* `NdjsonSplitter`: one record per line; blank lines are skipped.
+* `JsonArraySplitter`: a top-level JSON array; each element's bytes are cut out by tracking
+  bracket depth outside strings, so elements are parsed one at a time.
+
+Each `feed` returns `(number, raw)` pairs: `number` is the 1-based line (NDJSON) or element
+position (array); `raw` is the record's bytes, or None when the record exceeded the size limit
+(its bytes were dropped as they came). Broken framing raises `BodyError` (answered 400).
+"""
+
+from __future__ import annotations
+
+import re
+
+RawRecord = tuple[int, bytes | None]
+
+
+class BodyError(ValueError):
+    """The body cannot be read as the announced framing; the whole request is refused."""
+
+
+class NdjsonSplitter:
+    def __init__(self, max_record_bytes: int):
+        self._max = max_record_bytes
+        self._pending = bytearray()
+        self._oversized = False
+        self._line = 0
+
+    def feed(self, data: bytes) -> list[RawRecord]:
+        out: list[RawRecord] = []
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                break
+            self._complete(data[start:newline], out)
+            start = newline + 1
+        self._append(data[start:])
+        return out
+
+    def close(self) -> list[RawRecord]:
+        out: list[RawRecord] = []
+        if self._pending or self._oversized:
+            self._complete(b"", out)
+        return out
+
+    def _append(self, piece: bytes) -> None:
+        if self._oversized:
+            return
+        self._pending += piece
+        if len(self._pending) > self._max:
+            self._oversized = True
+            self._pending = bytearray()
+
+    def _complete(self, tail: bytes, out: list[RawRecord]) -> None:
+        self._line += 1
+        if self._pending:
+            self._append(tail)
+            line = bytes(self._pending)
+            self._pending = bytearray()
+        else:
+            line = tail
+            if len(line) > self._max:
+                self._oversized = True
+        if self._oversized:
+            self._oversized = False
+            out.append((self._line, None))
+        elif line.strip():
+            out.append((self._line, line))
+
+
+# A complete string, a bracket or comma, or a lone quote (a string cut by the chunk boundary).
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]|"')
+_WHITESPACE = b" \t\r\n"
+
+
+class JsonArraySplitter:
+    def __init__(self, max_record_bytes: int):
+        self._max = max_record_bytes
+        self._buffer = b""        # unconsumed bytes, starting at the current element
+        self._scanned = 0         # offset in _buffer up to which tokens were processed
+        self._depth = 0           # 1 between elements, >1 inside one
+        self._started = False
+        self._finished = False
+        self._dropped = False     # the current element exceeded the limit; its bytes are gone
+        self._index = 0
+        self._separators = 0
+
+    def feed(self, data: bytes) -> list[RawRecord]:
+        out: list[RawRecord] = []
+        if self._finished:
+            self._check_trailing(data)
+            return out
+        buffer = self._buffer + data
+        if not self._started:
+            stripped = buffer.lstrip(_WHITESPACE)
+            if not stripped:
+                self._buffer = b""
+                return out
+            if stripped[:1] != b"[":
+                raise BodyError("body is not a JSON array (expected '[')")
+            buffer = stripped[1:]
+            self._started = True
+            self._depth = 1
+        element_start, resume = 0, self._scanned
+        for match in _TOKENS.finditer(buffer, self._scanned):
+            token = match.group()
+            if token == b'"':
+                resume = match.start()  # wait for the rest of this string
+                break
+            resume = match.end()
+            if token in b"[{":
+                self._depth += 1
+            elif token in b"]}" and self._depth > 1:
+                self._depth -= 1
+            elif token == b"}":
+                raise BodyError("body is not a JSON array (unbalanced '}')")
+            else:  # ',' or the closing ']' of the array, at depth 1
+                self._cut(buffer[element_start:match.start()], out, closing=token == b"]")
+                if token == b"]":
+                    self._finished = True
+                    self._check_trailing(buffer[match.end():])
+                    self._buffer = b""
+                    return out
+                element_start = match.end()
+        else:
+            resume = len(buffer)
+        self._keep(buffer, element_start, resume)
+        return out
+
+    def close(self) -> list[RawRecord]:
+        if not self._finished:
+            raise BodyError("body ended before the JSON array was closed")
+        return []
+
+    def _cut(self, element: bytes, out: list[RawRecord], closing: bool) -> None:
+        if self._dropped:
+            self._index += 1
+            out.append((self._index, None))
+        else:
+            raw = element.strip(_WHITESPACE)
+            if raw:
+                self._index += 1
+                out.append((self._index, raw))
+            elif not closing or self._separators:
+                raise BodyError(f"empty element in the JSON array after element {self._index}")
+        if not closing:
+            self._separators += 1
+        self._dropped = False
+
+    def _keep(self, buffer: bytes, element_start: int, resume: int) -> None:
+        """Keep the current element's bytes while it is within the limit, else only the
+        unscanned tail (a string cut by the chunk boundary)."""
+        if not self._dropped and len(buffer) - element_start > self._max:
+            self._dropped = True
+        keep_from = resume if self._dropped else element_start
+        self._buffer = buffer[keep_from:]
+        self._scanned = resume - keep_from
+        if len(self._buffer) > self._max:
+            raise BodyError("a string in the body exceeds the record size limit")
+
+    @staticmethod
+    def _check_trailing(data: bytes) -> None:
+        if data.strip(_WHITESPACE):
+            raise BodyError("unexpected data after the end of the JSON array")
+
+
+def splitter_for(content_type: str, max_record_bytes: int) -> NdjsonSplitter | JsonArraySplitter:
+    if content_type in NDJSON_TYPES:
+        return NdjsonSplitter(max_record_bytes)
+    return JsonArraySplitter(max_record_bytes)
+
+
+NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl",
+                          "application/x-jsonlines"})
+JSON_TYPES = frozenset({"application/json"})
+ACCEPTED_TYPES = NDJSON_TYPES | JSON_TYPES

@@ -1,0 +1,239 @@
+"""Service settings: one declarative table, one immutable object built at start-up.
+
+Every setting is a row of ``SETTINGS`` (environment name, default, help, parser). The table
+drives ``load_settings``, the README's configuration section and ``tests/test_settings.py``.
+No other module reads the environment: it is given a ``Settings`` object instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from cronsim import CronSim, CronSimError
+
+
+class SettingsError(ValueError):
+    """A setting has a value the service cannot run with; the message names the variable."""
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def _optional_text(value: str) -> str | None:
+    return value or None
+
+
+def _integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {value!r}") from None
+        if number < minimum or (maximum is not None and number > maximum):
+            upper = "" if maximum is None else f" and at most {maximum}"
+            raise ValueError(f"expected at least {minimum}{upper}, got {number}")
+        return number
+
+    return parse
+
+
+def _boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        lowered = value.strip().lower()
+        if lowered not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
+        return lowered
+
+    return parse
+
+
+def _cron(value: str) -> str:
+    try:
+        CronSim(value, datetime.now())
+    except (CronSimError, ValueError) as error:
+        raise ValueError(f"not a valid cron expression {value!r} ({error})") from None
+    return value
+
+
+def _path(value: str) -> Path:
+    return Path(value).expanduser()
+
+
+def _optional_path(value: str) -> Path | None:
+    return Path(value).expanduser() if value else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str
+    help: str
+    parse: Callable[[str], Any]
+
+    @property
+    def attribute(self) -> str:
+        return self.name.lower()
+
+
+ET_OPEN_BASE = "https://rules.emergingthreats.net/open/suricata-7.0.3"
+
+SETTINGS: tuple[Setting, ...] = (
+    # HTTP server
+    Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
+    Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
+    Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
+            "(the embedded database, the email outbox).", _path),
+    Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
+            "calls with a valid MAC. `closed`: only routers an operator subscribed may call "
+            "(others get 403).", _choice("open", "closed")),
+    Setting("ROUTER_CACHE_SECONDS", "30", "How long a server process trusts its memory of a "
+            "router's registration before asking the database again (closed mode; open mode "
+            "registers once).", _integer(0)),
+    # Database
+    Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service starts "
+            "its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
+    Setting("DB_PORT", "5432", "PostgreSQL port.", _integer(1, 65535)),
+    Setting("DB_NAME", "router_backend", "Database name; created when it does not exist.", _text),
+    Setting("DB_USER", "postgres", "Database user.", _text),
+    Setting("DB_PASSWORD", "", "Database password.", _text),
+    Setting("DB_SSLMODE", "prefer", "libpq sslmode (disable, allow, prefer, require, "
+            "verify-ca, verify-full).",
+            _choice("disable", "allow", "prefer", "require", "verify-ca", "verify-full")),
+    Setting("DB_LOG_LEVEL", "warning", "Database logging: silent, error, warning or info "
+            "(info logs every statement).", _choice("silent", "error", "warning", "info")),
+    Setting("DB_POOL_MIN", "1", "Connections each server process keeps open.", _integer(0)),
+    Setting("DB_POOL_MAX", "20", "Most connections one server process opens.", _integer(1)),
+    Setting("DB_TIMEOUT_SECONDS", "30", "Longest wait for a connection or one statement before "
+            "the request fails with 503.", _integer(1)),
+    Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
+            "unreachable.", _integer(1)),
+    # Telemetry ingestion
+    Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
+            "counted after gzip decoding (413 beyond).", _integer(1)),
+    Setting("INGEST_MAX_RECORD_BYTES", str(1024 * 1024), "Largest single record; longer ones are "
+            "rejected and reported, the rest of the body goes on.", _integer(64)),
+    Setting("INGEST_BATCH_ROWS", "2000", "Records per batched insert while a body streams in.",
+            _integer(1)),
+    Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
+            "response (the rejected count is always exact).", _integer(0)),
+    # Rule data and generation (names from the seed document)
+    Setting("RULE_DATA_DIR", "", "Working directory for rule data (rules/, rulefile_json/, "
+            "idps_rules/). Unset: DATA_DIR/ruledata.", _optional_path),
+    Setting("RULE_PREPROCESS_ARCHIVE_URL", f"{ET_OPEN_BASE}/emerging.rules.tar.gz",
+            "Download URL of the open rule archive (zip or tar.gz).", _text),
+    Setting("RULE_PREPROCESS_VERSION_URL", f"{ET_OPEN_BASE}/version.txt",
+            "Version stamp of the rule archive.", _text),
+    Setting("RULE_PREPROCESS_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the preprocess job.",
+            _cron),
+    Setting("RULE_GENERATION_SAMPLE_COUNT", "550", "IDS rules sampled per router.", _integer(1)),
+    Setting("RULE_GENERATION_MAX_CONCURRENT", "1", "Worker processes of the generation queue.",
+            _integer(1)),
+    Setting("RULE_GENERATION_QUEUE_CAPACITY", "64", "Buffered depth of the generation queue.",
+            _integer(1)),
+    Setting("RULE_GENERATION_COMMAND_TIMEOUT_SECONDS", "300", "Wall-clock limit of one "
+            "router's generation.", _integer(1)),
+    Setting("RULE_GENERATION_INTERVAL_SECONDS", str(24 * 3600), "How often each registered "
+            "router is revisited.", _integer(1)),
+    # Retention (names from the seed document)
+    Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
+            "Default false: nothing is deleted unless an operator asks.", _boolean),
+    Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
+    Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    listen_host: str
+    listen_port: int
+    data_dir: Path
+    registration_mode: str
+    router_cache_seconds: int
+    db_host: str | None
+    db_port: int
+    db_name: str
+    db_user: str
+    db_password: str
+    db_sslmode: str
+    db_log_level: str
+    db_pool_min: int
+    db_pool_max: int
+    db_timeout_seconds: int
+    db_retry_after_seconds: int
+    ingest_max_body_bytes: int
+    ingest_max_record_bytes: int
+    ingest_batch_rows: int
+    ingest_max_reported_errors: int
+    rule_data_dir: Path | None
+    rule_preprocess_archive_url: str
+    rule_preprocess_version_url: str
+    rule_preprocess_cron_schedule: str
+    rule_generation_sample_count: int
+    rule_generation_max_concurrent: int
+    rule_generation_queue_capacity: int
+    rule_generation_command_timeout_seconds: int
+    rule_generation_interval_seconds: int
+    data_retention_enabled: bool
+    retention_days: int
+    retention_cron_schedule: str
+
+    @property
+    def embedded_database(self) -> bool:
+        return self.db_host is None
+
+    @property
+    def rule_data_path(self) -> Path:
+        return self.rule_data_dir or self.data_dir / "ruledata"
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """Parse a `.env` file: KEY=VALUE lines, `#` comments, optional quotes, `export ` prefix."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"{path}:{number}: expected NAME=value")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[name.strip()] = value
+    return values
+
+
+def load_settings(environ: Mapping[str, str] | None = None,
+                  env_file: Path | None = Path(".env")) -> Settings:
+    """Build the settings from the environment, over an optional `.env` file, over defaults."""
+    environ = os.environ if environ is None else environ
+    merged: dict[str, str] = {}
+    if env_file is not None and env_file.is_file():
+        merged.update(read_env_file(env_file))
+    merged.update(environ)
+    values = {}
+    for setting in SETTINGS:
+        raw = merged.get(setting.name, setting.default)
+        try:
+            values[setting.attribute] = setting.parse(raw)
+        except ValueError as error:
+            raise SettingsError(f"invalid {setting.name}: {error}") from None
+    return Settings(**values)

@@ -1,0 +1,11 @@
+"""Typed keys of the application state (one place, so every handler reaches the same objects)."""
+
+from aiohttp import web
+
+from server.db.pool import Database
+from server.identity import RouterRegistry
+from server.settings import Settings
+
+SETTINGS = web.AppKey("settings", Settings)
+DATABASE = web.AppKey("database", Database)
+ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)

