@@ -19,7 +19,9 @@ CLIENT_MAX_SIZE = 1024 * 1024
 
 def create_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=[error_middleware(settings.db_retry_after_seconds)],
-                          client_max_size=CLIENT_MAX_SIZE)
+                          client_max_size=CLIENT_MAX_SIZE,
+                          # Bodies are decoded by server/ingest/body.py, which caps the output.
+                          handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
     app.cleanup_ctx.append(database_context)
     setup_routes(app)

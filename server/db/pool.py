@@ -33,7 +33,7 @@ class DatabaseUnavailable(Exception):
 def compile_query(query: ClauseElement | str, params: Any = None) -> tuple[str, Any]:
     if isinstance(query, str):
         return query, params
-    compiled = query.compile(dialect=DIALECT)
+    compiled = query.compile(dialect=DIALECT, compile_kwargs={"render_postcompile": True})
     return str(compiled), compiled.params
 
 

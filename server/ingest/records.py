@@ -112,20 +112,25 @@ class JsonArraySplitter:
                 resume = match.start()  # wait for the rest of this string
                 break
             resume = match.end()
-            if token in b"[{":
+            if token[0] == 0x22:  # a whole string: nothing inside it counts
+                continue
+            if token == b"[" or token == b"{":
                 self._depth += 1
-            elif token in b"]}" and self._depth > 1:
-                self._depth -= 1
-            elif token == b"}":
+                continue
+            if self._depth > 1:
+                if token != b",":
+                    self._depth -= 1
+                continue
+            if token == b"}":
                 raise BodyError("body is not a JSON array (unbalanced '}')")
-            else:  # ',' or the closing ']' of the array, at depth 1
-                self._cut(buffer[element_start:match.start()], out, closing=token == b"]")
-                if token == b"]":
-                    self._finished = True
-                    self._check_trailing(buffer[match.end():])
-                    self._buffer = b""
-                    return out
-                element_start = match.end()
+            # depth 1: ',' between elements or the array's closing ']'
+            self._cut(buffer[element_start:match.start()], out, closing=token == b"]")
+            if token == b"]":
+                self._finished = True
+                self._check_trailing(buffer[match.end():])
+                self._buffer = b""
+                return out
+            element_start = match.end()
         else:
             resume = len(buffer)
         self._keep(buffer, element_start, resume)
@@ -137,7 +142,7 @@ class JsonArraySplitter:
         return []
 
     def _cut(self, element: bytes, out: list[RawRecord], closing: bool) -> None:
-        if self._dropped:
+        if self._dropped or len(element) > self._max:
             self._index += 1
             out.append((self._index, None))
         else:

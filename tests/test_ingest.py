@@ -1,0 +1,253 @@
+"""Telemetry ingestion over real HTTP into the real database."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import orjson
+import pytest
+
+from tests.conftest import FIXTURES, corpus_path, settings_for
+from tests.tcp_proxy import TcpProxy
+
+MAC = "aa:bb:cc:00:00:02"
+X_ID = {"X-ID": MAC}
+NDJSON = {**X_ID, "Content-Type": "application/x-ndjson"}
+JSON = {**X_ID, "Content-Type": "application/json"}
+SAMPLE = (FIXTURES / "eve-sample.ndjson").read_bytes()
+SAMPLE_RECORDS = [json.loads(line) for line in SAMPLE.splitlines()]
+
+
+def count(sql, table="ids_events"):
+    return sql.value(f"SELECT count(*) FROM {table}")
+
+
+async def post(client, body, headers=NDJSON, path="/log/events"):
+    response = await client.post(path, data=body, headers=headers)
+    return response.status, await response.json()
+
+
+async def test_ndjson_records_stored_with_extracted_columns(client, sql):
+    status, body = await post(client, SAMPLE)
+    assert (status, body) == (200, {"accepted": 7, "rejected": 0, "errors": []})
+    rows = sql.rows("SELECT mac::text, event_type, host(src_ip), src_port, host(dest_ip), "
+                    "dest_port, proto, app_proto, signature_id, severity, event_time, record "
+                    "FROM ids_events ORDER BY id")
+    assert [row[-1] for row in rows] == SAMPLE_RECORDS
+    first = rows[0]
+    assert first[:10] == (MAC, "alert", "203.0.113.50", 4431, "192.168.1.20", 22, "TCP", None,
+                          2001219, 2)
+    assert first[10].isoformat() == "2026-03-02T10:15:01.104233+00:00"
+    assert rows[2][2] == "2001:db8::66"  # IPv6 kept as inet
+    assert rows[5][2] is None and rows[5][8] is None  # stats: no addresses, no signature
+
+
+async def test_json_array_and_cfm_table(client, sql):
+    status, body = await post(client, orjson.dumps(SAMPLE_RECORDS), JSON, "/log/cfm")
+    assert (status, body["accepted"]) == (200, 7)
+    assert count(sql, "cfm_records") == 7 and count(sql) == 0
+    assert sql.value("SELECT record FROM cfm_records ORDER BY id LIMIT 1") == SAMPLE_RECORDS[0]
+
+
+async def test_pretty_printed_array_with_nested_brackets_in_strings(client, sql):
+    records = [{"event_type": "alert", "note": "a ] tricky [ {string} \" with , stuff\\"},
+               {"event_type": "flow", "nested": [[1, 2], {"x": [3]}]}]
+    status, body = await post(client, json.dumps(records, indent=2).encode(), JSON)
+    assert (status, body["accepted"]) == (200, 2)
+    assert [r[0] for r in sql.rows("SELECT record FROM ids_events ORDER BY id")] == records
+
+
+async def test_gzip_body(client, sql):
+    headers = {**NDJSON, "Content-Encoding": "gzip"}
+    status, body = await post(client, gzip.compress(SAMPLE), headers)
+    assert (status, body["accepted"]) == (200, 7)
+    assert count(sql) == 7
+
+
+async def test_bad_records_are_reported_and_the_rest_stored(client, sql):
+    lines = [SAMPLE.splitlines()[0], b"{not json", b"[1, 2]", b"",
+             b'{"src_ip": "999.1.1.1"}', b'{"dest_port": "http"}', b'{"timestamp": "yesterday"}',
+             b'{"alert": {"signature_id": -4}}', b'{"msg": "nul \\u0000 here"}',
+             b'{"event_type": "flow", "ok": true}']
+    status, body = await post(client, b"\n".join(lines))
+    assert status == 200
+    assert body["accepted"] == 2 and body["rejected"] == 7
+    by_line = {e["line"]: e["error"] for e in body["errors"]}
+    assert set(by_line) == {2, 3, 5, 6, 7, 8, 9}
+    assert "invalid JSON" in by_line[2] and "not a JSON object" in by_line[3]
+    assert "src_ip" in by_line[5] and "dest_port" in by_line[6] and "timestamp" in by_line[7]
+    assert "signature_id" in by_line[8] and "NUL" in by_line[9]
+    assert count(sql) == 2
+
+
+async def test_error_list_is_capped_but_count_exact(make_client, database, tmp_path):
+    client = await make_client(settings_for(database, tmp_path, INGEST_MAX_REPORTED_ERRORS="3"))
+    status, body = await post(client, b"x\n" * 50)
+    assert status == 200 and body["rejected"] == 50 and len(body["errors"]) == 3
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/octet-stream",
+                                          "multipart/form-data"])
+async def test_other_content_types_are_415(client, sql, content_type):
+    status, body = await post(client, SAMPLE, {**X_ID, "Content-Type": content_type})
+    assert status == 415 and "Content-Type" in body["error"]
+    assert count(sql) == 0
+
+
+async def test_unknown_content_encoding_is_415(client, sql):
+    status, body = await post(client, SAMPLE, {**NDJSON, "Content-Encoding": "br"})
+    assert status == 415 and "Content-Encoding" in body["error"]
+
+
+@pytest.mark.parametrize("body", [b'{"a": 1}', b"[{}, ", b"[{},,{}]", b"[{}] trailing",
+                                  b"[{}}", b"[1,]"])
+async def test_unparseable_array_is_400(client, sql, body):
+    status, reply = await post(client, body, JSON)
+    assert status == 400 and reply["error"]
+    assert count(sql) == 0
+
+
+async def test_broken_gzip_is_400_and_stores_nothing(client, sql):
+    packed = gzip.compress(SAMPLE * 50)
+    for body in (packed[: len(packed) // 2], b"not gzip at all"):
+        status, reply = await post(client, body, {**NDJSON, "Content-Encoding": "gzip"})
+        assert status == 400 and "gzip" in reply["error"]
+    assert count(sql) == 0
+
+
+async def test_declared_oversize_is_413(make_client, database, tmp_path, sql):
+    client = await make_client(settings_for(database, tmp_path, INGEST_MAX_BODY_BYTES="1000"))
+    status, body = await post(client, SAMPLE * 10)
+    assert status == 413 and "limit" in body["error"]
+    assert count(sql) == 0
+
+
+async def test_streamed_oversize_is_413_after_batches_were_written(make_client, database,
+                                                                   tmp_path, sql):
+    settings = settings_for(database, tmp_path, INGEST_MAX_BODY_BYTES=str(len(SAMPLE) * 30),
+                            INGEST_BATCH_ROWS="10")
+
+    async def chunked():  # no Content-Length: the cap is found while streaming
+        for _ in range(60):
+            yield SAMPLE
+
+    client = await make_client(settings)
+    status, body = await post(client, chunked())
+    assert status == 413
+    assert count(sql) == 0
+
+
+async def test_gzip_bomb_is_413(make_client, database, tmp_path, sql):
+    client = await make_client(settings_for(database, tmp_path,
+                                            INGEST_MAX_BODY_BYTES=str(10 * 1024 * 1024)))
+    bomb = gzip.compress(b" " * (200 * 1024 * 1024))  # 200 MiB of whitespace in ~200 KiB
+    status, body = await post(client, bomb, {**NDJSON, "Content-Encoding": "gzip"})
+    assert status == 413
+    assert count(sql) == 0
+
+
+async def test_oversized_record_rejected_rest_kept(make_client, database, tmp_path, sql):
+    client = await make_client(settings_for(database, tmp_path, INGEST_MAX_RECORD_BYTES="2000"))
+    huge = orjson.dumps({"event_type": "alert", "pad": "x" * 5000})
+    status, body = await post(client, SAMPLE + huge + b"\n" + SAMPLE)
+    assert status == 200 and body["accepted"] == 14 and body["rejected"] == 1
+    assert body["errors"][0]["line"] == 8 and "size limit" in body["errors"][0]["error"]
+    status, body = await post(client, b"[" + huge + b"," + orjson.dumps(SAMPLE_RECORDS[0]) + b"]",
+                              JSON)
+    assert status == 200 and (body["accepted"], body["rejected"]) == (1, 1)
+
+
+async def test_malformed_array_after_flushed_batches_stores_nothing(make_client, database,
+                                                                    tmp_path, sql):
+    client = await make_client(settings_for(database, tmp_path, INGEST_BATCH_ROWS="5"))
+    good = b",".join(orjson.dumps(r) for r in SAMPLE_RECORDS * 20)
+    status, body = await post(client, b"[" + good + b", {} }", JSON)
+    assert status == 400
+    assert count(sql) == 0
+
+
+async def test_client_that_vanishes_mid_body_stores_nothing(make_client, database, tmp_path,
+                                                            sql, unused_tcp_port_factory):
+    client = await make_client(settings_for(database, tmp_path, INGEST_BATCH_ROWS="5"))
+    # Announce a long body, send part of it over a raw socket, then hang up.
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    body = SAMPLE * 20
+    writer.write(b"POST /log/events HTTP/1.1\r\nHost: x\r\nX-ID: " + MAC.encode() +
+                 b"\r\nContent-Type: application/x-ndjson\r\n"
+                 b"Content-Length: " + str(len(body) * 2).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+    await asyncio.sleep(0.3)
+    writer.transport.abort()
+    await asyncio.sleep(0.5)
+    assert count(sql) == 0
+    status, reply = await post(client, SAMPLE)  # the service carries on
+    assert status == 200 and count(sql) == 7
+
+
+@pytest.fixture
+async def proxied(database, tmp_path, make_client):
+    proxy = await TcpProxy(database.host, database.port).start()
+    location = database.__class__(**{**database.__dict__, "host": "127.0.0.1",
+                                     "port": proxy.port, "sslmode": "disable"})
+    client = await make_client(settings_for(location, tmp_path, INGEST_BATCH_ROWS="5",
+                                            DB_TIMEOUT_SECONDS="2",
+                                            DB_RETRY_AFTER_SECONDS="7"))
+    yield client, proxy
+    await proxy.close()
+
+
+async def test_database_away_gives_503_then_recovers(proxied, sql):
+    client, proxy = proxied
+    status, _ = await post(client, SAMPLE)
+    assert status == 200
+    proxy.go_down()
+    for path in ("/log/events", "/rules/last_updated"):
+        response = await client.request("POST" if path.startswith("/log") else "GET", path,
+                                        data=SAMPLE, headers=NDJSON)
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "7"
+        assert "database" in (await response.json())["error"]
+    health = await client.get("/health", headers=X_ID)
+    assert health.status == 503 and (await health.json())["status"] == "unavailable"
+    proxy.come_back()
+    status, body = await post(client, SAMPLE)
+    assert (status, body["accepted"]) == (200, 7)
+    assert count(sql) == 14
+
+
+async def test_database_lost_mid_body_stores_nothing(proxied, sql):
+    client, proxy = proxied
+
+    async def body():
+        for n in range(40):
+            if n == 20:
+                proxy.go_down()  # batches of 5 rows were already written in the transaction
+            yield SAMPLE
+
+    status, reply = await post(client, body())
+    assert status == 503
+    proxy.come_back()
+    assert count(sql) == 0
+
+
+async def test_corpus_files_as_ndjson_and_array(client, sql):
+    for name in ("lab-zeus-eve.json", "lab-sensor-eve.json"):
+        data = corpus_path("eve", name).read_bytes()
+        lines = [line for line in data.splitlines() if line.strip()]
+        alerts = [line for line in lines if orjson.loads(line).get("event_type") == "alert"]
+        flows = [line for line in lines if orjson.loads(line).get("event_type") == "flow"]
+        status, body = await post(client, b"\n".join(alerts))
+        assert (status, body["accepted"], body["rejected"]) == (200, len(alerts), 0)
+        status, body = await post(client, b"[" + b",".join(flows) + b"]", JSON, "/log/cfm")
+        assert (status, body["accepted"], body["rejected"]) == (200, len(flows), 0)
+    # Columns hold what the records say.
+    mismatches = sql.value(
+        "SELECT count(*) FROM ids_events WHERE signature_id IS DISTINCT FROM "
+        "(record->'alert'->>'signature_id')::bigint OR src_ip <> (record->>'src_ip')::inet "
+        "OR event_time <> (record->>'timestamp')::timestamptz")
+    assert mismatches == 0
+    assert sql.value("SELECT count(*) FROM ids_events WHERE signature_id IS NULL") == 0
+    assert sql.value("SELECT count(*) FROM cfm_records WHERE dest_port IS NULL "
+                     "AND proto IN ('TCP', 'UDP')") == 0

@@ -1,0 +1,130 @@
+"""Router API over real HTTP: identity, registration, health, activations, rule payloads."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+import pytest
+
+from server.db import rules as rules_db
+from server.db.lifecycle import open_database
+from tests.conftest import settings_for
+
+MAC = "aa:bb:cc:00:00:01"
+HEADERS = {"X-ID": "AA-BB-CC-00-00-01"}
+
+
+async def test_health_reports_database(client):
+    response = await client.get("/health", headers=HEADERS)
+    assert response.status == 200
+    body = await response.json()
+    assert body["status"] == "ok" and body["database"] == "ok"
+
+
+@pytest.mark.parametrize("path", ["/health", "/rules/last_updated", "/rules/ids",
+                                  "/rules/firewall"])
+async def test_missing_x_id_is_401(client, path):
+    response = await client.get(path)
+    assert response.status == 401
+    assert "X-ID" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("value", ["nonsense", "aa:bb:cc:dd:ee", "gg:bb:cc:dd:ee:ff",
+                                   "aa:bb-cc:dd:ee:ff", "aabbccddeeff00"])
+async def test_malformed_x_id_is_400(client, value):
+    response = await client.get("/rules/last_updated", headers={"X-ID": value})
+    assert response.status == 400
+    assert "X-ID" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("value", ["AA:BB:CC:00:00:01", "aa-bb-cc-00-00-01", "aabb.cc00.0001",
+                                   "AABBCC000001"])
+async def test_router_registered_once_under_normalised_mac(client, sql, value):
+    for _ in range(2):
+        response = await client.get("/rules/last_updated", headers={"X-ID": value})
+        assert response.status == 200
+    assert sql.rows("SELECT mac::text, registered_by FROM routers") == [(MAC, "auto")]
+
+
+async def test_health_neither_registers_nor_writes(client, sql):
+    await client.get("/health", headers=HEADERS)
+    assert sql.value("SELECT count(*) FROM routers") == 0
+
+
+async def test_closed_mode_refuses_unsubscribed_routers(make_client, database, tmp_path, sql):
+    client = await make_client(settings_for(database, tmp_path, REGISTRATION_MODE="closed"))
+    response = await client.get("/rules/last_updated", headers=HEADERS)
+    assert response.status == 403
+    assert "subscribed" in (await response.json())["error"]
+    assert sql.value("SELECT count(*) FROM routers") == 0
+    sql.rows("INSERT INTO routers (mac, registered_by) VALUES (%s, 'operator')", (MAC,))
+    response = await client.get("/rules/last_updated", headers=HEADERS)
+    assert response.status == 200
+
+
+async def test_last_updated_records_an_activation_per_call(client, sql):
+    for expected in (1, 2, 3):
+        response = await client.get("/rules/last_updated", headers=HEADERS)
+        assert await response.json() == {"ids_updated_at": None, "firewall_updated_at": None}
+        assert sql.value("SELECT count(*) FROM activations WHERE mac = %s", (MAC,)) == expected
+
+
+async def store(settings, payloads):
+    async with open_database(settings) as db:
+        await rules_db.store_payloads(db, MAC, payloads)
+
+
+@pytest.mark.parametrize("kind", ["ids", "firewall"])
+async def test_rules_404_until_generated(client, kind):
+    response = await client.get(f"/rules/{kind}", headers=HEADERS)
+    assert response.status == 404
+    assert "no " in (await response.json())["error"]
+
+
+async def test_rules_served_with_etag_304_and_gzip(client, settings):
+    ids = {"rules": [{"sid": n, "raw": f"alert ip any any -> any any (sid:{n};)"}
+                     for n in range(200)]}
+    await store(settings, {"ids": ids, "firewall": {"entries": []}})
+
+    response = await client.get("/rules/ids", headers={**HEADERS, "Accept-Encoding": "gzip"})
+    assert response.status == 200
+    assert response.headers["Content-Encoding"] == "gzip"
+    assert await response.json() == ids
+    etag = response.headers["ETag"]
+
+    response = await client.get("/rules/ids", headers={**HEADERS, "If-None-Match": etag})
+    assert response.status == 304
+    assert response.headers["ETag"] == etag
+
+    response = await client.get("/rules/ids", headers={**HEADERS, "If-None-Match": '"other"'})
+    assert response.status == 200
+
+    raw = await client.get("/rules/firewall", headers={**HEADERS, "Accept-Encoding": "identity"})
+    assert "Content-Encoding" not in raw.headers
+    assert orjson.loads(await raw.read()) == {"entries": []}
+
+
+async def test_updated_at_moves_only_when_content_changes(client, settings, sql):
+    await store(settings, {"ids": {"rules": [1]}, "firewall": {"entries": ["a"]}})
+    first = await (await client.get("/rules/last_updated", headers=HEADERS)).json()
+    assert first["ids_updated_at"] and first["firewall_updated_at"]
+
+    await store(settings, {"ids": {"rules": [1]}, "firewall": {"entries": ["b"]}})
+    second = await (await client.get("/rules/last_updated", headers=HEADERS)).json()
+    assert second["ids_updated_at"] == first["ids_updated_at"]
+    assert second["firewall_updated_at"] > first["firewall_updated_at"]
+
+
+async def test_unknown_route_and_method_are_json(client):
+    response = await client.get("/nope", headers=HEADERS)
+    assert response.status == 404
+    assert "error" in await response.json()
+    response = await client.get("/log/events", headers=HEADERS)
+    assert response.status == 405
+    assert "error" in await response.json()
+
+
+def test_gzip_helper_roundtrip():
+    # Guards the test data helper used by the ingestion tests.
+    assert gzip.decompress(gzip.compress(b"x")) == b"x"
