@@ -6,7 +6,8 @@ setup(
     description="Router IDS backend: telemetry ingestion, per-router rule generation, "
                 "notifications.",
     python_requires=">=3.11",
-    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*"]),
+    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations"]),
+    package_data={"migrations": ["*.sql"]},
     install_requires=[
         "aiohttp>=3.9,<4",
         "aiopg>=1.4,<2",

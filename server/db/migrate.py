@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
-
 import psycopg2
 from psycopg2 import sql
 from yoyo import get_backend, read_migrations
 
+from migrations import MIGRATIONS_DIR
 from server.db.location import DatabaseLocation
 
 log = logging.getLogger("router_backend.db")
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 MIGRATION_LOCK_KEY = 7_302_145_001  # any constant shared by every process of this service
 
 

@@ -1,0 +1,75 @@
+"""Settings: defaults, parsing, `.env`, clear start-up errors, and the README table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ops import settings_doc
+from server.settings import SETTINGS, Settings, SettingsError, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_build_settings():
+    settings = load_settings({}, env_file=None)
+    assert settings.listen_port == 8080 and settings.db_host is None
+    assert settings.embedded_database
+    assert settings.rule_generation_sample_count == 550
+    assert settings.rule_generation_interval_seconds == 86400
+    assert settings.data_retention_enabled is False and settings.retention_days == 30
+    assert settings.rule_data_path == Path("var") / "ruledata"
+
+
+def test_every_setting_is_a_field_and_every_field_a_setting():
+    assert {s.attribute for s in SETTINGS} == set(Settings.__dataclass_fields__)
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("LISTEN_PORT", "eighty", "LISTEN_PORT"),
+    ("LISTEN_PORT", "70000", "LISTEN_PORT"),
+    ("RULE_PREPROCESS_CRON_SCHEDULE", "every sunday", "RULE_PREPROCESS_CRON_SCHEDULE"),
+    ("RETENTION_CRON_SCHEDULE", "61 * * * *", "RETENTION_CRON_SCHEDULE"),
+    ("DATA_RETENTION_ENABLED", "maybe", "DATA_RETENTION_ENABLED"),
+    ("DB_LOG_LEVEL", "loud", "DB_LOG_LEVEL"),
+    ("REGISTRATION_MODE", "ajar", "REGISTRATION_MODE"),
+    ("RULE_GENERATION_SAMPLE_COUNT", "0", "RULE_GENERATION_SAMPLE_COUNT"),
+])
+def test_bad_values_name_the_variable(name, value, expected):
+    with pytest.raises(SettingsError, match=expected):
+        load_settings({name: value}, env_file=None)
+
+
+def test_env_file_under_environment(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("# comment\nexport LISTEN_PORT=9001\nDB_NAME='fleet db'\n"
+                        'RETENTION_DAYS="7"\n')
+    settings = load_settings({"RETENTION_DAYS": "9"}, env_file=env_file)
+    assert (settings.listen_port, settings.db_name, settings.retention_days) == (9001, "fleet db", 9)
+
+
+def test_malformed_env_file_line(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("JUSTANAME\n")
+    with pytest.raises(SettingsError, match=".env:1"):
+        load_settings({}, env_file=env_file)
+
+
+def test_bad_setting_stops_startup_with_one_line(tmp_path):
+    env = {**os.environ, "RULE_PREPROCESS_CRON_SCHEDULE": "not cron", "DATA_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "serve"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60,
+                            )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "RULE_PREPROCESS_CRON_SCHEDULE" in lines[0]
+
+
+def test_readme_settings_table_is_current():
+    readme = (ROOT / "README.md").read_text()
+    assert settings_doc.section(readme) == settings_doc.render(), \
+        "README settings table is stale: run python -m ops.settings_doc"
