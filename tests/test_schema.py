@@ -4,9 +4,9 @@ migration applies, rolls back and applies again (the "stairway")."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from yoyo import get_backend, read_migrations
+from yoyo import get_backend
 
-from server.db.migrate import MIGRATIONS_DIR
+from migrations import read_schema_migrations
 from server.db.pool import DIALECT
 from server.db.schema import metadata
 
@@ -48,7 +48,8 @@ def test_core_tables_match_migrated_schema(database):
 def test_migrations_stairway(database):
     backend = get_backend(database.yoyo_url())
     try:
-        migrations = read_migrations(str(MIGRATIONS_DIR))
+        migrations = read_schema_migrations()
+        assert [m.id for m in migrations][0] == "0001.initial-schema"
         backend.rollback_migrations(backend.to_rollback(migrations))
         assert describe_database(database) == {}
         for migration in migrations:

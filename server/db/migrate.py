@@ -10,9 +10,9 @@ import logging
 import time
 import psycopg2
 from psycopg2 import sql
-from yoyo import get_backend, read_migrations
+from yoyo import get_backend
 
-from migrations import MIGRATIONS_DIR
+from migrations import read_schema_migrations
 from server.db.location import DatabaseLocation
 
 log = logging.getLogger("router_backend.db")
@@ -61,7 +61,7 @@ def apply_migrations(location: DatabaseLocation) -> list[str]:
             cur.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         backend = get_backend(location.yoyo_url())
         try:
-            pending = backend.to_apply(read_migrations(str(MIGRATIONS_DIR)))
+            pending = backend.to_apply(read_schema_migrations())
             if pending:
                 backend.apply_migrations(pending)
                 log.warning("applied migrations: %s", ", ".join(m.id for m in pending))

@@ -1,0 +1,226 @@
+"""Ingestion benchmark: EVE records over HTTP (NDJSON) versus PostgreSQL COPY of the same rows.
+
+    python -m ops.bench.ingest [--records 200000] [--per-request 5000] [--concurrency 2]
+
+Starts the real server (`python -m ops.cli serve`) as a subprocess on an embedded PostgreSQL
+(or the server named by DB_HOST/DB_PORT/DB_USER/DB_PASSWORD), posts N records, and in the same
+run COPYs the same rows (same columns, same table, same indexes) with psycopg2. Prints
+records/s of both, their ratio, and the server's peak resident memory (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import aiohttp
+import orjson
+import psycopg2
+
+from server.db.embedded import EmbeddedPostgres
+from server.db.location import DatabaseLocation
+from server.db.migrate import apply_migrations, ensure_database
+from server.ingest.extract import EVENT_COLUMNS, event_row
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS_EVE = ROOT.parent / "shared" / "corpus" / "eve"
+FIXTURE = ROOT / "tests" / "fixtures" / "eve-sample.ndjson"
+MAC = "02:00:00:00:be:01"
+
+
+def source_records() -> list[dict]:
+    files = sorted(CORPUS_EVE.glob("*.json")) or [FIXTURE]
+    records = []
+    for path in files:
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                record = orjson.loads(line)
+                if record.get("event_type") == "alert":
+                    records.append(record)
+    return records
+
+
+def make_lines(count: int) -> list[bytes]:
+    base = source_records()
+    lines = []
+    for n in range(count):
+        record = dict(base[n % len(base)])
+        record["flow_id"] = n
+        record["src_port"] = 1024 + n % 60000
+        lines.append(orjson.dumps(record))
+    return lines
+
+
+def copy_text(lines: list[bytes], received_at: str) -> bytes:
+    """The same rows as the HTTP path stores, in COPY text format."""
+    out = io.BytesIO()
+    for line in lines:
+        values = event_row(orjson.loads(line))
+        fields = [MAC, received_at] + ["\\N" if v is None else str(v) for v in values]
+        record = line.replace(b"\\", b"\\\\")
+        out.write("\t".join(fields).encode() + b"\t" + record + b"\n")
+    return out.getvalue()
+
+
+def run_copy(location: DatabaseLocation, data: bytes) -> float:
+    columns = ", ".join(("mac", "received_at") + EVENT_COLUMNS + ("record",))
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            started = time.perf_counter()
+            cur.copy_expert(f"COPY ids_events ({columns}) FROM STDIN", io.BytesIO(data))
+        return time.perf_counter() - started
+    finally:
+        conn.close()
+
+
+async def run_http(port: int, bodies: list[bytes], concurrency: int) -> float:
+    queue = list(reversed(bodies))
+    headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while queue:
+            body = queue.pop()
+            async with session.post(f"http://127.0.0.1:{port}/log/events", data=body,
+                                    headers=headers) as response:
+                reply = await response.json()
+                if response.status != 200 or reply["rejected"]:
+                    raise RuntimeError(f"server answered {response.status}: {reply}")
+
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+def truncate(location: DatabaseLocation) -> None:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("TRUNCATE ids_events")
+            cur.execute("CHECKPOINT")
+    finally:
+        conn.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_server(location: DatabaseLocation, data_dir: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
+           "DB_NAME": location.name, "DB_USER": location.user,
+           "DB_PASSWORD": location.password, "DATA_DIR": str(data_dir),
+           "LISTEN_PORT": str(port), "DB_LOG_LEVEL": "error"}
+    server = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError(server.stderr.read().decode())
+            time.sleep(0.2)
+    raise RuntimeError("server did not start")
+
+
+def database_location(workdir: Path) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    if os.environ.get("DB_HOST"):
+        return DatabaseLocation(os.environ["DB_HOST"], int(os.environ.get("DB_PORT", "5432")),
+                                name, os.environ.get("DB_USER", "postgres"),
+                                os.environ.get("DB_PASSWORD", ""), "prefer"), None
+    embedded = EmbeddedPostgres(workdir / "pgdata")
+    return DatabaseLocation(embedded.start(), 5432, name, "postgres", "", "disable"), embedded
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--per-request", type=int, default=5_000)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    lines = make_lines(args.records)
+    bodies = [b"\n".join(lines[i:i + args.per_request]) + b"\n"
+              for i in range(0, len(lines), args.per_request)]
+    copy_data = copy_text(lines, datetime.now(timezone.utc).isoformat())
+    megabytes = sum(map(len, bodies)) / 2**20
+    print(f"{args.records} alert records, {megabytes:.0f} MiB of NDJSON, "
+          f"{len(bodies)} requests of {args.per_request}, concurrency {args.concurrency}")
+
+    with tempfile.TemporaryDirectory() as workdir:
+        location, embedded = database_location(Path(workdir))
+        server = None
+        try:
+            ensure_database(location)
+            apply_migrations(location)
+            server = start_server(location, Path(workdir), port := free_port())
+            http_times, copy_times = [], []
+            for _ in range(args.rounds):
+                truncate(location)
+                copy_times.append(run_copy(location, copy_data))
+                truncate(location)
+                http_times.append(asyncio.run(run_http(port, bodies, args.concurrency)))
+            stored = count_rows(location)
+            if stored != args.records:
+                raise RuntimeError(f"stored {stored} rows, expected {args.records}")
+            http_rate, copy_rate = args.records / min(http_times), args.records / min(copy_times)
+            print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
+            print(f"HTTP NDJSON:     {http_rate:>10,.0f} records/s (best of {args.rounds})")
+            print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
+            print(f"server peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(30)
+            drop_database(location)
+            if embedded is not None:
+                embedded.stop()
+    return 0
+
+
+def count_rows(location: DatabaseLocation) -> int:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM ids_events")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def drop_database(location: DatabaseLocation) -> None:
+    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{location.name}" WITH (FORCE)')
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
