@@ -18,6 +18,12 @@ class RecordError(ValueError):
     """This record is rejected; the rest of the body goes on."""
 
 
+FLOW_COLUMNS = ("event_time", "event_type", "src_ip", "src_port", "dest_ip", "dest_port",
+                "proto", "app_proto")
+ALERT_COLUMNS = ("signature_id", "severity")
+EVENT_COLUMNS = FLOW_COLUMNS + ALERT_COLUMNS
+CFM_COLUMNS = FLOW_COLUMNS
+
 # PostgreSQL's jsonb refuses the NUL character, escaped or not.
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 _MAX_TEXT = 256
@@ -58,29 +64,22 @@ def _text(value: object, field: str) -> str:
     raise RecordError(f"{field}: expected a string of at most {_MAX_TEXT} characters")
 
 
-def _optional(record: dict, key: str, convert, *args):
-    value = record.get(key)
-    return None if value is None else convert(value, key, *args)
-
-
-FLOW_COLUMNS = ("event_time", "event_type", "src_ip", "src_port", "dest_ip", "dest_port",
-                "proto", "app_proto")
-ALERT_COLUMNS = ("signature_id", "severity")
-EVENT_COLUMNS = FLOW_COLUMNS + ALERT_COLUMNS
-CFM_COLUMNS = FLOW_COLUMNS
-
-
 def flow_fields(record: dict) -> list:
-    """Values of FLOW_COLUMNS, in that order."""
+    """Values of FLOW_COLUMNS, in that order (written out: this runs once per record)."""
+    get = record.get
+    timestamp, event_type, proto, app_proto = (get("timestamp"), get("event_type"),
+                                               get("proto"), get("app_proto"))
+    src_ip, src_port, dest_ip, dest_port = (get("src_ip"), get("src_port"), get("dest_ip"),
+                                            get("dest_port"))
     return [
-        _optional(record, "timestamp", _timestamp),
-        _optional(record, "event_type", _text),
-        _optional(record, "src_ip", _ip),
-        _optional(record, "src_port", _integer, 0, 65535),
-        _optional(record, "dest_ip", _ip),
-        _optional(record, "dest_port", _integer, 0, 65535),
-        _optional(record, "proto", _text),
-        _optional(record, "app_proto", _text),
+        None if timestamp is None else _timestamp(timestamp, "timestamp"),
+        None if event_type is None else _text(event_type, "event_type"),
+        None if src_ip is None else _ip(src_ip, "src_ip"),
+        None if src_port is None else _integer(src_port, "src_port", 0, 65535),
+        None if dest_ip is None else _ip(dest_ip, "dest_ip"),
+        None if dest_port is None else _integer(dest_port, "dest_port", 0, 65535),
+        None if proto is None else _text(proto, "proto"),
+        None if app_proto is None else _text(app_proto, "app_proto"),
     ]
 
 
@@ -91,9 +90,11 @@ def alert_fields(record: dict) -> list:
         return [None, None]
     if not isinstance(alert, dict):
         raise RecordError("alert: expected an object")
+    signature_id, severity = alert.get("signature_id"), alert.get("severity")
     return [
-        _optional(alert, "signature_id", _integer, 0, 2**63 - 1),
-        _optional(alert, "severity", _integer, 0, 255),
+        None if signature_id is None else _integer(signature_id, "alert.signature_id", 0,
+                                                   2**63 - 1),
+        None if severity is None else _integer(severity, "alert.severity", 0, 255),
     ]
 
 

@@ -31,14 +31,17 @@ class NdjsonSplitter:
 
     def feed(self, data: bytes) -> list[RawRecord]:
         out: list[RawRecord] = []
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            self._complete(data[start:newline], out)
-            start = newline + 1
-        self._append(data[start:])
+        lines = data.split(b"\n")
+        if len(lines) > 1:
+            self._complete(lines[0], out)
+            limit = self._max
+            for line in lines[1:-1]:  # the common case, kept tight
+                self._line += 1
+                if len(line) > limit:
+                    out.append((self._line, None))
+                elif line and not line.isspace():
+                    out.append((self._line, line))
+        self._append(lines[-1])
         return out
 
     def close(self) -> list[RawRecord]:
