@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from server.db.pool import DIALECT, Database, execute
 
-BATCH_BYTES = 8 * 1024 * 1024
+BATCH_BYTES = 2 * 1024 * 1024  # each batch is held ~4 times over (rows, joined, str, query)
 
 
 def insert_statement(table: sa.Table, columns: tuple[str, ...]) -> str:

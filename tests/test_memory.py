@@ -1,0 +1,53 @@
+"""A body far larger than memory would like: the server's memory stays flat while it streams."""
+
+from __future__ import annotations
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.server_process import ServerProcess
+
+MAC = "aa:bb:cc:00:00:0f"
+RECORD_PAD = "p" * 4000
+BODY_MIB = 300
+
+
+def records(n_start: int, count: int) -> bytes:
+    return b"".join(orjson.dumps({"timestamp": "2026-03-02T10:15:01+00:00", "event_type": "alert",
+                                  "src_ip": "203.0.113.9", "src_port": n % 65536,
+                                  "alert": {"signature_id": 2001219, "severity": 2},
+                                  "n": n, "pad": RECORD_PAD}) + b"\n"
+                    for n in range(n_start, n_start + count))
+
+
+@pytest.mark.slow
+async def test_large_body_streams_in_flat_memory(database, tmp_path, sql):
+    server = ServerProcess(database, tmp_path, INGEST_MAX_BODY_BYTES=str(2 * BODY_MIB * 2**20),
+                           DB_LOG_LEVEL="error").start()
+    try:
+        headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
+        async with aiohttp.ClientSession() as session:
+            warm = await session.post(f"{server.url}/log/events", data=records(0, 200),
+                                      headers=headers)
+            assert warm.status == 200
+            baseline_kib = server.memory_kib("VmRSS")
+            chunk = records(0, 1000)  # ~4 MiB, sent again and again
+            repeats = BODY_MIB * 2**20 // len(chunk)
+
+            async def body():
+                for _ in range(repeats):
+                    yield chunk
+
+            response = await session.post(f"{server.url}/log/events", data=body(),
+                                          headers=headers)
+            reply = await response.json()
+        assert response.status == 200, reply
+        assert reply["accepted"] == repeats * 1000
+        growth_mib = (server.memory_kib("VmHWM") - baseline_kib) / 1024
+        # The body is ~300 MiB; the server may grow by a few batches, never by the body.
+        print(f"server peak growth while streaming {BODY_MIB} MiB: {growth_mib:.1f} MiB")
+        assert growth_mib < 40, f"server grew by {growth_mib:.0f} MiB"
+        assert sql.value("SELECT count(*) FROM ids_events") == 200 + repeats * 1000
+    finally:
+        server.stop()
