@@ -29,6 +29,7 @@ setup(
     entry_points={
         "console_scripts": [
             "router-backend=ops.cli:main",
+            "rulepreprocess=ops.rulepreprocess:main",
         ],
     },
 )

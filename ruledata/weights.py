@@ -115,9 +115,9 @@ def is_deleted(rule: dict) -> bool:
     return rule["file"].endswith("deleted.rules")
 
 
-def annotate(rules: list[dict], classification: dict[str, int]) -> None:
-    """Add `class_priority`, `weight`, `deleted` and `eligible` to every rule, in place."""
-    newest = max(filter(None, map(last_change, rules)), default=None)
+def annotate(rules: list[dict], classification: dict[str, int], newest: date | None) -> None:
+    """Add `class_priority`, `weight`, `deleted` and `eligible` to every rule, in place.
+    `newest` is the ruleset's newest change date (the recency reference)."""
     for rule in rules:
         rule["class_priority"] = class_priority(rule, classification)
         rule["weight"] = rule_weight(rule, classification, newest)

@@ -148,6 +148,10 @@ SETTINGS: tuple[Setting, ...] = (
             "router's generation.", _integer(1)),
     Setting("RULE_GENERATION_INTERVAL_SECONDS", str(24 * 3600), "How often each registered "
             "router is revisited.", _integer(1)),
+    Setting("JOB_RETRY_DELAY_SECONDS", "600", "Wait before a failed scheduled job is tried "
+            "again.", _integer(1)),
+    Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
+            _integer(0)),
     # Retention (names from the seed document)
     Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
             "Default false: nothing is deleted unless an operator asks.", _boolean),
@@ -187,6 +191,8 @@ class Settings:
     rule_generation_queue_capacity: int
     rule_generation_command_timeout_seconds: int
     rule_generation_interval_seconds: int
+    job_retry_delay_seconds: int
+    job_retry_attempts: int
     data_retention_enabled: bool
     retention_days: int
     retention_cron_schedule: str

@@ -74,4 +74,25 @@ router_rules = sa.Table(
     sa.Column("firewall_updated_at", sa.DateTime(timezone=True)),
 )
 
+job_runs = sa.Table(
+    "job_runs", metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("finished_at", sa.DateTime(timezone=True)),
+    sa.Column("status", sa.Text, nullable=False, server_default="running"),
+    sa.Column("detail", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("error", sa.Text),
+)
+
+job_ticks = sa.Table(
+    "job_ticks", metadata,
+    sa.Column("job", sa.Text, primary_key=True),
+    sa.Column("tick", sa.DateTime(timezone=True), primary_key=True),
+    sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("claimed_by", sa.Text, nullable=False),
+)
+
 TELEMETRY_TABLES = {"events": ids_events, "cfm": cfm_records}

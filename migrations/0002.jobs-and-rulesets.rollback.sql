@@ -1,0 +1,2 @@
+DROP TABLE job_ticks;
+DROP TABLE job_runs;

@@ -1,0 +1,44 @@
+"""What every operator command shares: settings, logging to stderr, the database for the
+length of the command, and one mapping of failures to messages and exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Awaitable, Callable
+
+from server.db.lifecycle import open_database
+from server.db.pool import Database, DatabaseUnavailable
+from server.settings import Settings, SettingsError, load_settings
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A failure the command reports as one clear line (exit status 1)."""
+
+
+def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
+                log_level: int = logging.WARNING) -> int:
+    logging.basicConfig(level=log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+    except SettingsError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def main() -> int:
+        async with open_database(settings) as db:
+            return await body(settings, db)
+
+    try:
+        return asyncio.run(main())
+    except (CommandError, ConnectionError, DatabaseUnavailable) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,108 @@
+"""Background jobs in the server's event loop: cron ticks, one run per tick across processes,
+one log line and one `job_runs` row per run, retries after a failure.
+
+A job is an async function returning a dict of details (logged and stored). It runs:
+- on its cron tick, in the one process that claims the tick in `job_ticks`;
+- never twice at once anywhere (a PostgreSQL advisory lock, also taken by the commands that
+  run a job by hand);
+- again after JOB_RETRY_DELAY_SECONDS when it failed, up to JOB_RETRY_ATTEMPTS times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Awaitable, Callable
+
+import aiocron
+
+from server.db import jobs as job_db
+from server.db.pool import Database
+
+log = logging.getLogger("router_backend.jobs")
+
+JobFunction = Callable[[], Awaitable[dict]]
+PROCESS_NAME = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class JobBusy(Exception):
+    """Another process is running this job now."""
+
+
+@dataclass
+class JobOutcome:
+    status: str        # succeeded, failed, skipped
+    detail: dict
+    error: str | None = None
+
+
+async def run_job(db: Database, name: str, function: JobFunction) -> JobOutcome:
+    """Run once now, exclusively, recording the run. Never raises for the job's own failure."""
+    started = time.perf_counter()
+    async with job_db.exclusive(db, name) as acquired:
+        if not acquired:
+            log.info("job %s skipped: running elsewhere", name)
+            return JobOutcome("skipped", {"reason": "running in another process"})
+        run_id = await job_db.start_run(db, name)
+        try:
+            detail = await function()
+        except Exception as error:  # the job failed; the service goes on
+            message = str(error) or type(error).__name__
+            log.error("job %s failed after %.2fs: %s", name, time.perf_counter() - started,
+                      message, exc_info=not isinstance(error, (ConnectionError, OSError)))
+            await job_db.finish_run(db, run_id, "failed", error=message)
+            return JobOutcome("failed", {}, message)
+        await job_db.finish_run(db, run_id, "succeeded", detail)
+    log.info("job %s succeeded in %.2fs: %s", name, time.perf_counter() - started, detail)
+    return JobOutcome("succeeded", detail)
+
+
+def nearest_minute(moment: datetime) -> datetime:
+    return (moment + timedelta(seconds=30)).replace(second=0, microsecond=0)
+
+
+class CronJobs:
+    """The server's scheduled jobs; started and stopped with the app."""
+
+    def __init__(self, db: Database, retry_delay: float, retry_attempts: int):
+        self._db = db
+        self._retry_delay = retry_delay
+        self._retry_attempts = retry_attempts
+        self._crons: list[aiocron.Cron] = []
+        self._tasks: set[asyncio.Task] = set()
+
+    def add(self, name: str, spec: str, function: JobFunction) -> None:
+        async def on_tick() -> None:
+            task = asyncio.create_task(self._tick(name, function))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self._crons.append(aiocron.crontab(spec, func=on_tick, start=True, tz=timezone.utc))
+
+    async def _tick(self, name: str, function: JobFunction) -> None:
+        tick = nearest_minute(datetime.now(timezone.utc))
+        claimed = False
+        for attempt in range(self._retry_attempts + 1):
+            if attempt:
+                await asyncio.sleep(self._retry_delay)
+            try:
+                if not claimed:
+                    if not await job_db.claim_tick(self._db, name, tick, PROCESS_NAME):
+                        return  # another process has this tick
+                    claimed = True
+                if (await run_job(self._db, name, function)).status != "failed":
+                    return
+            except Exception as error:  # e.g. the database is away: try again later
+                log.error("job %s: tick %s not handled: %s", name, tick.isoformat(), error)
+
+    async def stop(self) -> None:
+        for cron in self._crons:
+            cron.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
