@@ -24,6 +24,7 @@ setup(
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "aiosmtpd>=1.4",
+            "suricata-update>=1.3",
         ],
     },
     entry_points={

@@ -64,7 +64,7 @@ def _zip_members(archive: zipfile.ZipFile) -> Iterator[Member]:
         if info.is_dir():
             yield info.filename, 0, True, None
             continue
-        if mode and not stat.S_ISREG(mode):
+        if stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # no type bits: a plain file
             raise ArchiveError(f"member {info.filename!r} is not a regular file")
         yield info.filename, info.file_size, False, lambda i=info: archive.open(i)
 

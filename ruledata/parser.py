@@ -118,12 +118,14 @@ def _apply_flowbits(rule: dict, value: str) -> None:
 
 
 def joined_lines(lines: Iterable[str]) -> Iterator[str]:
-    """Join lines ending in a backslash with the next one."""
+    """Join lines ending in a backslash with the next one, as Suricata's loader does: the
+    backslash goes, nothing is added (suricata-update adds a space, which would change a
+    content string split across lines)."""
     pending = ""
     for line in lines:
         stripped = line.rstrip("\r\n")
         if stripped.rstrip().endswith("\\"):
-            pending += stripped.rstrip()[:-1] + " "
+            pending += stripped.rstrip()[:-1]
             continue
         yield pending + stripped
         pending = ""

@@ -1,0 +1,135 @@
+"""The preprocess job as operators run it: the command, the cron tick shared by several
+server processes, and kills at random moments."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from ruledata.build import read_manifest
+from ruledata.workspace import Workspace
+from server.db.lifecycle import open_database
+from server.jobs import CronJobs
+from tests.rule_archives import fixture_members, make_zip
+
+
+def command_env(settings, feed_dir) -> dict:
+    return {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
+            "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
+            "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir),
+            "RULE_DATA_DIR": str(settings.rule_data_path),
+            "RULE_PREPROCESS_VERSION_URL": (feed_dir / "version.txt").as_uri(),
+            "RULE_PREPROCESS_ARCHIVE_URL": (feed_dir / "archive.zip").as_uri()}
+
+
+def publish_feed(feed_dir, version: str, extra: dict | None = None) -> None:
+    feed_dir.mkdir(exist_ok=True)
+    (feed_dir / "archive.zip").write_bytes(make_zip(fixture_members(extra)))
+    (feed_dir / "version.txt").write_text(version)
+
+
+def run_command(env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops.rulepreprocess"], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_command_publishes_then_reports_unchanged_then_fails_clearly(settings, tmp_path):
+    feed_dir = tmp_path / "feed"
+    publish_feed(feed_dir, "7")
+    env = command_env(settings, feed_dir)
+    first = run_command(env)
+    assert first.returncode == 0, first.stderr
+    assert "ruleset 7 published: 14 rules" in first.stdout
+    assert "downloading" in first.stderr
+    second = run_command(env)
+    assert second.returncode == 0 and "already in use" in second.stdout
+
+    (feed_dir / "version.txt").write_text("8")
+    (feed_dir / "archive.zip").write_bytes(b"truncated")
+    failed = run_command(env)
+    assert failed.returncode == 1
+    assert "rulepreprocess: error:" in failed.stderr and "previous ruleset" in failed.stderr
+    assert read_manifest(settings.rule_data_path / "rulefile_json")["version"] == "7"
+
+
+def ruleset_is_whole(root) -> str:
+    """The ruleset in use is complete: its manifest and every file it lists parse."""
+    manifest = read_manifest(root / "rulefile_json")
+    for name in manifest["files"]:
+        orjson.loads((root / "rulefile_json" / name).read_bytes())
+    assert (root / "rules" / "rules" / "compromised-ips.txt").exists()
+    return manifest["version"]
+
+
+@pytest.mark.slow
+def test_kill_at_random_moments_leaves_a_whole_ruleset(settings, tmp_path):
+    feed_dir = tmp_path / "feed"
+    publish_feed(feed_dir, "100")
+    env = command_env(settings, feed_dir)
+    assert run_command(env).returncode == 0
+    rng = random.Random(42)
+    seen = set()
+    for round_number in range(10):
+        version = str(101 + round_number)
+        extra = {f"rules/round{round_number}.rules":
+                 f'alert tcp any any -> any any (msg:"r{round_number}"; sid:{8_000_000 + round_number};)\n'.encode()}
+        publish_feed(feed_dir, version, extra)
+        process = subprocess.Popen([sys.executable, "-m", "ops.rulepreprocess"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.2, 1.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        seen.add(ruleset_is_whole(settings.rule_data_path))
+    # Each run either never switched or switched completely; a later run finishes the job.
+    assert run_command(env).returncode == 0
+    assert ruleset_is_whole(settings.rule_data_path) == "110"
+    assert seen <= {str(v) for v in range(100, 111)}
+
+
+async def test_cron_tick_runs_once_across_processes(settings, sql):
+    runs = []
+
+    async def job() -> dict:
+        runs.append(1)
+        await asyncio.sleep(0.2)
+        return {"ok": True}
+
+    async with open_database(settings) as db_a, open_database(settings) as db_b:
+        schedulers = [CronJobs(db, retry_delay=0.01, retry_attempts=2) for db in (db_a, db_b)]
+        await asyncio.gather(*(s._tick("demo", job) for s in schedulers))
+        for scheduler in schedulers:
+            await scheduler.stop()
+    assert len(runs) == 1
+    assert sql.rows("SELECT job, status FROM job_runs") == [("demo", "succeeded")]
+    assert sql.value("SELECT count(*) FROM job_ticks WHERE job = 'demo'") == 1
+
+
+async def test_failed_job_is_retried_within_the_tick(settings, sql):
+    attempts = []
+
+    async def flaky() -> dict:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionError("feed unreachable")
+        return {"ok": True}
+
+    async with open_database(settings) as db:
+        await CronJobs(db, retry_delay=0.01, retry_attempts=3)._tick("flaky", flaky)
+    assert len(attempts) == 3
+    assert [r[0] for r in sql.rows("SELECT status FROM job_runs ORDER BY id")] == \
+        ["failed", "failed", "succeeded"]
+
+
+def test_workspace_paths_match_the_seed(tmp_path):
+    workspace = Workspace(tmp_path)
+    workspace.prepare()
+    assert workspace.compromised_ips == tmp_path / "rules" / "rules" / "compromised-ips.txt"
+    assert (tmp_path / "idps_rules").is_dir() and (tmp_path / "rulefile_json").is_symlink()
