@@ -85,11 +85,13 @@ async def test_publishes_fixture_ruleset(feed_settings):
 
 
 async def test_same_archive_gives_identical_json(feed_settings, tmp_path):
-    await run_preprocess(feed_settings, start_method="fork")
+    await run_preprocess(feed_settings, start_method="fork")  # the command's pool
     first = load_rules(feed_settings.rule_data_path)
-    other = feed_settings.replace(rule_data_dir=tmp_path / "again")
-    await preprocess(other)  # in-process, no pool: same output
-    assert load_rules(other.rule_data_path) == first
+    spawned = feed_settings.replace(rule_data_dir=tmp_path / "spawned")
+    await run_preprocess(spawned, start_method="spawn")  # the server's pool
+    in_process = feed_settings.replace(rule_data_dir=tmp_path / "in-process")
+    await preprocess(in_process)  # no pool
+    assert load_rules(spawned.rule_data_path) == first == load_rules(in_process.rule_data_path)
 
 
 async def test_unchanged_stamp_downloads_nothing_and_new_stamp_replaces(feed, feed_settings):
