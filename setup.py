@@ -31,6 +31,7 @@ setup(
         "console_scripts": [
             "router-backend=ops.cli:main",
             "rulepreprocess=ops.rulepreprocess:main",
+            "rulegen=ops.rulegen:main",
         ],
     },
 )

@@ -6,14 +6,16 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
+from engine.pool import GenerationPool
 from ruledata.preprocess import run_preprocess
 from server.db.lifecycle import open_database
 from server.errors import error_middleware
+from server.generation import GenerationConfig, GenerationService
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
 from server.jobs import CronJobs
 from server.settings import Settings
-from server.typedefs import DATABASE, ROUTER_REGISTRY, SETTINGS
+from server.typedefs import DATABASE, GENERATION, ROUTER_REGISTRY, SETTINGS
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
@@ -26,6 +28,7 @@ def create_app(settings: Settings) -> web.Application:
                           handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
     app.cleanup_ctx.append(database_context)
+    app.cleanup_ctx.append(generation_context)
     app.cleanup_ctx.append(jobs_context)
     setup_routes(app)
     return app
@@ -35,9 +38,30 @@ async def database_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     async with open_database(settings) as database:
         app[DATABASE] = database
-        app[ROUTER_REGISTRY] = RouterRegistry(database, settings.registration_mode,
-                                              settings.router_cache_seconds)
         yield
+
+
+async def generation_context(app: web.Application) -> AsyncIterator[None]:
+    """The generation queue and its process pool (when this process generates), and the
+    router registry, which wakes the queue when a new router appears."""
+    settings = app[SETTINGS]
+    service, pool = None, None
+    if settings.rule_generation_enabled:
+        pool = GenerationPool(settings.rule_generation_max_concurrent,
+                              settings.rule_generation_command_timeout_seconds)
+        service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings))
+        app[GENERATION] = service
+        service.start()
+    app[ROUTER_REGISTRY] = RouterRegistry(
+        app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
+        on_new_router=service.wake if service else lambda: None)
+    try:
+        yield
+    finally:
+        if service is not None:
+            await service.stop()
+        if pool is not None:
+            pool.close()
 
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:

@@ -8,6 +8,7 @@ so an operator's removal takes effect within that time).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from aiohttp import web
 
@@ -31,10 +32,12 @@ def mac_from_header(request: web.Request) -> str:
 
 
 class RouterRegistry:
-    def __init__(self, db: Database, mode: str, cache_seconds: int):
+    def __init__(self, db: Database, mode: str, cache_seconds: int,
+                 on_new_router: Callable[[], None] = lambda: None):
         self._db = db
         self._open = mode == "open"
         self._cache_seconds = cache_seconds
+        self._on_new_router = on_new_router
         self._admitted_until: dict[str, float] = {}
 
     async def admit(self, mac: str) -> None:
@@ -43,7 +46,8 @@ class RouterRegistry:
         if self._admitted_until.get(mac, 0.0) > now:
             return
         if self._open:
-            await router_db.register(self._db, mac)
+            if await router_db.register(self._db, mac):
+                self._on_new_router()
             until = float("inf")
         elif await router_db.is_registered(self._db, mac):
             until = now + self._cache_seconds

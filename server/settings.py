@@ -148,6 +148,19 @@ SETTINGS: tuple[Setting, ...] = (
             "router's generation.", _integer(1)),
     Setting("RULE_GENERATION_INTERVAL_SECONDS", str(24 * 3600), "How often each registered "
             "router is revisited.", _integer(1)),
+    Setting("RULE_GENERATION_ENABLED", "true", "Whether this server process runs the generation "
+            "queue (false: it only serves the API; another process generates).", _boolean),
+    Setting("RULE_GENERATION_TELEMETRY_DAYS", "7", "Days of a router's telemetry that shape its "
+            "rules (fired sids, flow protocols and ports, alert sources).", _integer(1)),
+    Setting("RULE_GENERATION_BLOCK_SEVERITY", "2", "Alerts of this Suricata severity or more "
+            "severe (1 is the highest) put their external endpoint on the router's firewall "
+            "block list.", _integer(1, 255)),
+    Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
+            "firewall payload.", _integer(1)),
+    Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules", "Name of each router's rule file "
+            "in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes).", _text),
+    Setting("RULE_GENERATION_POLL_SECONDS", "5", "How often an idle generation queue looks for "
+            "due routers.", _integer(1)),
     Setting("JOB_RETRY_DELAY_SECONDS", "600", "Wait before a failed scheduled job is tried "
             "again.", _integer(1)),
     Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
@@ -191,6 +204,12 @@ class Settings:
     rule_generation_queue_capacity: int
     rule_generation_command_timeout_seconds: int
     rule_generation_interval_seconds: int
+    rule_generation_enabled: bool
+    rule_generation_telemetry_days: int
+    rule_generation_block_severity: int
+    rule_generation_firewall_max_entries: int
+    rule_generation_rules_filename: str
+    rule_generation_poll_seconds: int
     job_retry_delay_seconds: int
     job_retry_attempts: int
     data_retention_enabled: bool

@@ -87,7 +87,7 @@ def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -
     environ = {"DB_HOST": location.host, "DB_PORT": str(location.port), "DB_NAME": location.name,
                "DB_USER": location.user, "DB_PASSWORD": location.password,
                "DB_SSLMODE": location.sslmode, "DATA_DIR": str(data_dir),
-               "DB_TIMEOUT_SECONDS": "5", **overrides}
+               "DB_TIMEOUT_SECONDS": "5", "RULE_GENERATION_ENABLED": "false", **overrides}
     return load_settings(environ, env_file=None)
 
 

@@ -72,7 +72,7 @@ async def test_last_updated_records_an_activation_per_call(client, sql):
 
 async def store(settings, payloads):
     async with open_database(settings) as db:
-        await rules_db.store_payloads(db, MAC, payloads)
+        await rules_db.store_payload_objects(db, MAC, payloads)
 
 
 @pytest.mark.parametrize("kind", ["ids", "firewall"])

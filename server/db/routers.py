@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert
 
 from server.db.pool import Database
 from server.db.schema import routers
 
 
+# One statement: a new router is registered and queued for its first generation together.
+_REGISTER = (
+    "WITH registered AS (INSERT INTO routers (mac, registered_by) VALUES (%(mac)s, %(by)s) "
+    "ON CONFLICT (mac) DO NOTHING RETURNING mac) "
+    "INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING")
+
+
 async def register(db: Database, mac: str, registered_by: str = "auto") -> bool:
-    """Register `mac`; return True when it was new."""
-    query = (insert(routers).values(mac=mac, registered_by=registered_by)
-             .on_conflict_do_nothing(index_elements=["mac"]))
-    return await db.execute(query) == 1
+    """Register `mac` and queue it for generation; return True when it was new."""
+    return await db.execute(_REGISTER, {"mac": mac, "by": registered_by}) == 1
 
 
 async def is_registered(db: Database, mac: str) -> bool:

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 
-import orjson
+import aiopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 
+from engine.payloads import serialize
 from server.db.pool import Database, execute
 from server.db.schema import router_rules
 
 PAYLOAD_KINDS = ("ids", "firewall")
-
-
-def payload_etag(payload: object) -> str:
-    """Content hash of a payload; equal content gives an equal ETag whatever the key order."""
-    canonical = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(canonical).hexdigest()[:32]
 
 
 def _payload_columns(kind: str) -> tuple[sa.Column, sa.Column, sa.Column]:
@@ -51,16 +45,17 @@ async def read_payload(db: Database, mac: str, kind: str, known_etags: frozenset
     return (row[0], row[1]) if row else None
 
 
-async def store_payloads(db: Database, mac: str, payloads: dict[str, object]) -> None:
-    """Upsert the given payloads (kind -> JSON-able object) in one statement. A payload's
-    `updated_at` moves only when its content changed."""
+async def store_payloads(cur: aiopg.Cursor, mac: str,
+                         payloads: dict[str, tuple[bytes, str]]) -> None:
+    """Upsert serialised payloads (kind -> (canonical JSON, etag); see engine.payloads) with
+    the caller's cursor, so it can share a transaction. A payload's `updated_at` moves only
+    when its etag (its content) changed."""
     excluded = insert(router_rules).excluded
     values: dict[str, object] = {"mac": mac}
     changes: dict[str, object] = {}
-    for kind, body in payloads.items():
+    for kind, (body, new_etag) in payloads.items():
         payload, etag, updated_at = _payload_columns(kind)
-        new_etag = payload_etag(body)
-        values.update({payload.name: orjson.dumps(body).decode(), etag.name: new_etag,
+        values.update({payload.name: body.decode(), etag.name: new_etag,
                        updated_at.name: sa.func.now()})
         changes.update({
             payload.name: excluded[payload.name],
@@ -69,5 +64,10 @@ async def store_payloads(db: Database, mac: str, payloads: dict[str, object]) ->
         })
     query = (insert(router_rules).values(**values)
              .on_conflict_do_update(index_elements=["mac"], set_=changes))
-    await db.execute(query)
+    await execute(cur, query)
 
+
+async def store_payload_objects(db: Database, mac: str, payloads: dict[str, object]) -> None:
+    """Serialise and store payloads given as JSON-able objects (operators' tools, tests)."""
+    async with db.cursor() as cur:
+        await store_payloads(cur, mac, {kind: serialize(body) for kind, body in payloads.items()})

@@ -74,6 +74,20 @@ router_rules = sa.Table(
     sa.Column("firewall_updated_at", sa.DateTime(timezone=True)),
 )
 
+generation_queue = sa.Table(
+    "generation_queue", metadata,
+    sa.Column("mac", MACADDR, primary_key=True),
+    sa.Column("next_due_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("generated_at", sa.DateTime(timezone=True)),
+    sa.Column("generation_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_error", sa.Text),
+    sa.Column("last_seconds", sa.REAL),
+    sa.Column("claimed_by", sa.Text),
+    sa.Column("claimed_until", sa.DateTime(timezone=True)),
+)
+
 job_runs = sa.Table(
     "job_runs", metadata,
     sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),

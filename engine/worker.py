@@ -1,0 +1,63 @@
+"""What a pool worker runs for one router: load the ruleset (once per process and version),
+generate, serialise, write the router's rule file. Returns only bytes and small numbers."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.generate import Limits, TelemetrySummary, generate, seed_for
+from engine.payloads import serialize
+from engine.ruleset import RulesetCache
+
+_RULESETS = RulesetCache()
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    mac: str
+    version_dir: str          # the published ruleset to use (resolved `current`)
+    rules_file: str           # where to write the router's .rules file
+    summary: TelemetrySummary
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    mac: str
+    version: str
+    ids_json: bytes
+    ids_etag: str
+    firewall_json: bytes
+    firewall_etag: str
+    stats: dict
+    seconds: float
+
+
+def generate_for_router(job: GenerationJob) -> GenerationResult:
+    started = time.perf_counter()
+    ruleset = _RULESETS.get(Path(job.version_dir))
+    generated = generate(ruleset, job.summary, ruleset.compromised_ips, job.limits,
+                         seed_for(job.mac, ruleset.version))
+    ids_json, ids_etag = serialize(generated.ids)
+    firewall_json, firewall_etag = serialize(generated.firewall)
+    write_rules_file(Path(job.rules_file), job.mac, generated.ids)
+    return GenerationResult(job.mac, ruleset.version, ids_json, ids_etag, firewall_json,
+                            firewall_etag, generated.stats, time.perf_counter() - started)
+
+
+def write_rules_file(path: Path, mac: str, ids_payload: dict) -> None:
+    """The Suricata rule file for the router, replaced atomically."""
+    lines = [f"# IDS rules generated for {mac} from ruleset {ids_payload['version']}",
+             f"# {ids_payload['rule_count']} rules", ""]
+    lines += [rule["raw"] for rule in ids_payload["rules"]]
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def warm_up() -> bool:
+    """Submitted once to a new worker so its imports happen before real work."""
+    return True

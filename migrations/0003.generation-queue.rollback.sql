@@ -1,0 +1,1 @@
+DROP TABLE generation_queue;

@@ -1,0 +1,188 @@
+"""The generation queue of one server process: claim due routers from the database, buffer them,
+generate in the process pool, store the results.
+
+- A dispatcher claims due routers (never-generated first, then by due time) into a buffer of
+  RULE_GENERATION_QUEUE_CAPACITY; it polls every RULE_GENERATION_POLL_SECONDS when idle and
+  is woken at once when a router registers in this process.
+- RULE_GENERATION_MAX_CONCURRENT workers take routers from the buffer, renew the lease, read
+  the router's telemetry summary, generate in the pool, and store payloads and the new due
+  time in one transaction. A failure reschedules the router with backoff; the queue goes on.
+- Nothing is generated while no ruleset is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from engine.generate import Limits
+from engine.pool import GenerationFailed, GenerationPool
+from engine.worker import GenerationJob, GenerationResult
+from ruledata.workspace import Workspace
+from server.db import generation as queue_db
+from server.db.pool import Database, DatabaseUnavailable
+from server.settings import Settings
+
+log = logging.getLogger("router_backend.generation")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    workers: int
+    capacity: int
+    interval: timedelta
+    timeout: float
+    poll_seconds: float
+    window: timedelta
+    block_severity: int
+    limits: Limits
+    rules_filename: str
+    workspace: Workspace
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "GenerationConfig":
+        return cls(
+            workers=settings.rule_generation_max_concurrent,
+            capacity=settings.rule_generation_queue_capacity,
+            interval=timedelta(seconds=settings.rule_generation_interval_seconds),
+            timeout=settings.rule_generation_command_timeout_seconds,
+            poll_seconds=settings.rule_generation_poll_seconds,
+            window=timedelta(days=settings.rule_generation_telemetry_days),
+            block_severity=settings.rule_generation_block_severity,
+            limits=Limits(settings.rule_generation_sample_count,
+                          settings.rule_generation_firewall_max_entries),
+            rules_filename=settings.rule_generation_rules_filename,
+            workspace=Workspace(settings.rule_data_path))
+
+    @property
+    def lease(self) -> timedelta:
+        """Long enough for a generation and its database work; renewed per router."""
+        return timedelta(seconds=self.timeout + 60)
+
+    @property
+    def buffer_lease(self) -> timedelta:
+        """A buffered router waits for the routers ahead of it before its lease is renewed."""
+        rounds = self.capacity / self.workers + 1
+        return timedelta(seconds=(self.timeout + 60) * rounds)
+
+
+class NoRuleset(Exception):
+    """No ruleset has been published yet (run rulepreprocess)."""
+
+
+def owner_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def generate_router(db: Database, pool: GenerationPool, config: GenerationConfig,
+                          me: str, mac: str) -> GenerationResult:
+    """One router, start to finish, under a lease already taken by `me`. Raises NoRuleset,
+    GenerationFailed, LeaseLost or DatabaseUnavailable; on failure the router is rescheduled."""
+    version_dir = config.workspace.current_version_dir()
+    if version_dir is None:
+        await queue_db.release(db, me, mac)
+        raise NoRuleset("no ruleset published yet; run rulepreprocess")
+    try:
+        summary = await queue_db.telemetry_summary(db, mac, config.window, config.block_severity)
+        rules_file = config.workspace.idps_rules / config.rules_filename.format(
+            mac=mac.replace(":", "-"))
+        result = await pool.run(GenerationJob(mac, str(version_dir), str(rules_file), summary,
+                                              config.limits))
+    except GenerationFailed as error:
+        await queue_db.fail(db, me, mac, config.interval, str(error))
+        raise
+    await queue_db.complete(db, me, mac, {"ids": (result.ids_json, result.ids_etag),
+                                          "firewall": (result.firewall_json,
+                                                       result.firewall_etag)},
+                            config.interval, result.seconds)
+    return result
+
+
+class GenerationService:
+    def __init__(self, db: Database, pool: GenerationPool, config: GenerationConfig):
+        self._db = db
+        self._pool = pool
+        self._config = config
+        self._me = owner_name()
+        self._buffer: asyncio.Queue[str] = asyncio.Queue(config.capacity)
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.generated = 0
+        self.failed = 0
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._dispatch(), name="generation-dispatch")]
+        self._tasks += [asyncio.create_task(self._work(), name=f"generation-worker-{n}")
+                        for n in range(self._config.workers)]
+
+    def wake(self) -> None:
+        """A router just registered here: look for due routers now."""
+        self._wake.set()
+
+    @property
+    def buffered(self) -> int:
+        return self._buffer.qsize()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        while not self._buffer.empty():  # hand buffered routers back to the other processes
+            mac = self._buffer.get_nowait()
+            try:
+                await queue_db.release(self._db, self._me, mac)
+            except DatabaseUnavailable:
+                break  # their leases expire by themselves
+
+    async def _dispatch(self) -> None:
+        while True:
+            claimed = 0
+            free = self._config.capacity - self._buffer.qsize()
+            try:
+                if free > 0 and self._config.workspace.current_version_dir() is not None:
+                    for mac in await queue_db.claim_due(self._db, self._me, free,
+                                                        self._config.buffer_lease):
+                        self._buffer.put_nowait(mac)
+                        claimed += 1
+            except DatabaseUnavailable as error:
+                log.warning("generation queue: database unavailable (%s)", error)
+            if claimed and claimed == free:
+                await self._buffer.join()  # full: wait for room rather than poll
+                continue
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._config.poll_seconds)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _work(self) -> None:
+        while True:
+            mac = await self._buffer.get()
+            try:
+                await self._generate(mac)
+            finally:
+                self._buffer.task_done()
+
+    async def _generate(self, mac: str) -> None:
+        try:
+            if not await queue_db.claim_router(self._db, self._me, mac, self._config.lease):
+                return  # our buffer lease ran out and another process has it now
+            result = await generate_router(self._db, self._pool, self._config, self._me, mac)
+        except (GenerationFailed, NoRuleset, queue_db.LeaseLost,
+                DatabaseUnavailable) as error:
+            self.failed += 1
+            log.warning("generation for %s failed: %s", mac, error)
+            return
+        except Exception:
+            self.failed += 1
+            log.exception("generation for %s failed", mac)
+            return
+        self.generated += 1
+        log.info("generated %s: %s rules (%s from its alerts), %s firewall entries in %.3fs",
+                 mac, result.stats["rules"], result.stats["from_alerts"],
+                 result.stats["firewall_entries"], result.seconds)
