@@ -13,6 +13,7 @@ import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Callable
 
 from engine.worker import GenerationJob, GenerationResult, generate_for_router, warm_up
 
@@ -44,8 +45,10 @@ class _Worker:
 
 
 class GenerationPool:
-    def __init__(self, workers: int, timeout_seconds: float, start_method: str = "spawn"):
+    def __init__(self, workers: int, timeout_seconds: float, start_method: str = "spawn",
+                 function: Callable[[GenerationJob], object] = generate_for_router):
         self.size = workers
+        self._function = function
         self._timeout = timeout_seconds
         self._workers = [_Worker(start_method) for _ in range(workers)]
         self._free: asyncio.Queue[_Worker] = asyncio.Queue()
@@ -61,7 +64,7 @@ class GenerationPool:
         worker = await self._free.get()
         try:
             future = asyncio.get_running_loop().run_in_executor(
-                worker.executor, generate_for_router, job)
+                worker.executor, self._function, job)
             try:
                 return await asyncio.wait_for(future, self._timeout)
             except asyncio.TimeoutError:

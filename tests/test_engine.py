@@ -1,0 +1,125 @@
+"""The pure generation function on a published ruleset (the fixture, and the corpus when present)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from engine.generate import Limits, TelemetrySummary, generate, seed_for
+from engine.ruleset import FLOWBIT_CHECKS, FLOWBIT_SETS, load_ruleset
+from ruledata.preprocess import preprocess
+from server.settings import load_settings
+from tests.conftest import corpus_path
+from tests.rule_archives import fixture_members, make_zip
+
+MAC = "aa:bb:cc:00:00:33"
+
+
+def publish(tmp_path: Path, archive: Path) -> Path:
+    (tmp_path / "version.txt").write_text("test-1")
+    settings = load_settings({"DATA_DIR": str(tmp_path), "RULE_DATA_DIR": str(tmp_path / "rd"),
+                              "RULE_PREPROCESS_ARCHIVE_URL": archive.as_uri(),
+                              "RULE_PREPROCESS_VERSION_URL": (tmp_path / "version.txt").as_uri()},
+                             env_file=None)
+    asyncio.run(preprocess(settings))
+    return (tmp_path / "rd" / "current").resolve()
+
+
+@pytest.fixture(scope="module")
+def fixture_ruleset(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fixture-ruleset")
+    archive = tmp / "archive.zip"
+    archive.write_bytes(make_zip(fixture_members()))
+    return load_ruleset(publish(tmp, archive))
+
+
+@pytest.fixture(scope="module")
+def corpus_ruleset(tmp_path_factory):
+    archive = corpus_path("et-open-2020", "emerging.rules.zip")
+    return load_ruleset(publish(tmp_path_factory.mktemp("corpus-ruleset"), archive))
+
+
+def checked_bits_are_set(rules: list[dict], ruleset) -> None:
+    by_raw = {r["raw"]: r for r in ruleset.rules}
+    by_raw.update({s["raw"]: s for setters in ruleset.setters.values() for s in setters})
+    chosen = [by_raw[r["raw"]] for r in rules]
+    set_bits = {bit for r in chosen for c in FLOWBIT_SETS for bit in r["flowbits"].get(c, ())}
+    for rule in chosen:
+        for command in FLOWBIT_CHECKS:
+            for bit in rule["flowbits"].get(command, ()):
+                assert bit in set_bits, (rule["sid"], bit)
+
+
+def test_fixture_generation(fixture_ruleset):
+    summary = TelemetrySummary(fired_sids=[9000003, 424242],
+                               alert_endpoints=[("203.0.113.9", 9000003, 1, 4),
+                                                ("2001:db8:bad::1", 9000001, 2, 1)])
+    result = generate(fixture_ruleset, summary, fixture_ruleset.compromised_ips,
+                      Limits(sample_count=5, firewall_max_entries=100), seed_for(MAC, "v"))
+    sids = {r["sid"]: r["reason"] for r in result.ids["rules"]}
+    # Fired and eligible: kept; it checks TEST.beacon, so its setter 9000002 comes along.
+    assert sids[9000003] == "fired" and sids[9000002] == "flowbits"
+    assert result.ids["rule_count"] == len(result.ids["rules"]) <= 5
+    assert 9000099 not in sids and 9000004 not in sids  # deleted, disabled: never sampled
+    checked_bits_are_set(result.ids["rules"], fixture_ruleset)
+    entries = {e["address"]: e for e in result.firewall["entries"]}
+    assert entries["203.0.113.9"]["reasons"] == ["alert", "compromised-ips"]
+    assert entries["203.0.113.9"]["alerts"] == [{"sid": 9000003, "severity": 1, "count": 4}]
+    assert entries["2001:db8:bad::1"]["family"] == 6
+    assert entries["2001:db8:dead::1"]["reasons"] == ["compromised-ips"]
+    assert list(entries)[0] == "203.0.113.9"  # the router's own alerts come first
+    assert result.stats["from_alerts"] == 1 and result.stats["firewall_from_alerts"] == 2
+
+
+def test_rule_whose_bit_nothing_sets_is_left_out(fixture_ruleset):
+    # 9000011 checks TEST.mail (isnotset) but no rule sets it; it is disabled anyway, and
+    # 9000009 checks TEST.a|TEST.b where only TEST.a has a setter: it brings 9000010.
+    result = generate(fixture_ruleset, TelemetrySummary(fired_sids=[9000009]), [],
+                      Limits(sample_count=100, firewall_max_entries=10), 1)
+    sids = {r["sid"]: r["reason"] for r in result.ids["rules"]}
+    assert 9000009 not in sids  # TEST.b is set by nothing
+    checked_bits_are_set(result.ids["rules"], fixture_ruleset)
+
+
+def test_firewall_limit_and_truncation(fixture_ruleset):
+    result = generate(fixture_ruleset, TelemetrySummary(), ["192.0.2.1", "192.0.2.2",
+                                                            "192.0.2.3"],
+                      Limits(sample_count=3, firewall_max_entries=2), 1)
+    assert result.firewall["entry_count"] == 2 and result.firewall["truncated"] is True
+
+
+def test_corpus_generation_is_deterministic_and_closed(corpus_ruleset):
+    summary = TelemetrySummary(fired_sids=[2010935, 2010936, 2018489, 2200073],
+                               app_protos=["dns", "tls"], dest_ports=[53, 443, 8080])
+    limits = Limits(sample_count=550, firewall_max_entries=10_000)
+    first = generate(corpus_ruleset, summary, corpus_ruleset.compromised_ips, limits,
+                     seed_for(MAC, corpus_ruleset.version))
+    again = generate(corpus_ruleset, summary, corpus_ruleset.compromised_ips, limits,
+                     seed_for(MAC, corpus_ruleset.version))
+    assert first.ids == again.ids and first.firewall == again.firewall
+    other = generate(corpus_ruleset, summary, corpus_ruleset.compromised_ips, limits,
+                     seed_for("aa:bb:cc:00:00:34", corpus_ruleset.version))
+    assert other.ids != first.ids  # another router gets another sample
+    sids = {r["sid"] for r in first.ids["rules"]}
+    assert {2010935, 2010936, 2018489} <= sids  # fired and enabled in the ruleset
+    assert first.ids["rule_count"] == 550
+    checked_bits_are_set(first.ids["rules"], corpus_ruleset)
+    assert first.firewall["entry_count"] == 713
+
+
+def test_flows_tilt_the_sample(corpus_ruleset):
+    limits = Limits(sample_count=550, firewall_max_entries=10)
+
+    def share(summary: TelemetrySummary, app: str) -> float:
+        total = 0.0
+        for n in range(5):
+            rules = generate(corpus_ruleset, summary, [], limits, n).ids["rules"]
+            by_sid = corpus_ruleset.by_sid
+            total += sum(by_sid[r["sid"]]["app_proto"] == app for r in rules
+                         if r["sid"] in by_sid) / len(rules)
+        return total / 5
+
+    assert share(TelemetrySummary(app_protos=["dns"]), "dns") > \
+        1.5 * share(TelemetrySummary(), "dns")

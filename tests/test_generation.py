@@ -1,0 +1,234 @@
+"""Generation through the queue, the pool and the command, on the real database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+from suricata.update import rule as peer
+
+from engine.generate import Limits, TelemetrySummary
+from engine.pool import GenerationFailed, GenerationPool
+from engine.ruleset import FLOWBIT_CHECKS, FLOWBIT_SETS
+from engine.worker import GenerationJob
+from ruledata.preprocess import preprocess
+from server.db import routers as router_db
+from server.db.lifecycle import open_database
+from server.generation import GenerationConfig, GenerationService
+from tests.conftest import CORPUS, settings_for
+from tests.rule_archives import fixture_members, make_zip
+
+MAC = "aa:bb:cc:00:00:44"
+
+
+def fixture_alerts() -> bytes:
+    records = [{"timestamp": "2026-03-02T10:00:00+00:00", "event_type": "alert",
+                "src_ip": "203.0.113.77", "src_port": 4000 + n, "dest_ip": "192.168.1.2",
+                "dest_port": 22, "proto": "TCP", "alert": {"signature_id": sid, "severity": 1}}
+               for n, sid in enumerate([9000001, 9000003, 9000008, 9000004])]
+    return b"\n".join(orjson.dumps(r) for r in records)
+
+
+def corpus_telemetry() -> tuple[bytes, bytes]:
+    alerts, flows = [], []
+    for path in sorted((CORPUS / "eve").glob("*.json")):
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                kind = orjson.loads(line).get("event_type")
+                (alerts if kind == "alert" else flows if kind == "flow" else []).append(line)
+    return b"\n".join(alerts), b"\n".join(flows)
+
+
+def ruleset_settings(kind: str, database, tmp_path):
+    """Settings whose feed is the fixture ruleset or the ET Open corpus archive."""
+    if kind == "corpus":
+        archive = CORPUS / "et-open-2020" / "emerging.rules.zip"
+        if not archive.exists():
+            pytest.skip("corpus archive absent (../shared/corpus is optional)")
+    else:
+        archive = tmp_path / "archive.zip"
+        archive.write_bytes(make_zip(fixture_members()))
+    (tmp_path / "version.txt").write_text(kind)
+    return settings_for(database, tmp_path, RULE_DATA_DIR=str(tmp_path / "rd"),
+                        RULE_PREPROCESS_ARCHIVE_URL=archive.as_uri(),
+                        RULE_PREPROCESS_VERSION_URL=(tmp_path / "version.txt").as_uri(),
+                        RULE_GENERATION_POLL_SECONDS="1",
+                        RULE_GENERATION_SAMPLE_COUNT="550" if kind == "corpus" else "6")
+
+
+@pytest.fixture(params=["fixture", "corpus"])
+def published(request, database, tmp_path):
+    return request.param, ruleset_settings(request.param, database, tmp_path)
+
+
+@pytest.fixture
+def fixture_settings(database, tmp_path):
+    return ruleset_settings("fixture", database, tmp_path)
+
+
+async def publish(settings):
+    await preprocess(settings)
+
+
+def rulegen(settings, mac: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
+           "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
+           "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir),
+           "RULE_DATA_DIR": str(settings.rule_data_path),
+           "RULE_GENERATION_SAMPLE_COUNT": str(settings.rule_generation_sample_count)}
+    return subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", mac], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_payload_sound(ids: dict, fired_enabled: set[int]) -> None:
+    parsed = [peer.parse(r["raw"]) for r in ids["rules"]]
+    assert all(p is not None and p.enabled for p in parsed)  # each parses back as a rule
+    assert [p.sid for p in parsed] == [r["sid"] for r in ids["rules"]]
+    assert fired_enabled <= {p.sid for p in parsed}
+    set_bits, checked = set(), set()
+    for p in parsed:
+        for value in p.flowbits:
+            command, _, names = value.partition(",")
+            bits = {b.strip() for b in names.replace("&", "|").split("|") if b.strip()}
+            if command in FLOWBIT_SETS:
+                set_bits |= bits
+            elif command in FLOWBIT_CHECKS:
+                checked |= bits
+    assert checked <= set_bits
+
+
+async def test_rulegen_payloads(published, make_client, sql):
+    kind, settings = published
+    await publish(settings)
+    client = await make_client(settings)
+    headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
+    if kind == "corpus":
+        alerts, flows = corpus_telemetry()
+        fired_enabled = {2018489, 2010935, 2010936, 2010937, 2010939, 2002910}
+    else:
+        alerts, flows = fixture_alerts(), b""
+        fired_enabled = {9000001, 9000003, 9000008}  # 9000004 fired but is disabled
+    assert (await client.post("/log/events", data=alerts, headers=headers)).status == 200
+    if flows:
+        assert (await client.post("/log/cfm", data=flows, headers=headers)).status == 200
+
+    first = rulegen(settings, MAC)
+    assert first.returncode == 0, first.stderr
+    assert "IDS rules from ruleset" in first.stdout and "from its own alerts" in first.stdout
+    ids, firewall, ids_at = sql.rows(
+        "SELECT ids_payload, firewall_payload, ids_updated_at FROM router_rules")[0]
+    assert_payload_sound(ids, fired_enabled)
+    reasons = {r["sid"]: r["reason"] for r in ids["rules"]}
+    assert all(reasons[sid] == "fired" for sid in fired_enabled)
+    assert firewall["entry_count"] == len(firewall["entries"]) > 0
+    rules_file = settings.rule_data_path / "idps_rules" / f"{MAC.replace(':', '-')}.rules"
+    assert [line for line in rules_file.read_text().splitlines()
+            if line and not line.startswith("#")] == [r["raw"] for r in ids["rules"]]
+
+    second = rulegen(settings, MAC)
+    assert second.returncode == 0
+    ids_again, firewall_again, ids_at_again = sql.rows(
+        "SELECT ids_payload, firewall_payload, ids_updated_at FROM router_rules")[0]
+    assert (ids_again, firewall_again) == (ids, firewall)
+    assert ids_at_again == ids_at  # same content: updated_at does not move
+
+
+async def test_rulegen_errors(settings, tmp_path):
+    unknown = rulegen(settings, "aa:bb:cc:00:00:99")
+    assert unknown.returncode == 1 and "not registered" in unknown.stderr
+    async with open_database(settings) as db:
+        await router_db.register(db, MAC)
+    no_ruleset = rulegen(settings, MAC)
+    assert no_ruleset.returncode == 1 and "no ruleset" in no_ruleset.stderr
+    bad = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", "nonsense"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a MAC address" in bad.stderr
+
+
+async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_polling_router_gets_first_payloads_and_restart_keeps_schedule(
+        fixture_settings, make_client, sql):
+    settings = fixture_settings
+    await publish(settings)
+    settings = settings.replace(rule_generation_enabled=True)
+    client = await make_client(settings)
+    assert (await client.get("/rules/ids", headers={"X-ID": MAC})).status == 404
+
+    async def has_rules() -> bool:
+        return (await client.get("/rules/ids", headers={"X-ID": MAC})).status == 200
+
+    await wait_for(has_rules)  # registered by that first poll, generated within one cycle
+    await client.close()
+    assert sql.value("SELECT generation_count FROM generation_queue") == 1
+    due = sql.value("SELECT next_due_at - generated_at FROM generation_queue")
+    assert due.total_seconds() == settings.rule_generation_interval_seconds
+
+    restarted = await make_client(settings)  # a restart does not reset the schedule
+    await asyncio.sleep(2.5)
+    assert (await restarted.get("/rules/ids", headers={"X-ID": MAC})).status == 200
+    assert sql.value("SELECT generation_count FROM generation_queue") == 1
+
+
+async def test_two_processes_split_routers_without_overlap(fixture_settings, sql):
+    settings = fixture_settings
+    await publish(settings)
+    macs = [f"aa:bb:cc:00:01:{n:02x}" for n in range(40)]
+    # A small buffer, so that neither process claims every due router at once.
+    config = GenerationConfig.from_settings(settings.replace(rule_generation_queue_capacity=4))
+    async with open_database(settings) as db_a, open_database(settings) as db_b:
+        for mac in macs:
+            await router_db.register(db_a, mac)
+        pools = [GenerationPool(1, 60) for _ in range(2)]
+        services = [GenerationService(db, pool, config) for db, pool in zip((db_a, db_b), pools)]
+        services[0]._me, services[1]._me = "process-a", "process-b"
+        for service in services:
+            service.start()
+
+        async def all_generated() -> bool:
+            return sql.value("SELECT count(*) FROM generation_queue "
+                             "WHERE generation_count > 0") == len(macs)
+
+        try:
+            await wait_for(all_generated, timeout=60)
+        finally:
+            for service in services:
+                await service.stop()
+            for pool in pools:
+                pool.close()
+    assert sql.value("SELECT max(generation_count) FROM generation_queue") == 1
+    assert services[0].generated + services[1].generated == len(macs)
+    assert services[0].generated > 0 and services[1].generated > 0
+    assert sql.value("SELECT count(*) FROM router_rules") == len(macs)
+
+
+def sleepy_generation(job):
+    time.sleep(float(job.mac.split(":")[-1]))
+    return job.mac
+
+
+async def test_stuck_generation_is_stopped_and_the_others_go_on():
+    pool = GenerationPool(2, timeout_seconds=1.5, function=sleepy_generation)
+    try:
+        def job(seconds: int) -> GenerationJob:
+            return GenerationJob(f"aa:bb:cc:00:00:{seconds:02d}", "", "", TelemetrySummary(),
+                                 Limits(1, 1))
+        results = await asyncio.gather(pool.run(job(60)), pool.run(job(0)), pool.run(job(0)),
+                                       return_exceptions=True)
+        assert isinstance(results[0], GenerationFailed) and "timed out" in str(results[0])
+        assert results[1:] == ["aa:bb:cc:00:00:00"] * 2
+        assert await pool.run(job(0)) == "aa:bb:cc:00:00:00"  # the replaced worker serves
+    finally:
+        pool.close()
