@@ -22,21 +22,14 @@ reason kept, bounded by the firewall size limit.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import math
 import random
-import re
 from dataclasses import dataclass, field
 
 from engine.ruleset import FLOWBIT_CHECKS, Ruleset
 
 APP_PROTO_BOOST = 3.0
 PORT_BOOST = 2.0
-# Suricata's default port variables, for rules written with them.
-PORT_VARIABLES = {"$HTTP_PORTS": "80", "$SSH_PORTS": "22", "$FTP_PORTS": "21",
-                  "$ORACLE_PORTS": "1521", "$DNP3_PORTS": "20000", "$MODBUS_PORTS": "502",
-                  "$FILE_DATA_PORTS": "[80,110,143]", "$GENEVE_PORTS": "6081",
-                  "$VXLAN_PORTS": "4789", "$TEREDO_PORTS": "3544", "$SHELLCODE_PORTS": "!80"}
 
 
 @dataclass
@@ -104,7 +97,7 @@ def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, budget: int,
             if group is not None:
                 take(group, "fired")
     apps, ports = set(summary.app_protos), set(summary.dest_ports)
-    for rule in _weighted_order(ruleset.rules, apps, ports, rng):
+    for rule in _weighted_order(ruleset, apps, ports, rng):
         if len(chosen) >= budget:
             break
         if id(rule) in reasons:
@@ -115,21 +108,31 @@ def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, budget: int,
     return chosen, reasons
 
 
-def _weighted_order(rules: list[dict], apps: set[str], ports: set[int],
+def _weighted_order(ruleset: Ruleset, apps: set[str], ports: set[int],
                     rng: random.Random) -> list[dict]:
     """A random permutation where heavier rules come first more often: sorting by
     log(u)/w is sampling by weight without replacement."""
-    keyed = []
-    for rule in rules:
-        weight = rule["weight"]
-        if apps and rule["app_proto"] in apps:
-            weight *= APP_PROTO_BOOST
-        if ports and _ports_match(rule["dst_port"], ports):
-            weight *= PORT_BOOST
-        u = rng.random() or 1e-300
-        keyed.append((math.log(u) / weight, rule["sid"], rule))
-    keyed.sort(key=lambda item: (item[0], -item[1]), reverse=True)
-    return [rule for _, _, rule in keyed]
+    weights = list(ruleset.weights)
+    for app in apps:
+        for index in ruleset.by_app_proto.get(app, ()):
+            weights[index] *= APP_PROTO_BOOST
+    for index in _port_matches(ruleset, ports):
+        weights[index] *= PORT_BOOST
+    draw, log = rng.random, math.log
+    keys = [log(draw() or 1e-300) / weight for weight in weights]
+    rules = ruleset.rules
+    return [rules[i] for i in sorted(range(len(keys)), key=keys.__getitem__, reverse=True)]
+
+
+def _port_matches(ruleset: Ruleset, ports: set[int]) -> set[int]:
+    """Indices of rules whose destination ports name a seen port."""
+    matched: set[int] = set()
+    for port in ports:
+        matched.update(ruleset.by_port.get(port, ()))
+    for index, ranges in ruleset.port_ranges:
+        if any(low <= port <= high for low, high in ranges for port in ports):
+            matched.add(index)
+    return matched
 
 
 def _with_setters(rule: dict, ruleset: Ruleset, included: dict[int, str]) -> list[dict] | None:
@@ -150,26 +153,6 @@ def _with_setters(rule: dict, ruleset: Ruleset, included: dict[int, str]) -> lis
                 group.append(setter)
                 pending.append(setter)
     return group
-
-
-_PORT_ITEM = re.compile(r"^(\d*)(:?)(\d*)$")
-
-
-def _ports_match(spec: str, seen: set[int]) -> bool:
-    """True when a specific port list (not `any`, not a negation) names a seen port."""
-    spec = PORT_VARIABLES.get(spec, spec)
-    if spec in ("any", "") or spec.startswith("!") or spec.startswith("$"):
-        return False
-    for item in spec.strip("[]").split(","):
-        match = _PORT_ITEM.match(PORT_VARIABLES.get(item.strip(), item.strip()))
-        if not match:
-            continue
-        low, colon, high = match.groups()
-        first = int(low) if low else 0
-        last = (int(high) if high else 65535) if colon else first
-        if any(first <= port <= last for port in seen):
-            return True
-    return False
 
 
 def _block_entries(alert_endpoints: list[tuple[str, int, int, int]], compromised: list[str],
@@ -193,5 +176,6 @@ def _block_entries(alert_endpoints: list[tuple[str, int, int, int]], compromised
 
 
 def _entry(address: str) -> dict:
-    network = ipaddress.ip_network(address, strict=False)
-    return {"address": address, "family": network.version, "reasons": [], "alerts": []}
+    """Addresses arrive validated (compromised list, database inet values)."""
+    return {"address": address, "family": 6 if ":" in address else 4, "reasons": [],
+            "alerts": []}

@@ -9,6 +9,7 @@ does, a disabled setter may be brought in; deleted rules never are).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,25 @@ class Ruleset:
     by_sid: dict[int, dict]                           # eligible rules by sid (gid 1 first)
     setters: dict[str, list[dict]] = field(default_factory=dict)  # bit -> rules, best first
     compromised_ips: list[str] = field(default_factory=list)
+    # Indexes into `rules`, built once so each generation only touches what matches.
+    weights: list[float] = field(default_factory=list)
+    by_app_proto: dict[str, list[int]] = field(default_factory=dict)
+    by_port: dict[int, list[int]] = field(default_factory=dict)
+    port_ranges: list[tuple[int, list[tuple[int, int]]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.weights = [rule["weight"] for rule in self.rules]
+        for index, rule in enumerate(self.rules):
+            if rule["app_proto"]:
+                self.by_app_proto.setdefault(rule["app_proto"], []).append(index)
+            ranges = parse_ports(rule["dst_port"])
+            wide = [(low, high) for low, high in ranges if high - low > 64]
+            for low, high in ranges:
+                if high - low <= 64:
+                    for port in range(low, high + 1):
+                        self.by_port.setdefault(port, []).append(index)
+            if wide:
+                self.port_ranges.append((index, wide))
 
 
 def load_ruleset(version_dir: Path) -> Ruleset:
@@ -57,6 +77,33 @@ def load_ruleset(version_dir: Path) -> Ruleset:
     compromised = read_compromised_ips(version_dir / "rules" / "rules" / "compromised-ips.txt")
     return Ruleset(manifest["version"], version_dir, eligible, by_sid, _setters(candidates),
                    compromised)
+
+
+# Suricata's default port variables, for rules written with them.
+PORT_VARIABLES = {"$HTTP_PORTS": "80", "$SSH_PORTS": "22", "$FTP_PORTS": "21",
+                  "$ORACLE_PORTS": "1521", "$DNP3_PORTS": "20000", "$MODBUS_PORTS": "502",
+                  "$FILE_DATA_PORTS": "[80,110,143]", "$GENEVE_PORTS": "6081",
+                  "$VXLAN_PORTS": "4789", "$TEREDO_PORTS": "3544"}
+_PORT_ITEM = re.compile(r"^(\d*)(:?)(\d*)$")
+
+
+def parse_ports(spec: str) -> list[tuple[int, int]]:
+    """Port ranges a destination-port spec names specifically; [] for `any`, negations and
+    unknown variables (they say nothing about which port the rule is for)."""
+    spec = PORT_VARIABLES.get(spec, spec)
+    if spec in ("any", "") or spec.startswith("!") or spec.startswith("$"):
+        return []
+    ranges = []
+    for item in spec.strip("[]").split(","):
+        item = PORT_VARIABLES.get(item.strip(), item.strip())
+        match = _PORT_ITEM.match(item)
+        if not match or not (match.group(1) or match.group(3)):
+            continue
+        low, colon, high = match.groups()
+        first = int(low) if low else 0
+        last = (int(high) if high else 65535) if colon else first
+        ranges.append((first, min(last, 65535)))
+    return ranges
 
 
 def _setters(rules: list[dict]) -> dict[str, list[dict]]:

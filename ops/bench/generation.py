@@ -1,0 +1,170 @@
+"""Generation benchmark: K routers with synthetic telemetry through the pool, 1 worker then 2.
+
+    python -m ops.bench.generation [--routers 300] [--workers 1 2]
+
+Publishes the ET Open corpus ruleset (or --archive), creates K routers, each with 40 alerts
+(sids drawn from the ruleset, external sources) and 200 flows, then for each worker count
+generates every router the way the server's queue does: lease, telemetry summary read,
+generation in the process pool, payloads and schedule written in one transaction. Prints
+routers/s per worker count, the scaling ratio, and per-router latency p50/p99. Each pool is
+warmed (ruleset loaded in every worker) before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import orjson
+import psycopg2
+
+from engine.pool import GenerationPool
+from engine.ruleset import load_ruleset
+from ops.bench.ingest import database_location, drop_database
+from ruledata.preprocess import preprocess
+from server.db import generation as queue_db
+from server.db.lifecycle import open_database
+from server.db.migrate import apply_migrations, ensure_database
+from server.generation import GenerationConfig, generate_router
+from server.settings import load_settings
+
+DEFAULT_ARCHIVE = (Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"
+                   / "emerging.rules.zip")
+ALERTS_PER_ROUTER = 40
+FLOWS_PER_ROUTER = 200
+APPS = ["dns", "tls", "http", "ssh", "smb", "ntp", "quic"]
+PORTS = [53, 443, 80, 22, 445, 123, 8080, 8443, 25, 3389]
+
+
+def fill_telemetry(location, macs: list[str], sids: list[int]) -> None:
+    rng = random.Random(1)
+    events, flows = [], []
+    for mac in macs:
+        for _ in range(ALERTS_PER_ROUTER):
+            record = {"event_type": "alert", "src_ip": f"198.51.{rng.randint(0, 255)}."
+                      f"{rng.randint(1, 254)}", "dest_ip": "192.168.1.10",
+                      "alert": {"signature_id": rng.choice(sids), "severity": rng.randint(1, 3)}}
+            events.append((mac, record["src_ip"], record["dest_ip"],
+                           record["alert"]["signature_id"], record["alert"]["severity"],
+                           orjson.dumps(record).decode()))
+        for _ in range(FLOWS_PER_ROUTER):
+            app, port = rng.choice(APPS), rng.choice(PORTS)
+            flows.append((mac, app, port, orjson.dumps({"app_proto": app,
+                                                         "dest_port": port}).decode()))
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO ids_events (mac, received_at, event_type, src_ip, dest_ip, "
+                "signature_id, severity, record) VALUES (%s, now(), 'alert', %s, %s, %s, %s, %s)",
+                events)
+            cur.executemany(
+                "INSERT INTO cfm_records (mac, received_at, event_type, app_proto, dest_port, "
+                "record) VALUES (%s, now(), 'flow', %s, %s, %s)", flows)
+            cur.executemany("INSERT INTO routers (mac) VALUES (%s)", [(m,) for m in macs])
+            cur.executemany("INSERT INTO generation_queue (mac) VALUES (%s)",
+                            [(m,) for m in macs])
+    finally:
+        conn.close()
+
+
+def reset_queue(location) -> None:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("UPDATE generation_queue SET next_due_at = now(), generated_at = NULL, "
+                        "generation_count = 0, claimed_by = NULL, claimed_until = NULL")
+            cur.execute("DELETE FROM router_rules")
+    finally:
+        conn.close()
+
+
+async def run_round(settings, macs: list[str], workers: int) -> tuple[float, list[float]]:
+    config = GenerationConfig.from_settings(settings)
+    pool = GenerationPool(workers, config.timeout)
+    latencies: list[float] = []
+    try:
+        async with open_database(settings) as db:
+            me = f"bench-{workers}"
+            # Warm every worker: the ruleset is loaded once per process, before timing.
+            warm = macs[:workers]
+            for mac in warm:
+                await queue_db.claim_router(db, me, mac, config.lease)
+            await asyncio.gather(*(generate_router(db, pool, config, me, m) for m in warm))
+            pending = list(reversed(macs[workers:]))
+
+            async def worker() -> None:
+                while pending:
+                    mac = pending.pop()
+                    started = time.perf_counter()
+                    await queue_db.claim_router(db, me, mac, config.lease)
+                    await generate_router(db, pool, config, me, mac)
+                    latencies.append(time.perf_counter() - started)
+
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(workers)))
+            return time.perf_counter() - started, latencies
+    finally:
+        pool.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--routers", type=int, default=300)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--archive", type=Path, default=DEFAULT_ARCHIVE)
+    args = parser.parse_args()
+    if not args.archive.exists():
+        print(f"archive {args.archive} not found (pass --archive)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as workdir_name:
+        workdir = Path(workdir_name)
+        location, embedded = database_location(workdir)
+        try:
+            ensure_database(location)
+            apply_migrations(location)
+            (workdir / "version.txt").write_text("bench")
+            settings = load_settings({
+                "DB_HOST": location.host, "DB_PORT": str(location.port),
+                "DB_NAME": location.name, "DB_USER": location.user,
+                "DB_PASSWORD": location.password, "DATA_DIR": str(workdir),
+                "DB_LOG_LEVEL": "error", "RULE_PREPROCESS_ARCHIVE_URL": args.archive.as_uri(),
+                "RULE_PREPROCESS_VERSION_URL": (workdir / "version.txt").as_uri()},
+                env_file=None)
+            asyncio.run(preprocess(settings))
+            ruleset = load_ruleset((settings.rule_data_path / "current").resolve())
+            macs = [f"02:42:{n >> 24 & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:"
+                    f"{n & 255:02x}" for n in range(args.routers)]
+            fill_telemetry(location, macs, [r["sid"] for r in ruleset.rules])
+            print(f"{args.routers} routers, ruleset {ruleset.version} ({len(ruleset.rules)} "
+                  f"eligible rules), {settings.rule_generation_sample_count} rules per router, "
+                  f"{ALERTS_PER_ROUTER} alerts and {FLOWS_PER_ROUTER} flows each")
+            rates = {}
+            for workers in args.workers:
+                reset_queue(location)
+                seconds, latencies = asyncio.run(run_round(settings, macs, workers))
+                rates[workers] = len(latencies) / seconds
+                quantiles = statistics.quantiles(latencies, n=100)
+                print(f"{workers} worker(s): {rates[workers]:6.1f} routers/s, latency p50 "
+                      f"{quantiles[49] * 1000:.0f} ms, p99 {quantiles[98] * 1000:.0f} ms")
+            if len(args.workers) >= 2:
+                low, high = args.workers[0], args.workers[-1]
+                print(f"scaling {low} -> {high} workers: {rates[high] / rates[low]:.2f}x")
+        finally:
+            drop_database(location)
+            if embedded is not None:
+                embedded.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
