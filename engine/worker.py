@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.generate import Limits, TelemetrySummary, generate, seed_for
-from engine.payloads import serialize
+from engine.payloads import pack
 from engine.ruleset import RulesetCache
 
 _RULESETS = RulesetCache()
@@ -28,9 +28,9 @@ class GenerationJob:
 class GenerationResult:
     mac: str
     version: str
-    ids_json: bytes
+    ids_gz: bytes            # gzip of the canonical JSON (engine.payloads.pack)
     ids_etag: str
-    firewall_json: bytes
+    firewall_gz: bytes
     firewall_etag: str
     stats: dict
     seconds: float
@@ -41,10 +41,10 @@ def generate_for_router(job: GenerationJob) -> GenerationResult:
     ruleset = _RULESETS.get(Path(job.version_dir))
     generated = generate(ruleset, job.summary, ruleset.compromised_ips, job.limits,
                          seed_for(job.mac, ruleset.version))
-    ids_json, ids_etag = serialize(generated.ids)
-    firewall_json, firewall_etag = serialize(generated.firewall)
+    ids_gz, ids_etag = pack(generated.ids)
+    firewall_gz, firewall_etag = pack(generated.firewall)
     write_rules_file(Path(job.rules_file), job.mac, generated.ids)
-    return GenerationResult(job.mac, ruleset.version, ids_json, ids_etag, firewall_json,
+    return GenerationResult(job.mac, ruleset.version, ids_gz, ids_etag, firewall_gz,
                             firewall_etag, generated.stats, time.perf_counter() - started)
 
 

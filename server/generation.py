@@ -96,8 +96,8 @@ async def generate_router(db: Database, pool: GenerationPool, config: Generation
     except GenerationFailed as error:
         await queue_db.fail(db, me, mac, config.interval, str(error))
         raise
-    await queue_db.complete(db, me, mac, {"ids": (result.ids_json, result.ids_etag),
-                                          "firewall": (result.firewall_json,
+    await queue_db.complete(db, me, mac, {"ids": (result.ids_gz, result.ids_etag),
+                                          "firewall": (result.firewall_gz,
                                                        result.firewall_etag)},
                             config.interval, result.seconds)
     return result

@@ -13,6 +13,7 @@ import pytest
 from suricata.update import rule as peer
 
 from engine.generate import Limits, TelemetrySummary
+from engine.payloads import unpack
 from engine.pool import GenerationFailed, GenerationPool
 from engine.ruleset import FLOWBIT_CHECKS, FLOWBIT_SETS
 from engine.worker import GenerationJob
@@ -85,6 +86,12 @@ def rulegen(settings, mac: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def stored_payloads(sql) -> tuple[dict, dict, object]:
+    ids_gz, firewall_gz, ids_at = sql.rows(
+        "SELECT ids_payload_gz, firewall_payload_gz, ids_updated_at FROM router_rules")[0]
+    return unpack(bytes(ids_gz)), unpack(bytes(firewall_gz)), ids_at
+
+
 def assert_payload_sound(ids: dict, fired_enabled: set[int]) -> None:
     parsed = [peer.parse(r["raw"]) for r in ids["rules"]]
     assert all(p is not None and p.enabled for p in parsed)  # each parses back as a rule
@@ -120,8 +127,7 @@ async def test_rulegen_payloads(published, make_client, sql):
     first = rulegen(settings, MAC)
     assert first.returncode == 0, first.stderr
     assert "IDS rules from ruleset" in first.stdout and "from its own alerts" in first.stdout
-    ids, firewall, ids_at = sql.rows(
-        "SELECT ids_payload, firewall_payload, ids_updated_at FROM router_rules")[0]
+    ids, firewall, ids_at = stored_payloads(sql)
     assert_payload_sound(ids, fired_enabled)
     reasons = {r["sid"]: r["reason"] for r in ids["rules"]}
     assert all(reasons[sid] == "fired" for sid in fired_enabled)
@@ -132,8 +138,7 @@ async def test_rulegen_payloads(published, make_client, sql):
 
     second = rulegen(settings, MAC)
     assert second.returncode == 0
-    ids_again, firewall_again, ids_at_again = sql.rows(
-        "SELECT ids_payload, firewall_payload, ids_updated_at FROM router_rules")[0]
+    ids_again, firewall_again, ids_at_again = stored_payloads(sql)
     assert (ids_again, firewall_again) == (ids, firewall)
     assert ids_at_again == ids_at  # same content: updated_at does not move
 

@@ -100,6 +100,9 @@ async def test_rules_served_with_etag_304_and_gzip(client, settings):
     response = await client.get("/rules/ids", headers={**HEADERS, "If-None-Match": '"other"'})
     assert response.status == 200
 
+    response = await client.get("/rules/ids", headers={**HEADERS, "If-None-Match": "*"})
+    assert response.status == 304
+
     raw = await client.get("/rules/firewall", headers={**HEADERS, "Accept-Encoding": "identity"})
     assert "Content-Encoding" not in raw.headers
     assert orjson.loads(await raw.read()) == {"entries": []}

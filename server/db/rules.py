@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import aiopg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert
 
-from engine.payloads import serialize
+from engine.payloads import pack
 from server.db.pool import Database, execute
 from server.db.schema import router_rules
 
@@ -16,7 +16,7 @@ PAYLOAD_KINDS = ("ids", "firewall")
 
 
 def _payload_columns(kind: str) -> tuple[sa.Column, sa.Column, sa.Column]:
-    return (router_rules.c[f"{kind}_payload"], router_rules.c[f"{kind}_etag"],
+    return (router_rules.c[f"{kind}_payload_gz"], router_rules.c[f"{kind}_etag"],
             router_rules.c[f"{kind}_updated_at"])
 
 
@@ -33,41 +33,51 @@ async def activate_and_read_timestamps(db: Database, mac: str
 
 
 async def read_payload(db: Database, mac: str, kind: str, known_etags: frozenset[str]
-                       ) -> tuple[str, str | None] | None:
-    """Return (etag, payload JSON text) for the router's payload of `kind`, or None when there
-    is none. The text is None when the etag is one the client already has (no payload read)."""
+                       ) -> tuple[str, bytes | None] | None:
+    """Return (etag, gzip-compressed payload JSON) for the router's payload of `kind`, or None
+    when there is none. The payload is None when the client already has that etag: the 304
+    path reads no payload."""
     payload, etag, _ = _payload_columns(kind)
     unchanged = etag.in_(list(known_etags)) if known_etags else sa.false()
-    query = (sa.select(etag, sa.case((unchanged, sa.null()),
-                                     else_=sa.cast(payload, sa.Text)))
+    query = (sa.select(etag, sa.case((unchanged, sa.null()), else_=payload))
              .where(router_rules.c.mac == mac, payload.is_not(None)))
     row = await db.fetchone(query)
-    return (row[0], row[1]) if row else None
+    if row is None:
+        return None
+    return row[0], None if row[1] is None else bytes(row[1])
+
+
+@functools.lru_cache(maxsize=None)
+def _upsert(kinds: tuple[str, ...]) -> str:
+    """INSERT ... ON CONFLICT for the given payload kinds. Unchanged content (same etag) keeps
+    its bytes and its updated_at, so neither the row's payload nor the router's view moves."""
+    columns, values, updates = ["mac"], ["%(mac)s"], []
+    for kind in kinds:
+        columns += [f"{kind}_payload_gz", f"{kind}_etag", f"{kind}_updated_at"]
+        values += [f"%({kind}_gz)s", f"%({kind}_etag)s", "now()"]
+        same = f"router_rules.{kind}_etag = EXCLUDED.{kind}_etag"
+        updates += [
+            f"{kind}_payload_gz = CASE WHEN {same} THEN router_rules.{kind}_payload_gz "
+            f"ELSE EXCLUDED.{kind}_payload_gz END",
+            f"{kind}_updated_at = CASE WHEN {same} THEN router_rules.{kind}_updated_at "
+            f"ELSE now() END",
+            f"{kind}_etag = EXCLUDED.{kind}_etag"]
+    return (f"INSERT INTO router_rules ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+            f"ON CONFLICT (mac) DO UPDATE SET {', '.join(updates)}")
 
 
 async def store_payloads(cur: aiopg.Cursor, mac: str,
                          payloads: dict[str, tuple[bytes, str]]) -> None:
-    """Upsert serialised payloads (kind -> (canonical JSON, etag); see engine.payloads) with
-    the caller's cursor, so it can share a transaction. A payload's `updated_at` moves only
-    when its etag (its content) changed."""
-    excluded = insert(router_rules).excluded
-    values: dict[str, object] = {"mac": mac}
-    changes: dict[str, object] = {}
-    for kind, (body, new_etag) in payloads.items():
-        payload, etag, updated_at = _payload_columns(kind)
-        values.update({payload.name: body.decode(), etag.name: new_etag,
-                       updated_at.name: sa.func.now()})
-        changes.update({
-            payload.name: excluded[payload.name],
-            etag.name: excluded[etag.name],
-            updated_at.name: sa.case((etag == new_etag, updated_at), else_=sa.func.now()),
-        })
-    query = (insert(router_rules).values(**values)
-             .on_conflict_do_update(index_elements=["mac"], set_=changes))
-    await execute(cur, query)
+    """Upsert packed payloads (kind -> (gzip bytes, etag); see engine.payloads.pack) with the
+    caller's cursor, so it can share a transaction."""
+    kinds = tuple(sorted(payloads))
+    params: dict[str, object] = {"mac": mac}
+    for kind in kinds:
+        params[f"{kind}_gz"], params[f"{kind}_etag"] = payloads[kind]
+    await execute(cur, _upsert(kinds), params)
 
 
 async def store_payload_objects(db: Database, mac: str, payloads: dict[str, object]) -> None:
-    """Serialise and store payloads given as JSON-able objects (operators' tools, tests)."""
+    """Pack and store payloads given as JSON-able objects (operators' tools, tests)."""
     async with db.cursor() as cur:
-        await store_payloads(cur, mac, {kind: serialize(body) for kind, body in payloads.items()})
+        await store_payloads(cur, mac, {kind: pack(body) for kind, body in payloads.items()})

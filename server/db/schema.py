@@ -63,15 +63,16 @@ activations = sa.Table(
               server_default=sa.func.now()),
 )
 
+# Payloads are gzip-compressed canonical JSON (see engine/payloads.py, migration 0004).
 router_rules = sa.Table(
     "router_rules", metadata,
     sa.Column("mac", MACADDR, primary_key=True),
-    sa.Column("ids_payload", JSONB),
     sa.Column("ids_etag", sa.Text),
     sa.Column("ids_updated_at", sa.DateTime(timezone=True)),
-    sa.Column("firewall_payload", JSONB),
     sa.Column("firewall_etag", sa.Text),
     sa.Column("firewall_updated_at", sa.DateTime(timezone=True)),
+    sa.Column("ids_payload_gz", sa.LargeBinary),
+    sa.Column("firewall_payload_gz", sa.LargeBinary),
 )
 
 generation_queue = sa.Table(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from datetime import datetime, timezone
 
 from aiohttp import web
@@ -63,13 +64,24 @@ async def _payload(request: web.Request, kind: str) -> web.Response:
     found = await rules_db.read_payload(request.app[DATABASE], mac, kind, known)
     if found is None:
         raise NotFound(f"no {kind} rules generated for this router yet")
-    etag, text = found
-    if text is None or "*" in known:
+    etag, packed = found
+    if packed is None or "*" in known:
         return web.Response(status=304, headers={"ETag": _etag(etag)})
-    response = web.Response(text=text, content_type="application/json",
-                            headers={"ETag": _etag(etag), "Cache-Control": "no-cache"})
-    response.enable_compression()
-    return response
+    headers = {"ETag": _etag(etag), "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    if _accepts_gzip(request):
+        # Stored gzip-compressed: sent as it is, no work per request.
+        headers["Content-Encoding"] = "gzip"
+        return web.Response(body=packed, content_type="application/json", headers=headers)
+    return web.Response(body=gzip.decompress(packed), content_type="application/json",
+                        headers=headers)
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    for coding in request.headers.get("Accept-Encoding", "").lower().split(","):
+        name, _, params = coding.strip().partition(";")
+        if name.strip() in ("gzip", "x-gzip", "*") and params.replace(" ", "") != "q=0":
+            return True
+    return False
 
 
 def _etag(value: str) -> str:
