@@ -81,14 +81,16 @@ def owner_name() -> str:
 
 async def generate_router(db: Database, pool: GenerationPool, config: GenerationConfig,
                           me: str, mac: str) -> GenerationResult:
-    """One router, start to finish, under a lease already taken by `me`. Raises NoRuleset,
-    GenerationFailed, LeaseLost or DatabaseUnavailable; on failure the router is rescheduled."""
+    """One router, start to finish: renew (or take) the lease for `me`, read the telemetry
+    summary, generate in the pool, store. Raises NoRuleset, GenerationFailed, LeaseLost or
+    DatabaseUnavailable; after a generation failure the router is rescheduled with backoff."""
     version_dir = config.workspace.current_version_dir()
     if version_dir is None:
         await queue_db.release(db, me, mac)
         raise NoRuleset("no ruleset published yet; run rulepreprocess")
+    summary = await queue_db.renew_and_summarise(db, me, mac, config.lease, config.window,
+                                                 config.block_severity)
     try:
-        summary = await queue_db.telemetry_summary(db, mac, config.window, config.block_severity)
         rules_file = config.workspace.idps_rules / config.rules_filename.format(
             mac=mac.replace(":", "-"))
         result = await pool.run(GenerationJob(mac, str(version_dir), str(rules_file), summary,
@@ -170,11 +172,10 @@ class GenerationService:
 
     async def _generate(self, mac: str) -> None:
         try:
-            if not await queue_db.claim_router(self._db, self._me, mac, self._config.lease):
-                return  # our buffer lease ran out and another process has it now
             result = await generate_router(self._db, self._pool, self._config, self._me, mac)
-        except (GenerationFailed, NoRuleset, queue_db.LeaseLost,
-                DatabaseUnavailable) as error:
+        except queue_db.LeaseLost:
+            return  # our buffer lease ran out and another process has the router now
+        except (GenerationFailed, NoRuleset, DatabaseUnavailable) as error:
             self.failed += 1
             log.warning("generation for %s failed: %s", mac, error)
             return

@@ -31,7 +31,6 @@ from engine.pool import GenerationPool
 from engine.ruleset import load_ruleset
 from ops.bench.ingest import database_location, drop_database
 from ruledata.preprocess import preprocess
-from server.db import generation as queue_db
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.generation import GenerationConfig, generate_router
@@ -97,8 +96,6 @@ async def run_round(settings, macs: list[str], workers: int) -> tuple[float, lis
             me = f"bench-{workers}"
             # Warm every worker: the ruleset is loaded once per process, before timing.
             warm = macs[:workers]
-            for mac in warm:
-                await queue_db.claim_router(db, me, mac, config.lease)
             await asyncio.gather(*(generate_router(db, pool, config, me, m) for m in warm))
             pending = list(reversed(macs[workers:]))
 
@@ -106,7 +103,6 @@ async def run_round(settings, macs: list[str], workers: int) -> tuple[float, lis
                 while pending:
                     mac = pending.pop()
                     started = time.perf_counter()
-                    await queue_db.claim_router(db, me, mac, config.lease)
                     await generate_router(db, pool, config, me, mac)
                     latencies.append(time.perf_counter() - started)
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 import ipaddress
 from datetime import timedelta
 
-import aiopg
-
 from engine.generate import TelemetrySummary
 from server.db.pool import Database, execute
-from server.db.rules import store_payloads
+from server.db.rules import payload_params, upsert_statement
 
 RECENT_ROWS = 50_000      # bound on rows read per router and table, newest first
 MAX_FIRED_SIDS = 2_000
@@ -40,12 +38,16 @@ _RELEASE = """
 UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL
 WHERE mac = %(mac)s AND claimed_by = %(me)s"""
 
+# Reschedule and store in one statement (atomic without an explicit transaction): when the
+# lease is no longer ours, `done` is empty and nothing is written.
 _COMPLETE = """
-UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
-    next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
-    attempts = 0, last_error = NULL, last_seconds = %(seconds)s
-WHERE mac = %(mac)s AND claimed_by = %(me)s AND claimed_until >= now()
-RETURNING mac"""
+WITH done AS (
+    UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
+        next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
+        attempts = 0, last_error = NULL, last_seconds = %(seconds)s
+    WHERE mac = %(mac)s AND claimed_by = %(me)s AND claimed_until >= now()
+    RETURNING mac)
+""" + upsert_statement(("firewall", "ids"), source="done")
 
 _FAIL = """
 UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL,
@@ -77,13 +79,11 @@ async def release(db: Database, me: str, mac: str) -> None:
 
 async def complete(db: Database, me: str, mac: str, payloads: dict[str, tuple[bytes, str]],
                    interval: timedelta, seconds: float) -> None:
-    """Store the payloads and reschedule the router, in one transaction, if still ours."""
-    async with db.transaction() as cur:
-        await execute(cur, _COMPLETE, {"me": me, "mac": mac, "interval": interval,
-                                       "seconds": seconds})
-        if await cur.fetchone() is None:
-            raise LeaseLost(f"lease on {mac} lost before its result was stored")
-        await store_payloads(cur, mac, payloads)
+    """Store both payloads and reschedule the router, atomically, if the lease is still ours."""
+    params = {**payload_params(mac, payloads), "me": me, "interval": interval,
+              "seconds": seconds}
+    if await db.execute(_COMPLETE, params) != 1:
+        raise LeaseLost(f"lease on {mac} lost before its result was stored")
 
 
 async def fail(db: Database, me: str, mac: str, interval: timedelta, error: str) -> None:
@@ -101,15 +101,21 @@ def is_external(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def telemetry_summary(db: Database, mac: str, window: timedelta,
-                            block_severity: int) -> TelemetrySummary:
-    """What the router's telemetry of the last `window` says, read newest-first and bounded."""
+async def renew_and_summarise(db: Database, me: str, mac: str, lease: timedelta,
+                              window: timedelta, block_severity: int) -> TelemetrySummary:
+    """Renew the lease on `mac` and read what its telemetry of the last `window` says (newest
+    first, bounded), in one round trip. LeaseLost when another process holds the router."""
+    params = {"me": me, "mac": mac, "lease": lease, "window": window,
+              "severity": block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
+              "alerts": MAX_ALERT_ENDPOINTS}
     async with db.cursor() as cur:
-        return TelemetrySummary(
-            fired_sids=await _column(cur, _FIRED, mac, window, MAX_FIRED_SIDS),
-            app_protos=await _column(cur, _APP_PROTOS, mac, window, TOP_FLOW_VALUES),
-            dest_ports=await _column(cur, _DEST_PORTS, mac, window, TOP_FLOW_VALUES),
-            alert_endpoints=await _alert_endpoints(cur, mac, window, block_severity))
+        await execute(cur, _RENEW_AND_SUMMARISE, params)
+        renewed, fired, apps, ports, alerts = await cur.fetchone()
+    if not renewed:
+        raise LeaseLost(f"{mac} is held by another process")
+    return TelemetrySummary(fired_sids=fired or [], app_protos=apps or [],
+                            dest_ports=ports or [],
+                            alert_endpoints=_alert_endpoints(alerts or []))
 
 
 def _recent(table: str, columns: str) -> str:
@@ -117,35 +123,31 @@ def _recent(table: str, columns: str) -> str:
             f"LIMIT {RECENT_ROWS}) recent WHERE received_at > now() - %(window)s")
 
 
-_FIRED = (f"SELECT DISTINCT signature_id FROM "
-          f"{_recent('ids_events', 'signature_id, received_at')} "
-          f"AND signature_id IS NOT NULL ORDER BY signature_id LIMIT %(limit)s")
-_APP_PROTOS = (f"SELECT app_proto FROM {_recent('cfm_records', 'app_proto, received_at')} "
-               f"AND app_proto IS NOT NULL AND app_proto <> 'failed' GROUP BY app_proto "
-               f"ORDER BY count(*) DESC, app_proto LIMIT %(limit)s")
-_DEST_PORTS = (f"SELECT dest_port FROM {_recent('cfm_records', 'dest_port, received_at')} "
-               f"AND dest_port IS NOT NULL GROUP BY dest_port "
-               f"ORDER BY count(*) DESC, dest_port LIMIT %(limit)s")
-_ALERTS = (f"SELECT host(src_ip), host(dest_ip), signature_id, min(severity), count(*) FROM "
-           f"{_recent('ids_events', 'src_ip, dest_ip, signature_id, severity, received_at')} "
-           f"AND severity <= %(severity)s AND signature_id IS NOT NULL "
-           f"GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(limit)s")
+_RENEW_AND_SUMMARISE = f"""WITH renewed AS ({_CLAIM_ONE}) SELECT
+ (SELECT count(*) FROM renewed),
+ (SELECT array_agg(signature_id) FROM (SELECT DISTINCT signature_id FROM
+   {_recent('ids_events', 'signature_id, received_at')} AND signature_id IS NOT NULL
+   ORDER BY signature_id LIMIT %(sids)s) fired),
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM
+   {_recent('cfm_records', 'app_proto, received_at')}
+   AND app_proto IS NOT NULL AND app_proto <> 'failed' GROUP BY app_proto
+   ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM
+   {_recent('cfm_records', 'dest_port, received_at')} AND dest_port IS NOT NULL
+   GROUP BY dest_port ORDER BY count(*) DESC, dest_port LIMIT %(top)s) ports),
+ (SELECT json_agg(json_build_array(src, dest, sid, severity, n)) FROM (
+   SELECT host(src_ip) AS src, host(dest_ip) AS dest, signature_id AS sid,
+          min(severity) AS severity, count(*) AS n FROM
+   {_recent('ids_events', 'src_ip, dest_ip, signature_id, severity, received_at')}
+   AND severity <= %(severity)s AND signature_id IS NOT NULL
+   GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts)"""
 
 
-async def _column(cur: aiopg.Cursor, statement: str, mac: str, window: timedelta,
-                  limit: int) -> list:
-    await execute(cur, statement, {"mac": mac, "window": window, "limit": limit})
-    return [row[0] for row in await cur.fetchall()]
-
-
-async def _alert_endpoints(cur: aiopg.Cursor, mac: str, window: timedelta,
-                           block_severity: int) -> list[tuple[str, int, int, int]]:
+def _alert_endpoints(rows: list) -> list[tuple[str, int, int, int]]:
     """The external endpoint of each high-severity alert: the source when it is external (an
     inbound attack), else the destination when that is (e.g. an outbound C2 connection)."""
-    await execute(cur, _ALERTS, {"mac": mac, "window": window, "severity": block_severity,
-                                 "limit": MAX_ALERT_ENDPOINTS})
     endpoints: dict[tuple[str, int], list[int]] = {}
-    for src, dest, sid, severity, count in await cur.fetchall():
+    for src, dest, sid, severity, count in rows:
         address = next((a for a in (src, dest) if a and is_external(a)), None)
         if address is None:
             continue

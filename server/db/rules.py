@@ -48,10 +48,11 @@ async def read_payload(db: Database, mac: str, kind: str, known_etags: frozenset
 
 
 @functools.lru_cache(maxsize=None)
-def _upsert(kinds: tuple[str, ...]) -> str:
-    """INSERT ... ON CONFLICT for the given payload kinds. Unchanged content (same etag) keeps
-    its bytes and its updated_at, so neither the row's payload nor the router's view moves."""
-    columns, values, updates = ["mac"], ["%(mac)s"], []
+def upsert_statement(kinds: tuple[str, ...], source: str = "") -> str:
+    """INSERT ... ON CONFLICT for the given payload kinds, from VALUES or, with `source`, from
+    `SELECT ... FROM <source>` (a CTE the caller defines). Unchanged content (same etag) keeps
+    its bytes and its updated_at, so neither the stored payload nor the router's view moves."""
+    columns, values, updates = ["mac"], ["%(mac)s::macaddr"], []
     for kind in kinds:
         columns += [f"{kind}_payload_gz", f"{kind}_etag", f"{kind}_updated_at"]
         values += [f"%({kind}_gz)s", f"%({kind}_etag)s", "now()"]
@@ -62,19 +63,24 @@ def _upsert(kinds: tuple[str, ...]) -> str:
             f"{kind}_updated_at = CASE WHEN {same} THEN router_rules.{kind}_updated_at "
             f"ELSE now() END",
             f"{kind}_etag = EXCLUDED.{kind}_etag"]
-    return (f"INSERT INTO router_rules ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+    rows = f"SELECT {', '.join(values)} FROM {source}" if source else \
+        f"VALUES ({', '.join(values)})"
+    return (f"INSERT INTO router_rules ({', '.join(columns)}) {rows} "
             f"ON CONFLICT (mac) DO UPDATE SET {', '.join(updates)}")
+
+
+def payload_params(mac: str, payloads: dict[str, tuple[bytes, str]]) -> dict[str, object]:
+    params: dict[str, object] = {"mac": mac}
+    for kind, (packed, etag) in payloads.items():
+        params[f"{kind}_gz"], params[f"{kind}_etag"] = packed, etag
+    return params
 
 
 async def store_payloads(cur: aiopg.Cursor, mac: str,
                          payloads: dict[str, tuple[bytes, str]]) -> None:
     """Upsert packed payloads (kind -> (gzip bytes, etag); see engine.payloads.pack) with the
     caller's cursor, so it can share a transaction."""
-    kinds = tuple(sorted(payloads))
-    params: dict[str, object] = {"mac": mac}
-    for kind in kinds:
-        params[f"{kind}_gz"], params[f"{kind}_etag"] = payloads[kind]
-    await execute(cur, _upsert(kinds), params)
+    await execute(cur, upsert_statement(tuple(sorted(payloads))), payload_params(mac, payloads))
 
 
 async def store_payload_objects(db: Database, mac: str, payloads: dict[str, object]) -> None:
