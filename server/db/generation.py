@@ -8,6 +8,7 @@ update in one transaction, only while the lease is still its own.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from datetime import timedelta
 
@@ -96,6 +97,7 @@ async def queue_depth(db: Database) -> int:
     return row[0]
 
 
+@functools.lru_cache(maxsize=65536)
 def is_external(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     return ip.is_global and not ip.is_multicast
