@@ -11,11 +11,14 @@ from ruledata.preprocess import run_preprocess
 from server.db.lifecycle import open_database
 from server.errors import error_middleware
 from server.generation import GenerationConfig, GenerationService
+from server.handlers.notifications import create_notifications_app
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
 from server.jobs import CronJobs
+from server.notify.mailer import make_mailer
+from server.notify.service import Notifier
 from server.settings import Settings
-from server.typedefs import DATABASE, GENERATION, ROUTER_REGISTRY, SETTINGS
+from server.typedefs import DATABASE, GENERATION, NOTIFIER, ROUTER_REGISTRY, SETTINGS
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
@@ -28,9 +31,13 @@ def create_app(settings: Settings) -> web.Application:
                           handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
     app.cleanup_ctx.append(database_context)
-    app.cleanup_ctx.append(generation_context)
-    app.cleanup_ctx.append(jobs_context)
-    setup_routes(app)
+    if "router" in settings.services:
+        app.cleanup_ctx.append(generation_context)
+        app.cleanup_ctx.append(jobs_context)
+        setup_routes(app)
+    if "notifications" in settings.services:
+        app.cleanup_ctx.append(notifications_context)
+        app.add_subapp("/api/", create_notifications_app(settings))
     return app
 
 
@@ -62,6 +69,16 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
             await service.stop()
         if pool is not None:
             pool.close()
+
+
+async def notifications_context(app: web.Application) -> AsyncIterator[None]:
+    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS])
+    app[NOTIFIER] = notifier
+    notifier.start()
+    try:
+        yield
+    finally:
+        await notifier.stop()
 
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:

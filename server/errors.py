@@ -53,7 +53,7 @@ def error_response(status: int, message: str,
     return json_response({"error": message}, status=status, headers=headers)
 
 
-def error_middleware(retry_after_seconds: int):
+def error_middleware(retry_after_seconds: int, unavailable_status: int = 503):
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
         try:
@@ -62,7 +62,7 @@ def error_middleware(retry_after_seconds: int):
             return error_response(error.status, error.message, error.headers)
         except DatabaseUnavailable as error:
             log.warning("%s %s: database unavailable: %s", request.method, request.path, error)
-            return error_response(503, "database unavailable, retry later",
+            return error_response(unavailable_status, "database unavailable, retry later",
                                   {"Retry-After": str(retry_after_seconds)})
         except web.HTTPException as error:
             if error.status < 400:

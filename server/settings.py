@@ -69,6 +69,13 @@ def _cron(value: str) -> str:
     return value
 
 
+def _services(value: str) -> frozenset[str]:
+    names = frozenset(part.strip().lower() for part in value.split(",") if part.strip())
+    if not names or not names <= {"router", "notifications"}:
+        raise ValueError(f"expected router, notifications or both, got {value!r}")
+    return names
+
+
 def _path(value: str) -> Path:
     return Path(value).expanduser()
 
@@ -121,6 +128,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the request fails with 503.", _integer(1)),
     Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
             "unreachable.", _integer(1)),
+    Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
+            "`notifications`, or both (comma-separated).", _services),
     # Telemetry ingestion
     Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
             "counted after gzip decoding (413 beyond).", _integer(1)),
@@ -165,6 +174,26 @@ SETTINGS: tuple[Setting, ...] = (
             "again.", _integer(1)),
     Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
             _integer(0)),
+    # Notifications
+    Setting("NOTIFICATION_API_TOKEN", "", "When set, every notification API call needs "
+            "`Authorization: Bearer <token>`.", _text),
+    Setting("SMTP_HOST", "", "SMTP server for notification email. Unset: messages are written "
+            "as .eml files to NOTIFICATION_OUTBOX_DIR.", _optional_text),
+    Setting("SMTP_PORT", "587", "SMTP port.", _integer(1, 65535)),
+    Setting("SMTP_SECURITY", "starttls", "`starttls`, `tls` (implicit TLS, usually port 465) or "
+            "`none`.", _choice("starttls", "tls", "none")),
+    Setting("SMTP_USERNAME", "", "SMTP login (none when empty).", _text),
+    Setting("SMTP_PASSWORD", "", "SMTP password.", _text),
+    Setting("SMTP_FROM", "IDS notifications <notifications@localhost>", "From address of "
+            "notification email.", _text),
+    Setting("SMTP_TIMEOUT_SECONDS", "15", "Longest wait for the SMTP server per delivery.",
+            _integer(1)),
+    Setting("NOTIFICATION_OUTBOX_DIR", "", "Where .eml files go when SMTP_HOST is unset. Unset: "
+            "DATA_DIR/outbox.", _optional_path),
+    Setting("NOTIFICATION_RETRY_SECONDS", "60", "First wait before a failed delivery is tried "
+            "again; doubles per attempt, at most an hour.", _integer(1)),
+    Setting("NOTIFICATION_MAX_ATTEMPTS", "10", "Deliveries tried before a notification stays "
+            "`failed` for good.", _integer(1)),
     # Retention (names from the seed document)
     Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
             "Default false: nothing is deleted unless an operator asks.", _boolean),
@@ -191,6 +220,7 @@ class Settings:
     db_pool_max: int
     db_timeout_seconds: int
     db_retry_after_seconds: int
+    services: frozenset[str]
     ingest_max_body_bytes: int
     ingest_max_record_bytes: int
     ingest_batch_rows: int
@@ -212,6 +242,17 @@ class Settings:
     rule_generation_poll_seconds: int
     job_retry_delay_seconds: int
     job_retry_attempts: int
+    notification_api_token: str
+    smtp_host: str | None
+    smtp_port: int
+    smtp_security: str
+    smtp_username: str
+    smtp_password: str
+    smtp_from: str
+    smtp_timeout_seconds: int
+    notification_outbox_dir: Path | None
+    notification_retry_seconds: int
+    notification_max_attempts: int
     data_retention_enabled: bool
     retention_days: int
     retention_cron_schedule: str
@@ -219,6 +260,10 @@ class Settings:
     @property
     def embedded_database(self) -> bool:
         return self.db_host is None
+
+    @property
+    def outbox_path(self) -> Path:
+        return self.notification_outbox_dir or self.data_dir / "outbox"
 
     @property
     def rule_data_path(self) -> Path:

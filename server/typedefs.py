@@ -5,9 +5,11 @@ from aiohttp import web
 from server.db.pool import Database
 from server.generation import GenerationService
 from server.identity import RouterRegistry
+from server.notify.service import Notifier
 from server.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 GENERATION = web.AppKey("generation", GenerationService)
+NOTIFIER = web.AppKey("notifier", Notifier)

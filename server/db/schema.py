@@ -1,7 +1,7 @@
 """SQLAlchemy Core tables, mirroring `migrations/` (checked by tests/test_schema.py)."""
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import INET, JSONB, MACADDR
+from sqlalchemy.dialects.postgresql import INET, JSONB, MACADDR, UUID
 
 metadata = sa.MetaData(naming_convention={
     "ix": "%(table_name)s_%(column_0_name)s_idx",
@@ -108,6 +108,26 @@ job_ticks = sa.Table(
     sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False,
               server_default=sa.func.now()),
     sa.Column("claimed_by", sa.Text, nullable=False),
+)
+
+notifications = sa.Table(
+    "notifications", metadata,
+    sa.Column("id", UUID, primary_key=True),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("channel", sa.Text, nullable=False, server_default="email"),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="pending"),
+    sa.Column("read", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("recipient", sa.Text, nullable=False),
+    sa.Column("metadata", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("sent_at", sa.DateTime(timezone=True)),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", sa.DateTime(timezone=True)),
+    sa.Column("last_error", sa.Text),
 )
 
 TELEMETRY_TABLES = {"events": ids_events, "cfm": cfm_records}

@@ -1,0 +1,98 @@
+"""Notification records: create, mark delivered or failed, mark read, page a user's feed,
+claim deliveries to retry."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import orjson
+
+from server.db.pool import Database, execute
+
+RECORD_COLUMNS = ("id::text, user_id, type, channel, title, message, status, read, recipient, "
+                  "metadata, created_at, sent_at")
+RECORD_FIELDS = ("id", "userId", "type", "channel", "title", "message", "status", "read",
+                 "recipient", "metadata", "createdAt", "sentAt")
+FEED_FIELDS = ("id", "userId", "type", "read", "title", "status", "createdAt")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def as_record(row: tuple) -> dict:
+    record = dict(zip(RECORD_FIELDS, row))
+    record["createdAt"], record["sentAt"] = _iso(record["createdAt"]), _iso(record["sentAt"])
+    return record
+
+
+async def create(db: Database, user_id: str, type_: str, title: str, message: str,
+                 recipient: str, metadata: dict) -> dict:
+    statement = (f"INSERT INTO notifications (id, user_id, type, title, message, recipient, "
+                 f"metadata) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING {RECORD_COLUMNS}")
+    row = await db.fetchone(statement, (str(uuid.uuid4()), user_id, type_, title, message,
+                                        recipient, orjson.dumps(metadata).decode()))
+    return as_record(row)
+
+
+async def mark_sent(db: Database, notification_id: str) -> None:
+    await db.execute("UPDATE notifications SET status = 'sent', sent_at = now(), "
+                     "attempts = attempts + 1, next_attempt_at = NULL, last_error = NULL "
+                     "WHERE id = %s", (notification_id,))
+
+
+async def mark_failed(db: Database, notification_id: str, error: str, base_delay: timedelta,
+                      max_attempts: int) -> None:
+    """Failed: retry after base_delay × 2^(attempts), at most an hour; give up after
+    max_attempts (next_attempt_at NULL, the record stays `failed`)."""
+    await db.execute(
+        "UPDATE notifications SET status = 'failed', attempts = attempts + 1, last_error = %s, "
+        "next_attempt_at = CASE WHEN attempts + 1 >= %s THEN NULL ELSE now() + "
+        "least(interval '1 hour', %s * power(2, attempts)) END WHERE id = %s",
+        (error[:500], max_attempts, base_delay, notification_id))
+
+
+async def claim_retries(db: Database, limit: int, lease: timedelta) -> list[dict]:
+    """Due failed deliveries, and pending ones left behind by a crash, taken under a lease so
+    several processes never send one notification twice at once."""
+    statement = (
+        "UPDATE notifications SET next_attempt_at = now() + %(lease)s WHERE id IN ("
+        " SELECT id FROM notifications WHERE status <> 'sent' AND next_attempt_at <= now()"
+        " ORDER BY next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+        f" RETURNING {RECORD_COLUMNS}")
+    async with db.cursor() as cur:
+        await execute(cur, statement, {"lease": lease, "limit": limit})
+        return [as_record(row) for row in await cur.fetchall()]
+
+
+async def mark_read(db: Database, notification_id: str) -> dict | None:
+    try:
+        uuid.UUID(notification_id)
+    except ValueError:
+        return None
+    row = await db.fetchone(f"UPDATE notifications SET read = true WHERE id = %s "
+                            f"RETURNING {RECORD_COLUMNS}", (notification_id,))
+    return as_record(row) if row else None
+
+
+async def user_feed(db: Database, user_id: str, limit: int, offset: int
+                    ) -> tuple[list[dict], int]:
+    async with db.cursor() as cur:
+        await execute(cur, "SELECT count(*) FROM notifications WHERE user_id = %s", (user_id,))
+        total = (await cur.fetchone())[0]
+        if total == 0 or offset >= total:
+            return [], total
+        await execute(cur, "SELECT id::text, user_id, type, read, title, status, created_at "
+                           "FROM notifications WHERE user_id = %s "
+                           "ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s",
+                      (user_id, limit, offset))
+        items = []
+        for row in await cur.fetchall():
+            item = dict(zip(FEED_FIELDS, row))
+            item["createdAt"] = _iso(item["createdAt"])
+            items.append(item)
+        return items, total

@@ -1,0 +1,1 @@
+"""Notifications: fixed texts per type, email delivery, retries of failed deliveries."""

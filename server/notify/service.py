@@ -1,0 +1,75 @@
+"""Delivery of stored notifications, now and again later for the ones that failed.
+
+A send endpoint stores the record first, then delivers. A failed delivery leaves the record
+`failed` with a next attempt time; the retry loop (every server process serving the
+notification API runs one) claims due records under a lease and delivers them, with
+exponential backoff, until NOTIFICATION_MAX_ATTEMPTS. Records left `pending` by a crash
+between storing and delivering are picked up the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from server.db import notifications as notification_db
+from server.db.pool import Database, DatabaseUnavailable
+from server.notify.mailer import DeliveryFailed, build_message
+from server.settings import Settings
+
+log = logging.getLogger("router_backend.notifications")
+
+RETRY_BATCH = 50
+RETRY_LEASE = timedelta(minutes=5)
+PENDING_GRACE = timedelta(minutes=5)  # a pending record older than this was left by a crash
+
+
+class Notifier:
+    def __init__(self, db: Database, mailer, settings: Settings):
+        self._db = db
+        self._mailer = mailer
+        self._sender = settings.smtp_from
+        self._base_delay = timedelta(seconds=settings.notification_retry_seconds)
+        self._max_attempts = settings.notification_max_attempts
+        self._poll = min(settings.notification_retry_seconds, 30)
+        self._task: asyncio.Task | None = None
+
+    async def deliver(self, record: dict) -> str | None:
+        """Send one stored notification; record the outcome. Returns the error, or None."""
+        try:
+            await self._mailer.send(build_message(self._sender, record))
+        except DeliveryFailed as error:
+            log.warning("delivery of notification %s failed: %s", record["id"], error)
+            await notification_db.mark_failed(self._db, record["id"], str(error),
+                                              self._base_delay, self._max_attempts)
+            return str(error)
+        await notification_db.mark_sent(self._db, record["id"])
+        return None
+
+    async def retry_due(self) -> int:
+        """Deliver due retries once; returns how many were delivered."""
+        delivered = 0
+        for record in await notification_db.claim_retries(self._db, RETRY_BATCH, RETRY_LEASE):
+            delivered += await self.deliver(record) is None
+        return delivered
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="notification-retries")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll)
+            try:
+                delivered = await self.retry_due()
+                if delivered:
+                    log.info("notification retries: %d delivered", delivered)
+            except DatabaseUnavailable as error:
+                log.warning("notification retries: database unavailable (%s)", error)
+            except Exception:
+                log.exception("notification retries failed; trying again later")

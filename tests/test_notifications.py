@@ -1,0 +1,248 @@
+"""The notification API against a real SMTP server (aiosmtpd) and the real database."""
+
+from __future__ import annotations
+
+import email
+import uuid
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from server.db import notifications as notification_db
+from server.db.lifecycle import open_database
+from server.notify.mailer import make_mailer
+from server.notify.service import Notifier
+from tests.conftest import settings_for
+from tests.server_process import free_port
+
+SENDER = "IDS notifications <notify@example.test>"
+
+
+class Inbox:
+    """An aiosmtpd handler that keeps what it accepts, or refuses everything when told to."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, list[str], email.message.Message]] = []
+        self.refuse = False
+
+    async def handle_DATA(self, server, session, envelope):
+        if self.refuse:
+            return "550 5.7.1 mailbox unavailable"
+        self.messages.append((envelope.mail_from, list(envelope.rcpt_tos),
+                              email.message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp():
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    yield inbox, controller
+    controller.stop()
+
+
+def smtp_settings(database, tmp_path, port: int, **extra: str):
+    return settings_for(database, tmp_path, SMTP_HOST="127.0.0.1", SMTP_PORT=str(port),
+                        SMTP_SECURITY="none", SMTP_FROM=SENDER, SERVICES="notifications",
+                        **extra)
+
+
+@pytest.fixture
+async def api(smtp, database, tmp_path, make_client):
+    inbox, controller = smtp
+    return await make_client(smtp_settings(database, tmp_path, controller.port)), inbox
+
+
+SENDS = [
+    ("vulsource-update", "vulsource_update", {"versionNumber": "2026.11.3"}, "version_number",
+     "2026.11.3"),
+    ("scan-failed", "scan_failed", {"projectId": "proj-42"}, "project_id", "proj-42"),
+    ("scheduled-scan-finished", "scheduled_scan_finished", {"projectId": "proj-7"},
+     "project_id", "proj-7"),
+]
+
+
+@pytest.mark.parametrize("path,type_,field,key,value", SENDS)
+async def test_send_delivers_and_stores(api, sql, path, type_, field, key, value):
+    client, inbox = api
+    body = {"userId": "user-1", "recipient": "alice@example.org", **field}
+    response = await client.post(f"/api/notifications/{path}", json=body)
+    assert response.status == 200
+    assert await response.json() == {"message": f"{type_} notification sent."}
+    sender, recipients, message = inbox.messages[0]
+    assert recipients == ["alice@example.org"] and sender == "notify@example.test"
+    assert message["From"] == SENDER and message["To"] == "alice@example.org"
+    assert value in message["Subject"] and value in message.get_payload()
+    row = sql.rows("SELECT user_id, type, channel, status, read, recipient, metadata, "
+                   "sent_at IS NOT NULL, title FROM notifications")[0]
+    assert row[:8] == ("user-1", type_, "email", "sent", False, "alice@example.org",
+                       {key: value}, True)
+    assert row[8] == message["Subject"]
+
+
+@pytest.mark.parametrize("body,expected", [
+    ({"recipient": "a@example.org", "projectId": "p"}, "userId"),
+    ({"userId": "u", "projectId": "p"}, "recipient"),
+    ({"userId": "u", "recipient": "a@example.org"}, "projectId"),
+    ({"userId": 7, "recipient": "a@example.org", "projectId": "p"}, "userId"),
+    ({"userId": "u", "recipient": "not-an-email", "projectId": "p"}, "email address"),
+    ({"userId": "u", "recipient": "a@b", "projectId": "p"}, "email address"),
+    ({"userId": "u", "recipient": "a@example.org", "projectId": "p\r\nBcc: x@y.z"}, "control"),
+    ({"userId": "  ", "recipient": "a@example.org", "projectId": "p"}, "userId"),
+    (["not", "an", "object"], "JSON object"),
+])
+async def test_send_validation_is_400_and_stores_nothing(api, sql, body, expected):
+    client, inbox = api
+    response = await client.post("/api/notifications/scan-failed", json=body)
+    assert response.status == 400
+    assert expected in (await response.json())["error"]
+    assert sql.value("SELECT count(*) FROM notifications") == 0 and inbox.messages == []
+
+
+async def test_invalid_json_is_400(api):
+    client, _ = api
+    response = await client.post("/api/notifications/scan-failed", data=b"{oops",
+                                 headers={"Content-Type": "application/json"})
+    assert response.status == 400 and "JSON" in (await response.json())["error"]
+
+
+async def test_unknown_type_is_404_json(api):
+    client, _ = api
+    response = await client.post("/api/notifications/party-time", json={})
+    assert response.status == 404 and "error" in await response.json()
+
+
+async def force_due(sql) -> None:
+    sql.rows("UPDATE notifications SET next_attempt_at = now() - interval '1 second' "
+             "WHERE status <> 'sent'")
+
+
+async def retry_once(settings) -> int:
+    async with open_database(settings) as db:
+        return await Notifier(db, make_mailer(settings), settings).retry_due()
+
+
+async def test_refused_delivery_is_500_failed_then_retried(api, smtp, sql, database, tmp_path):
+    client, inbox = api
+    inbox.refuse = True
+    body = {"userId": "u2", "recipient": "bob@example.org", "projectId": "p9"}
+    response = await client.post("/api/notifications/scan-failed", json=body)
+    assert response.status == 500
+    assert "retried" in (await response.json())["error"]
+    assert sql.rows("SELECT status, attempts, last_error LIKE '%%550%%' FROM notifications") == \
+        [("failed", 1, True)]
+    inbox.refuse = False
+    await force_due(sql)
+    settings = smtp_settings(database, tmp_path, smtp[1].port)
+    assert await retry_once(settings) == 1
+    assert sql.rows("SELECT status, sent_at IS NOT NULL FROM notifications") == [("sent", True)]
+    assert inbox.messages[0][1] == ["bob@example.org"]
+
+
+async def test_smtp_down_then_back(database, tmp_path, make_client, sql):
+    port = free_port()  # nothing listens here yet
+    settings = smtp_settings(database, tmp_path, port)
+    client = await make_client(settings)
+    body = {"userId": "u3", "recipient": "carol@example.org", "versionNumber": "9"}
+    response = await client.post("/api/notifications/vulsource-update", json=body)
+    assert response.status == 500
+    assert sql.value("SELECT status FROM notifications") == "failed"
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        await force_due(sql)
+        assert await retry_once(settings) == 1
+    finally:
+        controller.stop()
+    assert sql.value("SELECT status FROM notifications") == "sent"
+    assert len(inbox.messages) == 1
+
+
+async def test_retries_stop_after_max_attempts(database, tmp_path, sql):
+    settings = smtp_settings(database, tmp_path, free_port(), NOTIFICATION_MAX_ATTEMPTS="2")
+    async with open_database(settings) as db:
+        notifier = Notifier(db, make_mailer(settings), settings)
+        record = await notification_db.create(db, "u", "scan_failed", "t", "m",
+                                              "x@example.org", {})
+        assert await notifier.deliver(record) is not None
+        await force_due(sql)
+        assert await notifier.retry_due() == 0
+    assert sql.rows("SELECT status, attempts, next_attempt_at FROM notifications") == \
+        [("failed", 2, None)]
+
+
+async def test_outbox_when_no_smtp_host(database, tmp_path, make_client):
+    settings = settings_for(database, tmp_path, SERVICES="notifications")
+    client = await make_client(settings)
+    body = {"userId": "u4", "recipient": "dan@example.org", "projectId": "p1"}
+    assert (await client.post("/api/notifications/scheduled-scan-finished", json=body)).status \
+        == 200
+    files = list((tmp_path / "outbox").glob("*.eml"))
+    assert len(files) == 1
+    message = email.message_from_bytes(files[0].read_bytes())
+    assert message["To"] == "dan@example.org" and "p1" in message["Subject"]
+
+
+async def test_mark_read(api, sql):
+    client, _ = api
+    body = {"userId": "u5", "recipient": "eve@example.org", "projectId": "p"}
+    await client.post("/api/notifications/scan-failed", json=body)
+    notification_id = sql.value("SELECT id::text FROM notifications")
+    for _ in range(2):  # marking again returns it unchanged
+        response = await client.put(f"/api/notifications/{notification_id}/read")
+        assert response.status == 200
+        reply = await response.json()
+        assert reply["message"] and reply["notification"]["read"] is True
+    record = reply["notification"]
+    assert set(record) == {"id", "userId", "type", "channel", "title", "message", "status",
+                           "read", "recipient", "metadata", "createdAt", "sentAt"}
+    assert record["createdAt"].endswith("Z") and record["metadata"] == {"project_id": "p"}
+    for unknown in (str(uuid.uuid4()), "not-a-uuid"):
+        response = await client.put(f"/api/notifications/{unknown}/read")
+        assert response.status == 404 and "error" in await response.json()
+
+
+async def test_listing_pages_newest_first_with_workflow_types(api, sql):
+    client, _ = api
+    sql.rows("INSERT INTO notifications (id, user_id, type, title, message, recipient, "
+             "created_at) SELECT gen_random_uuid(), 'u6', CASE WHEN n % 5 = 0 THEN "
+             "'workflow_approval' ELSE 'scan_failed' END, 'title ' || n, 'm', 'x@example.org',"
+             " now() - n * interval '1 minute' FROM generate_series(1, 45) n")
+    url = "/api/workflow/users/u6/notifications"
+    reply = await (await client.get(url)).json()
+    assert reply["total"] == 45 and len(reply["notifications"]) == 20
+    assert reply["notifications"][0]["title"] == "title 1"  # newest first
+    assert set(reply["notifications"][0]) == {"id", "userId", "type", "read", "title", "status",
+                                              "createdAt"}
+    assert "workflow_approval" in {n["type"] for n in reply["notifications"]}
+    last = await (await client.get(url, params={"limit": "100", "offset": "40"})).json()
+    assert [n["title"] for n in last["notifications"]] == [f"title {n}" for n in range(41, 46)]
+    past_end = await client.get(url, params={"offset": "45"})
+    assert past_end.status == 200 and (await past_end.json()) == {"notifications": [],
+                                                                  "total": 45}
+    for params in ({"limit": "0"}, {"limit": "101"}, {"limit": "ten"}, {"offset": "-1"},
+                   {"limit": "1.5"}):
+        response = await client.get(url, params=params)
+        assert response.status == 400, params
+    nobody = await client.get("/api/workflow/users/nobody/notifications")
+    assert nobody.status == 404 and "error" in await nobody.json()
+
+
+async def test_bearer_token(smtp, database, tmp_path, make_client):
+    settings = smtp_settings(database, tmp_path, smtp[1].port, NOTIFICATION_API_TOKEN="s3cret")
+    client = await make_client(settings)
+    url = "/api/workflow/users/u7/notifications"
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        response = await client.get(url, headers=headers)
+        assert response.status == 401 and "token" in (await response.json())["error"]
+    response = await client.get(url, headers={"Authorization": "Bearer s3cret"})
+    assert response.status == 404  # authenticated; this user simply has none
+
+
+async def test_router_api_absent_when_only_notifications_served(api):
+    client, _ = api
+    response = await client.get("/health", headers={"X-ID": "aa:bb:cc:dd:ee:ff"})
+    assert response.status == 404
+
