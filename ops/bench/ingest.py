@@ -131,8 +131,10 @@ def start_server(location: DatabaseLocation, data_dir: Path, port: int) -> subpr
            "DB_NAME": location.name, "DB_USER": location.user,
            "DB_PASSWORD": location.password, "DATA_DIR": str(data_dir),
            "LISTEN_PORT": str(port), "DB_LOG_LEVEL": "error"}
-    server = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log_path = data_dir / "server.log"  # a file: an unread pipe would fill and stall the server
+    with log_path.open("ab") as log:
+        server = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env,
+                                  stdout=log, stderr=log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -140,7 +142,7 @@ def start_server(location: DatabaseLocation, data_dir: Path, port: int) -> subpr
             return server
         except OSError:
             if server.poll() is not None:
-                raise RuntimeError(server.stderr.read().decode())
+                raise RuntimeError(log_path.read_text()[-2000:])
             time.sleep(0.2)
     raise RuntimeError("server did not start")
 

@@ -1,0 +1,180 @@
+"""Notification benchmark against a local aiosmtpd sink.
+
+    python -m ops.bench.notifications [--sends 1000] [--concurrency 8] [--feed 100000]
+
+Runs the real server (notification API only) as a subprocess on an embedded PostgreSQL and:
+1. POSTs N notifications end to end (validate, store, deliver over SMTP, mark sent) and, as
+   reference in the same run, sends N messages straight to the same sink with aiosmtplib;
+   prints notifications/s of both, their ratio, and the POST latency p50/p99;
+2. fills one user's feed with 100,000 notifications and times listing pages over HTTP at
+   offsets spread through the feed, against the same two queries run directly with psycopg2;
+   prints listing p50/p99 of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from email.message import EmailMessage
+from pathlib import Path
+
+import aiohttp
+import aiosmtplib
+import psycopg2
+from aiosmtpd.controller import Controller
+
+from ops.bench.ingest import database_location, drop_database, free_port, start_server
+from server.db.migrate import apply_migrations, ensure_database
+
+
+class Sink:
+    async def handle_DATA(self, server, session, envelope):
+        return "250 OK"
+
+
+def quantile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] * 1000
+
+
+async def post_all(port: int, count: int, concurrency: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    remaining = list(range(count))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while remaining:
+            n = remaining.pop()
+            body = {"userId": f"user-{n % 50}", "recipient": f"user{n}@example.org",
+                    "projectId": f"project-{n}"}
+            started = time.perf_counter()
+            async with session.post(f"http://127.0.0.1:{port}/api/notifications/scan-failed",
+                                    json=body) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"{response.status}: {await response.text()}")
+            latencies.append(time.perf_counter() - started)
+
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        return time.perf_counter() - started, latencies
+
+
+async def smtp_direct(port: int, count: int, concurrency: int) -> float:
+    remaining = list(range(count))
+
+    async def worker() -> None:
+        while remaining:
+            n = remaining.pop()
+            message = EmailMessage()
+            message["From"], message["To"] = "bench@example.org", f"user{n}@example.org"
+            message["Subject"] = f"Scan failed for project project-{n}"
+            message.set_content("The scan failed.")
+            await aiosmtplib.send(message, hostname="127.0.0.1", port=port,
+                                  use_tls=False, start_tls=False)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+def fill_feed(location, user: str, count: int) -> None:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO notifications (id, user_id, type, title, message, recipient, "
+                "status, created_at) SELECT gen_random_uuid(), %s, 'scan_failed', "
+                "'Scan failed for project p' || n, 'm', 'x@example.org', 'sent', "
+                "now() - n * interval '1 second' FROM generate_series(1, %s) n", (user, count))
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("VACUUM ANALYZE notifications")
+    finally:
+        conn.close()
+
+
+async def list_http(port: int, user: str, offsets: list[int]) -> list[float]:
+    latencies = []
+    async with aiohttp.ClientSession() as session:
+        for offset in offsets:
+            started = time.perf_counter()
+            async with session.get(f"http://127.0.0.1:{port}/api/workflow/users/{user}/"
+                                   f"notifications", params={"limit": "20",
+                                                             "offset": str(offset)}) as reply:
+                await reply.read()
+                assert reply.status == 200
+            latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def list_direct(location, user: str, offsets: list[int]) -> list[float]:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    latencies = []
+    try:
+        with conn.cursor() as cur:
+            for offset in offsets:
+                started = time.perf_counter()
+                cur.execute("SELECT count(*) FROM notifications WHERE user_id = %s", (user,))
+                cur.fetchone()
+                cur.execute("SELECT id, user_id, type, read, title, status, created_at FROM "
+                            "notifications WHERE user_id = %s ORDER BY created_at DESC, id DESC "
+                            "LIMIT 20 OFFSET %s", (user, offset))
+                cur.fetchall()
+                latencies.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sends", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--feed", type=int, default=100_000)
+    parser.add_argument("--pages", type=int, default=300)
+    args = parser.parse_args()
+    sink = Controller(Sink(), hostname="127.0.0.1", port=free_port())
+    sink.start()
+    with tempfile.TemporaryDirectory() as workdir:
+        location, embedded = database_location(Path(workdir))
+        server = None
+        try:
+            ensure_database(location)
+            apply_migrations(location)
+            os.environ.update(SERVICES="notifications", SMTP_HOST="127.0.0.1",
+                              SMTP_PORT=str(sink.port), SMTP_SECURITY="none")
+            server = start_server(location, Path(workdir), port := free_port())
+            seconds, latencies = asyncio.run(post_all(port, args.sends, args.concurrency))
+            direct = asyncio.run(smtp_direct(sink.port, args.sends, args.concurrency))
+            rate, direct_rate = args.sends / seconds, args.sends / direct
+            print(f"send end to end: {rate:7.0f} notifications/s, POST p50 "
+                  f"{quantile(latencies, 50):.1f} ms, p99 {quantile(latencies, 99):.1f} ms")
+            print(f"SMTP sends alone: {direct_rate:6.0f} messages/s; ratio {rate / direct_rate:.2f}")
+            fill_feed(location, "busy-user", args.feed)
+            rng = random.Random(3)
+            offsets = [rng.choice([0, 0, 0, 20, 100, 1000, 10_000, 50_000])
+                       for _ in range(args.pages)]
+            http = asyncio.run(list_http(port, "busy-user", offsets))
+            raw = list_direct(location, "busy-user", offsets)
+            print(f"listing, {args.feed} notifications: HTTP p50 {quantile(http, 50):.1f} ms, "
+                  f"p99 {quantile(http, 99):.1f} ms; the same SQL directly p50 "
+                  f"{quantile(raw, 50):.1f} ms, p99 {quantile(raw, 99):.1f} ms")
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(30)
+            drop_database(location)
+            if embedded is not None:
+                embedded.stop()
+            sink.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
