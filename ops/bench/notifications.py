@@ -32,6 +32,7 @@ from aiosmtpd.controller import Controller
 
 from ops.bench.ingest import database_location, drop_database, free_port, start_server
 from server.db.migrate import apply_migrations, ensure_database
+from server.db.notifications import PAGE_STATEMENT
 
 
 class Sink:
@@ -122,9 +123,7 @@ def list_direct(location, user: str, offsets: list[int]) -> list[float]:
                 started = time.perf_counter()
                 cur.execute("SELECT count(*) FROM notifications WHERE user_id = %s", (user,))
                 cur.fetchone()
-                cur.execute("SELECT id, user_id, type, read, title, status, created_at FROM "
-                            "notifications WHERE user_id = %s ORDER BY created_at DESC, id DESC "
-                            "LIMIT 20 OFFSET %s", (user, offset))
+                cur.execute(PAGE_STATEMENT, {"user": user, "limit": 20, "offset": offset})
                 cur.fetchall()
                 latencies.append(time.perf_counter() - started)
     finally:

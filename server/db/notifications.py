@@ -79,6 +79,16 @@ async def mark_read(db: Database, notification_id: str) -> dict | None:
     return as_record(row) if row else None
 
 
+# The offset is walked in the feed index alone (an index-only scan), then only the page's rows
+# are read from the table: deep pages stay cheap.
+PAGE_STATEMENT = """
+SELECT n.id::text, n.user_id, n.type, n.read, n.title, n.status, n.created_at
+FROM (SELECT created_at, id FROM notifications WHERE user_id = %(user)s
+      ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s) page
+JOIN notifications n ON n.id = page.id
+ORDER BY page.created_at DESC, page.id DESC"""
+
+
 async def user_feed(db: Database, user_id: str, limit: int, offset: int
                     ) -> tuple[list[dict], int]:
     async with db.cursor() as cur:
@@ -86,10 +96,7 @@ async def user_feed(db: Database, user_id: str, limit: int, offset: int
         total = (await cur.fetchone())[0]
         if total == 0 or offset >= total:
             return [], total
-        await execute(cur, "SELECT id::text, user_id, type, read, title, status, created_at "
-                           "FROM notifications WHERE user_id = %s "
-                           "ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s",
-                      (user_id, limit, offset))
+        await execute(cur, PAGE_STATEMENT, {"user": user_id, "limit": limit, "offset": offset})
         items = []
         for row in await cur.fetchall():
             item = dict(zip(FEED_FIELDS, row))
