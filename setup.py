@@ -32,6 +32,7 @@ setup(
             "router-backend=ops.cli:main",
             "rulepreprocess=ops.rulepreprocess:main",
             "rulegen=ops.rulegen:main",
+            "routeraccessreport=ops.routeraccessreport:main",
         ],
     },
 )

@@ -12,7 +12,10 @@ import sys
 from aiohttp import web
 
 from server.app import create_app
+from ops.command import CommandError, run_command
 from server.db.lifecycle import prepare_database
+from server.jobs import run_job
+from server.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
 
 ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs "%{X-ID}i"'
@@ -49,17 +52,33 @@ def dbshell(settings: Settings, args: argparse.Namespace) -> int:
             embedded.stop()
 
 
+def retention(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the retention job once now (whatever DATA_RETENTION_ENABLED says: an operator
+    asked), exclusively with the scheduled runs."""
+    async def body(settings: Settings, db) -> int:
+        outcome = await run_job(db, "retention", lambda: run_retention(
+            db, settings.retention_days))
+        if outcome.status != "succeeded":
+            raise CommandError(outcome.error or "another retention run is in progress")
+        removed = outcome.detail["removed"]
+        print(f"retention: removed {removed['ids_events']} IDS events and "
+              f"{removed['cfm_records']} CFM records received before {outcome.detail['cutoff']}")
+        return 0
+    return run_command("router-backend retention", body, settings=settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="router-backend",
                                      description="Router IDS backend and notification service.")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="run the HTTP service (the default)")
+    commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS, now")
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
 
 
-COMMANDS = {"serve": serve, "dbshell": dbshell}
+COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,14 +21,15 @@ class CommandError(Exception):
 
 
 def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
-                log_level: int = logging.WARNING) -> int:
+                log_level: int = logging.WARNING, settings: Settings | None = None) -> int:
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        settings = load_settings()
-    except SettingsError as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    if settings is None:
+        try:
+            settings = load_settings()
+        except SettingsError as error:
+            print(f"{prog}: {error}", file=sys.stderr)
+            return EXIT_USAGE
 
     async def main() -> int:
         async with open_database(settings) as db:

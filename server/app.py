@@ -17,6 +17,7 @@ from server.identity import RouterRegistry
 from server.jobs import CronJobs
 from server.notify.mailer import make_mailer
 from server.notify.service import Notifier
+from server.retention import run_retention
 from server.settings import Settings
 from server.typedefs import DATABASE, GENERATION, NOTIFIER, ROUTER_REGISTRY, SETTINGS
 
@@ -89,6 +90,9 @@ async def jobs_context(app: web.Application) -> AsyncIterator[None]:
         return (await run_preprocess(settings, start_method="spawn")).as_detail()
 
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
+    if settings.data_retention_enabled:
+        jobs.add("retention", settings.retention_cron_schedule,
+                 lambda: run_retention(app[DATABASE], settings.retention_days))
     try:
         yield
     finally:
