@@ -13,6 +13,8 @@ from aiohttp import web
 
 from server.app import create_app
 from ops.command import CommandError, run_command
+from ops.subscriptions import add_arguments as add_subscription_arguments
+from ops.subscriptions import subscriptions
 from server.db.lifecycle import prepare_database
 from server.jobs import run_job
 from server.retention import run_retention
@@ -73,12 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="run the HTTP service (the default)")
     commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS, now")
+    add_subscription_arguments(commands.add_parser(
+        "subscriptions", help="list, add or remove router subscriptions (closed mode)"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
 
 
-COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention}
+COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention,
+            "subscriptions": subscriptions}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from server.db.pool import Database
+from server.db.pool import Database, execute
 from server.db.schema import routers
 
 
@@ -23,3 +23,29 @@ async def register(db: Database, mac: str, registered_by: str = "auto") -> bool:
 async def is_registered(db: Database, mac: str) -> bool:
     query = sa.select(sa.literal(1)).where(routers.c.mac == mac)
     return await db.fetchone(query) is not None
+
+
+async def list_subscriptions(db: Database) -> list[tuple]:
+    """(mac, registered_at, registered_by, note, last contact) for every router; the last
+    contact is its newest activation (read newest-first from the primary key)."""
+    return await db.fetchall(
+        "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, last.activated_at "
+        "FROM routers r LEFT JOIN LATERAL (SELECT activated_at FROM activations a "
+        "WHERE a.mac = r.mac ORDER BY a.id DESC LIMIT 1) last ON true ORDER BY r.mac")
+
+
+async def subscribe(db: Database, mac: str, note: str | None) -> bool:
+    """Add (or mark as operator-added) a subscription; True when the router was new."""
+    new = await register(db, mac, registered_by="operator")
+    await db.execute("UPDATE routers SET registered_by = 'operator', note = coalesce(%s, note) "
+                     "WHERE mac = %s", (note, mac))
+    return new
+
+
+async def unsubscribe(db: Database, mac: str) -> bool:
+    """Remove the router and its place in the generation queue; its telemetry stays until
+    retention removes it. False when it was not registered."""
+    async with db.transaction() as cur:
+        await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))
+        await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
+        return cur.rowcount == 1

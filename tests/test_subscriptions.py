@@ -1,0 +1,45 @@
+"""Operators manage subscriptions from the command line; closed mode follows them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import settings_for
+
+MAC = "aa:bb:cc:00:30:01"
+
+
+def command(settings, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
+           "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
+           "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir)}
+    return subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+async def test_add_list_remove_with_closed_mode(database, tmp_path, make_client, sql):
+    settings = settings_for(database, tmp_path, REGISTRATION_MODE="closed",
+                            ROUTER_CACHE_SECONDS="0")
+    client = await make_client(settings)
+    headers = {"X-ID": MAC}
+    assert (await client.get("/rules/last_updated", headers=headers)).status == 403
+
+    added = command(settings, "add", "AA-BB-CC-00-30-01", "--note", "lab router")
+    assert added.returncode == 0 and f"{MAC} subscribed" in added.stdout
+    assert sql.value("SELECT count(*) FROM generation_queue WHERE mac = %s", (MAC,)) == 1
+    assert (await client.get("/rules/last_updated", headers=headers)).status == 200
+
+    listed = command(settings, "list")
+    assert listed.returncode == 0
+    line = [l for l in listed.stdout.splitlines() if l.startswith(MAC)][0].split("\t")
+    assert line[2] == "operator" and line[3] != "never" and line[4] == "lab router"
+
+    removed = command(settings, "remove", MAC)
+    assert removed.returncode == 0
+    assert (await client.get("/rules/last_updated", headers=headers)).status == 403
+    again = command(settings, "remove", MAC)
+    assert again.returncode == 1 and "not registered" in again.stderr
+    bad = command(settings, "add", "nonsense")
+    assert bad.returncode == 1 and "not a MAC address" in bad.stderr
