@@ -91,6 +91,16 @@ def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -
     return load_settings(environ, env_file=None)
 
 
+def command_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """Environment for running an operator command (a child process) on these settings."""
+    return {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
+            "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
+            "DB_PASSWORD": settings.db_password, "DB_SSLMODE": settings.db_sslmode,
+            "DATA_DIR": str(settings.data_dir), "RULE_DATA_DIR": str(settings.rule_data_path),
+            "RULE_GENERATION_SAMPLE_COUNT": str(settings.rule_generation_sample_count),
+            **extra}
+
+
 @pytest.fixture
 def settings(database, tmp_path) -> Settings:
     return settings_for(database, tmp_path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import random
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 import pytest
+
+from tests.conftest import command_env
 
 MACS = ["aa:bb:cc:00:10:01", "aa:bb:cc:00:10:02", "aa:bb:cc:00:10:03"]
 
@@ -35,10 +36,8 @@ def activations(sql):
 
 
 def run_report(settings, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
-           "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
-           "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir)}
-    return subprocess.run([sys.executable, "-m", "ops.routeraccessreport", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "ops.routeraccessreport", *args],
+                          env=command_env(settings),
                           capture_output=True, text=True, timeout=60)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from ruledata.preprocess import preprocess
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.generation import GenerationConfig, GenerationService
-from tests.conftest import CORPUS, settings_for
+from tests.conftest import CORPUS, command_env, settings_for
 from tests.rule_archives import fixture_members, make_zip
 
 MAC = "aa:bb:cc:00:00:44"
@@ -77,12 +76,8 @@ async def publish(settings):
 
 
 def rulegen(settings, mac: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
-           "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
-           "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir),
-           "RULE_DATA_DIR": str(settings.rule_data_path),
-           "RULE_GENERATION_SAMPLE_COUNT": str(settings.rule_generation_sample_count)}
-    return subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", mac], env=env,
+    return subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", mac],
+                          env=command_env(settings),
                           capture_output=True, text=True, timeout=120)
 
 

@@ -4,7 +4,6 @@ server processes, and kills at random moments."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import subprocess
@@ -18,16 +17,14 @@ from ruledata.build import read_manifest
 from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
 from server.jobs import CronJobs
+from tests.conftest import command_env
 from tests.rule_archives import fixture_members, make_zip
 
 
-def command_env(settings, feed_dir) -> dict:
-    return {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
-            "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
-            "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir),
-            "RULE_DATA_DIR": str(settings.rule_data_path),
-            "RULE_PREPROCESS_VERSION_URL": (feed_dir / "version.txt").as_uri(),
-            "RULE_PREPROCESS_ARCHIVE_URL": (feed_dir / "archive.zip").as_uri()}
+def feed_env(settings, feed_dir) -> dict:
+    return command_env(settings,
+                       RULE_PREPROCESS_VERSION_URL=(feed_dir / "version.txt").as_uri(),
+                       RULE_PREPROCESS_ARCHIVE_URL=(feed_dir / "archive.zip").as_uri())
 
 
 def publish_feed(feed_dir, version: str, extra: dict | None = None) -> None:
@@ -44,7 +41,7 @@ def run_command(env) -> subprocess.CompletedProcess:
 def test_command_publishes_then_reports_unchanged_then_fails_clearly(settings, tmp_path):
     feed_dir = tmp_path / "feed"
     publish_feed(feed_dir, "7")
-    env = command_env(settings, feed_dir)
+    env = feed_env(settings, feed_dir)
     first = run_command(env)
     assert first.returncode == 0, first.stderr
     assert "ruleset 7 published: 14 rules" in first.stdout
@@ -73,7 +70,7 @@ def ruleset_is_whole(root) -> str:
 def test_kill_at_random_moments_leaves_a_whole_ruleset(settings, tmp_path):
     feed_dir = tmp_path / "feed"
     publish_feed(feed_dir, "100")
-    env = command_env(settings, feed_dir)
+    env = feed_env(settings, feed_dir)
     assert run_command(env).returncode == 0
     rng = random.Random(42)
     seen = set()

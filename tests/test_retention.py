@@ -4,7 +4,6 @@ loses nothing."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import orjson
 
 from server.db.lifecycle import open_database
 from server.retention import run_retention
+from tests.conftest import command_env
 
 MAC = "aa:bb:cc:00:20:01"
 
@@ -58,11 +58,8 @@ async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
 
 def test_retention_command(settings, sql):
     seed_rows(sql, "ids_events", 30, 5)
-    env = {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
-           "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
-           "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir),
-           "RETENTION_DAYS": "30"}
-    result = subprocess.run([sys.executable, "-m", "ops.cli", "retention"], env=env,
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "retention"],
+                            env=command_env(settings, RETENTION_DAYS="30"),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "removed 30 IDS events and 0 CFM records" in result.stdout

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
-from tests.conftest import settings_for
+from tests.conftest import command_env, settings_for
 
 MAC = "aa:bb:cc:00:30:01"
 
 
 def command(settings, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DB_HOST": settings.db_host, "DB_PORT": str(settings.db_port),
-           "DB_NAME": settings.db_name, "DB_USER": settings.db_user,
-           "DB_PASSWORD": settings.db_password, "DATA_DIR": str(settings.data_dir)}
-    return subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", *args],
+                          env=command_env(settings),
                           capture_output=True, text=True, timeout=60)
 
 
