@@ -6,11 +6,10 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from engine.pool import GenerationPool
 from ruledata.preprocess import run_preprocess
 from server.db.lifecycle import open_database
 from server.errors import error_middleware
-from server.generation import GenerationConfig, GenerationService
+from server.generation import GenerationConfig, GenerationService, make_pool
 from server.handlers.notifications import create_notifications_app
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
@@ -55,8 +54,8 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     service, pool = None, None
     if settings.rule_generation_enabled:
-        pool = GenerationPool(settings.rule_generation_max_concurrent,
-                              settings.rule_generation_command_timeout_seconds)
+        pool = make_pool(settings.rule_generation_max_concurrent,
+                         settings.rule_generation_command_timeout_seconds)
         service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings))
         app[GENERATION] = service
         service.start()

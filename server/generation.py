@@ -4,9 +4,10 @@ generate in the process pool, store the results.
 - A dispatcher claims due routers (never-generated first, then by due time) into a buffer of
   RULE_GENERATION_QUEUE_CAPACITY; it polls every RULE_GENERATION_POLL_SECONDS when idle and
   is woken at once when a router registers in this process.
-- RULE_GENERATION_MAX_CONCURRENT workers take routers from the buffer, renew the lease, read
-  the router's telemetry summary, generate in the pool, and store payloads and the new due
-  time in one transaction. A failure reschedules the router with backoff; the queue goes on.
+- RULE_GENERATION_MAX_CONCURRENT tasks take routers from the buffer and hand each to a pool
+  worker, which renews the lease, reads the telemetry summary, generates, and stores payloads
+  and the new due time (server/generation_worker.py). A failure reschedules the router with
+  backoff; the queue goes on.
 - Nothing is generated while no ruleset is published.
 """
 
@@ -22,10 +23,10 @@ from pathlib import Path
 
 from engine.generate import Limits
 from engine.pool import GenerationFailed, GenerationPool
-from engine.worker import GenerationJob, GenerationResult
 from ruledata.workspace import Workspace
 from server.db import generation as queue_db
 from server.db.pool import Database, DatabaseUnavailable
+from server.generation_worker import RouterGenerated, RouterTask, generate_and_store
 from server.settings import Settings
 
 log = logging.getLogger("router_backend.generation")
@@ -79,30 +80,30 @@ def owner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def make_pool(workers: int, timeout: float, start_method: str = "spawn") -> GenerationPool:
+    """The generation pool as the server uses it: workers do a router's database work too."""
+    return GenerationPool(workers, timeout, start_method, function=generate_and_store)
+
+
 async def generate_router(db: Database, pool: GenerationPool, config: GenerationConfig,
-                          me: str, mac: str) -> GenerationResult:
-    """One router, start to finish: renew (or take) the lease for `me`, read the telemetry
-    summary, generate in the pool, store. Raises NoRuleset, GenerationFailed, LeaseLost or
+                          me: str, mac: str) -> RouterGenerated:
+    """One router, start to finish, in a pool worker: renew (or take) the lease for `me`, read
+    the telemetry summary, generate, store. Raises NoRuleset, GenerationFailed, LeaseLost or
     DatabaseUnavailable; after a generation failure the router is rescheduled with backoff."""
     version_dir = config.workspace.current_version_dir()
     if version_dir is None:
         await queue_db.release(db, me, mac)
         raise NoRuleset("no ruleset published yet; run rulepreprocess")
-    summary = await queue_db.renew_and_summarise(db, me, mac, config.lease, config.window,
-                                                 config.block_severity)
+    rules_file = config.workspace.idps_rules / config.rules_filename.format(
+        mac=mac.replace(":", "-"))
+    task = RouterTask(db.location.dsn(), me, mac, str(version_dir), str(rules_file),
+                      config.lease, config.window, config.block_severity, config.interval,
+                      config.limits)
     try:
-        rules_file = config.workspace.idps_rules / config.rules_filename.format(
-            mac=mac.replace(":", "-"))
-        result = await pool.run(GenerationJob(mac, str(version_dir), str(rules_file), summary,
-                                              config.limits))
+        return await pool.run(task)
     except GenerationFailed as error:
         await queue_db.fail(db, me, mac, config.interval, str(error))
         raise
-    await queue_db.complete(db, me, mac, {"ids": (result.ids_gz, result.ids_etag),
-                                          "firewall": (result.firewall_gz,
-                                                       result.firewall_etag)},
-                            config.interval, result.seconds)
-    return result
 
 
 class GenerationService:

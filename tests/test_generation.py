@@ -19,7 +19,7 @@ from engine.worker import GenerationJob
 from ruledata.preprocess import preprocess
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
-from server.generation import GenerationConfig, GenerationService
+from server.generation import GenerationConfig, GenerationService, make_pool
 from tests.conftest import CORPUS, command_env, settings_for
 from tests.rule_archives import fixture_members, make_zip
 
@@ -191,7 +191,7 @@ async def test_two_processes_split_routers_without_overlap(fixture_settings, sql
     async with open_database(settings) as db_a, open_database(settings) as db_b:
         for mac in macs:
             await router_db.register(db_a, mac)
-        pools = [GenerationPool(1, 60) for _ in range(2)]
+        pools = [make_pool(1, 60) for _ in range(2)]
         services = [GenerationService(db, pool, config) for db, pool in zip((db_a, db_b), pools)]
         services[0]._me, services[1]._me = "process-a", "process-b"
         for service in services:

@@ -27,13 +27,12 @@ from pathlib import Path
 import orjson
 import psycopg2
 
-from engine.pool import GenerationPool
 from engine.ruleset import load_ruleset
 from ops.bench.ingest import database_location, drop_database
 from ruledata.preprocess import preprocess
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
-from server.generation import GenerationConfig, generate_router
+from server.generation import GenerationConfig, generate_router, make_pool
 from server.settings import load_settings
 
 DEFAULT_ARCHIVE = (Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"
@@ -89,7 +88,7 @@ def reset_queue(location) -> None:
 
 async def run_round(settings, macs: list[str], workers: int) -> tuple[float, list[float]]:
     config = GenerationConfig.from_settings(settings)
-    pool = GenerationPool(workers, config.timeout)
+    pool = make_pool(workers, config.timeout)
     latencies: list[float] = []
     try:
         async with open_database(settings) as db:

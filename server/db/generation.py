@@ -1,5 +1,9 @@
 """The generation queue in the database, and the telemetry summary generation reads.
 
+The queue is driven from the event loop (aiopg); a router's own reads and writes (lease
+renewal with its telemetry summary, storing its payloads) run in the generation worker that
+generates it (psycopg2), so they scale with the workers.
+
 Claims are leases: `claimed_by`/`claimed_until` set in the same statement that picks due
 routers with FOR UPDATE SKIP LOCKED. A worker renews the lease when it starts a router (and
 gives up the router if the lease was lost), and the result is written together with the queue
@@ -78,12 +82,13 @@ async def release(db: Database, me: str, mac: str) -> None:
     await db.execute(_RELEASE, {"me": me, "mac": mac})
 
 
-async def complete(db: Database, me: str, mac: str, payloads: dict[str, tuple[bytes, str]],
-                   interval: timedelta, seconds: float) -> None:
-    """Store both payloads and reschedule the router, atomically, if the lease is still ours."""
-    params = {**payload_params(mac, payloads), "me": me, "interval": interval,
-              "seconds": seconds}
-    if await db.execute(_COMPLETE, params) != 1:
+def complete(cur, me: str, mac: str, payloads: dict[str, tuple[bytes, str]],
+             interval: timedelta, seconds: float) -> None:
+    """Store both payloads and reschedule the router, atomically, if the lease is still ours.
+    Synchronous (psycopg2): it runs in the generation worker process."""
+    cur.execute(_COMPLETE, {**payload_params(mac, payloads), "me": me, "interval": interval,
+                            "seconds": seconds})
+    if cur.rowcount != 1:
         raise LeaseLost(f"lease on {mac} lost before its result was stored")
 
 
@@ -103,16 +108,15 @@ def is_external(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def renew_and_summarise(db: Database, me: str, mac: str, lease: timedelta,
-                              window: timedelta, block_severity: int) -> TelemetrySummary:
+def renew_and_summarise(cur, me: str, mac: str, lease: timedelta, window: timedelta,
+                        block_severity: int) -> TelemetrySummary:
     """Renew the lease on `mac` and read what its telemetry of the last `window` says (newest
-    first, bounded), in one round trip. LeaseLost when another process holds the router."""
-    params = {"me": me, "mac": mac, "lease": lease, "window": window,
-              "severity": block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
-              "alerts": MAX_ALERT_ENDPOINTS}
-    async with db.cursor() as cur:
-        await execute(cur, _RENEW_AND_SUMMARISE, params)
-        renewed, fired, apps, ports, alerts = await cur.fetchone()
+    first, bounded), in one round trip. LeaseLost when another process holds the router.
+    Synchronous (psycopg2): it runs in the generation worker process."""
+    cur.execute(_RENEW_AND_SUMMARISE, {
+        "me": me, "mac": mac, "lease": lease, "window": window, "severity": block_severity,
+        "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES, "alerts": MAX_ALERT_ENDPOINTS})
+    renewed, fired, apps, ports, alerts = cur.fetchone()
     if not renewed:
         raise LeaseLost(f"{mac} is held by another process")
     return TelemetrySummary(fired_sids=fired or [], app_protos=apps or [],
