@@ -19,7 +19,6 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from engine.generate import Limits
 from engine.pool import GenerationFailed, GenerationPool

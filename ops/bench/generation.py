@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
 import sys
 import tempfile
 import time
-import uuid
-from datetime import timedelta
 from pathlib import Path
 
 import orjson

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
-from server.errors import NotFound, error_response, json_response
+from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
 from server.typedefs import DATABASE, ROUTER_REGISTRY, SETTINGS
