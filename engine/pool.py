@@ -55,10 +55,6 @@ class GenerationPool:
         for worker in self._workers:
             self._free.put_nowait(worker)
 
-    @property
-    def busy(self) -> int:
-        return self.size - self._free.qsize()
-
     async def run(self, job: GenerationJob) -> GenerationResult:
         """Generate for one router in a free worker; GenerationFailed on timeout or crash."""
         worker = await self._free.get()

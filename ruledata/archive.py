@@ -9,7 +9,6 @@ paths the archive gives them (ET Open's `rules/` prefix is kept).
 
 from __future__ import annotations
 
-import shutil
 import stat
 import tarfile
 import zipfile
@@ -36,7 +35,6 @@ class Extracted:
     rule_files: list[Path]
     compromised_ips: Path | None
     classification: Path | None
-    unpacked_bytes: int
 
 
 # (name, declared size, is a directory, opener of its content)
@@ -81,7 +79,7 @@ def _tar_members(archive: tarfile.TarFile) -> Iterator[Member]:
         yield member.name, member.size, False, lambda m=member: archive.extractfile(m)
 
 
-def _copy_bounded(source: BinaryIO, target: Path, declared: int, name: str) -> int:
+def _copy_bounded(source: BinaryIO, target: Path, declared: int, name: str) -> None:
     written = 0
     with target.open("wb") as out:
         while chunk := source.read(COPY_CHUNK):
@@ -89,7 +87,6 @@ def _copy_bounded(source: BinaryIO, target: Path, declared: int, name: str) -> i
             if written > declared:
                 raise ArchiveError(f"member {name!r} is larger than it declares")
             out.write(chunk)
-    return written
 
 
 def extract_archive(archive_path: Path, target: Path, limits: Limits = Limits()) -> Extracted:
@@ -110,7 +107,7 @@ def extract_archive(archive_path: Path, target: Path, limits: Limits = Limits())
 
 def _extract(members, target: Path, limits: Limits) -> Extracted:
     declared_total, count = 0, 0
-    result = Extracted([], None, None, 0)
+    result = Extracted([], None, None)
     for name, size, is_dir, opener in members:
         count += 1
         if count > limits.max_members:
@@ -124,7 +121,7 @@ def _extract(members, target: Path, limits: Limits) -> Extracted:
         destination = target.joinpath(*relative.parts)
         destination.parent.mkdir(parents=True, exist_ok=True)
         with opener() as source:  # opened only when wanted; most members are skipped
-            result.unpacked_bytes += _copy_bounded(source, destination, size, name)
+            _copy_bounded(source, destination, size, name)
         if relative.name.endswith(".rules"):
             result.rule_files.append(destination)
         elif relative.name == "compromised-ips.txt":
@@ -136,6 +133,3 @@ def _extract(members, target: Path, limits: Limits) -> Extracted:
     result.rule_files.sort()
     return result
 
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -115,7 +115,6 @@ class GenerationService:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.generated = 0
-        self.failed = 0
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._dispatch(), name="generation-dispatch")]
@@ -125,10 +124,6 @@ class GenerationService:
     def wake(self) -> None:
         """A router just registered here: look for due routers now."""
         self._wake.set()
-
-    @property
-    def buffered(self) -> int:
-        return self._buffer.qsize()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -176,11 +171,9 @@ class GenerationService:
         except queue_db.LeaseLost:
             return  # our buffer lease ran out and another process has the router now
         except (GenerationFailed, NoRuleset, DatabaseUnavailable) as error:
-            self.failed += 1
             log.warning("generation for %s failed: %s", mac, error)
             return
         except Exception:
-            self.failed += 1
             log.exception("generation for %s failed", mac)
             return
         self.generated += 1

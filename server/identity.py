@@ -56,6 +56,3 @@ class RouterRegistry:
         if len(self._admitted_until) >= MAX_REMEMBERED:
             self._admitted_until.clear()
         self._admitted_until[mac] = until
-
-    def forget(self, mac: str) -> None:
-        self._admitted_until.pop(mac, None)

@@ -30,10 +30,6 @@ JobFunction = Callable[[], Awaitable[dict]]
 PROCESS_NAME = f"{socket.gethostname()}:{os.getpid()}"
 
 
-class JobBusy(Exception):
-    """Another process is running this job now."""
-
-
 @dataclass
 class JobOutcome:
     status: str        # succeeded, failed, skipped

@@ -11,7 +11,7 @@ from aiosmtpd.controller import Controller
 from server.db import notifications as notification_db
 from server.db.lifecycle import open_database
 from server.notify.mailer import make_mailer
-from server.notify.service import Notifier
+from server.notify.service import PENDING_GRACE, Notifier
 from tests.conftest import settings_for
 from tests.server_process import free_port
 
@@ -165,12 +165,26 @@ async def test_retries_stop_after_max_attempts(database, tmp_path, sql):
     async with open_database(settings) as db:
         notifier = Notifier(db, make_mailer(settings), settings)
         record = await notification_db.create(db, "u", "scan_failed", "t", "m",
-                                              "x@example.org", {})
+                                              "x@example.org", {}, PENDING_GRACE)
         assert await notifier.deliver(record) is not None
         await force_due(sql)
         assert await notifier.retry_due() == 0
     assert sql.rows("SELECT status, attempts, next_attempt_at FROM notifications") == \
         [("failed", 2, None)]
+
+
+async def test_pending_record_left_by_a_crash_is_delivered_later(smtp, database, tmp_path,
+                                                                 sql):
+    inbox, controller = smtp
+    settings = smtp_settings(database, tmp_path, controller.port)
+    async with open_database(settings) as db:  # stored, then the process "dies" undelivered
+        await notification_db.create(db, "u8", "scan_failed", "t", "m", "fay@example.org", {},
+                                     PENDING_GRACE)
+    assert sql.value("SELECT next_attempt_at > now() FROM notifications") is True
+    await force_due(sql)  # the grace period has passed
+    assert await retry_once(settings) == 1
+    assert sql.value("SELECT status FROM notifications") == "sent"
+    assert inbox.messages[0][1] == ["fay@example.org"]
 
 
 async def test_outbox_when_no_smtp_host(database, tmp_path, make_client):

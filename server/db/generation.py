@@ -97,11 +97,6 @@ async def fail(db: Database, me: str, mac: str, interval: timedelta, error: str)
     await db.execute(_FAIL, {"me": me, "mac": mac, "interval": interval, "error": error[:500]})
 
 
-async def queue_depth(db: Database) -> int:
-    row = await db.fetchone("SELECT count(*) FROM generation_queue WHERE next_due_at <= now()")
-    return row[0]
-
-
 @functools.lru_cache(maxsize=65536)
 def is_external(address: str) -> bool:
     ip = ipaddress.ip_address(address)

@@ -31,11 +31,15 @@ def as_record(row: tuple) -> dict:
 
 
 async def create(db: Database, user_id: str, type_: str, title: str, message: str,
-                 recipient: str, metadata: dict) -> dict:
+                 recipient: str, metadata: dict, pending_grace: timedelta) -> dict:
+    """Store a `pending` record. Its next attempt is set `pending_grace` ahead, so if this
+    process dies before delivering, the retry loop delivers it then (delivery clears it)."""
     statement = (f"INSERT INTO notifications (id, user_id, type, title, message, recipient, "
-                 f"metadata) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING {RECORD_COLUMNS}")
+                 f"metadata, next_attempt_at) VALUES (%s, %s, %s, %s, %s, %s, %s, now() + %s) "
+                 f"RETURNING {RECORD_COLUMNS}")
     row = await db.fetchone(statement, (str(uuid.uuid4()), user_id, type_, title, message,
-                                        recipient, orjson.dumps(metadata).decode()))
+                                        recipient, orjson.dumps(metadata).decode(),
+                                        pending_grace))
     return as_record(row)
 
 

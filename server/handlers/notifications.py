@@ -11,6 +11,7 @@ from aiohttp import web
 
 from server.db import notifications as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
+from server.notify.service import PENDING_GRACE
 from server.notify.texts import TYPES, NotificationType
 from server.settings import Settings
 from server.typedefs import DATABASE, NOTIFIER
@@ -53,7 +54,8 @@ def send_handler(kind: NotificationType):
         value = _string_field(body, kind.field)
         record = await notification_db.create(
             request.config_dict[DATABASE], user_id, kind.name, kind.title.format(value=value),
-            kind.message.format(value=value), recipient, {kind.metadata_key: value})
+            kind.message.format(value=value), recipient, {kind.metadata_key: value},
+            PENDING_GRACE)
         error = await request.config_dict[NOTIFIER].deliver(record)
         if error is not None:
             return json_response({"error": "email delivery failed; the notification is stored "
