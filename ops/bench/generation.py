@@ -17,7 +17,6 @@ import asyncio
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,10 +24,9 @@ import orjson
 import psycopg2
 
 from engine.ruleset import load_ruleset
-from ops.bench.ingest import database_location, drop_database
+from ops.bench.common import bench_database
 from ruledata.preprocess import preprocess
 from server.db.lifecycle import open_database
-from server.db.migrate import apply_migrations, ensure_database
 from server.generation import GenerationConfig, generate_router, make_pool
 from server.settings import load_settings
 
@@ -118,43 +116,34 @@ def main() -> int:
     if not args.archive.exists():
         print(f"archive {args.archive} not found (pass --archive)", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as workdir_name:
-        workdir = Path(workdir_name)
-        location, embedded = database_location(workdir)
-        try:
-            ensure_database(location)
-            apply_migrations(location)
-            (workdir / "version.txt").write_text("bench")
-            settings = load_settings({
-                "DB_HOST": location.host, "DB_PORT": str(location.port),
-                "DB_NAME": location.name, "DB_USER": location.user,
-                "DB_PASSWORD": location.password, "DATA_DIR": str(workdir),
-                "DB_LOG_LEVEL": "error", "RULE_PREPROCESS_ARCHIVE_URL": args.archive.as_uri(),
-                "RULE_PREPROCESS_VERSION_URL": (workdir / "version.txt").as_uri()},
-                env_file=None)
-            asyncio.run(preprocess(settings))
-            ruleset = load_ruleset((settings.rule_data_path / "current").resolve())
-            macs = [f"02:42:{n >> 24 & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:"
-                    f"{n & 255:02x}" for n in range(args.routers)]
-            fill_telemetry(location, macs, [r["sid"] for r in ruleset.rules])
-            print(f"{args.routers} routers, ruleset {ruleset.version} ({len(ruleset.rules)} "
-                  f"eligible rules), {settings.rule_generation_sample_count} rules per router, "
-                  f"{ALERTS_PER_ROUTER} alerts and {FLOWS_PER_ROUTER} flows each")
-            rates = {}
-            for workers in args.workers:
-                reset_queue(location)
-                seconds, latencies = asyncio.run(run_round(settings, macs, workers))
-                rates[workers] = len(latencies) / seconds
-                quantiles = statistics.quantiles(latencies, n=100)
-                print(f"{workers} worker(s): {rates[workers]:6.1f} routers/s, latency p50 "
-                      f"{quantiles[49] * 1000:.0f} ms, p99 {quantiles[98] * 1000:.0f} ms")
-            if len(args.workers) >= 2:
-                low, high = args.workers[0], args.workers[-1]
-                print(f"scaling {low} -> {high} workers: {rates[high] / rates[low]:.2f}x")
-        finally:
-            drop_database(location)
-            if embedded is not None:
-                embedded.stop()
+    with bench_database() as (location, workdir):
+        (workdir / "version.txt").write_text("bench")
+        settings = load_settings({
+            "DB_HOST": location.host, "DB_PORT": str(location.port),
+            "DB_NAME": location.name, "DB_USER": location.user,
+            "DB_PASSWORD": location.password, "DATA_DIR": str(workdir),
+            "DB_LOG_LEVEL": "error", "RULE_PREPROCESS_ARCHIVE_URL": args.archive.as_uri(),
+            "RULE_PREPROCESS_VERSION_URL": (workdir / "version.txt").as_uri()},
+            env_file=None)
+        asyncio.run(preprocess(settings))
+        ruleset = load_ruleset((settings.rule_data_path / "current").resolve())
+        macs = [f"02:42:{n >> 24 & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:"
+                f"{n & 255:02x}" for n in range(args.routers)]
+        fill_telemetry(location, macs, [r["sid"] for r in ruleset.rules])
+        print(f"{args.routers} routers, ruleset {ruleset.version} ({len(ruleset.rules)} "
+              f"eligible rules), {settings.rule_generation_sample_count} rules per router, "
+              f"{ALERTS_PER_ROUTER} alerts and {FLOWS_PER_ROUTER} flows each")
+        rates = {}
+        for workers in args.workers:
+            reset_queue(location)
+            seconds, latencies = asyncio.run(run_round(settings, macs, workers))
+            rates[workers] = len(latencies) / seconds
+            quantiles = statistics.quantiles(latencies, n=100)
+            print(f"{workers} worker(s): {rates[workers]:6.1f} routers/s, latency p50 "
+                  f"{quantiles[49] * 1000:.0f} ms, p99 {quantiles[98] * 1000:.0f} ms")
+        if len(args.workers) >= 2:
+            low, high = args.workers[0], args.workers[-1]
+            print(f"scaling {low} -> {high} workers: {rates[high] / rates[low]:.2f}x")
     return 0
 
 

@@ -13,13 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,9 +22,8 @@ import aiohttp
 import orjson
 import psycopg2
 
-from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from server.db.migrate import apply_migrations, ensure_database
+from ops.bench.common import bench_database, running_server
 from server.ingest.extract import EVENT_COLUMNS, event_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,48 +107,11 @@ def truncate(location: DatabaseLocation) -> None:
         conn.close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def start_server(location: DatabaseLocation, data_dir: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
-           "DB_NAME": location.name, "DB_USER": location.user,
-           "DB_PASSWORD": location.password, "DATA_DIR": str(data_dir),
-           "LISTEN_PORT": str(port), "DB_LOG_LEVEL": "error"}
-    log_path = data_dir / "server.log"  # a file: an unread pipe would fill and stall the server
-    with log_path.open("ab") as log:
-        server = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env,
-                                  stdout=log, stderr=log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return server
-        except OSError:
-            if server.poll() is not None:
-                raise RuntimeError(log_path.read_text()[-2000:])
-            time.sleep(0.2)
-    raise RuntimeError("server did not start")
-
-
-def database_location(workdir: Path) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    if os.environ.get("DB_HOST"):
-        return DatabaseLocation(os.environ["DB_HOST"], int(os.environ.get("DB_PORT", "5432")),
-                                name, os.environ.get("DB_USER", "postgres"),
-                                os.environ.get("DB_PASSWORD", ""), "prefer"), None
-    embedded = EmbeddedPostgres(workdir / "pgdata")
-    return DatabaseLocation(embedded.start(), 5432, name, "postgres", "", "disable"), embedded
 
 
 def main() -> int:
@@ -173,34 +130,22 @@ def main() -> int:
     print(f"{args.records} alert records, {megabytes:.0f} MiB of NDJSON, "
           f"{len(bodies)} requests of {args.per_request}, concurrency {args.concurrency}")
 
-    with tempfile.TemporaryDirectory() as workdir:
-        location, embedded = database_location(Path(workdir))
-        server = None
-        try:
-            ensure_database(location)
-            apply_migrations(location)
-            server = start_server(location, Path(workdir), port := free_port())
-            http_times, copy_times = [], []
-            for _ in range(args.rounds):
-                truncate(location)
-                copy_times.append(run_copy(location, copy_data))
-                truncate(location)
-                http_times.append(asyncio.run(run_http(port, bodies, args.concurrency)))
-            stored = count_rows(location)
-            if stored != args.records:
-                raise RuntimeError(f"stored {stored} rows, expected {args.records}")
-            http_rate, copy_rate = args.records / min(http_times), args.records / min(copy_times)
-            print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
-            print(f"HTTP NDJSON:     {http_rate:>10,.0f} records/s (best of {args.rounds})")
-            print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
-            print(f"server peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
-        finally:
-            if server is not None:
-                server.terminate()
-                server.wait(30)
-            drop_database(location)
-            if embedded is not None:
-                embedded.stop()
+    with bench_database() as (location, workdir), \
+            running_server(location, workdir) as (server, port):
+        http_times, copy_times = [], []
+        for _ in range(args.rounds):
+            truncate(location)
+            copy_times.append(run_copy(location, copy_data))
+            truncate(location)
+            http_times.append(asyncio.run(run_http(port, bodies, args.concurrency)))
+        stored = count_rows(location)
+        if stored != args.records:
+            raise RuntimeError(f"stored {stored} rows, expected {args.records}")
+        http_rate, copy_rate = args.records / min(http_times), args.records / min(copy_times)
+        print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
+        print(f"HTTP NDJSON:     {http_rate:>10,.0f} records/s (best of {args.rounds})")
+        print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
+        print(f"server peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
     return 0
 
 
@@ -210,16 +155,6 @@ def count_rows(location: DatabaseLocation) -> int:
         with conn.cursor() as cur:
             cur.execute("SELECT count(*) FROM ids_events")
             return cur.fetchone()[0]
-    finally:
-        conn.close()
-
-
-def drop_database(location: DatabaseLocation) -> None:
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{location.name}" WITH (FORCE)')
     finally:
         conn.close()
 

@@ -15,22 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from email.message import EmailMessage
-from pathlib import Path
 
 import aiohttp
 import aiosmtplib
 import psycopg2
 from aiosmtpd.controller import Controller
 
-from ops.bench.ingest import database_location, drop_database, free_port, start_server
-from server.db.migrate import apply_migrations, ensure_database
+from ops.bench.common import bench_database, free_port, running_server
 from server.db.notifications import PAGE_STATEMENT
 
 
@@ -139,15 +135,10 @@ def main() -> int:
     args = parser.parse_args()
     sink = Controller(Sink(), hostname="127.0.0.1", port=free_port())
     sink.start()
-    with tempfile.TemporaryDirectory() as workdir:
-        location, embedded = database_location(Path(workdir))
-        server = None
-        try:
-            ensure_database(location)
-            apply_migrations(location)
-            os.environ.update(SERVICES="notifications", SMTP_HOST="127.0.0.1",
-                              SMTP_PORT=str(sink.port), SMTP_SECURITY="none")
-            server = start_server(location, Path(workdir), port := free_port())
+    try:
+        with bench_database() as (location, workdir), running_server(
+                location, workdir, SERVICES="notifications", SMTP_HOST="127.0.0.1",
+                SMTP_PORT=str(sink.port), SMTP_SECURITY="none") as (_, port):
             seconds, latencies = asyncio.run(post_all(port, args.sends, args.concurrency))
             direct = asyncio.run(smtp_direct(sink.port, args.sends, args.concurrency))
             rate, direct_rate = args.sends / seconds, args.sends / direct
@@ -163,14 +154,8 @@ def main() -> int:
             print(f"listing, {args.feed} notifications: HTTP p50 {quantile(http, 50):.1f} ms, "
                   f"p99 {quantile(http, 99):.1f} ms; the same SQL directly p50 "
                   f"{quantile(raw, 50):.1f} ms, p99 {quantile(raw, 99):.1f} ms")
-        finally:
-            if server is not None:
-                server.terminate()
-                server.wait(30)
-            drop_database(location)
-            if embedded is not None:
-                embedded.stop()
-            sink.stop()
+    finally:
+        sink.stop()
     return 0
 
 
