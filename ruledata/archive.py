@@ -132,4 +132,3 @@ def _extract(members, target: Path, limits: Limits) -> Extracted:
         raise ArchiveError("archive contains no .rules files")
     result.rule_files.sort()
     return result
-

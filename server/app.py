@@ -11,26 +11,33 @@ from server.db.lifecycle import open_database
 from server.errors import error_middleware
 from server.generation import GenerationConfig, GenerationService, make_pool
 from server.handlers.notifications import create_notifications_app
+from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
 from server.jobs import CronJobs
+from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
 from server.notify.service import Notifier
 from server.retention import run_retention
 from server.settings import Settings
-from server.typedefs import DATABASE, GENERATION, NOTIFIER, ROUTER_REGISTRY, SETTINGS
+from server.typedefs import (DATABASE, GENERATION, METRICS, NOTIFIER, ROUTER_REGISTRY,
+                             SETTINGS)
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
 
 
 def create_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=[error_middleware(settings.db_retry_after_seconds)],
+    metrics = Metrics()
+    app = web.Application(middlewares=[request_middleware(metrics),
+                                       error_middleware(settings.db_retry_after_seconds)],
                           client_max_size=CLIENT_MAX_SIZE,
                           # Bodies are decoded by server/ingest/body.py, which caps the output.
                           handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
+    app[METRICS] = metrics
     app.cleanup_ctx.append(database_context)
+    setup_operations_routes(app)
     if "router" in settings.services:
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
@@ -56,7 +63,8 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
     if settings.rule_generation_enabled:
         pool = make_pool(settings.rule_generation_max_concurrent,
                          settings.rule_generation_command_timeout_seconds)
-        service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings))
+        service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings),
+                                    app[METRICS])
         app[GENERATION] = service
         service.start()
     app[ROUTER_REGISTRY] = RouterRegistry(
@@ -72,7 +80,7 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def notifications_context(app: web.Application) -> AsyncIterator[None]:
-    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS])
+    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS], app[METRICS])
     app[NOTIFIER] = notifier
     notifier.start()
     try:
@@ -83,7 +91,8 @@ async def notifications_context(app: web.Application) -> AsyncIterator[None]:
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    jobs = CronJobs(app[DATABASE], settings.job_retry_delay_seconds, settings.job_retry_attempts)
+    jobs = CronJobs(app[DATABASE], settings.job_retry_delay_seconds, settings.job_retry_attempts,
+                    app[METRICS])
 
     async def rule_preprocess() -> dict:
         return (await run_preprocess(settings, start_method="spawn")).as_detail()

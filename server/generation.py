@@ -26,6 +26,7 @@ from ruledata.workspace import Workspace
 from server.db import generation as queue_db
 from server.db.pool import Database, DatabaseUnavailable
 from server.generation_worker import RouterGenerated, RouterTask, generate_and_store
+from server.metrics import Metrics
 from server.settings import Settings
 
 log = logging.getLogger("router_backend.generation")
@@ -106,8 +107,10 @@ async def generate_router(db: Database, pool: GenerationPool, config: Generation
 
 
 class GenerationService:
-    def __init__(self, db: Database, pool: GenerationPool, config: GenerationConfig):
+    def __init__(self, db: Database, pool: GenerationPool, config: GenerationConfig,
+                 metrics: Metrics | None = None):
         self._db = db
+        self._metrics = metrics or Metrics()
         self._pool = pool
         self._config = config
         self._me = owner_name()
@@ -115,6 +118,10 @@ class GenerationService:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.generated = 0
+
+    @property
+    def workers(self) -> int:
+        return self._config.workers
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._dispatch(), name="generation-dispatch")]
@@ -169,14 +176,19 @@ class GenerationService:
         try:
             result = await generate_router(self._db, self._pool, self._config, self._me, mac)
         except queue_db.LeaseLost:
+            self._metrics.generations.labels("lease_lost").inc()
             return  # our buffer lease ran out and another process has the router now
         except (GenerationFailed, NoRuleset, DatabaseUnavailable) as error:
+            self._metrics.generations.labels("failed").inc()
             log.warning("generation for %s failed: %s", mac, error)
             return
         except Exception:
+            self._metrics.generations.labels("failed").inc()
             log.exception("generation for %s failed", mac)
             return
         self.generated += 1
+        self._metrics.generations.labels("succeeded").inc()
+        self._metrics.generation_seconds.observe(result.seconds)
         log.info("generated %s: %s rules (%s from its alerts), %s firewall entries in %.3fs",
                  mac, result.stats["rules"], result.stats["from_alerts"],
                  result.stats["firewall_entries"], result.seconds)

@@ -23,6 +23,7 @@ import aiocron
 
 from server.db import jobs as job_db
 from server.db.pool import Database
+from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.jobs")
 
@@ -65,8 +66,10 @@ def nearest_minute(moment: datetime) -> datetime:
 class CronJobs:
     """The server's scheduled jobs; started and stopped with the app."""
 
-    def __init__(self, db: Database, retry_delay: float, retry_attempts: int):
+    def __init__(self, db: Database, retry_delay: float, retry_attempts: int,
+                 metrics: Metrics | None = None):
         self._db = db
+        self._metrics = metrics or Metrics()
         self._retry_delay = retry_delay
         self._retry_attempts = retry_attempts
         self._crons: list[aiocron.Cron] = []
@@ -91,10 +94,13 @@ class CronJobs:
                     if not await job_db.claim_tick(self._db, name, tick, PROCESS_NAME):
                         return  # another process has this tick
                     claimed = True
-                if (await run_job(self._db, name, function)).status != "failed":
-                    return
+                status = (await run_job(self._db, name, function)).status
             except Exception as error:  # e.g. the database is away: try again later
                 log.error("job %s: tick %s not handled: %s", name, tick.isoformat(), error)
+                status = "failed"
+            self._metrics.job_runs.labels(name, status).inc()
+            if status != "failed":
+                return
 
     async def stop(self) -> None:
         for cron in self._crons:

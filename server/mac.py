@@ -2,15 +2,12 @@
 
 import re
 
-_FORMS = re.compile(
-    r"""(?:
-        (?P<colon>[0-9a-f]{2}(?::[0-9a-f]{2}){5})      # aa:bb:cc:dd:ee:ff
-      | (?P<dash>[0-9a-f]{2}(?:-[0-9a-f]{2}){5})       # aa-bb-cc-dd-ee-ff
-      | (?P<dot>[0-9a-f]{4}\.[0-9a-f]{4}\.[0-9a-f]{4})  # aabb.ccdd.eeff
-      | (?P<bare>[0-9a-f]{12})                         # aabbccddeeff
-    )""",
-    re.VERBOSE | re.IGNORECASE,
-)
+# The accepted forms, as a pattern the OpenAPI document repeats (so no inline flags).
+MAC_PATTERN = (r"[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}"              # aa:bb:cc:dd:ee:ff
+               r"|[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}"             # aa-bb-cc-dd-ee-ff
+               r"|[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}"   # aabb.ccdd.eeff
+               r"|[0-9a-fA-F]{12}")                                 # aabbccddeeff
+_FORMS = re.compile(MAC_PATTERN)
 
 
 class InvalidMac(ValueError):

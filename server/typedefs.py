@@ -5,6 +5,7 @@ from aiohttp import web
 from server.db.pool import Database
 from server.generation import GenerationService
 from server.identity import RouterRegistry
+from server.metrics import Metrics
 from server.notify.service import Notifier
 from server.settings import Settings
 
@@ -13,3 +14,4 @@ DATABASE = web.AppKey("database", Database)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)
+METRICS = web.AppKey("metrics", Metrics)

@@ -8,7 +8,10 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
 from aiohttp import web
+
+from tests.conftest import CORPUS, settings_for
 
 FIXTURE_RULES = Path(__file__).resolve().parent / "fixtures" / "ruleset"
 
@@ -86,3 +89,20 @@ class RuleFeed:
         await response.write(self.archive)
         await response.write_eof()
         return response
+
+
+def ruleset_settings(kind: str, database, tmp_path):
+    """Settings whose feed is the fixture ruleset or the ET Open corpus archive."""
+    if kind == "corpus":
+        archive = CORPUS / "et-open-2020" / "emerging.rules.zip"
+        if not archive.exists():
+            pytest.skip("corpus archive absent (../shared/corpus is optional)")
+    else:
+        archive = tmp_path / "archive.zip"
+        archive.write_bytes(make_zip(fixture_members()))
+    (tmp_path / "version.txt").write_text(kind)
+    return settings_for(database, tmp_path, RULE_DATA_DIR=str(tmp_path / "rd"),
+                        RULE_PREPROCESS_ARCHIVE_URL=archive.as_uri(),
+                        RULE_PREPROCESS_VERSION_URL=(tmp_path / "version.txt").as_uri(),
+                        RULE_GENERATION_POLL_SECONDS="1",
+                        RULE_GENERATION_SAMPLE_COUNT="550" if kind == "corpus" else "6")

@@ -20,8 +20,8 @@ from ruledata.preprocess import preprocess
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.generation import GenerationConfig, GenerationService, make_pool
-from tests.conftest import CORPUS, command_env, settings_for
-from tests.rule_archives import fixture_members, make_zip
+from tests.conftest import CORPUS, command_env
+from tests.rule_archives import ruleset_settings
 
 MAC = "aa:bb:cc:00:00:44"
 
@@ -42,23 +42,6 @@ def corpus_telemetry() -> tuple[bytes, bytes]:
                 kind = orjson.loads(line).get("event_type")
                 (alerts if kind == "alert" else flows if kind == "flow" else []).append(line)
     return b"\n".join(alerts), b"\n".join(flows)
-
-
-def ruleset_settings(kind: str, database, tmp_path):
-    """Settings whose feed is the fixture ruleset or the ET Open corpus archive."""
-    if kind == "corpus":
-        archive = CORPUS / "et-open-2020" / "emerging.rules.zip"
-        if not archive.exists():
-            pytest.skip("corpus archive absent (../shared/corpus is optional)")
-    else:
-        archive = tmp_path / "archive.zip"
-        archive.write_bytes(make_zip(fixture_members()))
-    (tmp_path / "version.txt").write_text(kind)
-    return settings_for(database, tmp_path, RULE_DATA_DIR=str(tmp_path / "rd"),
-                        RULE_PREPROCESS_ARCHIVE_URL=archive.as_uri(),
-                        RULE_PREPROCESS_VERSION_URL=(tmp_path / "version.txt").as_uri(),
-                        RULE_GENERATION_POLL_SECONDS="1",
-                        RULE_GENERATION_SAMPLE_COUNT="550" if kind == "corpus" else "6")
 
 
 @pytest.fixture(params=["fixture", "corpus"])

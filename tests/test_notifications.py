@@ -259,4 +259,3 @@ async def test_router_api_absent_when_only_notifications_served(api):
     client, _ = api
     response = await client.get("/health", headers={"X-ID": "aa:bb:cc:dd:ee:ff"})
     assert response.status == 404
-

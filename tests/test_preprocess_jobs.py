@@ -17,6 +17,7 @@ from ruledata.build import read_manifest
 from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
 from server.jobs import CronJobs
+from server.metrics import Metrics
 from tests.conftest import command_env
 from tests.rule_archives import fixture_members, make_zip
 
@@ -86,7 +87,8 @@ def test_kill_at_random_moments_leaves_a_whole_ruleset(settings, tmp_path):
         process.wait()
         seen.add(ruleset_is_whole(settings.rule_data_path))
     # Each run either never switched or switched completely; a later run finishes the job.
-    assert run_command(env).returncode == 0
+    final = run_command(env)
+    assert final.returncode == 0, final.stderr
     assert ruleset_is_whole(settings.rule_data_path) == "110"
     assert seen <= {str(v) for v in range(100, 111)}
 
@@ -118,11 +120,17 @@ async def test_failed_job_is_retried_within_the_tick(settings, sql):
             raise ConnectionError("feed unreachable")
         return {"ok": True}
 
+    metrics = Metrics()
     async with open_database(settings) as db:
-        await CronJobs(db, retry_delay=0.01, retry_attempts=3)._tick("flaky", flaky)
+        await CronJobs(db, retry_delay=0.01, retry_attempts=3, metrics=metrics)._tick("flaky",
+                                                                                     flaky)
     assert len(attempts) == 3
     assert [r[0] for r in sql.rows("SELECT status FROM job_runs ORDER BY id")] == \
         ["failed", "failed", "succeeded"]
+    runs = {outcome: metrics.registry.get_sample_value(
+        "job_runs_total", {"job": "flaky", "outcome": outcome}) for outcome in ("failed",
+                                                                               "succeeded")}
+    assert runs == {"failed": 2, "succeeded": 1}
 
 
 def test_workspace_paths_match_the_seed(tmp_path):

@@ -157,3 +157,17 @@ def _alert_endpoints(rows: list) -> list[tuple[str, int, int, int]]:
         entry[1] += count
     return [(address, sid, severity, count)
             for (address, sid), (severity, count) in endpoints.items()]
+
+
+_QUEUE_STATE = """
+SELECT count(*) FILTER (WHERE claimed_until >= now()),
+       count(*) FILTER (WHERE next_due_at <= now() AND (claimed_until IS NULL
+                                                       OR claimed_until < now())),
+       count(*)
+FROM generation_queue"""
+
+
+async def queue_state(db: Database) -> dict[str, int]:
+    """Routers being generated now, due and waiting, and in the queue at all."""
+    claimed, due, total = await db.fetchone(_QUEUE_STATE)
+    return {"claimed": claimed, "due": due, "total": total}

@@ -12,6 +12,7 @@ from engine.payloads import pack
 from server.db.pool import Database, execute
 from server.db.schema import router_rules
 
+
 def _payload_columns(kind: str) -> tuple[sa.Column, sa.Column, sa.Column]:
     return (router_rules.c[f"{kind}_payload_gz"], router_rules.c[f"{kind}_etag"],
             router_rules.c[f"{kind}_updated_at"])

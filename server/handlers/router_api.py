@@ -7,14 +7,13 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
+from server import SERVICE_VERSION
 from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
-from server.typedefs import DATABASE, ROUTER_REGISTRY, SETTINGS
-
-SERVICE_VERSION = "1.0.0"
+from server.typedefs import DATABASE, METRICS, ROUTER_REGISTRY, SETTINGS
 
 
 async def admitted_router(request: web.Request) -> str:
@@ -37,11 +36,19 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def post_events(request: web.Request) -> web.Response:
-    return json_response(await ingest_body(request, await admitted_router(request), "events"))
+    return await _ingest(request, "events")
 
 
 async def post_cfm(request: web.Request) -> web.Response:
-    return json_response(await ingest_body(request, await admitted_router(request), "cfm"))
+    return await _ingest(request, "cfm")
+
+
+async def _ingest(request: web.Request, kind: str) -> web.Response:
+    report = await ingest_body(request, await admitted_router(request), kind)
+    records = request.app[METRICS].records
+    records.labels(kind, "accepted").inc(report["accepted"])
+    records.labels(kind, "rejected").inc(report["rejected"])
+    return json_response(report)
 
 
 async def last_updated(request: web.Request) -> web.Response:

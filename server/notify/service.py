@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable
+from server.metrics import Metrics
 from server.notify.mailer import DeliveryFailed, build_message
 from server.settings import Settings
 
@@ -26,8 +27,9 @@ PENDING_GRACE = timedelta(minutes=5)  # a pending record older than this was lef
 
 
 class Notifier:
-    def __init__(self, db: Database, mailer, settings: Settings):
+    def __init__(self, db: Database, mailer, settings: Settings, metrics: Metrics | None = None):
         self._db = db
+        self._metrics = metrics or Metrics()
         self._mailer = mailer
         self._sender = settings.smtp_from
         self._base_delay = timedelta(seconds=settings.notification_retry_seconds)
@@ -41,9 +43,11 @@ class Notifier:
             await self._mailer.send(build_message(self._sender, record))
         except DeliveryFailed as error:
             log.warning("delivery of notification %s failed: %s", record["id"], error)
+            self._metrics.notifications.labels("failed").inc()
             await notification_db.mark_failed(self._db, record["id"], str(error),
                                               self._base_delay, self._max_attempts)
             return str(error)
+        self._metrics.notifications.labels("sent").inc()
         await notification_db.mark_sent(self._db, record["id"])
         return None
 

@@ -1,0 +1,38 @@
+"""Endpoints for operators and tools: Prometheus metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from server.db import generation as queue_db
+from server.db.pool import DatabaseUnavailable
+from server.errors import json_response
+from server.openapi import openapi_document
+from server.typedefs import DATABASE, GENERATION, METRICS, SETTINGS
+
+
+async def metrics(request: web.Request) -> web.Response:
+    app = request.app
+    registry = app[METRICS]
+    pool = app[DATABASE].pool
+    registry.db_pool.labels("open").set(pool.size)
+    registry.db_pool.labels("idle").set(pool.freesize)
+    registry.db_pool.labels("max").set(pool.maxsize)
+    generation = app.get(GENERATION)
+    registry.generation_workers.set(generation.workers if generation is not None else 0)
+    if "router" in app[SETTINGS].services:
+        try:
+            for state, count in (await queue_db.queue_state(app[DATABASE])).items():
+                registry.queue.labels(state).set(count)
+        except DatabaseUnavailable:
+            pass  # the request and pool figures are still worth scraping; the queue's stay stale
+    return registry.exposition()
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return json_response(openapi_document())
+
+
+def setup_routes(app: web.Application) -> None:
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)

@@ -1,0 +1,75 @@
+"""The process's Prometheus metrics, served at GET /metrics.
+
+Each server process counts for itself (a registry per app, not the library's global one);
+with several processes, Prometheus scrapes each of them. Values that live in the database
+(the generation queue) are read when scraped.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.requests = Counter("http_requests", "HTTP requests answered",
+                                ["route", "method", "status"], registry=registry)
+        self.request_seconds = Histogram("http_request_duration_seconds",
+                                         "Time to answer an HTTP request", ["route"],
+                                         buckets=DURATION_BUCKETS, registry=registry)
+        self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
+                               ["kind", "outcome"], registry=registry)
+        self.generations = Counter("rule_generations", "Per-router generations run here",
+                                   ["outcome"], registry=registry)
+        self.generation_seconds = Histogram("rule_generation_duration_seconds",
+                                            "Time to generate one router's rules",
+                                            buckets=DURATION_BUCKETS, registry=registry)
+        self.queue = Gauge("rule_generation_queue_routers", "Routers in the generation queue "
+                           "(whole database)", ["state"], registry=registry)
+        self.job_runs = Counter("job_runs", "Background job runs", ["job", "outcome"],
+                                registry=registry)
+        self.notifications = Counter("notification_deliveries", "Email delivery attempts",
+                                     ["outcome"], registry=registry)
+        self.db_pool = Gauge("db_pool_connections", "Database pool connections of this process",
+                             ["state"], registry=registry)
+        self.generation_workers = Gauge("rule_generation_workers",
+                                        "Generation worker processes of this process",
+                                        registry=registry)
+
+    def exposition(self) -> web.Response:
+        return web.Response(body=generate_latest(self.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def route_label(request: web.Request) -> str:
+    """The route's template (`/api/notifications/{notificationId}/read`), never the raw path,
+    so that labels stay few."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+def request_middleware(metrics: Metrics):
+    @web.middleware
+    async def middleware(request: web.Request, handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as error:
+            status = error.status
+            raise
+        finally:
+            route = route_label(request)
+            metrics.requests.labels(route, request.method, str(status)).inc()
+            metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+    return middleware

@@ -1,0 +1,257 @@
+"""The OpenAPI 3 document of every HTTP endpoint, served at GET /openapi.json.
+
+Built from the same constants the handlers use (the MAC forms, the notification types, the
+paging bounds), and kept true by tests/test_openapi.py, which compares it with the app's
+routes and runs schemathesis against the served document.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from server import SERVICE_VERSION
+from server.mac import MAC_PATTERN
+from server.notify.texts import TYPES
+
+EXAMPLE_MAC = "aa:bb:cc:dd:ee:ff"
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict, description: str, headers: dict | None = None) -> dict:
+    response = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _error(description: str, retry: bool = False) -> dict:
+    headers = {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}} if retry else None
+    return _json(_ref("Error"), description, headers)
+
+
+def _router_errors(*statuses: int) -> dict:
+    descriptions = {
+        400: "malformed input (X-ID not a MAC address, bad body)",
+        401: "X-ID header missing",
+        403: "router not subscribed (REGISTRATION_MODE=closed)",
+        404: "nothing there yet",
+        413: "body larger than INGEST_MAX_BODY_BYTES after decoding",
+        415: "unsupported Content-Type or Content-Encoding",
+    }
+    errors = {str(status): _error(descriptions[status]) for status in (400, 401, *statuses)}
+    errors["503"] = _error("database unreachable; safe to retry", retry=True)
+    return errors
+
+
+def _notification_errors(*statuses: int) -> dict:
+    descriptions = {400: "invalid body or query", 401: "missing or wrong bearer token",
+                    404: "not found", 500: "delivery or database failure"}
+    return {str(status): _error(descriptions[status]) for status in (401, *statuses, 500)}
+
+
+X_ID = [{"$ref": "#/components/parameters/XID"}]
+TELEMETRY_BODY = {
+    "required": True,
+    "description": "EVE records: a JSON array of objects, or one object per line; optionally "
+                   "gzip-compressed (Content-Encoding: gzip). Streamed, never buffered whole.",
+    "content": {
+        "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+        "application/x-ndjson": {"schema": {"type": "string"}},
+    },
+}
+
+
+def _telemetry(summary: str) -> dict:
+    return {"post": {
+        "summary": summary, "parameters": X_ID, "requestBody": TELEMETRY_BODY,
+        "responses": {"200": _json(_ref("IngestReport"), "stored: every accepted record"),
+                      **_router_errors(403, 413, 415)}}}
+
+
+def _rules(kind: str, schema: str) -> dict:
+    etag = {"ETag": {"description": "weak validator of the content",
+                     "schema": {"type": "string"}}}
+    return {"get": {
+        "summary": f"The router's latest {kind} payload",
+        "parameters": X_ID + [{"name": "If-None-Match", "in": "header", "required": False,
+                               "description": "ETag of the copy the router holds",
+                               "schema": {"type": "string"}}],
+        "responses": {"200": _json(_ref(schema), "the payload (gzip-encoded when accepted)",
+                                   etag),
+                      "304": {"description": "unchanged since the given ETag", "headers": etag},
+                      **_router_errors(403, 404)}}}
+
+
+def _send(kind) -> dict:
+    body_schema = {"type": "object", "required": ["userId", "recipient", kind.field],
+                   "properties": {"userId": _ref("Field"),
+                                  "recipient": {"type": "string", "format": "email",
+                                                "maxLength": 254},
+                                  kind.field: _ref("Field")}}
+    return {"post": {
+        "summary": f"Store and email a {kind.name} notification",
+        "requestBody": {"required": True,
+                        "content": {"application/json": {"schema": body_schema}}},
+        "responses": {"200": _json(_ref("Message"), f"stored and sent: {kind.reply!r}"),
+                      **_notification_errors(400)}}}
+
+
+def _paths() -> dict:
+    paths = {
+        "/health": {"get": {
+            "summary": "Service and database check; neither registers nor writes",
+            "parameters": X_ID,
+            "responses": {"200": _json(_ref("Health"), "healthy"),
+                          "400": _error("X-ID not a MAC address"),
+                          "401": _error("X-ID header missing"),
+                          "503": _json(_ref("Health"), "database unreachable",
+                                       {"Retry-After": {"$ref":
+                                                        "#/components/headers/RetryAfter"}})}}},
+        "/log/events": _telemetry("Store IDS events (EVE alert records)"),
+        "/log/cfm": _telemetry("Store flow metadata (EVE flow records)"),
+        "/rules/last_updated": {"get": {
+            "summary": "When the router's payloads last changed; records an activation",
+            "parameters": X_ID,
+            "responses": {"200": _json(_ref("LastUpdated"), "timestamps"),
+                          **_router_errors(403)}}},
+        "/rules/ids": _rules("IDS", "IdsPayload"),
+        "/rules/firewall": _rules("firewall", "FirewallPayload"),
+        "/metrics": {"get": {
+            "summary": "Prometheus metrics of this process",
+            "responses": {"200": {"description": "text exposition format",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/openapi.json": {"get": {
+            "summary": "This document",
+            "responses": {"200": _json({"type": "object"}, "the OpenAPI document")}}},
+    }
+    api = {f"/api/notifications/{kind.path}": _send(kind) for kind in TYPES}
+    api["/api/notifications/{notificationId}/read"] = {"put": {
+        "summary": "Mark a notification read (again: unchanged)",
+        "parameters": [{"name": "notificationId", "in": "path", "required": True,
+                        "schema": {"type": "string"}}],
+        "responses": {"200": _json(_ref("MarkedRead"), "the notification, read"),
+                      **_notification_errors(404)}}}
+    api["/api/workflow/users/{userId}/notifications"] = {"get": {
+        "summary": "A user's notifications, newest first",
+        "parameters": [
+            {"name": "userId", "in": "path", "required": True, "schema": {"type": "string"}},
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
+            {"name": "offset", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999,
+                        "default": 0}}],
+        "responses": {"200": _json(_ref("NotificationPage"), "one page and the user's total"),
+                      **_notification_errors(400, 404)}}}
+    for item in api.values():
+        for operation in item.values():
+            operation["security"] = [{}, {"bearer": []}]
+            operation["tags"] = ["notifications"]
+    return {**paths, **api}
+
+
+def _schemas() -> dict:
+    timestamp = {"type": "string", "format": "date-time"}
+    nullable_timestamp = {**timestamp, "nullable": True}
+    notification_fields = {
+        "id": {"type": "string", "format": "uuid"}, "userId": {"type": "string"},
+        "type": {"type": "string"}, "read": {"type": "boolean"}, "title": {"type": "string"},
+        "status": {"type": "string", "enum": ["pending", "sent", "failed"]},
+        "createdAt": timestamp}
+    full_fields = {**notification_fields, "channel": {"type": "string", "enum": ["email"]},
+                   "message": {"type": "string"}, "recipient": {"type": "string"},
+                   "metadata": {"type": "object"}, "sentAt": nullable_timestamp}
+    return {
+        "Error": {"type": "object", "required": ["error"],
+                  "properties": {"error": {"type": "string"}}},
+        "Health": {"type": "object", "required": ["status", "database"],
+                   "properties": {"status": {"type": "string", "enum": ["ok", "unavailable"]},
+                                  "database": {"type": "string"},
+                                  "version": {"type": "string"},
+                                  "error": {"type": "string"}}},
+        "IngestReport": {"type": "object", "required": ["accepted", "rejected", "errors"],
+                         "properties": {
+                             "accepted": {"type": "integer", "minimum": 0},
+                             "rejected": {"type": "integer", "minimum": 0},
+                             "errors": {"type": "array", "items": {
+                                 "type": "object", "required": ["line", "error"],
+                                 "properties": {"line": {"type": "integer", "minimum": 1},
+                                                "error": {"type": "string"}}}}}},
+        "LastUpdated": {"type": "object",
+                        "required": ["ids_updated_at", "firewall_updated_at"],
+                        "properties": {"ids_updated_at": nullable_timestamp,
+                                       "firewall_updated_at": nullable_timestamp}},
+        "IdsPayload": {"type": "object", "required": ["version", "rule_count", "rules"],
+                       "properties": {
+                           "version": {"type": "string"}, "rule_count": {"type": "integer"},
+                           "rules": {"type": "array", "items": {
+                               "type": "object",
+                               "required": ["gid", "sid", "rev", "action", "raw", "reason"],
+                               "properties": {
+                                   "gid": {"type": "integer"}, "sid": {"type": "integer"},
+                                   "rev": {"type": "integer"}, "action": {"type": "string"},
+                                   "msg": {"type": "string", "nullable": True},
+                                   "classtype": {"type": "string", "nullable": True},
+                                   "weight": {"type": "number"},
+                                   "reason": {"type": "string",
+                                              "enum": ["fired", "sampled", "flowbits"]},
+                                   "raw": {"type": "string"}}}}}},
+        "FirewallPayload": {"type": "object",
+                            "required": ["version", "entry_count", "truncated", "entries"],
+                            "properties": {
+                                "version": {"type": "string"},
+                                "entry_count": {"type": "integer"},
+                                "truncated": {"type": "boolean"},
+                                "entries": {"type": "array", "items": {
+                                    "type": "object",
+                                    "required": ["address", "family", "reasons"],
+                                    "properties": {
+                                        "address": {"type": "string"},
+                                        "family": {"type": "integer", "enum": [4, 6]},
+                                        "reasons": {"type": "array",
+                                                    "items": {"type": "string"}},
+                                        "alerts": {"type": "array",
+                                                   "items": {"type": "object"}}}}}}},
+        "Field": {"type": "string", "minLength": 1, "maxLength": 256},
+        "Message": {"type": "object", "required": ["message"],
+                    "properties": {"message": {"type": "string"}}},
+        "Notification": {"type": "object", "required": list(full_fields),
+                         "properties": full_fields},
+        "MarkedRead": {"type": "object", "required": ["message", "notification"],
+                       "properties": {"message": {"type": "string"},
+                                      "notification": _ref("Notification")}},
+        "NotificationPage": {"type": "object", "required": ["notifications", "total"],
+                             "properties": {
+                                 "total": {"type": "integer", "minimum": 0},
+                                 "notifications": {"type": "array", "items": {
+                                     "type": "object", "required": list(notification_fields),
+                                     "properties": notification_fields}}}},
+    }
+
+
+@functools.cache
+def openapi_document() -> dict:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Router IDS backend", "version": SERVICE_VERSION,
+                 "description": "Router API (telemetry in, per-router rules out) and the "
+                                "notification API under /api/. Errors are JSON "
+                                "{\"error\": \"...\"}."},
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "parameters": {"XID": {
+                "name": "X-ID", "in": "header", "required": True,
+                "description": "The router's MAC address (aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, "
+                               "aabb.ccdd.eeff or aabbccddeeff)",
+                "schema": {"type": "string", "pattern": f"^(?:{MAC_PATTERN})$"},
+                "example": EXAMPLE_MAC}},
+            "headers": {"RetryAfter": {"description": "seconds to wait before retrying",
+                                       "schema": {"type": "string"}}},
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "required when NOTIFICATION_API_TOKEN is set"}},
+        },
+    }
