@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ops import settings_doc
-from server.settings import SETTINGS, Settings, SettingsError, load_settings
+from server.settings import SETTINGS, Settings, SettingsError, load_settings, read_env_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,3 +74,12 @@ def test_readme_settings_table_is_current():
     readme = (ROOT / "README.md").read_text()
     assert settings_doc.section(readme) == settings_doc.render(), \
         "README settings table is stale: run python -m ops.settings_doc"
+
+
+def test_example_env_file_is_current_and_lists_every_default(tmp_path):
+    assert settings_doc.ENV_EXAMPLE.read_text() == settings_doc.render_env_example(), \
+        "ops/deploy/router-backend.env.example is stale: run python -m ops.settings_doc"
+    uncommented = tmp_path / "example.env"
+    uncommented.write_text("\n".join(line[1:] for line in settings_doc.ENV_EXAMPLE.read_text()
+                                     .splitlines() if re.match(r"#[A-Z_]+=", line)))
+    assert read_env_file(uncommented) == {s.name: s.default for s in SETTINGS}
