@@ -3,6 +3,7 @@ once even when several processes start together."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,7 +13,7 @@ from migrations import read_schema_migrations
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
-from tests.conftest import Sql, admin_execute
+from tests.conftest import Sql, admin_execute, settings_for
 
 
 async def test_embedded_database_started_used_and_stopped(tmp_path):
@@ -35,3 +36,15 @@ def test_concurrent_migrations_apply_once(pg_server):
     assert sorted(map(len, applied)) == [0, 0, 0, everything]
     assert Sql(location).value("SELECT count(*) FROM _yoyo_migration") == everything
     admin_execute(pg_server, f'DROP DATABASE "{location.name}" WITH (FORCE)')
+
+
+async def test_db_log_level_info_logs_statements_and_silent_logs_nothing(database, tmp_path,
+                                                                          caplog):
+    caplog.set_level(logging.DEBUG)
+    async with open_database(settings_for(database, tmp_path, DB_LOG_LEVEL="info")) as db:
+        await db.fetchone("SELECT 41 + 1")
+    assert any("SELECT 41 + 1" in r.getMessage() for r in caplog.records if r.name == "aiopg")
+    caplog.clear()
+    async with open_database(settings_for(database, tmp_path, DB_LOG_LEVEL="silent")) as db:
+        await db.fetchone("SELECT 41 + 1")
+    assert not [r for r in caplog.records if r.name in ("aiopg", "router_backend.db")]

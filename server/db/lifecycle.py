@@ -55,7 +55,8 @@ async def open_database(settings: Settings) -> AsyncIterator[Database]:
     location, embedded = await loop.run_in_executor(None, prepare_database, settings)
     try:
         database = await Database.open(location, settings.db_pool_min, settings.db_pool_max,
-                                       settings.db_timeout_seconds)
+                                       settings.db_timeout_seconds,
+                                       echo=settings.db_log_level == "info")
         try:
             yield database
         finally:

@@ -46,10 +46,11 @@ class Database:
 
     @classmethod
     async def open(cls, location: DatabaseLocation, minsize: int, maxsize: int,
-                   timeout: float) -> "Database":
+                   timeout: float, echo: bool = False) -> "Database":
+        """`echo`: aiopg logs every statement (logger `aiopg`, level INFO)."""
         pool = await aiopg.create_pool(location.dsn(), minsize=minsize, maxsize=maxsize,
                                        timeout=timeout, enable_hstore=False, enable_json=False,
-                                       enable_uuid=False)
+                                       enable_uuid=False, echo=echo)
         return cls(pool, location)
 
     async def close(self) -> None:
