@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
 from engine.worker import GenerationJob, GenerationResult, generate_for_router, warm_up
+from ruledata.lifetime import die_with_parent
 
 log = logging.getLogger("router_backend.engine")
 
@@ -30,7 +32,8 @@ class _Worker:
         self.executor = self._new()
 
     def _new(self) -> ProcessPoolExecutor:
-        executor = ProcessPoolExecutor(1, mp_context=self._context)
+        executor = ProcessPoolExecutor(1, mp_context=self._context, initializer=die_with_parent,
+                                       initargs=(os.getpid(),))
         executor.submit(warm_up)
         return executor
 

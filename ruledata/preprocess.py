@@ -25,6 +25,7 @@ from ruledata.archive import ArchiveError, Limits, extract_archive
 from ruledata.build import build_ruleset, read_manifest, write_manifest
 from ruledata.compromised import read_compromised_ips
 from ruledata.fetch import FetchError, download, fetch_version
+from ruledata.lifetime import die_with_parent
 from ruledata.workspace import Workspace
 from server.settings import Settings
 
@@ -65,7 +66,8 @@ def parse_pool(start_method: str) -> ProcessPoolExecutor:
     """Processes for parsing, one per core (at most 8). The command-line job, single-threaded,
     uses `fork` (instant start); the server, which has threads, uses `spawn`."""
     workers = max(1, min(os.cpu_count() or 1, 8))
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start_method))
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start_method),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 def _archive_name(url: str) -> str:

@@ -1,0 +1,27 @@
+"""Worker processes die with the process that started them.
+
+A pool worker left behind by a parent killed with SIGKILL would go on computing for nobody,
+and (forked) it would hold the parent's database socket open, and with it the parent's
+advisory lock, so that the next run finds the job "still running". On Linux the kernel
+kills such a worker the moment its parent dies (PR_SET_PDEATHSIG); elsewhere this does
+nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Pool initializer: `initializer=die_with_parent, initargs=(os.getpid(),)`."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
