@@ -11,10 +11,10 @@ import sys
 
 from aiohttp import web
 
-from server.app import create_app
 from ops.command import CommandError, run_command
 from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
+from server.app import create_app
 from server.db.lifecycle import prepare_database
 from server.jobs import run_job
 from server.retention import run_retention

@@ -13,8 +13,13 @@ from ops.command import EXIT_USAGE, CommandError, run_command
 from server.db import generation as queue_db
 from server.db import routers as router_db
 from server.db.pool import Database
-from server.generation import (GenerationConfig, NoRuleset, generate_router, make_pool,
-                               owner_name)
+from server.generation import (
+    GenerationConfig,
+    NoRuleset,
+    generate_router,
+    make_pool,
+    owner_name,
+)
 from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 

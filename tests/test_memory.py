@@ -6,7 +6,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.server_process import ServerProcess
+from ops.bench.common import ServerRunner
 
 MAC = "aa:bb:cc:00:00:0f"
 RECORD_PAD = "p" * 4000
@@ -23,7 +23,7 @@ def records(n_start: int, count: int) -> bytes:
 
 @pytest.mark.slow
 async def test_large_body_streams_in_flat_memory(database, tmp_path, sql):
-    server = ServerProcess(database, tmp_path, INGEST_MAX_BODY_BYTES=str(2 * BODY_MIB * 2**20),
+    server = ServerRunner(database, tmp_path, INGEST_MAX_BODY_BYTES=str(2 * BODY_MIB * 2**20),
                            DB_LOG_LEVEL="error").start()
     try:
         headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}

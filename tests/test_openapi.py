@@ -10,6 +10,7 @@ import sys
 
 from aiohttp import web
 
+from ops.bench.common import ServerRunner
 from ruledata.preprocess import preprocess
 from server.app import create_app
 from server.db import routers as router_db
@@ -17,7 +18,6 @@ from server.db.lifecycle import open_database
 from server.openapi import EXAMPLE_MAC, openapi_document
 from tests.conftest import command_env
 from tests.rule_archives import ruleset_settings
-from tests.server_process import ServerProcess
 
 TOKEN = "test-token"
 
@@ -68,7 +68,7 @@ async def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(
     generated = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", EXAMPLE_MAC],
                                env=command_env(settings), capture_output=True, timeout=120)
     assert generated.returncode == 0, generated.stderr
-    server = ServerProcess(database, tmp_path, NOTIFICATION_API_TOKEN=TOKEN,
+    server = ServerRunner(database, tmp_path, NOTIFICATION_API_TOKEN=TOKEN,
                            RULE_DATA_DIR=str(settings.rule_data_path)).start()
     try:
         run = await asyncio.to_thread(

@@ -13,8 +13,13 @@ from ruledata.archive import ArchiveError, Limits, extract_archive
 from ruledata.preprocess import PreprocessError, preprocess, run_preprocess
 from ruledata.workspace import Workspace
 from tests.conftest import settings_for
-from tests.rule_archives import (RuleFeed, fixture_members, make_tar_gz, make_zip,
-                                 zip_with_symlink)
+from tests.rule_archives import (
+    RuleFeed,
+    fixture_members,
+    make_tar_gz,
+    make_zip,
+    zip_with_symlink,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from ops import settings_doc
-from server.settings import SETTINGS, Settings, SettingsError, load_settings, read_env_file
+from server.settings import (
+    SETTINGS,
+    Settings,
+    SettingsError,
+    load_settings,
+    read_env_file,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

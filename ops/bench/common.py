@@ -52,38 +52,75 @@ def bench_database() -> Iterator[tuple[DatabaseLocation, Path]]:
                 embedded.stop()
 
 
+class ServerRunner:
+    """`python -m ops.cli serve` as a child process on a free port, which a drill can kill,
+    stop and start again on the same port."""
+
+    def __init__(self, location: DatabaseLocation, data_dir: Path, **settings: str):
+        self.port = free_port()
+        self.env = {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
+                    "DB_NAME": location.name, "DB_USER": location.user,
+                    "DB_PASSWORD": location.password, "DB_SSLMODE": location.sslmode,
+                    "DATA_DIR": str(data_dir), "LISTEN_PORT": str(self.port),
+                    "DB_LOG_LEVEL": "error", **settings}
+        # A file: an unread pipe would fill and stall the server.
+        self.log_path = data_dir / f"server-{self.port}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> "ServerRunner":
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"],
+                                            env=self.env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited: {self.log_tail()}") from None
+                time.sleep(0.05)
+        raise RuntimeError("server did not start listening")
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM, then wait for the graceful exit; returns the exit status."""
+        if self.process is None:
+            return 0
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise RuntimeError(f"server ignored SIGTERM for {timeout}s") from None
+
+    def memory_kib(self, field: str) -> int:
+        """VmRSS (current) or VmHWM (peak) resident memory of the server process."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise KeyError(field)
+
+    def log_tail(self, characters: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-characters:]
+
+
 @contextlib.contextmanager
 def running_server(location: DatabaseLocation, data_dir: Path,
                    **settings: str) -> Iterator[tuple[subprocess.Popen, int]]:
-    """`python -m ops.cli serve` on a free port; yields (process, port), stops it after."""
-    port = free_port()
-    env = {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
-           "DB_NAME": location.name, "DB_USER": location.user,
-           "DB_PASSWORD": location.password, "DATA_DIR": str(data_dir),
-           "LISTEN_PORT": str(port), "DB_LOG_LEVEL": "error", **settings}
-    log_path = data_dir / "server.log"  # a file: an unread pipe would fill and stall the server
-    with log_path.open("ab") as log:
-        server = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env,
-                                  stdout=log, stderr=log)
+    """A started ServerRunner; yields (process, port), stops it after."""
+    runner = ServerRunner(location, data_dir, **settings).start()
     try:
-        _wait_listening(server, port, log_path)
-        yield server, port
+        yield runner.process, runner.port
     finally:
-        server.terminate()
-        server.wait(30)
-
-
-def _wait_listening(server: subprocess.Popen, port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            if server.poll() is not None:
-                raise RuntimeError(log_path.read_text()[-2000:])
-            time.sleep(0.2)
-    raise RuntimeError("server did not start")
+        runner.stop()
 
 
 def _drop_database(location: DatabaseLocation) -> None:

@@ -22,8 +22,8 @@ import aiohttp
 import orjson
 import psycopg2
 
-from server.db.location import DatabaseLocation
 from ops.bench.common import bench_database, running_server
+from server.db.location import DatabaseLocation
 from server.ingest.extract import EVENT_COLUMNS, event_row
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,14 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from ops.bench.common import bench_database, running_server
-from ops.bench.ingest import copy_text, count_rows, make_lines, run_copy, run_http, truncate
+from ops.bench.ingest import (
+    copy_text,
+    count_rows,
+    make_lines,
+    run_copy,
+    run_http,
+    truncate,
+)
 from server.db.pool import Database
 from server.retention import run_retention
 
@@ -27,7 +34,6 @@ RETENTION_DAYS = 30
 
 async def ingest_during_retention(location, port: int,
                                   bodies: list[bytes]) -> tuple[float, float, dict]:
-                                                                                     dict]:
     db = await Database.open(location, 1, 4, 30)
     try:
         started = time.perf_counter()
