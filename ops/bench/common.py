@@ -123,6 +123,23 @@ def running_server(location: DatabaseLocation, data_dir: Path,
         runner.stop()
 
 
+CORPUS_RULES = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"
+
+
+def publish_corpus_ruleset(location: DatabaseLocation, workdir: Path) -> dict[str, str]:
+    """Publish the ET Open corpus archive with the real `rulepreprocess` command; returns the
+    settings under which a server generates from it."""
+    settings = {"RULE_DATA_DIR": str(workdir / "rules"),
+                "RULE_PREPROCESS_ARCHIVE_URL": (CORPUS_RULES / "emerging.rules.zip").as_uri(),
+                "RULE_PREPROCESS_VERSION_URL": (CORPUS_RULES / "version.txt").as_uri()}
+    env = {**ServerRunner(location, workdir).env, **settings}
+    result = subprocess.run([sys.executable, "-m", "ops.rulepreprocess"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"rulepreprocess failed: {result.stderr}")
+    return settings
+
+
 def _drop_database(location: DatabaseLocation) -> None:
     conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
     try:
