@@ -1,0 +1,89 @@
+"""Crash drill: kill the server with SIGKILL at random moments under fleet load, restart it,
+and check the fleet's ledger against the database.
+
+    python -m ops.bench.crash_drill [--kills 10] [--routers 50] [--seed 1]
+
+Passes when every acknowledged record is stored exactly once, no request is half stored, no
+refused request stored anything, the server never answered 500, and it served again after
+every restart. tests/test_drills.py runs a quick version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.bench.common import ServerRunner, bench_database, publish_corpus_ruleset
+from ops.bench.fleet import Fleet, Ledger, LedgerCheck, check_ledger, summary
+from server.db.location import DatabaseLocation
+
+
+@dataclass
+class DrillResult:
+    ledger: Ledger
+    check: LedgerCheck
+    kills: int
+    seconds: float
+    answered_after_last_restart: int
+
+    @property
+    def ok(self) -> bool:
+        return (self.check.ok and not self.ledger.server_errors()
+                and self.answered_after_last_restart > 0)
+
+
+def server_settings(location: DatabaseLocation, workdir: Path) -> dict[str, str]:
+    """Generation from the corpus ruleset when the corpus is there, else API only."""
+    try:
+        return publish_corpus_ruleset(location, workdir)
+    except (RuntimeError, FileNotFoundError):
+        return {"RULE_GENERATION_ENABLED": "false"}
+
+
+async def crash_drill(location: DatabaseLocation, workdir: Path, kills: int = 10,
+                      routers: int = 50, seed: int = 1, up_seconds: tuple[float, float] =
+                      (0.3, 2.0)) -> DrillResult:
+    rng = random.Random(seed)
+    server = ServerRunner(location, workdir, **server_settings(location, workdir)).start()
+    fleet = Fleet([server.url], routers, pause_seconds=0.3, request_timeout=10)
+    started = time.monotonic()
+    running = asyncio.create_task(fleet.run(seconds=3600))
+    try:
+        for _ in range(kills):
+            await asyncio.sleep(rng.uniform(*up_seconds))
+            await asyncio.to_thread(server.kill)
+            await asyncio.to_thread(server.start)
+        answered_before = sum(fleet.ledger.statuses.values())
+        await asyncio.sleep(max(up_seconds))
+        answered_after = sum(fleet.ledger.statuses.values()) - answered_before
+    finally:
+        fleet.stop()
+        ledger = await running
+        await asyncio.to_thread(server.stop)
+    return DrillResult(ledger, check_ledger(location, ledger), kills,
+                       time.monotonic() - started, answered_after)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--routers", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with bench_database() as (location, workdir):
+        result = asyncio.run(crash_drill(location, workdir, args.kills, args.routers,
+                                         args.seed))
+    print(f"{result.kills} SIGKILLs and restarts in {result.seconds:.1f}s; "
+          f"{result.answered_after_last_restart} answers after the last restart")
+    print(summary(result.ledger, result.check, result.seconds))
+    print("crash drill:", "PASSED" if result.ok else "FAILED")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
