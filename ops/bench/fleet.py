@@ -60,6 +60,7 @@ def corpus_records() -> dict[str, list[dict]]:
 class Ledger:
     """What the fleet knows of its batches: acknowledged (200), refused (an error answer: must
     be stored not at all) or unanswered (connection lost: stored whole or not at all)."""
+    macs: list[str] = field(default_factory=list)
     acknowledged: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     refused: list[tuple[str, str, list[int]]] = field(default_factory=list)
     unanswered: list[tuple[str, str, list[int]]] = field(default_factory=list)
@@ -161,6 +162,7 @@ class Fleet:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout)
         self.ledger = Ledger()
         self.routers = [Router(n + 1, _mac(first_mac + n), self) for n in range(routers)]
+        self.ledger.macs = [router.mac for router in self.routers]
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -207,14 +209,16 @@ class LedgerCheck:
 
 
 def check_ledger(location: DatabaseLocation, ledger: Ledger) -> LedgerCheck:
-    """Compare the ledger with what the database holds (read with plain psycopg2)."""
+    """Compare the ledger with what the database holds for the fleet's routers (read with
+    plain psycopg2)."""
     check = LedgerCheck()
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn.cursor() as cur:
             for kind, table in TABLES.items():
                 cur.execute(f"SELECT mac::text, (record->>'flow_id')::bigint, count(*) "
-                            f"FROM {table} GROUP BY 1, 2")
+                            f"FROM {table} WHERE mac = ANY(%s::macaddr[]) GROUP BY 1, 2",
+                            (ledger.macs,))
                 stored = {(mac, flow_id): count for mac, flow_id, count in cur.fetchall()}
                 check.stored_rows += sum(stored.values())
                 check.duplicated += sum(1 for count in stored.values() if count > 1)
