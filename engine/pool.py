@@ -37,14 +37,20 @@ class _Worker:
         executor.submit(warm_up)
         return executor
 
-    def replace(self) -> None:
+    def kill(self) -> None:
         for process in list(getattr(self.executor, "_processes", {}).values()):
             process.kill()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def replace(self) -> None:
+        self.kill()
         self.executor = self._new()
 
-    def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait: bool) -> None:
+        if wait:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+        else:
+            self.kill()
 
 
 class GenerationPool:
@@ -78,6 +84,7 @@ class GenerationPool:
         finally:
             self._free.put_nowait(worker)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers: after their current job (`wait`), or at once, killing them."""
         for worker in self._workers:
-            worker.close()
+            worker.close(wait)

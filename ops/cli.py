@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import shutil
 import subprocess
 import sys
-
-from aiohttp import web
 
 from ops.command import CommandError, run_command
 from ops.subscriptions import add_arguments as add_subscription_arguments
@@ -19,6 +18,8 @@ from server.db.lifecycle import prepare_database
 from server.jobs import run_job
 from server.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
+from server.shutdown import serve_until_stopped
+from server.typedefs import IN_FLIGHT
 
 ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs "%{X-ID}i"'
 
@@ -29,8 +30,10 @@ def configure_logging() -> None:
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
-    web.run_app(create_app(settings), host=settings.listen_host, port=settings.listen_port,
-                access_log_format=ACCESS_LOG_FORMAT, print=None, shutdown_timeout=30)
+    app = create_app(settings)
+    asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
+                                    settings.listen_port, settings.shutdown_grace_seconds,
+                                    ACCESS_LOG_FORMAT))
     return 0
 
 

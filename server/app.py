@@ -20,22 +20,24 @@ from server.notify.mailer import make_mailer
 from server.notify.service import Notifier
 from server.retention import run_retention
 from server.settings import Settings
-from server.typedefs import (DATABASE, GENERATION, METRICS, NOTIFIER, ROUTER_REGISTRY,
-                             SETTINGS)
+from server.shutdown import InFlight
+from server.typedefs import (DATABASE, GENERATION, IN_FLIGHT, METRICS, NOTIFIER,
+                             ROUTER_REGISTRY, SETTINGS)
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
 
 
 def create_app(settings: Settings) -> web.Application:
-    metrics = Metrics()
-    app = web.Application(middlewares=[request_middleware(metrics),
+    metrics, in_flight = Metrics(), InFlight()
+    app = web.Application(middlewares=[in_flight.middleware, request_middleware(metrics),
                                        error_middleware(settings.db_retry_after_seconds)],
                           client_max_size=CLIENT_MAX_SIZE,
                           # Bodies are decoded by server/ingest/body.py, which caps the output.
                           handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
     app[METRICS] = metrics
+    app[IN_FLIGHT] = in_flight
     app.cleanup_ctx.append(database_context)
     setup_operations_routes(app)
     if "router" in settings.services:
@@ -73,10 +75,11 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        finished = True
         if service is not None:
-            await service.stop()
+            finished = await service.stop(settings.shutdown_grace_seconds)
         if pool is not None:
-            pool.close()
+            pool.close(wait=finished)
 
 
 async def notifications_context(app: web.Application) -> AsyncIterator[None]:

@@ -132,16 +132,30 @@ class GenerationService:
         """A router just registered here: look for due routers now."""
         self._wake.set()
 
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        while not self._buffer.empty():  # hand buffered routers back to the other processes
-            mac = self._buffer.get_nowait()
+    async def stop(self, grace_seconds: float) -> bool:
+        """Claim nothing more, hand buffered routers back to the other processes, and let the
+        routers being generated finish, for up to `grace_seconds`. Returns False when some
+        were still running (their workers should then be killed; their leases expire)."""
+        self._tasks[0].cancel()  # the dispatcher
+        buffered = []
+        while not self._buffer.empty():
+            buffered.append(self._buffer.get_nowait())
+            self._buffer.task_done()
+        for mac in buffered:
             try:
                 await queue_db.release(self._db, self._me, mac)
             except DatabaseUnavailable:
                 break  # their leases expire by themselves
+        try:
+            await asyncio.wait_for(self._buffer.join(), grace_seconds)
+            finished = True
+        except asyncio.TimeoutError:
+            log.warning("generations still running after %ss; stopping them", grace_seconds)
+            finished = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        return finished
 
     async def _dispatch(self) -> None:
         while True:

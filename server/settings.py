@@ -102,6 +102,9 @@ SETTINGS: tuple[Setting, ...] = (
     # HTTP server
     Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
     Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
+    Setting("SHUTDOWN_GRACE_SECONDS", "30", "On SIGTERM, how long requests and generations in "
+            "progress may take to finish (new connections are refused meanwhile) before the "
+            "process exits anyway.", _integer(0)),
     Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
             "(the embedded database, the email outbox).", _path),
     Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
@@ -206,6 +209,7 @@ SETTINGS: tuple[Setting, ...] = (
 class Settings:
     listen_host: str
     listen_port: int
+    shutdown_grace_seconds: int
     data_dir: Path
     registration_mode: str
     router_cache_seconds: int

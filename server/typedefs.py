@@ -8,6 +8,7 @@ from server.identity import RouterRegistry
 from server.metrics import Metrics
 from server.notify.service import Notifier
 from server.settings import Settings
+from server.shutdown import InFlight
 
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)
@@ -15,3 +16,4 @@ ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)
 METRICS = web.AppKey("metrics", Metrics)
+IN_FLIGHT = web.AppKey("in_flight", InFlight)

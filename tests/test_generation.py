@@ -188,7 +188,7 @@ async def test_two_processes_split_routers_without_overlap(fixture_settings, sql
             await wait_for(all_generated, timeout=60)
         finally:
             for service in services:
-                await service.stop()
+                await service.stop(grace_seconds=10)
             for pool in pools:
                 pool.close()
     assert sql.value("SELECT max(generation_count) FROM generation_queue") == 1
@@ -203,11 +203,13 @@ def sleepy_generation(job):
 
 
 async def test_stuck_generation_is_stopped_and_the_others_go_on():
-    pool = GenerationPool(2, timeout_seconds=1.5, function=sleepy_generation)
+    pool = GenerationPool(2, timeout_seconds=3, function=sleepy_generation)
     try:
         def job(seconds: int) -> GenerationJob:
             return GenerationJob(f"aa:bb:cc:00:00:{seconds:02d}", "", "", TelemetrySummary(),
                                  Limits(1, 1))
+        # Both workers started first, so that only the stuck job can time out.
+        await asyncio.gather(pool.run(job(0)), pool.run(job(0)))
         results = await asyncio.gather(pool.run(job(60)), pool.run(job(0)), pool.run(job(0)),
                                        return_exceptions=True)
         assert isinstance(results[0], GenerationFailed) and "timed out" in str(results[0])

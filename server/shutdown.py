@@ -1,0 +1,74 @@
+"""Graceful shutdown: on SIGTERM, stop listening, let requests in progress finish (their bodies
+still being read), then stop the app (generations, jobs, pools).
+
+aiohttp's own shutdown stops reading from connections as soon as it starts, so a request
+whose body is still arriving would hang until the timeout and be cut off; hence the drain
+comes first, while the connections are still read normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+log = logging.getLogger("router_backend.http")
+
+
+class InFlight:
+    """Counts requests in progress; while draining, answers close their connection."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        self.count += 1
+        self._idle.clear()
+        try:
+            response = await handler(request)
+            if self.draining:
+                response.force_close()  # no further request on this connection
+            return response
+        finally:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until no request is in progress; False when some still were after timeout."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
+                              grace_seconds: float, access_log_format: str) -> None:
+    runner = web.AppRunner(app, access_log_format=access_log_format,
+                           shutdown_timeout=grace_seconds, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        log.info("serving on %s:%s", host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("stopping: refusing new connections, finishing %d requests in progress",
+                 in_flight.count)
+        await site.stop()
+        if not await in_flight.drain(grace_seconds):
+            log.warning("%d requests still in progress after %ss; cutting them off",
+                        in_flight.count, grace_seconds)
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,70 @@
+"""Quick versions of the fleet drills (ops/bench/): graceful SIGTERM, SIGKILL at random
+moments, PostgreSQL and SMTP outages. Each runs the real server process under load."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import aiohttp
+import pytest
+
+from ops.bench.common import ServerRunner
+from ops.bench.crash_drill import crash_drill
+from ops.bench.outage_drill import outage_drill
+from tests.conftest import Sql
+
+UPLOADS, LINES, LINE_DELAY = 8, 20, 0.1
+
+
+async def slow_body(number: int):
+    for line in range(LINES):
+        yield b'{"event_type": "alert", "flow_id": %d}\n' % (number * 1000 + line)
+        await asyncio.sleep(LINE_DELAY)
+
+
+async def test_sigterm_finishes_requests_in_progress_then_exits(database, tmp_path):
+    server = ServerRunner(database, tmp_path, RULE_GENERATION_ENABLED="false").start()
+    async with aiohttp.ClientSession() as session:
+        async def upload(number: int) -> int:
+            headers = {"X-ID": f"02:00:00:00:01:{number:02x}",
+                       "Content-Type": "application/x-ndjson"}
+            async with session.post(f"{server.url}/log/events", data=slow_body(number),
+                                    headers=headers) as response:
+                return (await response.json())["accepted"]
+
+        uploads = [asyncio.create_task(upload(n)) for n in range(UPLOADS)]
+        await asyncio.sleep(LINES * LINE_DELAY / 3)  # every body is a third sent
+        started = time.monotonic()
+        server.process.terminate()
+        accepted = await asyncio.gather(*uploads)
+        status = await asyncio.to_thread(server.process.wait, 30)
+    assert accepted == [LINES] * UPLOADS
+    assert status == 0 and time.monotonic() - started < 15
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+    assert Sql(database).value("SELECT count(*) FROM ids_events") == UPLOADS * LINES
+    assert "finishing 8 requests in progress" in server.log_tail()
+
+
+async def test_crash_drill_quick(database, tmp_path):
+    result = await crash_drill(database, tmp_path, kills=10, routers=20, seed=7,
+                               up_seconds=(0.2, 1.0))
+    assert result.check.ok, result.check
+    assert result.ledger.records_acknowledged > 0
+    assert not result.ledger.server_errors()
+    assert result.answered_after_last_restart > 0
+    assert result.check.stored_rows >= result.ledger.records_acknowledged
+
+
+async def test_outage_drill_quick(tmp_path):
+    result = await outage_drill(tmp_path, routers=10, down_seconds=2, sends=3)
+    statuses = {status for (path, status, _) in result.during_outage if path != "/api"}
+    assert 503 in statuses and statuses <= {200, 503}, result.during_outage
+    assert all(retry for (path, status, retry) in result.during_outage if status == 503)
+    assert result.recovery_seconds <= 5
+    assert result.ledger_ok and not result.fleet_server_errors
+    assert result.smtp_refused == result.smtp_sent == 3
+    assert result.smtp_delivered_after == 3
+    assert result.ok
