@@ -52,6 +52,21 @@ def bench_database() -> Iterator[tuple[DatabaseLocation, Path]]:
                 embedded.stop()
 
 
+def wait_listening(process: subprocess.Popen, port: int, timeout: float = 60) -> bool:
+    """Wait until something listens on the loopback port; False if `process` exited first or
+    the time ran out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            if process.poll() is not None:
+                return False
+            time.sleep(0.05)
+    return False
+
+
 class ServerRunner:
     """`python -m ops.cli serve` as a child process on a free port, which a drill can kill,
     stop and start again on the same port."""
@@ -75,16 +90,9 @@ class ServerRunner:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"],
                                             env=self.env, stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.log_tail()}") from None
-                time.sleep(0.05)
-        raise RuntimeError("server did not start listening")
+        if not wait_listening(self.process, self.port, timeout):
+            raise RuntimeError(f"server did not start listening: {self.log_tail()}")
+        return self
 
     def kill(self) -> None:
         self.process.kill()
