@@ -21,9 +21,6 @@ from server.settings import Settings, SettingsError, load_settings
 from server.shutdown import serve_until_stopped
 from server.typedefs import IN_FLIGHT
 
-ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs "%{X-ID}i"'
-
-
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -32,8 +29,7 @@ def configure_logging() -> None:
 def serve(settings: Settings, args: argparse.Namespace) -> int:
     app = create_app(settings)
     asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
-                                    settings.listen_port, settings.shutdown_grace_seconds,
-                                    ACCESS_LOG_FORMAT))
+                                    settings.listen_port, settings.shutdown_grace_seconds))
     return 0
 
 

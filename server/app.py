@@ -9,6 +9,7 @@ from aiohttp import web
 from ruledata.preprocess import run_preprocess
 from server.db.lifecycle import open_database
 from server.errors import error_middleware
+from server.etag_cache import EtagCache
 from server.generation import GenerationConfig, GenerationService, make_pool
 from server.handlers.notifications import create_notifications_app
 from server.handlers.operations import setup_routes as setup_operations_routes
@@ -21,7 +22,7 @@ from server.notify.service import Notifier
 from server.retention import run_retention
 from server.settings import Settings
 from server.shutdown import InFlight
-from server.typedefs import (DATABASE, GENERATION, IN_FLIGHT, METRICS, NOTIFIER,
+from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, METRICS, NOTIFIER,
                              ROUTER_REGISTRY, SETTINGS)
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
@@ -41,6 +42,7 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(database_context)
     setup_operations_routes(app)
     if "router" in settings.services:
+        app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
         setup_routes(app)
@@ -55,6 +57,16 @@ async def database_context(app: web.Application) -> AsyncIterator[None]:
     async with open_database(settings) as database:
         app[DATABASE] = database
         yield
+
+
+async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
+    cache = EtagCache(app[DATABASE].location, app[SETTINGS].db_timeout_seconds)
+    app[ETAG_CACHE] = cache
+    cache.start()
+    try:
+        yield
+    finally:
+        await cache.stop()
 
 
 async def generation_context(app: web.Application) -> AsyncIterator[None]:

@@ -14,6 +14,9 @@ import signal
 
 from aiohttp import web
 
+from server.access_log import BatchedAccessLogger
+from server.access_log import flush as flush_access_log
+
 log = logging.getLogger("router_backend.http")
 
 
@@ -51,8 +54,8 @@ class InFlight:
 
 
 async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
-                              grace_seconds: float, access_log_format: str) -> None:
-    runner = web.AppRunner(app, access_log_format=access_log_format,
+                              grace_seconds: float) -> None:
+    runner = web.AppRunner(app, access_log_class=BatchedAccessLogger,
                            shutdown_timeout=grace_seconds, handle_signals=False)
     await runner.setup()
     try:
@@ -72,3 +75,4 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                         in_flight.count, grace_seconds)
     finally:
         await runner.cleanup()
+        flush_access_log()

@@ -3,6 +3,7 @@
 from aiohttp import web
 
 from server.db.pool import Database
+from server.etag_cache import EtagCache
 from server.generation import GenerationService
 from server.identity import RouterRegistry
 from server.metrics import Metrics
@@ -17,3 +18,4 @@ GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
+ETAG_CACHE = web.AppKey("etag_cache", EtagCache)

@@ -45,7 +45,11 @@ async def test_sigterm_finishes_requests_in_progress_then_exits(database, tmp_pa
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
     assert Sql(database).value("SELECT count(*) FROM ids_events") == UPLOADS * LINES
-    assert "finishing 8 requests in progress" in server.log_tail()
+    log = server.log_tail(20_000)
+    assert "finishing 8 requests in progress" in log
+    # one access-log line per request, written out before the process ended
+    assert log.count('"POST /log/events HTTP/1.1" 200') == UPLOADS
+    assert '"02:00:00:00:01:07"' in log
 
 
 async def test_crash_drill_quick(database, tmp_path):

@@ -13,7 +13,7 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
-from server.typedefs import DATABASE, METRICS, ROUTER_REGISTRY, SETTINGS
+from server.typedefs import DATABASE, ETAG_CACHE, METRICS, ROUTER_REGISTRY, SETTINGS
 
 
 async def admitted_router(request: web.Request) -> str:
@@ -68,10 +68,16 @@ async def firewall_rules(request: web.Request) -> web.Response:
 async def _payload(request: web.Request, kind: str) -> web.Response:
     mac = await admitted_router(request)
     known = frozenset(tag.value for tag in request.if_none_match or ())
+    cache = request.app[ETAG_CACHE]
+    if known and (current := cache.etag(mac, kind)) is not None:
+        if current in known or "*" in known:
+            return web.Response(status=304, headers={"ETag": _etag(current)})
+    token = cache.token()
     found = await rules_db.read_payload(request.app[DATABASE], mac, kind, known)
     if found is None:
         raise NotFound(f"no {kind} rules generated for this router yet")
     etag, packed = found
+    cache.remember(mac, kind, etag, token)
     if packed is None or "*" in known:
         return web.Response(status=304, headers={"ETag": _etag(etag)})
     headers = {"ETag": _etag(etag), "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}

@@ -1,0 +1,62 @@
+"""The access log: one line per request, in the same shape as the service's other log lines,
+written in batches (one write per event-loop iteration instead of one per request).
+
+Going through `logging` for each request cost a fifth of the time of a 304 rules poll, the
+hottest path of the service; the batch costs a few microseconds per line. The lines are
+flushed before the loop handles anything else, so a crash loses at most the lines of the
+requests being answered at that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from typing import TextIO
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+
+class BatchedAccessLogger(AbstractAccessLogger):
+    """`ADDRESS "METHOD PATH HTTP/x.y" STATUS BYTES SECONDSs "X-ID"` after the usual
+    `time level logger:` prefix; honours the level set for the `aiohttp.access` logger."""
+
+    stream: TextIO = sys.stderr
+    _pending: list[str] = []
+    _second = -1
+    _stamp = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse,
+            elapsed: float) -> None:
+        version = request.version
+        line = (f'{self._timestamp()} INFO aiohttp.access: {request.remote} '
+                f'"{request.method} {request.path_qs} HTTP/{version.major}.{version.minor}" '
+                f'{response.status} {response.body_length} {elapsed:.6f}s '
+                f'"{request.headers.get("X-ID", "-")}"\n')
+        pending = BatchedAccessLogger._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(flush)
+        pending.append(line)
+
+    @staticmethod
+    def _timestamp() -> str:
+        now = time.time()
+        second = int(now)
+        if second != BatchedAccessLogger._second:
+            BatchedAccessLogger._second = second
+            BatchedAccessLogger._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        return f"{BatchedAccessLogger._stamp},{int(now % 1 * 1000):03d}"
+
+
+def flush() -> None:
+    pending = BatchedAccessLogger._pending
+    if pending:
+        BatchedAccessLogger.stream.write("".join(pending))
+        BatchedAccessLogger.stream.flush()
+        pending.clear()
