@@ -189,9 +189,10 @@ class GenerationService:
     async def _generate(self, mac: str) -> None:
         try:
             result = await generate_router(self._db, self._pool, self._config, self._me, mac)
-        except queue_db.LeaseLost:
+        except queue_db.LeaseLost:  # our lease ran out and another process has the router now
             self._metrics.generations.labels("lease_lost").inc()
-            return  # our buffer lease ran out and another process has the router now
+            log.info("generation for %s dropped: lease lost to another process", mac)
+            return
         except (GenerationFailed, NoRuleset, DatabaseUnavailable) as error:
             self._metrics.generations.labels("failed").inc()
             log.warning("generation for %s failed: %s", mac, error)

@@ -13,6 +13,7 @@ import pytest
 from ops.bench.common import ServerRunner
 from ops.bench.crash_drill import crash_drill
 from ops.bench.outage_drill import outage_drill
+from ops.bench.two_servers import two_servers
 from tests.conftest import Sql
 
 UPLOADS, LINES, LINE_DELAY = 8, 20, 0.1
@@ -72,3 +73,12 @@ async def test_outage_drill_quick(tmp_path):
     assert result.smtp_refused == result.smtp_sent == 3
     assert result.smtp_delivered_after == 3
     assert result.ok
+
+
+async def test_two_servers_share_the_fleet_quick(database, tmp_path):
+    result = await two_servers(database, tmp_path, seconds=12, routers=20)
+    assert len(result.answers_by_server) == 2 and all(result.answers_by_server)
+    assert result.leases_lost == 0
+    assert result.queue_generations == sum(result.generated_by_server) > 0
+    assert result.ledger_ok and not result.server_errors
+    assert result.ok(expect_ticks=False)

@@ -65,6 +65,7 @@ class Ledger:
     refused: list[tuple[str, str, list[int]]] = field(default_factory=list)
     unanswered: list[tuple[str, str, list[int]]] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)       # (path, status) -> count
+    answers_by_server: Counter = field(default_factory=Counter)  # base URL -> answers
     connection_errors: int = 0
     requests: int = 0
     records_acknowledged: int = 0
@@ -114,6 +115,7 @@ class Router:
             async with session.post(base + path, data=body, headers=headers) as response:
                 reply = await response.read()
                 self.fleet.ledger.statuses[(path, response.status)] += 1
+                self.fleet.ledger.answers_by_server[base] += 1
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
             self.fleet.ledger.connection_errors += 1
             self.fleet.ledger.unanswered.append((self.mac, kind, flow_ids))
@@ -134,6 +136,7 @@ class Router:
             async with session.get(base + path, headers=headers) as response:
                 await response.read()
                 self.fleet.ledger.statuses[(path, response.status)] += 1
+                self.fleet.ledger.answers_by_server[base] += 1
                 if response.status == 200 and "ETag" in response.headers:
                     self.etags[path] = response.headers["ETag"]
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
