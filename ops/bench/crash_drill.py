@@ -1,7 +1,7 @@
 """Crash drill: kill the server with SIGKILL at random moments under fleet load, restart it,
 and check the fleet's ledger against the database.
 
-    python -m ops.bench.crash_drill [--kills 10] [--routers 50] [--seed 1]
+    python -m ops.bench.crash_drill [--kills 10] [--routers 50] [--seed 1] [--up 0.3 2.0]
 
 Passes when every acknowledged record is stored exactly once, no request is half stored, no
 refused request stored anything, the server never answered 500, and it served again after
@@ -74,10 +74,12 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--routers", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--up", type=float, nargs=2, default=(0.3, 2.0),
+                        metavar=("MIN", "MAX"), help="seconds the server runs between kills")
     args = parser.parse_args()
     with bench_database() as (location, workdir):
         result = asyncio.run(crash_drill(location, workdir, args.kills, args.routers,
-                                         args.seed))
+                                         args.seed, tuple(args.up)))
     print(f"{result.kills} SIGKILLs and restarts in {result.seconds:.1f}s; "
           f"{result.answered_after_last_restart} answers after the last restart")
     print(summary(result.ledger, result.check, result.seconds))
