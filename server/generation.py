@@ -65,11 +65,14 @@ class GenerationConfig:
         """Long enough for a generation and its database work; renewed per router."""
         return timedelta(seconds=self.timeout + 60)
 
-    @property
-    def buffer_lease(self) -> timedelta:
-        """A buffered router waits for the routers ahead of it before its lease is renewed."""
-        rounds = self.capacity / self.workers + 1
-        return timedelta(seconds=(self.timeout + 60) * rounds)
+
+
+# A router waiting in a process's buffer is claimed for BUFFER_LEASE, and the process renews
+# all its claims every RENEW_SECONDS while it lives; so the claims of a process that died
+# (SIGKILL, power loss) expire within a minute and other processes take those routers over.
+# (A router being generated holds its own lease, `lease` above, renewed when it starts.)
+BUFFER_LEASE = timedelta(seconds=60)
+RENEW_SECONDS = 20
 
 
 class NoRuleset(Exception):
@@ -124,7 +127,8 @@ class GenerationService:
         return self._config.workers
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._dispatch(), name="generation-dispatch")]
+        self._tasks = [asyncio.create_task(self._dispatch(), name="generation-dispatch"),
+                       asyncio.create_task(self._renew(), name="generation-renew")]
         self._tasks += [asyncio.create_task(self._work(), name=f"generation-worker-{n}")
                         for n in range(self._config.workers)]
 
@@ -164,7 +168,7 @@ class GenerationService:
             try:
                 if free > 0 and self._config.workspace.current_version_dir() is not None:
                     for mac in await queue_db.claim_due(self._db, self._me, free,
-                                                        self._config.buffer_lease):
+                                                        BUFFER_LEASE):
                         self._buffer.put_nowait(mac)
                         claimed += 1
             except DatabaseUnavailable as error:
@@ -177,6 +181,14 @@ class GenerationService:
                 await asyncio.wait_for(self._wake.wait(), self._config.poll_seconds)
             except asyncio.TimeoutError:
                 pass
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_SECONDS)
+            try:
+                await queue_db.renew_claims(self._db, self._me, BUFFER_LEASE)
+            except DatabaseUnavailable as error:
+                log.warning("generation queue: claims not renewed (%s)", error)
 
     async def _work(self) -> None:
         while True:

@@ -17,9 +17,15 @@ from engine.pool import GenerationFailed, GenerationPool
 from engine.ruleset import FLOWBIT_CHECKS, FLOWBIT_SETS
 from engine.worker import GenerationJob
 from ruledata.preprocess import preprocess
+from server.db import generation as queue_db
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
-from server.generation import GenerationConfig, GenerationService, make_pool
+from server.generation import (
+    BUFFER_LEASE,
+    GenerationConfig,
+    GenerationService,
+    make_pool,
+)
 from tests.conftest import CORPUS, command_env
 from tests.rule_archives import ruleset_settings
 
@@ -217,3 +223,22 @@ async def test_stuck_generation_is_stopped_and_the_others_go_on():
         assert await pool.run(job(0)) == "aa:bb:cc:00:00:00"  # the replaced worker serves
     finally:
         pool.close()
+
+
+async def test_claims_are_short_renewed_while_alive_and_free_after_a_crash(settings, sql):
+    def seconds_left() -> float:
+        return float(sql.value("SELECT extract(epoch FROM claimed_until - now()) "
+                               "FROM generation_queue"))
+
+    async with open_database(settings) as db:
+        await router_db.register(db, "aa:bb:cc:00:01:01")
+        assert await queue_db.claim_due(db, "a", 10, BUFFER_LEASE) == ["aa:bb:cc:00:01:01"]
+        assert 50 < seconds_left() <= 60
+        sql.rows("UPDATE generation_queue SET claimed_until = now() + interval '5 seconds'")
+        assert await queue_db.renew_claims(db, "a", BUFFER_LEASE) == 1
+        assert seconds_left() > 50
+        assert await queue_db.renew_claims(db, "b", BUFFER_LEASE) == 0  # only one's own
+        # "a" died: nobody renews, the claim runs out and another process takes the router
+        sql.rows("UPDATE generation_queue SET claimed_until = now() - interval '1 second'")
+        assert await queue_db.renew_claims(db, "a", BUFFER_LEASE) == 0  # not revived
+        assert await queue_db.claim_due(db, "b", 10, BUFFER_LEASE) == ["aa:bb:cc:00:01:01"]

@@ -39,6 +39,11 @@ UPDATE generation_queue SET claimed_by = %(me)s, claimed_until = now() + %(lease
 WHERE mac = %(mac)s AND (claimed_until IS NULL OR claimed_until < now() OR claimed_by = %(me)s)
 RETURNING mac"""
 
+# Keep a living process's claims alive; never shortens a lease, never revives an expired one.
+_RENEW = """
+UPDATE generation_queue SET claimed_until = greatest(claimed_until, now() + %(lease)s)
+WHERE claimed_by = %(me)s AND claimed_until >= now()"""
+
 _RELEASE = """
 UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL
 WHERE mac = %(mac)s AND claimed_by = %(me)s"""
@@ -76,6 +81,10 @@ async def claim_router(db: Database, me: str, mac: str, lease: timedelta) -> boo
     async with db.cursor() as cur:
         await execute(cur, _CLAIM_ONE, {"me": me, "mac": mac, "lease": lease})
         return await cur.fetchone() is not None
+
+
+async def renew_claims(db: Database, me: str, lease: timedelta) -> int:
+    return await db.execute(_RENEW, {"me": me, "lease": lease})
 
 
 async def release(db: Database, me: str, mac: str) -> None:

@@ -1,0 +1,1 @@
+DROP INDEX generation_queue_claimed_idx;
