@@ -39,7 +39,7 @@ async def generate_now(settings: Settings, db: Database, mac: str) -> int:
     started = time.perf_counter()
     pool = make_pool(1, config.timeout, start_method="fork")
     try:
-        result = await generate_router(db, pool, config, me, mac)
+        result = await generate_router(db, pool, config, me, mac, config.lease)
     except (GenerationFailed, NoRuleset, queue_db.LeaseLost) as error:
         raise CommandError(f"generation for {mac} failed: {error}") from None
     finally:

@@ -62,16 +62,15 @@ class GenerationConfig:
 
     @property
     def lease(self) -> timedelta:
-        """Long enough for a generation and its database work; renewed per router."""
+        """For a one-off generation that nobody renews (rulegen): outlasts the timeout."""
         return timedelta(seconds=self.timeout + 60)
 
 
-
-# A router waiting in a process's buffer is claimed for BUFFER_LEASE, and the process renews
-# all its claims every RENEW_SECONDS while it lives; so the claims of a process that died
-# (SIGKILL, power loss) expire within a minute and other processes take those routers over.
-# (A router being generated holds its own lease, `lease` above, renewed when it starts.)
-BUFFER_LEASE = timedelta(seconds=60)
+# The server claims a router (waiting in its buffer, or being generated) for CLAIM_LEASE and
+# renews all its claims every RENEW_SECONDS while it lives; so the claims of a process that
+# died (SIGKILL, power loss) run out within a minute and other processes take those routers
+# over.
+CLAIM_LEASE = timedelta(seconds=60)
 RENEW_SECONDS = 20
 
 
@@ -89,7 +88,7 @@ def make_pool(workers: int, timeout: float, start_method: str = "spawn") -> Gene
 
 
 async def generate_router(db: Database, pool: GenerationPool, config: GenerationConfig,
-                          me: str, mac: str) -> RouterGenerated:
+                          me: str, mac: str, lease: timedelta) -> RouterGenerated:
     """One router, start to finish, in a pool worker: renew (or take) the lease for `me`, read
     the telemetry summary, generate, store. Raises NoRuleset, GenerationFailed, LeaseLost or
     DatabaseUnavailable; after a generation failure the router is rescheduled with backoff."""
@@ -100,7 +99,7 @@ async def generate_router(db: Database, pool: GenerationPool, config: Generation
     rules_file = config.workspace.idps_rules / config.rules_filename.format(
         mac=mac.replace(":", "-"))
     task = RouterTask(db.location.dsn(), me, mac, str(version_dir), str(rules_file),
-                      config.lease, config.window, config.block_severity, config.interval,
+                      lease, config.window, config.block_severity, config.interval,
                       config.limits)
     try:
         return await pool.run(task)
@@ -168,7 +167,7 @@ class GenerationService:
             try:
                 if free > 0 and self._config.workspace.current_version_dir() is not None:
                     for mac in await queue_db.claim_due(self._db, self._me, free,
-                                                        BUFFER_LEASE):
+                                                        CLAIM_LEASE):
                         self._buffer.put_nowait(mac)
                         claimed += 1
             except DatabaseUnavailable as error:
@@ -186,7 +185,7 @@ class GenerationService:
         while True:
             await asyncio.sleep(RENEW_SECONDS)
             try:
-                await queue_db.renew_claims(self._db, self._me, BUFFER_LEASE)
+                await queue_db.renew_claims(self._db, self._me, CLAIM_LEASE)
             except DatabaseUnavailable as error:
                 log.warning("generation queue: claims not renewed (%s)", error)
 
@@ -200,7 +199,8 @@ class GenerationService:
 
     async def _generate(self, mac: str) -> None:
         try:
-            result = await generate_router(self._db, self._pool, self._config, self._me, mac)
+            result = await generate_router(self._db, self._pool, self._config, self._me, mac,
+                                           CLAIM_LEASE)
         except queue_db.LeaseLost:  # our lease ran out and another process has the router now
             self._metrics.generations.labels("lease_lost").inc()
             log.info("generation for %s dropped: lease lost to another process", mac)

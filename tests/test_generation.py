@@ -21,7 +21,7 @@ from server.db import generation as queue_db
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.generation import (
-    BUFFER_LEASE,
+    CLAIM_LEASE,
     GenerationConfig,
     GenerationService,
     make_pool,
@@ -232,13 +232,13 @@ async def test_claims_are_short_renewed_while_alive_and_free_after_a_crash(setti
 
     async with open_database(settings) as db:
         await router_db.register(db, "aa:bb:cc:00:01:01")
-        assert await queue_db.claim_due(db, "a", 10, BUFFER_LEASE) == ["aa:bb:cc:00:01:01"]
+        assert await queue_db.claim_due(db, "a", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
         assert 50 < seconds_left() <= 60
         sql.rows("UPDATE generation_queue SET claimed_until = now() + interval '5 seconds'")
-        assert await queue_db.renew_claims(db, "a", BUFFER_LEASE) == 1
+        assert await queue_db.renew_claims(db, "a", CLAIM_LEASE) == 1
         assert seconds_left() > 50
-        assert await queue_db.renew_claims(db, "b", BUFFER_LEASE) == 0  # only one's own
+        assert await queue_db.renew_claims(db, "b", CLAIM_LEASE) == 0  # only one's own
         # "a" died: nobody renews, the claim runs out and another process takes the router
         sql.rows("UPDATE generation_queue SET claimed_until = now() - interval '1 second'")
-        assert await queue_db.renew_claims(db, "a", BUFFER_LEASE) == 0  # not revived
-        assert await queue_db.claim_due(db, "b", 10, BUFFER_LEASE) == ["aa:bb:cc:00:01:01"]
+        assert await queue_db.renew_claims(db, "a", CLAIM_LEASE) == 0  # not revived
+        assert await queue_db.claim_due(db, "b", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]

@@ -18,9 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg2
+
 from ops.bench.common import ServerRunner, bench_database, publish_corpus_ruleset
 from ops.bench.fleet import Fleet, Ledger, LedgerCheck, check_ledger, summary
 from server.db.location import DatabaseLocation
+from server.generation import CLAIM_LEASE
 
 
 @dataclass
@@ -30,11 +33,14 @@ class DrillResult:
     kills: int
     seconds: float
     answered_after_last_restart: int
+    # seconds after the last restart until every router had payloads (None: not awaited)
+    all_generated_after: float | None = None
 
     @property
     def ok(self) -> bool:
         return (self.check.ok and not self.ledger.server_errors()
-                and self.answered_after_last_restart > 0)
+                and self.answered_after_last_restart > 0
+                and self.all_generated_after != float("inf"))
 
 
 def server_settings(location: DatabaseLocation, workdir: Path) -> dict[str, str]:
@@ -45,11 +51,36 @@ def server_settings(location: DatabaseLocation, workdir: Path) -> dict[str, str]
         return {"RULE_GENERATION_ENABLED": "false"}
 
 
+def routers_with_payloads(location: DatabaseLocation, macs: list[str]) -> int:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM router_rules WHERE mac = ANY(%s::macaddr[]) "
+                        "AND ids_payload_gz IS NOT NULL", (macs,))
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+async def await_payloads(location: DatabaseLocation, macs: list[str], timeout: float) -> float:
+    """Seconds until every router has payloads; infinity when the timeout passes first."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if await asyncio.to_thread(routers_with_payloads, location, macs) == len(macs):
+            return time.monotonic() - started
+        await asyncio.sleep(1)
+    return float("inf")
+
+
 async def crash_drill(location: DatabaseLocation, workdir: Path, kills: int = 10,
                       routers: int = 50, seed: int = 1, up_seconds: tuple[float, float] =
-                      (0.3, 2.0)) -> DrillResult:
+                      (0.3, 2.0), generation_timeout: float | None = None) -> DrillResult:
+    """With `generation_timeout`, also wait after the last restart until every router has its
+    payloads: claims held by the killed processes must run out and be taken over."""
     rng = random.Random(seed)
-    server = ServerRunner(location, workdir, **server_settings(location, workdir)).start()
+    settings = server_settings(location, workdir)
+    generating = settings.get("RULE_GENERATION_ENABLED") != "false"
+    server = ServerRunner(location, workdir, **settings).start()
     fleet = Fleet([server.url], routers, pause_seconds=0.3, request_timeout=10)
     started = time.monotonic()
     running = asyncio.create_task(fleet.run(seconds=3600))
@@ -61,12 +92,16 @@ async def crash_drill(location: DatabaseLocation, workdir: Path, kills: int = 10
         answered_before = sum(fleet.ledger.statuses.values())
         await asyncio.sleep(max(up_seconds))
         answered_after = sum(fleet.ledger.statuses.values()) - answered_before
+        all_generated = None
+        if generation_timeout is not None and generating:
+            all_generated = await await_payloads(location, fleet.ledger.macs,
+                                                 generation_timeout)
     finally:
         fleet.stop()
         ledger = await running
         await asyncio.to_thread(server.stop)
     return DrillResult(ledger, check_ledger(location, ledger), kills,
-                       time.monotonic() - started, answered_after)
+                       time.monotonic() - started, answered_after, all_generated)
 
 
 def main() -> int:
@@ -76,12 +111,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--up", type=float, nargs=2, default=(0.3, 2.0),
                         metavar=("MIN", "MAX"), help="seconds the server runs between kills")
+    parser.add_argument("--generation-timeout", type=float, default=180,
+                        help="seconds allowed after the last restart for every router to get "
+                             "its payloads (0: do not wait)")
     args = parser.parse_args()
     with bench_database() as (location, workdir):
         result = asyncio.run(crash_drill(location, workdir, args.kills, args.routers,
-                                         args.seed, tuple(args.up)))
+                                         args.seed, tuple(args.up),
+                                         args.generation_timeout or None))
     print(f"{result.kills} SIGKILLs and restarts in {result.seconds:.1f}s; "
           f"{result.answered_after_last_restart} answers after the last restart")
+    if result.all_generated_after is not None:
+        print(f"every router had its payloads {result.all_generated_after:.1f}s after the "
+              f"last restart (claims of killed processes run out after "
+              f"{CLAIM_LEASE.total_seconds():.0f}s)")
     print(summary(result.ledger, result.check, result.seconds))
     print("crash drill:", "PASSED" if result.ok else "FAILED")
     return 0 if result.ok else 1

@@ -90,14 +90,15 @@ async def run_round(settings, macs: list[str], workers: int) -> tuple[float, lis
             me = f"bench-{workers}"
             # Warm every worker: the ruleset is loaded once per process, before timing.
             warm = macs[:workers]
-            await asyncio.gather(*(generate_router(db, pool, config, me, m) for m in warm))
+            await asyncio.gather(*(generate_router(db, pool, config, me, m, config.lease)
+                                   for m in warm))
             pending = list(reversed(macs[workers:]))
 
             async def worker() -> None:
                 while pending:
                     mac = pending.pop()
                     started = time.perf_counter()
-                    await generate_router(db, pool, config, me, mac)
+                    await generate_router(db, pool, config, me, mac, config.lease)
                     latencies.append(time.perf_counter() - started)
 
             started = time.perf_counter()
