@@ -80,7 +80,7 @@ async def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(
              "--workers", "2", "--seed", "1", "--header", f"Authorization: Bearer {TOKEN}",
              "--request-timeout", "10", "--suppress-health-check", "all",
              "--generation-database", "none"],
-            capture_output=True, text=True, timeout=300)
+            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     finally:
         server.stop()
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
