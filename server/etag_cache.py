@@ -35,6 +35,9 @@ class EtagCache:
         self.listening = False
         self._task: asyncio.Task | None = None
 
+    def __len__(self) -> int:
+        return len(self._etags)
+
     def etag(self, mac: str, kind: str) -> str | None:
         return self._etags.get((mac, kind)) if self.listening else None
 

@@ -40,6 +40,12 @@ class Metrics:
                                      ["outcome"], registry=registry)
         self.db_pool = Gauge("db_pool_connections", "Database pool connections of this process",
                              ["state"], registry=registry)
+        self.etag_cache_routers = Gauge("rule_etag_cache_entries", "Payload ETags this process "
+                                        "keeps to answer 304 without a query",
+                                        registry=registry)
+        self.etag_cache_listening = Gauge("rule_etag_cache_listening", "1 while payload change "
+                                          "notifications arrive (else the cache is bypassed)",
+                                          registry=registry)
         self.generation_workers = Gauge("rule_generation_workers",
                                         "Generation worker processes of this process",
                                         registry=registry)

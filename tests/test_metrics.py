@@ -45,6 +45,7 @@ async def test_metrics_count_requests_records_and_queue(client, settings):
     assert sample(samples, "db_pool_connections", state="max") == settings.db_pool_max
     assert sample(samples, "rule_generation_workers") == 0  # RULE_GENERATION_ENABLED=false
     assert sample(samples, "http_request_duration_seconds_count", route="/log/events") == 1
+    assert sample(samples, "rule_etag_cache_entries") == 0  # nothing generated, nothing kept
 
 
 async def test_unknown_paths_share_one_label(client):

@@ -8,25 +8,28 @@ from server.db import generation as queue_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import json_response
 from server.openapi import openapi_document
-from server.typedefs import DATABASE, GENERATION, METRICS, SETTINGS
+from server.typedefs import DATABASE, ETAG_CACHE, GENERATION, METRICS, SETTINGS
 
 
-async def metrics(request: web.Request) -> web.Response:
+async def metrics_page(request: web.Request) -> web.Response:
     app = request.app
-    registry = app[METRICS]
+    metrics = app[METRICS]
     pool = app[DATABASE].pool
-    registry.db_pool.labels("open").set(pool.size)
-    registry.db_pool.labels("idle").set(pool.freesize)
-    registry.db_pool.labels("max").set(pool.maxsize)
+    metrics.db_pool.labels("open").set(pool.size)
+    metrics.db_pool.labels("idle").set(pool.freesize)
+    metrics.db_pool.labels("max").set(pool.maxsize)
     generation = app.get(GENERATION)
-    registry.generation_workers.set(generation.workers if generation is not None else 0)
+    metrics.generation_workers.set(generation.workers if generation is not None else 0)
+    if (cache := app.get(ETAG_CACHE)) is not None:
+        metrics.etag_cache_routers.set(len(cache))
+        metrics.etag_cache_listening.set(cache.listening)
     if "router" in app[SETTINGS].services:
         try:
             for state, count in (await queue_db.queue_state(app[DATABASE])).items():
-                registry.queue.labels(state).set(count)
+                metrics.queue.labels(state).set(count)
         except DatabaseUnavailable:
             pass  # the request and pool figures are still worth scraping; the queue's stay stale
-    return registry.exposition()
+    return metrics.exposition()
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -34,5 +37,5 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def setup_routes(app: web.Application) -> None:
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics_page)
     app.router.add_get("/openapi.json", openapi)
