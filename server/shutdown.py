@@ -57,8 +57,8 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                               grace_seconds: float) -> None:
     runner = web.AppRunner(app, access_log_class=BatchedAccessLogger,
                            shutdown_timeout=grace_seconds, handle_signals=False)
-    await runner.setup()
     try:
+        await runner.setup()  # inside: a failed start-up still closes what it opened
         site = web.TCPSite(runner, host, port)
         await site.start()
         log.info("serving on %s:%s", host, port)
