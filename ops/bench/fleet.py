@@ -34,6 +34,7 @@ import aiohttp
 import orjson
 import psycopg2
 
+from ops.bench.common import ServerRunner, bench_database, publish_corpus_ruleset
 from server.db.location import DatabaseLocation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,8 +263,6 @@ def summary(ledger: Ledger, check: LedgerCheck, seconds: float) -> str:
 
 
 def main() -> int:
-    from ops.bench.common import ServerRunner, bench_database, publish_corpus_ruleset
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--routers", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=30)
