@@ -122,13 +122,25 @@ class ServerRunner:
 
 @contextlib.contextmanager
 def running_server(location: DatabaseLocation, data_dir: Path,
-                   **settings: str) -> Iterator[tuple[subprocess.Popen, int]]:
-    """A started ServerRunner; yields (process, port), stops it after."""
+                   **settings: str) -> Iterator[ServerRunner]:
+    """A started ServerRunner, stopped afterwards."""
     runner = ServerRunner(location, data_dir, **settings).start()
     try:
-        yield runner.process, runner.port
+        yield runner
     finally:
         runner.stop()
+
+
+def fetch_value(location: DatabaseLocation, statement: str, params=None):
+    """The first column of the first row, read with a connection of its own (what the
+    benchmarks and drills check, independently of the service's code)."""
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
 
 
 CORPUS_RULES = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"

@@ -18,9 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg2
-
-from ops.bench.common import ServerRunner, bench_database, publish_corpus_ruleset
+from ops.bench.common import (ServerRunner, bench_database, fetch_value,
+                              publish_corpus_ruleset)
 from ops.bench.fleet import Fleet, Ledger, LedgerCheck, check_ledger, summary
 from server.db.location import DatabaseLocation
 from server.generation import CLAIM_LEASE
@@ -52,14 +51,8 @@ def server_settings(location: DatabaseLocation, workdir: Path) -> dict[str, str]
 
 
 def routers_with_payloads(location: DatabaseLocation, macs: list[str]) -> int:
-    conn = psycopg2.connect(**location.connect_kwargs())
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM router_rules WHERE mac = ANY(%s::macaddr[]) "
-                        "AND ids_payload_gz IS NOT NULL", (macs,))
-            return cur.fetchone()[0]
-    finally:
-        conn.close()
+    return fetch_value(location, "SELECT count(*) FROM router_rules WHERE mac = "
+                                 "ANY(%s::macaddr[]) AND ids_payload_gz IS NOT NULL", (macs,))
 
 
 async def await_payloads(location: DatabaseLocation, macs: list[str], timeout: float) -> float:

@@ -16,36 +16,21 @@ import io
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import aiohttp
 import orjson
 import psycopg2
 
-from ops.bench.common import bench_database, running_server
+from ops.bench.common import bench_database, fetch_value, running_server
+from ops.bench.fleet import corpus_records
 from server.db.location import DatabaseLocation
 from server.ingest.extract import EVENT_COLUMNS, event_row
 
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS_EVE = ROOT.parent / "shared" / "corpus" / "eve"
-FIXTURE = ROOT / "tests" / "fixtures" / "eve-sample.ndjson"
 MAC = "02:00:00:00:be:01"
 
 
-def source_records() -> list[dict]:
-    files = sorted(CORPUS_EVE.glob("*.json")) or [FIXTURE]
-    records = []
-    for path in files:
-        for line in path.read_bytes().splitlines():
-            if line.strip():
-                record = orjson.loads(line)
-                if record.get("event_type") == "alert":
-                    records.append(record)
-    return records
-
-
 def make_lines(count: int) -> list[bytes]:
-    base = source_records()
+    base = corpus_records()["events"]
     lines = []
     for n in range(count):
         record = dict(base[n % len(base)])
@@ -107,13 +92,6 @@ def truncate(location: DatabaseLocation) -> None:
         conn.close()
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -131,13 +109,13 @@ def main() -> int:
           f"{len(bodies)} requests of {args.per_request}, concurrency {args.concurrency}")
 
     with bench_database() as (location, workdir), \
-            running_server(location, workdir) as (server, port):
+            running_server(location, workdir) as server:
         http_times, copy_times = [], []
         for _ in range(args.rounds):
             truncate(location)
             copy_times.append(run_copy(location, copy_data))
             truncate(location)
-            http_times.append(asyncio.run(run_http(port, bodies, args.concurrency)))
+            http_times.append(asyncio.run(run_http(server.port, bodies, args.concurrency)))
         stored = count_rows(location)
         if stored != args.records:
             raise RuntimeError(f"stored {stored} rows, expected {args.records}")
@@ -145,18 +123,12 @@ def main() -> int:
         print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
         print(f"HTTP NDJSON:     {http_rate:>10,.0f} records/s (best of {args.rounds})")
         print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
-        print(f"server peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
+        print(f"server peak RSS: {server.memory_kib('VmHWM') / 1024:.0f} MiB")
     return 0
 
 
 def count_rows(location: DatabaseLocation) -> int:
-    conn = psycopg2.connect(**location.connect_kwargs())
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM ids_events")
-            return cur.fetchone()[0]
-    finally:
-        conn.close()
+    return fetch_value(location, "SELECT count(*) FROM ids_events")
 
 
 if __name__ == "__main__":

@@ -138,8 +138,8 @@ def main() -> int:
     try:
         with bench_database() as (location, workdir), running_server(
                 location, workdir, SERVICES="notifications", SMTP_HOST="127.0.0.1",
-                SMTP_PORT=str(sink.port), SMTP_SECURITY="none") as (_, port):
-            seconds, latencies = asyncio.run(post_all(port, args.sends, args.concurrency))
+                SMTP_PORT=str(sink.port), SMTP_SECURITY="none") as server:
+            seconds, latencies = asyncio.run(post_all(server.port, args.sends, args.concurrency))
             direct = asyncio.run(smtp_direct(sink.port, args.sends, args.concurrency))
             rate, direct_rate = args.sends / seconds, args.sends / direct
             print(f"send end to end: {rate:7.0f} notifications/s, POST p50 "
@@ -149,7 +149,7 @@ def main() -> int:
             rng = random.Random(3)
             offsets = [rng.choice([0, 0, 0, 20, 100, 1000, 10_000, 50_000])
                        for _ in range(args.pages)]
-            http = asyncio.run(list_http(port, "busy-user", offsets))
+            http = asyncio.run(list_http(server.port, "busy-user", offsets))
             raw = list_direct(location, "busy-user", offsets)
             print(f"listing, {args.feed} notifications: HTTP p50 {quantile(http, 50):.1f} ms, "
                   f"p99 {quantile(http, 99):.1f} ms; the same SQL directly p50 "

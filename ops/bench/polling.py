@@ -21,10 +21,9 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
-import psycopg2
 
-from ops.bench.common import (ServerRunner, bench_database, free_port, publish_corpus_ruleset,
-                              wait_listening)
+from ops.bench.common import (ServerRunner, bench_database, fetch_value, free_port,
+                              publish_corpus_ruleset, wait_listening)
 from server.db.location import DatabaseLocation
 
 FIRST_MAC = 0x0200_0000_5000
@@ -100,14 +99,8 @@ async def register_and_wait(url: str, macs: list[str], timeout: float = 300) -> 
 
 
 def row_writes(location: DatabaseLocation) -> int:
-    conn = psycopg2.connect(**location.connect_kwargs())
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) "
-                        "FROM pg_stat_user_tables")
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
+    return int(fetch_value(location, "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), "
+                                     "0) FROM pg_stat_user_tables"))
 
 
 def serve_constant(port: int) -> None:

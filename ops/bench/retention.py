@@ -59,13 +59,13 @@ def main() -> int:
     old_rows = copy_text(make_lines(args.old), old_received)
 
     with bench_database() as (location, workdir), \
-            running_server(location, workdir) as (_, port):
+            running_server(location, workdir) as server:
         truncate(location)
-        alone = asyncio.run(run_http(port, bodies, concurrency=2))
+        alone = asyncio.run(run_http(server.port, bodies, concurrency=2))
         truncate(location)
         run_copy(location, old_rows)
         during, retention_seconds, detail = asyncio.run(
-            ingest_during_retention(location, port, bodies))
+            ingest_during_retention(location, server.port, bodies))
         stored = count_rows(location)
     if detail["removed"]["ids_events"] != args.old or stored != args.records:
         raise RuntimeError(f"retention removed {detail['removed']}, {stored} rows remain; "

@@ -18,9 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg2
 
-from ops.bench.common import ServerRunner, bench_database
+from ops.bench.common import ServerRunner, bench_database, fetch_value
 from ops.bench.crash_drill import server_settings
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.location import DatabaseLocation
@@ -45,23 +44,13 @@ class TwoServersResult:
                 and self.ledger_ok and not self.server_errors)
 
 
-def query(location: DatabaseLocation, statement: str, params=None):
-    conn = psycopg2.connect(**location.connect_kwargs())
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return cur.fetchone()[0]
-    finally:
-        conn.close()
-
-
 def database_counts(location: DatabaseLocation, since) -> tuple[int, int, int]:
     """Generations recorded in the queue; cron ticks and scheduled runs since `since` (the
     ruleset published by hand before the servers started is a run without a tick)."""
-    return (int(query(location, "SELECT coalesce(sum(generation_count), 0) "
+    return (int(fetch_value(location, "SELECT coalesce(sum(generation_count), 0) "
                                 "FROM generation_queue")),
-            query(location, "SELECT count(*) FROM job_ticks WHERE job = 'rulepreprocess'"),
-            query(location, "SELECT count(*) FROM job_runs WHERE job = 'rulepreprocess' "
+            fetch_value(location, "SELECT count(*) FROM job_ticks WHERE job = 'rulepreprocess'"),
+            fetch_value(location, "SELECT count(*) FROM job_runs WHERE job = 'rulepreprocess' "
                             "AND started_at >= %s", (since,)))
 
 
@@ -75,7 +64,7 @@ async def two_servers(location: DatabaseLocation, workdir: Path, seconds: float 
                 "RULE_GENERATION_POLL_SECONDS": "1",
                 "RULE_PREPROCESS_CRON_SCHEDULE": "* * * * *"}
     servers = [ServerRunner(location, workdir, **settings) for _ in range(2)]
-    since = query(location, "SELECT now()")
+    since = fetch_value(location, "SELECT now()")
     await asyncio.gather(*(asyncio.to_thread(server.start) for server in servers))
     result = TwoServersResult()
     try:
