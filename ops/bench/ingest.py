@@ -40,6 +40,11 @@ def make_lines(count: int) -> list[bytes]:
     return lines
 
 
+def ndjson_bodies(lines: list[bytes], per_request: int) -> list[bytes]:
+    return [b"\n".join(lines[i:i + per_request]) + b"\n"
+            for i in range(0, len(lines), per_request)]
+
+
 def copy_text(lines: list[bytes], received_at: str) -> bytes:
     """The same rows as the HTTP path stores, in COPY text format."""
     out = io.BytesIO()
@@ -101,8 +106,7 @@ def main() -> int:
     args = parser.parse_args()
 
     lines = make_lines(args.records)
-    bodies = [b"\n".join(lines[i:i + args.per_request]) + b"\n"
-              for i in range(0, len(lines), args.per_request)]
+    bodies = ndjson_bodies(lines, args.per_request)
     copy_data = copy_text(lines, datetime.now(timezone.utc).isoformat())
     megabytes = sum(map(len, bodies)) / 2**20
     print(f"{args.records} alert records, {megabytes:.0f} MiB of NDJSON, "

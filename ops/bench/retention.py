@@ -18,14 +18,8 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from ops.bench.common import bench_database, running_server
-from ops.bench.ingest import (
-    copy_text,
-    count_rows,
-    make_lines,
-    run_copy,
-    run_http,
-    truncate,
-)
+from ops.bench.ingest import (copy_text, count_rows, make_lines, ndjson_bodies, run_copy,
+                              run_http, truncate)
 from server.db.pool import Database
 from server.retention import run_retention
 
@@ -53,8 +47,7 @@ def main() -> int:
     args = parser.parse_args()
 
     new_lines = make_lines(args.records)
-    bodies = [b"\n".join(new_lines[i:i + args.per_request]) + b"\n"
-              for i in range(0, len(new_lines), args.per_request)]
+    bodies = ndjson_bodies(new_lines, args.per_request)
     old_received = (datetime.now(timezone.utc) - timedelta(days=60)).isoformat()
     old_rows = copy_text(make_lines(args.old), old_received)
 
