@@ -14,9 +14,7 @@ IDS payload
 4. Drawing stops when RULE_GENERATION_SAMPLE_COUNT rules are in (fired rules are kept even
    beyond it).
 
-Firewall payload: one block entry per address, from the router's own high-severity alerts
-(the external endpoint of each) first, then `compromised-ips.txt`; deduplicated with every
-reason kept, bounded by the firewall size limit.
+Firewall payload: see engine/firewall.py.
 """
 
 from __future__ import annotations
@@ -26,7 +24,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from engine.ruleset import FLOWBIT_CHECKS, Ruleset
+from engine.firewall import AlertRow, firewall_entries
+from engine.ruleset import Ruleset
+from ruledata.parser import FLOWBIT_CHECKS
 
 APP_PROTO_BOOST = 3.0
 PORT_BOOST = 2.0
@@ -38,12 +38,11 @@ class TelemetrySummary:
     fired_sids: list[int] = field(default_factory=list)
     app_protos: list[str] = field(default_factory=list)
     dest_ports: list[int] = field(default_factory=list)
-    # (external address, signature id, severity, alert count)
-    alert_endpoints: list[tuple[str, int, int, int]] = field(default_factory=list)
+    alerts: list[AlertRow] = field(default_factory=list)  # of blocking severity only
 
 
 @dataclass
-class Limits:
+class PayloadLimits:
     sample_count: int
     firewall_max_entries: int
 
@@ -60,15 +59,15 @@ class Generated:
 
 
 def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[str],
-             limits: Limits, seed: int) -> Generated:
+             limits: PayloadLimits, seed: int) -> Generated:
     chosen, reasons = _choose_rules(ruleset, summary, limits.sample_count, random.Random(seed))
     rules = sorted(chosen, key=lambda r: (r["gid"], r["sid"]))
     ids = {"version": ruleset.version, "rule_count": len(rules), "rules": [
         {"gid": r["gid"], "sid": r["sid"], "rev": r["rev"], "action": r["action"],
          "msg": r["msg"], "classtype": r["classtype"], "weight": r["weight"],
          "reason": reasons[id(r)], "raw": r["raw"]} for r in rules]}
-    entries, truncated = _block_entries(summary.alert_endpoints, compromised_ips,
-                                        limits.firewall_max_entries)
+    entries, truncated = firewall_entries(summary.alerts, compromised_ips,
+                                          limits.firewall_max_entries)
     firewall = {"version": ruleset.version, "entry_count": len(entries),
                 "truncated": truncated, "entries": entries}
     counts = {"fired": 0, "sampled": 0, "flowbits": 0}
@@ -153,29 +152,3 @@ def _with_setters(rule: dict, ruleset: Ruleset, included: dict[int, str]) -> lis
                 group.append(setter)
                 pending.append(setter)
     return group
-
-
-def _block_entries(alert_endpoints: list[tuple[str, int, int, int]], compromised: list[str],
-                   limit: int) -> tuple[list[dict], bool]:
-    entries: dict[str, dict] = {}
-    ordered = sorted(alert_endpoints, key=lambda e: (-e[3], e[2], e[0], e[1]))
-    for address, sid, severity, count in ordered:
-        entry = entries.setdefault(address, _entry(address))
-        if "alert" not in entry["reasons"]:
-            entry["reasons"].append("alert")
-        entry["alerts"].append({"sid": sid, "severity": severity, "count": count})
-    for address in compromised:
-        entry = entries.setdefault(address, _entry(address))
-        if "compromised-ips" not in entry["reasons"]:
-            entry["reasons"].append("compromised-ips")
-    values = list(entries.values())
-    for entry in values:
-        if not entry["alerts"]:
-            del entry["alerts"]
-    return values[:limit], len(values) > limit
-
-
-def _entry(address: str) -> dict:
-    """Addresses arrive validated (compromised list, database inet values)."""
-    return {"address": address, "family": 6 if ":" in address else 4, "reasons": [],
-            "alerts": []}

@@ -22,6 +22,3 @@ def pack(payload: object) -> tuple[bytes, str]:
     canonical, etag = serialize(payload)
     return gzip.compress(canonical, compresslevel=GZIP_LEVEL, mtime=0), etag
 
-
-def unpack(stored: bytes) -> object:
-    return orjson.loads(gzip.decompress(stored))

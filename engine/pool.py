@@ -1,39 +1,44 @@
-"""The generation process pool: RULE_GENERATION_MAX_CONCURRENT worker processes.
+"""A pool of worker processes that runs one function, each call with a wall-clock limit.
 
-Each worker is its own single-process ProcessPoolExecutor, so a generation that outlives
-RULE_GENERATION_COMMAND_TIMEOUT_SECONDS can be stopped by killing exactly its process; the
-worker is replaced and the other generations go on. Workers are started with `spawn` (the
-server has threads) and keep the ruleset loaded between jobs.
+Each worker is its own single-process ProcessPoolExecutor, so a call that outlives the time
+limit can be stopped by killing exactly its process; the worker is replaced and the other
+calls go on. Workers keep their module state between calls (a loaded ruleset, a database
+connection) and die with the process that started them (engine.processes).
+
+    pool = WorkerPool(generate_and_store, workers=2, timeout_seconds=300)
+    result = await pool.run(task)          # WorkerFailed on timeout or a dead worker
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
-from engine.worker import GenerationJob, GenerationResult, generate_for_router, warm_up
-from ruledata.lifetime import die_with_parent
-
-log = logging.getLogger("router_backend.engine")
+from engine.processes import process_pool
 
 
-class GenerationFailed(Exception):
-    """The generation was stopped (timeout) or its worker died; the message says which."""
+Task = TypeVar("Task")
+Result = TypeVar("Result")
+
+
+class WorkerFailed(Exception):
+    """The call was stopped (timeout) or its worker died; the message says which."""
+
+
+def warm_up() -> bool:
+    """Submitted once to a new worker so its imports happen before real work."""
+    return True
 
 
 class _Worker:
     def __init__(self, start_method: str):
-        self._context = multiprocessing.get_context(start_method)
+        self._start_method = start_method
         self.executor = self._new()
 
     def _new(self) -> ProcessPoolExecutor:
-        executor = ProcessPoolExecutor(1, mp_context=self._context, initializer=die_with_parent,
-                                       initargs=(os.getpid(),))
+        executor = process_pool(1, self._start_method)
         executor.submit(warm_up)
         return executor
 
@@ -53,10 +58,11 @@ class _Worker:
             self.kill()
 
 
-class GenerationPool:
-    def __init__(self, workers: int, timeout_seconds: float, start_method: str = "spawn",
-                 function: Callable[[GenerationJob], object] = generate_for_router):
-        self.size = workers
+class WorkerPool(Generic[Task, Result]):
+    """`workers` processes running `function` (a picklable module-level function)."""
+
+    def __init__(self, function: Callable[[Task], Result], workers: int,
+                 timeout_seconds: float, start_method: str = "spawn"):
         self._function = function
         self._timeout = timeout_seconds
         self._workers = [_Worker(start_method) for _ in range(workers)]
@@ -64,27 +70,25 @@ class GenerationPool:
         for worker in self._workers:
             self._free.put_nowait(worker)
 
-    async def run(self, job: GenerationJob) -> GenerationResult:
-        """Generate for one router in a free worker; GenerationFailed on timeout or crash."""
+    async def run(self, task: Task) -> Result:
+        """`function(task)` in a free worker; WorkerFailed on timeout or crash (the worker is
+        replaced)."""
         worker = await self._free.get()
         try:
             future = asyncio.get_running_loop().run_in_executor(
-                worker.executor, self._function, job)
+                worker.executor, self._function, task)
             try:
                 return await asyncio.wait_for(future, self._timeout)
             except asyncio.TimeoutError:
-                log.error("generation for %s exceeded %ss; worker replaced", job.mac,
-                          self._timeout)
                 worker.replace()
-                raise GenerationFailed(f"timed out after {self._timeout}s") from None
+                raise WorkerFailed(f"timed out after {self._timeout}s; worker replaced") from None
             except BrokenProcessPool:
-                log.error("generation worker died while generating for %s; replaced", job.mac)
                 worker.replace()
-                raise GenerationFailed("worker process died") from None
+                raise WorkerFailed("worker process died; replaced") from None
         finally:
             self._free.put_nowait(worker)
 
     def close(self, wait: bool = True) -> None:
-        """Stop the workers: after their current job (`wait`), or at once, killing them."""
+        """Stop the workers: after their current call (`wait`), or at once, killing them."""
         for worker in self._workers:
             worker.close(wait)

@@ -16,13 +16,11 @@ from pathlib import Path
 import orjson
 
 from ruledata.build import MANIFEST
-from ruledata.compromised import read_compromised_ips
+from ruledata.compromised import compromised_ips_of
+from ruledata.parser import FLOWBIT_SETS
 
 RULE_FIELDS = ("gid", "sid", "rev", "action", "msg", "classtype", "app_proto", "dst_port",
                "flowbits", "noalert", "weight", "raw", "eligible")
-# Checking commands: a rule using them needs a rule that sets the bit.
-FLOWBIT_CHECKS = ("isset", "isnotset")
-FLOWBIT_SETS = ("set", "setx", "toggle")
 
 
 @dataclass
@@ -74,9 +72,8 @@ def load_ruleset(version_dir: Path) -> Ruleset:
     for rule in eligible:
         if rule["sid"] not in by_sid or rule["gid"] == 1:
             by_sid[rule["sid"]] = rule
-    compromised = read_compromised_ips(version_dir / "rules" / "rules" / "compromised-ips.txt")
     return Ruleset(manifest["version"], version_dir, eligible, by_sid, _setters(candidates),
-                   compromised)
+                   compromised_ips_of(version_dir))
 
 
 # Suricata's default port variables, for rules written with them.

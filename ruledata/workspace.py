@@ -35,16 +35,8 @@ class Workspace:
         self.idps_rules = root / "idps_rules"
 
     @property
-    def rules_dir(self) -> Path:
-        return self.root / "rules"
-
-    @property
     def json_dir(self) -> Path:
         return self.root / "rulefile_json"
-
-    @property
-    def compromised_ips(self) -> Path:
-        return self.rules_dir / "rules" / "compromised-ips.txt"
 
     def prepare(self) -> None:
         for folder in (self.versions, self.staging, self.idps_rules):

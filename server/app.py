@@ -6,20 +6,18 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from ruledata.preprocess import run_preprocess
 from server.db.lifecycle import open_database
 from server.errors import error_middleware
 from server.etag_cache import EtagCache
-from server.generation import GenerationConfig, GenerationService, make_pool
+from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
 from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
-from server.jobs import CronJobs
+from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
 from server.notify.service import Notifier
-from server.retention import run_retention
 from server.settings import Settings
 from server.shutdown import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, METRICS, NOTIFIER,
@@ -75,8 +73,8 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     service, pool = None, None
     if settings.rule_generation_enabled:
-        pool = make_pool(settings.rule_generation_max_concurrent,
-                         settings.rule_generation_command_timeout_seconds)
+        pool = generation_pool(settings.rule_generation_max_concurrent,
+                               settings.rule_generation_command_timeout_seconds)
         service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings),
                                     app[METRICS])
         app[GENERATION] = service
@@ -105,17 +103,7 @@ async def notifications_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    jobs = CronJobs(app[DATABASE], settings.job_retry_delay_seconds, settings.job_retry_attempts,
-                    app[METRICS])
-
-    async def rule_preprocess() -> dict:
-        return (await run_preprocess(settings, start_method="spawn")).as_detail()
-
-    jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
-    if settings.data_retention_enabled:
-        jobs.add("retention", settings.retention_cron_schedule,
-                 lambda: run_retention(app[DATABASE], settings.retention_days))
+    jobs = scheduled_jobs(app[DATABASE], app[SETTINGS], app[METRICS])
     try:
         yield
     finally:

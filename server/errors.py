@@ -42,6 +42,15 @@ class NotFound(ApiError):
     status = 404
 
 
+class PayloadTooLarge(ApiError):
+    status = 413
+
+
+class UnsupportedMediaType(ApiError):
+    """415: an unsupported Content-Type or Content-Encoding."""
+    status = 415
+
+
 def json_response(body: object, status: int = 200,
                   headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, headers=headers,

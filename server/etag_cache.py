@@ -17,6 +17,7 @@ import logging
 
 import aiopg
 
+from server.background import BackgroundTasks
 from server.db.location import DatabaseLocation
 
 log = logging.getLogger("router_backend.etag_cache")
@@ -33,7 +34,7 @@ class EtagCache:
         self._etags: dict[tuple[str, str], str] = {}
         self._changes = 0  # notifications seen (and listening starts and stops)
         self.listening = False
-        self._task: asyncio.Task | None = None
+        self._tasks = BackgroundTasks()
 
     def __len__(self) -> int:
         return len(self._etags)
@@ -60,12 +61,10 @@ class EtagCache:
         self._etags.pop((mac, "firewall"), None)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._listen_forever(), name="etag-cache-listener")
+        self._tasks.spawn(self._listen_forever(), "etag-cache-listener")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._tasks.stop()
 
     async def _listen_forever(self) -> None:
         delay = RECONNECT_SECONDS[0]

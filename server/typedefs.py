@@ -4,7 +4,7 @@ from aiohttp import web
 
 from server.db.pool import Database
 from server.etag_cache import EtagCache
-from server.generation import GenerationService
+from server.generation.service import GenerationService
 from server.identity import RouterRegistry
 from server.metrics import Metrics
 from server.notify.service import Notifier

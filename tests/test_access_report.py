@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.conftest import command_env
+from testkit.database import command_env
 
 MACS = ["aa:bb:cc:00:10:01", "aa:bb:cc:00:10:02", "aa:bb:cc:00:10:03"]
 

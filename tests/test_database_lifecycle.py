@@ -13,7 +13,7 @@ from migrations import read_schema_migrations
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
-from tests.conftest import Sql, admin_execute, settings_for
+from testkit.database import Sql, admin_execute, settings_for
 
 
 async def test_embedded_database_started_used_and_stopped(tmp_path):

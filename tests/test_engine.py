@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.generate import Limits, TelemetrySummary, generate, seed_for
-from engine.ruleset import FLOWBIT_CHECKS, FLOWBIT_SETS, load_ruleset
-from ruledata.preprocess import preprocess
+from engine.generate import PayloadLimits, TelemetrySummary, generate, seed_for
+from engine.ruleset import load_ruleset
+from ruledata.parser import FLOWBIT_CHECKS, FLOWBIT_SETS
+from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
-from tests.conftest import corpus_path
-from tests.rule_archives import fixture_members, make_zip
+from testkit.corpus import corpus_path
+from testkit.rule_archives import fixture_members, make_zip
 
 MAC = "aa:bb:cc:00:00:33"
 
@@ -23,7 +24,7 @@ def publish(tmp_path: Path, archive: Path) -> Path:
                               "RULE_PREPROCESS_ARCHIVE_URL": archive.as_uri(),
                               "RULE_PREPROCESS_VERSION_URL": (tmp_path / "version.txt").as_uri()},
                              env_file=None)
-    asyncio.run(preprocess(settings))
+    asyncio.run(run_preprocess(settings))
     return (tmp_path / "rd" / "current").resolve()
 
 
@@ -53,11 +54,16 @@ def checked_bits_are_set(rules: list[dict], ruleset) -> None:
 
 
 def test_fixture_generation(fixture_ruleset):
+    # Real global addresses (scanme.nmap.org): documentation ranges are not global, and an
+    # alert only blocks its external endpoint.
     summary = TelemetrySummary(fired_sids=[9000003, 424242],
-                               alert_endpoints=[("203.0.113.9", 9000003, 1, 4),
-                                                ("2001:db8:bad::1", 9000001, 2, 1)])
-    result = generate(fixture_ruleset, summary, fixture_ruleset.compromised_ips,
-                      Limits(sample_count=5, firewall_max_entries=100), seed_for(MAC, "v"))
+                               alerts=[("45.33.32.156", "192.168.1.2", 9000003, 1, 4),
+                                       ("fd00::2", "2600:3c01::f03c:91ff:fe18:bb2f", 9000001,
+                                        2, 1),
+                                       ("192.168.1.2", "10.0.0.1", 9000003, 1, 9)])
+    compromised = fixture_ruleset.compromised_ips + ["45.33.32.156"]
+    result = generate(fixture_ruleset, summary, compromised,
+                      PayloadLimits(sample_count=5, firewall_max_entries=100), seed_for(MAC, "v"))
     sids = {r["sid"]: r["reason"] for r in result.ids["rules"]}
     # Fired and eligible: kept; it checks TEST.beacon, so its setter 9000002 comes along.
     assert sids[9000003] == "fired" and sids[9000002] == "flowbits"
@@ -65,11 +71,12 @@ def test_fixture_generation(fixture_ruleset):
     assert 9000099 not in sids and 9000004 not in sids  # deleted, disabled: never sampled
     checked_bits_are_set(result.ids["rules"], fixture_ruleset)
     entries = {e["address"]: e for e in result.firewall["entries"]}
-    assert entries["203.0.113.9"]["reasons"] == ["alert", "compromised-ips"]
-    assert entries["203.0.113.9"]["alerts"] == [{"sid": 9000003, "severity": 1, "count": 4}]
-    assert entries["2001:db8:bad::1"]["family"] == 6
+    assert entries["45.33.32.156"]["reasons"] == ["alert", "compromised-ips"]
+    assert entries["45.33.32.156"]["alerts"] == [{"sid": 9000003, "severity": 1, "count": 4}]
+    assert entries["2600:3c01::f03c:91ff:fe18:bb2f"]["family"] == 6  # the outbound one's dest
+    assert "fd00::2" not in entries and "10.0.0.1" not in entries  # local ends never
     assert entries["2001:db8:dead::1"]["reasons"] == ["compromised-ips"]
-    assert list(entries)[0] == "203.0.113.9"  # the router's own alerts come first
+    assert list(entries)[0] == "45.33.32.156"  # the router's own alerts come first
     assert result.stats["from_alerts"] == 1 and result.stats["firewall_from_alerts"] == 2
 
 
@@ -77,7 +84,7 @@ def test_rule_whose_bit_nothing_sets_is_left_out(fixture_ruleset):
     # 9000011 checks TEST.mail (isnotset) but no rule sets it; it is disabled anyway, and
     # 9000009 checks TEST.a|TEST.b where only TEST.a has a setter: it brings 9000010.
     result = generate(fixture_ruleset, TelemetrySummary(fired_sids=[9000009]), [],
-                      Limits(sample_count=100, firewall_max_entries=10), 1)
+                      PayloadLimits(sample_count=100, firewall_max_entries=10), 1)
     sids = {r["sid"]: r["reason"] for r in result.ids["rules"]}
     assert 9000009 not in sids  # TEST.b is set by nothing
     checked_bits_are_set(result.ids["rules"], fixture_ruleset)
@@ -86,14 +93,14 @@ def test_rule_whose_bit_nothing_sets_is_left_out(fixture_ruleset):
 def test_firewall_limit_and_truncation(fixture_ruleset):
     result = generate(fixture_ruleset, TelemetrySummary(), ["192.0.2.1", "192.0.2.2",
                                                             "192.0.2.3"],
-                      Limits(sample_count=3, firewall_max_entries=2), 1)
+                      PayloadLimits(sample_count=3, firewall_max_entries=2), 1)
     assert result.firewall["entry_count"] == 2 and result.firewall["truncated"] is True
 
 
 def test_corpus_generation_is_deterministic_and_closed(corpus_ruleset):
     summary = TelemetrySummary(fired_sids=[2010935, 2010936, 2018489, 2200073],
                                app_protos=["dns", "tls"], dest_ports=[53, 443, 8080])
-    limits = Limits(sample_count=550, firewall_max_entries=10_000)
+    limits = PayloadLimits(sample_count=550, firewall_max_entries=10_000)
     first = generate(corpus_ruleset, summary, corpus_ruleset.compromised_ips, limits,
                      seed_for(MAC, corpus_ruleset.version))
     again = generate(corpus_ruleset, summary, corpus_ruleset.compromised_ips, limits,
@@ -110,7 +117,7 @@ def test_corpus_generation_is_deterministic_and_closed(corpus_ruleset):
 
 
 def test_flows_tilt_the_sample(corpus_ruleset):
-    limits = Limits(sample_count=550, firewall_max_entries=10)
+    limits = PayloadLimits(sample_count=550, firewall_max_entries=10)
 
     def share(summary: TelemetrySummary, app: str) -> float:
         total = 0.0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from server.db import rules as rules_db
 from server.db.lifecycle import open_database
 from server.typedefs import ETAG_CACHE
+from testkit.payloads import store_payload_objects
 
 MAC = "aa:bb:cc:00:00:42"
 HEADERS = {"X-ID": MAC}
@@ -17,7 +17,7 @@ HEADERS = {"X-ID": MAC}
 async def store(settings, version: str) -> None:
     """Write a payload the way any other process would: its own connection."""
     async with open_database(settings) as db:
-        await rules_db.store_payload_objects(db, MAC, {"ids": {"version": version, "rules": []},
+        await store_payload_objects(db, MAC, {"ids": {"version": version, "rules": []},
                                                        "firewall": {"entries": []}})
 
 

@@ -11,23 +11,22 @@ import orjson
 import pytest
 from suricata.update import rule as peer
 
-from engine.generate import Limits, TelemetrySummary
-from engine.payloads import unpack
-from engine.pool import GenerationFailed, GenerationPool
-from engine.ruleset import FLOWBIT_CHECKS, FLOWBIT_SETS
-from engine.worker import GenerationJob
-from ruledata.preprocess import preprocess
-from server.db import generation as queue_db
+from engine.pool import WorkerFailed, WorkerPool
+from ruledata.parser import FLOWBIT_CHECKS, FLOWBIT_SETS
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
-from server.generation import (
+from server.generation import queue
+from server.generation.service import (
     CLAIM_LEASE,
     GenerationConfig,
     GenerationService,
-    make_pool,
+    generation_pool,
 )
-from tests.conftest import CORPUS, command_env
-from tests.rule_archives import ruleset_settings
+from server.jobs.preprocess import run_preprocess
+from testkit import CORPUS
+from testkit.database import command_env
+from testkit.payloads import unpack
+from testkit.rule_archives import ruleset_settings
 
 MAC = "aa:bb:cc:00:00:44"
 
@@ -61,7 +60,7 @@ def fixture_settings(database, tmp_path):
 
 
 async def publish(settings):
-    await preprocess(settings)
+    await run_preprocess(settings)
 
 
 def rulegen(settings, mac: str) -> subprocess.CompletedProcess:
@@ -180,7 +179,7 @@ async def test_two_processes_split_routers_without_overlap(fixture_settings, sql
     async with open_database(settings) as db_a, open_database(settings) as db_b:
         for mac in macs:
             await router_db.register(db_a, mac)
-        pools = [make_pool(1, 60) for _ in range(2)]
+        pools = [generation_pool(1, 60) for _ in range(2)]
         services = [GenerationService(db, pool, config) for db, pool in zip((db_a, db_b), pools)]
         services[0]._me, services[1]._me = "process-a", "process-b"
         for service in services:
@@ -203,24 +202,21 @@ async def test_two_processes_split_routers_without_overlap(fixture_settings, sql
     assert sql.value("SELECT count(*) FROM router_rules") == len(macs)
 
 
-def sleepy_generation(job):
-    time.sleep(float(job.mac.split(":")[-1]))
-    return job.mac
+def sleepy_generation(seconds: int) -> int:
+    time.sleep(seconds)
+    return seconds
 
 
 async def test_stuck_generation_is_stopped_and_the_others_go_on():
-    pool = GenerationPool(2, timeout_seconds=3, function=sleepy_generation)
+    pool = WorkerPool(sleepy_generation, 2, timeout_seconds=3)
     try:
-        def job(seconds: int) -> GenerationJob:
-            return GenerationJob(f"aa:bb:cc:00:00:{seconds:02d}", "", "", TelemetrySummary(),
-                                 Limits(1, 1))
-        # Both workers started first, so that only the stuck job can time out.
-        await asyncio.gather(pool.run(job(0)), pool.run(job(0)))
-        results = await asyncio.gather(pool.run(job(60)), pool.run(job(0)), pool.run(job(0)),
+        # Both workers started first, so that only the stuck call can time out.
+        await asyncio.gather(pool.run(0), pool.run(0))
+        results = await asyncio.gather(pool.run(60), pool.run(0), pool.run(0),
                                        return_exceptions=True)
-        assert isinstance(results[0], GenerationFailed) and "timed out" in str(results[0])
-        assert results[1:] == ["aa:bb:cc:00:00:00"] * 2
-        assert await pool.run(job(0)) == "aa:bb:cc:00:00:00"  # the replaced worker serves
+        assert isinstance(results[0], WorkerFailed) and "timed out" in str(results[0])
+        assert results[1:] == [0, 0]
+        assert await pool.run(0) == 0  # the replaced worker serves
     finally:
         pool.close()
 
@@ -232,13 +228,13 @@ async def test_claims_are_short_renewed_while_alive_and_free_after_a_crash(setti
 
     async with open_database(settings) as db:
         await router_db.register(db, "aa:bb:cc:00:01:01")
-        assert await queue_db.claim_due(db, "a", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
+        assert await queue.claim_due(db, "a", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
         assert 50 < seconds_left() <= 60
         sql.rows("UPDATE generation_queue SET claimed_until = now() + interval '5 seconds'")
-        assert await queue_db.renew_claims(db, "a", CLAIM_LEASE) == 1
+        assert await queue.renew_claims(db, "a", CLAIM_LEASE) == 1
         assert seconds_left() > 50
-        assert await queue_db.renew_claims(db, "b", CLAIM_LEASE) == 0  # only one's own
+        assert await queue.renew_claims(db, "b", CLAIM_LEASE) == 0  # only one's own
         # "a" died: nobody renews, the claim runs out and another process takes the router
         sql.rows("UPDATE generation_queue SET claimed_until = now() - interval '1 second'")
-        assert await queue_db.renew_claims(db, "a", CLAIM_LEASE) == 0  # not revived
-        assert await queue_db.claim_due(db, "b", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
+        assert await queue.renew_claims(db, "a", CLAIM_LEASE) == 0  # not revived
+        assert await queue.claim_due(db, "b", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]

@@ -9,8 +9,10 @@ import json
 import orjson
 import pytest
 
-from tests.conftest import FIXTURES, corpus_path, settings_for
-from tests.tcp_proxy import TcpProxy
+from testkit import FIXTURES
+from testkit.database import settings_for
+from testkit.corpus import corpus_path
+from testkit.tcp_proxy import TcpProxy
 
 MAC = "aa:bb:cc:00:00:02"
 X_ID = {"X-ID": MAC}

@@ -6,7 +6,7 @@ import aiohttp
 import orjson
 import pytest
 
-from ops.bench.common import ServerRunner
+from testkit.server import ServerRunner
 
 MAC = "aa:bb:cc:00:00:0f"
 RECORD_PAD = "p" * 4000

@@ -10,14 +10,14 @@ import sys
 
 from aiohttp import web
 
-from ops.bench.common import ServerRunner
-from ruledata.preprocess import preprocess
+from testkit.server import ServerRunner
 from server.app import create_app
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
+from server.jobs.preprocess import run_preprocess
 from server.openapi import EXAMPLE_MAC, openapi_document
-from tests.conftest import command_env
-from tests.rule_archives import ruleset_settings
+from testkit.database import command_env
+from testkit.rule_archives import ruleset_settings
 
 TOKEN = "test-token"
 
@@ -62,7 +62,7 @@ async def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(
     # The documented example router has real payloads, so the 200 and 304 answers of the
     # rules endpoints are checked against the document too.
     settings = ruleset_settings("fixture", database, tmp_path)
-    await preprocess(settings)
+    await run_preprocess(settings)
     async with open_database(settings) as db:
         await router_db.register(db, EXAMPLE_MAC, "operator")
     generated = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", EXAMPLE_MAC],

@@ -11,8 +11,8 @@ import pytest
 from suricata.update import rule as peer
 
 from ruledata.parser import parse_text
-from tests.conftest import corpus_path
-from tests.rule_archives import FIXTURE_RULES
+from testkit.corpus import corpus_path
+from testkit.rule_archives import FIXTURE_RULES
 
 
 def peer_flowbits(values: list[str]) -> dict[str, list[str]]:

@@ -9,11 +9,12 @@ import orjson
 import pytest
 
 from ruledata import fetch
-from ruledata.archive import ArchiveError, Limits, extract_archive
-from ruledata.preprocess import PreprocessError, preprocess, run_preprocess
+from ruledata.archive import ArchiveError, ArchiveLimits, extract_archive
+from ruledata.preprocess import PreprocessError
 from ruledata.workspace import Workspace
-from tests.conftest import settings_for
-from tests.rule_archives import (
+from server.jobs.preprocess import run_preprocess
+from testkit.database import settings_for
+from testkit.rule_archives import (
     RuleFeed,
     fixture_members,
     make_tar_gz,
@@ -95,20 +96,20 @@ async def test_same_archive_gives_identical_json(feed_settings, tmp_path):
     spawned = feed_settings.replace(rule_data_dir=tmp_path / "spawned")
     await run_preprocess(spawned, start_method="spawn")  # the server's pool
     in_process = feed_settings.replace(rule_data_dir=tmp_path / "in-process")
-    await preprocess(in_process)  # no pool
+    await run_preprocess(in_process)  # no pool
     assert load_rules(spawned.rule_data_path) == first == load_rules(in_process.rule_data_path)
 
 
 async def test_unchanged_stamp_downloads_nothing_and_new_stamp_replaces(feed, feed_settings):
-    await preprocess(feed_settings)
+    await run_preprocess(feed_settings)
     assert feed.archive_requests == 1
-    again = await preprocess(feed_settings)
+    again = await run_preprocess(feed_settings)
     assert again.status == "unchanged" and feed.archive_requests == 1
 
     feed.version = b"1002"
     extra = b'alert tcp any any -> any any (msg:"TEST new in 1002"; sid:9100001; rev:1;)\n'
     feed.archive = make_tar_gz(fixture_members({"rules/new.rules": extra}))
-    replaced = await preprocess(feed_settings.replace(
+    replaced = await run_preprocess(feed_settings.replace(
         rule_preprocess_archive_url=f"{feed.url}/archive.tar.gz"))
     assert replaced.status == "updated" and replaced.counts["files"] == 4
     assert ("new.rules", 9100001, 1) in load_rules(feed_settings.rule_data_path)
@@ -145,33 +146,33 @@ BROKEN_ARCHIVES = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN_ARCHIVES))
 async def test_broken_archive_keeps_previous_ruleset(feed, feed_settings, case):
-    await preprocess(feed_settings)
+    await run_preprocess(feed_settings)
     before = load_rules(feed_settings.rule_data_path)
     make, expected = BROKEN_ARCHIVES[case]
     feed.version, feed.archive = b"2000", make()
     with pytest.raises(PreprocessError, match=expected):
-        await preprocess(feed_settings)
+        await run_preprocess(feed_settings)
     assert load_rules(feed_settings.rule_data_path) == before
     assert list(Workspace(feed_settings.rule_data_path).staging.iterdir()) == []
 
 
 @pytest.mark.parametrize("status,expected", [(500, "after 3 attempts"), (404, "HTTP 404")])
 async def test_version_url_failure_keeps_previous_ruleset(feed, feed_settings, status, expected):
-    await preprocess(feed_settings)
+    await run_preprocess(feed_settings)
     before = load_rules(feed_settings.rule_data_path)
     feed.version_status = status
     with pytest.raises(PreprocessError, match=expected):
-        await preprocess(feed_settings)
+        await run_preprocess(feed_settings)
     assert load_rules(feed_settings.rule_data_path) == before
 
 
 async def test_server_dying_mid_download_is_retried_then_reported(feed, feed_settings):
-    await preprocess(feed_settings)
+    await run_preprocess(feed_settings)
     before = load_rules(feed_settings.rule_data_path)
     feed.version, feed.die_after_bytes = b"3000", 500
     requests_before = feed.archive_requests
     with pytest.raises(PreprocessError, match="after 3 attempts"):
-        await preprocess(feed_settings)
+        await run_preprocess(feed_settings)
     assert feed.archive_requests - requests_before == 3
     assert load_rules(feed_settings.rule_data_path) == before
 
@@ -180,6 +181,6 @@ def test_extract_limits(tmp_path):
     archive = tmp_path / "a.zip"
     archive.write_bytes(make_zip(fixture_members()))
     with pytest.raises(ArchiveError, match="more than 2 members"):
-        extract_archive(archive, tmp_path / "x", Limits(max_members=2))
+        extract_archive(archive, tmp_path / "x", ArchiveLimits(max_members=2))
     with pytest.raises(ArchiveError, match="unpacks to more than"):
-        extract_archive(archive, tmp_path / "y", Limits(max_unpacked_bytes=1000))
+        extract_archive(archive, tmp_path / "y", ArchiveLimits(max_unpacked_bytes=1000))

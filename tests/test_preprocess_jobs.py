@@ -14,12 +14,13 @@ import orjson
 import pytest
 
 from ruledata.build import read_manifest
+from ruledata.compromised import COMPROMISED_IPS_FILE
 from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
-from server.jobs import CronJobs
+from server.jobs.cron import CronJobs
 from server.metrics import Metrics
-from tests.conftest import command_env
-from tests.rule_archives import fixture_members, make_zip
+from testkit.database import command_env
+from testkit.rule_archives import fixture_members, make_zip
 
 
 def feed_env(settings, feed_dir) -> dict:
@@ -136,5 +137,5 @@ async def test_failed_job_is_retried_within_the_tick(settings, sql):
 def test_workspace_paths_match_the_seed(tmp_path):
     workspace = Workspace(tmp_path)
     workspace.prepare()
-    assert workspace.compromised_ips == tmp_path / "rules" / "rules" / "compromised-ips.txt"
+    assert workspace.root / COMPROMISED_IPS_FILE == tmp_path / "rules" / "rules" / "compromised-ips.txt"
     assert (tmp_path / "idps_rules").is_dir() and (tmp_path / "rulefile_json").is_symlink()

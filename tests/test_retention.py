@@ -10,8 +10,8 @@ import sys
 import orjson
 
 from server.db.lifecycle import open_database
-from server.retention import run_retention
-from tests.conftest import command_env
+from server.jobs.retention import run_retention
+from testkit.database import command_env
 
 MAC = "aa:bb:cc:00:20:01"
 

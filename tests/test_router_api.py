@@ -7,9 +7,9 @@ import gzip
 import orjson
 import pytest
 
-from server.db import rules as rules_db
 from server.db.lifecycle import open_database
-from tests.conftest import settings_for
+from testkit.database import settings_for
+from testkit.payloads import store_payload_objects
 
 MAC = "aa:bb:cc:00:00:01"
 HEADERS = {"X-ID": "AA-BB-CC-00-00-01"}
@@ -72,7 +72,7 @@ async def test_last_updated_records_an_activation_per_call(client, sql):
 
 async def store(settings, payloads):
     async with open_database(settings) as db:
-        await rules_db.store_payload_objects(db, MAC, payloads)
+        await store_payload_objects(db, MAC, payloads)
 
 
 @pytest.mark.parametrize("kind", ["ids", "firewall"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import command_env, settings_for
+from testkit.database import command_env, settings_for
 
 MAC = "aa:bb:cc:00:30:01"
 

@@ -18,11 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops.bench.common import (ServerRunner, bench_database, fetch_value,
-                              publish_corpus_ruleset)
 from ops.bench.fleet import Fleet, Ledger, LedgerCheck, check_ledger, summary
 from server.db.location import DatabaseLocation
-from server.generation import CLAIM_LEASE
+from server.generation.service import CLAIM_LEASE
+from testkit.corpus import publish_corpus_ruleset
+from testkit.database import Sql, throwaway_database
+from testkit.server import ServerRunner
 
 
 @dataclass
@@ -51,7 +52,7 @@ def server_settings(location: DatabaseLocation, workdir: Path) -> dict[str, str]
 
 
 def routers_with_payloads(location: DatabaseLocation, macs: list[str]) -> int:
-    return fetch_value(location, "SELECT count(*) FROM router_rules WHERE mac = "
+    return Sql(location).value("SELECT count(*) FROM router_rules WHERE mac = "
                                  "ANY(%s::macaddr[]) AND ids_payload_gz IS NOT NULL", (macs,))
 
 
@@ -108,7 +109,7 @@ def main() -> int:
                         help="seconds allowed after the last restart for every router to get "
                              "its payloads (0: do not wait)")
     args = parser.parse_args()
-    with bench_database() as (location, workdir):
+    with throwaway_database() as (location, workdir):
         result = asyncio.run(crash_drill(location, workdir, args.kills, args.routers,
                                          args.seed, tuple(args.up),
                                          args.generation_timeout or None))

@@ -34,12 +34,14 @@ import aiohttp
 import orjson
 import psycopg2
 
-from ops.bench.common import ServerRunner, bench_database, publish_corpus_ruleset
 from server.db.location import DatabaseLocation
+from testkit import CORPUS, FIXTURES
+from testkit.corpus import publish_corpus_ruleset
+from testkit.database import throwaway_database
+from testkit.server import ServerRunner
 
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS_EVE = ROOT.parent / "shared" / "corpus" / "eve"
-FIXTURE_EVE = ROOT / "tests" / "fixtures" / "eve-sample.ndjson"
+CORPUS_EVE = CORPUS / "eve"
+FIXTURE_EVE = FIXTURES / "eve-sample.ndjson"
 TABLES = {"events": "ids_events", "cfm": "cfm_records"}
 FLOW_ID_SPAN = 10**9  # flow_id = router number * span + sequence: unique across the fleet
 
@@ -273,7 +275,7 @@ def main() -> int:
     parser.add_argument("--no-rules", action="store_true",
                         help="do not publish the corpus ruleset (rules polls answer 404)")
     args = parser.parse_args()
-    with bench_database() as (location, workdir):
+    with throwaway_database() as (location, workdir):
         settings = ({"RULE_GENERATION_ENABLED": "false"} if args.no_rules
                     else publish_corpus_ruleset(location, workdir))
         servers = [ServerRunner(location, workdir, **settings).start()

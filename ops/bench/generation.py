@@ -24,14 +24,14 @@ import orjson
 import psycopg2
 
 from engine.ruleset import load_ruleset
-from ops.bench.common import bench_database
-from ruledata.preprocess import preprocess
 from server.db.lifecycle import open_database
-from server.generation import GenerationConfig, generate_router, make_pool
+from server.generation.service import GenerationConfig, generate_router, generation_pool
+from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
+from testkit.corpus import CORPUS_RULES
+from testkit.database import database_env, throwaway_database
 
-DEFAULT_ARCHIVE = (Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"
-                   / "emerging.rules.zip")
+DEFAULT_ARCHIVE = CORPUS_RULES / "emerging.rules.zip"
 ALERTS_PER_ROUTER = 40
 FLOWS_PER_ROUTER = 200
 APPS = ["dns", "tls", "http", "ssh", "smb", "ntp", "quic"]
@@ -83,14 +83,14 @@ def reset_queue(location) -> None:
 
 async def run_round(settings, macs: list[str], workers: int) -> tuple[float, list[float]]:
     config = GenerationConfig.from_settings(settings)
-    pool = make_pool(workers, config.timeout)
+    pool = generation_pool(workers, config.timeout)
     latencies: list[float] = []
     try:
         async with open_database(settings) as db:
-            me = f"bench-{workers}"
+            owner = f"bench-{workers}"
             # Warm every worker: the ruleset is loaded once per process, before timing.
             warm = macs[:workers]
-            await asyncio.gather(*(generate_router(db, pool, config, me, m, config.lease)
+            await asyncio.gather(*(generate_router(db, pool, config, owner, m, config.one_off_lease)
                                    for m in warm))
             pending = list(reversed(macs[workers:]))
 
@@ -98,7 +98,7 @@ async def run_round(settings, macs: list[str], workers: int) -> tuple[float, lis
                 while pending:
                     mac = pending.pop()
                     started = time.perf_counter()
-                    await generate_router(db, pool, config, me, mac, config.lease)
+                    await generate_router(db, pool, config, owner, mac, config.one_off_lease)
                     latencies.append(time.perf_counter() - started)
 
             started = time.perf_counter()
@@ -117,16 +117,14 @@ def main() -> int:
     if not args.archive.exists():
         print(f"archive {args.archive} not found (pass --archive)", file=sys.stderr)
         return 2
-    with bench_database() as (location, workdir):
+    with throwaway_database() as (location, workdir):
         (workdir / "version.txt").write_text("bench")
         settings = load_settings({
-            "DB_HOST": location.host, "DB_PORT": str(location.port),
-            "DB_NAME": location.name, "DB_USER": location.user,
-            "DB_PASSWORD": location.password, "DATA_DIR": str(workdir),
+            **database_env(location), "DATA_DIR": str(workdir),
             "DB_LOG_LEVEL": "error", "RULE_PREPROCESS_ARCHIVE_URL": args.archive.as_uri(),
             "RULE_PREPROCESS_VERSION_URL": (workdir / "version.txt").as_uri()},
             env_file=None)
-        asyncio.run(preprocess(settings))
+        asyncio.run(run_preprocess(settings))
         ruleset = load_ruleset((settings.rule_data_path / "current").resolve())
         macs = [f"02:42:{n >> 24 & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:"
                 f"{n & 255:02x}" for n in range(args.routers)]

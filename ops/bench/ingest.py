@@ -21,9 +21,10 @@ import aiohttp
 import orjson
 import psycopg2
 
-from ops.bench.common import bench_database, fetch_value, running_server
 from ops.bench.fleet import corpus_records
 from server.db.location import DatabaseLocation
+from testkit.database import Sql, throwaway_database
+from testkit.server import running_server
 from server.ingest.extract import EVENT_COLUMNS, event_row
 
 MAC = "02:00:00:00:be:01"
@@ -112,7 +113,7 @@ def main() -> int:
     print(f"{args.records} alert records, {megabytes:.0f} MiB of NDJSON, "
           f"{len(bodies)} requests of {args.per_request}, concurrency {args.concurrency}")
 
-    with bench_database() as (location, workdir), \
+    with throwaway_database() as (location, workdir), \
             running_server(location, workdir) as server:
         http_times, copy_times = [], []
         for _ in range(args.rounds):
@@ -132,7 +133,7 @@ def main() -> int:
 
 
 def count_rows(location: DatabaseLocation) -> int:
-    return fetch_value(location, "SELECT count(*) FROM ids_events")
+    return Sql(location).value("SELECT count(*) FROM ids_events")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import aiosmtplib
 import psycopg2
 from aiosmtpd.controller import Controller
 
-from ops.bench.common import bench_database, free_port, running_server
+from testkit.database import throwaway_database
+from testkit.server import free_port, running_server
 from server.db.notifications import PAGE_STATEMENT
 
 
@@ -136,7 +137,7 @@ def main() -> int:
     sink = Controller(Sink(), hostname="127.0.0.1", port=free_port())
     sink.start()
     try:
-        with bench_database() as (location, workdir), running_server(
+        with throwaway_database() as (location, workdir), running_server(
                 location, workdir, SERVICES="notifications", SMTP_HOST="127.0.0.1",
                 SMTP_PORT=str(sink.port), SMTP_SECURITY="none") as server:
             seconds, latencies = asyncio.run(post_all(server.port, args.sends, args.concurrency))

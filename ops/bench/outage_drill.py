@@ -24,10 +24,10 @@ from pathlib import Path
 import aiohttp
 from aiosmtpd.controller import Controller
 
-from ops.bench.common import ServerRunner, free_port
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
+from testkit.server import ServerRunner, free_port
 from server.db.migrate import apply_migrations, ensure_database
 
 PROBE_MAC = "02:00:00:00:0d:01"

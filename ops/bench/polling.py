@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from ops.bench.common import (ServerRunner, bench_database, fetch_value, free_port,
-                              publish_corpus_ruleset, wait_listening)
 from server.db.location import DatabaseLocation
+from testkit.corpus import publish_corpus_ruleset
+from testkit.database import Sql, throwaway_database
+from testkit.server import ServerRunner, free_port, wait_listening
 
 FIRST_MAC = 0x0200_0000_5000
 # An idle backend reports its row counts to pg_stat_* within 10 s (PGSTAT_IDLE_INTERVAL).
@@ -99,7 +100,7 @@ async def register_and_wait(url: str, macs: list[str], timeout: float = 300) -> 
 
 
 def row_writes(location: DatabaseLocation) -> int:
-    return int(fetch_value(location, "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), "
+    return int(Sql(location).value("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), "
                                      "0) FROM pg_stat_user_tables"))
 
 
@@ -129,7 +130,7 @@ def main() -> int:
 
     rng = random.Random(1)
     macs = [mac(n) for n in range(args.routers)]
-    with bench_database() as (location, workdir):
+    with throwaway_database() as (location, workdir):
         server = ServerRunner(location, workdir, RULE_GENERATION_MAX_CONCURRENT="2",
                               **publish_corpus_ruleset(location, workdir)).start()
         port = free_port()

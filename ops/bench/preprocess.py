@@ -20,11 +20,11 @@ import time
 import zipfile
 from pathlib import Path
 
-from ruledata.preprocess import run_preprocess
+from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
+from testkit.corpus import CORPUS_RULES
 
-DEFAULT_ARCHIVE = (Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"
-                   / "emerging.rules.zip")
+DEFAULT_ARCHIVE = CORPUS_RULES / "emerging.rules.zip"
 
 
 def time_job(archive: Path, workdir: Path, round_number: int) -> tuple[float, dict]:

@@ -17,11 +17,12 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-from ops.bench.common import bench_database, running_server
 from ops.bench.ingest import (copy_text, count_rows, make_lines, ndjson_bodies, run_copy,
                               run_http, truncate)
 from server.db.pool import Database
-from server.retention import run_retention
+from server.jobs.retention import run_retention
+from testkit.database import throwaway_database
+from testkit.server import running_server
 
 RETENTION_DAYS = 30
 
@@ -51,7 +52,7 @@ def main() -> int:
     old_received = (datetime.now(timezone.utc) - timedelta(days=60)).isoformat()
     old_rows = copy_text(make_lines(args.old), old_received)
 
-    with bench_database() as (location, workdir), \
+    with throwaway_database() as (location, workdir), \
             running_server(location, workdir) as server:
         truncate(location)
         alone = asyncio.run(run_http(server.port, bodies, concurrency=2))

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from ops.bench.common import ServerRunner, bench_database, fetch_value
 from ops.bench.crash_drill import server_settings
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.location import DatabaseLocation
+from testkit.database import Sql, throwaway_database
+from testkit.server import ServerRunner
 
 
 @dataclass
@@ -47,10 +48,10 @@ class TwoServersResult:
 def database_counts(location: DatabaseLocation, since) -> tuple[int, int, int]:
     """Generations recorded in the queue; cron ticks and scheduled runs since `since` (the
     ruleset published by hand before the servers started is a run without a tick)."""
-    return (int(fetch_value(location, "SELECT coalesce(sum(generation_count), 0) "
+    return (int(Sql(location).value("SELECT coalesce(sum(generation_count), 0) "
                                 "FROM generation_queue")),
-            fetch_value(location, "SELECT count(*) FROM job_ticks WHERE job = 'rulepreprocess'"),
-            fetch_value(location, "SELECT count(*) FROM job_runs WHERE job = 'rulepreprocess' "
+            Sql(location).value("SELECT count(*) FROM job_ticks WHERE job = 'rulepreprocess'"),
+            Sql(location).value("SELECT count(*) FROM job_runs WHERE job = 'rulepreprocess' "
                             "AND started_at >= %s", (since,)))
 
 
@@ -64,7 +65,7 @@ async def two_servers(location: DatabaseLocation, workdir: Path, seconds: float 
                 "RULE_GENERATION_POLL_SECONDS": "1",
                 "RULE_PREPROCESS_CRON_SCHEDULE": "* * * * *"}
     servers = [ServerRunner(location, workdir, **settings) for _ in range(2)]
-    since = fetch_value(location, "SELECT now()")
+    since = Sql(location).value("SELECT now()")
     await asyncio.gather(*(asyncio.to_thread(server.start) for server in servers))
     result = TwoServersResult()
     try:
@@ -91,7 +92,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=75)
     parser.add_argument("--routers", type=int, default=60)
     args = parser.parse_args()
-    with bench_database() as (location, workdir):
+    with throwaway_database() as (location, workdir):
         result = asyncio.run(two_servers(location, workdir, args.seconds, args.routers))
     print(f"answers by server: {result.answers_by_server}")
     print(f"generations logged by the servers: {result.generated_by_server} "

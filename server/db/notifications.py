@@ -4,11 +4,12 @@ claim deliveries to retry."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import orjson
 
 from server.db.pool import Database, execute
+from server.timestamps import iso_utc
 
 RECORD_COLUMNS = ("id::text, user_id, type, channel, title, message, status, read, recipient, "
                   "metadata, created_at, sent_at")
@@ -17,16 +18,10 @@ RECORD_FIELDS = ("id", "userId", "type", "channel", "title", "message", "status"
 FEED_FIELDS = ("id", "userId", "type", "read", "title", "status", "createdAt")
 
 
-def _iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
-
-
 def as_record(row: tuple) -> dict:
     record = dict(zip(RECORD_FIELDS, row))
-    record["createdAt"], record["sentAt"] = _iso(record["createdAt"]), _iso(record["sentAt"])
+    for moment in ("createdAt", "sentAt"):
+        record[moment] = iso_utc(record[moment], "milliseconds")
     return record
 
 
@@ -104,6 +99,6 @@ async def user_feed(db: Database, user_id: str, limit: int, offset: int
         items = []
         for row in await cur.fetchall():
             item = dict(zip(FEED_FIELDS, row))
-            item["createdAt"] = _iso(item["createdAt"])
+            item["createdAt"] = iso_utc(item["createdAt"], "milliseconds")
             items.append(item)
         return items, total

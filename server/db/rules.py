@@ -5,9 +5,6 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-import aiopg
-
-from engine.payloads import pack
 from server.db.pool import Database, execute
 
 
@@ -70,15 +67,3 @@ def payload_params(mac: str, payloads: dict[str, tuple[bytes, str]]) -> dict[str
         params[f"{kind}_gz"], params[f"{kind}_etag"] = packed, etag
     return params
 
-
-async def store_payloads(cur: aiopg.Cursor, mac: str,
-                         payloads: dict[str, tuple[bytes, str]]) -> None:
-    """Upsert packed payloads (kind -> (gzip bytes, etag); see engine.payloads.pack) with the
-    caller's cursor, so it can share a transaction."""
-    await execute(cur, upsert_statement(tuple(sorted(payloads))), payload_params(mac, payloads))
-
-
-async def store_payload_objects(db: Database, mac: str, payloads: dict[str, object]) -> None:
-    """Pack and store payloads given as JSON-able objects (operators' tools, tests)."""
-    async with db.cursor() as cur:
-        await store_payloads(cur, mac, {kind: pack(body) for kind, body in payloads.items()})

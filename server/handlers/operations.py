@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from server.db import generation as queue_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import json_response
+from server.generation import queue as generation_queue
 from server.openapi import openapi_document
 from server.typedefs import DATABASE, ETAG_CACHE, GENERATION, METRICS, SETTINGS
 
@@ -25,7 +25,7 @@ async def metrics_page(request: web.Request) -> web.Response:
         metrics.etag_cache_listening.set(cache.listening)
     if "router" in app[SETTINGS].services:
         try:
-            for state, count in (await queue_db.queue_state(app[DATABASE])).items():
+            for state, count in (await generation_queue.queue_state(app[DATABASE])).items():
                 metrics.queue.labels(state).set(count)
         except DatabaseUnavailable:
             pass  # the request and pool figures are still worth scraping; the queue's stay stale

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-from datetime import datetime, timezone
 
 from aiohttp import web
 
@@ -13,6 +12,7 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
+from server.timestamps import iso_utc
 from server.typedefs import DATABASE, ETAG_CACHE, METRICS, ROUTER_REGISTRY, SETTINGS
 
 
@@ -54,7 +54,8 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
 async def last_updated(request: web.Request) -> web.Response:
     mac = await admitted_router(request)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(request.app[DATABASE], mac)
-    return json_response({"ids_updated_at": _iso(ids_at), "firewall_updated_at": _iso(firewall_at)})
+    return json_response({"ids_updated_at": iso_utc(ids_at),
+                          "firewall_updated_at": iso_utc(firewall_at)})
 
 
 async def ids_rules(request: web.Request) -> web.Response:
@@ -100,10 +101,6 @@ def _accepts_gzip(request: web.Request) -> bool:
 def _etag(value: str) -> str:
     # Weak: the same content is served plain or gzip-encoded under one validator.
     return f'W/"{value}"'
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.astimezone(timezone.utc).isoformat()
 
 
 def setup_routes(app: web.Application) -> None:

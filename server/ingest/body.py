@@ -11,33 +11,21 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from server.errors import ApiError
+from server.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 DECODED_PIECE_BYTES = 256 * 1024
 
 
-class BodyTooLarge(ApiError):
-    status = 413
-
-
-class UnsupportedEncoding(ApiError):
-    status = 415
-
-
-class BrokenBody(ApiError):
-    status = 400
-
-
 def _check_declared_length(request: web.Request, max_bytes: int) -> None:
     if request.content_length is not None and request.content_length > max_bytes:
-        raise BodyTooLarge(f"body of {request.content_length} bytes exceeds the limit of "
+        raise PayloadTooLarge(f"body of {request.content_length} bytes exceeds the limit of "
                            f"{max_bytes} bytes")
 
 
 async def decoded_chunks(request: web.Request, max_bytes: int) -> AsyncIterator[bytes]:
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip"):
-        raise UnsupportedEncoding(f"unsupported Content-Encoding {encoding!r} "
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r} "
                                   "(use gzip or none)")
     _check_declared_length(request, max_bytes)
     total = 0
@@ -48,10 +36,10 @@ async def decoded_chunks(request: web.Request, max_bytes: int) -> AsyncIterator[
             for piece in pieces:
                 total += len(piece)
                 if total > max_bytes:
-                    raise BodyTooLarge(f"body exceeds the limit of {max_bytes} bytes")
+                    raise PayloadTooLarge(f"body exceeds the limit of {max_bytes} bytes")
                 yield piece
     except ConnectionError as error:
-        raise BrokenBody(f"body ended early: {error}") from error
+        raise BadRequest(f"body ended early: {error}") from error
     if inflate:
         inflate.finish()
 
@@ -69,7 +57,7 @@ class _GzipStream:
             try:
                 piece = self._inflate.decompress(data, DECODED_PIECE_BYTES)
             except zlib.error as error:
-                raise BrokenBody(f"body is not valid gzip: {error}") from None
+                raise BadRequest(f"body is not valid gzip: {error}") from None
             if piece:
                 yield piece
             if self._inflate.eof:
@@ -81,4 +69,4 @@ class _GzipStream:
 
     def finish(self) -> None:
         if self._seen_any and not self._inflate.eof:
-            raise BrokenBody("gzip body is truncated")
+            raise BadRequest("gzip body is truncated")

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from server.db.schema import TELEMETRY_TABLES
 from server.db.telemetry import TelemetryWriter, insert_statement
-from server.errors import ApiError, BadRequest
+from server.errors import BadRequest, UnsupportedMediaType
 from server.ingest import extract
 from server.ingest.body import decoded_chunks
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
@@ -23,10 +23,6 @@ STATEMENTS = {
     "events": insert_statement(TELEMETRY_TABLES["events"], extract.EVENT_COLUMNS),
     "cfm": insert_statement(TELEMETRY_TABLES["cfm"], extract.CFM_COLUMNS),
 }
-
-
-class UnsupportedMediaType(ApiError):
-    status = 415
 
 
 class IngestReport:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from server.background import BackgroundTasks
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable
 from server.metrics import Metrics
@@ -35,7 +36,7 @@ class Notifier:
         self._base_delay = timedelta(seconds=settings.notification_retry_seconds)
         self._max_attempts = settings.notification_max_attempts
         self._poll = min(settings.notification_retry_seconds, 30)
-        self._task: asyncio.Task | None = None
+        self._tasks = BackgroundTasks()
 
     async def deliver(self, record: dict) -> str | None:
         """Send one stored notification; record the outcome. Returns the error, or None."""
@@ -59,12 +60,10 @@ class Notifier:
         return delivered
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="notification-retries")
+        self._tasks.spawn(self._loop(), "notification-retries")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._tasks.stop()
 
     async def _loop(self) -> None:
         while True:

@@ -1,4 +1,4 @@
-"""Bookkeeping of background jobs: tick claims, exclusive locks, run records."""
+"""Bookkeeping of scheduled jobs in the database: tick claims, exclusive locks, run records."""
 
 from __future__ import annotations
 

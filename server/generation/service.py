@@ -1,13 +1,14 @@
-"""The generation queue of one server process: claim due routers from the database, buffer them,
-generate in the process pool, store the results.
+"""The generation queue of one server process: claim due routers, buffer them, generate each
+in the worker pool; and `generate_once` for the `rulegen` command.
 
 - A dispatcher claims due routers (never-generated first, then by due time) into a buffer of
   RULE_GENERATION_QUEUE_CAPACITY; it polls every RULE_GENERATION_POLL_SECONDS when idle and
   is woken at once when a router registers in this process.
 - RULE_GENERATION_MAX_CONCURRENT tasks take routers from the buffer and hand each to a pool
-  worker, which renews the lease, reads the telemetry summary, generates, and stores payloads
-  and the new due time (server/generation_worker.py). A failure reschedules the router with
-  backoff; the queue goes on.
+  worker (server/generation/task.py). A failure reschedules the router with backoff.
+- The process claims a router for CLAIM_LEASE and renews all its claims every RENEW_SECONDS
+  while it lives, so the claims of a process that died (SIGKILL, power loss) run out within a
+  minute and other processes take those routers over.
 - Nothing is generated while no ruleset is published.
 """
 
@@ -15,21 +16,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
-from engine.generate import Limits
-from engine.pool import GenerationFailed, GenerationPool
+from engine.generate import PayloadLimits
+from engine.pool import WorkerFailed, WorkerPool
 from ruledata.workspace import Workspace
-from server.db import generation as queue_db
+from server.background import BackgroundTasks, process_name
+from server.db import routers as router_db
 from server.db.pool import Database, DatabaseUnavailable
-from server.generation_worker import RouterGenerated, RouterTask, generate_and_store
+from server.generation import queue
+from server.generation.task import LeaseLost, RouterGenerated, RouterTask, generate_and_store
 from server.metrics import Metrics
 from server.settings import Settings
 
 log = logging.getLogger("router_backend.generation")
+
+CLAIM_LEASE = timedelta(seconds=60)
+RENEW_SECONDS = 20
+
+GenerationPool = WorkerPool[RouterTask, RouterGenerated]
+
+
+class GenerationRefused(Exception):
+    """The router cannot be generated now (no ruleset, not registered, held elsewhere)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ class GenerationConfig:
     poll_seconds: float
     window: timedelta
     block_severity: int
-    limits: Limits
+    limits: PayloadLimits
     rules_filename: str
     workspace: Workspace
 
@@ -55,57 +65,64 @@ class GenerationConfig:
             poll_seconds=settings.rule_generation_poll_seconds,
             window=timedelta(days=settings.rule_generation_telemetry_days),
             block_severity=settings.rule_generation_block_severity,
-            limits=Limits(settings.rule_generation_sample_count,
-                          settings.rule_generation_firewall_max_entries),
+            limits=PayloadLimits(settings.rule_generation_sample_count,
+                                 settings.rule_generation_firewall_max_entries),
             rules_filename=settings.rule_generation_rules_filename,
             workspace=Workspace(settings.rule_data_path))
 
     @property
-    def lease(self) -> timedelta:
-        """For a one-off generation that nobody renews (rulegen): outlasts the timeout."""
+    def one_off_lease(self) -> timedelta:
+        """For a generation that nobody renews (rulegen): outlasts the timeout."""
         return timedelta(seconds=self.timeout + 60)
 
-
-# The server claims a router (waiting in its buffer, or being generated) for CLAIM_LEASE and
-# renews all its claims every RENEW_SECONDS while it lives; so the claims of a process that
-# died (SIGKILL, power loss) run out within a minute and other processes take those routers
-# over.
-CLAIM_LEASE = timedelta(seconds=60)
-RENEW_SECONDS = 20
+    def rules_file(self, mac: str) -> str:
+        return str(self.workspace.idps_rules / self.rules_filename.format(
+            mac=mac.replace(":", "-")))
 
 
-class NoRuleset(Exception):
-    """No ruleset has been published yet (run rulepreprocess)."""
-
-
-def owner_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def make_pool(workers: int, timeout: float, start_method: str = "spawn") -> GenerationPool:
-    """The generation pool as the server uses it: workers do a router's database work too."""
-    return GenerationPool(workers, timeout, start_method, function=generate_and_store)
+def generation_pool(workers: int, timeout: float, start_method: str = "spawn"
+                    ) -> GenerationPool:
+    return WorkerPool(generate_and_store, workers, timeout, start_method)
 
 
 async def generate_router(db: Database, pool: GenerationPool, config: GenerationConfig,
-                          me: str, mac: str, lease: timedelta) -> RouterGenerated:
-    """One router, start to finish, in a pool worker: renew (or take) the lease for `me`, read
-    the telemetry summary, generate, store. Raises NoRuleset, GenerationFailed, LeaseLost or
-    DatabaseUnavailable; after a generation failure the router is rescheduled with backoff."""
+                          owner: str, mac: str, lease: timedelta) -> RouterGenerated:
+    """One router, start to finish, in a pool worker, under `owner`'s lease. Raises
+    GenerationRefused (no ruleset: the router is released), WorkerFailed (the router is
+    rescheduled with backoff), LeaseLost or DatabaseUnavailable."""
     version_dir = config.workspace.current_version_dir()
     if version_dir is None:
-        await queue_db.release(db, me, mac)
-        raise NoRuleset("no ruleset published yet; run rulepreprocess")
-    rules_file = config.workspace.idps_rules / config.rules_filename.format(
-        mac=mac.replace(":", "-"))
-    task = RouterTask(db.location.dsn(), me, mac, str(version_dir), str(rules_file),
+        await queue.release(db, owner, mac)
+        raise GenerationRefused("no ruleset published yet; run rulepreprocess")
+    task = RouterTask(db.location.dsn(), owner, mac, str(version_dir), config.rules_file(mac),
                       lease, config.window, config.block_severity, config.interval,
                       config.limits)
     try:
         return await pool.run(task)
-    except GenerationFailed as error:
-        await queue_db.fail(db, me, mac, config.interval, str(error))
+    except WorkerFailed as error:
+        await queue.fail(db, owner, mac, config.interval, str(error))
         raise
+
+
+async def generate_once(db: Database, config: GenerationConfig, mac: str,
+                        start_method: str = "fork") -> RouterGenerated:
+    """Generate one router now, outside the queue (the `rulegen` command), in a worker of its
+    own, under a lease that outlasts the timeout. GenerationRefused when the router is not
+    registered, no ruleset is published, or a server is generating it at this moment;
+    WorkerFailed or LeaseLost when the generation itself failed."""
+    if not await router_db.is_registered(db, mac):
+        raise GenerationRefused(f"router {mac} is not registered")
+    if config.workspace.current_version_dir() is None:
+        raise GenerationRefused("no ruleset published yet; run rulepreprocess first")
+    owner = f"rulegen@{process_name()}"
+    if not await queue.claim_router(db, owner, mac, config.one_off_lease):
+        raise GenerationRefused(f"router {mac} is being generated by a server right now; "
+                                "try again shortly")
+    pool = generation_pool(1, config.timeout, start_method)
+    try:
+        return await generate_router(db, pool, config, owner, mac, config.one_off_lease)
+    finally:
+        pool.close()
 
 
 class GenerationService:
@@ -115,10 +132,11 @@ class GenerationService:
         self._metrics = metrics or Metrics()
         self._pool = pool
         self._config = config
-        self._me = owner_name()
+        self._owner = process_name()
         self._buffer: asyncio.Queue[str] = asyncio.Queue(config.capacity)
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._dispatcher: asyncio.Task | None = None
+        self._tasks = BackgroundTasks()
         self.generated = 0
 
     @property
@@ -126,10 +144,10 @@ class GenerationService:
         return self._config.workers
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._dispatch(), name="generation-dispatch"),
-                       asyncio.create_task(self._renew(), name="generation-renew")]
-        self._tasks += [asyncio.create_task(self._work(), name=f"generation-worker-{n}")
-                        for n in range(self._config.workers)]
+        self._dispatcher = self._tasks.spawn(self._dispatch(), "generation-dispatch")
+        self._tasks.spawn(self._renew(), "generation-renew")
+        for number in range(self._config.workers):
+            self._tasks.spawn(self._work(), f"generation-worker-{number}")
 
     def wake(self) -> None:
         """A router just registered here: look for due routers now."""
@@ -139,14 +157,14 @@ class GenerationService:
         """Claim nothing more, hand buffered routers back to the other processes, and let the
         routers being generated finish, for up to `grace_seconds`. Returns False when some
         were still running (their workers should then be killed; their leases expire)."""
-        self._tasks[0].cancel()  # the dispatcher
+        self._dispatcher.cancel()
         buffered = []
         while not self._buffer.empty():
             buffered.append(self._buffer.get_nowait())
             self._buffer.task_done()
         for mac in buffered:
             try:
-                await queue_db.release(self._db, self._me, mac)
+                await queue.release(self._db, self._owner, mac)
             except DatabaseUnavailable:
                 break  # their leases expire by themselves
         try:
@@ -155,9 +173,7 @@ class GenerationService:
         except asyncio.TimeoutError:
             log.warning("generations still running after %ss; stopping them", grace_seconds)
             finished = False
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.stop()
         return finished
 
     async def _dispatch(self) -> None:
@@ -166,8 +182,8 @@ class GenerationService:
             free = self._config.capacity - self._buffer.qsize()
             try:
                 if free > 0 and self._config.workspace.current_version_dir() is not None:
-                    for mac in await queue_db.claim_due(self._db, self._me, free,
-                                                        CLAIM_LEASE):
+                    for mac in await queue.claim_due(self._db, self._owner, free,
+                                                     CLAIM_LEASE):
                         self._buffer.put_nowait(mac)
                         claimed += 1
             except DatabaseUnavailable as error:
@@ -185,7 +201,7 @@ class GenerationService:
         while True:
             await asyncio.sleep(RENEW_SECONDS)
             try:
-                await queue_db.renew_claims(self._db, self._me, CLAIM_LEASE)
+                await queue.renew_claims(self._db, self._owner, CLAIM_LEASE)
             except DatabaseUnavailable as error:
                 log.warning("generation queue: claims not renewed (%s)", error)
 
@@ -199,13 +215,13 @@ class GenerationService:
 
     async def _generate(self, mac: str) -> None:
         try:
-            result = await generate_router(self._db, self._pool, self._config, self._me, mac,
-                                           CLAIM_LEASE)
-        except queue_db.LeaseLost:  # our lease ran out and another process has the router now
+            result = await generate_router(self._db, self._pool, self._config, self._owner,
+                                           mac, CLAIM_LEASE)
+        except LeaseLost:  # our lease ran out and another process has the router now
             self._metrics.generations.labels("lease_lost").inc()
             log.info("generation for %s dropped: lease lost to another process", mac)
             return
-        except (GenerationFailed, NoRuleset, DatabaseUnavailable) as error:
+        except (WorkerFailed, GenerationRefused, DatabaseUnavailable) as error:
             self._metrics.generations.labels("failed").inc()
             log.warning("generation for %s failed: %s", mac, error)
             return

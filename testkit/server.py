@@ -1,5 +1,4 @@
-"""What the benchmarks share: a throw-away migrated database (embedded, or the server named by
-DB_HOST/DB_PORT/DB_USER/DB_PASSWORD) and the real server run as a child process."""
+"""The real server (`python -m ops.cli serve`) as a child process, on a free loopback port."""
 
 from __future__ import annotations
 
@@ -8,17 +7,13 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Iterator
 
-import psycopg2
-
-from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from server.db.migrate import apply_migrations, ensure_database
+from testkit import REPOSITORY
+from testkit.database import database_env
 
 
 def free_port() -> int:
@@ -73,11 +68,8 @@ class ServerRunner:
 
     def __init__(self, location: DatabaseLocation, data_dir: Path, **settings: str):
         self.port = free_port()
-        self.env = {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
-                    "DB_NAME": location.name, "DB_USER": location.user,
-                    "DB_PASSWORD": location.password, "DB_SSLMODE": location.sslmode,
-                    "DATA_DIR": str(data_dir), "LISTEN_PORT": str(self.port),
-                    "DB_LOG_LEVEL": "error", **settings}
+        self.env = {**os.environ, **database_env(location), "DATA_DIR": str(data_dir),
+                    "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error", **settings}
         # A file: an unread pipe would fill and stall the server.
         self.log_path = data_dir / f"server-{self.port}.log"
         self.process: subprocess.Popen | None = None
@@ -89,7 +81,8 @@ class ServerRunner:
     def start(self, timeout: float = 60) -> "ServerRunner":
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"],
-                                            env=self.env, stdout=log, stderr=log)
+                                            env=self.env, stdout=log, stderr=log,
+                                            cwd=REPOSITORY)
         if not wait_listening(self.process, self.port, timeout):
             raise RuntimeError(f"server did not start listening: {self.log_tail()}")
         return self
@@ -129,42 +122,3 @@ def running_server(location: DatabaseLocation, data_dir: Path,
         yield runner
     finally:
         runner.stop()
-
-
-def fetch_value(location: DatabaseLocation, statement: str, params=None):
-    """The first column of the first row, read with a connection of its own (what the
-    benchmarks and drills check, independently of the service's code)."""
-    conn = psycopg2.connect(**location.connect_kwargs())
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return cur.fetchone()[0]
-    finally:
-        conn.close()
-
-
-CORPUS_RULES = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "et-open-2020"
-
-
-def publish_corpus_ruleset(location: DatabaseLocation, workdir: Path) -> dict[str, str]:
-    """Publish the ET Open corpus archive with the real `rulepreprocess` command; returns the
-    settings under which a server generates from it."""
-    settings = {"RULE_DATA_DIR": str(workdir / "rules"),
-                "RULE_PREPROCESS_ARCHIVE_URL": (CORPUS_RULES / "emerging.rules.zip").as_uri(),
-                "RULE_PREPROCESS_VERSION_URL": (CORPUS_RULES / "version.txt").as_uri()}
-    env = {**ServerRunner(location, workdir).env, **settings}
-    result = subprocess.run([sys.executable, "-m", "ops.rulepreprocess"], env=env,
-                            capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise RuntimeError(f"rulepreprocess failed: {result.stderr}")
-    return settings
-
-
-def _drop_database(location: DatabaseLocation) -> None:
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{location.name}" WITH (FORCE)')
-    finally:
-        conn.close()

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.conftest import CORPUS, settings_for
+from testkit import CORPUS, FIXTURES
+from testkit.database import settings_for
 
-FIXTURE_RULES = Path(__file__).resolve().parent / "fixtures" / "ruleset"
+FIXTURE_RULES = FIXTURES / "ruleset"
 
 
 def fixture_members(extra: dict[str, bytes] | None = None) -> dict[str, bytes]:

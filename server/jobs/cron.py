@@ -1,5 +1,5 @@
-"""Background jobs in the server's event loop: cron ticks, one run per tick across processes,
-one log line and one `job_runs` row per run, retries after a failure.
+"""The cron runner: jobs in the server's event loop, one run per tick across processes, one
+log line and one `job_runs` row per run, retries after a failure.
 
 A job is an async function returning a dict of details (logged and stored). It runs:
 - on its cron tick, in the one process that claims the tick in `job_ticks`;
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -21,14 +19,14 @@ from typing import Awaitable, Callable
 
 import aiocron
 
-from server.db import jobs as job_db
+from server.background import BackgroundTasks, process_name
 from server.db.pool import Database
+from server.jobs import ledger
 from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.jobs")
 
 JobFunction = Callable[[], Awaitable[dict]]
-PROCESS_NAME = f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass
@@ -41,20 +39,20 @@ class JobOutcome:
 async def run_job(db: Database, name: str, function: JobFunction) -> JobOutcome:
     """Run once now, exclusively, recording the run. Never raises for the job's own failure."""
     started = time.perf_counter()
-    async with job_db.exclusive(db, name) as acquired:
+    async with ledger.exclusive(db, name) as acquired:
         if not acquired:
             log.info("job %s skipped: running elsewhere", name)
             return JobOutcome("skipped", {"reason": "running in another process"})
-        run_id = await job_db.start_run(db, name)
+        run_id = await ledger.start_run(db, name)
         try:
             detail = await function()
         except Exception as error:  # the job failed; the service goes on
             message = str(error) or type(error).__name__
             log.error("job %s failed after %.2fs: %s", name, time.perf_counter() - started,
                       message, exc_info=not isinstance(error, (ConnectionError, OSError)))
-            await job_db.finish_run(db, run_id, "failed", error=message)
+            await ledger.finish_run(db, run_id, "failed", error=message)
             return JobOutcome("failed", {}, message)
-        await job_db.finish_run(db, run_id, "succeeded", detail)
+        await ledger.finish_run(db, run_id, "succeeded", detail)
     log.info("job %s succeeded in %.2fs: %s", name, time.perf_counter() - started, detail)
     return JobOutcome("succeeded", detail)
 
@@ -73,13 +71,11 @@ class CronJobs:
         self._retry_delay = retry_delay
         self._retry_attempts = retry_attempts
         self._crons: list[aiocron.Cron] = []
-        self._tasks: set[asyncio.Task] = set()
+        self._runs = BackgroundTasks()
 
     def add(self, name: str, spec: str, function: JobFunction) -> None:
         async def on_tick() -> None:
-            task = asyncio.create_task(self._tick(name, function))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._runs.spawn(self._tick(name, function), f"job-{name}")
 
         self._crons.append(aiocron.crontab(spec, func=on_tick, start=True, tz=timezone.utc))
 
@@ -91,7 +87,7 @@ class CronJobs:
                 await asyncio.sleep(self._retry_delay)
             try:
                 if not claimed:
-                    if not await job_db.claim_tick(self._db, name, tick, PROCESS_NAME):
+                    if not await ledger.claim_tick(self._db, name, tick, process_name()):
                         return  # another process has this tick
                     claimed = True
                 status = (await run_job(self._db, name, function)).status
@@ -105,6 +101,4 @@ class CronJobs:
     async def stop(self) -> None:
         for cron in self._crons:
             cron.stop()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._runs.stop()

@@ -1,0 +1,153 @@
+"""What a generation worker process runs for one router, database work included: renew the
+lease and read the telemetry summary (one statement), generate (engine.worker), store both
+payloads with the next due time (one statement). Only a small summary goes back to the event
+loop, so the database work scales with the workers instead of queueing in the server process.
+
+Synchronous (psycopg2): it runs in the worker process, which keeps one connection of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg2
+
+from engine.generate import PayloadLimits, TelemetrySummary
+from engine.worker import GenerationJob, generate_for_router
+from server.db.pool import DatabaseUnavailable
+from server.db.rules import payload_params, upsert_statement
+from server.generation.queue import CLAIM_ONE
+
+# Bounds on what the summary reads per router, so one router's volume cannot make its
+# generation slow.
+RECENT_ROWS = 50_000      # rows read per table, newest first
+MAX_FIRED_SIDS = 2_000
+TOP_FLOW_VALUES = 32
+MAX_ALERTS = 5_000
+
+
+class LeaseLost(Exception):
+    """Another owner holds this router now (ours expired); the result is dropped."""
+
+
+@dataclass(frozen=True)
+class RouterTask:
+    dsn: str
+    owner: str                # the lease owner
+    mac: str
+    version_dir: str          # the published ruleset to use (resolved `current`)
+    rules_file: str           # where to write the router's .rules file
+    lease: timedelta
+    window: timedelta         # telemetry that shapes the rules
+    block_severity: int
+    interval: timedelta       # until the router is due again
+    limits: PayloadLimits
+
+
+@dataclass(frozen=True)
+class RouterGenerated:
+    mac: str
+    version: str
+    stats: dict
+    seconds: float
+
+
+class _WorkerConnection:
+    """This worker process's connection: opened on first use, reopened after a failure."""
+
+    def __init__(self) -> None:
+        self._conn = None
+
+    def get(self, dsn: str):
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg2.connect(dsn, connect_timeout=10)
+            self._conn.autocommit = True
+        return self._conn
+
+    def discard(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+_CONNECTION = _WorkerConnection()
+
+
+def generate_and_store(task: RouterTask) -> RouterGenerated:
+    """The function the generation pool runs. LeaseLost when another owner has the router;
+    DatabaseUnavailable when the database cannot be reached."""
+    try:
+        conn = _CONNECTION.get(task.dsn)
+        with conn.cursor() as cur:
+            summary = _renew_and_summarise(cur, task)
+        result = generate_for_router(GenerationJob(task.mac, task.version_dir, task.rules_file,
+                                                   summary, task.limits))
+        with conn.cursor() as cur:
+            _complete(cur, task, {"ids": (result.ids_gz, result.ids_etag),
+                                  "firewall": (result.firewall_gz, result.firewall_etag)},
+                      result.seconds)
+    except (psycopg2.OperationalError, psycopg2.InterfaceError) as error:
+        _CONNECTION.discard()
+        raise DatabaseUnavailable(str(error).strip().splitlines()[0]) from None
+    return RouterGenerated(task.mac, result.version, result.stats, result.seconds)
+
+
+def _recent(table: str, columns: str) -> str:
+    return (f"(SELECT {columns} FROM {table} WHERE mac = %(mac)s ORDER BY id DESC "
+            f"LIMIT {RECENT_ROWS}) recent WHERE received_at > now() - %(window)s")
+
+
+_RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
+ (SELECT count(*) FROM renewed),
+ (SELECT array_agg(signature_id) FROM (SELECT DISTINCT signature_id FROM
+   {_recent('ids_events', 'signature_id, received_at')} AND signature_id IS NOT NULL
+   ORDER BY signature_id LIMIT %(sids)s) fired),
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM
+   {_recent('cfm_records', 'app_proto, received_at')}
+   AND app_proto IS NOT NULL AND app_proto <> 'failed' GROUP BY app_proto
+   ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM
+   {_recent('cfm_records', 'dest_port, received_at')} AND dest_port IS NOT NULL
+   GROUP BY dest_port ORDER BY count(*) DESC, dest_port LIMIT %(top)s) ports),
+ (SELECT json_agg(json_build_array(src, dest, sid, severity, n)) FROM (
+   SELECT host(src_ip) AS src, host(dest_ip) AS dest, signature_id AS sid,
+          min(severity) AS severity, count(*) AS n FROM
+   {_recent('ids_events', 'src_ip, dest_ip, signature_id, severity, received_at')}
+   AND severity <= %(severity)s AND signature_id IS NOT NULL
+   GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts)"""
+
+
+def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
+    """Renew the lease and read what the router's telemetry of the window says (newest first,
+    bounded), in one round trip."""
+    cur.execute(_RENEW_AND_SUMMARISE, {
+        "owner": task.owner, "mac": task.mac, "lease": task.lease, "window": task.window,
+        "severity": task.block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
+        "alerts": MAX_ALERTS})
+    renewed, fired, apps, ports, alerts = cur.fetchone()
+    if not renewed:
+        raise LeaseLost(f"{task.mac} is held by another process")
+    return TelemetrySummary(fired_sids=fired or [], app_protos=apps or [],
+                            dest_ports=ports or [],
+                            alerts=[tuple(alert) for alert in alerts or []])
+
+
+# Reschedule and store in one statement (atomic without an explicit transaction): when the
+# lease is no longer ours, `done` is empty and nothing is written.
+_COMPLETE = """
+WITH done AS (
+    UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
+        next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
+        attempts = 0, last_error = NULL, last_seconds = %(seconds)s
+    WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()
+    RETURNING mac)
+""" + upsert_statement(("firewall", "ids"), source="done")
+
+
+def _complete(cur, task: RouterTask, payloads: dict[str, tuple[bytes, str]],
+              seconds: float) -> None:
+    """Store both payloads and reschedule the router, atomically, if the lease is still ours."""
+    cur.execute(_COMPLETE, {**payload_params(task.mac, payloads), "owner": task.owner,
+                            "interval": task.interval, "seconds": seconds})
+    if cur.rowcount != 1:
+        raise LeaseLost(f"lease on {task.mac} lost before its result was stored")

@@ -1,0 +1,12 @@
+"""Scheduled jobs: the cron runner and the jobs it runs.
+
+- `cron.py`: cron ticks in the server's event loop, one run per tick across processes, one
+  log line and one `job_runs` row per run, retries after a failure; `run_job` for the
+  commands that run a job by hand (exclusive with the scheduled runs).
+- `ledger.py`: the bookkeeping in the database (tick claims, advisory locks, run records).
+- `preprocess.py`: the rule preprocess job (ruledata's pipeline with a pool of parsers).
+- `retention.py`: the telemetry retention job.
+- `schedule.py`: which jobs a server process schedules, from the settings.
+
+Imports: server.db, engine (process pools), ruledata; nothing from ops.
+"""

@@ -1,0 +1,12 @@
+"""How the service writes a moment: ISO 8601 in UTC with a `Z` (answers, reports, listings)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def iso_utc(moment: datetime | None, timespec: str = "auto") -> str | None:
+    """`2026-11-22T08:41:00.123456Z` (timespec as datetime.isoformat's); None for None."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")

@@ -1,0 +1,45 @@
+"""The corpus (../shared/corpus: the ET Open archive, real EVE output) as tests and
+benchmarks use it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server.db.location import DatabaseLocation
+from testkit import CORPUS, REPOSITORY
+from testkit.database import database_env
+
+CORPUS_RULES = CORPUS / "et-open-2020"
+
+
+def corpus_path(*parts: str) -> Path:
+    """A corpus file; the calling test is skipped when it is absent (the corpus is optional)."""
+    path = CORPUS.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"corpus file {path} is absent (../shared/corpus is optional)")
+    return path
+
+
+def corpus_rule_settings(rule_data_dir: Path) -> dict[str, str]:
+    """Settings that make the preprocess job publish the corpus archive into rule_data_dir."""
+    return {"RULE_DATA_DIR": str(rule_data_dir),
+            "RULE_PREPROCESS_ARCHIVE_URL": (CORPUS_RULES / "emerging.rules.zip").as_uri(),
+            "RULE_PREPROCESS_VERSION_URL": (CORPUS_RULES / "version.txt").as_uri()}
+
+
+def publish_corpus_ruleset(location: DatabaseLocation, workdir: Path) -> dict[str, str]:
+    """Publish the corpus archive with the real `rulepreprocess` command; returns the
+    settings under which a server generates from it."""
+    settings = corpus_rule_settings(workdir / "rules")
+    env = {**os.environ, **database_env(location), "DATA_DIR": str(workdir),
+           "DB_LOG_LEVEL": "error", **settings}
+    result = subprocess.run([sys.executable, "-m", "ops.rulepreprocess"], env=env, cwd=REPOSITORY,
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"rulepreprocess failed: {result.stderr}")
+    return settings

@@ -1,0 +1,123 @@
+"""Throw-away PostgreSQL databases on a real server, and plain checks against them.
+
+The server is the one named by environment variables with a prefix (`TEST_DB_HOST`... for
+the tests, `DB_HOST`... for the benchmarks) or, when its host variable is unset, an embedded
+PostgreSQL started in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import psycopg2
+from psycopg2 import sql as pgsql
+
+from server.db.embedded import EmbeddedPostgres
+from server.db.location import DatabaseLocation
+from server.db.migrate import apply_migrations, ensure_database
+from server.settings import Settings, load_settings
+
+
+@contextlib.contextmanager
+def database_server(prefix: str, environ: Mapping[str, str] = os.environ
+                    ) -> Iterator[DatabaseLocation]:
+    """The maintenance database (`postgres`) of the server to use, for as long as needed."""
+    host = environ.get(f"{prefix}HOST")
+    if host:
+        yield DatabaseLocation(host, int(environ.get(f"{prefix}PORT", "5432")), "postgres",
+                               environ.get(f"{prefix}USER", "postgres"),
+                               environ.get(f"{prefix}PASSWORD", ""), "prefer")
+        return
+    with tempfile.TemporaryDirectory(prefix="pg-") as directory:
+        embedded = EmbeddedPostgres(Path(directory) / "pgdata")
+        socket_dir = embedded.start()
+        try:
+            yield DatabaseLocation(socket_dir, 5432, "postgres", "postgres", "", "disable")
+        finally:
+            embedded.stop()
+
+
+@contextlib.contextmanager
+def migrated_database(server: DatabaseLocation, prefix: str = "rb",
+                      template: DatabaseLocation | None = None) -> Iterator[DatabaseLocation]:
+    """A new database on `server`, migrated (or cloned from a migrated `template`), dropped
+    afterwards."""
+    location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
+    if template is None:
+        ensure_database(location)
+        apply_migrations(location)
+    else:
+        admin_execute(server, pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            pgsql.Identifier(location.name), pgsql.Identifier(template.name)))
+    try:
+        yield location
+    finally:
+        admin_execute(server, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            pgsql.Identifier(location.name)))
+
+
+def admin_execute(location: DatabaseLocation, statement, params=None) -> None:
+    """One statement outside a transaction (CREATE/DROP DATABASE ...)."""
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+    finally:
+        conn.close()
+
+
+class Sql:
+    """Synchronous checks against a database, independent of the service's code."""
+
+    def __init__(self, location: DatabaseLocation):
+        self.location = location
+
+    def rows(self, statement: str, params=None) -> list[tuple]:
+        conn = psycopg2.connect(**self.location.connect_kwargs())
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(statement, params)
+                return cur.fetchall() if cur.description else []
+        finally:
+            conn.close()
+
+    def value(self, statement: str, params=None):
+        return self.rows(statement, params)[0][0]
+
+
+def database_env(location: DatabaseLocation) -> dict[str, str]:
+    """The service's settings that point it at `location`."""
+    return {"DB_HOST": location.host, "DB_PORT": str(location.port), "DB_NAME": location.name,
+            "DB_USER": location.user, "DB_PASSWORD": location.password,
+            "DB_SSLMODE": location.sslmode}
+
+
+def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -> Settings:
+    """Settings as a test uses them: this database, a private DATA_DIR, short database
+    timeouts, no generation queue unless asked for."""
+    environ = {**database_env(location), "DATA_DIR": str(data_dir), "DB_TIMEOUT_SECONDS": "5",
+               "RULE_GENERATION_ENABLED": "false", **overrides}
+    return load_settings(environ, env_file=None)
+
+
+def command_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """Environment for running an operator command (a child process) on these settings."""
+    return {**os.environ, **database_env(DatabaseLocation.from_settings(settings)),
+            "DATA_DIR": str(settings.data_dir), "RULE_DATA_DIR": str(settings.rule_data_path),
+            "RULE_GENERATION_SAMPLE_COUNT": str(settings.rule_generation_sample_count),
+            **extra}
+
+
+@contextlib.contextmanager
+def throwaway_database(prefix: str = "DB_") -> Iterator[tuple[DatabaseLocation, Path]]:
+    """A new migrated database and a work directory, both removed afterwards (what each
+    benchmark and drill starts from)."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as workdir_name:
+        with database_server(prefix) as server, migrated_database(server, "bench") as location:
+            yield location, Path(workdir_name)
