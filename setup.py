@@ -6,7 +6,9 @@ setup(
     description="Router IDS backend: telemetry ingestion, per-router rule generation, "
                 "notifications.",
     python_requires=">=3.11",
-    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations"]),
+    # Benchmarks (ops/bench) and the test support (testkit) run from a checkout: not shipped.
+    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations"],
+                           exclude=["ops.bench", "ops.bench.*"]),
     package_data={"migrations": ["*.sql"]},
     install_requires=[
         "aiohttp>=3.9,<4",
@@ -27,6 +29,7 @@ setup(
             "aiosmtpd>=1.4",
             "suricata-update>=1.3",
             "schemathesis>=4.0,<5",
+            "import-linter>=2.1",
         ],
     },
     entry_points={

@@ -1,2 +1,11 @@
-"""Rule generation: pure functions run in a process pool. Imports nothing from the web layer
-or the database; the server reaches it through `engine.pool.GenerationPool.run`."""
+"""Rule generation and the worker processes CPU-bound work runs in.
+
+- `generate.py`: the pure pipeline for one router (sampling, flowbits), `firewall.py`: which
+  addresses it blocks and why, `payloads.py`: canonical JSON, ETag, stored gzip;
+- `ruleset.py`: the published ruleset loaded once per worker process; `worker.py`: one
+  router's generation as a worker runs it;
+- `pool.py`: a pool of worker processes running one function with a time limit;
+  `processes.py`: process pools whose workers die with their parent.
+
+Layer: imports ruledata only; no web serving, no database (import-linter checks both).
+"""

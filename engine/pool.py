@@ -18,7 +18,6 @@ from typing import Callable, Generic, TypeVar
 
 from engine.processes import process_pool
 
-
 Task = TypeVar("Task")
 Result = TypeVar("Result")
 

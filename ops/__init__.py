@@ -1,1 +1,11 @@
-"""Command-line entry points, deployment files and benchmarks."""
+"""Operator commands, deployment files, benchmarks and drills.
+
+- `cli.py` (`router-backend`: serve, retention, subscriptions, dbshell), `rulepreprocess.py`,
+  `rulegen.py`, `routeraccessreport.py`: thin commands that go one way (`command.py`):
+  settings -> database -> the command's function -> exit code;
+- `settings_doc.py`: renders the settings table into README.md and the example env file;
+- `deploy/`: systemd unit, Caddyfile, Dockerfile, compose, example environment;
+- `bench/`: benchmarks and drills (run from a checkout; not shipped; they use testkit).
+
+Layer: the top; imports server, engine and ruledata.
+"""

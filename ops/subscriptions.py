@@ -11,6 +11,7 @@ from server.db import routers as router_db
 from server.db.pool import Database
 from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings
+from server.timestamps import iso_utc
 
 PROG = "router-backend subscriptions"
 
@@ -25,16 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove.add_argument("mac")
 
 
-def _iso(moment) -> str:
-    return moment.isoformat() if moment else "never"
-
-
 async def _run(args: argparse.Namespace, db: Database) -> int:
     if args.action == "list":
         rows = await router_db.list_subscriptions(db)
         print("mac\tregistered_at\tregistered_by\tlast_contact\tnote")
         for mac, registered_at, registered_by, note, last in rows:
-            print(f"{mac}\t{_iso(registered_at)}\t{registered_by}\t{_iso(last)}\t{note or ''}")
+            print(f"{mac}\t{iso_utc(registered_at)}\t{registered_by}\t"
+                  f"{iso_utc(last) or 'never'}\t{note or ''}")
         return 0
     try:
         mac = normalise_mac(args.mac)

@@ -8,6 +8,7 @@ import os
 import socket
 from typing import Coroutine
 
+
 def process_name() -> str:
     """The owner of this process's generation leases and job-tick claims in the database
     (asked at run time, so a forked child does not inherit its parent's name)."""

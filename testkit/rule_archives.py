@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import tarfile
 import zipfile
-from pathlib import Path
 
 import pytest
 from aiohttp import web

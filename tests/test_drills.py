@@ -10,11 +10,11 @@ import time
 import aiohttp
 import pytest
 
-from testkit.server import ServerRunner
 from ops.bench.crash_drill import crash_drill
 from ops.bench.outage_drill import outage_drill
 from ops.bench.two_servers import two_servers
 from testkit.database import Sql
+from testkit.server import ServerRunner
 
 UPLOADS, LINES, LINE_DELAY = 8, 20, 0.1
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from testkit import FIXTURES
-from testkit.database import settings_for
 from testkit.corpus import corpus_path
+from testkit.database import settings_for
 from testkit.tcp_proxy import TcpProxy
 
 MAC = "aa:bb:cc:00:00:02"

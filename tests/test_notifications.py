@@ -8,12 +8,12 @@ import uuid
 import pytest
 from aiosmtpd.controller import Controller
 
-from testkit.server import free_port
 from server.db import notifications as notification_db
 from server.db.lifecycle import open_database
 from server.notify.mailer import make_mailer
 from server.notify.service import PENDING_GRACE, Notifier
 from testkit.database import settings_for
+from testkit.server import free_port
 
 SENDER = "IDS notifications <notify@example.test>"
 

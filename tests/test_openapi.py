@@ -10,7 +10,6 @@ import sys
 
 from aiohttp import web
 
-from testkit.server import ServerRunner
 from server.app import create_app
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
@@ -18,6 +17,7 @@ from server.jobs.preprocess import run_preprocess
 from server.openapi import EXAMPLE_MAC, openapi_document
 from testkit.database import command_env
 from testkit.rule_archives import ruleset_settings
+from testkit.server import ServerRunner
 
 TOKEN = "test-token"
 

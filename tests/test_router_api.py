@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from datetime import datetime
 
 import orjson
 import pytest
@@ -111,7 +112,11 @@ async def test_rules_served_with_etag_304_and_gzip(client, settings):
 async def test_updated_at_moves_only_when_content_changes(client, settings, sql):
     await store(settings, {"ids": {"rules": [1]}, "firewall": {"entries": ["a"]}})
     first = await (await client.get("/rules/last_updated", headers=HEADERS)).json()
-    assert first["ids_updated_at"] and first["firewall_updated_at"]
+    stored_at = sql.value("SELECT ids_updated_at FROM router_rules")
+    # ISO 8601 in UTC with a Z, as every moment the service writes
+    assert first["ids_updated_at"].endswith("Z")
+    assert datetime.fromisoformat(first["ids_updated_at"]) == stored_at
+    assert first["firewall_updated_at"]
 
     await store(settings, {"ids": {"rules": [1]}, "firewall": {"entries": ["b"]}})
     second = await (await client.get("/rules/last_updated", headers=HEADERS)).json()

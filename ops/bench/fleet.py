@@ -27,7 +27,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from urllib.parse import urlparse
 
 import aiohttp

@@ -23,9 +23,9 @@ import psycopg2
 
 from ops.bench.fleet import corpus_records
 from server.db.location import DatabaseLocation
+from server.ingest.extract import EVENT_COLUMNS, event_row
 from testkit.database import Sql, throwaway_database
 from testkit.server import running_server
-from server.ingest.extract import EVENT_COLUMNS, event_row
 
 MAC = "02:00:00:00:be:01"
 

@@ -26,9 +26,9 @@ import aiosmtplib
 import psycopg2
 from aiosmtpd.controller import Controller
 
+from server.db.notifications import PAGE_STATEMENT
 from testkit.database import throwaway_database
 from testkit.server import free_port, running_server
-from server.db.notifications import PAGE_STATEMENT
 
 
 class Sink:

@@ -27,8 +27,8 @@ from aiosmtpd.controller import Controller
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from testkit.server import ServerRunner, free_port
 from server.db.migrate import apply_migrations, ensure_database
+from testkit.server import ServerRunner, free_port
 
 PROBE_MAC = "02:00:00:00:0d:01"
 RECOVERY_LIMIT_SECONDS = 5.0

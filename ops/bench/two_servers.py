@@ -18,7 +18,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from ops.bench.crash_drill import server_settings
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.location import DatabaseLocation

@@ -1,0 +1,3 @@
+"""HTTP handlers, thin: parse the request, call the capability, answer JSON. Router API
+(`router_api.py`), notification API (`notifications.py`, a sub-app at /api/), operations
+(`operations.py`: /metrics, /openapi.json)."""

@@ -1,0 +1,38 @@
+"""The layers of README's layout, as import-linter checks them (.importlinter): the project
+keeps them, and a deliberate upward import in a copy of the tree is reported."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from testkit import REPOSITORY
+
+PACKAGES = ("ops", "server", "engine", "ruledata", "migrations", "testkit")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    lint = Path(sys.executable).with_name("lint-imports")
+    # The tree under test comes first on the path, so its own packages are the ones analysed.
+    return subprocess.run([str(lint), "--no-cache"], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_project_keeps_its_layers():
+    result = lint_imports(REPOSITORY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 3 kept, 0 broken." in result.stdout
+
+
+def test_an_upward_import_is_reported(tmp_path):
+    for name in PACKAGES:
+        shutil.copytree(REPOSITORY / name, tmp_path / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPOSITORY / ".importlinter", tmp_path)
+    worker = tmp_path / "engine" / "worker.py"
+    worker.write_text(worker.read_text() + "\nfrom server.settings import Settings  # upward\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "BROKEN" in result.stdout and "engine.worker -> server.settings" in result.stdout
