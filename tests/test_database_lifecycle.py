@@ -4,16 +4,21 @@ once even when several processes start together."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 
 from migrations import read_schema_migrations
+from server.db.embedded import embedded_program
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
-from testkit.database import Sql, admin_execute, settings_for
+from testkit.database import Sql, admin_execute, command_env, settings_for
 
 
 async def test_embedded_database_started_used_and_stopped(tmp_path):
@@ -48,3 +53,34 @@ async def test_db_log_level_info_logs_statements_and_silent_logs_nothing(databas
     async with open_database(settings_for(database, tmp_path, DB_LOG_LEVEL="silent")) as db:
         await db.fetchone("SELECT 41 + 1")
     assert not [r for r in caplog.records if r.name in ("aiopg", "router_backend.db")]
+
+
+def test_dbshell_runs_psql_on_the_embedded_database(tmp_path):
+    """With DB_HOST unset, dbshell starts (or joins) the embedded server, runs the wheel's own
+    psql on the service's database, passes psql's arguments and exit status through, and the
+    server is stopped when psql is done."""
+    env = {**os.environ, "DATA_DIR": str(tmp_path)}
+    env.pop("DB_HOST", None)
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "dbshell", "-A", "-t", "-c",
+                             "SELECT count(*) FROM generation_queue"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0"
+    failed = subprocess.run([sys.executable, "-m", "ops.cli", "dbshell", "-c", "SELECT nope"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert failed.returncode != 0 and "nope" in failed.stderr
+    running = [p for p in psutil.process_iter(["cmdline"])
+               if p.info["cmdline"] and str(tmp_path / "postgres") in " ".join(p.info["cmdline"])]
+    assert running == []
+
+
+def test_dbshell_reaches_a_configured_server(settings, sql):
+    """With DB_* set, dbshell runs the psql found on PATH against that server."""
+    sql.rows("INSERT INTO routers (mac) VALUES ('aa:bb:cc:00:77:01')")
+    env = command_env(settings, PATH=f"{Path(embedded_program('psql')).parent}:"
+                                     f"{os.environ['PATH']}")
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "dbshell", "-A", "-t", "-c",
+                             "SELECT mac FROM routers"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "aa:bb:cc:00:77:01"
