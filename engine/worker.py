@@ -1,6 +1,6 @@
 """One router's generation as a worker process runs it: load the ruleset (once per process and
 version), generate, serialise, write the router's rule file. Returns only bytes and small
-numbers. (The server's task around it, in server/generation/task.py, adds the database work.)"""
+numbers. The caller (the server's generation task) does the database work around it."""
 
 from __future__ import annotations
 

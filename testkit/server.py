@@ -22,31 +22,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextlib.contextmanager
-def bench_database() -> Iterator[tuple[DatabaseLocation, Path]]:
-    """A new, migrated database and a work directory; both removed afterwards."""
-    with tempfile.TemporaryDirectory() as workdir_name:
-        workdir = Path(workdir_name)
-        name = f"bench_{uuid.uuid4().hex[:8]}"
-        embedded = None
-        if os.environ.get("DB_HOST"):
-            location = DatabaseLocation(
-                os.environ["DB_HOST"], int(os.environ.get("DB_PORT", "5432")), name,
-                os.environ.get("DB_USER", "postgres"), os.environ.get("DB_PASSWORD", ""),
-                "prefer")
-        else:
-            embedded = EmbeddedPostgres(workdir / "pgdata")
-            location = DatabaseLocation(embedded.start(), 5432, name, "postgres", "", "disable")
-        try:
-            ensure_database(location)
-            apply_migrations(location)
-            yield location, workdir
-        finally:
-            _drop_database(location)
-            if embedded is not None:
-                embedded.stop()
-
-
 def wait_listening(process: subprocess.Popen, port: int, timeout: float = 60) -> bool:
     """Wait until something listens on the loopback port; False if `process` exited first or
     the time ran out."""
