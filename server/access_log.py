@@ -19,9 +19,33 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 
+MAX_QUOTED = 256  # characters of a client-chosen value (path, X-ID) kept in a log line
+
+
+def quoted(value: str) -> str:
+    r"""A client-chosen value inside double quotes, so that it cannot end the quotes or the
+    line: backslash, quote and every non-printable character are escaped (\\, \", \xHH,
+    \uHHHH), and it is cut at MAX_QUOTED characters."""
+    text = value[:MAX_QUOTED]
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'  # what every well-behaved router sends: no work
+    escaped = "".join(_escape(character) for character in text)
+    return f'"{escaped}"'
+
+
+def _escape(character: str) -> str:
+    if character in '"\\':
+        return "\\" + character
+    if character.isprintable():
+        return character
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 class BatchedAccessLogger(AbstractAccessLogger):
     """`ADDRESS "METHOD PATH HTTP/x.y" STATUS BYTES SECONDSs "X-ID"` after the usual
-    `time level logger:` prefix; honours the level set for the `aiohttp.access` logger."""
+    `time level logger:` prefix; honours the level set for the `aiohttp.access` logger.
+    The path and X-ID come from the client and are escaped (`quoted`)."""
 
     stream: TextIO = sys.stderr
     _pending: list[str] = []
@@ -35,10 +59,11 @@ class BatchedAccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse,
             elapsed: float) -> None:
         version = request.version
+        request_line = f"{request.method} {request.path_qs} HTTP/{version.major}.{version.minor}"
+        router = ",".join(request.headers.getall("X-ID", ())) or "-"
         line = (f'{self._timestamp()} INFO aiohttp.access: {request.remote} '
-                f'"{request.method} {request.path_qs} HTTP/{version.major}.{version.minor}" '
-                f'{response.status} {response.body_length} {elapsed:.6f}s '
-                f'"{request.headers.get("X-ID", "-")}"\n')
+                f'{quoted(request_line)} {response.status} {response.body_length} '
+                f'{elapsed:.6f}s {quoted(router)}\n')
         pending = BatchedAccessLogger._pending
         if not pending:
             asyncio.get_running_loop().call_soon(flush)

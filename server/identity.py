@@ -22,7 +22,12 @@ MAX_REMEMBERED = 500_000
 
 
 def mac_from_header(request: web.Request) -> str:
-    value = request.headers.get(HEADER)
+    """The router's MAC from its one X-ID header. Two headers are refused rather than one of
+    them picked: a proxy or client that adds its own would otherwise decide who is calling."""
+    values = request.headers.getall(HEADER, ())
+    if len(values) > 1:
+        raise BadRequest(f"{len(values)} {HEADER} headers; send exactly one")
+    value = values[0] if values else None
     if value is None or not value.strip():
         raise Unauthorized(f"missing {HEADER} header (the router's MAC address)")
     try:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import io
+import logging
+import re
 from datetime import datetime
 
 import orjson
 import pytest
+from aiohttp import web
+from multidict import CIMultiDict
 
+from server.access_log import BatchedAccessLogger
+from server.app import create_app
 from server.db.lifecycle import open_database
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects
+from testkit.server import free_port
 
 MAC = "aa:bb:cc:00:00:01"
 HEADERS = {"X-ID": "AA-BB-CC-00-00-01"}
@@ -37,6 +46,55 @@ async def test_malformed_x_id_is_400(client, value):
     response = await client.get("/rules/last_updated", headers={"X-ID": value})
     assert response.status == 400
     assert "X-ID" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("path", ["/health", "/rules/last_updated", "/rules/ids"])
+async def test_two_x_id_headers_are_400_and_register_nothing(client, sql, path):
+    headers = CIMultiDict([("X-ID", "aa:bb:cc:00:00:02"), ("X-ID", MAC)])
+    response = await client.get(path, headers=headers)
+    assert response.status == 400
+    assert (await response.json()) == {"error": "2 X-ID headers; send exactly one"}
+    assert sql.value("SELECT count(*) FROM routers") == 0
+    assert sql.value("SELECT count(*) FROM activations") == 0
+
+
+ACCESS_LINE = re.compile(r'\S+ \S+ INFO aiohttp\.access: \S+ "((?:[^"\\]|\\.)*)" \d{3} \d+ '
+                         r'[\d.]+s "((?:[^"\\]|\\.)*)"')
+
+
+async def raw_request(port: int, head: bytes) -> bytes:
+    """Send exactly these header bytes (no client library that would refuse or encode them)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head + b"Host: test\r\nConnection: close\r\n\r\n")
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def test_access_log_escapes_what_the_client_chose(settings, monkeypatch):
+    """An X-ID or path holding quotes, backslashes or control characters cannot forge log
+    fields or lines: one line per request, the client's values escaped inside their quotes."""
+    stream = io.StringIO()
+    monkeypatch.setattr(BatchedAccessLogger, "stream", stream)
+    monkeypatch.setattr(logging.getLogger("aiohttp.access"), "level", logging.INFO)
+    runner = web.AppRunner(create_app(settings), access_log_class=BatchedAccessLogger)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await raw_request(port, b'GET /health?q="a"\\ HTTP/1.1\r\n'
+                                b'X-ID: x" 200 0 0.1s "aa:bb:cc:00:00:09\r\n')
+        # (aiohttp's parser itself refuses DEL, other controls and line separators in headers)
+        await raw_request(port, b"GET /health HTTP/1.1\r\nX-ID: a\tb\\c\r\n")
+        await raw_request(port, b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:00:01\r\n")
+        await asyncio.sleep(0.05)  # the batch is written by a later loop iteration
+    finally:
+        await runner.cleanup()
+    fields = [ACCESS_LINE.fullmatch(line).groups() for line in stream.getvalue().splitlines()]
+    assert fields == [
+        (r'GET /health?q=\"a\"\\ HTTP/1.1', r'x\" 200 0 0.1s \"aa:bb:cc:00:00:09'),
+        ("GET /health HTTP/1.1", r"a\x09b\\c"),
+        ("GET /health HTTP/1.1", "aa:bb:cc:00:00:01")]
 
 
 @pytest.mark.parametrize("value", ["AA:BB:CC:00:00:01", "aa-bb-cc-00-00-01", "aabb.cc00.0001",
