@@ -91,6 +91,18 @@ async def test_send_delivers_and_stores(api, sql, path, type_, field, key, value
     ({"userId": "u", "recipient": "a@example.org", "projectId": "p\r\nBcc: x@y.z"}, "control"),
     ({"userId": "  ", "recipient": "a@example.org", "projectId": "p"}, "userId"),
     (["not", "an", "object"], "JSON object"),
+    # What an attacker or a broken caller sends (issue 13): separators that break headers,
+    # bidi controls, and recipients that would mail someone else or several people.
+    ({"userId": "u", "recipient": "a@example.org", "projectId": "1\u20282"}, "line separators"),
+    ({"userId": "u", "recipient": "a@example.org", "projectId": "1\u2029"}, "line separators"),
+    ({"userId": "u", "recipient": "a@example.org", "projectId": "a\x85b"}, "control"),
+    ({"userId": "u\u202e", "recipient": "a@example.org", "projectId": "p"}, "control"),
+    ({"userId": "u", "recipient": "evil,alice@example.org", "projectId": "p"}, "one email"),
+    ({"userId": "u", "recipient": '"Bob"<bob>alice@example.org', "projectId": "p"}, "one email"),
+    ({"userId": "u", "recipient": "Bob <bob@example.org>", "projectId": "p"}, "one email"),
+    ({"userId": "u", "recipient": "bob@example.org (x)", "projectId": "p"}, "one email"),
+    ({"userId": "u", "recipient": "<@relay:bob@example.org>", "projectId": "p"}, "one email"),
+    ({"userId": "u", "recipient": "bob@[192.0.2.1]", "projectId": "p"}, "one email"),
 ])
 async def test_send_validation_is_400_and_stores_nothing(api, sql, body, expected):
     client, inbox = api
@@ -259,3 +271,41 @@ async def test_router_api_absent_when_only_notifications_served(api):
     client, _ = api
     response = await client.get("/health", headers={"X-ID": "aa:bb:cc:dd:ee:ff"})
     assert response.status == 404
+
+
+async def test_a_record_no_mail_can_carry_fails_alone_and_the_batch_goes_on(smtp, database,
+                                                                           tmp_path, sql,
+                                                                           caplog):
+    """A record stored before today's checks (or by another service) whose title cannot be
+    an email header: marked failed for good with its reason, never claimed again, and the
+    other due records of the same batch are delivered."""
+    inbox, controller = smtp
+    settings = smtp_settings(database, tmp_path, controller.port)
+    async with open_database(settings) as db:
+        poisoned = await notification_db.create(db, "u9", "vulsource_update", "v 1\u20282",
+                                                "m", "gus@example.org", {}, PENDING_GRACE)
+        for user in ("u10", "u11"):
+            await notification_db.create(db, user, "scan_failed", "t", "m",
+                                         f"{user}@example.org", {}, PENDING_GRACE)
+        await force_due(sql)
+        notifier = Notifier(db, make_mailer(settings), settings)
+        assert await notifier.retry_due() == 2
+        sql.rows("UPDATE notifications SET next_attempt_at = now() - interval '1 second' "
+                 "WHERE next_attempt_at IS NOT NULL")
+        assert await notifier.retry_due() == 0  # the poisoned one is not claimed again
+    assert caplog.text.count(poisoned["id"]) == 1
+    assert sorted(recipients for _, recipients, _ in inbox.messages) == \
+        [["u10@example.org"], ["u11@example.org"]]
+    status, next_attempt, error = sql.rows(
+        "SELECT status, next_attempt_at, last_error FROM notifications WHERE id = %s",
+        (poisoned["id"],))[0]
+    assert (status, next_attempt) == ("failed", None)
+    assert "cannot be sent as email" in error and "linefeed" in error
+
+
+async def test_the_mail_goes_only_to_the_one_recipient(api, sql):
+    client, inbox = api
+    body = {"userId": "u12", "recipient": '"a b"@example.org', "projectId": "p"}
+    assert (await client.post("/api/notifications/scan-failed", json=body)).status == 200
+    assert [recipients for _, recipients, _ in inbox.messages] == [['"a b"@example.org']]
+    assert inbox.messages[0][2]["To"] == '"a b"@example.org'

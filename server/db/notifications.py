@@ -55,6 +55,13 @@ async def mark_failed(db: Database, notification_id: str, error: str, base_delay
         (error[:500], max_attempts, base_delay, notification_id))
 
 
+async def mark_undeliverable(db: Database, notification_id: str, error: str) -> None:
+    """Failed for good: no further attempt."""
+    await db.execute("UPDATE notifications SET status = 'failed', attempts = attempts + 1, "
+                     "last_error = %s, next_attempt_at = NULL WHERE id = %s",
+                     (error[:500], notification_id))
+
+
 async def claim_retries(db: Database, limit: int, lease: timedelta) -> list[dict]:
     """Due failed deliveries, and pending ones left behind by a crash, taken under a lease so
     several processes never send one notification twice at once."""

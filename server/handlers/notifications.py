@@ -11,27 +11,13 @@ from aiohttp import web
 
 from server.db import notifications as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
+from server.notify.fields import recipient_field, text_field
 from server.notify.service import PENDING_GRACE
 from server.notify.texts import TYPES, NotificationType
 from server.settings import Settings
 from server.typedefs import DATABASE, NOTIFIER
 
-MAX_FIELD = 256
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
-# Pragmatic address check: one @, no spaces or controls, a dotted domain.
-EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-                   r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _string_field(body: dict, name: str) -> str:
-    value = body.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise BadRequest(f"{name} is required and must be a non-empty string")
-    if len(value) > MAX_FIELD or CONTROL.search(value):
-        raise BadRequest(f"{name} must be at most {MAX_FIELD} characters, without control "
-                         "characters")
-    return value.strip()
 
 
 async def _json_object(request: web.Request) -> dict:
@@ -47,11 +33,9 @@ async def _json_object(request: web.Request) -> dict:
 def send_handler(kind: NotificationType):
     async def handler(request: web.Request) -> web.Response:
         body = await _json_object(request)
-        user_id = _string_field(body, "userId")
-        recipient = _string_field(body, "recipient")
-        if len(recipient) > 254 or not EMAIL.fullmatch(recipient):
-            raise BadRequest("recipient must be an email address")
-        value = _string_field(body, kind.field)
+        user_id = text_field("userId", body.get("userId"))
+        recipient = recipient_field(body.get("recipient"))
+        value = text_field(kind.field, body.get(kind.field))
         record = await notification_db.create(
             request.config_dict[DATABASE], user_id, kind.name, kind.title.format(value=value),
             kind.message.format(value=value), recipient, {kind.metadata_key: value},

@@ -41,7 +41,17 @@ class Notifier:
     async def deliver(self, record: dict) -> str | None:
         """Send one stored notification; record the outcome. Returns the error, or None."""
         try:
-            await self._mailer.send(build_message(self._sender, record))
+            message = build_message(self._sender, record)
+        except (ValueError, TypeError) as error:
+            # No mail can ever carry this record (written before today's checks, or by
+            # another service): failed for good, so it never comes back to a retry batch.
+            reason = f"cannot be sent as email: {error}"
+            log.error("notification %s %s", record["id"], reason)
+            self._metrics.notifications.labels("failed").inc()
+            await notification_db.mark_undeliverable(self._db, record["id"], reason)
+            return reason
+        try:
+            await self._mailer.send(message)
         except DeliveryFailed as error:
             log.warning("delivery of notification %s failed: %s", record["id"], error)
             self._metrics.notifications.labels("failed").inc()
@@ -53,10 +63,20 @@ class Notifier:
         return None
 
     async def retry_due(self) -> int:
-        """Deliver due retries once; returns how many were delivered."""
+        """Deliver due retries once; returns how many were delivered. One record that fails
+        in an unforeseen way is counted as a failed attempt (with its reason) and the batch
+        goes on, so it can never hold up the others."""
         delivered = 0
         for record in await notification_db.claim_retries(self._db, RETRY_BATCH, RETRY_LEASE):
-            delivered += await self.deliver(record) is None
+            try:
+                delivered += await self.deliver(record) is None
+            except DatabaseUnavailable:
+                raise
+            except Exception as error:
+                log.exception("delivery of notification %s failed unexpectedly", record["id"])
+                await notification_db.mark_failed(
+                    self._db, record["id"], f"{type(error).__name__}: {error}",
+                    self._base_delay, self._max_attempts)
         return delivered
 
     def start(self) -> None:
