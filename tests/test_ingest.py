@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+from datetime import datetime, timezone
 
 import orjson
 import pytest
@@ -82,6 +83,40 @@ async def test_bad_records_are_reported_and_the_rest_stored(client, sql):
     assert "src_ip" in by_line[5] and "dest_port" in by_line[6] and "timestamp" in by_line[7]
     assert "signature_id" in by_line[8] and "NUL" in by_line[9]
     assert count(sql) == 2
+
+
+# Values at the edges of what PostgreSQL stores (issue 13: one `1E-20000` in a body of
+# 10,001 records failed the whole request with 500, and the agent's retry failed forever).
+STORABLE = [b'{"n": 1e-16383}', b'{"n": 0.' + b"1" * 16383 + b"}", b'{"n": 0e999999}',
+            b'{"n": -1.7976931348623157e308}', b'{"n": 5e-324}', b'{"n": "1e-99999"}',
+            b'{"timestamp": "2026-03-02T10:00:00+15:59"}',
+            b'{"timestamp": "2026-03-02T10:00:00+20:00"}',
+            b'{"timestamp": "0001-01-01T00:00:00+00:00"}',
+            b'{"alert": {"signature_id": 9223372036854775807, "severity": 255}}']
+REFUSED = {b'{"n": 1E-20000}': "digits after the decimal point",
+           b'{"n": 1.5e-16383}': "digits after the decimal point",
+           b'{"n": 0.' + b"1" * 16384 + b"}": "digits after the decimal point",
+           b'{"n": 0e-999999}': "digits after the decimal point",
+           b'{"n": 1e400}': "invalid JSON",
+           b'{"n": "\\ud800"}': "invalid JSON",
+           b'{"timestamp": "9999-12-31T23:00:00-05:00"}': "timestamp: out of range",
+           b'{"timestamp": "0001-01-01T00:00:00+05:00"}': "timestamp: out of range"}
+
+
+async def test_values_postgresql_refuses_are_rejected_per_record(client, sql):
+    lines = STORABLE + list(REFUSED) + [SAMPLE.splitlines()[0]]
+    status, body = await post(client, b"\n".join(lines))
+    assert status == 200, body
+    assert (body["accepted"], body["rejected"]) == (len(STORABLE) + 1, len(REFUSED))
+    errors = {e["line"]: e["error"] for e in body["errors"]}
+    for line, expected in enumerate(REFUSED.values(), start=len(STORABLE) + 1):
+        assert expected in errors[line], (line, errors[line])
+    assert count(sql) == len(STORABLE) + 1
+    # Stored as sent, the zone offset PostgreSQL refuses turned into UTC in the column.
+    assert sql.value("SELECT count(*) FROM ids_events "
+                     "WHERE jsonb_typeof(record->'n') = 'number'") == 5
+    assert sql.value("SELECT event_time FROM ids_events WHERE record->>'timestamp' "
+                     "LIKE '%+20:00'") == datetime(2026, 3, 1, 14, 0, tzinfo=timezone.utc)
 
 
 async def test_error_list_is_capped_but_count_exact(make_client, database, tmp_path):

@@ -28,6 +28,17 @@ CFM_COLUMNS = FLOW_COLUMNS
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 _MAX_TEXT = 256
 
+# jsonb stores a number as numeric, whose scale (digits after the point, as written: the
+# fraction's digits minus the exponent) is at most 16383. orjson accepts such numbers (as
+# doubles they are 0.0), and PostgreSQL would refuse the whole batch; numbers too large for
+# numeric are already too large for orjson (infinity). The prefilter, anchored at the start
+# of a digit run so it stays linear, lets only a negative exponent of 4+ digits or a run of
+# 4096 digits through to the exact check.
+NUMERIC_MAX_SCALE = 16383
+_SCALE_SUSPECT = re.compile(rb"[eE]-0*[1-9][0-9]{3}|(?<![0-9])[0-9]{4096}")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NUMBER = re.compile(rb"-?[0-9]+(?:\.([0-9]+))?(?:[eE]([+-]?)([0-9]+))?")
+
 
 def _timestamp(value: object, field: str) -> str:
     if not isinstance(value, str) or len(value) > 64:
@@ -38,7 +49,11 @@ def _timestamp(value: object, field: str) -> str:
         raise RecordError(f"{field}: not an ISO 8601 timestamp: {value[:40]!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.isoformat()
+    try:
+        # In UTC: PostgreSQL refuses zone offsets beyond 15:59, which Python accepts.
+        return moment.astimezone(timezone.utc).isoformat()
+    except OverflowError:
+        raise RecordError(f"{field}: out of range: {value[:40]!r}") from None
 
 
 def _ip(value: object, field: str) -> str:
@@ -106,6 +121,19 @@ def cfm_row(record: dict) -> list:
     return flow_fields(record)
 
 
+def _numbers_fit(raw: bytes) -> bool:
+    """Whether every number of a valid JSON text has a scale PostgreSQL can store."""
+    structure = _STRING.sub(b'""', raw)  # what is left outside strings: numbers and syntax
+    for match in _NUMBER.finditer(structure):
+        fraction, sign, exponent = match.groups()
+        digits = (exponent or b"").lstrip(b"0")
+        power = int(digits or b"0") if len(digits) <= 9 else 10**9  # capped: past any limit
+        scale = len(fraction or b"") + (power if sign == b"-" else -power)
+        if scale > NUMERIC_MAX_SCALE:
+            return False
+    return True
+
+
 def encode_row(raw: bytes, row_of) -> bytes:
     """Validate `raw` and return its row as JSON: `[column values..., <raw record>]`.
 
@@ -120,5 +148,8 @@ def encode_row(raw: bytes, row_of) -> bytes:
         raise RecordError("record is not a JSON object")
     if b"\\u0000" in raw and _NUL_ESCAPE.search(raw):
         raise RecordError("record contains a NUL character (\\u0000), which cannot be stored")
+    if _SCALE_SUSPECT.search(raw) and not _numbers_fit(raw):
+        raise RecordError(f"record has a number with more than {NUMERIC_MAX_SCALE} digits "
+                          "after the decimal point, which cannot be stored")
     columns = orjson.dumps(row_of(record))
     return columns[:-1] + b"," + raw + b"]"
