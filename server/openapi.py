@@ -34,7 +34,7 @@ def _error(description: str, retry: bool = False) -> dict:
 
 def _router_errors(*statuses: int) -> dict:
     descriptions = {
-        400: "malformed input (X-ID not a MAC address, bad body)",
+        400: "malformed input (X-ID not a MAC address or sent more than once, bad body)",
         401: "X-ID header missing",
         403: "router not subscribed (REGISTRATION_MODE=closed)",
         404: "nothing there yet",
