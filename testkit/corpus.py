@@ -15,6 +15,7 @@ from testkit import CORPUS, REPOSITORY
 from testkit.database import database_env
 
 CORPUS_RULES = CORPUS / "et-open-2020"
+CORPUS_ARCHIVE = CORPUS_RULES / "emerging.rules.zip"
 
 
 def corpus_path(*parts: str) -> Path:
@@ -28,7 +29,7 @@ def corpus_path(*parts: str) -> Path:
 def corpus_rule_settings(rule_data_dir: Path) -> dict[str, str]:
     """Settings that make the preprocess job publish the corpus archive into rule_data_dir."""
     return {"RULE_DATA_DIR": str(rule_data_dir),
-            "RULE_PREPROCESS_ARCHIVE_URL": (CORPUS_RULES / "emerging.rules.zip").as_uri(),
+            "RULE_PREPROCESS_ARCHIVE_URL": CORPUS_ARCHIVE.as_uri(),
             "RULE_PREPROCESS_VERSION_URL": (CORPUS_RULES / "version.txt").as_uri()}
 
 

@@ -10,7 +10,8 @@ import zipfile
 import pytest
 from aiohttp import web
 
-from testkit import CORPUS, FIXTURES
+from testkit import FIXTURES
+from testkit.corpus import CORPUS_ARCHIVE
 from testkit.database import settings_for
 
 FIXTURE_RULES = FIXTURES / "ruleset"
@@ -94,7 +95,7 @@ class RuleFeed:
 def ruleset_settings(kind: str, database, tmp_path):
     """Settings whose feed is the fixture ruleset or the ET Open corpus archive."""
     if kind == "corpus":
-        archive = CORPUS / "et-open-2020" / "emerging.rules.zip"
+        archive = CORPUS_ARCHIVE
         if not archive.exists():
             pytest.skip("corpus archive absent (../shared/corpus is optional)")
     else:

@@ -28,10 +28,10 @@ from server.db.lifecycle import open_database
 from server.generation.service import GenerationConfig, generate_router, generation_pool
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
-from testkit.corpus import CORPUS_RULES
+from testkit.corpus import CORPUS_ARCHIVE
 from testkit.database import database_env, throwaway_database
 
-DEFAULT_ARCHIVE = CORPUS_RULES / "emerging.rules.zip"
+DEFAULT_ARCHIVE = CORPUS_ARCHIVE
 ALERTS_PER_ROUTER = 40
 FLOWS_PER_ROUTER = 200
 APPS = ["dns", "tls", "http", "ssh", "smb", "ntp", "quic"]

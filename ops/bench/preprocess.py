@@ -22,9 +22,9 @@ from pathlib import Path
 
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
-from testkit.corpus import CORPUS_RULES
+from testkit.corpus import CORPUS_ARCHIVE
 
-DEFAULT_ARCHIVE = CORPUS_RULES / "emerging.rules.zip"
+DEFAULT_ARCHIVE = CORPUS_ARCHIVE
 
 
 def time_job(archive: Path, workdir: Path, round_number: int) -> tuple[float, dict]:
