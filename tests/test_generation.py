@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import subprocess
 import sys
 import time
@@ -238,3 +239,22 @@ async def test_claims_are_short_renewed_while_alive_and_free_after_a_crash(setti
         sql.rows("UPDATE generation_queue SET claimed_until = now() - interval '1 second'")
         assert await queue.renew_claims(db, "a", CLAIM_LEASE) == 0  # not revived
         assert await queue.claim_due(db, "b", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
+
+
+async def test_junk_records_never_push_alerts_out_of_the_summary(fixture_settings, make_client,
+                                                                  sql):
+    """Issue 13: the summary read the newest rows of any kind, so 50,000 junk records posted
+    after the router's alerts hid them. It reads alerts and flows of the window instead."""
+    await publish(fixture_settings)
+    client = await make_client(fixture_settings)
+    headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
+    assert (await client.post("/log/events", data=fixture_alerts(), headers=headers)).status == 200
+    junk = b'{"event_type": "stats", "pad": 1}\n' * 60_000
+    for path in ("/log/events", "/log/cfm"):
+        response = await client.post(path, data=io.BytesIO(junk), headers=headers)
+        assert (await response.json())["accepted"] == 60_000
+    result = rulegen(fixture_settings, MAC)
+    assert result.returncode == 0, result.stderr
+    ids, _, _ = stored_payloads(sql)
+    reasons = {r["sid"]: r["reason"] for r in ids["rules"]}
+    assert all(reasons.get(sid) == "fired" for sid in (9000001, 9000003, 9000008))

@@ -21,7 +21,7 @@ from server.generation.queue import CLAIM_ONE
 
 # Bounds on what the summary reads per router, so one router's volume cannot make its
 # generation slow.
-RECENT_ROWS = 50_000      # rows read per table, newest first
+RECENT_ROWS = 50_000      # alerts, and flows, read newest first within the window
 MAX_FIRED_SIDS = 2_000
 TOP_FLOW_VALUES = 32
 MAX_ALERTS = 5_000
@@ -92,28 +92,34 @@ def generate_and_store(task: RouterTask) -> RouterGenerated:
     return RouterGenerated(task.mac, result.version, result.stats, result.seconds)
 
 
-def _recent(table: str, columns: str) -> str:
-    return (f"(SELECT {columns} FROM {table} WHERE mac = %(mac)s ORDER BY id DESC "
-            f"LIMIT {RECENT_ROWS}) recent WHERE received_at > now() - %(window)s")
+# Only alerts and flows count (each read through its partial index, migration 0008), so
+# records of other kinds, however many, never push them out of the summary.
+_KINDS = {"ids_events": "signature_id IS NOT NULL",
+          "cfm_records": "event_type IN ('flow', 'netflow')"}
+
+
+def _recent(table: str, columns: str, condition: str = "true") -> str:
+    return (f"(SELECT {columns} FROM {table} WHERE mac = %(mac)s AND {_KINDS[table]} "
+            f"AND {condition} AND received_at > now() - %(window)s "
+            f"ORDER BY received_at DESC LIMIT {RECENT_ROWS}) recent")
 
 
 _RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
  (SELECT count(*) FROM renewed),
  (SELECT array_agg(signature_id) FROM (SELECT DISTINCT signature_id FROM
-   {_recent('ids_events', 'signature_id, received_at')} AND signature_id IS NOT NULL
+   {_recent('ids_events', 'signature_id')}
    ORDER BY signature_id LIMIT %(sids)s) fired),
  (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM
-   {_recent('cfm_records', 'app_proto, received_at')}
-   AND app_proto IS NOT NULL AND app_proto <> 'failed' GROUP BY app_proto
-   ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
+   {_recent('cfm_records', 'app_proto', "app_proto IS NOT NULL AND app_proto <> 'failed'")}
+   GROUP BY app_proto ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
  (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM
-   {_recent('cfm_records', 'dest_port, received_at')} AND dest_port IS NOT NULL
+   {_recent('cfm_records', 'dest_port', 'dest_port IS NOT NULL')}
    GROUP BY dest_port ORDER BY count(*) DESC, dest_port LIMIT %(top)s) ports),
  (SELECT json_agg(json_build_array(src, dest, sid, severity, n)) FROM (
    SELECT host(src_ip) AS src, host(dest_ip) AS dest, signature_id AS sid,
           min(severity) AS severity, count(*) AS n FROM
-   {_recent('ids_events', 'src_ip, dest_ip, signature_id, severity, received_at')}
-   AND severity <= %(severity)s AND signature_id IS NOT NULL
+   {_recent('ids_events', 'src_ip, dest_ip, signature_id, severity',
+            'severity <= %(severity)s')}
    GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts)"""
 
 
