@@ -32,7 +32,7 @@ async def ingest_during_retention(location, port: int,
     db = await Database.open(location, 1, 4, 30)
     try:
         started = time.perf_counter()
-        retention = asyncio.create_task(run_retention(db, RETENTION_DAYS))
+        retention = asyncio.create_task(run_retention(db, RETENTION_DAYS, RETENTION_DAYS))
         http_seconds = await run_http(port, bodies, concurrency=2)
         removed = await retention
         return http_seconds, time.perf_counter() - started, removed

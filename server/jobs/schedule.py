@@ -18,7 +18,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
         return (await run_preprocess(settings, start_method="spawn")).as_detail()
 
     async def retention() -> dict:
-        return await run_retention(db, settings.retention_days)
+        return await run_retention(db, settings.retention_days,
+                                   settings.activation_retention_days)
 
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
     if settings.data_retention_enabled:
