@@ -30,7 +30,8 @@ def configure_logging() -> None:
 def serve(settings: Settings, args: argparse.Namespace) -> int:
     app = create_app(settings)
     asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
-                                    settings.listen_port, settings.shutdown_grace_seconds))
+                                    settings.listen_port, settings.shutdown_grace_seconds,
+                                    settings.http_idle_timeout_seconds))
     return 0
 
 
@@ -55,12 +56,14 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
     asked), exclusively with the scheduled runs."""
     async def body(settings: Settings, db: Database) -> int:
         outcome = await run_job(db, "retention", lambda: run_retention(
-            db, settings.retention_days))
+            db, settings.retention_days, settings.activation_retention_days))
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "another retention run is in progress")
         removed = outcome.detail["removed"]
         print(f"retention: removed {removed['ids_events']} IDS events and "
-              f"{removed['cfm_records']} CFM records received before {outcome.detail['cutoff']}")
+              f"{removed['cfm_records']} CFM records received before {outcome.detail['cutoff']}, "
+              f"{removed['activations']} activations before "
+              f"{outcome.detail['activation_cutoff']}")
         return 0
     return run_command("router-backend retention", body, settings=settings)
 
@@ -70,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Router IDS backend and notification service.")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="run the HTTP service (the default)")
-    commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS, now")
+    commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS and "
+                        "activations older than ACTIVATION_RETENTION_DAYS, now")
     add_subscription_arguments(commands.add_parser(
         "subscriptions", help="list, add or remove router subscriptions (closed mode)"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "

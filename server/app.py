@@ -7,6 +7,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from server.db.lifecycle import open_database
+from server.db.pool import Database
 from server.errors import error_middleware
 from server.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
@@ -14,14 +15,15 @@ from server.handlers.notifications import create_notifications_app
 from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
+from server.ingest.slots import UploadSlots
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
 from server.notify.service import Notifier
 from server.settings import Settings
 from server.shutdown import InFlight
-from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, METRICS, NOTIFIER,
-                             ROUTER_REGISTRY, SETTINGS)
+from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, INGEST_DATABASE,
+                             METRICS, NOTIFIER, ROUTER_REGISTRY, SETTINGS, UPLOAD_SLOTS)
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
@@ -40,6 +42,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(database_context)
     setup_operations_routes(app)
     if "router" in settings.services:
+        app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router)
+        app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
@@ -55,6 +59,18 @@ async def database_context(app: web.Application) -> AsyncIterator[None]:
     async with open_database(settings) as database:
         app[DATABASE] = database
         yield
+
+
+async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    database = await Database.open(app[DATABASE].location, 0, settings.ingest_db_pool_max,
+                                   settings.db_timeout_seconds,
+                                   echo=settings.db_log_level == "info")
+    app[INGEST_DATABASE] = database
+    try:
+        yield
+    finally:
+        await database.close()
 
 
 async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:

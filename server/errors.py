@@ -20,6 +20,7 @@ log = logging.getLogger("router_backend.http")
 class ApiError(Exception):
     status = 400
     headers: dict[str, str] | None = None
+    close_connection = False  # the rest of the request will not be read
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -42,8 +43,23 @@ class NotFound(ApiError):
     status = 404
 
 
+class RequestTimeout(ApiError):
+    """408: the body stopped arriving; the connection is closed after the answer."""
+    status = 408
+    close_connection = True
+
+
 class PayloadTooLarge(ApiError):
     status = 413
+
+
+class TooManyRequests(ApiError):
+    """429: past a flood limit; nothing of the request was stored."""
+    status = 429
+
+    def __init__(self, message: str, retry_after_seconds: int):
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after_seconds)}
 
 
 class UnsupportedMediaType(ApiError):
@@ -68,7 +84,10 @@ def error_middleware(retry_after_seconds: int, unavailable_status: int = 503):
         try:
             return await handler(request)
         except ApiError as error:
-            return error_response(error.status, error.message, error.headers)
+            response = error_response(error.status, error.message, error.headers)
+            if error.close_connection:
+                response.force_close()
+            return response
         except DatabaseUnavailable as error:
             log.warning("%s %s: database unavailable: %s", request.method, request.path, error)
             return error_response(unavailable_status, "database unavailable, retry later",

@@ -38,10 +38,16 @@ def _router_errors(*statuses: int) -> dict:
         401: "X-ID header missing",
         403: "router not subscribed (REGISTRATION_MODE=closed)",
         404: "nothing there yet",
-        413: "body larger than INGEST_MAX_BODY_BYTES after decoding",
+        408: "the body stopped arriving for INGEST_BODY_IDLE_SECONDS; nothing stored, "
+             "connection closed",
+        413: "body larger than INGEST_MAX_BODY_BYTES after decoding, or gzip expanding more "
+             "than INGEST_MAX_GZIP_RATIO times",
         415: "unsupported Content-Type or Content-Encoding",
+        429: "this router has INGEST_MAX_UPLOADS_PER_ROUTER uploads in progress already; "
+             "nothing stored",
     }
-    errors = {str(status): _error(descriptions[status]) for status in (400, 401, *statuses)}
+    errors = {str(status): _error(descriptions[status], retry=status == 429)
+              for status in (400, 401, *statuses)}
     errors["503"] = _error("database unreachable; safe to retry", retry=True)
     return errors
 
@@ -68,7 +74,7 @@ def _telemetry(summary: str) -> dict:
     return {"post": {
         "summary": summary, "parameters": X_ID, "requestBody": TELEMETRY_BODY,
         "responses": {"200": _json(_ref("IngestReport"), "stored: every accepted record"),
-                      **_router_errors(403, 413, 415)}}}
+                      **_router_errors(403, 408, 413, 415, 429)}}}
 
 
 def _rules(kind: str, schema: str) -> dict:

@@ -105,6 +105,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SHUTDOWN_GRACE_SECONDS", "30", "On SIGTERM, how long requests and generations in "
             "progress may take to finish (new connections are refused meanwhile) before the "
             "process exits anyway.", _integer(0)),
+    Setting("HTTP_IDLE_TIMEOUT_SECONDS", "15", "Longest wait for a complete request head, from "
+            "connecting or from the previous response: a connection that sends its headers "
+            "slower than this, or sits idle this long, is closed.", _integer(1)),
     Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
             "(the embedded database, the email outbox).", _path),
     Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
@@ -127,6 +130,10 @@ SETTINGS: tuple[Setting, ...] = (
             "(info logs every statement).", _choice("silent", "error", "warning", "info")),
     Setting("DB_POOL_MIN", "1", "Connections each server process keeps open.", _integer(0)),
     Setting("DB_POOL_MAX", "20", "Most connections one server process opens.", _integer(1)),
+    Setting("INGEST_DB_POOL_MAX", "10", "Most connections telemetry uploads hold at once, from "
+            "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
+            "take the connections that polls, health checks and generation need; further "
+            "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.", _integer(1)),
     Setting("DB_TIMEOUT_SECONDS", "30", "Longest wait for a connection or one statement before "
             "the request fails with 503.", _integer(1)),
     Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
@@ -140,6 +147,15 @@ SETTINGS: tuple[Setting, ...] = (
             "rejected and reported, the rest of the body goes on.", _integer(64)),
     Setting("INGEST_BATCH_ROWS", "2000", "Records per batched insert while a body streams in.",
             _integer(1)),
+    Setting("INGEST_BODY_IDLE_SECONDS", "15", "Longest pause between two pieces of a telemetry "
+            "body: a body that stalls longer is answered 408, its transaction rolled back and "
+            "its connection closed.", _integer(1)),
+    Setting("INGEST_MAX_GZIP_RATIO", "200", "Largest decoded-to-received size ratio of a gzip "
+            "body (the first 64 KiB decoded are free); beyond it the body is refused with 413 "
+            "as it arrives. Real EVE output compresses 10-25 times.", _integer(1)),
+    Setting("INGEST_MAX_UPLOADS_PER_ROUTER", "2", "Telemetry uploads one router may have in "
+            "progress at once in one server process; more are answered 429 with Retry-After "
+            "(an agent uploads one body at a time).", _integer(1)),
     Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
             "response (the rejected count is always exact).", _integer(0)),
     # Rule data and generation (names from the seed document)
@@ -201,6 +217,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
             "Default false: nothing is deleted unless an operator asks.", _boolean),
     Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
+    Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
+            "retention job (long enough for monthly and yearly access reports).", _integer(1)),
     Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
 )
 
@@ -210,6 +228,7 @@ class Settings:
     listen_host: str
     listen_port: int
     shutdown_grace_seconds: int
+    http_idle_timeout_seconds: int
     data_dir: Path
     registration_mode: str
     router_cache_seconds: int
@@ -222,12 +241,16 @@ class Settings:
     db_log_level: str
     db_pool_min: int
     db_pool_max: int
+    ingest_db_pool_max: int
     db_timeout_seconds: int
     db_retry_after_seconds: int
     services: frozenset[str]
     ingest_max_body_bytes: int
     ingest_max_record_bytes: int
     ingest_batch_rows: int
+    ingest_body_idle_seconds: int
+    ingest_max_gzip_ratio: int
+    ingest_max_uploads_per_router: int
     ingest_max_reported_errors: int
     rule_data_dir: Path | None
     rule_preprocess_archive_url: str
@@ -259,6 +282,7 @@ class Settings:
     notification_max_attempts: int
     data_retention_enabled: bool
     retention_days: int
+    activation_retention_days: int
     retention_cron_schedule: str
 
     @property

@@ -54,9 +54,13 @@ class InFlight:
 
 
 async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
-                              grace_seconds: float) -> None:
+                              grace_seconds: float, idle_timeout: float) -> None:
+    """`idle_timeout`: aiohttp's keep-alive timer, which runs from connecting and from each
+    response until a complete request head has arrived, so it also cuts off clients that send
+    their headers a line at a time."""
     runner = web.AppRunner(app, access_log_class=BatchedAccessLogger,
-                           shutdown_timeout=grace_seconds, handle_signals=False)
+                           shutdown_timeout=grace_seconds, handle_signals=False,
+                           keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
         site = web.TCPSite(runner, host, port)

@@ -6,6 +6,7 @@ from server.db.pool import Database
 from server.etag_cache import EtagCache
 from server.generation.service import GenerationService
 from server.identity import RouterRegistry
+from server.ingest.slots import UploadSlots
 from server.metrics import Metrics
 from server.notify.service import Notifier
 from server.settings import Settings
@@ -13,6 +14,9 @@ from server.shutdown import InFlight
 
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)
+# Telemetry uploads' own pool (INGEST_DB_POOL_MAX), so they never take DATABASE's connections.
+INGEST_DATABASE = web.AppKey("ingest_database", Database)
+UPLOAD_SLOTS = web.AppKey("upload_slots", UploadSlots)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)

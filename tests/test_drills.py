@@ -1,5 +1,6 @@
 """Quick versions of the fleet drills (ops/bench/): graceful SIGTERM, SIGKILL at random
-moments, PostgreSQL and SMTP outages. Each runs the real server process under load."""
+moments, PostgreSQL and SMTP outages, hostile clients. Each runs the real server process
+under load."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import aiohttp
 import pytest
 
 from ops.bench.crash_drill import crash_drill
+from ops.bench.hostile import hostile
 from ops.bench.outage_drill import outage_drill
 from ops.bench.two_servers import two_servers
 from testkit.database import Sql
@@ -82,3 +84,16 @@ async def test_two_servers_share_the_fleet_quick(database, tmp_path):
     assert result.queue_generations == sum(result.generated_by_server) > 0
     assert result.ledger_ok and not result.server_errors
     assert result.ok(expect_ticks=False)
+
+
+async def test_hostile_drill_quick(database, tmp_path):
+    """Every hostile case of issue 13 against the real server (timeouts shortened, bodies a
+    fifth of the issue's sizes) while another router polls."""
+    result = await hostile(database, tmp_path, stalls=25, scale=0.2,
+                           INGEST_BODY_IDLE_SECONDS="2", HTTP_IDLE_TIMEOUT_SECONDS="2")
+    assert all(case.ok for case in result.cases), result.report()
+    assert not result.non_200 and result.polls > 20, result.report()
+    assert result.worst_latency < 1.0, result.report()
+    assert result.idle_in_transaction_after == 0
+    assert result.stored_rows == result.acknowledged_rows == 60_000
+    assert result.ok

@@ -70,10 +70,11 @@ def run_copy(location: DatabaseLocation, data: bytes) -> float:
 
 
 async def run_http(port: int, bodies: list[bytes], concurrency: int) -> float:
+    """Each client is a router of its own (a router uploads one body at a time)."""
     queue = list(reversed(bodies))
-    headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
 
-    async def worker(session: aiohttp.ClientSession) -> None:
+    async def worker(session: aiohttp.ClientSession, number: int) -> None:
+        headers = {"X-ID": f"{MAC[:-2]}{number + 1:02x}", "Content-Type": "application/x-ndjson"}
         while queue:
             body = queue.pop()
             async with session.post(f"http://127.0.0.1:{port}/log/events", data=body,
@@ -84,7 +85,7 @@ async def run_http(port: int, bodies: list[bytes], concurrency: int) -> float:
 
     async with aiohttp.ClientSession() as session:
         started = time.perf_counter()
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(session, n) for n in range(concurrency)))
         return time.perf_counter() - started
 
 

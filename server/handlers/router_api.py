@@ -13,7 +13,8 @@ from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
 from server.timestamps import iso_utc
-from server.typedefs import DATABASE, ETAG_CACHE, METRICS, ROUTER_REGISTRY, SETTINGS
+from server.typedefs import (DATABASE, ETAG_CACHE, METRICS, ROUTER_REGISTRY, SETTINGS,
+                             UPLOAD_SLOTS)
 
 
 async def admitted_router(request: web.Request) -> str:
@@ -44,7 +45,9 @@ async def post_cfm(request: web.Request) -> web.Response:
 
 
 async def _ingest(request: web.Request, kind: str) -> web.Response:
-    report = await ingest_body(request, await admitted_router(request), kind)
+    mac = await admitted_router(request)
+    with request.app[UPLOAD_SLOTS].take(mac):
+        report = await ingest_body(request, mac, kind)
     records = request.app[METRICS].records
     records.labels(kind, "accepted").inc(report["accepted"])
     records.labels(kind, "rejected").inc(report["rejected"])

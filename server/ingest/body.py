@@ -1,47 +1,81 @@
-"""Read a request body as a stream of decoded chunks, with the size cap applied after decoding.
+"""Read a request body as a stream of decoded pieces, with every limit applied as it arrives.
 
-Nothing here holds more than one network chunk plus one bounded piece of gzip output, so a
-body of any size, or a gzip bomb, costs the same memory.
+Nothing here holds more than one network chunk plus one bounded piece of decoded output, so a
+body of any size, or a gzip bomb, costs the same memory. Pieces are at most PIECE_BYTES and
+the event loop runs other requests between two pieces, so no body, however its bytes are
+chosen, holds the loop for long. Limits: the decoded size, the gzip expansion ratio, and the
+longest pause between two network chunks (a stalled body is cut off, so it never keeps a
+database transaction open).
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
-from typing import AsyncIterator
+from dataclasses import dataclass
+from typing import AsyncIterator, Iterator
 
 from aiohttp import web
 
-from server.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from server.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 
-DECODED_PIECE_BYTES = 256 * 1024
+PIECE_BYTES = 16 * 1024
+GZIP_FREE_BYTES = 64 * 1024  # decoded bytes allowed before the ratio applies
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    max_bytes: int           # decoded
+    idle_seconds: float      # longest wait for the next network chunk
+    max_gzip_ratio: int      # decoded bytes per received byte
 
 
 def _check_declared_length(request: web.Request, max_bytes: int) -> None:
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(f"body of {request.content_length} bytes exceeds the limit of "
-                           f"{max_bytes} bytes")
+                              f"{max_bytes} bytes")
 
 
-async def decoded_chunks(request: web.Request, max_bytes: int) -> AsyncIterator[bytes]:
+async def decoded_chunks(request: web.Request, limits: BodyLimits) -> AsyncIterator[bytes]:
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip"):
         raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r} "
-                                  "(use gzip or none)")
-    _check_declared_length(request, max_bytes)
-    total = 0
+                                   "(use gzip or none)")
+    _check_declared_length(request, limits.max_bytes)
+    decoded = received = 0
     inflate = _GzipStream() if encoding != "identity" else None
-    try:
-        async for chunk in request.content.iter_any():
-            pieces = inflate.feed(chunk) if inflate else (chunk,)
-            for piece in pieces:
-                total += len(piece)
-                if total > max_bytes:
-                    raise PayloadTooLarge(f"body exceeds the limit of {max_bytes} bytes")
-                yield piece
-    except ConnectionError as error:
-        raise BadRequest(f"body ended early: {error}") from error
+    while chunk := await _next_chunk(request, limits.idle_seconds):
+        received += len(chunk)
+        for piece in inflate.feed(chunk) if inflate else _slices(chunk):
+            decoded += len(piece)
+            if decoded > limits.max_bytes:
+                raise PayloadTooLarge(f"body exceeds the limit of {limits.max_bytes} bytes")
+            if inflate and decoded > GZIP_FREE_BYTES + limits.max_gzip_ratio * received:
+                raise PayloadTooLarge(f"gzip body expands more than {limits.max_gzip_ratio} "
+                                      "times its size")
+            yield piece
+            await asyncio.sleep(0)  # let other requests run between pieces
     if inflate:
         inflate.finish()
+
+
+async def _next_chunk(request: web.Request, idle_seconds: float) -> bytes:
+    """The next network chunk (b"" at the end), or RequestTimeout when none comes in time."""
+    try:
+        async with asyncio.timeout(idle_seconds):
+            return await request.content.readany()
+    except TimeoutError:
+        raise RequestTimeout(f"body stalled: nothing received for {idle_seconds:g} s") from None
+    except ConnectionError as error:
+        raise BadRequest(f"body ended early: {error}") from error
+
+
+def _slices(chunk: bytes) -> Iterator[bytes]:
+    if len(chunk) <= PIECE_BYTES:
+        yield chunk
+        return
+    for start in range(0, len(chunk), PIECE_BYTES):
+        yield chunk[start:start + PIECE_BYTES]
 
 
 class _GzipStream:
@@ -51,11 +85,11 @@ class _GzipStream:
         self._inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         self._seen_any = False
 
-    def feed(self, data: bytes):
+    def feed(self, data: bytes) -> Iterator[bytes]:
         self._seen_any = self._seen_any or bool(data)
         while data:
             try:
-                piece = self._inflate.decompress(data, DECODED_PIECE_BYTES)
+                piece = self._inflate.decompress(data, PIECE_BYTES)
             except zlib.error as error:
                 raise BadRequest(f"body is not valid gzip: {error}") from None
             if piece:

@@ -146,6 +146,8 @@ def encode_row(raw: bytes, row_of) -> bytes:
         raise RecordError(f"invalid JSON: {error}") from None
     if not isinstance(record, dict):
         raise RecordError("record is not a JSON object")
+    if not record:
+        raise RecordError("record is empty")
     if b"\\u0000" in raw and _NUL_ESCAPE.search(raw):
         raise RecordError("record contains a NUL character (\\u0000), which cannot be stored")
     if _SCALE_SUSPECT.search(raw) and not _numbers_fit(raw):

@@ -14,9 +14,10 @@ from server.db.schema import TELEMETRY_TABLES
 from server.db.telemetry import TelemetryWriter, insert_statement
 from server.errors import BadRequest, UnsupportedMediaType
 from server.ingest import extract
-from server.ingest.body import decoded_chunks
+from server.ingest.body import BodyLimits, decoded_chunks
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
-from server.typedefs import DATABASE, SETTINGS
+from server.settings import Settings
+from server.typedefs import INGEST_DATABASE, SETTINGS
 
 ROW_BUILDERS = {"events": extract.event_row, "cfm": extract.cfm_row}
 STATEMENTS = {
@@ -41,6 +42,11 @@ class IngestReport:
         return {"accepted": self.accepted, "rejected": self.rejected, "errors": self.errors}
 
 
+def body_limits(settings: Settings) -> BodyLimits:
+    return BodyLimits(settings.ingest_max_body_bytes, settings.ingest_body_idle_seconds,
+                      settings.ingest_max_gzip_ratio)
+
+
 async def ingest_body(request: web.Request, mac: str, kind: str) -> dict:
     settings = request.app[SETTINGS]
     if request.content_type not in ACCEPTED_TYPES:
@@ -51,7 +57,7 @@ async def ingest_body(request: web.Request, mac: str, kind: str) -> dict:
     report = IngestReport(settings.ingest_max_reported_errors)
     row_of = ROW_BUILDERS[kind]
     received_at = datetime.now(timezone.utc)
-    async with TelemetryWriter(request.app[DATABASE], STATEMENTS[kind], mac, received_at,
+    async with TelemetryWriter(request.app[INGEST_DATABASE], STATEMENTS[kind], mac, received_at,
                                settings.ingest_batch_rows) as writer:
         async def take(records: list[RawRecord]) -> None:
             for number, raw in records:
@@ -68,7 +74,7 @@ async def ingest_body(request: web.Request, mac: str, kind: str) -> dict:
                 await writer.add(row)
 
         try:
-            async for chunk in decoded_chunks(request, settings.ingest_max_body_bytes):
+            async for chunk in decoded_chunks(request, body_limits(settings)):
                 await take(splitter.feed(chunk))
             await take(splitter.close())
         except BodyError as error:

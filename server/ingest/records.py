@@ -75,8 +75,12 @@ class NdjsonSplitter:
             out.append((self._line, line))
 
 
-# A complete string, a bracket or comma, or a lone quote (a string cut by the chunk boundary).
+# Between elements (depth 1): a complete string, a bracket or comma, or a lone quote (a string
+# cut by the chunk boundary).
 _TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]|"')
+# Inside an element only brackets matter: skip everything else, strings whole, in one possessive
+# (never backtracking) match, and stop at the next bracket or at a string cut by the boundary.
+_INSIDE = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([\[\]{}]|")')
 _WHITESPACE = b" \t\r\n"
 
 
@@ -108,36 +112,46 @@ class JsonArraySplitter:
             buffer = stripped[1:]
             self._started = True
             self._depth = 1
-        element_start, resume = 0, self._scanned
-        for match in _TOKENS.finditer(buffer, self._scanned):
-            token = match.group()
-            if token == b'"':
-                resume = match.start()  # wait for the rest of this string
+        element_start, position = 0, self._scanned
+        while token := self._next_token(buffer, position):
+            start, position = token
+            mark = buffer[start]
+            if mark == 0x22:  # a lone quote: wait for the rest of this string
+                position = start
                 break
-            resume = match.end()
-            if token[0] == 0x22:  # a whole string: nothing inside it counts
-                continue
-            if token == b"[" or token == b"{":
+            if mark == 0x5B or mark == 0x7B:  # [ {
                 self._depth += 1
                 continue
             if self._depth > 1:
-                if token != b",":
-                    self._depth -= 1
+                self._depth -= 1
                 continue
-            if token == b"}":
+            if mark == 0x7D:  # }
                 raise BodyError("body is not a JSON array (unbalanced '}')")
             # depth 1: ',' between elements or the array's closing ']'
-            self._cut(buffer[element_start:match.start()], out, closing=token == b"]")
-            if token == b"]":
+            closing = mark == 0x5D
+            self._cut(buffer[element_start:start], out, closing=closing)
+            if closing:
                 self._finished = True
-                self._check_trailing(buffer[match.end():])
+                self._check_trailing(buffer[position:])
                 self._buffer = b""
                 return out
-            element_start = match.end()
+            element_start = position
         else:
-            resume = len(buffer)
-        self._keep(buffer, element_start, resume)
+            position = len(buffer)
+        self._keep(buffer, element_start, position)
         return out
+
+    def _next_token(self, buffer: bytes, position: int) -> tuple[int, int] | None:
+        """(start, end) of the next token that matters at the current depth: a bracket, a
+        comma between elements, or a lone quote; None when the buffer holds no more."""
+        if self._depth > 1:
+            match = _INSIDE.match(buffer, position)
+            return None if match is None else match.span(1)
+        while match := _TOKENS.search(buffer, position):
+            if match.end() - match.start() == 1:
+                return match.span()
+            position = match.end()  # a whole string between elements: not an object
+        return None
 
     def close(self) -> list[RawRecord]:
         if not self._finished:

@@ -1,0 +1,168 @@
+"""Broken and hostile uploads (issue 13): stalled bodies, CPU-heavy bodies, gzip expansions,
+empty records. One client must never slow or block the others, and what it sent is refused
+whole with a JSON error."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import time
+
+import pytest
+
+from testkit.database import settings_for
+
+MAC = "aa:bb:cc:00:13:01"
+OTHER = "aa:bb:cc:00:13:02"
+NDJSON = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
+RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 2}}\n'
+
+
+def count(sql) -> int:
+    return sql.value("SELECT count(*) FROM ids_events")
+
+
+def idle_in_transaction(sql) -> int:
+    return sql.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND state LIKE 'idle in transaction%'")
+
+
+async def stalled_upload(host: str, port: int, first_part: bytes, mac: str = MAC):
+    """Announce a body four times `first_part`, send `first_part`, then send nothing."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"POST /log/events HTTP/1.1\r\nHost: x\r\nX-ID: " + mac.encode() +
+                 b"\r\nContent-Type: application/x-ndjson\r\nContent-Length: " +
+                 str(len(first_part) * 4).encode() + b"\r\n\r\n" + first_part)
+    await writer.drain()
+    return reader, writer
+
+
+async def timed_get(client, path: str, mac: str = OTHER) -> tuple[int, float]:
+    started = time.perf_counter()
+    response = await client.get(path, headers={"X-ID": mac})
+    await response.read()
+    return response.status, time.perf_counter() - started
+
+
+async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, database,
+                                                                   tmp_path, sql):
+    """25 stalled uploads held every connection idle in transaction; polls, health and the
+    generation queue hung, then got 503. Now uploads have a pool of their own and a body
+    that stops arriving is answered 408, its transaction rolled back."""
+    client = await make_client(settings_for(
+        database, tmp_path, INGEST_BATCH_ROWS="5", INGEST_BODY_IDLE_SECONDS="2",
+        DB_POOL_MAX="3", INGEST_DB_POOL_MAX="2", DB_TIMEOUT_SECONDS="5"))
+    assert (await timed_get(client, "/rules/last_updated"))[0] == 200  # OTHER is registered
+    stalls = [await stalled_upload(client.host, client.port, RECORD * 20, f"aa:bb:cc:00:14:{n:02x}")
+              for n in range(4)]
+    await asyncio.sleep(0.5)  # two hold a transaction with batches written; two wait for one
+    assert idle_in_transaction(sql) == 2
+    for path in ("/health", "/rules/last_updated", "/rules/ids"):
+        status, seconds = await timed_get(client, path)
+        assert status in (200, 404) and seconds < 1, (path, status, seconds)
+    for reader, writer in stalls:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
+        writer.close()
+    assert count(sql) == 0 and idle_in_transaction(sql) == 0
+    status, _ = await timed_get(client, "/rules/last_updated")
+    response = await client.post("/log/events", data=RECORD, headers=NDJSON)
+    assert (status, response.status, count(sql)) == (200, 200, 1)
+
+
+async def test_one_router_gets_two_uploads_at_once(make_client, database, tmp_path, sql):
+    """One MAC's stalled uploads filled the ingestion pool, and every other router's upload
+    waited behind them; an agent uploads one body at a time."""
+    client = await make_client(settings_for(database, tmp_path, INGEST_BODY_IDLE_SECONDS="2"))
+    stalls = [await stalled_upload(client.host, client.port, RECORD) for _ in range(5)]
+    statuses = []
+    for reader, writer in stalls:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        statuses.append(int(head.split()[1]))
+        if statuses[-1] == 429:
+            assert b"Retry-After: 5" in head
+        writer.close()
+    assert sorted(statuses) == [408, 408, 429, 429, 429]
+    response = await client.post("/log/events", data=RECORD, headers=NDJSON)
+    assert response.status == 200 and count(sql) == 1  # the slots were given back
+
+
+async def test_stall_answer_is_json(make_client, database, tmp_path, sql):
+    client = await make_client(settings_for(database, tmp_path, INGEST_BODY_IDLE_SECONDS="1"))
+
+    async def stalls_after_one_record():
+        yield RECORD
+        await asyncio.sleep(3)
+        yield RECORD
+
+    response = await client.post("/log/events", data=stalls_after_one_record(), headers=NDJSON)
+    assert response.status == 408
+    assert "stalled" in (await response.json())["error"]
+    assert count(sql) == 0
+
+
+@pytest.mark.parametrize("decoded", [b"{}\n" * 300_000, b"\n" * (30 << 20),
+                                     b"[[" + b"," * (10 << 20) + b"]]"])
+async def test_gzip_expanding_past_the_ratio_is_413(client, sql, decoded):
+    """911 bytes of gzip stored 300,000 empty records; 30 KB decoded to 30 MiB of newlines."""
+    packed = gzip.compress(decoded, 9)
+    headers = {**NDJSON, "Content-Encoding": "gzip"}
+    if decoded.startswith(b"["):
+        headers["Content-Type"] = "application/json"
+    response = await client.post("/log/events", data=packed, headers=headers)
+    assert response.status == 413
+    assert "expands more than 200 times" in (await response.json())["error"]
+    assert count(sql) == 0
+
+
+async def test_ordinary_gzip_is_far_below_the_ratio(client, sql):
+    # Real EVE output compresses 12-25 times (the corpus), and so do these records.
+    body = b"".join(b'{"timestamp": "2026-03-02T10:%02d:%02d.%06d+0000", "flow_id": %d, '
+                    b'"event_type": "alert", "alert": {"signature_id": 1, "severity": 2}}\n'
+                    % (n // 3600 % 60, n // 60 % 60, n * 7919 % 1000000, 10**15 + n * 131)
+                    for n in range(5000))
+    assert 10 < len(body) / len(gzip.compress(body, 9)) < 30
+    response = await client.post("/log/events", data=gzip.compress(body, 9),
+                                 headers={**NDJSON, "Content-Encoding": "gzip"})
+    assert response.status == 200 and count(sql) == 5000
+
+
+async def test_cpu_heavy_body_never_stalls_other_requests(make_client, database, tmp_path, sql):
+    """A 10 KB gzip body of 10 MiB of commas froze every other request for 6 s: the body was
+    decoded and split without yielding. Now pieces are small and other requests run between
+    them, whatever the ratio allows."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            INGEST_MAX_GZIP_RATIO="1000000"))
+    heavy = gzip.compress(b"[" + b"[]" * (3 << 20) + b"]", 9)  # 6 MiB of brackets
+    assert (await timed_get(client, "/health"))[0] == 200
+    worst = 0.0
+
+    async def watch(done: asyncio.Event) -> int:
+        nonlocal worst
+        polls = 0
+        while not done.is_set():
+            status, seconds = await timed_get(client, "/health")
+            assert status == 200
+            worst, polls = max(worst, seconds), polls + 1
+            await asyncio.sleep(0.01)
+        return polls
+
+    done = asyncio.Event()
+    watcher = asyncio.create_task(watch(done))
+    response = await client.post("/log/events", data=io.BytesIO(heavy), headers={
+        **NDJSON, "Content-Type": "application/json", "Content-Encoding": "gzip"})
+    done.set()
+    polls = await watcher
+    assert response.status == 200  # one element, over the record size limit: rejected
+    assert (await response.json())["rejected"] == 1
+    assert polls >= 5 and worst < 0.3, (polls, worst)
+
+
+async def test_empty_records_are_rejected(client, sql):
+    response = await client.post("/log/events", data=b"{}\n" + RECORD + b"{ }\n",
+                                 headers=NDJSON)
+    body = await response.json()
+    assert (body["accepted"], body["rejected"]) == (1, 2)
+    assert {error["error"] for error in body["errors"]} == {"record is empty"}
+    assert count(sql) == 1
