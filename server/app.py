@@ -19,11 +19,13 @@ from server.ingest.slots import UploadSlots
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
+from server.notify.sends import Sends
 from server.notify.service import Notifier
 from server.settings import Settings
 from server.shutdown import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, INGEST_DATABASE,
-                             METRICS, NOTIFIER, ROUTER_REGISTRY, SETTINGS, UPLOAD_SLOTS)
+                             METRICS, NOTIFIER, ROUTER_REGISTRY, SENDS, SETTINGS,
+                             UPLOAD_SLOTS)
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
@@ -111,6 +113,7 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
 async def notifications_context(app: web.Application) -> AsyncIterator[None]:
     notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS], app[METRICS])
     app[NOTIFIER] = notifier
+    app[SENDS] = Sends.from_settings(app[DATABASE], notifier, app[SETTINGS])
     notifier.start()
     try:
         yield

@@ -49,17 +49,31 @@ class RequestTimeout(ApiError):
     close_connection = True
 
 
-class PayloadTooLarge(ApiError):
-    status = 413
-
-
-class TooManyRequests(ApiError):
-    """429: past a flood limit; nothing of the request was stored."""
-    status = 429
+class RetryLater(ApiError):
+    """An answer that tells the client when to try again (Retry-After)."""
 
     def __init__(self, message: str, retry_after_seconds: int):
         super().__init__(message)
         self.headers = {"Retry-After": str(retry_after_seconds)}
+
+
+class Conflict(RetryLater):
+    """409: the same thing is being done by another request; nothing was done twice."""
+    status = 409
+
+
+class Unprocessable(ApiError):
+    """422: well-formed, but contradicts what an earlier request established."""
+    status = 422
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+
+
+class TooManyRequests(RetryLater):
+    """429: past a flood limit; nothing of the request was stored."""
+    status = 429
 
 
 class UnsupportedMediaType(ApiError):

@@ -54,8 +54,12 @@ def _router_errors(*statuses: int) -> dict:
 
 def _notification_errors(*statuses: int) -> dict:
     descriptions = {400: "invalid body or query", 401: "missing or wrong bearer token",
-                    404: "not found", 500: "delivery or database failure"}
-    return {str(status): _error(descriptions[status]) for status in (401, *statuses, 500)}
+                    404: "not found",
+                    409: "a request with this Idempotency-Key is still in progress",
+                    422: "this Idempotency-Key was used with a different body",
+                    500: "delivery or database failure"}
+    return {str(status): _error(descriptions[status], retry=status == 409)
+            for status in (401, *statuses, 500)}
 
 
 X_ID = [{"$ref": "#/components/parameters/XID"}]
@@ -99,10 +103,17 @@ def _send(kind) -> dict:
                                   kind.field: _ref("Field")}}
     return {"post": {
         "summary": f"Store and email a {kind.name} notification",
+        "parameters": [{
+            "name": "Idempotency-Key", "in": "header", "required": False,
+            "description": "Repeats with this key and the same body within "
+                           "NOTIFICATION_IDEMPOTENCY_HOURS get the first answer again; "
+                           "nothing is stored or sent twice",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                       "pattern": "^[\\x20-\\x7e]+$"}}],
         "requestBody": {"required": True,
                         "content": {"application/json": {"schema": body_schema}}},
         "responses": {"200": _json(_ref("Message"), f"stored and sent: {kind.reply!r}"),
-                      **_notification_errors(400)}}}
+                      **_notification_errors(400, 409, 422)}}}
 
 
 def _paths() -> dict:
@@ -134,6 +145,12 @@ def _paths() -> dict:
             "responses": {"200": _json({"type": "object"}, "the OpenAPI document")}}},
     }
     api = {f"/api/notifications/{kind.path}": _send(kind) for kind in TYPES}
+    api["/api/notifications/{notificationId}"] = {"get": {
+        "summary": "One notification with its delivery attempts and last error",
+        "parameters": [{"name": "notificationId", "in": "path", "required": True,
+                        "schema": {"type": "string", "format": "uuid"}}],
+        "responses": {"200": _json(_ref("NotificationDelivery"), "the notification"),
+                      **_notification_errors(404)}}}
     api["/api/notifications/{notificationId}/read"] = {"put": {
         "summary": "Mark a notification read (again: unchanged)",
         "parameters": [{"name": "notificationId", "in": "path", "required": True,
@@ -148,9 +165,20 @@ def _paths() -> dict:
              "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
             {"name": "offset", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999,
-                        "default": 0}}],
-        "responses": {"200": _json(_ref("NotificationPage"), "one page and the user's total"),
+                        "default": 0}},
+            {"name": "read", "in": "query", "required": False,
+             "description": "only read (true) or unread (false) notifications",
+             "schema": {"type": "string", "enum": ["true", "false"]}}],
+        "responses": {"200": _json(_ref("NotificationPage"),
+                                   "one page, the total matching the filter and the user's "
+                                   "unread count"),
                       **_notification_errors(400, 404)}}}
+    api["/api/workflow/users/{userId}/notifications/read"] = {"put": {
+        "summary": "Mark every notification of a user read",
+        "parameters": [
+            {"name": "userId", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "responses": {"200": _json(_ref("MarkedAllRead"), "how many were unread"),
+                      **_notification_errors(404)}}}
     for item in api.values():
         for operation in item.values():
             operation["security"] = [{}, {"bearer": []}]
@@ -228,9 +256,28 @@ def _schemas() -> dict:
         "MarkedRead": {"type": "object", "required": ["message", "notification"],
                        "properties": {"message": {"type": "string"},
                                       "notification": _ref("Notification")}},
-        "NotificationPage": {"type": "object", "required": ["notifications", "total"],
+        "MarkedAllRead": {"type": "object", "required": ["message", "updated"],
+                          "properties": {"message": {"type": "string"},
+                                         "updated": {"type": "integer", "minimum": 0}}},
+        "NotificationDelivery": {
+            "type": "object", "required": [*full_fields, "attempts", "lastError",
+                                           "nextAttemptAt"],
+            "properties": {**full_fields, "lastError": {"type": "string", "nullable": True},
+                           "nextAttemptAt": nullable_timestamp,
+                           "attempts": {"type": "array", "items": {
+                               "type": "object",
+                               "required": ["attempt", "at", "outcome", "error"],
+                               "properties": {
+                                   "attempt": {"type": "integer", "minimum": 1},
+                                   "at": timestamp,
+                                   "outcome": {"type": "string",
+                                               "enum": ["sent", "failed", "undeliverable"]},
+                                   "error": {"type": "string", "nullable": True}}}}}},
+        "NotificationPage": {"type": "object",
+                             "required": ["notifications", "total", "unread"],
                              "properties": {
                                  "total": {"type": "integer", "minimum": 0},
+                                 "unread": {"type": "integer", "minimum": 0},
                                  "notifications": {"type": "array", "items": {
                                      "type": "object", "required": list(notification_fields),
                                      "properties": notification_fields}}}},

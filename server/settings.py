@@ -213,6 +213,9 @@ SETTINGS: tuple[Setting, ...] = (
             "again; doubles per attempt, at most an hour.", _integer(1)),
     Setting("NOTIFICATION_MAX_ATTEMPTS", "10", "Deliveries tried before a notification stays "
             "`failed` for good.", _integer(1)),
+    Setting("NOTIFICATION_IDEMPOTENCY_HOURS", "24", "How long the answer to a send with an "
+            "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
+            "sends nothing.", _integer(1)),
     # Retention (names from the seed document)
     Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
             "Default false: nothing is deleted unless an operator asks.", _boolean),
@@ -280,6 +283,7 @@ class Settings:
     notification_outbox_dir: Path | None
     notification_retry_seconds: int
     notification_max_attempts: int
+    notification_idempotency_hours: int
     data_retention_enabled: bool
     retention_days: int
     activation_retention_days: int

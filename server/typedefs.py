@@ -8,6 +8,7 @@ from server.generation.service import GenerationService
 from server.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
 from server.metrics import Metrics
+from server.notify.sends import Sends
 from server.notify.service import Notifier
 from server.settings import Settings
 from server.shutdown import InFlight
@@ -20,6 +21,7 @@ UPLOAD_SLOTS = web.AppKey("upload_slots", UploadSlots)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)
+SENDS = web.AppKey("sends", Sends)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)

@@ -1,13 +1,18 @@
-"""The notification API against a real SMTP server (aiosmtpd) and the real database."""
+"""The notification API against a real SMTP server (aiosmtpd) and the real database:
+sends, retries, the feed; idempotent sends, unread counts, mark all read and delivery
+status (issue 17)."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import uuid
+from datetime import timedelta
 
 import pytest
 from aiosmtpd.controller import Controller
 
+from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.lifecycle import open_database
 from server.notify.mailer import make_mailer
@@ -125,6 +130,12 @@ async def test_unknown_type_is_404_json(api):
     assert response.status == 404 and "error" in await response.json()
 
 
+async def store(db, user: str, type_: str, title: str, recipient: str) -> dict:
+    """A pending record stored directly, as a crash or another service would leave it."""
+    return await notification_db.create(db, notification_db.new_notification(
+        user, type_, title, "m", recipient, {}, PENDING_GRACE))
+
+
 async def force_due(sql) -> None:
     sql.rows("UPDATE notifications SET next_attempt_at = now() - interval '1 second' "
              "WHERE status <> 'sent'")
@@ -176,8 +187,7 @@ async def test_retries_stop_after_max_attempts(database, tmp_path, sql):
     settings = smtp_settings(database, tmp_path, free_port(), NOTIFICATION_MAX_ATTEMPTS="2")
     async with open_database(settings) as db:
         notifier = Notifier(db, make_mailer(settings), settings)
-        record = await notification_db.create(db, "u", "scan_failed", "t", "m",
-                                              "x@example.org", {}, PENDING_GRACE)
+        record = await store(db, "u", "scan_failed", "t", "x@example.org")
         assert await notifier.deliver(record) is not None
         await force_due(sql)
         assert await notifier.retry_due() == 0
@@ -190,8 +200,7 @@ async def test_pending_record_left_by_a_crash_is_delivered_later(smtp, database,
     inbox, controller = smtp
     settings = smtp_settings(database, tmp_path, controller.port)
     async with open_database(settings) as db:  # stored, then the process "dies" undelivered
-        await notification_db.create(db, "u8", "scan_failed", "t", "m", "fay@example.org", {},
-                                     PENDING_GRACE)
+        await store(db, "u8", "scan_failed", "t", "fay@example.org")
     assert sql.value("SELECT next_attempt_at > now() FROM notifications") is True
     await force_due(sql)  # the grace period has passed
     assert await retry_once(settings) == 1
@@ -247,7 +256,7 @@ async def test_listing_pages_newest_first_with_workflow_types(api, sql):
     assert [n["title"] for n in last["notifications"]] == [f"title {n}" for n in range(41, 46)]
     past_end = await client.get(url, params={"offset": "45"})
     assert past_end.status == 200 and (await past_end.json()) == {"notifications": [],
-                                                                  "total": 45}
+                                                                  "total": 45, "unread": 45}
     for params in ({"limit": "0"}, {"limit": "101"}, {"limit": "ten"}, {"offset": "-1"},
                    {"limit": "1.5"}):
         response = await client.get(url, params=params)
@@ -282,11 +291,9 @@ async def test_a_record_no_mail_can_carry_fails_alone_and_the_batch_goes_on(smtp
     inbox, controller = smtp
     settings = smtp_settings(database, tmp_path, controller.port)
     async with open_database(settings) as db:
-        poisoned = await notification_db.create(db, "u9", "vulsource_update", "v 1\u20282",
-                                                "m", "gus@example.org", {}, PENDING_GRACE)
+        poisoned = await store(db, "u9", "vulsource_update", "v 1\u20282", "gus@example.org")
         for user in ("u10", "u11"):
-            await notification_db.create(db, user, "scan_failed", "t", "m",
-                                         f"{user}@example.org", {}, PENDING_GRACE)
+            await store(db, user, "scan_failed", "t", f"{user}@example.org")
         await force_due(sql)
         notifier = Notifier(db, make_mailer(settings), settings)
         assert await notifier.retry_due() == 2
@@ -309,3 +316,167 @@ async def test_the_mail_goes_only_to_the_one_recipient(api, sql):
     assert (await client.post("/api/notifications/scan-failed", json=body)).status == 200
     assert [recipients for _, recipients, _ in inbox.messages] == [['"a b"@example.org']]
     assert inbox.messages[0][2]["To"] == '"a b"@example.org'
+
+
+# Issue 17: idempotency keys, unread counts and the read filter, mark all read, one
+# notification with its delivery attempts.
+
+SEND = "/api/notifications/scan-failed"
+BODY = {"userId": "u17", "recipient": "kim@example.org", "projectId": "p-17"}
+SENT = {"message": "scan_failed notification sent."}
+
+
+def key(value: str) -> dict:
+    return {"Idempotency-Key": value}
+
+
+async def post(client, body=BODY, headers=None, path=SEND):
+    response = await client.post(path, json=body, headers=headers or {})
+    return response.status, await response.json()
+
+
+async def test_a_repeat_gets_the_first_answer_and_sends_nothing(api, sql):
+    client, inbox = api
+    first = await post(client, headers=key("order-1"))
+    reordered = dict(reversed(list(BODY.items())))  # the same body, keys in another order
+    again = await post(client, reordered, headers=key("order-1"))
+    assert first == again == (200, SENT)
+    assert sql.value("SELECT count(*) FROM notifications") == 1 and len(inbox.messages) == 1
+    # Without a key, or with another key, each call sends.
+    assert (await post(client))[0] == (await post(client, headers=key("order-2")))[0] == 200
+    assert sql.value("SELECT count(*) FROM notifications") == 3 and len(inbox.messages) == 3
+
+
+async def test_a_key_with_another_body_is_422_and_changes_nothing(api, sql):
+    client, inbox = api
+    assert (await post(client, headers=key("k")))[0] == 200
+    for other, path in (({**BODY, "projectId": "p-18"}, SEND),
+                        (BODY, "/api/notifications/scheduled-scan-finished")):
+        status, reply = await post(client, other, key("k"), path)
+        assert status == 422 and "different request body" in reply["error"]
+    assert sql.value("SELECT count(*) FROM notifications") == 1 and len(inbox.messages) == 1
+
+
+async def test_parallel_requests_with_one_key_store_and_send_once(api, sql):
+    client, inbox = api
+    answers = await asyncio.gather(*(post(client, headers=key("burst")) for _ in range(12)))
+    assert set(map(str, answers)) == {str((200, SENT))}
+    assert sql.value("SELECT count(*) FROM notifications") == 1 and len(inbox.messages) == 1
+    assert sql.rows("SELECT status, response FROM notification_keys") == [(200, SENT)]
+
+
+async def test_a_failed_first_send_is_answered_again_without_a_second_attempt(api, sql):
+    client, inbox = api
+    inbox.refuse = True
+    first = await post(client, headers=key("flaky"))
+    inbox.refuse = False
+    again = await post(client, headers=key("flaky"))
+    assert first == again and first[0] == 500 and "id" in first[1]
+    assert sql.rows("SELECT id::text, attempts FROM notifications") == [(first[1]["id"], 1)]
+    assert not inbox.messages  # the background retry delivers it, not the repeat
+
+
+@pytest.mark.parametrize("headers", [key(""), key("x" * 256), key("caf\u00e9"), key("tab\there"),
+                                     [("Idempotency-Key", "a"), ("Idempotency-Key", "b")]])
+async def test_bad_keys_are_400_and_store_nothing(api, sql, headers):
+    client, _ = api
+    response = await client.post(SEND, json=BODY, headers=headers)
+    assert response.status == 400 and "Idempotency-Key" in (await response.json())["error"]
+    assert sql.value("SELECT count(*) FROM notifications") == 0
+
+
+async def test_an_expired_key_sends_again(api, sql):
+    client, inbox = api
+    assert (await post(client, headers=key("old")))[0] == 200
+    sql.rows("UPDATE notification_keys SET created_at = now() - interval '25 hours'")
+    assert (await post(client, headers=key("old")))[0] == 200
+    assert sql.value("SELECT count(*) FROM notifications") == 2 and len(inbox.messages) == 2
+
+
+async def test_expired_keys_are_forgotten(api, sql, settings):
+    client, _ = api
+    for name in ("a", "b", "c"):
+        await post(client, headers=key(name))
+    sql.rows("UPDATE notification_keys SET created_at = now() - interval '2 days' "
+             "WHERE key <> 'c'")
+    async with open_database(settings) as db:
+        assert await notification_keys.forget_expired(db, timedelta(hours=24)) == 2
+    assert sql.rows("SELECT key FROM notification_keys") == [("c",)]
+
+
+async def test_a_repeat_after_the_first_request_died_answers_from_the_record(api, sql):
+    """The first request claimed the key and stored its notification, then its process died
+    before answering: once the claim runs out, a repeat answers from the stored record."""
+    client, inbox = api
+    assert (await post(client, headers=key("crash")))[0] == 200
+    sql.rows("UPDATE notification_keys SET status = NULL, response = NULL, "
+             "claimed_until = now() - interval '1 second'")
+    assert await post(client, headers=key("crash")) == (200, SENT)
+    sql.rows("UPDATE notifications SET status = 'pending'")
+    sql.rows("UPDATE notification_keys SET status = NULL, response = NULL, "
+             "claimed_until = now() - interval '1 second'")
+    status, reply = await post(client, headers=key("crash"))
+    assert status == 500 and "retried" in reply["error"]
+    assert sql.value("SELECT count(*) FROM notifications") == 1 and len(inbox.messages) == 1
+
+
+async def test_unread_count_and_read_filter(api, sql):
+    client, _ = api
+    for n in range(5):
+        await post(client, {**BODY, "projectId": f"p{n}"})
+    ids = [row[0] for row in sql.rows("SELECT id::text FROM notifications ORDER BY created_at")]
+    for notification_id in ids[:2]:
+        assert (await client.put(f"/api/notifications/{notification_id}/read")).status == 200
+    feed = "/api/workflow/users/u17/notifications"
+    listing = await (await client.get(feed)).json()
+    assert (listing["total"], listing["unread"], len(listing["notifications"])) == (5, 3, 5)
+    unread = await (await client.get(feed, params={"read": "false"})).json()
+    assert (unread["total"], unread["unread"]) == (3, 3)
+    assert {n["id"] for n in unread["notifications"]} == set(ids[2:])
+    read = await (await client.get(feed, params={"read": "true", "limit": "1"})).json()
+    assert (read["total"], [n["id"] for n in read["notifications"]]) == (2, [ids[1]])
+    for bad in ("yes", "1", "TRUE", ""):
+        response = await client.get(feed, params={"read": bad})
+        assert response.status == 400 and "read" in (await response.json())["error"]
+
+
+async def test_mark_all_read(api, sql):
+    client, _ = api
+    for n in range(4):
+        await post(client, {**BODY, "projectId": f"p{n}"})
+    await post(client, {**BODY, "userId": "someone-else"})
+    target = "/api/workflow/users/u17/notifications/read"
+    response = await client.put(target)
+    assert (response.status, await response.json()) == (
+        200, {"message": "All notifications marked as read.", "updated": 4})
+    assert (await (await client.put(target)).json())["updated"] == 0  # again: nothing unread
+    assert sql.rows("SELECT user_id, read FROM notifications WHERE NOT read") == [
+        ("someone-else", False)]
+    listing = await (await client.get("/api/workflow/users/u17/notifications")).json()
+    assert listing["unread"] == 0
+    missing = await client.put("/api/workflow/users/nobody/notifications/read")
+    assert missing.status == 404 and "error" in await missing.json()
+
+
+async def test_one_notification_with_its_delivery_attempts(api, smtp, sql, database, tmp_path):
+    client, inbox = api
+    inbox.refuse = True
+    status, reply = await post(client)
+    assert status == 500
+    detail = await (await client.get(f"/api/notifications/{reply['id']}")).json()
+    assert (detail["id"], detail["status"], detail["recipient"]) == (
+        reply["id"], "failed", "kim@example.org")
+    assert "550" in detail["lastError"] and detail["nextAttemptAt"]
+    assert [(a["attempt"], a["outcome"]) for a in detail["attempts"]] == [(1, "failed")]
+    inbox.refuse = False
+    await force_due(sql)
+    assert await retry_once(smtp_settings(database, tmp_path, smtp[1].port)) == 1
+    detail = await (await client.get(f"/api/notifications/{reply['id']}")).json()
+    assert detail["status"] == "sent" and detail["lastError"] is None
+    assert detail["nextAttemptAt"] is None
+    assert [(a["attempt"], a["outcome"]) for a in detail["attempts"]] == [(1, "failed"),
+                                                                         (2, "sent")]
+    assert detail["attempts"][0]["error"] and detail["attempts"][1]["error"] is None
+    for unknown in ("0b5f3f5e-1111-4222-8333-444455556666", "not-a-uuid"):
+        response = await client.get(f"/api/notifications/{unknown}")
+        assert response.status == 404 and "error" in await response.json()

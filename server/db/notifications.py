@@ -1,9 +1,11 @@
-"""Notification records: create, mark delivered or failed, mark read, page a user's feed,
-claim deliveries to retry."""
+"""Notification records: create, mark delivered or failed (each attempt recorded in
+notification_deliveries), mark read (one or all of a user's), read one with its attempts,
+page a user's feed, claim deliveries to retry."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 import orjson
@@ -25,23 +27,35 @@ def as_record(row: tuple) -> dict:
     return record
 
 
-async def create(db: Database, user_id: str, type_: str, title: str, message: str,
-                 recipient: str, metadata: dict, pending_grace: timedelta) -> dict:
+def new_notification(user_id: str, type_: str, title: str, message: str, recipient: str,
+                     metadata: dict, pending_grace: timedelta) -> dict:
+    """The parameters that store one new notification (see `create`)."""
+    return {"id": str(uuid.uuid4()), "user": user_id, "type": type_, "title": title,
+            "message": message, "recipient": recipient,
+            "metadata": orjson.dumps(metadata).decode(), "grace": pending_grace}
+
+
+CREATE = (f"INSERT INTO notifications (id, user_id, type, title, message, recipient, metadata, "
+          f"next_attempt_at) VALUES (%(id)s, %(user)s, %(type)s, %(title)s, %(message)s, "
+          f"%(recipient)s, %(metadata)s, now() + %(grace)s) RETURNING {RECORD_COLUMNS}")
+
+
+async def create(db: Database, notification: dict) -> dict:
     """Store a `pending` record. Its next attempt is set `pending_grace` ahead, so if this
     process dies before delivering, the retry loop delivers it then (delivery clears it)."""
-    statement = (f"INSERT INTO notifications (id, user_id, type, title, message, recipient, "
-                 f"metadata, next_attempt_at) VALUES (%s, %s, %s, %s, %s, %s, %s, now() + %s) "
-                 f"RETURNING {RECORD_COLUMNS}")
-    row = await db.fetchone(statement, (str(uuid.uuid4()), user_id, type_, title, message,
-                                        recipient, orjson.dumps(metadata).decode(),
-                                        pending_grace))
-    return as_record(row)
+    return as_record(await db.fetchone(CREATE, notification))
+
+
+# Each outcome is recorded in notification_deliveries in the same statement.
+_RECORD_ATTEMPT = ("INSERT INTO notification_deliveries (notification_id, attempt, outcome, "
+                   "error) SELECT id, attempts, %(outcome)s, %(error)s FROM done")
 
 
 async def mark_sent(db: Database, notification_id: str) -> None:
-    await db.execute("UPDATE notifications SET status = 'sent', sent_at = now(), "
+    await db.execute("WITH done AS (UPDATE notifications SET status = 'sent', sent_at = now(), "
                      "attempts = attempts + 1, next_attempt_at = NULL, last_error = NULL "
-                     "WHERE id = %s", (notification_id,))
+                     "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
+                     {"id": notification_id, "outcome": "sent", "error": None})
 
 
 async def mark_failed(db: Database, notification_id: str, error: str, base_delay: timedelta,
@@ -49,17 +63,21 @@ async def mark_failed(db: Database, notification_id: str, error: str, base_delay
     """Failed: retry after base_delay × 2^(attempts), at most an hour; give up after
     max_attempts (next_attempt_at NULL, the record stays `failed`)."""
     await db.execute(
-        "UPDATE notifications SET status = 'failed', attempts = attempts + 1, last_error = %s, "
-        "next_attempt_at = CASE WHEN attempts + 1 >= %s THEN NULL ELSE now() + "
-        "least(interval '1 hour', %s * power(2, attempts)) END WHERE id = %s",
-        (error[:500], max_attempts, base_delay, notification_id))
+        "WITH done AS (UPDATE notifications SET status = 'failed', attempts = attempts + 1, "
+        "last_error = %(error)s, next_attempt_at = CASE WHEN attempts + 1 >= %(max)s THEN NULL "
+        "ELSE now() + least(interval '1 hour', %(delay)s * power(2, attempts)) END "
+        "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
+        {"error": error[:500], "max": max_attempts, "delay": base_delay, "id": notification_id,
+         "outcome": "failed"})
 
 
 async def mark_undeliverable(db: Database, notification_id: str, error: str) -> None:
     """Failed for good: no further attempt."""
-    await db.execute("UPDATE notifications SET status = 'failed', attempts = attempts + 1, "
-                     "last_error = %s, next_attempt_at = NULL WHERE id = %s",
-                     (error[:500], notification_id))
+    await db.execute("WITH done AS (UPDATE notifications SET status = 'failed', "
+                     "attempts = attempts + 1, last_error = %(error)s, next_attempt_at = NULL "
+                     "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
+                     {"error": error[:500], "id": notification_id,
+                      "outcome": "undeliverable"})
 
 
 async def claim_retries(db: Database, limit: int, lease: timedelta) -> list[dict]:
@@ -75,37 +93,91 @@ async def claim_retries(db: Database, limit: int, lease: timedelta) -> list[dict
         return [as_record(row) for row in await cur.fetchall()]
 
 
-async def mark_read(db: Database, notification_id: str) -> dict | None:
+def _uuid(text: str) -> bool:
     try:
-        uuid.UUID(notification_id)
+        uuid.UUID(text)
+        return True
     except ValueError:
+        return False
+
+
+async def mark_read(db: Database, notification_id: str) -> dict | None:
+    if not _uuid(notification_id):
         return None
     row = await db.fetchone(f"UPDATE notifications SET read = true WHERE id = %s "
                             f"RETURNING {RECORD_COLUMNS}", (notification_id,))
     return as_record(row) if row else None
 
 
-# The offset is walked in the feed index alone (an index-only scan), then only the page's rows
-# are read from the table: deep pages stay cheap.
+async def mark_all_read(db: Database, user_id: str) -> int | None:
+    """Mark every unread notification of the user read: how many, or None for a user with
+    no notifications at all."""
+    row = await db.fetchone(
+        "WITH marked AS (UPDATE notifications SET read = true WHERE user_id = %(user)s "
+        "AND NOT read RETURNING 1) SELECT (SELECT count(*) FROM marked), "
+        "EXISTS (SELECT 1 FROM notifications WHERE user_id = %(user)s)", {"user": user_id})
+    updated, exists = row
+    return updated if exists else None
+
+
+async def with_deliveries(db: Database, notification_id: str) -> dict | None:
+    """The full record with its delivery attempts, last error and next attempt."""
+    if not _uuid(notification_id):
+        return None
+    async with db.cursor() as cur:
+        await execute(cur, f"SELECT {RECORD_COLUMNS}, last_error, next_attempt_at "
+                           f"FROM notifications WHERE id = %s", (notification_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        await execute(cur, "SELECT attempt, attempted_at, outcome, error FROM "
+                           "notification_deliveries WHERE notification_id = %s "
+                           "ORDER BY attempt", (notification_id,))
+        attempts = [{"attempt": attempt, "at": iso_utc(at, "milliseconds"), "outcome": outcome,
+                     "error": error} for attempt, at, outcome, error in await cur.fetchall()]
+    record = as_record(row[:-2])
+    record.update(attempts=attempts, lastError=row[-2],
+                  nextAttemptAt=iso_utc(row[-1], "milliseconds"))
+    return record
+
+
+# The offset is walked in the feed index alone (an index-only scan, `read` included), then
+# only the page's rows are read from the table: deep pages stay cheap.
 PAGE_STATEMENT = """
 SELECT n.id::text, n.user_id, n.type, n.read, n.title, n.status, n.created_at
-FROM (SELECT created_at, id FROM notifications WHERE user_id = %(user)s
+FROM (SELECT created_at, id FROM notifications WHERE user_id = %(user)s {filter}
       ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s) page
 JOIN notifications n ON n.id = page.id
 ORDER BY page.created_at DESC, page.id DESC"""
+READ_FILTERS = {None: "", True: "AND read", False: "AND NOT read"}
+PAGE_STATEMENTS = {read: PAGE_STATEMENT.format(filter=condition)
+                   for read, condition in READ_FILTERS.items()}
+COUNTS = ("SELECT count(*), count(*) FILTER (WHERE NOT read) FROM notifications "
+          "WHERE user_id = %s")
 
 
-async def user_feed(db: Database, user_id: str, limit: int, offset: int
-                    ) -> tuple[list[dict], int]:
+@dataclass(frozen=True)
+class Feed:
+    items: list[dict]
+    total: int       # the user's notifications matching the filter
+    unread: int      # the user's unread notifications, whatever the filter
+    exists: bool     # the user has any notification at all
+
+
+async def user_feed(db: Database, user_id: str, limit: int, offset: int,
+                    read: bool | None = None) -> Feed:
+    """A page of the user's feed, newest first; `read` keeps only read or unread ones."""
     async with db.cursor() as cur:
-        await execute(cur, "SELECT count(*) FROM notifications WHERE user_id = %s", (user_id,))
-        total = (await cur.fetchone())[0]
-        if total == 0 or offset >= total:
-            return [], total
-        await execute(cur, PAGE_STATEMENT, {"user": user_id, "limit": limit, "offset": offset})
+        await execute(cur, COUNTS, (user_id,))
+        everything, unread = await cur.fetchone()
+        total = {None: everything, True: everything - unread, False: unread}[read]
+        if offset >= total:
+            return Feed([], total, unread, everything > 0)
+        await execute(cur, PAGE_STATEMENTS[read],
+                      {"user": user_id, "limit": limit, "offset": offset})
         items = []
         for row in await cur.fetchall():
             item = dict(zip(FEED_FIELDS, row))
             item["createdAt"] = iso_utc(item["createdAt"], "milliseconds")
             items.append(item)
-        return items, total
+        return Feed(items, total, unread, True)

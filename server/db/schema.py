@@ -130,4 +130,27 @@ notifications = sa.Table(
     sa.Column("last_error", sa.Text),
 )
 
+notification_keys = sa.Table(
+    "notification_keys", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("fingerprint", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("claimed_until", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("notification_id", UUID),
+    sa.Column("status", sa.SmallInteger),
+    sa.Column("response", JSONB),
+)
+
+notification_deliveries = sa.Table(
+    "notification_deliveries", metadata,
+    sa.Column("notification_id", UUID, sa.ForeignKey("notifications.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("attempted_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("error", sa.Text),
+)
+
 TELEMETRY_TABLES = {"events": ids_events, "cfm": cfm_records}

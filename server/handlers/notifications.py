@@ -12,10 +12,11 @@ from aiohttp import web
 from server.db import notifications as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
 from server.notify.fields import recipient_field, text_field
+from server.notify.sends import fingerprint, idempotency_key
 from server.notify.service import PENDING_GRACE
 from server.notify.texts import TYPES, NotificationType
 from server.settings import Settings
-from server.typedefs import DATABASE, NOTIFIER
+from server.typedefs import DATABASE, SENDS
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 
@@ -33,19 +34,16 @@ async def _json_object(request: web.Request) -> dict:
 def send_handler(kind: NotificationType):
     async def handler(request: web.Request) -> web.Response:
         body = await _json_object(request)
+        key = idempotency_key(request)
         user_id = text_field("userId", body.get("userId"))
         recipient = recipient_field(body.get("recipient"))
         value = text_field(kind.field, body.get(kind.field))
-        record = await notification_db.create(
-            request.config_dict[DATABASE], user_id, kind.name, kind.title.format(value=value),
-            kind.message.format(value=value), recipient, {kind.metadata_key: value},
-            PENDING_GRACE)
-        error = await request.config_dict[NOTIFIER].deliver(record)
-        if error is not None:
-            return json_response({"error": "email delivery failed; the notification is stored "
-                                           "and will be retried", "id": record["id"]},
-                                 status=500)
-        return json_response({"message": kind.reply})
+        notification = notification_db.new_notification(
+            user_id, kind.name, kind.title.format(value=value), kind.message.format(value=value),
+            recipient, {kind.metadata_key: value}, PENDING_GRACE)
+        answer = await request.config_dict[SENDS].send(
+            kind, notification, key, fingerprint(kind, body) if key else "")
+        return json_response(answer.body, status=answer.status)
     return handler
 
 
@@ -55,6 +53,31 @@ async def mark_read(request: web.Request) -> web.Response:
     if record is None:
         raise NotFound("notification not found")
     return json_response({"message": "Notification marked as read.", "notification": record})
+
+
+async def mark_all_read(request: web.Request) -> web.Response:
+    updated = await notification_db.mark_all_read(request.config_dict[DATABASE],
+                                                  request.match_info["userId"])
+    if updated is None:
+        raise NotFound("user has no notifications")
+    return json_response({"message": "All notifications marked as read.", "updated": updated})
+
+
+async def one_notification(request: web.Request) -> web.Response:
+    record = await notification_db.with_deliveries(request.config_dict[DATABASE],
+                                                   request.match_info["notificationId"])
+    if record is None:
+        raise NotFound("notification not found")
+    return json_response(record)
+
+
+def _read_filter(request: web.Request) -> bool | None:
+    raw = request.query.get("read")
+    if raw is None:
+        return None
+    if raw not in ("true", "false"):
+        raise BadRequest("read must be true or false")
+    return raw == "true"
 
 
 def _paging(request: web.Request) -> tuple[int, int]:
@@ -74,11 +97,13 @@ def _paging(request: web.Request) -> tuple[int, int]:
 
 async def user_notifications(request: web.Request) -> web.Response:
     limit, offset = _paging(request)
-    items, total = await notification_db.user_feed(
-        request.config_dict[DATABASE], request.match_info["userId"], limit, offset)
-    if total == 0:
+    feed = await notification_db.user_feed(request.config_dict[DATABASE],
+                                           request.match_info["userId"], limit, offset,
+                                           _read_filter(request))
+    if not feed.exists:
         raise NotFound("user has no notifications")
-    return json_response({"notifications": items, "total": total})
+    return json_response({"notifications": feed.items, "total": feed.total,
+                          "unread": feed.unread})
 
 
 def token_middleware(token: str):
@@ -101,6 +126,9 @@ def create_notifications_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=middlewares)
     for kind in TYPES:
         app.router.add_post(f"/notifications/{kind.path}", send_handler(kind))
+    # A UUID only, so a POST to an unknown send type stays a 404 (not a 405 of this route).
+    app.router.add_get("/notifications/{notificationId:[0-9a-fA-F-]{32,36}}", one_notification)
     app.router.add_put("/notifications/{notificationId}/read", mark_read)
     app.router.add_get("/workflow/users/{userId}/notifications", user_notifications)
+    app.router.add_put("/workflow/users/{userId}/notifications/read", mark_all_read)
     return app

@@ -4,7 +4,8 @@ A send endpoint stores the record first, then delivers. A failed delivery leaves
 `failed` with a next attempt time; the retry loop (every server process serving the
 notification API runs one) claims due records under a lease and delivers them, with
 exponential backoff, until NOTIFICATION_MAX_ATTEMPTS. Records left `pending` by a crash
-between storing and delivering are picked up the same way.
+between storing and delivering are picked up the same way. The same loop forgets idempotency
+keys older than NOTIFICATION_IDEMPOTENCY_HOURS.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from datetime import timedelta
 
 from server.background import BackgroundTasks
+from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable
 from server.metrics import Metrics
@@ -36,6 +38,7 @@ class Notifier:
         self._base_delay = timedelta(seconds=settings.notification_retry_seconds)
         self._max_attempts = settings.notification_max_attempts
         self._poll = min(settings.notification_retry_seconds, 30)
+        self._keep_keys = timedelta(hours=settings.notification_idempotency_hours)
         self._tasks = BackgroundTasks()
 
     async def deliver(self, record: dict) -> str | None:
@@ -92,6 +95,7 @@ class Notifier:
                 delivered = await self.retry_due()
                 if delivered:
                     log.info("notification retries: %d delivered", delivered)
+                await notification_keys.forget_expired(self._db, self._keep_keys)
             except DatabaseUnavailable as error:
                 log.warning("notification retries: database unavailable (%s)", error)
             except Exception:
