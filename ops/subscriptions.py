@@ -1,19 +1,26 @@
-"""`router-backend subscriptions list|add MAC [--note TEXT]|remove MAC`: the routers allowed
-to call in closed registration mode (REGISTRATION_MODE=closed), with their last contact.
-Server processes notice a removal within ROUTER_CACHE_SECONDS."""
+"""`router-backend subscriptions list|add MAC [--note TEXT]|remove MAC|rotate-key MAC|reset MAC`:
+the routers allowed to call in closed registration mode (REGISTRATION_MODE=closed), with
+their last contact, and their keys (ROUTER_AUTH=key). `add` prints a new router's key in key
+mode, `rotate-key` replaces it, `remove` revokes it with the router, `reset` revokes it so
+that the router can enroll again (a factory-reset router). A key is printed once: only its
+hash is stored. Server processes notice a removal or rotation within ROUTER_CACHE_SECONDS."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 
 from ops.command import CommandError, run_command
+from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.pool import Database
 from server.mac import InvalidMac, normalise_mac
+from server.router_keys import key_hash, new_key
 from server.settings import Settings
 from server.timestamps import iso_utc
 
 PROG = "router-backend subscriptions"
+log = logging.getLogger("router_backend.trust")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,11 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = actions.add_parser("add", help="subscribe a router")
     add.add_argument("mac")
     add.add_argument("--note", help="free text kept with the subscription")
-    remove = actions.add_parser("remove", help="remove a router's subscription")
+    remove = actions.add_parser("remove", help="remove a router's subscription (and its key)")
     remove.add_argument("mac")
+    rotate = actions.add_parser("rotate-key", help="replace a router's key; prints the new one")
+    rotate.add_argument("mac")
+    reset = actions.add_parser("reset", help="revoke a router's key so that it can enroll "
+                               "again (after a factory reset)")
+    reset.add_argument("mac")
 
 
-async def _run(args: argparse.Namespace, db: Database) -> int:
+async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
     if args.action == "list":
         rows = await router_db.list_subscriptions(db)
         print("mac\tregistered_at\tregistered_by\tlast_contact\tnote")
@@ -41,12 +53,35 @@ async def _run(args: argparse.Namespace, db: Database) -> int:
     if args.action == "add":
         new = await router_db.subscribe(db, mac, args.note)
         print(f"{mac} subscribed" if new else f"{mac} was already registered; now operator-added")
+        if settings.router_auth == "key":
+            await _issue_key(db, mac, replace=False)
+        return 0
+    if args.action == "rotate-key":
+        await _issue_key(db, mac, replace=True)
+        return 0
+    if args.action == "reset":
+        if not await keys_db.reset(db, mac):
+            raise CommandError(f"{mac} has no key")
+        log.warning("router key of %s revoked by an operator (reset): it may enroll again", mac)
+        print(f"{mac}: key revoked; the router may enroll again")
         return 0
     if not await router_db.unsubscribe(db, mac):
         raise CommandError(f"{mac} is not registered")
+    log.warning("router %s removed by an operator (its key, if any, revoked)", mac)
     print(f"{mac} removed")
     return 0
 
 
+async def _issue_key(db: Database, mac: str, replace: bool) -> None:
+    key = new_key()
+    if not await keys_db.set_key(db, mac, key_hash(key), replace):
+        if replace:
+            raise CommandError(f"{mac} has no key to rotate (subscribe it, or let it enroll)")
+        print(f"{mac} has a key already (rotate it with `{PROG} rotate-key {mac}`)")
+        return
+    log.warning("router key of %s %s by an operator", mac, "rotated" if replace else "issued")
+    print(f"key for {mac} (shown once, only its hash is stored):\n{key}")
+
+
 def subscriptions(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda _, db: _run(args, db), settings=settings)
+    return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import AsyncIterator
 
 from aiohttp import web
@@ -21,17 +22,22 @@ from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
 from server.notify.sends import Sends
 from server.notify.service import Notifier
+from server.router_keys import RouterKeys
 from server.settings import Settings
 from server.shutdown import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, INGEST_DATABASE,
-                             METRICS, NOTIFIER, ROUTER_REGISTRY, SENDS, SETTINGS,
-                             UPLOAD_SLOTS)
+                             METRICS, NOTIFIER, ROUTER_KEYS, ROUTER_REGISTRY, SENDS,
+                             SETTINGS, UPLOAD_SLOTS)
+
+log = logging.getLogger("router_backend.http")
 
 # Telemetry bodies are streamed, never read whole; this caps the few bodies that are.
 CLIENT_MAX_SIZE = 1024 * 1024
 
 
 def create_app(settings: Settings) -> web.Application:
+    for warning in exposure_warnings(settings):
+        log.warning("%s", warning)
     metrics, in_flight = Metrics(), InFlight()
     app = web.Application(middlewares=[in_flight.middleware, request_middleware(metrics),
                                        error_middleware(settings.db_retry_after_seconds)],
@@ -54,6 +60,23 @@ def create_app(settings: Settings) -> web.Application:
         app.cleanup_ctx.append(notifications_context)
         app.add_subapp("/api/", create_notifications_app(settings))
     return app
+
+
+def exposure_warnings(settings: Settings) -> list[str]:
+    """What this configuration exposes to whoever reaches the listening address."""
+    warnings = []
+    public = settings.listen_host not in ("127.0.0.1", "::1", "localhost")
+    if public and "notifications" in settings.services and not settings.notification_api_token:
+        warnings.append(
+            f"the notification API is served on {settings.listen_host} without "
+            "NOTIFICATION_API_TOKEN: anyone who reaches it can send email with their own text "
+            "to any address and read any user's feed; set the token, or SERVICES=router")
+    if public and "router" in settings.services and settings.router_auth == "mac":
+        warnings.append(
+            f"routers are served on {settings.listen_host} with ROUTER_AUTH=mac: anyone who "
+            "knows a router's MAC can read its payloads and post telemetry for it; consider "
+            "ROUTER_AUTH=key")
+    return warnings
 
 
 async def database_context(app: web.Application) -> AsyncIterator[None]:
@@ -97,6 +120,7 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
                                     app[METRICS])
         app[GENERATION] = service
         service.start()
+    app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS])
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
         on_new_router=service.wake if service else lambda: None)

@@ -57,9 +57,15 @@ class RetryLater(ApiError):
         self.headers = {"Retry-After": str(retry_after_seconds)}
 
 
-class Conflict(RetryLater):
-    """409: the same thing is being done by another request; nothing was done twice."""
+class Conflict(ApiError):
+    """409: the request contradicts the state of the thing (or another request working on
+    it); with `retry_after_seconds`, trying again later may succeed."""
     status = 409
+
+    def __init__(self, message: str, retry_after_seconds: int | None = None):
+        super().__init__(message)
+        if retry_after_seconds is not None:
+            self.headers = {"Retry-After": str(retry_after_seconds)}
 
 
 class Unprocessable(ApiError):

@@ -58,6 +58,15 @@ class RouterRegistry:
             until = now + self._cache_seconds
         else:
             raise Forbidden("router is not subscribed (registration is closed)")
+        self._remember(mac, until)
+
+    def note_new_router(self, mac: str) -> None:
+        """A router registered by another path (enrollment): admit it and wake generation."""
+        self._remember(mac, float("inf") if self._open else
+                       time.monotonic() + self._cache_seconds)
+        self._on_new_router()
+
+    def _remember(self, mac: str, until: float) -> None:
         if len(self._admitted_until) >= MAX_REMEMBERED:
             self._admitted_until.clear()
         self._admitted_until[mac] = until

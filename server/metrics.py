@@ -46,6 +46,9 @@ class Metrics:
         self.etag_cache_listening = Gauge("rule_etag_cache_listening", "1 while payload change "
                                           "notifications arrive (else the cache is bypassed)",
                                           registry=registry)
+        self.auth_events = Counter("router_auth_events", "Router key and enrollment events: "
+                                   "enrolled, enroll_refused, enroll_conflict, key_refused",
+                                   ["event"], registry=registry)
         self.generation_workers = Gauge("rule_generation_workers",
                                         "Generation worker processes of this process",
                                         registry=registry)

@@ -35,7 +35,7 @@ def _error(description: str, retry: bool = False) -> dict:
 def _router_errors(*statuses: int) -> dict:
     descriptions = {
         400: "malformed input (X-ID not a MAC address or sent more than once, bad body)",
-        401: "X-ID header missing",
+        401: "X-ID header missing; with ROUTER_AUTH=key also a missing or invalid router key",
         403: "router not subscribed (REGISTRATION_MODE=closed)",
         404: "nothing there yet",
         408: "the body stopped arriving for INGEST_BODY_IDLE_SECONDS; nothing stored, "
@@ -127,6 +127,21 @@ def _paths() -> dict:
                           "503": _json(_ref("Health"), "database unreachable",
                                        {"Retry-After": {"$ref":
                                                         "#/components/headers/RetryAfter"}})}}},
+        "/enroll": {"post": {
+            "summary": "Issue the router its key, once, against the fleet's ENROLLMENT_TOKEN "
+                       "(sent as the bearer token)",
+            "parameters": X_ID,
+            "security": [{"bearer": []}],
+            "responses": {"201": _json({"type": "object", "required": ["key"],
+                                        "properties": {"key": {"type": "string"}}},
+                                       "the router key; shown once"),
+                          "400": _error("X-ID not a MAC address or sent more than once"),
+                          "401": _error("X-ID header missing, or wrong enrollment token"),
+                          "403": _error("enrollment is off, or the router is not subscribed "
+                                        "(closed registration)"),
+                          "409": _error("the router has a key already; an operator must "
+                                        "reset it first"),
+                          "503": _error("database unreachable; safe to retry", retry=True)}}},
         "/log/events": _telemetry("Store IDS events (EVE alert records)"),
         "/log/cfm": _telemetry("Store flow metadata (EVE flow records)"),
         "/rules/last_updated": {"get": {

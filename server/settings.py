@@ -61,6 +61,15 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _secret(minimum: int) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value and len(value) < minimum:
+            raise ValueError(f"expected at least {minimum} characters (or unset)")
+        return value
+
+    return parse
+
+
 def _cron(value: str) -> str:
     try:
         CronSim(value, datetime.now())
@@ -114,8 +123,15 @@ SETTINGS: tuple[Setting, ...] = (
             "calls with a valid MAC. `closed`: only routers an operator subscribed may call "
             "(others get 403).", _choice("open", "closed")),
     Setting("ROUTER_CACHE_SECONDS", "30", "How long a server process trusts its memory of a "
-            "router's registration before asking the database again (closed mode; open mode "
-            "registers once).", _integer(0)),
+            "router's registration (closed mode; open mode registers once) or of its key "
+            "before asking the database again.", _integer(0)),
+    Setting("ROUTER_AUTH", "mac", "`mac`: a router is whoever sends its MAC in X-ID (the "
+            "seed's behaviour). `key`: every router endpoint but /health also needs "
+            "`Authorization: Bearer <router key>` (see the README's security section).",
+            _choice("mac", "key")),
+    Setting("ENROLLMENT_TOKEN", "", "Fleet-wide secret (at least 16 characters) with which a "
+            "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
+            "come only from `router-backend subscriptions add`.", _secret(16)),
     # Database
     Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service starts "
             "its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
@@ -138,6 +154,9 @@ SETTINGS: tuple[Setting, ...] = (
             "the request fails with 503.", _integer(1)),
     Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
             "unreachable.", _integer(1)),
+    Setting("METRICS_TOKEN", "", "When set, GET /metrics also answers clients that send "
+            "`Authorization: Bearer <token>` (a Prometheus on another host). Without it, only "
+            "loopback clients that did not come through a proxy are answered.", _secret(16)),
     Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
             "`notifications`, or both (comma-separated).", _services),
     # Telemetry ingestion
@@ -235,6 +254,8 @@ class Settings:
     data_dir: Path
     registration_mode: str
     router_cache_seconds: int
+    router_auth: str
+    enrollment_token: str
     db_host: str | None
     db_port: int
     db_name: str
@@ -247,6 +268,7 @@ class Settings:
     ingest_db_pool_max: int
     db_timeout_seconds: int
     db_retry_after_seconds: int
+    metrics_token: str
     services: frozenset[str]
     ingest_max_body_bytes: int
     ingest_max_record_bytes: int

@@ -9,6 +9,7 @@ from server.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
 from server.metrics import Metrics
 from server.notify.sends import Sends
+from server.router_keys import RouterKeys
 from server.notify.service import Notifier
 from server.settings import Settings
 from server.shutdown import InFlight
@@ -19,6 +20,7 @@ DATABASE = web.AppKey("database", Database)
 INGEST_DATABASE = web.AppKey("ingest_database", Database)
 UPLOAD_SLOTS = web.AppKey("upload_slots", UploadSlots)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
+ROUTER_KEYS = web.AppKey("router_keys", RouterKeys)
 GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)
 SENDS = web.AppKey("sends", Sends)

@@ -4,13 +4,19 @@ copies what the package needs."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+
+from testkit.server import free_port, running_server, wait_listening
 
 DEPLOY = Path(__file__).resolve().parents[1] / "ops" / "deploy"
 ROOT = DEPLOY.parents[1]
@@ -64,3 +70,55 @@ def test_caddyfile_proxies_to_the_service_with_a_valid_health_probe():
     assert "reverse_proxy {$UPSTREAM:127.0.0.1:8080}" in caddyfile
     assert caddyfile.count("{") == caddyfile.count("}")
     assert re.search(r"X-ID 00:00:00:00:00:00", caddyfile)
+
+
+@contextlib.contextmanager
+def caddy_in_front(upstream_port: int, workdir: Path, **env: str):
+    """The shipped Caddyfile run by a real Caddy on loopback (plain HTTP), in front of the
+    service on `upstream_port`; yields its base URL."""
+    port, admin = free_port(), free_port()
+    process = subprocess.Popen(
+        ["caddy", "run", "--adapter", "caddyfile", "--config", str(DEPLOY / "Caddyfile")],
+        env={**os.environ, "PUBLIC_ADDRESS": f"http://127.0.0.1:{port}",
+             "UPSTREAM": f"127.0.0.1:{upstream_port}", "CADDY_ADMIN": f"127.0.0.1:{admin}",
+             "XDG_DATA_HOME": str(workdir / "caddy-data"),
+             "XDG_CONFIG_HOME": str(workdir / "caddy-config"), **env},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_listening(process, port, timeout=20), "caddy did not start"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _get(url: str, **headers: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed")
+def test_caddy_exposes_the_notification_api_only_with_a_token(database, tmp_path):
+    """Issue 12: with the defaults, anyone reaching the public address could send mail and
+    read any feed through /api/. Caddy now hides /api/ unless the token is set (and the
+    service then requires it); /metrics is never proxied."""
+    feed = "/api/workflow/users/nobody/notifications"
+    with running_server(database, tmp_path, RULE_GENERATION_ENABLED="false") as server:
+        with caddy_in_front(server.port, tmp_path) as public:
+            assert _get(public + feed) == (404, b"")  # Caddy's own answer: not proxied
+            assert _get(public + "/metrics")[0] == 404
+            status, body = _get(public + "/health", **{"X-ID": "aa:bb:cc:00:12:50"})
+            assert status == 200 and b'"ok"' in body
+        assert _get(server.url + "/metrics")[0] == 200  # a local scraper, no proxy
+    token = "api-token-0123456789"
+    with running_server(database, tmp_path, RULE_GENERATION_ENABLED="false",
+                        NOTIFICATION_API_TOKEN=token) as server:
+        with caddy_in_front(server.port, tmp_path, NOTIFICATION_API_TOKEN=token) as public:
+            status, body = _get(public + feed)
+            assert status == 401 and b"bearer token" in body  # the service's answer
+            status, body = _get(public + feed, Authorization=f"Bearer {token}")
+            assert status == 404 and b"no notifications" in body

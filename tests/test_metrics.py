@@ -1,8 +1,14 @@
-"""GET /metrics: Prometheus text with request, ingestion, queue and pool figures."""
+"""GET /metrics: Prometheus text with request, ingestion, queue and pool figures, served to
+local scrapers only; what a configuration exposes on a public address."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from server.app import exposure_warnings
+from server.handlers.operations import may_scrape
+from testkit.database import settings_for
 
 HEADERS = {"X-ID": "aa:bb:cc:00:00:07", "Content-Type": "application/x-ndjson"}
 
@@ -54,3 +60,43 @@ async def test_unknown_paths_share_one_label(client):
     samples = await scrape(client)
     assert sample(samples, "http_requests_total", route="unmatched", method="GET",
                   status="404") == 3
+
+
+async def test_metrics_only_for_local_scrapers_or_the_token(make_client, database, tmp_path):
+    """Issue 12: /metrics answered the world. Through the proxy (which adds X-Forwarded-For)
+    it is refused; a loopback client without one, or the METRICS_TOKEN bearer, is answered."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            METRICS_TOKEN="scrape-token-0123456789"))
+    assert (await client.get("/metrics")).status == 200
+    for header in ({"X-Forwarded-For": "203.0.113.5"}, {"Forwarded": "for=203.0.113.5"},
+                   {"X-Forwarded-For": "203.0.113.5",
+                    "Authorization": "Bearer scrape-token-012345678"}):
+        response = await client.get("/metrics", headers=header)
+        assert response.status == 403 and "METRICS_TOKEN" in (await response.json())["error"]
+    with_token = await client.get("/metrics", headers={
+        "X-Forwarded-For": "203.0.113.5", "Authorization": "Bearer scrape-token-0123456789"})
+    assert with_token.status == 200 and "http_requests_total" in await with_token.text()
+
+
+@pytest.mark.parametrize("remote,headers,token,allowed", [
+    ("127.0.0.1", {}, "", True), ("::1", {}, "", True), ("127.3.4.5", {}, "", True),
+    ("192.0.2.10", {}, "", False), ("2001:db8::1", {}, "", False), ("", {}, "", False),
+    (None, {}, "", False), ("not-an-address", {}, "", False),
+    ("192.0.2.10", {"Authorization": "Bearer secret-secret-secret"}, "secret-secret-secret",
+     True),
+    ("192.0.2.10", {"Authorization": "Bearer secret"}, "", False),
+    ("127.0.0.1", {"X-Real-IP": "192.0.2.10"}, "", False),
+])
+def test_who_may_scrape(remote, headers, token, allowed):
+    assert may_scrape(remote, headers, token) is allowed
+
+
+def test_public_address_without_tokens_warns(database, tmp_path):
+    exposed = settings_for(database, tmp_path, LISTEN_HOST="0.0.0.0")
+    warnings = exposure_warnings(exposed)
+    assert len(warnings) == 2
+    assert "NOTIFICATION_API_TOKEN" in warnings[0] and "ROUTER_AUTH=key" in warnings[1]
+    guarded = settings_for(database, tmp_path, LISTEN_HOST="0.0.0.0", ROUTER_AUTH="key",
+                           NOTIFICATION_API_TOKEN="t")
+    assert exposure_warnings(guarded) == []
+    assert exposure_warnings(settings_for(database, tmp_path)) == []  # loopback: fine

@@ -37,6 +37,16 @@ routers = sa.Table(
     sa.Column("note", sa.Text),
 )
 
+router_keys = sa.Table(
+    "router_keys", metadata,
+    sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("key_hash", sa.LargeBinary, nullable=False),
+    sa.Column("issued_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("issued_by", sa.Text, nullable=False),
+)
+
 ids_events = sa.Table(
     "ids_events", metadata,
     sa.Column("mac", MACADDR, primary_key=True),

@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
+
 from aiohttp import web
 
 from server.db.pool import DatabaseUnavailable
-from server.errors import json_response
+from server.errors import Forbidden, json_response
 from server.generation import queue as generation_queue
 from server.openapi import openapi_document
 from server.typedefs import DATABASE, ETAG_CACHE, GENERATION, METRICS, SETTINGS
 
 
+# A proxy in front (Caddy) adds these; a request that carries one came from outside.
+PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+
+
+def may_scrape(remote: str | None, headers, token: str) -> bool:
+    """Metrics go to loopback clients that did not come through a proxy, or to the bearer of
+    METRICS_TOKEN; nobody else (they tell an attacker what the fleet is doing)."""
+    if token and hmac.compare_digest(headers.get("Authorization", "").encode(),
+                                     f"Bearer {token}".encode()):
+        return True
+    if not remote or any(name in headers for name in PROXY_HEADERS):
+        return False
+    try:
+        return ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
+
+
 async def metrics_page(request: web.Request) -> web.Response:
     app = request.app
+    if not may_scrape(request.remote, request.headers, app[SETTINGS].metrics_token):
+        raise Forbidden("metrics are served to loopback clients, or with METRICS_TOKEN")
     metrics = app[METRICS]
     pool = app[DATABASE].pool
     metrics.db_pool.labels("open").set(pool.size)

@@ -13,14 +13,28 @@ from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
 from server.timestamps import iso_utc
-from server.typedefs import (DATABASE, ETAG_CACHE, METRICS, ROUTER_REGISTRY, SETTINGS,
-                             UPLOAD_SLOTS)
+from server.typedefs import (DATABASE, ETAG_CACHE, METRICS, ROUTER_KEYS, ROUTER_REGISTRY,
+                             SETTINGS, UPLOAD_SLOTS)
 
 
 async def admitted_router(request: web.Request) -> str:
+    """The calling router's MAC once its key (ROUTER_AUTH=key) and registration are checked."""
     mac = mac_from_header(request)
+    if request.app[SETTINGS].router_auth == "key":
+        await request.app[ROUTER_KEYS].check(request, mac)
     await request.app[ROUTER_REGISTRY].admit(mac)
     return mac
+
+
+async def enroll(request: web.Request) -> web.Response:
+    """A router's key, once, against the fleet's ENROLLMENT_TOKEN."""
+    mac = mac_from_header(request)
+    settings = request.app[SETTINGS]
+    key, outcome = await request.app[ROUTER_KEYS].enroll(
+        request, mac, settings.enrollment_token, settings.registration_mode == "open")
+    if outcome.new_router:
+        request.app[ROUTER_REGISTRY].note_new_router(mac)
+    return json_response({"key": key}, status=201)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -108,6 +122,7 @@ def _etag(value: str) -> str:
 
 def setup_routes(app: web.Application) -> None:
     app.router.add_get("/health", health)
+    app.router.add_post("/enroll", enroll)
     app.router.add_post("/log/events", post_events)
     app.router.add_post("/log/cfm", post_cfm)
     app.router.add_get("/rules/last_updated", last_updated)

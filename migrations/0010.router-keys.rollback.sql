@@ -1,0 +1,1 @@
+DROP TABLE router_keys;

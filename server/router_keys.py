@@ -1,0 +1,106 @@
+"""Per-router keys (ROUTER_AUTH=key): making them, and checking the one a request presents.
+
+A key is 256 random bits, shown once; only its SHA-256 is stored and kept in memory. Each
+process remembers a router's key hash for ROUTER_CACHE_SECONDS, so a poll costs one hash of
+a short string and a constant-time comparison; a key that does not match the remembered hash
+is checked against the database once more before it is refused (it may just have been
+rotated elsewhere). A rotated or revoked key stops working within ROUTER_CACHE_SECONDS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+
+from aiohttp import web
+
+from server.db import router_keys as keys_db
+from server.db.pool import Database
+from server.errors import Conflict, Forbidden, Unauthorized
+from server.metrics import Metrics
+
+log = logging.getLogger("router_backend.trust")
+
+MAX_REMEMBERED = 500_000
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def key_hash(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def bearer_token(request: web.Request) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def client_address(request: web.Request) -> str:
+    return request.remote or "-"
+
+
+class RouterKeys:
+    def __init__(self, db: Database, cache_seconds: int, metrics: Metrics):
+        self._db = db
+        self._cache_seconds = cache_seconds
+        self._metrics = metrics
+        self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
+
+    async def check(self, request: web.Request, mac: str) -> None:
+        """Unauthorized unless the request carries this router's current key."""
+        presented = bearer_token(request)
+        if presented is None:
+            self._refuse(request, mac, "no key")
+            raise Unauthorized("missing router key (Authorization: Bearer <router key>)")
+        digest = key_hash(presented)
+        known, until = self._known.get(mac, (b"", 0.0))
+        if until > time.monotonic() and hmac.compare_digest(known, digest):
+            return
+        stored = await keys_db.key_hash_of(self._db, mac)
+        if stored is None or not hmac.compare_digest(stored, digest):
+            self._refuse(request, mac, "wrong key" if stored else "no key issued")
+            raise Unauthorized("invalid router key")
+        if len(self._known) >= MAX_REMEMBERED:
+            self._known.clear()
+        self._known[mac] = (stored, time.monotonic() + self._cache_seconds)
+
+    async def enroll(self, request: web.Request, mac: str, token: str,
+                     registration_open: bool) -> tuple[str, keys_db.Enrollment]:
+        """Issue the router's key against the fleet's enrollment token: the key, and what
+        the enrollment did. Unauthorized, Forbidden or Conflict when refused."""
+        address = client_address(request)
+        if not token:
+            self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
+                        mac, address)
+            raise Forbidden("enrollment is off (ENROLLMENT_TOKEN is not set)")
+        presented = bearer_token(request) or ""
+        if not hmac.compare_digest(presented.encode(), token.encode()):
+            self._count("enroll_refused", "enrollment of %s from %s refused: wrong token",
+                        mac, address)
+            raise Unauthorized("wrong enrollment token")
+        key = new_key()
+        outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open)
+        if not outcome.registered:
+            self._count("enroll_refused", "enrollment of %s from %s refused: not subscribed",
+                        mac, address)
+            raise Forbidden("router is not subscribed (registration is closed)")
+        if not outcome.issued:
+            self._count("enroll_conflict", "enrollment of %s from %s refused: already "
+                        "enrolled", mac, address)
+            raise Conflict("this router has a key already; an operator can allow a new "
+                           "enrollment with `router-backend subscriptions reset MAC`")
+        self._count("enrolled", "router %s enrolled from %s", mac, address, level=logging.INFO)
+        return key, outcome
+
+    def _count(self, event: str, message: str, *args, level: int = logging.WARNING) -> None:
+        self._metrics.auth_events.labels(event).inc()
+        log.log(level, message, *args)
+
+    def _refuse(self, request: web.Request, mac: str, why: str) -> None:
+        self._count("key_refused", "router key refused for %s from %s: %s", mac,
+                    client_address(request), why)
