@@ -17,6 +17,7 @@ from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
+from server.limits import FloodLimits
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
@@ -25,9 +26,9 @@ from server.notify.service import Notifier
 from server.router_keys import RouterKeys
 from server.settings import Settings
 from server.shutdown import InFlight
-from server.typedefs import (DATABASE, ETAG_CACHE, GENERATION, IN_FLIGHT, INGEST_DATABASE,
-                             METRICS, NOTIFIER, ROUTER_KEYS, ROUTER_REGISTRY, SENDS,
-                             SETTINGS, UPLOAD_SLOTS)
+from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
+                             INGEST_DATABASE, METRICS, NOTIFIER, ROUTER_KEYS, ROUTER_REGISTRY,
+                             SENDS, SETTINGS, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
 
@@ -51,6 +52,9 @@ def create_app(settings: Settings) -> web.Application:
     setup_operations_routes(app)
     if "router" in settings.services:
         app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router)
+        app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
+                                        settings.router_records_per_minute,
+                                        settings.registrations_per_minute_per_address, metrics)
         app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(generation_context)
@@ -120,9 +124,11 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
                                     app[METRICS])
         app[GENERATION] = service
         service.start()
-    app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS])
+    app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS],
+                                  settings.trusted_proxies)
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
+        app[FLOOD_LIMITS],
         on_new_router=service.wake if service else lambda: None)
     try:
         yield

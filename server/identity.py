@@ -1,6 +1,7 @@
 """Router identity: the `X-ID` header, registration on first contact, closed-mode admission.
 
-Each server process remembers which routers it has seen registered, so a polling router costs
+New registrations count against the client address's flood limit (open mode). Each server
+process remembers which routers it has seen registered, so a polling router costs
 no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
 so an operator's removal takes effect within that time).
 """
@@ -15,6 +16,7 @@ from aiohttp import web
 from server.db import routers as router_db
 from server.db.pool import Database
 from server.errors import BadRequest, Forbidden, Unauthorized
+from server.limits import FloodLimits
 from server.mac import InvalidMac, normalise_mac
 
 HEADER = "X-ID"
@@ -37,21 +39,27 @@ def mac_from_header(request: web.Request) -> str:
 
 
 class RouterRegistry:
-    def __init__(self, db: Database, mode: str, cache_seconds: int,
+    def __init__(self, db: Database, mode: str, cache_seconds: int, limits: FloodLimits,
                  on_new_router: Callable[[], None] = lambda: None):
         self._db = db
+        self._limits = limits
         self._open = mode == "open"
         self._cache_seconds = cache_seconds
         self._on_new_router = on_new_router
         self._admitted_until: dict[str, float] = {}
 
-    async def admit(self, mac: str) -> None:
-        """Register (open mode) or check (closed mode) the router; Forbidden when refused."""
+    async def admit(self, mac: str, address: str) -> None:
+        """Register (open mode) or check (closed mode) the router; Forbidden when refused,
+        TooManyRequests when `address` registered too many new routers lately."""
         now = time.monotonic()
         if self._admitted_until.get(mac, 0.0) > now:
             return
         if self._open:
-            if await router_db.register(self._db, mac):
+            if not self._limits.may_register(address):
+                if not await router_db.is_registered(self._db, mac):
+                    raise self._limits.refuse_registration(address)
+            elif await router_db.register(self._db, mac):
+                self._limits.registered(address)
                 self._on_new_router()
             until = float("inf")
         elif await router_db.is_registered(self._db, mac):

@@ -49,6 +49,9 @@ class Metrics:
         self.auth_events = Counter("router_auth_events", "Router key and enrollment events: "
                                    "enrolled, enroll_refused, enroll_conflict, key_refused",
                                    ["event"], registry=registry)
+        self.limited = Counter("router_requests_limited", "Requests refused with 429 by a "
+                               "flood limit: requests, records or registrations",
+                               ["limit"], registry=registry)
         self.generation_workers = Gauge("rule_generation_workers",
                                         "Generation worker processes of this process",
                                         registry=registry)

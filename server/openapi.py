@@ -43,11 +43,12 @@ def _router_errors(*statuses: int) -> dict:
         413: "body larger than INGEST_MAX_BODY_BYTES after decoding, or gzip expanding more "
              "than INGEST_MAX_GZIP_RATIO times",
         415: "unsupported Content-Type or Content-Encoding",
-        429: "this router has INGEST_MAX_UPLOADS_PER_ROUTER uploads in progress already; "
-             "nothing stored",
+        429: "a flood limit: the router's requests or records a minute, new routers from "
+             "this address, or INGEST_MAX_UPLOADS_PER_ROUTER uploads in progress; nothing "
+             "stored",
     }
     errors = {str(status): _error(descriptions[status], retry=status == 429)
-              for status in (400, 401, *statuses)}
+              for status in (400, 401, *statuses, 429)}
     errors["503"] = _error("database unreachable; safe to retry", retry=True)
     return errors
 
@@ -78,7 +79,7 @@ def _telemetry(summary: str) -> dict:
     return {"post": {
         "summary": summary, "parameters": X_ID, "requestBody": TELEMETRY_BODY,
         "responses": {"200": _json(_ref("IngestReport"), "stored: every accepted record"),
-                      **_router_errors(403, 408, 413, 415, 429)}}}
+                      **_router_errors(403, 408, 413, 415)}}}
 
 
 def _rules(kind: str, schema: str) -> dict:

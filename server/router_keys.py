@@ -14,6 +14,7 @@ import hmac
 import logging
 import secrets
 import time
+from typing import Sequence
 
 from aiohttp import web
 
@@ -21,6 +22,7 @@ from server.db import router_keys as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
 from server.metrics import Metrics
+from server.peers import Network, client_address
 
 log = logging.getLogger("router_backend.trust")
 
@@ -40,13 +42,11 @@ def bearer_token(request: web.Request) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def client_address(request: web.Request) -> str:
-    return request.remote or "-"
-
-
 class RouterKeys:
-    def __init__(self, db: Database, cache_seconds: int, metrics: Metrics):
+    def __init__(self, db: Database, cache_seconds: int, metrics: Metrics,
+                 proxies: Sequence[Network] = ()):
         self._db = db
+        self._proxies = proxies
         self._cache_seconds = cache_seconds
         self._metrics = metrics
         self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
@@ -73,7 +73,7 @@ class RouterKeys:
                      registration_open: bool) -> tuple[str, keys_db.Enrollment]:
         """Issue the router's key against the fleet's enrollment token: the key, and what
         the enrollment did. Unauthorized, Forbidden or Conflict when refused."""
-        address = client_address(request)
+        address = client_address(request, self._proxies)
         if not token:
             self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
                         mac, address)
@@ -103,4 +103,4 @@ class RouterKeys:
 
     def _refuse(self, request: web.Request, mac: str, why: str) -> None:
         self._count("key_refused", "router key refused for %s from %s: %s", mac,
-                    client_address(request), why)
+                    client_address(request, self._proxies), why)

@@ -8,6 +8,7 @@ No other module reads the environment: it is given a ``Settings`` object instead
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +71,15 @@ def _secret(minimum: int) -> Callable[[str], str]:
     return parse
 
 
+def _networks(value: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(part.strip(), strict=False)
+                     for part in value.split(",") if part.strip())
+    except ValueError as error:
+        raise ValueError(f"expected addresses or networks separated by commas ({error})") \
+            from None
+
+
 def _cron(value: str) -> str:
     try:
         CronSim(value, datetime.now())
@@ -129,6 +139,19 @@ SETTINGS: tuple[Setting, ...] = (
             "seed's behaviour). `key`: every router endpoint but /health also needs "
             "`Authorization: Bearer <router key>` (see the README's security section).",
             _choice("mac", "key")),
+    Setting("ROUTER_REQUESTS_PER_MINUTE", "120", "Requests one router may make per minute "
+            "(a minute's worth at once, then this rate), per server process; beyond: 429 with "
+            "Retry-After. /health and /enroll are not counted.", _integer(1)),
+    Setting("ROUTER_RECORDS_PER_MINUTE", "100000", "Telemetry records one router may send per "
+            "minute, per server process (so also the most one body may hold); the request "
+            "that goes beyond is refused whole with 429.", _integer(1)),
+    Setting("REGISTRATIONS_PER_MINUTE_PER_ADDRESS", "30", "New routers one client address may "
+            "register per minute in open mode, per server process (429 beyond; routers "
+            "already registered are not affected).", _integer(1)),
+    Setting("TRUSTED_PROXIES", "127.0.0.1/32,::1/128", "Comma-separated addresses or networks "
+            "of the reverse proxies in front (Caddy): for their requests the client address "
+            "is read from X-Forwarded-For. Empty: the connection's address always.",
+            _networks),
     Setting("ENROLLMENT_TOKEN", "", "Fleet-wide secret (at least 16 characters) with which a "
             "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
             "come only from `router-backend subscriptions add`.", _secret(16)),
@@ -255,6 +278,10 @@ class Settings:
     registration_mode: str
     router_cache_seconds: int
     router_auth: str
+    router_requests_per_minute: int
+    router_records_per_minute: int
+    registrations_per_minute_per_address: int
+    trusted_proxies: tuple
     enrollment_token: str
     db_host: str | None
     db_port: int

@@ -98,11 +98,19 @@ def database_env(location: DatabaseLocation) -> dict[str, str]:
             "DB_SSLMODE": location.sslmode}
 
 
+# Tests, benchmarks and drills play whole fleets from one address at rates no router makes;
+# the flood limits are raised for them unless a test sets its own (tests/test_limits.py) or
+# a drill asks for the defaults (the hostile drill).
+NO_FLOOD_LIMITS = {"ROUTER_REQUESTS_PER_MINUTE": "1000000000",
+                   "ROUTER_RECORDS_PER_MINUTE": "1000000000",
+                   "REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "1000000000"}
+
+
 def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -> Settings:
     """Settings as a test uses them: this database, a private DATA_DIR, short database
-    timeouts, no generation queue unless asked for."""
+    timeouts, no generation queue unless asked for, flood limits raised."""
     environ = {**database_env(location), "DATA_DIR": str(data_dir), "DB_TIMEOUT_SECONDS": "5",
-               "RULE_GENERATION_ENABLED": "false", **overrides}
+               "RULE_GENERATION_ENABLED": "false", **NO_FLOOD_LIMITS, **overrides}
     return load_settings(environ, env_file=None)
 
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 from server.db.location import DatabaseLocation
 from testkit import REPOSITORY
-from testkit.database import database_env
+from testkit.database import NO_FLOOD_LIMITS, database_env
 
 
 def free_port() -> int:
@@ -41,10 +41,14 @@ class ServerRunner:
     """`python -m ops.cli serve` as a child process on a free port, which a drill can kill,
     stop and start again on the same port."""
 
-    def __init__(self, location: DatabaseLocation, data_dir: Path, **settings: str):
+    def __init__(self, location: DatabaseLocation, data_dir: Path,
+                 flood_limits: bool = False, **settings: str):
+        """`flood_limits`: keep the service's default flood limits (else they are raised,
+        as a load generator's fleet shares one address)."""
         self.port = free_port()
         self.env = {**os.environ, **database_env(location), "DATA_DIR": str(data_dir),
-                    "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error", **settings}
+                    "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error",
+                    **({} if flood_limits else NO_FLOOD_LIMITS), **settings}
         # A file: an unread pipe would fill and stall the server.
         self.log_path = data_dir / f"server-{self.port}.log"
         self.process: subprocess.Popen | None = None

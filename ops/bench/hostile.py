@@ -35,9 +35,19 @@ from server.db.location import DatabaseLocation
 from testkit.database import Sql, throwaway_database
 from testkit.server import ServerRunner
 
-WATCHER_MAC = "02:00:00:00:0e:01"
-ATTACKER_MAC = "02:00:00:00:0e:02"
+# The server is reached as through the proxy (loopback is a trusted proxy by default), so
+# watcher and attacker come from addresses of their own, as they would in production.
+WATCHER = {"X-Forwarded-For": "198.51.100.7"}
+ATTACKER = {"X-Forwarded-For": "203.0.113.66"}
+# The watcher polls every 50 ms in turn as 16 routers: each stays under the default flood
+# limit of 120 requests a minute, as a real router (polling every few minutes) does.
+WATCHER_MACS = [f"02:00:00:00:0e:{n:02x}" for n in range(0x10, 0x20)]
 STALLER_MAC = "02:00:00:00:0e:03"
+
+
+def attacker_mac(case: int) -> str:
+    """One router per upload case, so each case meets the flood limits on its own."""
+    return f"02:00:00:00:0e:{0x40 + case:02x}"
 WATCH_INTERVAL = 0.05
 WORST_LATENCY_LIMIT = 1.0
 STALL_BATCH_RECORDS = 2_100  # past INGEST_BATCH_ROWS' default: the transaction is open
@@ -118,14 +128,16 @@ class Watcher:
     async def _run(self) -> None:
         began = time.perf_counter()
         timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(self.url, headers={"X-ID": WATCHER_MAC}) as answer:
-                await answer.read()
+        async with aiohttp.ClientSession(timeout=timeout, headers=WATCHER) as session:
+            for mac in WATCHER_MACS:
+                async with session.get(self.url, headers={"X-ID": mac}) as answer:
+                    await answer.read()
             self._ready.set()
             while not self._stop.is_set():
                 started = time.perf_counter()
+                mac = WATCHER_MACS[self.polls % len(WATCHER_MACS)]
                 try:
-                    async with session.get(self.url, headers={"X-ID": WATCHER_MAC}) as answer:
+                    async with session.get(self.url, headers={"X-ID": mac}) as answer:
                         await answer.read()
                         status: int | str = answer.status
                 except (aiohttp.ClientError, asyncio.TimeoutError) as error:
@@ -157,7 +169,7 @@ async def stalled_upload(host: str, port: int, first_part: bytes, timeout: float
     """Announce a long body, send a batch's worth of it, then stop sending."""
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(_request_head("/log/events", {
-        "X-ID": STALLER_MAC, "Content-Type": "application/x-ndjson",
+        "X-ID": STALLER_MAC, "Content-Type": "application/x-ndjson", **ATTACKER,
         "Content-Length": str(len(first_part) * 4)}) + first_part)
     await writer.drain()
     try:
@@ -221,8 +233,9 @@ async def _post(session: aiohttp.ClientSession, url: str, body: bytes,
 async def upload_cases(session: aiohttp.ClientSession, url: str,
                        bodies: dict[str, tuple[bytes, dict[str, str], int]]) -> list[Case]:
     cases = []
-    for name, (body, extra, expected) in bodies.items():
-        headers = {"X-ID": ATTACKER_MAC, "Content-Type": "application/x-ndjson", **extra}
+    for number, (name, (body, extra, expected)) in enumerate(bodies.items()):
+        headers = {"X-ID": attacker_mac(number), "Content-Type": "application/x-ndjson",
+                   **ATTACKER, **extra}
         case, started = Case(name, expected), time.perf_counter()
         case.status, reply = await _post(session, f"{url}/log/events", body, headers)
         case.seconds = time.perf_counter() - started
@@ -234,7 +247,7 @@ async def upload_cases(session: aiohttp.ClientSession, url: str,
 async def header_and_notification_cases(session: aiohttp.ClientSession,
                                         url: str) -> list[Case]:
     cases = []
-    two_ids = CIMultiDict([("X-ID", ATTACKER_MAC), ("X-ID", WATCHER_MAC),
+    two_ids = CIMultiDict([("X-ID", attacker_mac(0)), ("X-ID", WATCHER_MACS[0]),
                            ("Content-Type", "application/x-ndjson")])
     probes = [
         ("two X-ID headers", f"{url}/log/events", b'{"event_type": "alert"}', two_ids),
@@ -262,7 +275,8 @@ async def header_and_notification_cases(session: aiohttp.ClientSession,
 async def hostile(location: DatabaseLocation, workdir: Path, stalls: int = 25,
                   scale: float = 1.0, **settings: str) -> HostileResult:
     """Run every case against a fresh server on `location`; `settings` override defaults."""
-    server = ServerRunner(location, workdir, RULE_GENERATION_ENABLED="false", **settings)
+    server = ServerRunner(location, workdir, flood_limits=True, RULE_GENERATION_ENABLED="false",
+                          **settings)
     server.start()
     idle = int(server.env.get("INGEST_BODY_IDLE_SECONDS", "15"))
     header_idle = int(server.env.get("HTTP_IDLE_TIMEOUT_SECONDS", "15"))

@@ -11,18 +11,23 @@ from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.identity import mac_from_header
+from server.peers import client_address
 from server.ingest.ingest import ingest_body
 from server.timestamps import iso_utc
-from server.typedefs import (DATABASE, ETAG_CACHE, METRICS, ROUTER_KEYS, ROUTER_REGISTRY,
-                             SETTINGS, UPLOAD_SLOTS)
+from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,
+                             ROUTER_REGISTRY, SETTINGS, UPLOAD_SLOTS)
 
 
 async def admitted_router(request: web.Request) -> str:
-    """The calling router's MAC once its key (ROUTER_AUTH=key) and registration are checked."""
+    """The calling router's MAC once its key (ROUTER_AUTH=key), its request budget and its
+    registration are checked (a key first: nobody spends another router's budget)."""
     mac = mac_from_header(request)
-    if request.app[SETTINGS].router_auth == "key":
+    settings = request.app[SETTINGS]
+    if settings.router_auth == "key":
         await request.app[ROUTER_KEYS].check(request, mac)
-    await request.app[ROUTER_REGISTRY].admit(mac)
+    request.app[FLOOD_LIMITS].request(mac)
+    await request.app[ROUTER_REGISTRY].admit(mac, client_address(request,
+                                                                 settings.trusted_proxies))
     return mac
 
 

@@ -17,7 +17,7 @@ from server.ingest import extract
 from server.ingest.body import BodyLimits, decoded_chunks
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
 from server.settings import Settings
-from server.typedefs import INGEST_DATABASE, SETTINGS
+from server.typedefs import FLOOD_LIMITS, INGEST_DATABASE, SETTINGS
 
 ROW_BUILDERS = {"events": extract.event_row, "cfm": extract.cfm_row}
 STATEMENTS = {
@@ -56,10 +56,12 @@ async def ingest_body(request: web.Request, mac: str, kind: str) -> dict:
     splitter = splitter_for(request.content_type, settings.ingest_max_record_bytes)
     report = IngestReport(settings.ingest_max_reported_errors)
     row_of = ROW_BUILDERS[kind]
+    limits = request.app[FLOOD_LIMITS]
     received_at = datetime.now(timezone.utc)
     async with TelemetryWriter(request.app[INGEST_DATABASE], STATEMENTS[kind], mac, received_at,
                                settings.ingest_batch_rows) as writer:
         async def take(records: list[RawRecord]) -> None:
+            limits.records_arrived(mac, len(records))
             for number, raw in records:
                 if raw is None:
                     report.reject(number, "record exceeds the size limit of "

@@ -1,0 +1,39 @@
+"""Who is on the other end of a request: the client's address, read through the trusted
+reverse proxies in front (TRUSTED_PROXIES) from X-Forwarded-For.
+
+The rightmost address that is not a trusted proxy is the client: every proxy appends the
+address it received the request from, so addresses left of it are whatever the client
+chose to send.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Sequence
+
+from aiohttp import web
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _trusted(address: str, proxies: Sequence[Network]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in proxies)
+
+
+def client_address(request: web.Request, proxies: Sequence[Network]) -> str:
+    remote = request.remote or ""
+    if not proxies or not _trusted(remote, proxies):
+        return remote or "-"
+    hops = [hop.strip() for value in request.headers.getall("X-Forwarded-For", ())
+            for hop in value.split(",") if hop.strip()]
+    for hop in reversed(hops):
+        if not _trusted(hop, proxies):
+            try:
+                return str(ipaddress.ip_address(hop))
+            except ValueError:
+                return remote  # a proxy would not write this: do not believe the header
+    return remote
