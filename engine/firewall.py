@@ -1,4 +1,4 @@
-"""The firewall payload: which addresses a router's firewall blocks, and why.
+"""The firewall payload: which addresses a router's firewall blocks, why, and until when.
 
 Entries come from the router's own alerts of high severity first (the telemetry summary
 already keeps only those), then from `compromised-ips.txt`: one entry per address with every
@@ -6,15 +6,25 @@ reason, bounded by the firewall size limit. An alert's blocked address is its ex
 endpoint: the source when that is a globally routable unicast address (an inbound attack),
 else the destination when that is (e.g. an outbound connection to a command-and-control
 server); an alert between two local addresses blocks nothing.
+
+Safety rails, so the block list cannot be turned against its router:
+- an address is never blocked when it is not globally routable unicast, when it is on the
+  allowlist (fleet-wide or the router's own), or when the router itself calls from it;
+- an address is blocked for the router's alerts only after `min_alerts` alerts from at least
+  two signatures or two flows (one spoofed packet that trips a rule blocks nothing), and
+  such an entry carries `expires_at`: its last alert plus the telemetry window. Entries from
+  the compromised list last as long as the list (`expires_at` null).
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+from dataclasses import dataclass
 
-# One row of the telemetry summary: (src_ip, dest_ip, signature id, severity, alert count).
-AlertRow = tuple[str | None, str | None, int, int, int]
+# One row of the telemetry summary: (src_ip, dest_ip, signature id, severity, alert count,
+# distinct flows, expires_at as ISO 8601 UTC).
+AlertRow = tuple[str | None, str | None, int, int, int, int, str]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -23,42 +33,79 @@ def is_external(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def alert_endpoints(alerts: list[AlertRow]) -> list[tuple[str, int, int, int]]:
-    """(external address, sid, most severe severity, count) per address and signature."""
-    endpoints: dict[tuple[str, int], list[int]] = {}
-    for src, dest, sid, severity, count in alerts:
+@dataclass(frozen=True)
+class Exemptions:
+    """Addresses never blocked for this router, whatever the reason."""
+    networks: tuple = ()             # the allowlist (ip_network objects)
+    own: frozenset = frozenset()     # addresses the router called from (ip_address objects)
+
+    @classmethod
+    def of(cls, allowlist: list[str], own_addresses: list[str]) -> "Exemptions":
+        return cls(tuple(ipaddress.ip_network(n, strict=False) for n in allowlist),
+                   frozenset(ipaddress.ip_address(a) for a in own_addresses))
+
+    def exempt(self, address: str) -> bool:
+        if not is_external(address):
+            return True
+        if not self.networks and not self.own:
+            return False
+        ip = ipaddress.ip_address(address)
+        return ip in self.own or any(ip in network for network in self.networks)
+
+
+@dataclass
+class _Evidence:
+    alerts: list[dict]
+    count: int = 0
+    flows: int = 0
+    expires_at: str = ""
+
+
+def alert_evidence(alerts: list[AlertRow], exemptions: Exemptions) -> dict[str, _Evidence]:
+    """Per blockable external address: its alerts (per signature), count, flows, expiry."""
+    evidence: dict[str, _Evidence] = {}
+    for src, dest, sid, severity, count, flows, expires_at in alerts:
         address = next((a for a in (src, dest) if a and is_external(a)), None)
-        if address is None:
+        if address is None or exemptions.exempt(address):
             continue
-        entry = endpoints.setdefault((address, sid), [severity, 0])
-        entry[0] = min(entry[0], severity)
-        entry[1] += count
-    return [(address, sid, severity, count)
-            for (address, sid), (severity, count) in endpoints.items()]
+        entry = evidence.setdefault(address, _Evidence([]))
+        entry.alerts.append({"sid": sid, "severity": severity, "count": count, "flows": flows})
+        entry.count += count
+        entry.flows += flows
+        entry.expires_at = max(entry.expires_at, expires_at)
+    return evidence
 
 
-def firewall_entries(alerts: list[AlertRow], compromised: list[str],
-                     limit: int) -> tuple[list[dict], bool]:
+def _enough(evidence: _Evidence, min_alerts: int) -> bool:
+    return evidence.count >= min_alerts and (len(evidence.alerts) >= 2 or evidence.flows >= 2)
+
+
+def firewall_entries(alerts: list[AlertRow], compromised: list[str], limit: int,
+                     min_alerts: int = 1, exemptions: Exemptions = Exemptions()
+                     ) -> tuple[list[dict], bool]:
     """The payload's entries, most-alerted addresses first, and whether the limit cut some."""
     entries: dict[str, dict] = {}
-    ordered = sorted(alert_endpoints(alerts), key=lambda e: (-e[3], e[2], e[0], e[1]))
-    for address, sid, severity, count in ordered:
-        entry = entries.setdefault(address, _entry(address))
-        if "alert" not in entry["reasons"]:
-            entry["reasons"].append("alert")
-        entry["alerts"].append({"sid": sid, "severity": severity, "count": count})
+    evidence = alert_evidence(alerts, exemptions)
+    ordered = sorted((item for item in evidence.items() if _enough(item[1], min_alerts)),
+                     key=lambda item: (-item[1].count, item[0]))
+    for address, found in ordered:
+        found.alerts.sort(key=lambda a: (a["severity"], -a["count"], a["sid"]))
+        entries[address] = {**_entry(address, "alert"), "alerts": found.alerts,
+                            "expires_at": found.expires_at}
     for address in compromised:
-        entry = entries.setdefault(address, _entry(address))
-        if "compromised-ips" not in entry["reasons"]:
+        entry = entries.get(address)
+        if entry is None:
+            if exemptions.exempt(address):
+                continue
+            entries[address] = _entry(address, "compromised-ips")
+        elif "compromised-ips" not in entry["reasons"]:
             entry["reasons"].append("compromised-ips")
+            entry["expires_at"] = None  # held by the list as long as it names the address
     values = list(entries.values())
-    for entry in values:
-        if not entry["alerts"]:
-            del entry["alerts"]
     return values[:limit], len(values) > limit
 
 
-def _entry(address: str) -> dict:
+def _entry(address: str, reason: str) -> dict:
     """Addresses arrive validated (compromised list, database inet values)."""
-    return {"address": address, "family": 6 if ":" in address else 4, "reasons": [],
-            "alerts": []}
+    return {"address": address, "family": 6 if ":" in address else 4, "reasons": [reason],
+            "expires_at": None}

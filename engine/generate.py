@@ -3,7 +3,9 @@ compromised IPs, limits, seed). No web, no database, no clock: the same inputs g
 payloads, byte for byte.
 
 IDS payload
-1. Every eligible rule whose sid fired for this router (in the summary window) is kept.
+1. Eligible rules whose sid fired for this router (in the summary window) are kept, most
+   severe and most alerted first, up to FIRED share of the budget (with their flowbit
+   setters): posting alerts with chosen sids cannot crowd the sample out.
 2. The other eligible rules are drawn by weight without replacement (Efraimidis–Spirakis:
    key = u^(1/w), largest keys first), with the weight raised for what the router's flows
    show: ×APP_PROTO_BOOST when the rule inspects an application protocol seen in its flows,
@@ -11,8 +13,7 @@ IDS payload
 3. Flowbits are closed over: a rule that checks a bit (`isset`/`isnotset`) brings a rule that
    sets it (the best eligible setter, else a disabled one), recursively, and the whole group
    is counted in the budget; a rule whose bit nothing sets is left out.
-4. Drawing stops when RULE_GENERATION_SAMPLE_COUNT rules are in (fired rules are kept even
-   beyond it).
+4. Drawing stops when RULE_GENERATION_SAMPLE_COUNT rules are in (fired ones included).
 
 Firewall payload: see engine/firewall.py.
 """
@@ -24,7 +25,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from engine.firewall import AlertRow, firewall_entries
+from engine.firewall import AlertRow, Exemptions, firewall_entries
 from engine.ruleset import Ruleset
 from ruledata.parser import FLOWBIT_CHECKS
 
@@ -32,19 +33,28 @@ APP_PROTO_BOOST = 3.0
 PORT_BOOST = 2.0
 
 
+# A sid that fired for the router: (sid, alert count, most severe severity).
+FiredRow = tuple[int, int, int]
+
+
 @dataclass
 class TelemetrySummary:
-    """What the router's recent telemetry says (built by the server from the database)."""
-    fired_sids: list[int] = field(default_factory=list)
+    """What the router's recent telemetry says (built by the server from the database), and
+    what must never be blocked for it."""
+    fired: list[FiredRow] = field(default_factory=list)
     app_protos: list[str] = field(default_factory=list)
     dest_ports: list[int] = field(default_factory=list)
     alerts: list[AlertRow] = field(default_factory=list)  # of blocking severity only
+    own_addresses: list[str] = field(default_factory=list)  # where the router called from
+    allowlist: list[str] = field(default_factory=list)      # networks, fleet's and its own
 
 
 @dataclass
 class PayloadLimits:
     sample_count: int
     firewall_max_entries: int
+    fired_share: float = 0.5     # of sample_count, at most, for rules that fired
+    block_min_alerts: int = 3    # alerts an address needs before it is blocked
 
 
 def seed_for(mac: str, version: str) -> int:
@@ -60,14 +70,15 @@ class Generated:
 
 def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[str],
              limits: PayloadLimits, seed: int) -> Generated:
-    chosen, reasons = _choose_rules(ruleset, summary, limits.sample_count, random.Random(seed))
+    chosen, reasons = _choose_rules(ruleset, summary, limits, random.Random(seed))
     rules = sorted(chosen, key=lambda r: (r["gid"], r["sid"]))
     ids = {"version": ruleset.version, "rule_count": len(rules), "rules": [
         {"gid": r["gid"], "sid": r["sid"], "rev": r["rev"], "action": r["action"],
          "msg": r["msg"], "classtype": r["classtype"], "weight": r["weight"],
          "reason": reasons[id(r)], "raw": r["raw"]} for r in rules]}
-    entries, truncated = firewall_entries(summary.alerts, compromised_ips,
-                                          limits.firewall_max_entries)
+    entries, truncated = firewall_entries(
+        summary.alerts, compromised_ips, limits.firewall_max_entries, limits.block_min_alerts,
+        Exemptions.of(summary.allowlist, summary.own_addresses))
     firewall = {"version": ruleset.version, "entry_count": len(entries),
                 "truncated": truncated, "entries": entries}
     counts = {"fired": 0, "sampled": 0, "flowbits": 0}
@@ -79,8 +90,10 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
     return Generated(ids, firewall, stats)
 
 
-def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, budget: int,
+def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLimits,
                   rng: random.Random) -> tuple[list[dict], dict[int, str]]:
+    budget = limits.sample_count
+    fired_budget = int(budget * limits.fired_share)
     chosen: list[dict] = []
     reasons: dict[int, str] = {}
 
@@ -89,11 +102,11 @@ def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, budget: int,
             chosen.append(rule)
             reasons[id(rule)] = reason if position == 0 else "flowbits"
 
-    for sid in sorted(set(summary.fired_sids)):
+    for sid, _, _ in sorted(summary.fired, key=lambda row: (row[2], -row[1], row[0])):
         rule = ruleset.by_sid.get(sid)
         if rule is not None and id(rule) not in reasons:
             group = _with_setters(rule, ruleset, reasons)
-            if group is not None:
+            if group is not None and len(chosen) + len(group) <= fired_budget:
                 take(group, "fired")
     apps, ports = set(summary.app_protos), set(summary.dest_ports)
     for rule in _weighted_order(ruleset, apps, ports, rng):

@@ -9,6 +9,8 @@ import os
 import shutil
 import sys
 
+from ops.allowlist import add_arguments as add_allowlist_arguments
+from ops.allowlist import allowlist
 from ops.command import CommandError, run_command
 from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
@@ -77,13 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "activations older than ACTIVATION_RETENTION_DAYS, now")
     add_subscription_arguments(commands.add_parser(
         "subscriptions", help="list, add or remove router subscriptions (closed mode)"))
+    add_allowlist_arguments(commands.add_parser(
+        "allowlist", help="networks never blocked by a router's firewall payload"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
 
 
 COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention,
-            "subscriptions": subscriptions}
+            "subscriptions": subscriptions, "allowlist": allowlist}
 
 
 def main(argv: list[str] | None = None) -> int:

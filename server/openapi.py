@@ -256,14 +256,24 @@ def _schemas() -> dict:
                                 "truncated": {"type": "boolean"},
                                 "entries": {"type": "array", "items": {
                                     "type": "object",
-                                    "required": ["address", "family", "reasons"],
+                                    "required": ["address", "family", "reasons",
+                                                 "expires_at"],
                                     "properties": {
                                         "address": {"type": "string"},
                                         "family": {"type": "integer", "enum": [4, 6]},
-                                        "reasons": {"type": "array",
-                                                    "items": {"type": "string"}},
-                                        "alerts": {"type": "array",
-                                                   "items": {"type": "object"}}}}}}},
+                                        "reasons": {"type": "array", "items": {
+                                            "type": "string",
+                                            "enum": ["alert", "compromised-ips"]}},
+                                        "expires_at": {**timestamp, "nullable": True},
+                                        "alerts": {"type": "array", "items": {
+                                            "type": "object",
+                                            "required": ["sid", "severity", "count",
+                                                         "flows"],
+                                            "properties": {
+                                                "sid": {"type": "integer"},
+                                                "severity": {"type": "integer"},
+                                                "count": {"type": "integer"},
+                                                "flows": {"type": "integer"}}}}}}}}},
         "Field": {"type": "string", "minLength": 1, "maxLength": 256},
         "Message": {"type": "object", "required": ["message"],
                     "properties": {"message": {"type": "string"}}},

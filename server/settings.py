@@ -225,6 +225,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RULE_GENERATION_BLOCK_SEVERITY", "2", "Alerts of this Suricata severity or more "
             "severe (1 is the highest) put their external endpoint on the router's firewall "
             "block list.", _integer(1, 255)),
+    Setting("RULE_GENERATION_BLOCK_MIN_ALERTS", "3", "Alerts an address needs (from at least "
+            "two signatures or two flows) before the router's firewall blocks it for them; "
+            "one spoofed packet never blocks anything.", _integer(1)),
+    Setting("RULE_GENERATION_FIRED_PERCENT", "50", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
+            "percent, that rules kept because they fired for the router may take (most "
+            "severe and most alerted first); the rest is sampled.", _integer(0, 100)),
     Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
             "firewall payload.", _integer(1)),
     Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules", "Name of each router's rule file "
@@ -316,6 +322,8 @@ class Settings:
     rule_generation_enabled: bool
     rule_generation_telemetry_days: int
     rule_generation_block_severity: int
+    rule_generation_block_min_alerts: int
+    rule_generation_fired_percent: int
     rule_generation_firewall_max_entries: int
     rule_generation_rules_filename: str
     rule_generation_poll_seconds: int

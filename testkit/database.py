@@ -119,6 +119,7 @@ def command_env(settings: Settings, **extra: str) -> dict[str, str]:
     return {**os.environ, **database_env(DatabaseLocation.from_settings(settings)),
             "DATA_DIR": str(settings.data_dir), "RULE_DATA_DIR": str(settings.rule_data_path),
             "RULE_GENERATION_SAMPLE_COUNT": str(settings.rule_generation_sample_count),
+            "RULE_GENERATION_FIRED_PERCENT": str(settings.rule_generation_fired_percent),
             "ROUTER_AUTH": settings.router_auth, **extra}
 
 

@@ -106,4 +106,6 @@ def ruleset_settings(kind: str, database, tmp_path):
                         RULE_PREPROCESS_ARCHIVE_URL=archive.as_uri(),
                         RULE_PREPROCESS_VERSION_URL=(tmp_path / "version.txt").as_uri(),
                         RULE_GENERATION_POLL_SECONDS="1",
-                        RULE_GENERATION_SAMPLE_COUNT="550" if kind == "corpus" else "6")
+                        RULE_GENERATION_SAMPLE_COUNT="550" if kind == "corpus" else "6",
+                        # The fixture's 6-rule budget holds its fired rules only whole.
+                        RULE_GENERATION_FIRED_PERCENT="50" if kind == "corpus" else "100")

@@ -53,17 +53,23 @@ def checked_bits_are_set(rules: list[dict], ruleset) -> None:
                 assert bit in set_bits, (rule["sid"], bit)
 
 
+EXPIRES = "2026-03-09T10:00:00Z"
+
+
 def test_fixture_generation(fixture_ruleset):
     # Real global addresses (scanme.nmap.org): documentation ranges are not global, and an
     # alert only blocks its external endpoint.
-    summary = TelemetrySummary(fired_sids=[9000003, 424242],
-                               alerts=[("45.33.32.156", "192.168.1.2", 9000003, 1, 4),
+    summary = TelemetrySummary(fired=[(9000003, 4, 1), (424242, 1, 1)],
+                               alerts=[("45.33.32.156", "192.168.1.2", 9000003, 1, 4, 3, EXPIRES),
                                        ("fd00::2", "2600:3c01::f03c:91ff:fe18:bb2f", 9000001,
-                                        2, 1),
-                                       ("192.168.1.2", "10.0.0.1", 9000003, 1, 9)])
+                                        2, 2, 1, EXPIRES),
+                                       ("fd00::2", "2600:3c01::f03c:91ff:fe18:bb2f", 9000003,
+                                        1, 1, 1, "2026-03-09T11:00:00Z"),
+                                       ("192.168.1.2", "10.0.0.1", 9000003, 1, 9, 9, EXPIRES)])
     compromised = fixture_ruleset.compromised_ips + ["45.33.32.156"]
     result = generate(fixture_ruleset, summary, compromised,
-                      PayloadLimits(sample_count=5, firewall_max_entries=100), seed_for(MAC, "v"))
+                      PayloadLimits(sample_count=5, firewall_max_entries=100,
+                                    fired_share=1.0), seed_for(MAC, "v"))
     sids = {r["sid"]: r["reason"] for r in result.ids["rules"]}
     # Fired and eligible: kept; it checks TEST.beacon, so its setter 9000002 comes along.
     assert sids[9000003] == "fired" and sids[9000002] == "flowbits"
@@ -72,18 +78,84 @@ def test_fixture_generation(fixture_ruleset):
     checked_bits_are_set(result.ids["rules"], fixture_ruleset)
     entries = {e["address"]: e for e in result.firewall["entries"]}
     assert entries["45.33.32.156"]["reasons"] == ["alert", "compromised-ips"]
-    assert entries["45.33.32.156"]["alerts"] == [{"sid": 9000003, "severity": 1, "count": 4}]
-    assert entries["2600:3c01::f03c:91ff:fe18:bb2f"]["family"] == 6  # the outbound one's dest
+    assert entries["45.33.32.156"]["alerts"] == [{"sid": 9000003, "severity": 1, "count": 4,
+                                                  "flows": 3}]
+    assert entries["45.33.32.156"]["expires_at"] is None  # held by the compromised list
+    outbound = entries["2600:3c01::f03c:91ff:fe18:bb2f"]  # the outbound one's destination
+    assert outbound["family"] == 6 and outbound["reasons"] == ["alert"]
+    assert outbound["expires_at"] == "2026-03-09T11:00:00Z"  # the latest of its alerts
+    assert [a["sid"] for a in outbound["alerts"]] == [9000003, 9000001]  # most severe first
     assert "fd00::2" not in entries and "10.0.0.1" not in entries  # local ends never
-    assert entries["2001:db8:dead::1"]["reasons"] == ["compromised-ips"]
+    assert entries["2a0b:f4c0:4d:53::1"]["reasons"] == ["compromised-ips"]
+    assert entries["2a0b:f4c0:4d:53::1"]["expires_at"] is None
+    assert "198.51.100.23" not in entries  # on the list, but a documentation address
     assert list(entries)[0] == "45.33.32.156"  # the router's own alerts come first
     assert result.stats["from_alerts"] == 1 and result.stats["firewall_from_alerts"] == 2
+
+
+GLOBAL = "45.33.32.156"
+
+
+def alert(sid: int, count: int, flows: int, src: str = GLOBAL) -> tuple:
+    return (src, "192.168.1.2", sid, 1, count, flows, EXPIRES)
+
+
+def blocked(fixture_ruleset, alerts, compromised=(), **summary) -> dict:
+    result = generate(fixture_ruleset, TelemetrySummary(alerts=alerts, **summary),
+                      list(compromised), PayloadLimits(sample_count=3,
+                                                       firewall_max_entries=100), 1)
+    return {e["address"]: e for e in result.firewall["entries"]}
+
+
+@pytest.mark.parametrize("alerts,expected", [
+    ([alert(9000003, 1, 1)], False),                       # one spoofed packet
+    ([alert(9000003, 2, 2)], False),                       # fewer than 3 alerts
+    ([alert(9000003, 5, 1)], False),                       # one signature, one flow
+    ([alert(9000003, 2, 1), alert(9000001, 1, 1)], True),  # two signatures
+    ([alert(9000003, 3, 2)], True),                        # two flows
+])
+def test_alert_blocks_need_several_alerts_from_signatures_or_flows(fixture_ruleset, alerts,
+                                                                   expected):
+    entries = blocked(fixture_ruleset, alerts)
+    assert (GLOBAL in entries) is expected
+    if expected:
+        assert entries[GLOBAL]["expires_at"] == EXPIRES
+
+
+def test_allowlist_and_own_address_are_never_blocked(fixture_ruleset):
+    many = [alert(9000003, 9, 9), alert(9000001, 9, 9)]
+    other = "104.16.0.1"
+    both = many + [alert(9000003, 9, 9, other), alert(9000001, 9, 9, other)]
+    assert {GLOBAL, other} <= set(blocked(fixture_ruleset, both, [other]))
+    # Fleet or router allowlist (networks), whatever the reason: alerts or the list.
+    entries = blocked(fixture_ruleset, both, [other, "104.16.0.9"],
+                      allowlist=["45.33.0.0/16", "104.16.0.0/24"])
+    assert GLOBAL not in entries and other not in entries and "104.16.0.9" not in entries
+    # The address the router calls from, even when its own Suricata alerts on it.
+    entries = blocked(fixture_ruleset, both, [GLOBAL], own_addresses=[GLOBAL])
+    assert GLOBAL not in entries and other in entries
+    # Only globally routable unicast addresses, from the compromised list too.
+    entries = blocked(fixture_ruleset, [], ["10.1.2.3", "224.0.0.5", "0.0.0.0", "::1", other])
+    assert list(entries) == [other]
+
+
+def test_fired_rules_take_at_most_their_share(corpus_ruleset):
+    """2,000 posted alerts with chosen sids turned a 550-rule payload into 2,005 rules."""
+    eligible = [rule["sid"] for rule in corpus_ruleset.rules if rule["eligible"]][:2000]
+    fired = [(sid, 1, 3) for sid in eligible[10:]] + [(sid, 50, 1) for sid in eligible[:10]]
+    limits = PayloadLimits(sample_count=550, firewall_max_entries=10, fired_share=0.5)
+    result = generate(corpus_ruleset, TelemetrySummary(fired=fired), [], limits, 1)
+    reasons = [rule["reason"] for rule in result.ids["rules"]]
+    assert len(reasons) <= 550 and reasons.count("fired") <= 275
+    assert reasons.count("sampled") >= 200
+    kept = {rule["sid"] for rule in result.ids["rules"] if rule["reason"] == "fired"}
+    assert set(eligible[:10]) <= kept  # the most severe and most alerted first
 
 
 def test_rule_whose_bit_nothing_sets_is_left_out(fixture_ruleset):
     # 9000011 checks TEST.mail (isnotset) but no rule sets it; it is disabled anyway, and
     # 9000009 checks TEST.a|TEST.b where only TEST.a has a setter: it brings 9000010.
-    result = generate(fixture_ruleset, TelemetrySummary(fired_sids=[9000009]), [],
+    result = generate(fixture_ruleset, TelemetrySummary(fired=[(9000009, 1, 1)]), [],
                       PayloadLimits(sample_count=100, firewall_max_entries=10), 1)
     sids = {r["sid"]: r["reason"] for r in result.ids["rules"]}
     assert 9000009 not in sids  # TEST.b is set by nothing
@@ -91,14 +163,15 @@ def test_rule_whose_bit_nothing_sets_is_left_out(fixture_ruleset):
 
 
 def test_firewall_limit_and_truncation(fixture_ruleset):
-    result = generate(fixture_ruleset, TelemetrySummary(), ["192.0.2.1", "192.0.2.2",
-                                                            "192.0.2.3"],
+    result = generate(fixture_ruleset, TelemetrySummary(), ["185.220.101.1", "185.220.101.2",
+                                                            "185.220.101.3"],
                       PayloadLimits(sample_count=3, firewall_max_entries=2), 1)
     assert result.firewall["entry_count"] == 2 and result.firewall["truncated"] is True
 
 
 def test_corpus_generation_is_deterministic_and_closed(corpus_ruleset):
-    summary = TelemetrySummary(fired_sids=[2010935, 2010936, 2018489, 2200073],
+    summary = TelemetrySummary(fired=[(sid, 1, 2) for sid in (2010935, 2010936, 2018489,
+                                                               2200073)],
                                app_protos=["dns", "tls"], dest_ports=[53, 443, 8080])
     limits = PayloadLimits(sample_count=550, firewall_max_entries=10_000)
     first = generate(corpus_ruleset, summary, corpus_ruleset.compromised_ips, limits,

@@ -69,12 +69,17 @@ def run_copy(location: DatabaseLocation, data: bytes) -> float:
         conn.close()
 
 
-async def run_http(port: int, bodies: list[bytes], concurrency: int) -> float:
-    """Each client is a router of its own (a router uploads one body at a time)."""
+async def run_http(port: int, bodies: list[bytes], concurrency: int,
+                   keys: dict[str, str] | None = None) -> float:
+    """Each client is a router of its own (a router uploads one body at a time); `keys`:
+    the routers' keys, for a server with ROUTER_AUTH=key."""
     queue = list(reversed(bodies))
 
     async def worker(session: aiohttp.ClientSession, number: int) -> None:
-        headers = {"X-ID": f"{MAC[:-2]}{number + 1:02x}", "Content-Type": "application/x-ndjson"}
+        router = f"{MAC[:-2]}{number + 1:02x}"
+        headers = {"X-ID": router, "Content-Type": "application/x-ndjson"}
+        if keys:
+            headers["Authorization"] = f"Bearer {keys[router]}"
         while queue:
             body = queue.pop()
             async with session.post(f"http://127.0.0.1:{port}/log/events", data=body,

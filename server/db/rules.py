@@ -8,14 +8,16 @@ from datetime import datetime
 from server.db.pool import Database, execute
 
 
-async def activate_and_read_timestamps(db: Database, mac: str
+async def activate_and_read_timestamps(db: Database, mac: str, address: str | None
                                        ) -> tuple[datetime | None, datetime | None]:
-    """Record an activation and return (ids_updated_at, firewall_updated_at), one round trip."""
+    """Record an activation (with the address the router called from, so that its firewall
+    never blocks it) and return (ids_updated_at, firewall_updated_at), one round trip."""
     statement = (
-        "WITH activation AS (INSERT INTO activations (mac) VALUES (%(mac)s)) "
+        "WITH activation AS (INSERT INTO activations (mac, address) "
+        "VALUES (%(mac)s, %(address)s)) "
         "SELECT ids_updated_at, firewall_updated_at FROM router_rules WHERE mac = %(mac)s")
     async with db.cursor() as cur:
-        await execute(cur, statement, {"mac": mac})
+        await execute(cur, statement, {"mac": mac, "address": address})
         row = await cur.fetchone()
     return (row[0], row[1]) if row else (None, None)
 

@@ -1,7 +1,7 @@
 """SQLAlchemy Core tables, mirroring `migrations/` (checked by tests/test_schema.py)."""
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import INET, JSONB, MACADDR, UUID
+from sqlalchemy.dialects.postgresql import CIDR, INET, JSONB, MACADDR, UUID
 
 metadata = sa.MetaData(naming_convention={
     "ix": "%(table_name)s_%(column_0_name)s_idx",
@@ -70,6 +70,17 @@ activations = sa.Table(
     sa.Column("mac", MACADDR, primary_key=True),
     _identity(),
     sa.Column("activated_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("address", INET),
+)
+
+firewall_allowlist = sa.Table(
+    "firewall_allowlist", metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("network", CIDR, nullable=False),
+    sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE")),
+    sa.Column("note", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
               server_default=sa.func.now()),
 )
 

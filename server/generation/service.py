@@ -66,7 +66,9 @@ class GenerationConfig:
             window=timedelta(days=settings.rule_generation_telemetry_days),
             block_severity=settings.rule_generation_block_severity,
             limits=PayloadLimits(settings.rule_generation_sample_count,
-                                 settings.rule_generation_firewall_max_entries),
+                                 settings.rule_generation_firewall_max_entries,
+                                 settings.rule_generation_fired_percent / 100,
+                                 settings.rule_generation_block_min_alerts),
             rules_filename=settings.rule_generation_rules_filename,
             workspace=Workspace(settings.rule_data_path))
 

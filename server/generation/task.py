@@ -25,6 +25,7 @@ RECENT_ROWS = 50_000      # alerts, and flows, read newest first within the wind
 MAX_FIRED_SIDS = 2_000
 TOP_FLOW_VALUES = 32
 MAX_ALERTS = 5_000
+OWN_ADDRESSES = 100       # newest activations whose addresses are never blocked
 
 
 class LeaseLost(Exception):
@@ -106,36 +107,45 @@ def _recent(table: str, columns: str, condition: str = "true") -> str:
 
 _RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
  (SELECT count(*) FROM renewed),
- (SELECT array_agg(signature_id) FROM (SELECT DISTINCT signature_id FROM
-   {_recent('ids_events', 'signature_id')}
-   ORDER BY signature_id LIMIT %(sids)s) fired),
+ (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
+   SELECT signature_id AS sid, count(*) AS n, coalesce(min(severity), 255) AS severity
+   FROM {_recent('ids_events', 'signature_id, severity')}
+   GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
  (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM
    {_recent('cfm_records', 'app_proto', "app_proto IS NOT NULL AND app_proto <> 'failed'")}
    GROUP BY app_proto ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
  (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM
    {_recent('cfm_records', 'dest_port', 'dest_port IS NOT NULL')}
    GROUP BY dest_port ORDER BY count(*) DESC, dest_port LIMIT %(top)s) ports),
- (SELECT json_agg(json_build_array(src, dest, sid, severity, n)) FROM (
+ (SELECT json_agg(json_build_array(src, dest, sid, severity, n, flows, expires)) FROM (
    SELECT host(src_ip) AS src, host(dest_ip) AS dest, signature_id AS sid,
-          min(severity) AS severity, count(*) AS n FROM
-   {_recent('ids_events', 'src_ip, dest_ip, signature_id, severity',
-            'severity <= %(severity)s')}
-   GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts)"""
+          min(severity) AS severity, count(*) AS n, count(DISTINCT flow_id) AS flows,
+          to_char((max(received_at) + %(window)s) AT TIME ZONE 'UTC',
+                  'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires FROM
+   {_recent('ids_events', "src_ip, dest_ip, signature_id, severity, received_at, "
+                          "record->>'flow_id' AS flow_id", 'severity <= %(severity)s')}
+   GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts),
+ (SELECT array_agg(DISTINCT host(address)) FROM (
+   SELECT address FROM activations WHERE mac = %(mac)s AND address IS NOT NULL
+   AND activated_at > now() - %(window)s ORDER BY id DESC LIMIT {OWN_ADDRESSES}) own),
+ (SELECT array_agg(network::text) FROM firewall_allowlist
+  WHERE mac IS NULL OR mac = %(mac)s)"""
 
 
 def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
     """Renew the lease and read what the router's telemetry of the window says (newest first,
-    bounded), in one round trip."""
+    bounded), where it called from and its allowlist, in one round trip."""
     cur.execute(_RENEW_AND_SUMMARISE, {
         "owner": task.owner, "mac": task.mac, "lease": task.lease, "window": task.window,
         "severity": task.block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
         "alerts": MAX_ALERTS})
-    renewed, fired, apps, ports, alerts = cur.fetchone()
+    renewed, fired, apps, ports, alerts, own, allowlist = cur.fetchone()
     if not renewed:
         raise LeaseLost(f"{task.mac} is held by another process")
-    return TelemetrySummary(fired_sids=fired or [], app_protos=apps or [],
+    return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
                             dest_ports=ports or [],
-                            alerts=[tuple(alert) for alert in alerts or []])
+                            alerts=[tuple(alert) for alert in alerts or []],
+                            own_addresses=own or [], allowlist=allowlist or [])
 
 
 # Reschedule and store in one statement (atomic without an explicit transaction): when the

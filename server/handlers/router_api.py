@@ -75,7 +75,9 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
 
 async def last_updated(request: web.Request) -> web.Response:
     mac = await admitted_router(request)
-    ids_at, firewall_at = await rules_db.activate_and_read_timestamps(request.app[DATABASE], mac)
+    address = client_address(request, request.app[SETTINGS].trusted_proxies)
+    ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
+        request.app[DATABASE], mac, address if address != "-" else None)
     return json_response({"ids_updated_at": iso_utc(ids_at),
                           "firewall_updated_at": iso_utc(firewall_at)})
 

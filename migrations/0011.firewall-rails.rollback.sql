@@ -1,0 +1,2 @@
+DROP TABLE firewall_allowlist;
+ALTER TABLE activations DROP COLUMN address;

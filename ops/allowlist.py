@@ -1,0 +1,69 @@
+"""`router-backend allowlist add CIDR [--mac MAC] [--note TEXT] | list | remove ID`: networks
+that no router's firewall payload ever blocks (or, with --mac, that router's), whatever the
+reason (its alerts or the compromised list). Adding an entry makes the routers concerned due
+for generation now."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+
+from ops.command import CommandError, run_command
+from server.db import allowlist as allowlist_db
+from server.db.pool import Database
+from server.mac import InvalidMac, normalise_mac
+from server.settings import Settings
+from server.timestamps import iso_utc
+
+PROG = "router-backend allowlist"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="never block this address or network")
+    add.add_argument("network", help="an address or a network in CIDR form")
+    add.add_argument("--mac", help="for this router only (default: the whole fleet)")
+    add.add_argument("--note", help="free text kept with the entry")
+    actions.add_parser("list", help="every entry")
+    remove = actions.add_parser("remove", help="remove an entry by the id `list` shows")
+    remove.add_argument("id", type=int)
+
+
+def _network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        raise CommandError(f"not an address or network: {text!r}") from None
+
+
+async def _run(args: argparse.Namespace, db: Database) -> int:
+    if args.action == "list":
+        print("id\tnetwork\tmac\tcreated_at\tnote")
+        for entry_id, network, mac, note, created in await allowlist_db.entries(db):
+            print(f"{entry_id}\t{network}\t{mac or 'fleet'}\t{iso_utc(created)}\t{note or ''}")
+        return 0
+    if args.action == "remove":
+        if not await allowlist_db.remove(db, args.id):
+            raise CommandError(f"no allowlist entry {args.id}")
+        print(f"allowlist entry {args.id} removed")
+        return 0
+    network = _network(args.network)
+    mac = None
+    if args.mac is not None:
+        try:
+            mac = normalise_mac(args.mac)
+        except InvalidMac as error:
+            raise CommandError(str(error)) from None
+        if not await allowlist_db.is_registered(db, mac):
+            raise CommandError(f"{mac} is not registered")
+    entry_id, due = await allowlist_db.add(db, network, mac, args.note)
+    if entry_id is None:
+        print(f"{network} is on the allowlist {'of ' + mac if mac else 'of the fleet'} already")
+        return 0
+    print(f"allowlist entry {entry_id}: {network} for {mac or 'the fleet'}; "
+          f"{due} routers due for generation now")
+    return 0
+
+
+def allowlist(settings: Settings, args: argparse.Namespace) -> int:
+    return run_command(PROG, lambda _, db: _run(args, db), settings=settings)

@@ -1,0 +1,41 @@
+"""The firewall allowlist (table `firewall_allowlist`): networks never blocked, for the whole
+fleet or for one router. A change makes the routers it concerns due for generation now, so
+their firewall payloads lose the address at the queue's pace instead of at their next turn."""
+
+from __future__ import annotations
+
+from server.db.pool import Database, execute
+
+_REQUEUE = ("UPDATE generation_queue SET next_due_at = now() "
+            "WHERE (%(mac)s::macaddr IS NULL OR mac = %(mac)s) AND next_due_at > now()")
+
+
+async def add(db: Database, network: str, mac: str | None, note: str | None
+              ) -> tuple[int | None, int]:
+    """(id of the new entry, or None when it existed; routers made due)."""
+    async with db.transaction() as cur:
+        await execute(cur, "INSERT INTO firewall_allowlist (network, mac, note) "
+                           "SELECT %(network)s, %(mac)s, %(note)s "
+                           "WHERE %(mac)s::macaddr IS NULL OR EXISTS "
+                           "(SELECT 1 FROM routers WHERE mac = %(mac)s) "
+                           "ON CONFLICT DO NOTHING RETURNING id",
+                      {"network": network, "mac": mac, "note": note})
+        row = await cur.fetchone()
+        if row is None:
+            return None, 0
+        await execute(cur, _REQUEUE, {"mac": mac})
+        return row[0], cur.rowcount
+
+
+async def remove(db: Database, entry_id: int) -> bool:
+    return await db.execute("DELETE FROM firewall_allowlist WHERE id = %s", (entry_id,)) == 1
+
+
+async def entries(db: Database) -> list[tuple]:
+    """(id, network, mac or None, note, created_at), fleet-wide entries first."""
+    return await db.fetchall("SELECT id, network::text, mac::text, note, created_at "
+                             "FROM firewall_allowlist ORDER BY mac NULLS FIRST, network, id")
+
+
+async def is_registered(db: Database, mac: str) -> bool:
+    return await db.fetchone("SELECT 1 FROM routers WHERE mac = %s", (mac,)) is not None

@@ -1,0 +1,107 @@
+"""Firewall safety rails (issue 12) end to end: telemetry over HTTP, `rulegen`, the stored
+payload. A spoofed alert, an allowlisted address or the router's own address never ends up
+blocked; enough evidence does, with an expiry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+
+from server.jobs.preprocess import run_preprocess
+from testkit.database import command_env
+from testkit.payloads import unpack
+from testkit.rule_archives import ruleset_settings
+
+VICTIM = "aa:bb:cc:00:12:31"
+
+
+def alerts(source: str, sids: list[int], flow: int = 1) -> bytes:
+    return b"\n".join(orjson.dumps({
+        "timestamp": "2026-03-02T10:00:00+00:00", "event_type": "alert", "flow_id": flow + n,
+        "src_ip": source, "src_port": 40000 + n, "dest_ip": "192.168.1.2", "dest_port": 22,
+        "proto": "TCP", "alert": {"signature_id": sid, "severity": 1}})
+        for n, sid in enumerate(sids))
+
+
+@pytest.fixture
+async def fleet(database, tmp_path, make_client):
+    settings = ruleset_settings("fixture", database, tmp_path)
+    await run_preprocess(settings)
+    return settings, await make_client(settings)
+
+
+async def post(client, body: bytes, **headers: str) -> None:
+    response = await client.post("/log/events", data=body, headers={
+        "X-ID": VICTIM, "Content-Type": "application/x-ndjson", **headers})
+    assert response.status == 200 and (await response.json())["rejected"] == 0
+
+
+def command(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops.cli", *args], env=command_env(settings),
+                          capture_output=True, text=True, timeout=120)
+
+
+def firewall(settings, sql) -> dict:
+    result = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", VICTIM],
+                            env=command_env(settings), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    packed = sql.value("SELECT firewall_payload_gz FROM router_rules WHERE mac = %s", (VICTIM,))
+    return {entry["address"]: entry for entry in unpack(bytes(packed))["entries"]}
+
+
+async def test_one_spoofed_alert_blocks_nothing_and_evidence_does(fleet, sql):
+    settings, client = fleet
+    await post(client, alerts("8.8.8.8", [9000001]))  # 8.8.8.8 "attacked" once
+    assert "8.8.8.8" not in firewall(settings, sql)
+    await post(client, alerts("1.1.1.1", [9000001, 9000003, 9000003]))
+    entry = firewall(settings, sql)["1.1.1.1"]
+    assert entry["reasons"] == ["alert"]
+    assert sorted(a["sid"] for a in entry["alerts"]) == [9000001, 9000003]
+    expires = datetime.fromisoformat(entry["expires_at"].replace("Z", "+00:00"))
+    week = datetime.now(timezone.utc) + timedelta(days=7)
+    assert abs((expires - week).total_seconds()) < 120  # last alert + the telemetry window
+
+
+async def test_allowlisted_addresses_are_never_blocked(fleet, sql):
+    settings, client = fleet
+    await post(client, alerts("1.1.1.1", [9000001, 9000003, 9000003]))
+    await post(client, alerts("9.9.9.9", [9000001, 9000003, 9000003], flow=100))
+    assert {"1.1.1.1", "9.9.9.9", "185.220.101.1"} <= set(firewall(settings, sql))
+    added = command(settings, "allowlist", "add", "1.1.1.0/24", "--note", "resolver")
+    assert added.returncode == 0 and "routers due for generation now" in added.stdout
+    assert sql.value("SELECT next_due_at <= now() FROM generation_queue WHERE mac = %s",
+                     (VICTIM,))
+    mine = command(settings, "allowlist", "add", "185.220.101.1", "--mac", VICTIM)
+    assert mine.returncode == 0
+    entries = firewall(settings, sql)
+    assert "1.1.1.1" not in entries and "185.220.101.1" not in entries  # alert and list
+    assert "9.9.9.9" in entries
+    listed = command(settings, "allowlist", "list").stdout.splitlines()
+    assert listed[1].split("\t")[1:3] == ["1.1.1.0/24", "fleet"]
+    assert listed[2].split("\t")[1:3] == ["185.220.101.1/32", VICTIM]
+    again = command(settings, "allowlist", "add", "1.1.1.0/24")
+    assert again.returncode == 0 and "already" in again.stdout
+    assert command(settings, "allowlist", "remove", listed[1].split("\t")[0]).returncode == 0
+    assert "1.1.1.1" in firewall(settings, sql)
+    for bad in (["add", "not-a-network"], ["add", "1.2.3.4", "--mac", "aa:bb:cc:00:12:99"],
+                ["remove", "999"]):
+        result = command(settings, "allowlist", *bad)
+        assert result.returncode == 1 and result.stderr
+
+
+async def test_the_routers_own_address_is_never_blocked(fleet, sql):
+    settings, client = fleet
+    # The router calls through the proxy from 8.8.4.4 (a trusted proxy forwards it), and its
+    # own Suricata alerts on packets claiming to come from there.
+    forwarded = {"X-Forwarded-For": "8.8.4.4"}
+    response = await client.get("/rules/last_updated", headers={"X-ID": VICTIM, **forwarded})
+    assert response.status == 200
+    await post(client, alerts("8.8.4.4", [9000001, 9000003, 9000003]), **forwarded)
+    await post(client, alerts("9.9.9.9", [9000001, 9000003, 9000003], flow=100), **forwarded)
+    entries = firewall(settings, sql)
+    assert "8.8.4.4" not in entries and "9.9.9.9" in entries
