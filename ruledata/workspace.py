@@ -21,6 +21,7 @@ import re
 import shutil
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 KEEP_VERSIONS = 2  # the current one and the one before (engine workers may still read it)
@@ -74,6 +75,17 @@ class Workspace:
 
     def current_version_dir(self) -> Path | None:
         return self.current.resolve() if self.current.is_symlink() else None
+
+    def current_ruleset(self) -> tuple[str, datetime] | None:
+        """(version, published at) of the ruleset in use, from its directory's name alone
+        (one readlink: cheap enough for every health probe); None before the first."""
+        try:
+            name = Path(os.readlink(self.current)).name
+        except OSError:
+            return None
+        version, stamp, _ = name.rsplit("-", 2)
+        published = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+        return version, published
 
     def _prune(self, keep: Path) -> None:
         ordered = sorted(self.versions.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)

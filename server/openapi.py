@@ -220,6 +220,14 @@ def _schemas() -> dict:
                    "properties": {"status": {"type": "string", "enum": ["ok", "unavailable"]},
                                   "database": {"type": "string"},
                                   "version": {"type": "string"},
+                                  "ruleset": {
+                                      "type": "object", "nullable": True,
+                                      "description": "the ruleset in use; null before the "
+                                                     "first is published",
+                                      "required": ["version", "published_at", "age_seconds"],
+                                      "properties": {"version": {"type": "string"},
+                                                     "published_at": timestamp,
+                                                     "age_seconds": {"type": "integer"}}},
                                   "error": {"type": "string"}}},
         "IngestReport": {"type": "object", "required": ["accepted", "rejected", "errors"],
                          "properties": {

@@ -209,6 +209,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Version stamp of the rule archive.", _text),
     Setting("RULE_PREPROCESS_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the preprocess job.",
             _cron),
+    Setting("RULE_PREPROCESS_AT_START", "true", "When no ruleset was ever published, run the "
+            "preprocess job soon after start-up (once across processes, retried with backoff "
+            "up to JOB_RETRY_DELAY_SECONDS while it fails) instead of waiting for its first "
+            "cron tick.", _boolean),
     Setting("RULE_GENERATION_SAMPLE_COUNT", "550", "IDS rules sampled per router.", _integer(1)),
     Setting("RULE_GENERATION_MAX_CONCURRENT", "1", "Worker processes of the generation queue.",
             _integer(1)),
@@ -314,6 +318,7 @@ class Settings:
     rule_preprocess_archive_url: str
     rule_preprocess_version_url: str
     rule_preprocess_cron_schedule: str
+    rule_preprocess_at_start: bool
     rule_generation_sample_count: int
     rule_generation_max_concurrent: int
     rule_generation_queue_capacity: int

@@ -104,13 +104,17 @@ def database_env(location: DatabaseLocation) -> dict[str, str]:
 NO_FLOOD_LIMITS = {"ROUTER_REQUESTS_PER_MINUTE": "1000000000",
                    "ROUTER_RECORDS_PER_MINUTE": "1000000000",
                    "REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "1000000000"}
+# No ruleset download at start-up (the default archive is on the internet) unless a test
+# asks for it with a local archive (tests/test_first_start.py).
+NO_PREPROCESS_AT_START = {"RULE_PREPROCESS_AT_START": "false"}
 
 
 def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -> Settings:
     """Settings as a test uses them: this database, a private DATA_DIR, short database
     timeouts, no generation queue unless asked for, flood limits raised."""
     environ = {**database_env(location), "DATA_DIR": str(data_dir), "DB_TIMEOUT_SECONDS": "5",
-               "RULE_GENERATION_ENABLED": "false", **NO_FLOOD_LIMITS, **overrides}
+               "RULE_GENERATION_ENABLED": "false", **NO_FLOOD_LIMITS, **NO_PREPROCESS_AT_START,
+               **overrides}
     return load_settings(environ, env_file=None)
 
 

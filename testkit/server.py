@@ -13,7 +13,7 @@ from typing import Iterator
 
 from server.db.location import DatabaseLocation
 from testkit import REPOSITORY
-from testkit.database import NO_FLOOD_LIMITS, database_env
+from testkit.database import NO_FLOOD_LIMITS, NO_PREPROCESS_AT_START, database_env
 
 
 def free_port() -> int:
@@ -48,7 +48,8 @@ class ServerRunner:
         self.port = free_port()
         self.env = {**os.environ, **database_env(location), "DATA_DIR": str(data_dir),
                     "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error",
-                    **({} if flood_limits else NO_FLOOD_LIMITS), **settings}
+                    **NO_PREPROCESS_AT_START, **({} if flood_limits else NO_FLOOD_LIMITS),
+                    **settings}
         # A file: an unread pipe would fill and stall the server.
         self.log_path = data_dir / f"server-{self.port}.log"
         self.process: subprocess.Popen | None = None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+from datetime import datetime, timezone
 
 from aiohttp import web
 
+from ruledata.workspace import Workspace
 from server import SERVICE_VERSION
 from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
@@ -13,6 +15,7 @@ from server.errors import NotFound, json_response
 from server.identity import mac_from_header
 from server.peers import client_address
 from server.ingest.ingest import ingest_body
+from server.settings import Settings
 from server.timestamps import iso_utc
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SETTINGS, UPLOAD_SLOTS)
@@ -52,7 +55,18 @@ async def health(request: web.Request) -> web.Response:
         return json_response({"status": "unavailable", "database": "unreachable",
                               "error": f"database unreachable: {error}"},
                              status=503, headers={"Retry-After": retry})
-    return json_response({"status": "ok", "database": "ok", "version": SERVICE_VERSION})
+    return json_response({"status": "ok", "database": "ok", "version": SERVICE_VERSION,
+                          "ruleset": _ruleset(request.app[SETTINGS])})
+
+
+def _ruleset(settings: Settings) -> dict | None:
+    current = Workspace(settings.rule_data_path).current_ruleset()
+    if current is None:
+        return None
+    version, published = current
+    age = datetime.now(timezone.utc) - published
+    return {"version": version, "published_at": iso_utc(published),
+            "age_seconds": int(age.total_seconds())}
 
 
 async def post_events(request: web.Request) -> web.Response:

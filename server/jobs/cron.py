@@ -3,6 +3,8 @@ log line and one `job_runs` row per run, retries after a failure.
 
 A job is an async function returning a dict of details (logged and stored). It runs:
 - on its cron tick, in the one process that claims the tick in `job_ticks`;
+- once at start-up for a tick missed while no process ran (the latest tick since the
+  database was installed that nobody claimed, when it is newer than the last claimed one);
 - never twice at once anywhere (a PostgreSQL advisory lock, also taken by the commands that
   run a job by hand);
 - again after JOB_RETRY_DELAY_SECONDS when it failed, up to JOB_RETRY_ATTEMPTS times.
@@ -18,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Awaitable, Callable
 
 import aiocron
+from cronsim import CronSim
 
 from server.background import BackgroundTasks, process_name
 from server.db.pool import Database
@@ -29,6 +32,10 @@ log = logging.getLogger("router_backend.jobs")
 JobFunction = Callable[[], Awaitable[dict]]
 
 
+class JobFailed(Exception):
+    """An expected failure (the archive is unreachable ...): logged in one line, no trace."""
+
+
 @dataclass
 class JobOutcome:
     status: str        # succeeded, failed, skipped
@@ -36,8 +43,10 @@ class JobOutcome:
     error: str | None = None
 
 
-async def run_job(db: Database, name: str, function: JobFunction) -> JobOutcome:
-    """Run once now, exclusively, recording the run. Never raises for the job's own failure."""
+async def run_job(db: Database, name: str, function: JobFunction,
+                  log_failure: bool = True) -> JobOutcome:
+    """Run once now, exclusively, recording the run. Never raises for the job's own failure.
+    `log_failure` False: the caller logs the failure (in its own one line)."""
     started = time.perf_counter()
     async with ledger.exclusive(db, name) as acquired:
         if not acquired:
@@ -48,8 +57,10 @@ async def run_job(db: Database, name: str, function: JobFunction) -> JobOutcome:
             detail = await function()
         except Exception as error:  # the job failed; the service goes on
             message = str(error) or type(error).__name__
-            log.error("job %s failed after %.2fs: %s", name, time.perf_counter() - started,
-                      message, exc_info=not isinstance(error, (ConnectionError, OSError)))
+            if log_failure:
+                log.error("job %s failed after %.2fs: %s", name, time.perf_counter() - started,
+                          message,
+                          exc_info=not isinstance(error, (JobFailed, ConnectionError, OSError)))
             await ledger.finish_run(db, run_id, "failed", error=message)
             return JobOutcome("failed", {}, message)
         await ledger.finish_run(db, run_id, "succeeded", detail)
@@ -71,6 +82,7 @@ class CronJobs:
         self._retry_delay = retry_delay
         self._retry_attempts = retry_attempts
         self._crons: list[aiocron.Cron] = []
+        self._schedule: list[tuple[str, str, JobFunction]] = []
         self._runs = BackgroundTasks()
 
     def add(self, name: str, spec: str, function: JobFunction) -> None:
@@ -78,9 +90,34 @@ class CronJobs:
             self._runs.spawn(self._tick(name, function), f"job-{name}")
 
         self._crons.append(aiocron.crontab(spec, func=on_tick, start=True, tz=timezone.utc))
+        self._schedule.append((name, spec, function))
 
-    async def _tick(self, name: str, function: JobFunction) -> None:
-        tick = nearest_minute(datetime.now(timezone.utc))
+    def spawn(self, coroutine, name: str) -> None:
+        """Another long-running task of the jobs, stopped with them."""
+        self._runs.spawn(coroutine, name)
+
+    def catch_up(self) -> None:
+        """Run each job once for a tick that passed while no process was running."""
+        for name, spec, function in self._schedule:
+            self._runs.spawn(self._catch_up(name, spec, function), f"job-{name}-catch-up")
+
+    async def _catch_up(self, name: str, spec: str, function: JobFunction) -> None:
+        now = datetime.now(timezone.utc)
+        previous = next(CronSim(spec, now, reverse=True))
+        try:
+            last, installed = (await ledger.last_tick(self._db, name),
+                               await ledger.installed_at(self._db))
+        except Exception as error:  # the database is away: the next tick will do
+            log.warning("job %s: could not look for a missed tick: %s", name, error)
+            return
+        if previous > max(last or installed, installed):
+            log.info("job %s: tick %s was missed while the service was down; running it now",
+                     name, previous.isoformat())
+            await self._tick(name, function, previous)
+
+    async def _tick(self, name: str, function: JobFunction,
+                    tick: datetime | None = None) -> None:
+        tick = tick or nearest_minute(datetime.now(timezone.utc))
         claimed = False
         for attempt in range(self._retry_attempts + 1):
             if attempt:

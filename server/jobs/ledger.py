@@ -27,6 +27,18 @@ async def claim_tick(db: Database, job: str, tick: datetime, claimed_by: str) ->
     return await db.execute(query) == 1
 
 
+async def last_tick(db: Database, job: str) -> datetime | None:
+    row = await db.fetchone("SELECT max(tick) FROM job_ticks WHERE job = %s", (job,))
+    return row[0]
+
+
+async def installed_at(db: Database) -> datetime:
+    """When this database was first migrated: the service existed from then on."""
+    row = await db.fetchone("SELECT min(applied_at_utc) AT TIME ZONE 'UTC' "
+                            "FROM _yoyo_migration")
+    return row[0]
+
+
 @contextlib.asynccontextmanager
 async def exclusive(db: Database, job: str) -> AsyncIterator[bool]:
     """Hold the job's advisory lock for the block; yields False when another process has it.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
-from server.jobs.cron import CronJobs
+from server.jobs.cron import CronJobs, JobFailed
+from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
 from server.jobs.retention import run_retention
 from server.metrics import Metrics
@@ -11,11 +13,16 @@ from server.settings import Settings
 
 
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
-    """Rule preprocessing always; retention when DATA_RETENTION_ENABLED is true."""
+    """Rule preprocessing always (and at once when no ruleset was ever published); retention
+    when DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once
+    at start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 
     async def rule_preprocess() -> dict:
-        return (await run_preprocess(settings, start_method="spawn")).as_detail()
+        try:
+            return (await run_preprocess(settings, start_method="spawn")).as_detail()
+        except PreprocessError as error:
+            raise JobFailed(str(error)) from None
 
     async def retention() -> dict:
         return await run_retention(db, settings.retention_days,
@@ -24,4 +31,9 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
+    jobs.catch_up()
+    if settings.rule_preprocess_at_start and not published(settings.rule_data_path):
+        jobs.spawn(publish_first_ruleset(db, settings.rule_data_path, rule_preprocess,
+                                         settings.job_retry_delay_seconds, metrics),
+                   "first-ruleset")
     return jobs
