@@ -12,6 +12,8 @@ import sys
 from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
 from ops.command import CommandError, run_command
+from ops.status import add_arguments as add_status_arguments
+from ops.status import status
 from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
 from server.app import create_app
@@ -79,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "activations older than ACTIVATION_RETENTION_DAYS, now")
     add_subscription_arguments(commands.add_parser(
         "subscriptions", help="list, add or remove router subscriptions (closed mode)"))
+    add_status_arguments(commands.add_parser(
+        "status", help="the fleet at a glance: routers, applied rules, the generation queue, "
+                       "the ruleset, telemetry, notifications"))
     add_allowlist_arguments(commands.add_parser(
         "allowlist", help="networks never blocked by a router's firewall payload"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
@@ -87,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention,
-            "subscriptions": subscriptions, "allowlist": allowlist}
+            "subscriptions": subscriptions, "allowlist": allowlist, "status": status}
 
 
 def main(argv: list[str] | None = None) -> int:

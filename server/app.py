@@ -17,6 +17,7 @@ from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
+from server.ingest.tally import TelemetryTally
 from server.limits import FloodLimits
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
@@ -28,7 +29,7 @@ from server.settings import Settings
 from server.shutdown import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
                              INGEST_DATABASE, METRICS, NOTIFIER, ROUTER_KEYS, ROUTER_REGISTRY,
-                             SENDS, SETTINGS, UPLOAD_SLOTS)
+                             SENDS, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
 
@@ -56,6 +57,7 @@ def create_app(settings: Settings) -> web.Application:
                                         settings.router_records_per_minute,
                                         settings.registrations_per_minute_per_address, metrics)
         app.cleanup_ctx.append(ingest_database_context)
+        app.cleanup_ctx.append(telemetry_tally_context)
         app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
@@ -100,6 +102,16 @@ async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await database.close()
+
+
+async def telemetry_tally_context(app: web.Application) -> AsyncIterator[None]:
+    tally = TelemetryTally(app[DATABASE])
+    app[TELEMETRY_TALLY] = tally
+    tally.start()
+    try:
+        yield
+    finally:
+        await tally.stop()
 
 
 async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:

@@ -150,6 +150,25 @@ def _paths() -> dict:
             "parameters": X_ID,
             "responses": {"200": _json(_ref("LastUpdated"), "timestamps"),
                           **_router_errors(403)}}},
+        "/rules/applied": {"post": {
+            "summary": "Report what the agent loaded (optional for agents); says whether those "
+                       "are the current payloads",
+            "parameters": X_ID,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["ok"], "additionalProperties": False,
+                "properties": {
+                    "ids_etag": {"type": "string", "nullable": True, "minLength": 1,
+                                 "maxLength": 128},
+                    "firewall_etag": {"type": "string", "nullable": True, "minLength": 1,
+                                      "maxLength": 128},
+                    "ok": {"type": "boolean"},
+                    "detail": {"type": "string", "nullable": True, "maxLength": 1000}}}}}},
+            "responses": {"200": _json({"type": "object",
+                                        "required": ["ids_current", "firewall_current"],
+                                        "properties": {"ids_current": {"type": "boolean"},
+                                                       "firewall_current": {"type": "boolean"}}},
+                                       "stored"),
+                          **_router_errors(403, 413)}}},
         "/rules/ids": _rules("IDS", "IdsPayload"),
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
         "/metrics": {"get": {

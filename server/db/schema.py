@@ -151,6 +151,26 @@ notifications = sa.Table(
     sa.Column("last_error", sa.Text),
 )
 
+router_applied = sa.Table(
+    "router_applied", metadata,
+    sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("ids_etag", sa.Text),
+    sa.Column("firewall_etag", sa.Text),
+    sa.Column("ok", sa.Boolean, nullable=False),
+    sa.Column("detail", sa.Text),
+    sa.Column("reported_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+)
+
+telemetry_minutes = sa.Table(
+    "telemetry_minutes", metadata,
+    sa.Column("minute", sa.DateTime(timezone=True), primary_key=True),
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("accepted", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("rejected", sa.BigInteger, nullable=False, server_default="0"),
+)
+
 notification_keys = sa.Table(
     "notification_keys", metadata,
     sa.Column("key", sa.Text, primary_key=True),

@@ -9,6 +9,8 @@ from aiohttp import web
 
 from ruledata.workspace import Workspace
 from server import SERVICE_VERSION
+from server.applied import read_report
+from server.db import applied as applied_db
 from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
@@ -18,7 +20,7 @@ from server.ingest.ingest import ingest_body
 from server.settings import Settings
 from server.timestamps import iso_utc
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,
-                             ROUTER_REGISTRY, SETTINGS, UPLOAD_SLOTS)
+                             ROUTER_REGISTRY, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
 
 
 async def admitted_router(request: web.Request) -> str:
@@ -84,6 +86,7 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
     records = request.app[METRICS].records
     records.labels(kind, "accepted").inc(report["accepted"])
     records.labels(kind, "rejected").inc(report["rejected"])
+    request.app[TELEMETRY_TALLY].add(kind, report["accepted"], report["rejected"])
     return json_response(report)
 
 
@@ -94,6 +97,15 @@ async def last_updated(request: web.Request) -> web.Response:
         request.app[DATABASE], mac, address if address != "-" else None)
     return json_response({"ids_updated_at": iso_utc(ids_at),
                           "firewall_updated_at": iso_utc(firewall_at)})
+
+
+async def rules_applied(request: web.Request) -> web.Response:
+    """What the agent loaded; answers whether those are the current payloads."""
+    mac = await admitted_router(request)
+    ids_etag, firewall_etag, ok, detail = await read_report(request)
+    ids_current, firewall_current = await applied_db.report(
+        request.app[DATABASE], mac, ids_etag, firewall_etag, ok, detail)
+    return json_response({"ids_current": ids_current, "firewall_current": firewall_current})
 
 
 async def ids_rules(request: web.Request) -> web.Response:
@@ -147,5 +159,6 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_post("/log/events", post_events)
     app.router.add_post("/log/cfm", post_cfm)
     app.router.add_get("/rules/last_updated", last_updated)
+    app.router.add_post("/rules/applied", rules_applied)
     app.router.add_get("/rules/ids", ids_rules)
     app.router.add_get("/rules/firewall", firewall_rules)

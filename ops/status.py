@@ -1,0 +1,89 @@
+"""`router-backend status [--json]`: the fleet at a glance. Routers registered, seen in the
+last day, silent for more than a week; routers whose applied ETags lag the current payloads
+or that reported a failure; the generation queue (claimed, due, overdue by more than an
+hour, failing, with their last errors); the ruleset (version, age, the last preprocess run
+and its outcome); telemetry records accepted and rejected in the last hour; notifications
+failed or pending."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+
+import orjson
+
+from ops.command import run_command
+from ruledata.workspace import Workspace
+from server.db.pool import Database
+from server.db.status import fleet_status
+from server.settings import Settings
+from server.timestamps import iso_utc
+
+PROG = "router-backend status"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON document")
+
+
+def ruleset_status(settings: Settings) -> dict | None:
+    current = Workspace(settings.rule_data_path).current_ruleset()
+    if current is None:
+        return None
+    version, published = current
+    age = datetime.now(timezone.utc) - published
+    return {"version": version, "published_at": published,
+            "age_hours": round(age.total_seconds() / 3600, 1)}
+
+
+def render(status: dict) -> str:
+    routers, applied, queue = status["routers"], status["applied"], status["generation_queue"]
+    ruleset, last = status["ruleset"], status["last_preprocess"]
+    lines = [
+        f"routers        {routers['registered']} registered, {routers['seen_last_day']} seen "
+        f"in the last day, {routers['silent_over_a_week']} silent for more than a week",
+        f"applied        {applied['reporting']} reporting, {applied['behind_current_payloads']} "
+        f"behind the current payloads, {applied['failed_to_load']} failed to load"]
+    lines += [f"                 {f['mac']} at {iso_utc(f['reported_at'])}: {f['detail'] or ''}"
+              for f in applied["failures"]]
+    lines.append(f"queue          {queue['claimed']} claimed, {queue['due']} due, "
+                 f"{queue['overdue']} overdue (due for over an hour), {queue['failing']} failing")
+    lines += [f"                 {f['mac']}, {f['attempts']} attempts: {f['last_error']}"
+              for f in queue["failures"]]
+    if ruleset is None:
+        lines.append("ruleset        none published yet")
+    else:
+        lines.append(f"ruleset        {ruleset['version']}, published "
+                     f"{iso_utc(ruleset['published_at'])} ({ruleset['age_hours']} h ago)")
+    if last is not None:
+        outcome = last["status"] + (f": {last['error']}" if last["error"] else "")
+        lines.append(f"               last preprocess run {iso_utc(last['started_at'])}, "
+                     f"{outcome}")
+    telemetry = status["telemetry_last_hour"]
+    lines.append("telemetry      last hour: " + ", ".join(
+        f"{kind} {counts['accepted']} accepted, {counts['rejected']} rejected"
+        for kind, counts in telemetry.items()))
+    notifications = status["notifications"]
+    lines.append(f"notifications  {notifications['failed']} failed, "
+                 f"{notifications['pending']} pending")
+    return "\n".join(lines)
+
+
+async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    status = {**await fleet_status(db), "ruleset": ruleset_status(settings)}
+    if args.json:
+        print(orjson.dumps(status, default=_moment,
+                           option=orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATETIME).decode())
+    else:
+        print(render(status))
+    return 0
+
+
+def _moment(value):
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    raise TypeError(type(value).__name__)
+
+
+def status(settings: Settings, args: argparse.Namespace) -> int:
+    return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)

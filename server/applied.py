@@ -1,0 +1,51 @@
+"""`POST /rules/applied`: an agent reports what it loaded, so operators can see routers whose
+rules lag behind or failed to load (`router-backend status`). Optional for agents.
+
+Body: `{"ids_etag": ..., "firewall_etag": ..., "ok": true|false, "detail": "..."}`. An ETag is
+taken as the agent got it (`W/"abc"`) or bare (`abc`); either may be null (not loaded).
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from server.errors import BadRequest, PayloadTooLarge
+
+MAX_BODY_BYTES = 8 * 1024
+MAX_ETAG = 128
+MAX_DETAIL = 1000
+FIELDS = {"ids_etag", "firewall_etag", "ok", "detail"}
+
+
+async def read_report(request: web.Request) -> tuple[str | None, str | None, bool, str | None]:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
+    raw = await request.content.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    if unknown := set(body) - FIELDS:
+        raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}")
+    ok = body.get("ok")
+    if not isinstance(ok, bool):
+        raise BadRequest("ok: expected true or false")
+    detail = body.get("detail")
+    if detail is not None and (not isinstance(detail, str) or len(detail) > MAX_DETAIL
+                               or "\x00" in detail):
+        raise BadRequest(f"detail: expected a string of at most {MAX_DETAIL} characters")
+    return _etag(body, "ids_etag"), _etag(body, "firewall_etag"), ok, detail
+
+
+def _etag(body: dict, field: str) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ETAG or "\x00" in value:
+        raise BadRequest(f"{field}: expected an ETag of at most {MAX_ETAG} characters")
+    return value.removeprefix("W/").strip('"')

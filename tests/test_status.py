@@ -1,0 +1,79 @@
+"""`router-backend status` (issue 16) against a database in a known state, built through the
+real API and commands where there is one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+
+from server.db.lifecycle import open_database
+from server.jobs.preprocess import run_preprocess
+from testkit.database import command_env
+from testkit.payloads import store_payload_objects
+from testkit.rule_archives import ruleset_settings
+
+CURRENT, BEHIND, BROKEN, SILENT = (f"aa:bb:cc:00:16:{n:02x}" for n in (0x21, 0x22, 0x23, 0x24))
+RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\n'
+
+
+def status(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops.cli", "status", *args],
+                          env=command_env(settings), capture_output=True, text=True,
+                          timeout=60)
+
+
+async def test_status_reports_the_fleet(database, tmp_path, make_client, sql):
+    settings = ruleset_settings("fixture", database, tmp_path)
+    empty = status(settings)
+    assert empty.returncode == 0 and "none published yet" in empty.stdout
+    await run_preprocess(settings)
+    client = await make_client(settings)
+    for mac in (CURRENT, BEHIND, BROKEN, SILENT):
+        assert (await client.get("/rules/last_updated", headers={"X-ID": mac})).status == 200
+    async with open_database(settings) as db:
+        for mac in (CURRENT, BEHIND, BROKEN):
+            await store_payload_objects(db, mac, {"ids": {"r": mac}, "firewall": {"f": mac}})
+    etags = dict(sql.rows("SELECT mac::text, ids_etag FROM router_rules"))
+    firewall = dict(sql.rows("SELECT mac::text, firewall_etag FROM router_rules"))
+    for mac, ids_etag, ok in ((CURRENT, etags[CURRENT], True), (BEHIND, "stale", True),
+                              (BROKEN, etags[BROKEN], False)):
+        response = await client.post("/rules/applied", headers={"X-ID": mac}, json={
+            "ids_etag": ids_etag, "firewall_etag": firewall[mac], "ok": ok,
+            "detail": None if ok else "suricata: rules failed to load"})
+        assert response.status == 200
+    headers = {"X-ID": CURRENT, "Content-Type": "application/x-ndjson"}
+    assert (await client.post("/log/events", data=RECORD * 5 + b"{bad\n",
+                              headers=headers)).status == 200
+    await client.close()  # the tally is written at shutdown
+    sql.rows("UPDATE routers SET registered_at = now() - interval '30 days' WHERE mac = %s",
+             (SILENT,))
+    sql.rows("DELETE FROM activations WHERE mac = %s", (SILENT,))
+    sql.rows("UPDATE generation_queue SET attempts = 3, last_error = 'worker timed out', "
+             "next_due_at = now() - interval '2 hours' WHERE mac = %s", (BROKEN,))
+    sql.rows("INSERT INTO notifications (id, user_id, type, title, message, recipient, status) "
+             "VALUES (gen_random_uuid(), 'u', 'scan_failed', 't', 'm', 'x@example.org', "
+             "'failed')")
+
+    result = status(settings, "--json")
+    assert result.returncode == 0, result.stderr
+    report = orjson.loads(result.stdout)
+    assert report["routers"] == {"registered": 4, "seen_last_day": 3, "silent_over_a_week": 1}
+    assert (report["applied"]["reporting"], report["applied"]["behind_current_payloads"],
+            report["applied"]["failed_to_load"]) == (3, 1, 1)
+    assert report["applied"]["failures"][0]["mac"] == BROKEN
+    queue = report["generation_queue"]
+    assert (queue["overdue"], queue["failing"]) == (1, 1) and queue["due"] >= 1
+    assert queue["failures"] == [{"mac": BROKEN, "attempts": 3,
+                                  "last_error": "worker timed out"}]
+    assert report["ruleset"]["version"] == "fixture"
+    assert report["last_preprocess"] is None  # run directly, not as the job
+    assert report["telemetry_last_hour"] == {"events": {"accepted": 5, "rejected": 1},
+                                             "cfm": {"accepted": 0, "rejected": 0}}
+    assert report["notifications"] == {"failed": 1, "pending": 0}
+
+    text = status(settings).stdout
+    assert "4 registered, 3 seen in the last day, 1 silent for more than a week" in text
+    assert f"{BROKEN}, 3 attempts: worker timed out" in text
+    assert "events 5 accepted, 1 rejected" in text
