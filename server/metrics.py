@@ -33,8 +33,11 @@ class Metrics:
                                             "Time to generate one router's rules",
                                             buckets=DURATION_BUCKETS, registry=registry)
         self.queue = Gauge("rule_generation_queue_routers", "Routers in the generation queue "
-                           "(whole database)", ["state"], registry=registry)
-        self.job_runs = Counter("job_runs", "Background job runs", ["job", "outcome"],
+                           "(whole database): claimed, due, overdue (due for over an hour), "
+                           "failing (last generation failed), total", ["state"],
+                           registry=registry)
+        # `job_name`, not `job`: Prometheus keeps `job` for the scrape job.
+        self.job_runs = Counter("job_runs", "Background job runs", ["job_name", "outcome"],
                                 registry=registry)
         self.notifications = Counter("notification_deliveries", "Email delivery attempts",
                                      ["outcome"], registry=registry)
@@ -52,6 +55,9 @@ class Metrics:
         self.limited = Counter("router_requests_limited", "Requests refused with 429 by a "
                                "flood limit: requests, records or registrations",
                                ["limit"], registry=registry)
+        self.ruleset_published = Gauge("ruleset_published_timestamp_seconds", "When the "
+                                       "ruleset in use was published (0: none yet)",
+                                       registry=registry)
         self.generation_workers = Gauge("rule_generation_workers",
                                         "Generation worker processes of this process",
                                         registry=registry)

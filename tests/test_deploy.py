@@ -5,6 +5,7 @@ copies what the package needs."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.server import free_port, running_server, wait_listening
 
@@ -122,3 +124,58 @@ def test_caddy_exposes_the_notification_api_only_with_a_token(database, tmp_path
             assert status == 401 and b"bearer token" in body  # the service's answer
             status, body = _get(public + feed, Authorization=f"Bearer {token}")
             assert status == 404 and b"no notifications" in body
+
+
+ALERTS = DEPLOY / "prometheus-alerts.yml"
+DASHBOARD = DEPLOY / "grafana-dashboard.json"
+PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "rate", "increase", "irate", "time",
+                "histogram_quantile", "clamp_min", "label_replace", "absent", "and", "or",
+                "unless", "by", "on", "without", "ignoring", "bool", "offset"}
+PROMETHEUS_OWN = {"up"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads."""
+    expr = re.sub(r'"[^"]*"', '""', expr)
+    expr = re.sub(r"\{[^}]*\}", "", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\[[^\]]*\]", "", expr)
+    return set(re.findall(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*", expr)) - PROMQL_WORDS
+
+
+def alert_expressions() -> list[str]:
+    rules = yaml.safe_load(ALERTS.read_text())
+    return [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+
+
+def dashboard_expressions() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+async def exported_metric_names(client) -> set[str]:
+    text = await (await client.get("/metrics")).text()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names |= {family.name + suffix
+                  for suffix in ("", "_total", "_bucket", "_sum", "_count", "_created")}
+    return names
+
+
+async def test_alerts_and_dashboard_name_only_metrics_the_service_exports(client):
+    exported = await exported_metric_names(client) | PROMETHEUS_OWN
+    expressions = alert_expressions() + dashboard_expressions()
+    assert len(alert_expressions()) >= 8 and len(dashboard_expressions()) >= 10
+    unknown = {name for expr in expressions for name in metric_names(expr)} - exported
+    assert not unknown, f"not exported by the service: {sorted(unknown)}"
+    # The check itself catches a name the service does not export.
+    assert metric_names('sum(rate(bogus_requests_total{a="b"}[5m])) by (le)') == {
+        "bogus_requests_total"}
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_accepts_the_alert_rules():
+    result = subprocess.run(["promtool", "check", "rules", str(ALERTS)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout

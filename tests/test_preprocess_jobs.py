@@ -129,7 +129,7 @@ async def test_failed_job_is_retried_within_the_tick(settings, sql):
     assert [r[0] for r in sql.rows("SELECT status FROM job_runs ORDER BY id")] == \
         ["failed", "failed", "succeeded"]
     runs = {outcome: metrics.registry.get_sample_value(
-        "job_runs_total", {"job": "flaky", "outcome": outcome}) for outcome in ("failed",
+        "job_runs_total", {"job_name": "flaky", "outcome": outcome}) for outcome in ("failed",
                                                                                "succeeded")}
     assert runs == {"failed": 2, "succeeded": 1}
 

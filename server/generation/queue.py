@@ -48,6 +48,8 @@ _STATE = """
 SELECT count(*) FILTER (WHERE claimed_until >= now()),
        count(*) FILTER (WHERE next_due_at <= now() AND (claimed_until IS NULL
                                                        OR claimed_until < now())),
+       count(*) FILTER (WHERE next_due_at <= now() - interval '1 hour'),
+       count(*) FILTER (WHERE attempts > 0),
        count(*)
 FROM generation_queue"""
 
@@ -81,6 +83,8 @@ async def fail(db: Database, owner: str, mac: str, interval: timedelta, error: s
 
 
 async def queue_state(db: Database) -> dict[str, int]:
-    """Routers being generated now, due and waiting, and in the queue at all."""
-    claimed, due, total = await db.fetchone(_STATE)
-    return {"claimed": claimed, "due": due, "total": total}
+    """Routers being generated now, due and waiting, due for over an hour (generation falls
+    behind), whose last generation failed, and in the queue at all."""
+    claimed, due, overdue, failing, total = await db.fetchone(_STATE)
+    return {"claimed": claimed, "due": due, "overdue": overdue, "failing": failing,
+            "total": total}

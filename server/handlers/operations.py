@@ -7,6 +7,7 @@ import ipaddress
 
 from aiohttp import web
 
+from ruledata.workspace import Workspace
 from server.db.pool import DatabaseUnavailable
 from server.errors import Forbidden, json_response
 from server.generation import queue as generation_queue
@@ -46,6 +47,8 @@ async def metrics_page(request: web.Request) -> web.Response:
     if (cache := app.get(ETAG_CACHE)) is not None:
         metrics.etag_cache_routers.set(len(cache))
         metrics.etag_cache_listening.set(cache.listening)
+    if (ruleset := Workspace(app[SETTINGS].rule_data_path).current_ruleset()) is not None:
+        metrics.ruleset_published.set(ruleset[1].timestamp())
     if "router" in app[SETTINGS].services:
         try:
             for state, count in (await generation_queue.queue_state(app[DATABASE])).items():
