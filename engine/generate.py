@@ -2,7 +2,9 @@
 compromised IPs, limits, seed). No web, no database, no clock: the same inputs give the same
 payloads, byte for byte.
 
-IDS payload
+IDS payload (operators' overrides first: engine/overrides.py)
+0. Rules an override enables are taken first, within the budget; rules an override disables
+   are never taken, not even as flowbit setters.
 1. Eligible rules whose sid fired for this router (in the summary window) are kept, most
    severe and most alerted first, up to FIRED share of the budget (with their flowbit
    setters): posting alerts with chosen sids cannot crowd the sample out.
@@ -26,6 +28,7 @@ import random
 from dataclasses import dataclass, field
 
 from engine.firewall import AlertRow, Exemptions, firewall_entries
+from engine.overrides import OverrideRow, resolve
 from engine.ruleset import Ruleset
 from ruledata.parser import FLOWBIT_CHECKS
 
@@ -47,6 +50,7 @@ class TelemetrySummary:
     alerts: list[AlertRow] = field(default_factory=list)  # of blocking severity only
     own_addresses: list[str] = field(default_factory=list)  # where the router called from
     allowlist: list[str] = field(default_factory=list)      # networks, fleet's and its own
+    overrides: list[OverrideRow] = field(default_factory=list)  # the fleet's and its own
 
 
 @dataclass
@@ -70,54 +74,75 @@ class Generated:
 
 def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[str],
              limits: PayloadLimits, seed: int) -> Generated:
-    chosen, reasons = _choose_rules(ruleset, summary, limits, random.Random(seed))
+    chosen, reasons, forced_by = _choose_rules(ruleset, summary, limits, random.Random(seed))
     rules = sorted(chosen, key=lambda r: (r["gid"], r["sid"]))
     ids = {"version": ruleset.version, "rule_count": len(rules), "rules": [
-        {"gid": r["gid"], "sid": r["sid"], "rev": r["rev"], "action": r["action"],
-         "msg": r["msg"], "classtype": r["classtype"], "weight": r["weight"],
-         "reason": reasons[id(r)], "raw": r["raw"]} for r in rules]}
+        _payload_rule(r, reasons[id(r)], forced_by.get(id(r))) for r in rules]}
     entries, truncated = firewall_entries(
         summary.alerts, compromised_ips, limits.firewall_max_entries, limits.block_min_alerts,
         Exemptions.of(summary.allowlist, summary.own_addresses))
     firewall = {"version": ruleset.version, "entry_count": len(entries),
                 "truncated": truncated, "entries": entries}
-    counts = {"fired": 0, "sampled": 0, "flowbits": 0}
+    counts = {"override": 0, "fired": 0, "sampled": 0, "flowbits": 0}
     for rule in rules:
         counts[reasons[id(rule)]] += 1
-    stats = {"rules": len(rules), "from_alerts": counts["fired"], "sampled": counts["sampled"],
+    stats = {"rules": len(rules), "from_overrides": counts["override"],
+             "from_alerts": counts["fired"], "sampled": counts["sampled"],
              "flowbit_setters": counts["flowbits"], "firewall_entries": len(entries),
              "firewall_from_alerts": sum(1 for e in entries if "alert" in e["reasons"])}
     return Generated(ids, firewall, stats)
 
 
-def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLimits,
-                  rng: random.Random) -> tuple[list[dict], dict[int, str]]:
-    budget = limits.sample_count
-    fired_budget = int(budget * limits.fired_share)
-    chosen: list[dict] = []
-    reasons: dict[int, str] = {}
+def _payload_rule(rule: dict, reason: str, override: int | None) -> dict:
+    entry = {"gid": rule["gid"], "sid": rule["sid"], "rev": rule["rev"],
+             "action": rule["action"], "msg": rule["msg"], "classtype": rule["classtype"],
+             "weight": rule["weight"], "reason": reason, "raw": rule["raw"]}
+    if override is not None:
+        entry["override"] = override
+    return entry
 
-    def take(group: list[dict], reason: str) -> None:
+
+class _Selection:
+    """The rules taken so far, each with its reason; disabled rules count as taken, so that
+    nothing takes them (they never enter `chosen`)."""
+
+    def __init__(self, disabled: set[int]):
+        self.chosen: list[dict] = []
+        self.reasons: dict[int, str] = dict.fromkeys(disabled, "disabled")
+        self.forced_by: dict[int, int] = {}
+
+    def group_for(self, rule: dict, ruleset: Ruleset) -> list[dict] | None:
+        if id(rule) in self.reasons:
+            return None
+        return _with_setters(rule, ruleset, self.reasons)
+
+    def take(self, group: list[dict] | None, reason: str, limit: int) -> bool:
+        if group is None or len(self.chosen) + len(group) > limit:
+            return False
         for position, rule in enumerate(group):
-            chosen.append(rule)
-            reasons[id(rule)] = reason if position == 0 else "flowbits"
+            self.chosen.append(rule)
+            self.reasons[id(rule)] = reason if position == 0 else "flowbits"
+        return True
 
+
+def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLimits,
+                  rng: random.Random) -> tuple[list[dict], dict[int, str], dict[int, int]]:
+    budget = limits.sample_count
+    overrides = resolve(ruleset, summary.overrides)
+    selection = _Selection(overrides.disabled)
+    for rule, override_id in overrides.forced:
+        if selection.take(selection.group_for(rule, ruleset), "override", budget):
+            selection.forced_by[id(rule)] = override_id
+    fired_limit = min(budget, len(selection.chosen) + int(budget * limits.fired_share))
     for sid, _, _ in sorted(summary.fired, key=lambda row: (row[2], -row[1], row[0])):
-        rule = ruleset.by_sid.get(sid)
-        if rule is not None and id(rule) not in reasons:
-            group = _with_setters(rule, ruleset, reasons)
-            if group is not None and len(chosen) + len(group) <= fired_budget:
-                take(group, "fired")
+        if (rule := ruleset.by_sid.get(sid)) is not None:
+            selection.take(selection.group_for(rule, ruleset), "fired", fired_limit)
     apps, ports = set(summary.app_protos), set(summary.dest_ports)
     for rule in _weighted_order(ruleset, apps, ports, rng):
-        if len(chosen) >= budget:
+        if len(selection.chosen) >= budget:
             break
-        if id(rule) in reasons:
-            continue
-        group = _with_setters(rule, ruleset, reasons)
-        if group is not None and len(chosen) + len(group) <= budget:
-            take(group, "sampled")
-    return chosen, reasons
+        selection.take(selection.group_for(rule, ruleset), "sampled", budget)
+    return selection.chosen, selection.reasons, selection.forced_by
 
 
 def _weighted_order(ruleset: Ruleset, apps: set[str], ports: set[int],
@@ -149,13 +174,14 @@ def _port_matches(ruleset: Ruleset, ports: set[int]) -> set[int]:
 
 def _with_setters(rule: dict, ruleset: Ruleset, included: dict[int, str]) -> list[dict] | None:
     """The rule plus the setters its flowbit checks need (not already included), or None when
-    some checked bit has no setter at all."""
+    some checked bit has no setter at all (a disabled one does not count)."""
     group, seen, pending = [rule], {id(rule)}, [rule]
     while pending:
         current = pending.pop()
         for command in FLOWBIT_CHECKS:
             for bit in current["flowbits"].get(command, ()):
-                setters = ruleset.setters.get(bit)
+                setters = [s for s in ruleset.setters.get(bit, ())
+                           if included.get(id(s)) != "disabled"]
                 if not setters:
                     return None
                 if any(id(s) in included or id(s) in seen for s in setters):

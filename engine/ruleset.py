@@ -20,7 +20,7 @@ from ruledata.compromised import compromised_ips_of
 from ruledata.parser import FLOWBIT_SETS
 
 RULE_FIELDS = ("gid", "sid", "rev", "action", "msg", "classtype", "app_proto", "dst_port",
-               "flowbits", "noalert", "weight", "raw", "eligible")
+               "flowbits", "noalert", "weight", "raw", "eligible", "file")
 
 
 @dataclass
@@ -31,6 +31,8 @@ class Ruleset:
     by_sid: dict[int, dict]                           # eligible rules by sid (gid 1 first)
     setters: dict[str, list[dict]] = field(default_factory=dict)  # bit -> rules, best first
     compromised_ips: list[str] = field(default_factory=list)
+    # Every rule neither deleted nor superseded, enabled or not (what overrides select from).
+    all_rules: list[dict] = field(default_factory=list)
     # Indexes into `rules`, built once so each generation only touches what matches.
     weights: list[float] = field(default_factory=list)
     by_app_proto: dict[str, list[int]] = field(default_factory=dict)
@@ -73,7 +75,7 @@ def load_ruleset(version_dir: Path) -> Ruleset:
         if rule["sid"] not in by_sid or rule["gid"] == 1:
             by_sid[rule["sid"]] = rule
     return Ruleset(manifest["version"], version_dir, eligible, by_sid, _setters(candidates),
-                   compromised_ips_of(version_dir))
+                   compromised_ips_of(version_dir), candidates)
 
 
 # Suricata's default port variables, for rules written with them.

@@ -10,6 +10,7 @@ import ipaddress
 
 from ops.command import CommandError, run_command
 from server.db import allowlist as allowlist_db
+from server.db import routers as router_db
 from server.db.pool import Database
 from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings
@@ -54,14 +55,14 @@ async def _run(args: argparse.Namespace, db: Database) -> int:
             mac = normalise_mac(args.mac)
         except InvalidMac as error:
             raise CommandError(str(error)) from None
-        if not await allowlist_db.is_registered(db, mac):
+        if not await router_db.is_registered(db, mac):
             raise CommandError(f"{mac} is not registered")
     entry_id, due = await allowlist_db.add(db, network, mac, args.note)
     if entry_id is None:
         print(f"{network} is on the allowlist {'of ' + mac if mac else 'of the fleet'} already")
         return 0
     print(f"allowlist entry {entry_id}: {network} for {mac or 'the fleet'}; "
-          f"{due} routers due for generation now")
+          f"{due} routers made due for generation now")
     return 0
 
 

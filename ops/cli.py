@@ -12,6 +12,8 @@ import sys
 from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
 from ops.command import CommandError, run_command
+from ops.rules import add_arguments as add_rules_arguments
+from ops.rules import rules
 from ops.status import add_arguments as add_status_arguments
 from ops.status import status
 from ops.subscriptions import add_arguments as add_subscription_arguments
@@ -84,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_arguments(commands.add_parser(
         "status", help="the fleet at a glance: routers, applied rules, the generation queue, "
                        "the ruleset, telemetry, notifications"))
+    add_rules_arguments(commands.add_parser(
+        "rules", help="rule overrides: keep rules off or always on, fleet-wide or per router"))
     add_allowlist_arguments(commands.add_parser(
         "allowlist", help="networks never blocked by a router's firewall payload"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
@@ -92,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention,
-            "subscriptions": subscriptions, "allowlist": allowlist, "status": status}
+            "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
+            "rules": rules}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -273,7 +273,11 @@ def _schemas() -> dict:
                                    "classtype": {"type": "string", "nullable": True},
                                    "weight": {"type": "number"},
                                    "reason": {"type": "string",
-                                              "enum": ["fired", "sampled", "flowbits"]},
+                                              "enum": ["override", "fired", "sampled",
+                                                       "flowbits"]},
+                                   "override": {"type": "integer",
+                                                "description": "the rule override that "
+                                                               "put the rule in"},
                                    "raw": {"type": "string"}}}}}},
         "FirewallPayload": {"type": "object",
                             "required": ["version", "entry_count", "truncated", "entries"],

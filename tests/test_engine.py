@@ -9,6 +9,7 @@ import pytest
 
 from engine.generate import PayloadLimits, TelemetrySummary, generate, seed_for
 from engine.ruleset import load_ruleset
+from engine.selectors import Selector, matching
 from ruledata.parser import FLOWBIT_CHECKS, FLOWBIT_SETS
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
@@ -203,3 +204,60 @@ def test_flows_tilt_the_sample(corpus_ruleset):
 
     assert share(TelemetrySummary(app_protos=["dns"]), "dns") > \
         1.5 * share(TelemetrySummary(), "dns")
+
+
+def overridden(fixture_ruleset, overrides, fired=(), sample_count=6) -> dict[int, dict]:
+    summary = TelemetrySummary(fired=[(sid, 1, 1) for sid in fired], overrides=overrides)
+    result = generate(fixture_ruleset, summary, [],
+                      PayloadLimits(sample_count=sample_count, firewall_max_entries=10,
+                                    fired_share=1.0), 3)
+    return {rule["sid"]: rule for rule in result.ids["rules"]}
+
+
+def test_disabled_rules_never_appear_even_as_setters(fixture_ruleset):
+    assert 9000001 in overridden(fixture_ruleset, [], fired=[9000001])
+    rules = overridden(fixture_ruleset, [(1, "disable", "9000001", False)], fired=[9000001])
+    assert 9000001 not in rules
+    # 9000003 checks TEST.beacon, set only by 9000002: disabling the setter keeps it out too.
+    rules = overridden(fixture_ruleset, [(2, "disable", "9000002", False)], fired=[9000003])
+    assert 9000002 not in rules and 9000003 not in rules
+    rules = overridden(fixture_ruleset, [(3, "disable", "classtype:attempted-recon", False)],
+                       fired=[9000001], sample_count=100)
+    assert 9000001 not in rules
+
+
+def test_enabled_rules_are_always_in_with_their_setters(fixture_ruleset):
+    # 9000004 ships commented out: an enable override still puts it in, before fired rules.
+    rules = overridden(fixture_ruleset, [(7, "enable", "9000004", False),
+                                         (8, "enable", "re:beacon stage 2", False)],
+                       sample_count=3)
+    assert rules[9000004]["reason"] == "override" and rules[9000004]["override"] == 7
+    assert rules[9000003]["reason"] == "override" and rules[9000003]["override"] == 8
+    assert rules[9000002]["reason"] == "flowbits" and "override" not in rules[9000002]
+    assert len(rules) == 3  # within the budget
+
+
+def test_the_routers_own_override_beats_the_fleets_and_disable_beats_enable(fixture_ruleset):
+    fleet_off_router_on = [(1, "disable", "9000001", False), (2, "enable", "9000001", True)]
+    assert overridden(fixture_ruleset, fleet_off_router_on)[9000001]["reason"] == "override"
+    fleet_on_router_off = [(1, "enable", "9000001", False), (2, "disable", "9000001", True)]
+    assert 9000001 not in overridden(fixture_ruleset, fleet_on_router_off)
+    same_level = [(1, "enable", "9000001", False), (2, "disable", "9000001", False)]
+    assert 9000001 not in overridden(fixture_ruleset, same_level)
+
+
+@pytest.mark.parametrize("text,sids", [
+    ("9000001", {9000001}), ("1:9000001", {9000001}), ("2:9000001", set()),
+    ("group:other-test.rules", {9000011}),  # its 9000007 is superseded by a higher rev
+    ("classtype:misc-activity", {9000007}),
+    ("re:TEST (drop|sets) ", {9000009, 9000010})])
+def test_selectors(fixture_ruleset, text, sids):
+    selector = Selector.parse(text)
+    assert {fixture_ruleset.all_rules[i]["sid"]
+            for i in matching(fixture_ruleset.all_rules, selector)} == sids
+
+
+@pytest.mark.parametrize("text", ["", "re:(", "sid:5", "group:", "1:2:3", "x" * 501])
+def test_bad_selectors_are_refused(text):
+    with pytest.raises(ValueError):
+        Selector.parse(text)

@@ -73,7 +73,7 @@ async def test_allowlisted_addresses_are_never_blocked(fleet, sql):
     await post(client, alerts("9.9.9.9", [9000001, 9000003, 9000003], flow=100))
     assert {"1.1.1.1", "9.9.9.9", "185.220.101.1"} <= set(firewall(settings, sql))
     added = command(settings, "allowlist", "add", "1.1.1.0/24", "--note", "resolver")
-    assert added.returncode == 0 and "routers due for generation now" in added.stdout
+    assert added.returncode == 0 and "routers made due for generation now" in added.stdout
     assert sql.value("SELECT next_due_at <= now() FROM generation_queue WHERE mac = %s",
                      (VICTIM,))
     mine = command(settings, "allowlist", "add", "185.220.101.1", "--mac", VICTIM)

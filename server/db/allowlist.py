@@ -36,6 +36,3 @@ async def entries(db: Database) -> list[tuple]:
     return await db.fetchall("SELECT id, network::text, mac::text, note, created_at "
                              "FROM firewall_allowlist ORDER BY mac NULLS FIRST, network, id")
 
-
-async def is_registered(db: Database, mac: str) -> bool:
-    return await db.fetchone("SELECT 1 FROM routers WHERE mac = %s", (mac,)) is not None

@@ -151,6 +151,17 @@ notifications = sa.Table(
     sa.Column("last_error", sa.Text),
 )
 
+rule_overrides = sa.Table(
+    "rule_overrides", metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("selector", sa.Text, nullable=False),
+    sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE")),
+    sa.Column("note", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+)
+
 router_applied = sa.Table(
     "router_applied", metadata,
     sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE"),

@@ -129,23 +129,26 @@ _RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
    SELECT address FROM activations WHERE mac = %(mac)s AND address IS NOT NULL
    AND activated_at > now() - %(window)s ORDER BY id DESC LIMIT {OWN_ADDRESSES}) own),
  (SELECT array_agg(network::text) FROM firewall_allowlist
-  WHERE mac IS NULL OR mac = %(mac)s)"""
+  WHERE mac IS NULL OR mac = %(mac)s),
+ (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
+  FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s)"""
 
 
 def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
     """Renew the lease and read what the router's telemetry of the window says (newest first,
-    bounded), where it called from and its allowlist, in one round trip."""
+    bounded), where it called from, its allowlist and rule overrides, in one round trip."""
     cur.execute(_RENEW_AND_SUMMARISE, {
         "owner": task.owner, "mac": task.mac, "lease": task.lease, "window": task.window,
         "severity": task.block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
         "alerts": MAX_ALERTS})
-    renewed, fired, apps, ports, alerts, own, allowlist = cur.fetchone()
+    renewed, fired, apps, ports, alerts, own, allowlist, overrides = cur.fetchone()
     if not renewed:
         raise LeaseLost(f"{task.mac} is held by another process")
     return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
                             dest_ports=ports or [],
                             alerts=[tuple(alert) for alert in alerts or []],
-                            own_addresses=own or [], allowlist=allowlist or [])
+                            own_addresses=own or [], allowlist=allowlist or [],
+                            overrides=[tuple(row) for row in overrides or []])
 
 
 # Reschedule and store in one statement (atomic without an explicit transaction): when the

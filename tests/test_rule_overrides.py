@@ -1,0 +1,92 @@
+"""Rule overrides (issue 16) end to end: the `rules` commands, the queue regenerating the
+routers concerned within one poll, the payloads honouring the overrides."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+
+from server.jobs.preprocess import run_preprocess
+from testkit.database import command_env
+from testkit.payloads import unpack
+from testkit.rule_archives import ruleset_settings
+
+ONE, TWO = "aa:bb:cc:00:16:41", "aa:bb:cc:00:16:42"
+
+
+def rules_command(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops.cli", "rules", *args],
+                          env=command_env(settings), capture_output=True, text=True,
+                          timeout=120)
+
+
+def payload_sids(sql, mac: str) -> dict[int, dict]:
+    packed = sql.value("SELECT ids_payload_gz FROM router_rules WHERE mac = %s", (mac,))
+    return {rule["sid"]: rule for rule in unpack(bytes(packed))["rules"]} if packed else {}
+
+
+async def generated_after(sql, moment, macs, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = sql.value("SELECT count(*) FROM generation_queue WHERE mac = ANY(%s::macaddr[]) "
+                         "AND generated_at > %s", (macs, moment))
+        if done == len(macs):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("not regenerated in time")
+
+
+@pytest.fixture
+async def fleet(database, tmp_path, make_client, sql):
+    settings = ruleset_settings("fixture", database, tmp_path).replace(
+        rule_generation_enabled=True, rule_generation_interval_seconds=86400)
+    await run_preprocess(settings)
+    client = await make_client(settings)
+    for mac in (ONE, TWO):
+        assert (await client.get("/rules/last_updated", headers={"X-ID": mac})).status == 200
+    await generated_after(sql, "-infinity", [ONE, TWO])
+    return settings, client
+
+
+async def test_overrides_reach_the_routers_within_one_poll(fleet, sql):
+    settings, _ = fleet
+    before = sql.value("SELECT now()")
+    disabled = rules_command(settings, "disable", "classtype:attempted-recon",
+                             "--note", "noisy on home networks")
+    assert disabled.returncode == 0, disabled.stderr
+    assert "2 routers made due for generation now" in disabled.stdout
+    await generated_after(sql, before, [ONE, TWO], timeout=20)  # poll: 1 s
+    before = sql.value("SELECT now()")
+    enabled = rules_command(settings, "enable", "9000004", "--mac", TWO)
+    assert enabled.returncode == 0 and "1 routers made due" in enabled.stdout
+    await generated_after(sql, before, [TWO], timeout=20)
+    one, two = payload_sids(sql, ONE), payload_sids(sql, TWO)
+    assert 9000001 not in one and 9000001 not in two  # attempted-recon, fleet-wide off
+    assert two[9000004]["reason"] == "override" and 9000004 not in one
+    listed = rules_command(settings, "overrides").stdout.splitlines()
+    assert listed[1].split("\t")[1:4] == ["disable", "classtype:attempted-recon", "fleet"]
+    assert listed[2].split("\t")[1:4] == ["enable", "9000004", TWO]
+    assert listed[1].endswith("noisy on home networks")
+
+    before = sql.value("SELECT now()")
+    removed = rules_command(settings, "remove", listed[2].split("\t")[0])
+    assert removed.returncode == 0 and "1 routers made due" in removed.stdout
+    await generated_after(sql, before, [TWO], timeout=20)
+    assert 9000004 not in payload_sids(sql, TWO)
+
+
+async def test_selectors_that_match_nothing_or_are_malformed_are_not_stored(fleet, sql):
+    settings, _ = fleet
+    for args, message in ((["disable", "12345"], "matches no rule of ruleset fixture"),
+                          (["disable", "re:("], "not a regular expression"),
+                          (["enable", "group:nope.rules"], "matches no rule"),
+                          (["disable", "9000001", "--mac", "aa:bb:cc:00:16:99"],
+                           "is not registered"),
+                          (["remove", "77"], "no override 77")):
+        result = rules_command(settings, *args)
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    assert sql.value("SELECT count(*) FROM rule_overrides") == 0
