@@ -74,10 +74,11 @@ class Generated:
 
 def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[str],
              limits: PayloadLimits, seed: int) -> Generated:
-    chosen, reasons, forced_by = _choose_rules(ruleset, summary, limits, random.Random(seed))
-    rules = sorted(chosen, key=lambda r: (r["gid"], r["sid"]))
+    selection = _choose_rules(ruleset, summary, limits, random.Random(seed))
+    reasons = selection.reasons
+    rules = sorted(selection.chosen, key=lambda r: (r["gid"], r["sid"]))
     ids = {"version": ruleset.version, "rule_count": len(rules), "rules": [
-        _payload_rule(r, reasons[id(r)], forced_by.get(id(r))) for r in rules]}
+        _payload_rule(r, reasons[id(r)], selection.why.get(id(r), {})) for r in rules]}
     entries, truncated = firewall_entries(
         summary.alerts, compromised_ips, limits.firewall_max_entries, limits.block_min_alerts,
         Exemptions.of(summary.allowlist, summary.own_addresses))
@@ -93,13 +94,13 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
     return Generated(ids, firewall, stats)
 
 
-def _payload_rule(rule: dict, reason: str, override: int | None) -> dict:
-    entry = {"gid": rule["gid"], "sid": rule["sid"], "rev": rule["rev"],
-             "action": rule["action"], "msg": rule["msg"], "classtype": rule["classtype"],
-             "weight": rule["weight"], "reason": reason, "raw": rule["raw"]}
-    if override is not None:
-        entry["override"] = override
-    return entry
+def _payload_rule(rule: dict, reason: str, why: dict) -> dict:
+    """A payload entry; `why` adds the reason's evidence: `override` (its id), `alerts` (how
+    often it fired), `boosts` (what raised its sampling weight), `setter_for` (the sid whose
+    flowbit check brought it)."""
+    return {"gid": rule["gid"], "sid": rule["sid"], "rev": rule["rev"],
+            "action": rule["action"], "msg": rule["msg"], "classtype": rule["classtype"],
+            "weight": rule["weight"], "reason": reason, **why, "raw": rule["raw"]}
 
 
 class _Selection:
@@ -109,56 +110,64 @@ class _Selection:
     def __init__(self, disabled: set[int]):
         self.chosen: list[dict] = []
         self.reasons: dict[int, str] = dict.fromkeys(disabled, "disabled")
-        self.forced_by: dict[int, int] = {}
+        self.why: dict[int, dict] = {}  # id(rule) -> the evidence of its reason
 
     def group_for(self, rule: dict, ruleset: Ruleset) -> list[dict] | None:
         if id(rule) in self.reasons:
             return None
         return _with_setters(rule, ruleset, self.reasons)
 
-    def take(self, group: list[dict] | None, reason: str, limit: int) -> bool:
+    def take(self, group: list[dict] | None, reason: str, limit: int, why: dict) -> bool:
         if group is None or len(self.chosen) + len(group) > limit:
             return False
         for position, rule in enumerate(group):
             self.chosen.append(rule)
             self.reasons[id(rule)] = reason if position == 0 else "flowbits"
+            self.why[id(rule)] = why if position == 0 else {"setter_for": group[0]["sid"]}
         return True
 
 
 def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLimits,
-                  rng: random.Random) -> tuple[list[dict], dict[int, str], dict[int, int]]:
+                  rng: random.Random) -> _Selection:
     budget = limits.sample_count
     overrides = resolve(ruleset, summary.overrides)
     selection = _Selection(overrides.disabled)
     for rule, override_id in overrides.forced:
-        if selection.take(selection.group_for(rule, ruleset), "override", budget):
-            selection.forced_by[id(rule)] = override_id
+        selection.take(selection.group_for(rule, ruleset), "override", budget,
+                       {"override": override_id})
     fired_limit = min(budget, len(selection.chosen) + int(budget * limits.fired_share))
-    for sid, _, _ in sorted(summary.fired, key=lambda row: (row[2], -row[1], row[0])):
+    for sid, count, _ in sorted(summary.fired, key=lambda row: (row[2], -row[1], row[0])):
         if (rule := ruleset.by_sid.get(sid)) is not None:
-            selection.take(selection.group_for(rule, ruleset), "fired", fired_limit)
-    apps, ports = set(summary.app_protos), set(summary.dest_ports)
-    for rule in _weighted_order(ruleset, apps, ports, rng):
+            selection.take(selection.group_for(rule, ruleset), "fired", fired_limit,
+                           {"alerts": count})
+    order, boosts = _weighted_order(ruleset, set(summary.app_protos), set(summary.dest_ports),
+                                    rng)
+    for index in order:
         if len(selection.chosen) >= budget:
             break
-        selection.take(selection.group_for(rule, ruleset), "sampled", budget)
-    return selection.chosen, selection.reasons, selection.forced_by
+        rule = ruleset.rules[index]
+        why = {"boosts": boosts[index]} if index in boosts else {}
+        selection.take(selection.group_for(rule, ruleset), "sampled", budget, why)
+    return selection
 
 
-def _weighted_order(ruleset: Ruleset, apps: set[str], ports: set[int],
-                    rng: random.Random) -> list[dict]:
-    """A random permutation where heavier rules come first more often: sorting by
-    log(u)/w is sampling by weight without replacement."""
+def _weighted_order(ruleset: Ruleset, apps: set[str], ports: set[int], rng: random.Random
+                    ) -> tuple[list[int], dict[int, list[str]]]:
+    """A random permutation of the rules' indices where heavier rules come first more often
+    (sorting by log(u)/w is sampling by weight without replacement), and the boosts each
+    boosted rule got."""
     weights = list(ruleset.weights)
+    boosts: dict[int, list[str]] = {}
     for app in apps:
         for index in ruleset.by_app_proto.get(app, ()):
             weights[index] *= APP_PROTO_BOOST
+            boosts.setdefault(index, []).append(f"app_proto:{app}")
     for index in _port_matches(ruleset, ports):
         weights[index] *= PORT_BOOST
+        boosts.setdefault(index, []).append("dest_port")
     draw, log = rng.random, math.log
     keys = [log(draw() or 1e-300) / weight for weight in weights]
-    rules = ruleset.rules
-    return [rules[i] for i in sorted(range(len(keys)), key=keys.__getitem__, reverse=True)]
+    return sorted(range(len(keys)), key=keys.__getitem__, reverse=True), boosts
 
 
 def _port_matches(ruleset: Ruleset, ports: set[int]) -> set[int]:

@@ -1,6 +1,8 @@
-"""`rulegen --mac MAC`: run the adaptive rule generation for one router now and print a summary
-(rules chosen, how many from its own alerts, firewall entries, time taken). Exit 1 with a clear
-message for an unknown router, no published ruleset, or a router being generated elsewhere."""
+"""`rulegen --mac MAC [--explain]`: run the adaptive rule generation for one router now and print
+a summary (rules chosen, how many from overrides and its own alerts, firewall entries, time
+taken); with --explain, also why each rule and each firewall entry is there (ops/explain.py).
+Exit 1 with a clear message for an unknown router, no published ruleset, or a router being
+generated elsewhere."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import time
 
 from engine.pool import WorkerFailed
 from ops.command import EXIT_USAGE, CommandError, run_command
+from ops.explain import explain
+from ruledata.workspace import Workspace
+from server.db import rules as rules_db
 from server.db.pool import Database
 from server.generation.service import GenerationConfig, GenerationRefused, generate_once
 from server.generation.task import LeaseLost
@@ -19,7 +24,7 @@ from server.settings import Settings
 PROG = "rulegen"
 
 
-async def generate_now(settings: Settings, db: Database, mac: str) -> int:
+async def generate_now(settings: Settings, db: Database, mac: str, explained: bool) -> int:
     started = time.perf_counter()
     try:
         result = await generate_once(db, GenerationConfig.from_settings(settings), mac)
@@ -29,23 +34,31 @@ async def generate_now(settings: Settings, db: Database, mac: str) -> int:
         raise CommandError(f"generation for {mac} failed: {error}") from None
     stats = result.stats
     print(f"{mac}: {stats['rules']} IDS rules from ruleset {result.version} "
-          f"({stats['from_alerts']} from its own alerts, {stats['sampled']} sampled, "
+          f"({stats['from_overrides']} from overrides, "
+          f"{stats['from_alerts']} from its own alerts, {stats['sampled']} sampled, "
           f"{stats['flowbit_setters']} flowbit setters), {stats['firewall_entries']} firewall "
           f"entries ({stats['firewall_from_alerts']} from its alerts), "
           f"in {time.perf_counter() - started:.2f}s")
+    if explained:
+        payloads = [(await rules_db.read_payload(db, mac, kind, frozenset()))[1]
+                    for kind in ("ids", "firewall")]
+        version_dir = Workspace(settings.rule_data_path).current_version_dir()
+        print(explain(*payloads, version_dir, settings.rule_generation_telemetry_days))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--mac", required=True, help="the router's MAC address")
+    parser.add_argument("--explain", action="store_true",
+                        help="say why each rule and firewall entry is there")
     args = parser.parse_args(argv)
     try:
         mac = normalise_mac(args.mac)
     except InvalidMac as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    return run_command(PROG, lambda settings, db: generate_now(settings, db, mac))
+    return run_command(PROG, lambda settings, db: generate_now(settings, db, mac, args.explain))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ Weights are rounded to 6 decimals so they are stable across platforms.
 from __future__ import annotations
 
 import functools
+import math
 from datetime import date
 
 SEVERITY = {"critical": 4.0, "major": 3.0, "minor": 2.0, "informational": 1.0}
@@ -89,8 +90,9 @@ def class_priority(rule: dict, classification: dict[str, int]) -> int | None:
     return classification.get(rule["classtype"]) if rule["classtype"] else None
 
 
-def rule_weight(rule: dict, classification: dict[str, int], newest: date | None) -> float:
-    priority = class_priority(rule, classification)
+def weight_factors(rule: dict, priority: int | None, newest: date | None) -> dict[str, float]:
+    """The factors of the weight, in the order they are multiplied (`priority`: the rule's
+    class priority, see class_priority; `newest`: the ruleset's newest change date)."""
     if priority is None:
         priority_factor = CLASS_PRIORITY_ABSENT
     else:
@@ -101,13 +103,17 @@ def rule_weight(rule: dict, classification: dict[str, int], newest: date | None)
     else:
         age_days = max((newest - changed).days, 0)
         recency = 0.5 + 0.5 * 2.0 ** (-age_days / RECENCY_HALF_LIFE_DAYS)
-    weight = (_first(rule, "signature_severity", SEVERITY, SEVERITY_ABSENT)
-              * priority_factor
-              * _first(rule, "confidence", CONFIDENCE, CONFIDENCE_ABSENT)
-              * _first(rule, "performance_impact", PERFORMANCE, PERFORMANCE_ABSENT)
-              * _first(rule, "deployment", DEPLOYMENT, DEPLOYMENT_ABSENT)
-              * recency)
-    return round(weight, 6)
+    return {"severity": _first(rule, "signature_severity", SEVERITY, SEVERITY_ABSENT),
+            "class_priority": priority_factor,
+            "confidence": _first(rule, "confidence", CONFIDENCE, CONFIDENCE_ABSENT),
+            "performance": _first(rule, "performance_impact", PERFORMANCE, PERFORMANCE_ABSENT),
+            "deployment": _first(rule, "deployment", DEPLOYMENT, DEPLOYMENT_ABSENT),
+            "recency": recency}
+
+
+def rule_weight(rule: dict, classification: dict[str, int], newest: date | None) -> float:
+    factors = weight_factors(rule, class_priority(rule, classification), newest)
+    return round(math.prod(factors.values()), 6)
 
 
 def is_deleted(rule: dict) -> bool:

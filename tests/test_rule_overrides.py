@@ -90,3 +90,39 @@ async def test_selectors_that_match_nothing_or_are_malformed_are_not_stored(flee
         result = rules_command(settings, *args)
         assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
     assert sql.value("SELECT count(*) FROM rule_overrides") == 0
+
+
+async def test_rulegen_explains_every_rule_and_entry(database, tmp_path, make_client, sql):
+    settings = ruleset_settings("fixture", database, tmp_path).replace(
+        rule_generation_sample_count=8)
+    await run_preprocess(settings)
+    client = await make_client(settings)
+    alerts = b"\n".join(
+        b'{"event_type": "alert", "flow_id": %d, "src_ip": "45.33.32.156", '
+        b'"dest_ip": "192.168.1.2", "alert": {"signature_id": %d, "severity": 1}}' % (n, sid)
+        for n, sid in enumerate([9000003, 9000003, 9000001]))
+    response = await client.post("/log/events", data=alerts, headers={
+        "X-ID": ONE, "Content-Type": "application/x-ndjson"})
+    assert response.status == 200
+    env = command_env(settings, RULE_GENERATION_SAMPLE_COUNT="8")
+    override = subprocess.run([sys.executable, "-m", "ops.cli", "rules", "enable", "9000004",
+                               "--mac", ONE], env=env, capture_output=True, text=True)
+    assert override.returncode == 0, override.stderr
+    result = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", ONE, "--explain"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "1 from overrides, 2 from its own alerts" in lines[0]
+    rules = {line.split()[0]: line for line in lines if line.startswith("  1:")}
+    assert rules["1:9000004"].endswith("forced by override 1")
+    assert rules["1:9000003"].endswith("fired 2 times in the last 7 days")
+    assert rules["1:9000002"].endswith("flowbit setter for 9000003")
+    sampled = [line for line in rules.values() if "sampled with weight" in line]
+    assert sampled and all(" = severity " in line and "× recency" in line for line in sampled)
+    entries = {line.split(":")[0].strip(): line for line in lines
+               if line.startswith("  ") and not line.startswith("  1:")}
+    assert "3 of its alerts, the last at 20" in entries["45.33.32.156"]
+    assert "sid 9000003 ×2 (severity 1, 2 flows)" in entries["45.33.32.156"]
+    assert "blocked until 20" in entries["45.33.32.156"]
+    assert entries["185.220.101.1"].endswith("on the compromised-IPs list; as long as the list "
+                                             "names it")

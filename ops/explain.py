@@ -1,0 +1,91 @@
+"""`rulegen --mac MAC --explain`: why each rule and firewall entry of a router's payloads is
+there, from the payloads' own evidence (`reason` and its fields) and, for sampled rules, the
+factors of their weight as ruledata/weights.py computes them."""
+
+from __future__ import annotations
+
+import gzip
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+from ruledata.build import MANIFEST, newest_update
+from ruledata.weights import weight_factors
+from server.timestamps import iso_utc
+
+
+def published_rules(version_dir: Path) -> dict[tuple[int, int], dict]:
+    """(gid, sid) -> the rule as published, for the rules generation could take."""
+    json_dir = version_dir / "rulefile_json"
+    manifest = orjson.loads((json_dir / MANIFEST).read_bytes())
+    superseded = {(file, position) for _, _, file, position in manifest["superseded"]}
+    rules = {}
+    for name in manifest["files"]:
+        document = orjson.loads((json_dir / name).read_bytes())
+        for position, rule in enumerate(document["rules"]):
+            if (document["file"], position) not in superseded and not rule["deleted"]:
+                rules[(rule["gid"], rule["sid"])] = rule
+    return rules
+
+
+def _factors(rule: dict, newest) -> str:
+    factors = weight_factors(rule, rule["class_priority"], newest)
+    return " × ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in factors.items())
+
+
+def _rule_line(entry: dict, published: dict, newest, window_days: int) -> str:
+    head = f"  {entry['gid']}:{entry['sid']} {entry['msg']!r}: "
+    reason = entry["reason"]
+    if reason == "override":
+        return head + f"forced by override {entry['override']}"
+    if reason == "fired":
+        return head + f"fired {entry['alerts']} times in the last {window_days} days"
+    if reason == "flowbits":
+        return head + f"flowbit setter for {entry['setter_for']}"
+    rule = published.get((entry["gid"], entry["sid"]))
+    text = head + f"sampled with weight {entry['weight']:g}"
+    if rule is not None:
+        text += f" = {_factors(rule, newest)}"
+    boosts = entry.get("boosts", ())
+    if boosts:
+        text += "; raised for " + ", ".join(
+            f"its application protocol {b.split(':', 1)[1]} (×3)" if b.startswith("app_proto")
+            else "a destination port seen in its flows (×2)" for b in boosts)
+    return text
+
+
+def _firewall_line(entry: dict, window_days: int) -> str:
+    parts = []
+    if "alert" in entry["reasons"]:
+        alerts = "; ".join(f"sid {a['sid']} ×{a['count']} (severity {a['severity']}, "
+                           f"{a['flows']} flows)" for a in entry["alerts"])
+        total = sum(a["count"] for a in entry["alerts"])
+        parts.append(f"{total} of its alerts, the last at {_last_alert(entry, window_days)}: "
+                     f"{alerts}")
+    if "compromised-ips" in entry["reasons"]:
+        parts.append("on the compromised-IPs list")
+    until = (f"; blocked until {entry['expires_at']}" if entry["expires_at"]
+             else "; as long as the list names it")
+    return f"  {entry['address']}: " + " and ".join(parts) + until
+
+
+def _last_alert(entry: dict, window_days: int) -> str:
+    """An alert entry expires a telemetry window after its last alert."""
+    if not entry.get("expires_at"):
+        return "(held by the list)"
+    expires = datetime.fromisoformat(entry["expires_at"].replace("Z", "+00:00"))
+    return iso_utc(expires - timedelta(days=window_days))
+
+
+def explain(ids_gz: bytes, firewall_gz: bytes, version_dir: Path, window_days: int) -> str:
+    ids = orjson.loads(gzip.decompress(ids_gz))
+    firewall = orjson.loads(gzip.decompress(firewall_gz))
+    published = published_rules(version_dir)
+    newest = newest_update(sorted((version_dir / "rules").rglob("*.rules")))
+    lines = [f"IDS rules ({ids['rule_count']}, ruleset {ids['version']}):"]
+    lines += [_rule_line(entry, published, newest, window_days) for entry in ids["rules"]]
+    lines.append(f"Firewall entries ({firewall['entry_count']}"
+                 f"{', truncated' if firewall['truncated'] else ''}):")
+    lines += [_firewall_line(entry, window_days) for entry in firewall["entries"]]
+    return "\n".join(lines)
