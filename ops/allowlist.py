@@ -8,11 +8,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 
-from ops.command import CommandError, run_command
+from ops.command import CommandError, registered_router, run_command
 from server.db import allowlist as allowlist_db
-from server.db import routers as router_db
 from server.db.pool import Database
-from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 from server.timestamps import iso_utc
 
@@ -49,14 +47,7 @@ async def _run(args: argparse.Namespace, db: Database) -> int:
         print(f"allowlist entry {args.id} removed")
         return 0
     network = _network(args.network)
-    mac = None
-    if args.mac is not None:
-        try:
-            mac = normalise_mac(args.mac)
-        except InvalidMac as error:
-            raise CommandError(str(error)) from None
-        if not await router_db.is_registered(db, mac):
-            raise CommandError(f"{mac} is not registered")
+    mac = await registered_router(db, args.mac)
     entry_id, due = await allowlist_db.add(db, network, mac, args.note)
     if entry_id is None:
         print(f"{network} is on the allowlist {'of ' + mac if mac else 'of the fleet'} already")

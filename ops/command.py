@@ -8,8 +8,10 @@ import logging
 import sys
 from typing import Awaitable, Callable
 
+from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.db.pool import Database, DatabaseUnavailable
+from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings, SettingsError, load_settings
 
 EXIT_FAILED = 1
@@ -18,6 +20,24 @@ EXIT_USAGE = 2
 
 class CommandError(Exception):
     """A failure the command reports as one clear line (exit status 1)."""
+
+
+def mac_argument(text: str) -> str:
+    """A MAC address given on the command line, normalised; CommandError when it is none."""
+    try:
+        return normalise_mac(text)
+    except InvalidMac as error:
+        raise CommandError(str(error)) from None
+
+
+async def registered_router(db: Database, text: str | None) -> str | None:
+    """An optional `--mac` naming a registered router (None: the whole fleet)."""
+    if text is None:
+        return None
+    mac = mac_argument(text)
+    if not await router_db.is_registered(db, mac):
+        raise CommandError(f"{mac} is not registered")
+    return mac
 
 
 def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],

@@ -11,12 +11,10 @@ import argparse
 
 from engine.ruleset import load_ruleset
 from engine.selectors import Selector, matching
-from ops.command import CommandError, run_command
+from ops.command import CommandError, registered_router, run_command
 from ruledata.workspace import Workspace
 from server.db import overrides as overrides_db
-from server.db import routers as router_db
 from server.db.pool import Database
-from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 from server.timestamps import iso_utc
 
@@ -53,14 +51,7 @@ async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> in
         selector = Selector.parse(args.selector)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    mac = None
-    if args.mac is not None:
-        try:
-            mac = normalise_mac(args.mac)
-        except InvalidMac as error:
-            raise CommandError(str(error)) from None
-        if not await router_db.is_registered(db, mac):
-            raise CommandError(f"{mac} is not registered")
+    mac = await registered_router(db, args.mac)
     version, count = matched_rules(settings, selector)
     if count == 0:
         raise CommandError(f"{selector.text} matches no rule of ruleset {version}; "

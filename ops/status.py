@@ -8,7 +8,7 @@ failed or pending."""
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+from datetime import datetime
 
 import orjson
 
@@ -30,10 +30,8 @@ def ruleset_status(settings: Settings) -> dict | None:
     current = Workspace(settings.rule_data_path).current_ruleset()
     if current is None:
         return None
-    version, published = current
-    age = datetime.now(timezone.utc) - published
-    return {"version": version, "published_at": published,
-            "age_hours": round(age.total_seconds() / 3600, 1)}
+    return {"version": current.version, "published_at": current.published_at,
+            "age_hours": round(current.age_seconds / 3600, 1)}
 
 
 def render(status: dict) -> str:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ops.command import CommandError, run_command
+from ops.command import CommandError, mac_argument, run_command
 from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.pool import Database
-from server.mac import InvalidMac, normalise_mac
 from server.router_keys import key_hash, new_key
 from server.settings import Settings
 from server.timestamps import iso_utc
@@ -46,10 +45,7 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
             print(f"{mac}\t{iso_utc(registered_at)}\t{registered_by}\t"
                   f"{iso_utc(last) or 'never'}\t{note or ''}")
         return 0
-    try:
-        mac = normalise_mac(args.mac)
-    except InvalidMac as error:
-        raise CommandError(str(error)) from None
+    mac = mac_argument(args.mac)
     if args.action == "add":
         new = await router_db.subscribe(db, mac, args.note)
         print(f"{mac} subscribed" if new else f"{mac} was already registered; now operator-added")

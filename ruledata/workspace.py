@@ -21,6 +21,7 @@ import re
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -76,16 +77,16 @@ class Workspace:
     def current_version_dir(self) -> Path | None:
         return self.current.resolve() if self.current.is_symlink() else None
 
-    def current_ruleset(self) -> tuple[str, datetime] | None:
-        """(version, published at) of the ruleset in use, from its directory's name alone
-        (one readlink: cheap enough for every health probe); None before the first."""
+    def current_ruleset(self) -> "PublishedRuleset | None":
+        """The ruleset in use, from its directory's name alone (one readlink: cheap enough
+        for every health probe); None before the first."""
         try:
             name = Path(os.readlink(self.current)).name
         except OSError:
             return None
         version, stamp, _ = name.rsplit("-", 2)
         published = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
-        return version, published
+        return PublishedRuleset(version, published)
 
     def _prune(self, keep: Path) -> None:
         ordered = sorted(self.versions.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
@@ -93,6 +94,16 @@ class Workspace:
         for version in ordered:
             if version not in survivors:
                 shutil.rmtree(version, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class PublishedRuleset:
+    version: str
+    published_at: datetime
+
+    @property
+    def age_seconds(self) -> int:
+        return int((datetime.now(timezone.utc) - self.published_at).total_seconds())
 
 
 def _safe(version: str) -> str:

@@ -48,7 +48,7 @@ async def metrics_page(request: web.Request) -> web.Response:
         metrics.etag_cache_routers.set(len(cache))
         metrics.etag_cache_listening.set(cache.listening)
     if (ruleset := Workspace(app[SETTINGS].rule_data_path).current_ruleset()) is not None:
-        metrics.ruleset_published.set(ruleset[1].timestamp())
+        metrics.ruleset_published.set(ruleset.published_at.timestamp())
     if "router" in app[SETTINGS].services:
         try:
             for state, count in (await generation_queue.queue_state(app[DATABASE])).items():

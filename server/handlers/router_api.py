@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-from datetime import datetime, timezone
 
 from aiohttp import web
 
@@ -65,10 +64,8 @@ def _ruleset(settings: Settings) -> dict | None:
     current = Workspace(settings.rule_data_path).current_ruleset()
     if current is None:
         return None
-    version, published = current
-    age = datetime.now(timezone.utc) - published
-    return {"version": version, "published_at": iso_utc(published),
-            "age_seconds": int(age.total_seconds())}
+    return {"version": current.version, "published_at": iso_utc(current.published_at),
+            "age_seconds": current.age_seconds}
 
 
 async def post_events(request: web.Request) -> web.Response:
