@@ -48,13 +48,15 @@ class RouterRegistry:
         self._on_new_router = on_new_router
         self._admitted_until: dict[str, float] = {}
 
-    async def admit(self, mac: str, address: str) -> None:
+    async def admit(self, mac: str, address_of: Callable[[], str]) -> None:
         """Register (open mode) or check (closed mode) the router; Forbidden when refused,
-        TooManyRequests when `address` registered too many new routers lately."""
+        TooManyRequests when the client's address (asked for only when a registration is
+        possible) registered too many new routers lately."""
         now = time.monotonic()
         if self._admitted_until.get(mac, 0.0) > now:
             return
         if self._open:
+            address = address_of()
             if not self._limits.may_register(address):
                 if not await router_db.is_registered(self._db, mac):
                     raise self._limits.refuse_registration(address)

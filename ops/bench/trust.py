@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import re
 import secrets
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,28 +34,13 @@ import psycopg2
 
 from ops.bench.ingest import make_lines, ndjson_bodies, run_http, truncate
 from ops.bench.polling import mac, register_and_wait
+from ops.bench.wrk import POLL_SCRIPT, available, router_file, run_wrk
 from server.db.location import DatabaseLocation
 from server.router_keys import key_hash
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import throwaway_database
 from testkit.server import ServerRunner
 
-POLL_SCRIPT = """
-local requests, n, i = {}, 0, 0
-init = function(args)
-  for line in io.lines(args[1]) do
-    local address, etag, key = line:match("([^\\t]*)\\t([^\\t]*)\\t([^\\t]*)")
-    local headers = {["X-ID"] = address, ["If-None-Match"] = etag}
-    if key ~= "" then headers["Authorization"] = "Bearer " .. key end
-    n = n + 1
-    requests[n] = wrk.format("GET", "/rules/ids", headers)
-  end
-end
-request = function()
-  i = i % n + 1
-  return requests[i]
-end
-"""
 FLOOD_SCRIPT = """
 wrk.method = "POST"
 wrk.body = '{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\\n'
@@ -64,17 +48,6 @@ wrk.headers["X-ID"] = "02:00:00:00:f1:00"
 wrk.headers["Content-Type"] = "application/x-ndjson"
 """
 POLLERS = [f"02:00:00:00:f2:{n:02x}" for n in range(32)]  # 50 polls/s: ~94 a minute each
-
-
-def wrk(url: str, script: Path, seconds: int, connections: int, *args: str) -> dict:
-    """Run wrk; its requests/s, request count and count of answers other than 2xx/3xx."""
-    output = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s",
-                             str(script), url, *(["--", *args] if args else [])],
-                            capture_output=True, text=True, check=True).stdout
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))
-    total = int(re.search(r"(\d+) requests in", output).group(1))
-    other = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    return {"rate": rate, "requests": total, "non_2xx_3xx": int(other.group(1)) if other else 0}
 
 
 def issue_keys(location: DatabaseLocation, macs: list[str]) -> dict[str, str]:
@@ -98,21 +71,16 @@ def polling(servers: dict[str, ServerRunner], etags: dict[str, str], keys: dict[
             workdir: Path, seconds: int, rounds: int) -> dict[str, list[dict]]:
     script = workdir / "poll.lua"
     script.write_text(POLL_SCRIPT)
+    files = {mode: str(router_file(workdir / f"routers-{mode}.tsv", etags,
+                                   keys if mode == "key" else None))
+             for mode in ("mac", "key")}
     runs: dict[str, list[dict]] = {"mac": [], "key": []}
     for mode in ("mac", "key"):  # warm-up: every router's ETag into each server's cache
-        wrk(servers[mode].url, script, 2, 32, str(_router_file(workdir, mode, etags, keys)))
+        run_wrk(servers[mode].url, script, 2, 32, files[mode])
     for _ in range(rounds):
         for mode in ("mac", "key"):
-            runs[mode].append(wrk(servers[mode].url, script, seconds, 32,
-                                  str(_router_file(workdir, mode, etags, keys))))
+            runs[mode].append(run_wrk(servers[mode].url, script, seconds, 32, files[mode]))
     return runs
-
-
-def _router_file(workdir: Path, mode: str, etags: dict[str, str], keys: dict[str, str]) -> Path:
-    path = workdir / f"routers-{mode}.tsv"
-    path.write_text("".join(f"{address}\t{etag}\t{keys[address] if mode == 'key' else ''}\n"
-                            for address, etag in etags.items()))
-    return path
 
 
 def ingestion(servers: dict[str, ServerRunner], location: DatabaseLocation,
@@ -179,7 +147,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--flood-seconds", type=int, default=20)
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
+    if not available():
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
         return 1
     macs = [mac(n) for n in range(args.routers)]

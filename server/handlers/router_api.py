@@ -14,8 +14,8 @@ from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.identity import mac_from_header
-from server.peers import client_address
 from server.ingest.ingest import ingest_body
+from server.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,
@@ -30,8 +30,8 @@ async def admitted_router(request: web.Request) -> str:
     if settings.router_auth == "key":
         await request.app[ROUTER_KEYS].check(request, mac)
     request.app[FLOOD_LIMITS].request(mac)
-    await request.app[ROUTER_REGISTRY].admit(mac, client_address(request,
-                                                                 settings.trusted_proxies))
+    await request.app[ROUTER_REGISTRY].admit(
+        mac, lambda: client_address(request, settings.trusted_proxies))
     return mac
 
 
