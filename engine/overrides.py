@@ -19,7 +19,7 @@ from engine.selectors import Selector, matching
 # One override as the summary carries it: (id, action, selector, for this router only).
 OverrideRow = tuple[int, str, str, bool]
 
-_MATCHES: dict[tuple[str, str], list[int]] = {}  # (ruleset version, selector) -> indices
+_MATCHES: dict[tuple[str, str], list[int]] = {}  # (ruleset directory, selector) -> indices
 _MAX_CACHED = 1000
 
 
@@ -46,7 +46,7 @@ def resolve(ruleset: Ruleset, overrides: list[OverrideRow]) -> Resolved:
 
 
 def _matches(ruleset: Ruleset, text: str) -> list[int]:
-    key = (ruleset.version, text)
+    key = (str(ruleset.directory), text)  # each publication has a directory of its own
     if key not in _MATCHES:
         if len(_MATCHES) >= _MAX_CACHED:
             _MATCHES.clear()
