@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 
@@ -54,22 +55,32 @@ class Ruleset:
                 self.port_ranges.append((index, wide))
 
 
-def load_ruleset(version_dir: Path) -> Ruleset:
-    """Load a published ruleset (`versions/<stamp>`, or `current` resolved by the caller)."""
+def published_manifest(version_dir: Path) -> dict:
+    return orjson.loads((version_dir / "rulefile_json" / MANIFEST).read_bytes())
+
+
+def usable_rules(version_dir: Path, manifest: dict) -> Iterator[dict]:
+    """Every published rule, whole, that is neither deleted nor superseded by a higher rev:
+    what generation can take (eligible ones) or bring as a flowbit setter."""
     json_dir = version_dir / "rulefile_json"
-    manifest = orjson.loads((json_dir / MANIFEST).read_bytes())
     superseded = {(file, position) for _, _, file, position in manifest["superseded"]}
-    eligible: list[dict] = []
-    candidates: list[dict] = []  # every non-deleted, non-superseded rule (setter candidates)
     for name in manifest["files"]:
         document = orjson.loads((json_dir / name).read_bytes())
         for position, rule in enumerate(document["rules"]):
-            if (document["file"], position) in superseded or rule["deleted"]:
-                continue
-            kept = {key: rule[key] for key in RULE_FIELDS}
-            candidates.append(kept)
-            if rule["eligible"]:
-                eligible.append(kept)
+            if (document["file"], position) not in superseded and not rule["deleted"]:
+                yield rule
+
+
+def load_ruleset(version_dir: Path) -> Ruleset:
+    """Load a published ruleset (`versions/<stamp>`, or `current` resolved by the caller)."""
+    manifest = published_manifest(version_dir)
+    eligible: list[dict] = []
+    candidates: list[dict] = []  # every usable rule (setter candidates, override targets)
+    for rule in usable_rules(version_dir, manifest):
+        kept = {key: rule[key] for key in RULE_FIELDS}
+        candidates.append(kept)
+        if rule["eligible"]:
+            eligible.append(kept)
     by_sid: dict[int, dict] = {}
     for rule in eligible:
         if rule["sid"] not in by_sid or rule["gid"] == 1:

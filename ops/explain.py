@@ -10,23 +10,16 @@ from pathlib import Path
 
 import orjson
 
-from ruledata.build import MANIFEST, newest_update
+from engine.ruleset import published_manifest, usable_rules
+from ruledata.build import newest_update
 from ruledata.weights import weight_factors
 from server.timestamps import iso_utc
 
 
 def published_rules(version_dir: Path) -> dict[tuple[int, int], dict]:
     """(gid, sid) -> the rule as published, for the rules generation could take."""
-    json_dir = version_dir / "rulefile_json"
-    manifest = orjson.loads((json_dir / MANIFEST).read_bytes())
-    superseded = {(file, position) for _, _, file, position in manifest["superseded"]}
-    rules = {}
-    for name in manifest["files"]:
-        document = orjson.loads((json_dir / name).read_bytes())
-        for position, rule in enumerate(document["rules"]):
-            if (document["file"], position) not in superseded and not rule["deleted"]:
-                rules[(rule["gid"], rule["sid"])] = rule
-    return rules
+    return {(rule["gid"], rule["sid"]): rule
+            for rule in usable_rules(version_dir, published_manifest(version_dir))}
 
 
 def _factors(rule: dict, newest) -> str:
