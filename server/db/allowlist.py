@@ -5,9 +5,7 @@ their firewall payloads lose the address at the queue's pace instead of at their
 from __future__ import annotations
 
 from server.db.pool import Database, execute
-
-_REQUEUE = ("UPDATE generation_queue SET next_due_at = now() "
-            "WHERE (%(mac)s::macaddr IS NULL OR mac = %(mac)s) AND next_due_at > now()")
+from server.db.routers import make_due
 
 
 async def add(db: Database, network: str, mac: str | None, note: str | None
@@ -23,8 +21,7 @@ async def add(db: Database, network: str, mac: str | None, note: str | None
         row = await cur.fetchone()
         if row is None:
             return None, 0
-        await execute(cur, _REQUEUE, {"mac": mac})
-        return row[0], cur.rowcount
+        return row[0], await make_due(cur, mac)
 
 
 async def remove(db: Database, entry_id: int) -> bool:

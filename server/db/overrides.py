@@ -4,9 +4,7 @@ it concerns due for generation now, so they get it within one queue poll."""
 from __future__ import annotations
 
 from server.db.pool import Database, execute
-
-_REQUEUE = ("UPDATE generation_queue SET next_due_at = now() "
-            "WHERE (%(mac)s::macaddr IS NULL OR mac = %(mac)s) AND next_due_at > now()")
+from server.db.routers import make_due
 
 
 async def add(db: Database, action: str, selector: str, mac: str | None,
@@ -16,8 +14,7 @@ async def add(db: Database, action: str, selector: str, mac: str | None,
         await execute(cur, "INSERT INTO rule_overrides (action, selector, mac, note) "
                            "VALUES (%s, %s, %s, %s) RETURNING id", (action, selector, mac, note))
         override_id = (await cur.fetchone())[0]
-        await execute(cur, _REQUEUE, {"mac": mac})
-        return override_id, cur.rowcount
+        return override_id, await make_due(cur, mac)
 
 
 async def remove(db: Database, override_id: int) -> int | None:
@@ -28,8 +25,7 @@ async def remove(db: Database, override_id: int) -> int | None:
         row = await cur.fetchone()
         if row is None:
             return None
-        await execute(cur, _REQUEUE, {"mac": row[0]})
-        return cur.rowcount
+        return await make_due(cur, row[0])
 
 
 async def entries(db: Database) -> list[tuple]:

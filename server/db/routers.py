@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiopg
 import sqlalchemy as sa
 
 from server.db.pool import Database, execute
@@ -13,6 +14,17 @@ _REGISTER = (
     "WITH registered AS (INSERT INTO routers (mac, registered_by) VALUES (%(mac)s, %(by)s) "
     "ON CONFLICT (mac) DO NOTHING RETURNING mac) "
     "INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING")
+
+
+_MAKE_DUE = ("UPDATE generation_queue SET next_due_at = now() "
+             "WHERE (%(mac)s::macaddr IS NULL OR mac = %(mac)s) AND next_due_at > now()")
+
+
+async def make_due(cur: aiopg.Cursor, mac: str | None) -> int:
+    """Make one router (or, with None, every router) due for generation now, inside the
+    caller's transaction; how many were not due already."""
+    await execute(cur, _MAKE_DUE, {"mac": mac})
+    return cur.rowcount
 
 
 async def register(db: Database, mac: str, registered_by: str = "auto") -> bool:
