@@ -7,16 +7,13 @@ taken as the agent got it (`W/"abc"`) or bare (`abc`); either may be null (not l
 
 from __future__ import annotations
 
-import re
-
 import orjson
 from aiohttp import web
 
 from server.errors import BadRequest, PayloadTooLarge
+from server.text import is_plain_text
 
 MAX_BODY_BYTES = 8 * 1024
-# What an operator's terminal would act on (`router-backend status` prints the detail).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_ETAG = 128
 MAX_DETAIL = 1000
 FIELDS = {"ids_etag", "firewall_etag", "ok", "detail"}
@@ -41,7 +38,8 @@ async def read_report(request: web.Request) -> tuple[str | None, str | None, boo
         raise BadRequest("ok: expected true or false")
     detail = body.get("detail")
     if detail is not None and (not isinstance(detail, str) or len(detail) > MAX_DETAIL
-                               or _CONTROL.search(detail)):
+                               or not is_plain_text(detail)):
+        # Plain text: `router-backend status` prints it on an operator's terminal.
         raise BadRequest(f"detail: expected a string of at most {MAX_DETAIL} characters "
                          "without control characters")
     return _etag(body, "ids_etag"), _etag(body, "firewall_etag"), ok, detail
@@ -51,6 +49,6 @@ def _etag(body: dict, field: str) -> str | None:
     value = body.get(field)
     if value is None:
         return None
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_ETAG or _CONTROL.search(value):
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ETAG or not is_plain_text(value):
         raise BadRequest(f"{field}: expected an ETag of at most {MAX_ETAG} characters")
     return value.removeprefix("W/").strip('"')

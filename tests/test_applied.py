@@ -38,7 +38,8 @@ async def test_report_is_stored_and_compared_with_the_current_payloads(client, s
     {}, {"ok": "yes"}, {"ok": True, "ids_etag": 5}, {"ok": True, "ids_etag": ""},
     {"ok": True, "ids_etag": "x" * 129}, {"ok": True, "detail": "d" * 1001},
     {"ok": True, "detail": "nul \u0000"}, {"ok": True, "detail": "\u001b[2J\u001b[31mfake"},
-    {"ok": True, "ids_etag": "a\nb"}, {"ok": True, "extra": 1}, [1, 2]])
+    {"ok": True, "ids_etag": "a\nb"}, {"ok": True, "detail": "reversed \u202etxt.exe"},
+    {"ok": True, "extra": 1}, [1, 2]])
 async def test_bad_reports_are_400(client, sql, body):
     status, reply = await report(client, body)
     assert status == 400 and reply["error"]

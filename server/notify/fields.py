@@ -12,11 +12,11 @@ record, so anything that could break a header or address someone else is refused
 from __future__ import annotations
 
 import re
-import unicodedata
 from email.errors import HeaderParseError
 from email.headerregistry import HeaderRegistry
 
 from server.errors import BadRequest
+from server.text import is_plain_text
 
 MAX_FIELD = 256
 MAX_ADDRESS = 254
@@ -32,7 +32,7 @@ class FieldError(BadRequest):
 def text_field(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise FieldError(f"{name} is required and must be a non-empty string")
-    if len(value) > MAX_FIELD or not _plain_text(value):
+    if len(value) > MAX_FIELD or not is_plain_text(value):
         raise FieldError(f"{name} must be at most {MAX_FIELD} characters, without control "
                          "characters or line separators")
     return value.strip()
@@ -45,13 +45,6 @@ def recipient_field(value: object) -> str:
         raise FieldError("recipient must be one email address (local@domain), without a "
                          "display name, list or comment")
     return address
-
-
-def _plain_text(value: str) -> bool:
-    if value.isprintable():  # the common case; isprintable is False for C*, Zl, Zp and Zs
-        return True          # other than the space, so what it refuses is checked below
-    return not any(unicodedata.category(character)[0] == "C"
-                   or unicodedata.category(character) in ("Zl", "Zp") for character in value)
 
 
 def _single_plain_address(text: str) -> bool:
