@@ -30,7 +30,10 @@ class TelemetryTally:
 
     def add(self, kind: str, accepted: int, rejected: int) -> None:
         minute = datetime.now(timezone.utc).replace(second=0, microsecond=0)
-        counts = self._counts.setdefault((minute, kind), [0, 0])
+        self._count((minute, kind), accepted, rejected)
+
+    def _count(self, key: tuple[datetime, str], accepted: int, rejected: int) -> None:
+        counts = self._counts.setdefault(key, [0, 0])
         counts[0] += accepted
         counts[1] += rejected
 
@@ -46,9 +49,7 @@ class TelemetryTally:
                                           [pending[key][1] for key in keys]))
         except DatabaseUnavailable as error:  # keep them for the next flush
             for key, (accepted, rejected) in pending.items():
-                counts = self._counts.setdefault(key, [0, 0])
-                counts[0] += accepted
-                counts[1] += rejected
+                self._count(key, accepted, rejected)
             log.warning("telemetry counts not stored yet: %s", error)
 
     def start(self) -> None:
