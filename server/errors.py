@@ -22,9 +22,12 @@ class ApiError(Exception):
     headers: dict[str, str] | None = None
     close_connection = False  # the rest of the request will not be read
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, retry_after_seconds: int | None = None):
+        """`retry_after_seconds`: when trying again may succeed (a Retry-After header)."""
         super().__init__(message)
         self.message = message
+        if retry_after_seconds is not None:
+            self.headers = {"Retry-After": str(retry_after_seconds)}
 
 
 class BadRequest(ApiError):
@@ -49,23 +52,10 @@ class RequestTimeout(ApiError):
     close_connection = True
 
 
-class RetryLater(ApiError):
-    """An answer that tells the client when to try again (Retry-After)."""
-
-    def __init__(self, message: str, retry_after_seconds: int):
-        super().__init__(message)
-        self.headers = {"Retry-After": str(retry_after_seconds)}
-
-
 class Conflict(ApiError):
     """409: the request contradicts the state of the thing (or another request working on
-    it); with `retry_after_seconds`, trying again later may succeed."""
+    it); with a Retry-After, trying again later may succeed."""
     status = 409
-
-    def __init__(self, message: str, retry_after_seconds: int | None = None):
-        super().__init__(message)
-        if retry_after_seconds is not None:
-            self.headers = {"Retry-After": str(retry_after_seconds)}
 
 
 class Unprocessable(ApiError):
@@ -77,7 +67,7 @@ class PayloadTooLarge(ApiError):
     status = 413
 
 
-class TooManyRequests(RetryLater):
+class TooManyRequests(ApiError):
     """429: past a flood limit; nothing of the request was stored."""
     status = 429
 
