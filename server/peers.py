@@ -1,5 +1,6 @@
 """Who is on the other end of a request: the client's address, read through the trusted
-reverse proxies in front (TRUSTED_PROXIES) from X-Forwarded-For.
+reverse proxies in front (TRUSTED_PROXIES) from X-Forwarded-For; whether it holds a secret
+bearer token.
 
 The rightmost address that is not a trusted proxy is the client: every proxy appends the
 address it received the request from, so addresses left of it are whatever the client
@@ -8,12 +9,19 @@ chose to send.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from aiohttp import web
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def bearer_matches(headers: Mapping[str, str], secret: str) -> bool:
+    """The request's Authorization is exactly `Bearer <secret>` (compared in constant time)."""
+    return hmac.compare_digest(headers.get("Authorization", "").encode(),
+                               f"Bearer {secret}".encode())
 
 
 def _trusted(address: str, proxies: Sequence[Network]) -> bool:

@@ -3,7 +3,6 @@ seeds/notification-service.md)."""
 
 from __future__ import annotations
 
-import hmac
 import re
 
 import orjson
@@ -15,6 +14,7 @@ from server.notify.fields import recipient_field, text_field
 from server.notify.sends import fingerprint, idempotency_key
 from server.notify.service import PENDING_GRACE
 from server.notify.texts import TYPES, NotificationType
+from server.peers import bearer_matches
 from server.settings import Settings
 from server.typedefs import DATABASE, SENDS
 
@@ -107,12 +107,9 @@ async def user_notifications(request: web.Request) -> web.Response:
 
 
 def token_middleware(token: str):
-    expected = f"Bearer {token}".encode()
-
     @web.middleware
     async def middleware(request: web.Request, handler):
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        if not bearer_matches(request.headers, token):
             raise Unauthorized("missing or wrong bearer token")
         return await handler(request)
     return middleware

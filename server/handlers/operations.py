@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 
 from aiohttp import web
@@ -12,6 +11,7 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import Forbidden, json_response
 from server.generation import queue as generation_queue
 from server.openapi import openapi_document
+from server.peers import bearer_matches
 from server.typedefs import DATABASE, ETAG_CACHE, GENERATION, METRICS, SETTINGS
 
 
@@ -22,8 +22,7 @@ PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
 def may_scrape(remote: str | None, headers, token: str) -> bool:
     """Metrics go to loopback clients that did not come through a proxy, or to the bearer of
     METRICS_TOKEN; nobody else (they tell an attacker what the fleet is doing)."""
-    if token and hmac.compare_digest(headers.get("Authorization", "").encode(),
-                                     f"Bearer {token}".encode()):
+    if token and bearer_matches(headers, token):
         return True
     if not remote or any(name in headers for name in PROXY_HEADERS):
         return False
