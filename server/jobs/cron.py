@@ -110,7 +110,7 @@ class CronJobs:
         except Exception as error:  # the database is away: the next tick will do
             log.warning("job %s: could not look for a missed tick: %s", name, error)
             return
-        if previous > max(last or installed, installed):
+        if previous > (installed if last is None else max(last, installed)):
             log.info("job %s: tick %s was missed while the service was down; running it now",
                      name, previous.isoformat())
             await self._tick(name, function, previous)
