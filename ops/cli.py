@@ -65,11 +65,15 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
             db, settings.retention_days, settings.activation_retention_days))
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "another retention run is in progress")
-        removed = outcome.detail["removed"]
-        print(f"retention: removed {removed['ids_events']} IDS events and "
-              f"{removed['cfm_records']} CFM records received before {outcome.detail['cutoff']}, "
-              f"{removed['activations']} activations before "
-              f"{outcome.detail['activation_cutoff']}")
+        detail = outcome.detail
+        for table, label, cutoff in (("ids_events", "IDS events", detail["cutoff"]),
+                                     ("cfm_records", "CFM records", detail["cutoff"]),
+                                     ("activations", "activations", detail["activation_cutoff"])):
+            removed = detail["removed"][table]
+            dropped = removed["partitions_dropped"]
+            print(f"retention: {label} before {cutoff}: {len(dropped)} partitions dropped "
+                  f"(about {removed['rows_in_dropped_partitions_estimate']} rows), "
+                  f"{removed['rows_deleted']} rows deleted")
         return 0
     return run_command("router-backend retention", body, settings=settings)
 

@@ -275,6 +275,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
             "retention job (long enough for monthly and yearly access reports).", _integer(1)),
     Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
+    Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of IDS events, CFM records and activations "
+            "per partition (by receive or activation time, UTC). Retention drops whole "
+            "partitions; a change applies to partitions created from then on.",
+            _integer(1, 366)),
 )
 
 
@@ -350,6 +354,7 @@ class Settings:
     retention_days: int
     activation_retention_days: int
     retention_cron_schedule: str
+    telemetry_partition_days: int
 
     @property
     def embedded_database(self) -> bool:

@@ -19,7 +19,7 @@ from psycopg2 import sql as pgsql
 
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from server.db.migrate import apply_migrations, ensure_database
+from server.db.migrate import ensure_database, prepare_schema
 from server.settings import Settings, load_settings
 
 
@@ -50,7 +50,7 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
     if template is None:
         ensure_database(location)
-        apply_migrations(location)
+        prepare_schema(location, partition_days=1)
     else:
         admin_execute(server, pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
             pgsql.Identifier(location.name), pgsql.Identifier(template.name)))

@@ -1,15 +1,18 @@
-"""Retention: exactly the rows older than the limit go, and ingestion running at the same time
-loses nothing."""
+"""Retention: whole partitions older than the limit are dropped, the one that straddles it is
+trimmed to exactly the rows older than the limit, and ingestion is never held up."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import orjson
+import psycopg2
 
 from server.db.lifecycle import open_database
+from server.db.partitions import grid_floor
 from server.jobs.retention import run_retention
 from testkit.database import command_env
 
@@ -29,19 +32,114 @@ def seed_activations(sql, ages_in_days: list[int]) -> None:
                  "VALUES (%s, now() - %s * interval '1 day')", (MAC, age))
 
 
-async def test_removes_exactly_the_old_rows(settings, sql):
+def partitions(sql, table: str) -> list[str]:
+    return [name for (name,) in sql.rows(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = %s::regclass ORDER BY 1", (table,))]
+
+
+def tomorrow() -> datetime:
+    return grid_floor(datetime.now(timezone.utc), 1) + timedelta(days=1)
+
+
+async def test_trims_the_straddling_partition_to_exactly_the_old_rows(settings, sql):
+    # Rows of the past live in the legacy partition (migration 0014), which straddles both
+    # cut-offs: it is trimmed row by row.
     seed_rows(sql, "ids_events", 1200, 300)
     seed_rows(sql, "cfm_records", 50, 70)
     seed_activations(sql, [1, 40, 399, 401, 800])
     async with open_database(settings) as db:
         detail = await run_retention(db, days=30, activation_days=400, batch_rows=250)
-    assert detail["removed"] == {"ids_events": 1200, "cfm_records": 50, "activations": 2}
+    deleted = {table: removed["rows_deleted"] for table, removed in detail["removed"].items()}
+    assert deleted == {"ids_events": 1200, "cfm_records": 50, "activations": 2}
+    assert all(not removed["partitions_dropped"] for removed in detail["removed"].values())
     # Activations follow their own, longer limit (the monthly report reads them).
     assert sql.value("SELECT count(*) FROM activations") == 3
     assert sql.value("SELECT count(*) FROM ids_events") == 300
     assert sql.value("SELECT count(*) FROM cfm_records") == 70
     assert sql.value("SELECT count(*) FROM ids_events WHERE received_at < "
                      "now() - interval '30 days'") == 0
+
+
+async def test_drops_whole_partitions_and_trims_only_the_straddling_one(settings, sql):
+    # Ten rows in each of the next six daily partitions; the clock moved so that the cut-off
+    # falls at noon of the fourth day: three partitions and the legacy one go whole, the
+    # fourth loses its 06:00 rows, the last two stay.
+    first = tomorrow()
+    for day in range(6):
+        sql.rows("INSERT INTO ids_events (mac, received_at, record) SELECT %s, %s, '{}' "
+                 "FROM generate_series(1, 10)", (MAC, first + timedelta(days=day, hours=6)))
+    sql.rows("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, now(), '{}')",
+             (MAC,))
+    sql.rows("ANALYZE ids_events")
+    later = first + timedelta(days=3, hours=12) + timedelta(days=30)
+    async with open_database(settings) as db:
+        detail = await run_retention(db, days=30, activation_days=400, now=later)
+    removed = detail["removed"]["ids_events"]
+    expected_dropped = ["ids_events_legacy"] + [
+        f"ids_events_p{first + timedelta(days=day):%Y%m%d}" for day in range(3)]
+    assert removed["partitions_dropped"] == expected_dropped
+    assert removed["rows_in_dropped_partitions_estimate"] == 31
+    assert removed["rows_deleted"] == 10
+    assert sql.value("SELECT count(*) FROM ids_events") == 20
+    assert not set(expected_dropped) & set(partitions(sql, "ids_events"))
+    assert sql.value("SELECT count(*) FROM pg_class WHERE relname = ANY(%s)",
+                     (expected_dropped,)) == 0
+
+
+async def test_dropping_partitions_never_blocks_ingestion(settings, sql, database):
+    # An upload's transaction is open on a partition that stays; retention detaches others
+    # concurrently. Another upload meanwhile is not held up, and the detach finishes once the
+    # open transaction ends.
+    first = tomorrow()
+    upload = psycopg2.connect(**database.connect_kwargs())
+    try:
+        with upload.cursor() as cur:
+            cur.execute("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{}')",
+                        (MAC, first + timedelta(days=5)))
+        async with open_database(settings) as db:
+            retention = asyncio.create_task(run_retention(
+                db, days=30, activation_days=400,
+                now=first + timedelta(days=2, hours=1) + timedelta(days=30)))
+            await asyncio.sleep(0.5)
+            started = asyncio.get_running_loop().time()
+            await asyncio.to_thread(sql.rows, "INSERT INTO ids_events (mac, received_at, record) "
+                                    "VALUES (%s, %s, '{}')", (MAC, first + timedelta(days=5)))
+            assert asyncio.get_running_loop().time() - started < 2
+            assert not retention.done()  # waits for the open upload, never the other way
+            upload.commit()
+            detail = await asyncio.wait_for(retention, 30)
+    finally:
+        upload.close()
+    assert len(detail["removed"]["ids_events"]["partitions_dropped"]) == 3
+    assert sql.value("SELECT count(*) FROM ids_events") == 2
+
+
+async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
+    first = tomorrow()
+    name = f"ids_events_p{first:%Y%m%d}"
+    # A DETACH CONCURRENTLY cancelled in its second phase leaves the partition pending.
+    conn = psycopg2.connect(**sql.location.connect_kwargs())
+    blocker = psycopg2.connect(**sql.location.connect_kwargs())
+    try:
+        conn.autocommit = True
+        with blocker.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {name}")  # an old snapshot that sees it
+        with conn.cursor() as cur:
+            cur.execute("SET statement_timeout = '500ms'")
+            try:
+                cur.execute(f"ALTER TABLE ids_events DETACH PARTITION {name} CONCURRENTLY")
+            except psycopg2.errors.QueryCanceled:
+                pass
+    finally:
+        blocker.close()
+        conn.close()
+    assert sql.value("SELECT inhdetachpending FROM pg_inherits "
+                     "WHERE inhrelid = %s::regclass", (name,))
+    async with open_database(settings) as db:
+        detail = await run_retention(db, days=30, activation_days=400)
+    assert name in detail["removed"]["ids_events"]["partitions_dropped"]
+    assert name not in partitions(sql, "ids_events")
 
 
 async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
@@ -62,7 +160,7 @@ async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
         _, detail = await asyncio.gather(ingest(), run_retention(db, days=30,
                                                                 activation_days=400,
                                                                 batch_rows=500))
-    assert detail["removed"]["ids_events"] == 20_000
+    assert detail["removed"]["ids_events"]["rows_deleted"] == 20_000
     assert accepted == 10_000
     assert sql.value("SELECT count(*) FROM ids_events") == 10_000
 
@@ -75,7 +173,8 @@ def test_retention_command(settings, sql):
                                             ACTIVATION_RETENTION_DAYS="10"),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "removed 30 IDS events and 0 CFM records" in result.stdout
-    assert ", 1 activations before" in result.stdout
+    assert "IDS events before" in result.stdout
+    assert ": 0 partitions dropped (about 0 rows), 30 rows deleted" in result.stdout
+    assert "activations before" in result.stdout and ", 1 rows deleted" in result.stdout
     assert sql.value("SELECT count(*) FROM activations") == 1
     assert sql.rows("SELECT job, status FROM job_runs") == [("retention", "succeeded")]

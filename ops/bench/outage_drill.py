@@ -28,7 +28,7 @@ from aiosmtpd.controller import Controller
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.embedded import EmbeddedPostgres, embedded_program
 from server.db.location import DatabaseLocation
-from server.db.migrate import apply_migrations, ensure_database
+from server.db.migrate import ensure_database, prepare_schema
 from testkit.server import ServerRunner, free_port
 
 PROBE_MAC = "02:00:00:00:0d:01"
@@ -77,7 +77,7 @@ class StoppableDatabase:
         self.location = DatabaseLocation(self._embedded.start(), 5432, "drill", "postgres", "",
                                          "disable")
         ensure_database(self.location)
-        apply_migrations(self.location)
+        prepare_schema(self.location, partition_days=1)
 
     def stop(self) -> None:
         """Fast shutdown, waiting up to STOP_WAIT_SECONDS (a loaded machine can be slow);

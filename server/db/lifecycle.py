@@ -9,7 +9,7 @@ from typing import AsyncIterator
 
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from server.db.migrate import apply_migrations, ensure_database, wait_until_reachable
+from server.db.migrate import ensure_database, prepare_schema, wait_until_reachable
 from server.db.pool import Database
 from server.settings import Settings
 
@@ -28,7 +28,7 @@ def configure_db_logging(settings: Settings) -> None:
 
 def prepare_database(settings: Settings) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
     """Blocking: start the embedded server when DB_HOST is unset, create the database when
-    missing, apply migrations. Returns where to connect and the embedded server to stop later."""
+    missing, apply migrations, create the time partitions ahead. Returns where to connect and the embedded server to stop later."""
     embedded = None
     host = settings.db_host
     if settings.embedded_database:
@@ -38,7 +38,7 @@ def prepare_database(settings: Settings) -> tuple[DatabaseLocation, EmbeddedPost
     try:
         wait_until_reachable(location, STARTUP_WAIT_SECONDS)
         ensure_database(location)
-        apply_migrations(location)
+        prepare_schema(location, settings.telemetry_partition_days)
     except BaseException:
         if embedded is not None:
             embedded.stop()

@@ -14,6 +14,7 @@ from yoyo import get_backend
 
 from migrations import read_schema_migrations
 from server.db.location import DatabaseLocation
+from server.db.partitions import ensure_partitions
 
 log = logging.getLogger("router_backend.db")
 
@@ -70,3 +71,12 @@ def apply_migrations(location: DatabaseLocation) -> list[str]:
             backend.connection.close()
     finally:
         lock_conn.close()  # closing the session releases the advisory lock
+
+
+def prepare_schema(location: DatabaseLocation, partition_days: int) -> None:
+    """Apply pending migrations, then create the time partitions the next days need, so an
+    insert never finds no partition (the hourly `partitions` job keeps them ahead)."""
+    apply_migrations(location)
+    created = ensure_partitions(location, partition_days)
+    if created:
+        log.info("created partitions: %s", ", ".join(created))

@@ -11,14 +11,14 @@ from server.db.pool import Database, execute
 FETCH_ROWS = 5_000
 
 # (UTC day, mac, activations, first, last) per router and day.
-_DAILY = """
+DAILY_ACTIVITY = """
 SELECT (activated_at AT TIME ZONE 'UTC')::date, mac::text, count(*),
        min(activated_at), max(activated_at)
 FROM activations WHERE activated_at >= %(start)s AND activated_at < %(end)s
 GROUP BY 1, 2 ORDER BY 1, 2"""
 
 # (mac, distinct UTC days with an activation) per router.
-_ACCESS_DAYS = """
+ACCESS_DAYS = """
 SELECT mac::text, count(DISTINCT (activated_at AT TIME ZONE 'UTC')::date)
 FROM activations WHERE activated_at >= %(start)s AND activated_at < %(end)s
 GROUP BY 1 ORDER BY 1"""
@@ -26,12 +26,12 @@ GROUP BY 1 ORDER BY 1"""
 
 def daily_activity(db: Database, start: datetime, end: datetime) -> AsyncIterator[tuple]:
     """Per router and UTC day in [start, end): (day, mac, activations, first, last)."""
-    return _stream(db, _DAILY, {"start": start, "end": end})
+    return _stream(db, DAILY_ACTIVITY, {"start": start, "end": end})
 
 
 def access_days(db: Database, start: datetime, end: datetime) -> AsyncIterator[tuple]:
     """Per router active in [start, end): (mac, number of UTC days with an activation)."""
-    return _stream(db, _ACCESS_DAYS, {"start": start, "end": end})
+    return _stream(db, ACCESS_DAYS, {"start": start, "end": end})
 
 
 async def _stream(db: Database, statement: str, params: dict) -> AsyncIterator[tuple]:

@@ -16,6 +16,12 @@ _REGISTER = (
     "INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING")
 
 
+SUBSCRIPTIONS = (
+    "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, last.activated_at "
+    "FROM routers r LEFT JOIN LATERAL (SELECT activated_at FROM activations a "
+    "WHERE a.mac = r.mac ORDER BY a.activated_at DESC LIMIT 1) last ON true ORDER BY r.mac")
+
+
 _MAKE_DUE = ("UPDATE generation_queue SET next_due_at = now() "
              "WHERE (%(mac)s::macaddr IS NULL OR mac = %(mac)s) AND next_due_at > now()")
 
@@ -39,11 +45,9 @@ async def is_registered(db: Database, mac: str) -> bool:
 
 async def list_subscriptions(db: Database) -> list[tuple]:
     """(mac, registered_at, registered_by, note, last contact) for every router; the last
-    contact is its newest activation (read newest-first from the primary key)."""
-    return await db.fetchall(
-        "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, last.activated_at "
-        "FROM routers r LEFT JOIN LATERAL (SELECT activated_at FROM activations a "
-        "WHERE a.mac = r.mac ORDER BY a.id DESC LIMIT 1) last ON true ORDER BY r.mac")
+    contact is its newest activation, read newest-first from the primary key (mac,
+    activated_at, id) of the newest partitions first, stopping at the first found."""
+    return await db.fetchall(SUBSCRIPTIONS)
 
 
 async def subscribe(db: Database, mac: str, note: str | None) -> bool:

@@ -9,8 +9,15 @@ metadata = sa.MetaData(naming_convention={
 })
 
 
-def _identity() -> sa.Column:
-    return sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True)
+def _mac_and_id() -> list[sa.Column]:
+    return [sa.Column("mac", MACADDR, nullable=False),
+            sa.Column("id", sa.BigInteger, sa.Identity(always=True), nullable=False)]
+
+
+def _time_key(time_column: str) -> sa.PrimaryKeyConstraint:
+    """The key of a table partitioned by `time_column` (migration 0014): (mac, time, id),
+    since a partitioned table's keys must hold its partition key."""
+    return sa.PrimaryKeyConstraint("mac", time_column, "id")
 
 
 def _flow_columns() -> list[sa.Column]:
@@ -49,29 +56,29 @@ router_keys = sa.Table(
 
 ids_events = sa.Table(
     "ids_events", metadata,
-    sa.Column("mac", MACADDR, primary_key=True),
-    _identity(),
+    *_mac_and_id(),
     *_flow_columns(),
     sa.Column("signature_id", sa.BigInteger),
     sa.Column("severity", sa.SmallInteger),
     sa.Column("record", JSONB, nullable=False),
+    _time_key("received_at"),
 )
 
 cfm_records = sa.Table(
     "cfm_records", metadata,
-    sa.Column("mac", MACADDR, primary_key=True),
-    _identity(),
+    *_mac_and_id(),
     *_flow_columns(),
     sa.Column("record", JSONB, nullable=False),
+    _time_key("received_at"),
 )
 
 activations = sa.Table(
     "activations", metadata,
-    sa.Column("mac", MACADDR, primary_key=True),
-    _identity(),
+    *_mac_and_id(),
     sa.Column("activated_at", sa.DateTime(timezone=True), nullable=False,
               server_default=sa.func.now()),
     sa.Column("address", INET),
+    _time_key("activated_at"),
 )
 
 firewall_allowlist = sa.Table(

@@ -8,12 +8,14 @@ SILENT_DAYS = 7      # "silent": registered for longer and no contact in that ti
 OVERDUE = "1 hour"   # "overdue": due longer than this (generation is falling behind)
 LISTED = 5           # examples shown of failing routers
 
-_ROUTERS = f"""
+ROUTERS_SEEN = f"""
 SELECT (SELECT count(*) FROM routers),
-       (SELECT count(DISTINCT mac) FROM activations WHERE activated_at > now() - interval '1 day'),
+       (SELECT count(DISTINCT mac) FROM activations
+        WHERE activated_at > now() - interval '1 day' AND activated_at <= now()),
        (SELECT count(*) FROM routers r WHERE r.registered_at < now() - interval '{SILENT_DAYS} days'
         AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.mac = r.mac
-                        AND a.activated_at > now() - interval '{SILENT_DAYS} days'))"""
+                        AND a.activated_at > now() - interval '{SILENT_DAYS} days'
+                        AND a.activated_at <= now()))"""
 
 _APPLIED = """
 SELECT count(*),
@@ -51,7 +53,7 @@ FROM notifications WHERE status <> 'sent'"""
 
 
 async def fleet_status(db: Database) -> dict:
-    registered, seen_day, silent = await db.fetchone(_ROUTERS)
+    registered, seen_day, silent = await db.fetchone(ROUTERS_SEEN)
     reporting, behind, failed = await db.fetchone(_APPLIED)
     claimed, due, overdue, failing = await db.fetchone(_QUEUE)
     last = await db.fetchone(_LAST_PREPROCESS)

@@ -93,6 +93,11 @@ def generate_and_store(task: RouterTask) -> RouterGenerated:
     return RouterGenerated(task.mac, result.version, result.stats, result.seconds)
 
 
+# Both bounds, so that only the partitions of the window are read (the plans are checked by
+# tests/test_partition_pruning.py). No row is newer than now(): received_at is when its
+# request began, activated_at the database's now().
+WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
+
 # Only alerts and flows count (each read through its partial index, migration 0008), so
 # records of other kinds, however many, never push them out of the summary.
 _KINDS = {"ids_events": "signature_id IS NOT NULL",
@@ -101,11 +106,11 @@ _KINDS = {"ids_events": "signature_id IS NOT NULL",
 
 def _recent(table: str, columns: str, condition: str = "true") -> str:
     return (f"(SELECT {columns} FROM {table} WHERE mac = %(mac)s AND {_KINDS[table]} "
-            f"AND {condition} AND received_at > now() - %(window)s "
+            f"AND {condition} AND {WITHIN_WINDOW.format(time='received_at')} "
             f"ORDER BY received_at DESC LIMIT {RECENT_ROWS}) recent")
 
 
-_RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
+RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
  (SELECT count(*) FROM renewed),
  (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
    SELECT signature_id AS sid, count(*) AS n, coalesce(min(severity), 255) AS severity
@@ -127,7 +132,8 @@ _RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
    GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts),
  (SELECT array_agg(DISTINCT host(address)) FROM (
    SELECT address FROM activations WHERE mac = %(mac)s AND address IS NOT NULL
-   AND activated_at > now() - %(window)s ORDER BY id DESC LIMIT {OWN_ADDRESSES}) own),
+   AND {WITHIN_WINDOW.format(time='activated_at')}
+   ORDER BY activated_at DESC LIMIT {OWN_ADDRESSES}) own),
  (SELECT array_agg(network::text) FROM firewall_allowlist
   WHERE mac IS NULL OR mac = %(mac)s),
  (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
@@ -137,7 +143,7 @@ _RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
 def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
     """Renew the lease and read what the router's telemetry of the window says (newest first,
     bounded), where it called from, its allowlist and rule overrides, in one round trip."""
-    cur.execute(_RENEW_AND_SUMMARISE, {
+    cur.execute(RENEW_AND_SUMMARISE, {
         "owner": task.owner, "mac": task.mac, "lease": task.lease, "window": task.window,
         "severity": task.block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
         "alerts": MAX_ALERTS})

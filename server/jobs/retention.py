@@ -1,39 +1,79 @@
-"""The retention job: delete IDS events and CFM records received more than RETENTION_DAYS ago,
-and activations older than ACTIVATION_RETENTION_DAYS, in small batches: each batch is its own
-short statement, so ingestion into the same tables is never held up for long. Scheduled on
-RETENTION_CRON_SCHEDULE only when DATA_RETENTION_ENABLED is true; an operator can run it by
-hand with `router-backend retention`."""
+"""The retention job: IDS events and CFM records received more than RETENTION_DAYS ago, and
+activations older than ACTIVATION_RETENTION_DAYS, go by whole partitions.
+
+For each table, a partition entirely older than the cut-off is detached with
+`DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent) and
+dropped: no row is deleted one by one, no WAL is written for its rows, nothing is left for
+vacuum. Only the one partition that straddles the cut-off is trimmed, by small batched
+deletes, each its own short statement. A detach interrupted by a crash is finished first.
+
+Rows in dropped partitions are not counted (that would read them all); the job reports the
+partitions dropped with PostgreSQL's estimate of their rows, and the exact count of rows
+deleted from the straddling partition.
+
+Scheduled on RETENTION_CRON_SCHEDULE only when DATA_RETENTION_ENABLED is true; an operator can
+run it by hand with `router-backend retention`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
 
+from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
 from server.db.pool import Database
 
-TELEMETRY_TABLES = ("ids_events", "cfm_records")
-TIME_COLUMNS = {"ids_events": "received_at", "cfm_records": "received_at",
-                "activations": "activated_at"}
 BATCH_ROWS = 5_000
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
 
 
 async def run_retention(db: Database, days: int, activation_days: int,
-                        batch_rows: int = BATCH_ROWS) -> dict:
-    now = datetime.now(timezone.utc)
-    cutoffs = {table: now - timedelta(days=days) for table in TELEMETRY_TABLES}
+                        batch_rows: int = BATCH_ROWS, now: datetime | None = None) -> dict:
+    now = now or datetime.now(timezone.utc)
+    cutoffs = {table: now - timedelta(days=days) for table in TIME_COLUMNS}
     cutoffs["activations"] = now - timedelta(days=activation_days)
     removed = {}
     for table, cutoff in cutoffs.items():
-        removed[table] = 0
-        while deleted := await _delete_batch(db, table, cutoff, batch_rows):
-            removed[table] += deleted
-            await asyncio.sleep(PAUSE_SECONDS)
+        removed[table] = await _trim_table(db, table, cutoff, batch_rows)
     return {"cutoff": cutoffs["ids_events"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(), "removed": removed}
 
 
-async def _delete_batch(db: Database, table: str, cutoff: datetime, batch: int) -> int:
-    statement = (f"DELETE FROM {table} WHERE (mac, id) IN (SELECT mac, id FROM {table} "
-                 f"WHERE {TIME_COLUMNS[table]} < %(cutoff)s LIMIT %(batch)s)")
-    return await db.execute(statement, {"cutoff": cutoff, "batch": batch})
+async def _trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int) -> dict:
+    outcome = {"partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
+               "rows_deleted": 0}
+    for partition in partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table})):
+        if partition.detaching or partition.older_than(cutoff):
+            outcome["rows_in_dropped_partitions_estimate"] += await _estimate_rows(db, partition)
+            await _detach_and_drop(db, table, partition)
+            outcome["partitions_dropped"].append(partition.name)
+        elif partition.straddles(cutoff):
+            outcome["rows_deleted"] += await _delete_older(db, partition, TIME_COLUMNS[table],
+                                                           cutoff, batch_rows)
+    return outcome
+
+
+async def _estimate_rows(db: Database, partition: Partition) -> int:
+    row = await db.fetchone("SELECT reltuples FROM pg_class WHERE relname = %s",
+                            (partition.name,))
+    return max(int(row[0]), 0) if row else 0
+
+
+async def _detach_and_drop(db: Database, table: str, partition: Partition) -> None:
+    # CONCURRENTLY cannot run inside a transaction block: each statement is its own
+    # (the pool's connections are in autocommit mode).
+    mode = "FINALIZE" if partition.detaching else "CONCURRENTLY"
+    await db.execute(f"ALTER TABLE {table} DETACH PARTITION {partition.name} {mode}")
+    await db.execute(f"DROP TABLE {partition.name}")
+
+
+async def _delete_older(db: Database, partition: Partition, column: str, cutoff: datetime,
+                        batch_rows: int) -> int:
+    statement = (f"DELETE FROM {partition.name} WHERE ctid = ANY(ARRAY("
+                 f"SELECT ctid FROM {partition.name} WHERE {column} < %(cutoff)s "
+                 f"LIMIT %(batch)s))")
+    deleted = 0
+    while removed := await db.execute(statement, {"cutoff": cutoff, "batch": batch_rows}):
+        deleted += removed
+        await asyncio.sleep(PAUSE_SECONDS)
+    return deleted

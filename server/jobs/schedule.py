@@ -7,14 +7,15 @@ from server.db.pool import Database
 from server.jobs.cron import CronJobs, JobFailed
 from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
+from server.jobs.partitions import PARTITIONS_CRON_SCHEDULE, create_partitions_ahead
 from server.jobs.retention import run_retention
 from server.metrics import Metrics
 from server.settings import Settings
 
 
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
-    """Rule preprocessing always (and at once when no ruleset was ever published); retention
-    when DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once
+    """Rule preprocessing always (and at once when no ruleset was ever published); time
+    partitions created ahead every hour; retention when DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once
     at start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 
@@ -28,7 +29,11 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
         return await run_retention(db, settings.retention_days,
                                    settings.activation_retention_days)
 
+    async def partitions() -> dict:
+        return await create_partitions_ahead(db, settings.telemetry_partition_days)
+
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
+    jobs.add("partitions", PARTITIONS_CRON_SCHEDULE, partitions)
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
     jobs.catch_up()

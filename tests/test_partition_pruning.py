@@ -1,0 +1,114 @@
+"""Every query on the time-partitioned tables reads only the partitions of its time range:
+each test reads the plan PostgreSQL makes for the service's own statement and fails when a
+partition outside the range is in it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import psycopg2
+import pytest
+
+from server.db.partitions import (LIST_PARTITIONS, TIME_COLUMNS, create_statements,
+                                  grid_floor, missing_ranges, partitions_from_rows)
+from server.db.reports import ACCESS_DAYS, DAILY_ACTIVITY
+from server.db.routers import SUBSCRIPTIONS
+from server.db.status import ROUTERS_SEEN
+from server.generation.task import MAX_ALERTS, RENEW_AND_SUMMARISE
+
+MAC = "02:00:00:00:00:07"
+HISTORY_DAYS = 45
+
+
+@pytest.fixture
+def daily_partitions(database, sql):
+    """The test database with daily partitions for the last HISTORY_DAYS days and the next
+    week, in place of the (empty) legacy partition; returns a connection to it."""
+    conn = psycopg2.connect(**database.connect_kwargs())
+    conn.autocommit = True
+    today = grid_floor(datetime.now(timezone.utc), 1)
+    with conn.cursor() as cur:
+        for table in TIME_COLUMNS:
+            cur.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_legacy")
+            cur.execute(f"DROP TABLE {table}_legacy")
+            cur.execute(LIST_PARTITIONS, {"table": table})
+            existing = partitions_from_rows(cur.fetchall())
+            for start, end in missing_ranges(existing, today - timedelta(days=HISTORY_DAYS),
+                                             today + timedelta(days=1), 1):
+                for statement in create_statements(table, start, end):
+                    cur.execute(statement)
+        cur.execute("INSERT INTO routers (mac) VALUES (%s)", (MAC,))
+        cur.execute("INSERT INTO generation_queue (mac) VALUES (%s)", (MAC,))
+        cur.execute("INSERT INTO activations (mac) VALUES (%s)", (MAC,))
+    yield conn
+    conn.close()
+
+
+def scanned_partitions(conn, statement: str, params=None, analyze: bool = False) -> set[str]:
+    """Partitions the plan reads (with `analyze`, only those actually executed)."""
+    with conn.cursor() as cur:
+        options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+        cur.execute(f"EXPLAIN ({options}) {statement}", params)
+        plan = cur.fetchone()[0]
+    plan = orjson.loads(plan) if isinstance(plan, str) else plan
+    found = set()
+
+    def walk(node: dict) -> None:
+        relation = node.get("Relation Name")
+        if relation and "_p" in relation and (not analyze or node.get("Actual Loops", 0)):
+            found.add(relation)
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return found
+
+
+def partitions_between(table: str, start: datetime, end: datetime) -> set[str]:
+    """Names of the daily partitions that overlap [start, end]."""
+    day = grid_floor(start, 1)
+    names = set()
+    while day <= end:
+        names.add(f"{table}_p{day:%Y%m%d}")
+        day += timedelta(days=1)
+    return names
+
+
+def test_generation_summary_reads_only_the_window(daily_partitions):
+    now = datetime.now(timezone.utc)
+    window = timedelta(days=7)
+    scanned = scanned_partitions(daily_partitions, RENEW_AND_SUMMARISE, {
+        "owner": "test", "mac": MAC, "lease": timedelta(seconds=60), "window": window,
+        "severity": 2, "sids": 10, "top": 10, "alerts": MAX_ALERTS})
+    expected = (partitions_between("ids_events", now - window, now)
+                | partitions_between("cfm_records", now - window, now)
+                | partitions_between("activations", now - window, now))
+    assert scanned and scanned <= expected
+    assert {name.split("_p")[0] for name in scanned} == {"ids_events", "cfm_records",
+                                                        "activations"}
+
+
+def test_access_reports_read_only_their_month(daily_partitions):
+    today = grid_floor(datetime.now(timezone.utc), 1)
+    start, end = today - timedelta(days=30), today - timedelta(days=10)
+    for statement in (DAILY_ACTIVITY, ACCESS_DAYS):
+        scanned = scanned_partitions(daily_partitions, statement, {"start": start, "end": end})
+        assert scanned == partitions_between("activations", start, end - timedelta(seconds=1))
+
+
+def test_status_reads_only_the_last_week(daily_partitions):
+    now = datetime.now(timezone.utc)
+    scanned = scanned_partitions(daily_partitions, ROUTERS_SEEN)
+    assert scanned and scanned <= partitions_between("activations",
+                                                     now - timedelta(days=7), now)
+
+
+def test_last_contact_stops_at_the_newest_partition_with_a_row(daily_partitions):
+    # Unbounded by nature (a router's last contact may be months old): the plan reads the
+    # partitions newest first and stops at the first row: it executes the (empty) ones
+    # created ahead and today's, never an older one.
+    scanned = scanned_partitions(daily_partitions, SUBSCRIPTIONS, analyze=True)
+    today = f"activations_p{datetime.now(timezone.utc):%Y%m%d}"
+    assert today in scanned
+    assert all(name >= today for name in scanned)
