@@ -237,8 +237,10 @@ SETTINGS: tuple[Setting, ...] = (
             "severe and most alerted first); the rest is sampled.", _integer(0, 100)),
     Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
             "firewall payload.", _integer(1)),
-    Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules", "Name of each router's rule file "
-            "in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes).", _text),
+    Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules.gz", "Name of each router's rule "
+            "file in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes). A name ending in "
+            "`.gz` is written gzip-compressed (about 53 KB instead of 315 KB per router; read it "
+            "with zcat); any other name, as plain text.", _text),
     Setting("RULE_GENERATION_POLL_SECONDS", "5", "How often an idle generation queue looks for "
             "due routers.", _integer(1)),
     Setting("JOB_RETRY_DELAY_SECONDS", "600", "Wait before a failed scheduled job is tried "

@@ -11,6 +11,7 @@ import contextlib
 import os
 import tempfile
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -20,6 +21,7 @@ from psycopg2 import sql as pgsql
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database, prepare_schema
+from server.db.partitions import TIME_COLUMNS, ensure_partitions
 from server.settings import Settings, load_settings
 
 
@@ -59,6 +61,14 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     finally:
         admin_execute(server, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             pgsql.Identifier(location.name)))
+
+
+def partitions_for_history(location: DatabaseLocation, days: int) -> None:
+    """Daily partitions for the last `days` days in place of the legacy partition (which must
+    be empty), so that rows of the past land in partitions of their own day."""
+    admin_execute(location, ";".join(f"ALTER TABLE {table} DETACH PARTITION {table}_legacy; "
+                                     f"DROP TABLE {table}_legacy" for table in TIME_COLUMNS))
+    ensure_partitions(location, 1, since=datetime.now(timezone.utc) - timedelta(days=days))
 
 
 def admin_execute(location: DatabaseLocation, statement, params=None) -> None:

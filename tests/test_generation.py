@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
 import subprocess
 import sys
@@ -116,8 +117,9 @@ async def test_rulegen_payloads(published, make_client, sql):
     reasons = {r["sid"]: r["reason"] for r in ids["rules"]}
     assert all(reasons[sid] == "fired" for sid in fired_enabled)
     assert firewall["entry_count"] == len(firewall["entries"]) > 0
-    rules_file = settings.rule_data_path / "idps_rules" / f"{MAC.replace(':', '-')}.rules"
-    assert [line for line in rules_file.read_text().splitlines()
+    rules_file = settings.rule_data_path / "idps_rules" / f"{MAC.replace(':', '-')}.rules.gz"
+    text = gzip.decompress(rules_file.read_bytes()).decode()
+    assert [line for line in text.splitlines()
             if line and not line.startswith("#")] == [r["raw"] for r in ids["rules"]]
 
     second = rulegen(settings, MAC)

@@ -10,12 +10,12 @@ import orjson
 import psycopg2
 import pytest
 
-from server.db.partitions import (LIST_PARTITIONS, TIME_COLUMNS, create_statements,
-                                  grid_floor, missing_ranges, partitions_from_rows)
+from server.db.partitions import grid_floor
 from server.db.reports import ACCESS_DAYS, DAILY_ACTIVITY
 from server.db.routers import SUBSCRIPTIONS
 from server.db.status import ROUTERS_SEEN
 from server.generation.task import MAX_ALERTS, RENEW_AND_SUMMARISE
+from testkit.database import partitions_for_history
 
 MAC = "02:00:00:00:00:07"
 HISTORY_DAYS = 45
@@ -25,19 +25,10 @@ HISTORY_DAYS = 45
 def daily_partitions(database, sql):
     """The test database with daily partitions for the last HISTORY_DAYS days and the next
     week, in place of the (empty) legacy partition; returns a connection to it."""
+    partitions_for_history(database, HISTORY_DAYS)
     conn = psycopg2.connect(**database.connect_kwargs())
     conn.autocommit = True
-    today = grid_floor(datetime.now(timezone.utc), 1)
     with conn.cursor() as cur:
-        for table in TIME_COLUMNS:
-            cur.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_legacy")
-            cur.execute(f"DROP TABLE {table}_legacy")
-            cur.execute(LIST_PARTITIONS, {"table": table})
-            existing = partitions_from_rows(cur.fetchall())
-            for start, end in missing_ranges(existing, today - timedelta(days=HISTORY_DAYS),
-                                             today + timedelta(days=1), 1):
-                for statement in create_statements(table, start, end):
-                    cur.execute(statement)
         cur.execute("INSERT INTO routers (mac) VALUES (%s)", (MAC,))
         cur.execute("INSERT INTO generation_queue (mac) VALUES (%s)", (MAC,))
         cur.execute("INSERT INTO activations (mac) VALUES (%s)", (MAC,))

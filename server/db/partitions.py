@@ -113,10 +113,11 @@ def horizon(now: datetime, days: int) -> datetime:
     return now + max(AHEAD, timedelta(days=2 * days))
 
 
-def ensure_partitions(location: DatabaseLocation, days: int,
-                      now: datetime | None = None) -> list[str]:
-    """Blocking: create the partitions missing between now and the horizon, for every
-    partitioned table; return their names. Safe to run from several processes at once."""
+def ensure_partitions(location: DatabaseLocation, days: int, now: datetime | None = None,
+                      since: datetime | None = None) -> list[str]:
+    """Blocking: create the partitions missing between now (or `since`, for benchmarks that
+    load history) and the horizon, for every partitioned table; return their names. Safe to
+    run from several processes at once."""
     now = now or datetime.now(timezone.utc)
     created = []
     conn = psycopg2.connect(**location.connect_kwargs())
@@ -127,7 +128,8 @@ def ensure_partitions(location: DatabaseLocation, days: int,
                 cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
                 cur.execute(LIST_PARTITIONS, {"table": table})
                 existing = partitions_from_rows(cur.fetchall())
-                for start, end in missing_ranges(existing, now, horizon(now, days), days):
+                for start, end in missing_ranges(existing, since or now, horizon(now, days),
+                                                 days):
                     for statement in create_statements(table, start, end):
                         cur.execute(statement)
                     created.append(partition_name(table, start))

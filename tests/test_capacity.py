@@ -1,0 +1,44 @@
+"""Quick versions of the capacity benchmarks (ops/bench/partitions.py, ops/bench/storage.py):
+retention by partition drop against the batched delete of the same rows, and the disk each
+router takes. Both need the corpus (../shared/corpus) for real rules and records."""
+
+from __future__ import annotations
+
+import psycopg2
+
+from ops.bench.partitions import PLAIN_TABLES, retention_figures
+from ops.bench.storage import BUDGET_BYTES, measure
+from testkit.corpus import corpus_path
+from testkit.database import partitions_for_history
+
+DAYS = 10
+
+
+def test_retention_by_partition_drop_writes_far_less_wal(database):
+    partitions_for_history(database, DAYS)
+    conn = psycopg2.connect(**database.connect_kwargs())
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(PLAIN_TABLES)
+            figures = retention_figures(database, cur, 100_000, DAYS)
+            cur.execute("SELECT count(*) FROM ids_events")
+            left_partitioned = cur.fetchone()[0]
+            cur.execute("SELECT count(*) FROM plain_events")
+            left_plain = cur.fetchone()[0]
+    finally:
+        conn.close()
+    assert figures.rows_removed == 100_000 - left_plain > 40_000
+    assert left_partitioned == left_plain
+    assert figures.partitions_dropped == DAYS // 2
+    assert figures.delete_wal > 10 * figures.drop_wal
+
+
+def test_storage_per_router_within_budget():
+    corpus_path("eve")
+    corpus_path("et-open-2020", "emerging.rules.zip")
+    footprints, per_record = measure(routers=20, records=2_000)
+    before, after = footprints.values()
+    assert after.per_router <= BUDGET_BYTES < before.per_router
+    assert after.tables["router_rules"] > 0 and after.files > 0
+    assert 200 < per_record["alert"] < 5_000 and 200 < per_record["flow"] < 5_000
