@@ -17,7 +17,9 @@ from typing import Iterator, Mapping
 
 import psycopg2
 from psycopg2 import sql as pgsql
+from yoyo import get_backend
 
+from migrations import read_schema_migrations
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database, prepare_schema
@@ -61,6 +63,21 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     finally:
         admin_execute(server, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             pgsql.Identifier(location.name)))
+
+
+def migrate(location: DatabaseLocation, migration: str, direction: str = "apply") -> None:
+    """Apply the migrations up to `migration`, or roll back down to it (included)."""
+    backend = get_backend(location.yoyo_url())
+    try:
+        migrations = read_schema_migrations()
+        if direction == "apply":
+            backend.apply_migrations(backend.to_apply(
+                migrations.filter(lambda m: m.id <= migration)))
+        else:
+            backend.rollback_migrations(backend.to_rollback(
+                migrations.filter(lambda m: m.id >= migration)))
+    finally:
+        backend.connection.close()
 
 
 def partitions_for_history(location: DatabaseLocation, days: int) -> None:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from yoyo import get_backend
-
-from migrations import read_schema_migrations
 from server.db.partitions import (Partition, ensure_partitions, grid_floor, horizon,
                                   missing_ranges)
-from testkit.database import Sql, migrated_database
+from testkit.database import Sql, migrate, migrated_database
 
 COLUMNS = {
     "ids_events": "mac, id, received_at, event_time, event_type, src_ip, src_port, dest_ip, "
@@ -45,19 +42,6 @@ def fill_under_the_old_schema(sql: Sql) -> None:
              "SELECT ('02:00:00:00:00:' || lpad(to_hex(n % 16), 2, '0'))::macaddr, "
              "now() - n * interval '1 hour', ('198.51.100.' || n % 200)::inet "
              "FROM generate_series(1, 500) n")
-
-
-def migrate(location, to: str, direction: str = "apply") -> None:
-    backend = get_backend(location.yoyo_url())
-    try:
-        migrations = read_schema_migrations()
-        if direction == "apply":
-            backend.apply_migrations(backend.to_apply(migrations.filter(lambda m: m.id <= to)))
-        else:
-            backend.rollback_migrations(backend.to_rollback(
-                migrations.filter(lambda m: m.id >= to)))
-    finally:
-        backend.connection.close()
 
 
 def test_converting_a_filled_database_keeps_every_row_and_rolls_back(pg_server):

@@ -17,6 +17,8 @@ partitions for the last --days days) and plain copies shaped as before migration
    EVE alerts, 2,000 records a statement, into each layout in alternating rounds.
 3. Access report: the monthly report's query (server/db/reports.py) for the last full month
    over --activations activations spread over 60 days, in each layout.
+4. Upgrade: migration 0014 on a database filled with --convert-rows events under the schema
+   before it (rolled back to 0013), timed: how long an upgrade holds the tables.
 
 Prints each figure as a ratio of the two layouts in the same run.
 """
@@ -42,12 +44,13 @@ from server.db.telemetry import insert_statement
 from server.ingest.extract import EVENT_COLUMNS, encode_row, event_row
 from server.jobs.retention import BATCH_ROWS, run_retention
 from testkit import CORPUS
-from testkit.database import partitions_for_history, throwaway_database
+from testkit.database import migrate, partitions_for_history, throwaway_database
 
 ROUTERS = 1_000
 ACTIVATION_DAYS = 60
 INGEST_ROUNDS = 3
 INGEST_RECORDS = 100_000
+PARTITIONING = "0014.time-partitions"
 INSERT_BATCH = 2_000
 FILL_CHUNK = 1_000_000
 
@@ -66,6 +69,12 @@ CREATE TABLE plain_activations (
 CREATE INDEX ON plain_activations USING brin (activated_at);
 """
 
+# The monthly report's statement before this change, for the reference run.
+PREVIOUS_ACCESS_DAYS = """
+SELECT mac::text, count(DISTINCT (activated_at AT TIME ZONE 'UTC')::date)
+FROM activations WHERE activated_at >= %(start)s AND activated_at < %(end)s
+GROUP BY 1 ORDER BY 1"""
+
 # The previous retention job's statement, verbatim but for the table name.
 PLAIN_DELETE = ("DELETE FROM plain_events WHERE (mac, id) IN (SELECT mac, id FROM plain_events "
                 "WHERE received_at < %(cutoff)s LIMIT %(batch)s)")
@@ -81,7 +90,14 @@ def connect(location):
 
 
 def fill_events(cur, rows: int, start: datetime, days: int) -> None:
-    """Rows spread evenly over [start, start + days), alerts shaped like the corpus's."""
+    """The same rows in both layouts."""
+    insert_events(cur, rows, start, days)
+    cur.execute("INSERT INTO plain_events OVERRIDING SYSTEM VALUE SELECT * FROM ids_events")
+
+
+def insert_events(cur, rows: int, start: datetime, days: int) -> None:
+    """Rows into ids_events spread evenly over [start, start + days), alerts shaped like the
+    corpus's, from 1,000 routers."""
     step = timedelta(days=days) / rows
     for first in range(0, rows, FILL_CHUNK):
         last = min(rows, first + FILL_CHUNK)
@@ -99,7 +115,6 @@ def fill_events(cur, rows: int, start: datetime, days: int) -> None:
                            'category', 'Potential Corporate Privacy Violation'))
             FROM generate_series(%(first)s, %(last)s - 1) n""",
                     {"start": start, "step": step, "first": first, "last": last})
-    cur.execute("INSERT INTO plain_events OVERRIDING SYSTEM VALUE SELECT * FROM ids_events")
 
 
 def fill_activations(cur, rows: int, start: datetime, days: int) -> None:
@@ -174,8 +189,9 @@ def ingest_rate(cur, table: str, rows: list[bytes]) -> float:
     return len(rows) / (time.perf_counter() - started)
 
 
-def report_seconds(cur, table: str, start: datetime, end: datetime) -> tuple[float, int]:
-    statement = ACCESS_DAYS.replace("FROM activations", f"FROM {table}")
+def report_seconds(cur, statement: str, table: str, start: datetime, end: datetime
+                   ) -> tuple[float, int]:
+    statement = statement.replace("FROM activations", f"FROM {table}")
     started = time.perf_counter()
     cur.execute(statement, {"start": start, "end": end})
     rows = len(cur.fetchall())
@@ -248,14 +264,41 @@ def report_part(location, cur, activations: int) -> None:
           f"in {time.perf_counter() - started:.0f}s", flush=True)
     end = today.replace(day=1)
     start = (end - timedelta(days=1)).replace(day=1)
+    runs = {"before (previous query, plain table)": (PREVIOUS_ACCESS_DAYS, "plain_activations"),
+            "after (its query, partitioned table)": (ACCESS_DAYS, "activations"),
+            "its query on the plain table": (ACCESS_DAYS, "plain_activations")}
     timings = {}
-    for table in ("plain_activations", "activations", "plain_activations", "activations"):
-        seconds, routers = report_seconds(cur, table, start, end)
-        timings[table] = min(seconds, timings.get(table, seconds))
-    print(f"monthly access report for {start:%Y-%m} ({routers} routers), best of 2: "
-          f"partitioned {timings['activations']:.2f} s vs plain "
-          f"{timings['plain_activations']:.2f} s: "
-          f"{timings['plain_activations'] / timings['activations']:.2f}x faster")
+    for _ in range(2):
+        for name, (statement, table) in runs.items():
+            seconds, routers = report_seconds(cur, statement, table, start, end)
+            timings[name] = min(seconds, timings.get(name, seconds))
+    print(f"monthly access report for {start:%Y-%m} ({routers} routers), best of 2:")
+    for name, seconds in timings.items():
+        print(f"  {name:38} {seconds:6.2f} s")
+    before, after = list(timings.values())[:2]
+    print(f"  after vs before: {before / after:.2f}x faster")
+
+
+def conversion_part(rows: int, days: int) -> None:
+    """Migration 0014 on a database filled under the schema before it: how long the upgrade
+    holds the tables."""
+    with throwaway_database() as (location, _):
+        migrate(location, PARTITIONING, "rollback")
+        conn = connect(location)
+        try:
+            with conn.cursor() as cur:
+                insert_events(cur, rows, datetime.now(timezone.utc) - timedelta(days=days), days)
+                cur.execute("VACUUM ANALYZE ids_events")
+                started = time.perf_counter()
+                migrate(location, PARTITIONING)
+                seconds = time.perf_counter() - started
+                cur.execute("SELECT count(*) FROM ids_events_legacy")
+                kept = cur.fetchone()[0]
+        finally:
+            conn.close()
+    print(f"upgrade (migration 0014) of a database holding {rows:,} events: {seconds:.1f} s, "
+          f"{kept:,} rows kept in ids_events_legacy, none copied "
+          f"({seconds / rows * 1e6:.2f} s per million rows)")
 
 
 def main() -> int:
@@ -264,6 +307,8 @@ def main() -> int:
     parser.add_argument("--activations", type=int, default=10_000_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--records", type=int, default=INGEST_RECORDS)
+    parser.add_argument("--convert-rows", type=int, default=10_000_000,
+                        help="events in the database that migration 0014 converts (0: skip)")
     args = parser.parse_args()
     if not (CORPUS / "eve").is_dir():
         print(f"{CORPUS / 'eve'} not found", file=sys.stderr)
@@ -279,6 +324,8 @@ def main() -> int:
                 report_part(location, cur, args.activations)
         finally:
             conn.close()
+    if args.convert_rows:
+        conversion_part(args.convert_rows, args.days)
     return 0
 
 

@@ -73,7 +73,9 @@ async def _delete_older(db: Database, partition: Partition, column: str, cutoff:
                  f"SELECT ctid FROM {partition.name} WHERE {column} < %(cutoff)s "
                  f"LIMIT %(batch)s))")
     deleted = 0
-    while removed := await db.execute(statement, {"cutoff": cutoff, "batch": batch_rows}):
+    while True:
+        removed = await db.execute(statement, {"cutoff": cutoff, "batch": batch_rows})
         deleted += removed
+        if removed < batch_rows:  # no row older than the cut-off arrives any more
+            return deleted
         await asyncio.sleep(PAUSE_SECONDS)
-    return deleted
