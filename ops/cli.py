@@ -24,7 +24,8 @@ from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
-from server.shutdown import serve_until_stopped
+from server.shutdown import run_until_stopped, serve_until_stopped
+from server.supervisor import Supervisor
 from server.typedefs import IN_FLIGHT
 
 
@@ -34,10 +35,21 @@ def configure_logging() -> None:
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
-    app = create_app(settings)
-    asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
-                                    settings.listen_port, settings.shutdown_grace_seconds,
-                                    settings.http_idle_timeout_seconds))
+    """One process doing everything (HTTP_WORKERS=1), the supervisor of HTTP_WORKERS workers,
+    or (`--role`, as the supervisor starts them) one of its children."""
+    role = getattr(args, "role", None)
+    workers = getattr(args, "workers", None) or settings.http_workers
+    if role is None and workers > 1:
+        return Supervisor(settings, workers, [sys.executable, "-m", "ops.cli", "serve"]).run()
+    role = role or "all"
+    app = create_app(settings, role, getattr(args, "metrics_dir", None))
+    if role == "background":
+        asyncio.run(run_until_stopped(app))
+    else:
+        asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
+                                        settings.listen_port, settings.shutdown_grace_seconds,
+                                        settings.http_idle_timeout_seconds,
+                                        reuse_port=role == "http"))
     return 0
 
 
@@ -78,11 +90,24 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
     return run_command("router-backend retention", body, settings=settings)
 
 
+def positive_integer(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {number}")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="router-backend",
                                      description="Router IDS backend and notification service.")
     commands = parser.add_subparsers(dest="command")
-    commands.add_parser("serve", help="run the HTTP service (the default)")
+    serve_parser = commands.add_parser("serve", help="run the HTTP service (the default)")
+    serve_parser.add_argument("--workers", type=positive_integer, default=None,
+                              help="HTTP worker processes (default: HTTP_WORKERS)")
+    # Set by the supervisor for its children, not by operators.
+    serve_parser.add_argument("--role", choices=("http", "background"), default=None,
+                              help=argparse.SUPPRESS)
+    serve_parser.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
     commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS and "
                         "activations older than ACTIVATION_RETENTION_DAYS, now")
     add_subscription_arguments(commands.add_parser(
@@ -116,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as error:
         print(f"router-backend: {error}", file=sys.stderr)
         return 2
-    except ConnectionError as error:
+    except OSError as error:  # the database unreachable, the port taken ...
         print(f"router-backend: {error}", file=sys.stderr)
         return 1
 

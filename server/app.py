@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import AsyncIterator
 
@@ -13,6 +15,7 @@ from server.errors import error_middleware
 from server.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
+from server.handlers.operations import refresh_process_gauges
 from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.identity import RouterRegistry
@@ -28,8 +31,8 @@ from server.router_keys import RouterKeys
 from server.settings import Settings
 from server.shutdown import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
-                             INGEST_DATABASE, METRICS, NOTIFIER, ROUTER_KEYS, ROUTER_REGISTRY,
-                             SENDS, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
+                             INGEST_DATABASE, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
+                             ROUTER_REGISTRY, SENDS, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
 
@@ -37,10 +40,22 @@ log = logging.getLogger("router_backend.http")
 CLIENT_MAX_SIZE = 1024 * 1024
 
 
-def create_app(settings: Settings) -> web.Application:
-    for warning in exposure_warnings(settings):
-        log.warning("%s", warning)
-    metrics, in_flight = Metrics(), InFlight()
+# What one process does. `all`: everything (HTTP_WORKERS=1). Under the supervisor
+# (server/supervisor.py): `http`, one of the HTTP workers (requests only), and `background`,
+# the host's one process for the generation queue, scheduled jobs and notification retries.
+ROLES = ("all", "http", "background")
+GAUGE_REFRESH_SECONDS = 5
+
+
+def create_app(settings: Settings, role: str = "all",
+               metrics_dir: str | None = None) -> web.Application:
+    """`metrics_dir`: the supervisor's multiprocess metrics directory (server/metrics.py)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+    if role != "background":
+        for warning in exposure_warnings(settings):
+            log.warning("%s", warning)
+    metrics, in_flight = Metrics(metrics_dir), InFlight()
     app = web.Application(middlewares=[in_flight.middleware, request_middleware(metrics),
                                        error_middleware(settings.db_retry_after_seconds)],
                           client_max_size=CLIENT_MAX_SIZE,
@@ -49,9 +64,28 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[IN_FLIGHT] = in_flight
+    app[ROLE] = role
     app.cleanup_ctx.append(database_context)
-    setup_operations_routes(app)
+    if role != "background":
+        metrics.http_workers.set(1)
+        setup_operations_routes(app)
     if "router" in settings.services:
+        add_router_service(app)
+    if "notifications" in settings.services:
+        app.cleanup_ctx.append(notifications_context)
+        if role != "background":
+            app.add_subapp("/api/", create_notifications_app(settings))
+    if metrics_dir:
+        app.cleanup_ctx.append(gauge_refresh_context)
+    return app
+
+
+def add_router_service(app: web.Application) -> None:
+    settings, metrics = app[SETTINGS], app[METRICS]
+    if app[ROLE] != "http":  # first: the registry wakes the queue this process runs
+        app.cleanup_ctx.append(generation_context)
+        app.cleanup_ctx.append(jobs_context)
+    if app[ROLE] != "background":
         app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
                                         settings.router_records_per_minute,
@@ -59,13 +93,8 @@ def create_app(settings: Settings) -> web.Application:
         app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(telemetry_tally_context)
         app.cleanup_ctx.append(etag_cache_context)
-        app.cleanup_ctx.append(generation_context)
-        app.cleanup_ctx.append(jobs_context)
+        app.cleanup_ctx.append(registry_context)
         setup_routes(app)
-    if "notifications" in settings.services:
-        app.cleanup_ctx.append(notifications_context)
-        app.add_subapp("/api/", create_notifications_app(settings))
-    return app
 
 
 def exposure_warnings(settings: Settings) -> list[str]:
@@ -125,42 +154,68 @@ async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def generation_context(app: web.Application) -> AsyncIterator[None]:
-    """The generation queue and its process pool (when this process generates), and the
-    router registry, which wakes the queue when a new router appears."""
+    """The generation queue and its process pool, when this process generates."""
     settings = app[SETTINGS]
-    service, pool = None, None
-    if settings.rule_generation_enabled:
-        pool = generation_pool(settings.rule_generation_max_concurrent,
-                               settings.rule_generation_command_timeout_seconds)
-        service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings),
-                                    app[METRICS])
-        app[GENERATION] = service
-        service.start()
+    if not settings.rule_generation_enabled:
+        yield
+        return
+    pool = generation_pool(settings.rule_generation_max_concurrent,
+                           settings.rule_generation_command_timeout_seconds)
+    service = GenerationService(app[DATABASE], pool, GenerationConfig.from_settings(settings),
+                                app[METRICS])
+    app[GENERATION] = service
+    service.start()
+    finished = True
+    try:
+        yield
+    finally:
+        finished = await service.stop(settings.shutdown_grace_seconds)
+        pool.close(wait=finished)
+
+
+async def registry_context(app: web.Application) -> AsyncIterator[None]:
+    """Router keys and registrations. A new router wakes the generation queue when this
+    process runs it; an HTTP worker's new routers are found by the queue's next poll
+    (RULE_GENERATION_POLL_SECONDS)."""
+    settings = app[SETTINGS]
+    service = app.get(GENERATION)
     app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS],
                                   settings.trusted_proxies)
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
-        app[FLOOD_LIMITS],
-        on_new_router=service.wake if service else lambda: None)
-    try:
-        yield
-    finally:
-        finished = True
-        if service is not None:
-            finished = await service.stop(settings.shutdown_grace_seconds)
-        if pool is not None:
-            pool.close(wait=finished)
+        app[FLOOD_LIMITS], on_new_router=service.wake if service else lambda: None)
+    yield
 
 
 async def notifications_context(app: web.Application) -> AsyncIterator[None]:
+    """The notifier for the send endpoints; its retry loop runs once per host (not in the
+    supervisor's HTTP workers)."""
     notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS], app[METRICS])
     app[NOTIFIER] = notifier
     app[SENDS] = Sends.from_settings(app[DATABASE], notifier, app[SETTINGS])
-    notifier.start()
+    if app[ROLE] != "http":
+        notifier.start()
     try:
         yield
     finally:
         await notifier.stop()
+
+
+async def gauge_refresh_context(app: web.Application) -> AsyncIterator[None]:
+    """Under the supervisor a scrape is answered by one process: every process refreshes its
+    own gauges (pools, caches, workers) for the others to report."""
+    async def refresh() -> None:
+        while True:
+            refresh_process_gauges(app)
+            await asyncio.sleep(GAUGE_REFRESH_SECONDS)
+
+    task = asyncio.create_task(refresh(), name="gauge-refresh")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:

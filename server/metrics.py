@@ -1,8 +1,12 @@
-"""The process's Prometheus metrics, served at GET /metrics.
+"""Prometheus metrics, served at GET /metrics.
 
-Each server process counts for itself (a registry per app, not the library's global one);
-with several processes, Prometheus scrapes each of them. Values that live in the database
-(the generation queue) are read when scraped.
+A single process (HTTP_WORKERS=1) counts for itself in a registry of its app's own. Under the
+supervisor (server/supervisor.py) every process of the host writes its values to files in
+one directory (prometheus_client's multiprocess mode, switched on by the supervisor through
+PROMETHEUS_MULTIPROC_DIR in its children's environment), and whichever HTTP worker answers a
+scrape reports the whole host: counters and histograms summed over every process that ever
+ran since start-up, gauges per their mode below (`live...`: processes alive now). Values that
+live in the database (the generation queue) are read when scraped.
 """
 
 from __future__ import annotations
@@ -12,12 +16,16 @@ import time
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        """`multiprocess_dir`: the directory every process of the host writes to (the
+        supervisor's), whose sum a scrape reports; None: this process alone."""
+        self.multiprocess_dir = multiprocess_dir
         self.registry = CollectorRegistry()
         registry = self.registry
         self.requests = Counter("http_requests", "HTTP requests answered",
@@ -35,20 +43,23 @@ class Metrics:
         self.queue = Gauge("rule_generation_queue_routers", "Routers in the generation queue "
                            "(whole database): claimed, due, overdue (due for over an hour), "
                            "failing (last generation failed), total", ["state"],
-                           registry=registry)
+                           multiprocess_mode="mostrecent", registry=registry)
         # `job_name`, not `job`: Prometheus keeps `job` for the scrape job.
         self.job_runs = Counter("job_runs", "Background job runs", ["job_name", "outcome"],
                                 registry=registry)
         self.notifications = Counter("notification_deliveries", "Email delivery attempts",
                                      ["outcome"], registry=registry)
-        self.db_pool = Gauge("db_pool_connections", "Database pool connections of this process",
-                             ["state"], registry=registry)
-        self.etag_cache_routers = Gauge("rule_etag_cache_entries", "Payload ETags this process "
-                                        "keeps to answer 304 without a query",
+        self.db_pool = Gauge("db_pool_connections", "Database pool connections (summed over "
+                             "the host's processes)", ["state"], multiprocess_mode="livesum",
+                             registry=registry)
+        self.etag_cache_routers = Gauge("rule_etag_cache_entries", "Payload ETags kept to "
+                                        "answer 304 without a query (summed over the host's "
+                                        "HTTP processes)", multiprocess_mode="livesum",
                                         registry=registry)
         self.etag_cache_listening = Gauge("rule_etag_cache_listening", "1 while payload change "
-                                          "notifications arrive (else the cache is bypassed)",
-                                          registry=registry)
+                                          "notifications arrive in every HTTP process (else "
+                                          "some process bypasses its cache)",
+                                          multiprocess_mode="livemin", registry=registry)
         self.auth_events = Counter("router_auth_events", "Router key and enrollment events: "
                                    "enrolled, enroll_refused, enroll_conflict, key_refused",
                                    ["event"], registry=registry)
@@ -57,13 +68,20 @@ class Metrics:
                                ["limit"], registry=registry)
         self.ruleset_published = Gauge("ruleset_published_timestamp_seconds", "When the "
                                        "ruleset in use was published (0: none yet)",
-                                       registry=registry)
+                                       multiprocess_mode="mostrecent", registry=registry)
         self.generation_workers = Gauge("rule_generation_workers",
-                                        "Generation worker processes of this process",
-                                        registry=registry)
+                                        "Generation worker processes on this host",
+                                        multiprocess_mode="livesum", registry=registry)
+        self.http_workers = Gauge("http_worker_processes", "Processes serving HTTP requests on "
+                                  "this host (live ones)", multiprocess_mode="livesum",
+                                  registry=registry)
 
     def exposition(self) -> web.Response:
-        return web.Response(body=generate_latest(self.registry),
+        registry = self.registry
+        if self.multiprocess_dir:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=self.multiprocess_dir)
+        return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

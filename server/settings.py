@@ -43,6 +43,12 @@ def _integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def _workers(value: str) -> int:
+    if value.strip().lower() == "auto":
+        return os.cpu_count() or 1
+    return _integer(1, 256)(value)
+
+
 def _boolean(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -121,6 +127,11 @@ SETTINGS: tuple[Setting, ...] = (
     # HTTP server
     Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
     Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
+    Setting("HTTP_WORKERS", "auto", "HTTP worker processes sharing the listening address "
+            "(SO_REUSEPORT) under one supervising process, which also runs the one generation "
+            "queue, the scheduled jobs and the notification retries of the host in a background "
+            "process. `auto`: one per CPU core. 1: a single process does everything. "
+            "`router-backend serve --workers N` overrides it.", _workers),
     Setting("SHUTDOWN_GRACE_SECONDS", "30", "On SIGTERM, how long requests and generations in "
             "progress may take to finish (new connections are refused meanwhile) before the "
             "process exits anyway.", _integer(0)),
@@ -288,6 +299,7 @@ SETTINGS: tuple[Setting, ...] = (
 class Settings:
     listen_host: str
     listen_port: int
+    http_workers: int
     shutdown_grace_seconds: int
     http_idle_timeout_seconds: int
     data_dir: Path

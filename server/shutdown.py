@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 
 from aiohttp import web
@@ -54,23 +55,21 @@ class InFlight:
 
 
 async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
-                              grace_seconds: float, idle_timeout: float) -> None:
+                              grace_seconds: float, idle_timeout: float,
+                              reuse_port: bool = False) -> None:
     """`idle_timeout`: aiohttp's keep-alive timer, which runs from connecting and from each
     response until a complete request head has arrived, so it also cuts off clients that send
-    their headers a line at a time."""
+    their headers a line at a time. `reuse_port`: listen beside the supervisor's other HTTP
+    workers (SO_REUSEPORT)."""
     runner = web.AppRunner(app, access_log_class=BatchedAccessLogger,
                            shutdown_timeout=grace_seconds, handle_signals=False,
                            keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         await site.start()
-        log.info("serving on %s:%s", host, port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
+        log.info("serving on %s:%s (pid %d)", host, port, os.getpid())
+        await stop_signal()
         log.info("stopping: refusing new connections, finishing %d requests in progress",
                  in_flight.count)
         await site.stop()
@@ -80,3 +79,25 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
     finally:
         await runner.cleanup()
         flush_access_log()
+
+
+async def run_until_stopped(app: web.Application) -> None:
+    """The supervisor's background process: the app's services (generation, jobs, retries)
+    without listening, until SIGTERM; then they stop as in a single process."""
+    runner = web.AppRunner(app, handle_signals=False)
+    try:
+        await runner.setup()
+        log.info("background services running (pid %d)", os.getpid())
+        await stop_signal()
+        log.info("stopping background services")
+    finally:
+        await runner.cleanup()
+
+
+async def stop_signal() -> None:
+    """Return at the first SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()

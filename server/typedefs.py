@@ -31,3 +31,5 @@ SENDS = web.AppKey("sends", Sends)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
+# What this process does (server/app.py ROLES).
+ROLE = web.AppKey("role", str)

@@ -46,8 +46,9 @@ class ServerRunner:
         """`flood_limits`: keep the service's default flood limits (else they are raised,
         as a load generator's fleet shares one address)."""
         self.port = free_port()
+        # One process unless a test or drill asks for the supervisor (HTTP_WORKERS).
         self.env = {**os.environ, **database_env(location), "DATA_DIR": str(data_dir),
-                    "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error",
+                    "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error", "HTTP_WORKERS": "1",
                     **NO_PREPROCESS_AT_START, **({} if flood_limits else NO_FLOOD_LIMITS),
                     **settings}
         # A file: an unread pipe would fill and stall the server.
@@ -88,6 +89,22 @@ class ServerRunner:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
         raise KeyError(field)
+
+    def children(self, role: str) -> list[int]:
+        """Pids of the supervisor's children of `role` (http or background), from /proc."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                command = (entry / "cmdline").read_bytes().split(b"\0")
+            except (OSError, IndexError, ValueError):
+                continue  # exited meanwhile
+            if parent == self.process.pid and b"--role" in command[:-1] and \
+                    command[command.index(b"--role") + 1] == role.encode():
+                pids.append(int(entry.name))
+        return sorted(pids)
 
     def log_tail(self, characters: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-characters:]

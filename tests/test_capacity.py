@@ -42,3 +42,4 @@ def test_storage_per_router_within_budget():
     assert after.per_router <= BUDGET_BYTES < before.per_router
     assert after.tables["router_rules"] > 0 and after.files > 0
     assert 200 < per_record["alert"] < 5_000 and 200 < per_record["flow"] < 5_000
+    assert 20 < per_record["activation"] < 500

@@ -131,9 +131,22 @@ def record_footprint(location, records: int) -> dict[str, float]:
                                             "received_at": "now", "rows": batch.decode()})
                 cur.execute(f"VACUUM ANALYZE {table.name}")
                 footprint[kind] = (total_size(cur, table.name) - before) / records
+            footprint["activation"] = activation_footprint(cur, records)
     finally:
         conn.close()
     return footprint
+
+
+def activation_footprint(cur, activations: int) -> float:
+    """Bytes per activation (one per /rules/last_updated call, with the caller's address),
+    spread over 1,000 routers as the service writes them."""
+    before = total_size(cur, "activations")
+    cur.execute("INSERT INTO activations (mac, address) "
+                "SELECT ('02:44:00:00:' || lpad(to_hex((n % 1000) >> 8), 2, '0') || ':' || "
+                "lpad(to_hex((n % 1000) & 255), 2, '0'))::macaddr, '203.0.113.7' "
+                "FROM generate_series(1, %s) n", (activations,))
+    cur.execute("VACUUM ANALYZE activations")
+    return (total_size(cur, "activations") - before) / activations
 
 
 def measure(routers: int, records: int) -> tuple[dict[str, RouterFootprint], dict[str, float]]:
@@ -171,10 +184,12 @@ def main() -> int:
     print(f"per router: {after.per_router / before.per_router:.2f}x of before; "
           f"budget {BUDGET_BYTES // 1024} KiB: {verdict}")
     print(f"per record ({args.records:,} each, indexes and TOAST included): "
-          f"alert {per_record['alert']:.0f} bytes, flow {per_record['flow']:.0f} bytes")
-    print(f"disk for N routers sending R records a day kept D days: "
-          f"N x {after.per_router / 1024:.0f} KiB + N x R x D x "
-          f"~{max(per_record.values()):.0f} bytes")
+          f"alert {per_record['alert']:.0f} bytes, flow {per_record['flow']:.0f} bytes, "
+          f"activation {per_record['activation']:.0f} bytes")
+    print(f"disk for N routers sending R records a day kept D days, polling P times a day "
+          f"with activations kept A days: N x {after.per_router / 1024:.0f} KiB "
+          f"+ N x R x D x ~{max(per_record['alert'], per_record['flow']):.0f} bytes "
+          f"+ N x P x A x ~{per_record['activation']:.0f} bytes")
     return 0
 
 

@@ -37,15 +37,7 @@ async def metrics_page(request: web.Request) -> web.Response:
     if not may_scrape(request.remote, request.headers, app[SETTINGS].metrics_token):
         raise Forbidden("metrics are served to loopback clients, or with METRICS_TOKEN")
     metrics = app[METRICS]
-    pool = app[DATABASE].pool
-    metrics.db_pool.labels("open").set(pool.size)
-    metrics.db_pool.labels("idle").set(pool.freesize)
-    metrics.db_pool.labels("max").set(pool.maxsize)
-    generation = app.get(GENERATION)
-    metrics.generation_workers.set(generation.workers if generation is not None else 0)
-    if (cache := app.get(ETAG_CACHE)) is not None:
-        metrics.etag_cache_routers.set(len(cache))
-        metrics.etag_cache_listening.set(cache.listening)
+    refresh_process_gauges(app)
     if (ruleset := Workspace(app[SETTINGS].rule_data_path).current_ruleset()) is not None:
         metrics.ruleset_published.set(ruleset.published_at.timestamp())
     if "router" in app[SETTINGS].services:
@@ -55,6 +47,20 @@ async def metrics_page(request: web.Request) -> web.Response:
         except DatabaseUnavailable:
             pass  # the request and pool figures are still worth scraping; the queue's stay stale
     return metrics.exposition()
+
+
+def refresh_process_gauges(app: web.Application) -> None:
+    """This process's own gauges: its pool, its generation workers, its ETag cache."""
+    metrics = app[METRICS]
+    pool = app[DATABASE].pool
+    metrics.db_pool.labels("open").set(pool.size)
+    metrics.db_pool.labels("idle").set(pool.freesize)
+    metrics.db_pool.labels("max").set(pool.maxsize)
+    generation = app.get(GENERATION)
+    metrics.generation_workers.set(generation.workers if generation is not None else 0)
+    if (cache := app.get(ETAG_CACHE)) is not None:
+        metrics.etag_cache_routers.set(len(cache))
+        metrics.etag_cache_listening.set(cache.listening)
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -1,0 +1,196 @@
+"""The supervisor: `router-backend serve` with HTTP_WORKERS > 1.
+
+One process that serves nothing itself and keeps the host's service running:
+- starts the embedded PostgreSQL once (when DB_HOST is unset), migrates once and creates the
+  time partitions ahead, then hands its children the database as a server to connect to;
+- reserves the listening address, then starts HTTP_WORKERS HTTP workers that each listen on
+  it with SO_REUSEPORT (the kernel spreads new connections over them) and one background
+  process that runs the host's generation queue, scheduled jobs and notification retries;
+- restarts a child that dies, at once if it had run for a while, else after a delay that
+  doubles (1 s up to 30 s) while it keeps dying young;
+- on SIGTERM or SIGINT passes SIGTERM on, so every child drains as a single process does,
+  waits for them, and exits 0;
+- collects every child's metrics in one directory (server/metrics.py), so one scrape of any
+  worker reports the host.
+
+Children are `router-backend serve --role http|background` (the command is given by the
+caller); they die with the supervisor (PR_SET_PDEATHSIG), as a crashed service should.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+from prometheus_client.multiprocess import mark_process_dead
+
+from server.db.lifecycle import prepare_database
+from server.db.location import DatabaseLocation
+from server.settings import Settings
+
+log = logging.getLogger("router_backend.supervisor")
+
+POLL_SECONDS = 0.2
+HEALTHY_AFTER_SECONDS = 30.0   # a child that ran this long is restarted at once
+FIRST_DELAY_SECONDS = 1.0
+MAX_DELAY_SECONDS = 30.0
+STOP_MARGIN_SECONDS = 15.0     # beyond SHUTDOWN_GRACE_SECONDS before children are killed
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Child:
+    role: str                  # http or background
+    number: int
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    failures: int = 0          # deaths in a row, each before HEALTHY_AFTER_SECONDS
+    restart_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} worker {self.number}" if self.role == "http" else "background"
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, workers: int, command: list[str]):
+        self._settings = settings
+        self._command = command
+        self._children = [Child("background", 0)] + [Child("http", n + 1)
+                                                       for n in range(workers)]
+        self._metrics_dir = settings.data_dir / "metrics"
+        self._stopping = False
+
+    def run(self) -> int:
+        location, embedded = prepare_database(self._settings)
+        guards = []
+        try:
+            guards = reserve_address(self._settings.listen_host, self._settings.listen_port)
+            self._prepare_metrics_dir()
+            environment = self._child_environment(location)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self._on_stop_signal)
+            for child in self._children:
+                self._start(child, environment)
+            log.info("supervisor %d: serving on %s:%s with %d HTTP workers (pids %s) and a "
+                     "background process (pid %d)", os.getpid(), self._settings.listen_host,
+                     self._settings.listen_port, len(self._children) - 1,
+                     ", ".join(str(c.process.pid) for c in self._children[1:]),
+                     self._children[0].process.pid)
+            while not self._stopping:
+                self._watch(environment)
+                time.sleep(POLL_SECONDS)
+            self._stop_children()
+        finally:
+            for guard in guards:
+                guard.close()
+            if embedded is not None:
+                embedded.stop()
+        log.info("supervisor %d: stopped", os.getpid())
+        return 0
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        self._stopping = True
+
+    def _prepare_metrics_dir(self) -> None:
+        """Empty: counters of an earlier run must not be added to this one's."""
+        shutil.rmtree(self._metrics_dir, ignore_errors=True)
+        self._metrics_dir.mkdir(parents=True)
+
+    def _child_environment(self, location: DatabaseLocation) -> dict[str, str]:
+        """The supervisor's environment, plus where the database is (the embedded server is
+        the supervisor's: children connect to it like to any server) and the metrics
+        directory, which prometheus_client reads when a child imports it."""
+        return {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
+                "DB_NAME": location.name, "DB_USER": location.user,
+                "DB_PASSWORD": location.password, "DB_SSLMODE": location.sslmode,
+                "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir)}
+
+    def _start(self, child: Child, environment: dict[str, str]) -> None:
+        child.process = subprocess.Popen(
+            [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)],
+            env=environment, preexec_fn=_die_with_parent)
+        child.started = time.monotonic()
+
+    def _watch(self, environment: dict[str, str]) -> None:
+        now = time.monotonic()
+        for child in self._children:
+            if child.process is not None and child.process.poll() is not None:
+                self._on_death(child, now)
+            if child.process is None and now >= child.restart_at and not self._stopping:
+                self._start(child, environment)
+                log.info("%s restarted (pid %d)", child.name, child.process.pid)
+
+    def _on_death(self, child: Child, now: float) -> None:
+        process, lived = child.process, now - child.started
+        mark_process_dead(process.pid, str(self._metrics_dir))
+        child.process = None
+        child.failures = 0 if lived >= HEALTHY_AFTER_SECONDS else child.failures + 1
+        delay = 0.0 if not child.failures else min(
+            MAX_DELAY_SECONDS, FIRST_DELAY_SECONDS * 2 ** (child.failures - 1))
+        child.restart_at = now + delay
+        log.warning("%s (pid %d) exited with %s after %.1fs; restarting in %.0fs", child.name,
+                    process.pid, describe_status(process.returncode), lived, delay)
+
+    def _stop_children(self) -> None:
+        running = [c.process for c in self._children if c.process is not None]
+        log.info("supervisor %d: stopping %d processes", os.getpid(), len(running))
+        for process in running:
+            _signal(process, signal.SIGTERM)
+        deadline = time.monotonic() + self._settings.shutdown_grace_seconds + STOP_MARGIN_SECONDS
+        for process in running:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("pid %d still running after the grace period; killing it",
+                          process.pid)
+                _signal(process, signal.SIGKILL)
+                process.wait()
+
+
+def reserve_address(host: str, port: int) -> list[socket.socket]:
+    """Bind (without listening) a SO_REUSEPORT socket on every address of `host`: the port is
+    ours, the workers' listening sockets join it, and a port already taken stops the start
+    with one clear error. A socket that does not listen is given no connections."""
+    guards = []
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+            guard = socket.socket(family, kind, proto)
+            guards.append(guard)
+            guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                guard.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            guard.bind(address)
+    except OSError as error:
+        for guard in guards:
+            guard.close()
+        raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return guards
+
+
+def describe_status(returncode: int) -> str:
+    if returncode < 0:
+        return f"signal {signal.Signals(-returncode).name}"
+    return f"status {returncode}"
+
+
+def _signal(process: subprocess.Popen, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:
+        pass
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the supervisor dies, however it dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

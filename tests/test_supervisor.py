@@ -1,0 +1,146 @@
+"""`router-backend serve` with HTTP_WORKERS > 1: HTTP workers under one supervisor, one
+background process for the host's generation queue, jobs and retries, host-wide metrics, a
+killed worker replaced, SIGTERM draining every worker."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import aiohttp
+import orjson
+import pytest
+
+from testkit import REPOSITORY
+from testkit.database import Sql, database_env
+from testkit.server import ServerRunner
+
+WORKERS = 2
+
+
+def metric(text: str, name: str) -> float:
+    """The sum of a metric's samples in a Prometheus exposition."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name)] in " {":
+            total += float(line.rsplit(" ", 1)[1])
+            found = True
+    assert found, f"{name} not in the exposition"
+    return total
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> str:
+    async with session.get(f"{url}/metrics") as response:
+        assert response.status == 200
+        return await response.text()
+
+
+async def wait_until(predicate, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := await predicate():
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def supervised(database, tmp_path):
+    server = ServerRunner(database, tmp_path, HTTP_WORKERS=str(WORKERS)).start()
+    yield server
+    if server.process.poll() is None:
+        server.stop()
+
+
+async def test_workers_serve_and_one_scrape_reports_the_host(supervised, database):
+    assert len(supervised.children("http")) == WORKERS
+    assert len(supervised.children("background")) == 1
+    body = b"\n".join(orjson.dumps({"event_type": "alert", "flow_id": n}) for n in range(10))
+    async with aiohttp.ClientSession() as session:
+        for number in range(40):  # new connections: the kernel spreads them over the workers
+            async with session.post(f"{supervised.url}/log/events", data=body, headers={
+                    "X-ID": f"02:00:00:00:02:{number:02x}", "Connection": "close",
+                    "Content-Type": "application/x-ndjson"}) as response:
+                assert response.status == 200
+        text = await scrape(session, supervised.url)
+    assert metric(text, "http_worker_processes") == WORKERS
+    assert metric(text, 'telemetry_records_total{kind="events",outcome="accepted"}') == 400
+    assert metric(text, 'http_requests_total{method="POST",route="/log/events",'
+                        'status="200"}') == 40
+    # One generation service for the host, in the background process.
+    assert metric(text, "rule_generation_workers") == 1
+    assert Sql(database).value("SELECT count(*) FROM ids_events") == 400
+    listening = [line for line in supervised.log_tail(100_000).splitlines()
+                 if "router_backend.http: serving on" in line]
+    assert len(listening) == WORKERS
+
+
+async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
+    victim = supervised.children("http")[0]
+    supervised_pid = supervised.process.pid
+    async with aiohttp.ClientSession() as session:
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        # The other worker answers meanwhile.
+        for _ in range(20):
+            async with session.get(f"{supervised.url}/health",
+                                   headers={"X-ID": "02:00:00:00:02:01"}) as response:
+                assert response.status == 200
+
+        async def replaced():
+            pids = supervised.children("http")
+            return len(pids) == WORKERS and victim not in pids
+
+        await wait_until(replaced, timeout=15)
+
+        async def both_live():
+            return metric(await scrape(session, supervised.url),
+                          "http_worker_processes") == WORKERS
+
+        await wait_until(both_live, timeout=15)
+    assert supervised.process.pid == supervised_pid and supervised.process.poll() is None
+    assert "exited with signal SIGKILL" in supervised.log_tail(100_000)
+
+
+async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
+    lines, delay = 20, 0.1
+
+    async def slow_body(number: int):
+        for line in range(lines):
+            yield b'{"event_type": "alert", "flow_id": %d}\n' % (number * 1000 + line)
+            await asyncio.sleep(delay)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+        async def upload(number: int) -> int:
+            async with session.post(f"{supervised.url}/log/events", data=slow_body(number),
+                                    headers={"X-ID": f"02:00:00:00:03:{number:02x}",
+                                             "Content-Type": "application/x-ndjson"}) as answer:
+                return (await answer.json())["accepted"]
+
+        uploads = [asyncio.create_task(upload(n)) for n in range(8)]
+        await asyncio.sleep(lines * delay / 3)
+        supervised.process.send_signal(signal.SIGTERM)
+        accepted = await asyncio.gather(*uploads)
+        status = await asyncio.to_thread(supervised.process.wait, 60)
+    assert accepted == [lines] * 8 and status == 0
+    assert Sql(database).value("SELECT count(*) FROM ids_events") == 8 * lines
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", supervised.port), timeout=1).close()
+    assert supervised.children("http") == []
+
+
+def test_a_taken_port_stops_the_start_with_one_line(database, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "ops.cli", "serve", "--workers", "2"], cwd=REPOSITORY,
+            env={**database_env(database), "PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path),
+                 "LISTEN_PORT": str(port), "RULE_PREPROCESS_AT_START": "false"},
+            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr.splitlines()[-1]
