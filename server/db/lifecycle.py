@@ -26,16 +26,20 @@ def configure_db_logging(settings: Settings) -> None:
         logging.getLogger(name).setLevel(level)
 
 
-def prepare_database(settings: Settings) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
-    """Blocking: start the embedded server when DB_HOST is unset, create the database when
-    missing, apply migrations, create the time partitions ahead. Returns where to connect and the embedded server to stop later."""
+def prepare_database(settings: Settings, connections: int | None = None
+                     ) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
+    """Blocking: start the embedded server when DB_HOST is unset (with room for at least
+    `connections` clients), create the database when missing, apply migrations, create the
+    time partitions ahead. Returns where to connect and the embedded server to stop later."""
     embedded = None
     host = settings.db_host
     if settings.embedded_database:
         embedded = EmbeddedPostgres(settings.data_dir / "postgres")
         host = embedded.start()
-    location = DatabaseLocation.from_settings(settings, host=host)
     try:
+        if embedded is not None and connections is not None:
+            host = embedded.ensure_max_connections(connections)
+        location = DatabaseLocation.from_settings(settings, host=host)
         wait_until_reachable(location, STARTUP_WAIT_SECONDS)
         ensure_database(location)
         prepare_schema(location, settings.telemetry_partition_days)
