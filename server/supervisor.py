@@ -6,8 +6,10 @@ One process that serves nothing itself and keeps the host's service running:
 - reserves the listening address, then starts HTTP_WORKERS HTTP workers that each listen on
   it with SO_REUSEPORT (the kernel spreads new connections over them) and one background
   process that runs the host's generation queue, scheduled jobs and notification retries;
-- restarts a child that dies, at once if it had run for a while, else after a delay that
-  doubles (1 s up to 30 s) while it keeps dying young;
+- restarts a child that dies at once, unless it died more than RESTART_BURST times within
+  RESTART_WINDOW_SECONDS (a crash loop: bad configuration, a poisoned request ...): then
+  after a delay that doubles, 1 s up to 30 s, as long as it keeps dying that often (the
+  rule systemd applies to units, 5 starts in 10 s);
 - on SIGTERM or SIGINT passes SIGTERM on, so every child drains as a single process does,
   waits for them, and exits 0;
 - collects every child's metrics in one directory (server/metrics.py), so one scrape of any
@@ -27,7 +29,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg2
 from prometheus_client.multiprocess import mark_process_dead
@@ -39,7 +41,8 @@ from server.settings import Settings
 log = logging.getLogger("router_backend.supervisor")
 
 POLL_SECONDS = 0.2
-HEALTHY_AFTER_SECONDS = 30.0   # a child that ran this long is restarted at once
+RESTART_BURST = 5              # deaths of one child within the window restarted at once
+RESTART_WINDOW_SECONDS = 10.0
 FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 30.0
 STOP_MARGIN_SECONDS = 15.0     # beyond SHUTDOWN_GRACE_SECONDS before children are killed
@@ -53,7 +56,7 @@ class Child:
     number: int
     process: subprocess.Popen | None = None
     started: float = 0.0
-    failures: int = 0          # deaths in a row, each before HEALTHY_AFTER_SECONDS
+    deaths: list[float] = field(default_factory=list)  # within RESTART_WINDOW_SECONDS
     restart_at: float = 0.0
 
     @property
@@ -144,9 +147,8 @@ class Supervisor:
         process, lived = child.process, now - child.started
         mark_process_dead(process.pid, str(self._metrics_dir))
         child.process = None
-        child.failures = 0 if lived >= HEALTHY_AFTER_SECONDS else child.failures + 1
-        delay = 0.0 if not child.failures else min(
-            MAX_DELAY_SECONDS, FIRST_DELAY_SECONDS * 2 ** (child.failures - 1))
+        child.deaths = [t for t in child.deaths if now - t < RESTART_WINDOW_SECONDS] + [now]
+        delay = restart_delay(len(child.deaths))
         child.restart_at = now + delay
         log.warning("%s (pid %d) exited with %s after %.1fs; restarting in %.0fs", child.name,
                     process.pid, describe_status(process.returncode), lived, delay)
@@ -165,6 +167,12 @@ class Supervisor:
                           process.pid)
                 _signal(process, signal.SIGKILL)
                 process.wait()
+
+
+def restart_delay(recent_deaths: int) -> float:
+    """At once within the burst; beyond it 1, 2, 4 ... up to MAX_DELAY_SECONDS."""
+    beyond = recent_deaths - RESTART_BURST
+    return 0.0 if beyond <= 0 else min(MAX_DELAY_SECONDS, FIRST_DELAY_SECONDS * 2 ** (beyond - 1))
 
 
 def check_connections(location: DatabaseLocation, needed: int) -> None:

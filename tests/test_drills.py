@@ -15,6 +15,7 @@ from ops.bench.crash_drill import crash_drill
 from ops.bench.hostile import hostile
 from ops.bench.outage_drill import outage_drill
 from ops.bench.two_servers import two_servers
+from ops.bench.worker_kill_drill import worker_kill_drill
 from testkit.database import Sql
 from testkit.server import ServerRunner
 
@@ -63,6 +64,16 @@ async def test_crash_drill_quick(database, tmp_path):
     assert not result.ledger.server_errors()
     assert result.answered_after_last_restart > 0
     assert result.check.stored_rows >= result.ledger.records_acknowledged
+
+
+async def test_worker_kill_drill_quick(database, tmp_path):
+    result = await worker_kill_drill(database, tmp_path, kills=3, workers=2, routers=10,
+                                     seed=3)
+    assert result.check.ok, result.check
+    assert result.ledger.records_acknowledged > 0
+    assert not result.ledger.server_errors()
+    assert result.supervisor_survived and result.answered_after_last_kill > 0
+    assert len(result.replaced_in) == 3 and max(result.replaced_in) < 10
 
 
 async def test_outage_drill_quick(tmp_path):

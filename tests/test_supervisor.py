@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
+from server.supervisor import MAX_DELAY_SECONDS, RESTART_BURST, restart_delay
 from testkit import REPOSITORY
 from testkit.database import Sql, database_env
 from testkit.server import ServerRunner
@@ -85,8 +86,9 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
     async with aiohttp.ClientSession() as session:
         subprocess.run(["kill", "-9", str(victim)], check=True)
 
-        async def reaped():  # its listening socket is gone with it (SO_REUSEPORT: the
-            return victim not in supervised.children("http")  # kernel's group shrinks)
+        async def reaped():  # the supervisor reaped it: its listening socket is closed, so
+            # the kernel's SO_REUSEPORT group no longer hands it connections
+            return f"(pid {victim}) exited" in supervised.log_tail(100_000)
 
         await wait_until(reaped, timeout=5)
         # The other worker answers meanwhile.
@@ -149,3 +151,9 @@ def test_a_taken_port_stops_the_start_with_one_line(database, tmp_path):
             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr.splitlines()[-1]
+
+
+def test_a_crash_loop_is_slowed_down_and_a_burst_is_not():
+    assert [restart_delay(n) for n in range(1, RESTART_BURST + 1)] == [0.0] * RESTART_BURST
+    assert [restart_delay(RESTART_BURST + n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
+    assert restart_delay(RESTART_BURST + 50) == MAX_DELAY_SECONDS

@@ -1,5 +1,6 @@
 """Polling benchmark: GET /rules/ids answered 304 (the router has the current ETag) and 200
-(gzip payload), against a minimal aiohttp handler returning a constant, in the same run.
+(gzip payload), against a minimal aiohttp handler returning a constant, and the 304 path with
+2 HTTP workers (HTTP_WORKERS=2, under the supervisor) against 1, in the same run.
 
     python -m ops.bench.polling [--routers 300] [--seconds 10] [--rounds 2]
 
@@ -9,6 +10,8 @@ through the routers with X-ID and If-None-Match), rounds alternating, best of ea
 reference is the framework's own ceiling: an aiohttp app with one handler returning a
 constant, run as its own process like the server. It also reads PostgreSQL's row-write
 counters of the service's tables around the 304 runs: the 304 path must write nothing.
+Each run also reports the cores wrk and the serving processes kept busy, to tell which
+saturated.
 """
 
 from __future__ import annotations
@@ -91,10 +94,13 @@ def main() -> int:
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
         return 1
     macs = [mac(n) for n in range(args.routers)]
-    runs: dict[str, list[dict]] = {"constant": [], "304": [], "200": []}
+    runs: dict[str, list[dict]] = {"constant": [], "304": [], "304 x2": [], "200": []}
     with throwaway_database() as (location, workdir):
+        ruleset = publish_corpus_ruleset(location, workdir)
         server = ServerRunner(location, workdir, RULE_GENERATION_MAX_CONCURRENT="2",
-                              **publish_corpus_ruleset(location, workdir)).start()
+                              **ruleset).start()
+        workers = ServerRunner(location, workdir, HTTP_WORKERS="2",
+                               RULE_GENERATION_ENABLED="false", **ruleset).start()
         port = free_port()
         constant = subprocess.Popen([sys.executable, "-m", "ops.bench.polling",
                                      "--serve-constant", str(port)])
@@ -106,19 +112,26 @@ def main() -> int:
             script.write_text(POLL_SCRIPT)
             with_etags = str(router_file(workdir / "etags.tsv", etags))
             without = str(router_file(workdir / "plain.tsv", etags, with_etags=False))
-            run_wrk(server.url, script, 2, 32, with_etags)  # warm-up: the ETag cache
+            for url in (server.url, workers.url):  # warm-up: the ETag caches
+                run_wrk(url, script, 2, 32, with_etags)
             time.sleep(STATS_SETTLE_SECONDS)  # earlier writes (generation) reach the counters
             writes_before = row_writes(location)
+            single, pair = [server.process.pid], workers.children("http")
             for _ in range(args.rounds):
                 runs["constant"].append(run_wrk(f"http://127.0.0.1:{port}/rules/ids", None,
-                                                args.seconds, 32))
-                runs["304"].append(run_wrk(server.url, script, args.seconds, 32, with_etags))
+                                                args.seconds, 32, server_pids=[constant.pid]))
+                runs["304"].append(run_wrk(server.url, script, args.seconds, 32, with_etags,
+                                           server_pids=single))
+                runs["304 x2"].append(run_wrk(workers.url, script, args.seconds, 32,
+                                              with_etags, server_pids=pair))
             time.sleep(STATS_SETTLE_SECONDS)
             writes_during_304 = row_writes(location) - writes_before
-            runs["200"].append(run_wrk(server.url, script, args.seconds, 32, without))
+            runs["200"].append(run_wrk(server.url, script, args.seconds, 32, without,
+                                       server_pids=single))
         finally:
             constant.terminate()
             constant.wait(10)
+            workers.stop()
             server.stop()
     if any(run["non_2xx_3xx"] for kind in runs.values() for run in kind):
         raise RuntimeError(f"answers other than 2xx/3xx: {runs}")
@@ -126,10 +139,14 @@ def main() -> int:
     print(f"{args.routers} routers with generated payloads; wrk 1 thread, 32 connections, "
           f"{args.rounds} x {args.seconds} s alternating (best)")
     for name, label in (("constant", "constant aiohttp handler"),
-                        ("304", "GET /rules/ids 304"), ("200", "GET /rules/ids 200 gzip")):
+                        ("304", "GET /rules/ids 304"), ("304 x2", "304, 2 HTTP workers"),
+                        ("200", "GET /rules/ids 200 gzip")):
         run = best[name]
         print(f"{label:26} {run['rate']:>8,.0f} req/s  p99 {run['p99_ms']:6.1f} ms  "
-              f"ratio to constant {run['rate'] / best['constant']['rate']:.2f}")
+              f"ratio to constant {run['rate'] / best['constant']['rate']:.2f}  "
+              f"(cores busy: wrk {run['wrk_cores']:.2f}, server {run['server_cores']:.2f})")
+    print(f"2 HTTP workers vs 1 on the 304 path: "
+          f"{best['304 x2']['rate'] / best['304']['rate']:.2f}x")
     print(f"rows written to the service's tables during the 304 runs: {writes_during_304}")
     return 0
 
