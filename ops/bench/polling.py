@@ -94,7 +94,8 @@ def main() -> int:
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
         return 1
     macs = [mac(n) for n in range(args.routers)]
-    runs: dict[str, list[dict]] = {"constant": [], "304": [], "304 x2": [], "200": []}
+    runs: dict[str, list[dict]] = {"constant": [], "304": [], "304 x2": [], "200": [],
+                                   "last_updated": []}
     with throwaway_database() as (location, workdir):
         ruleset = publish_corpus_ruleset(location, workdir)
         server = ServerRunner(location, workdir, RULE_GENERATION_MAX_CONCURRENT="2",
@@ -128,6 +129,11 @@ def main() -> int:
             writes_during_304 = row_writes(location) - writes_before
             runs["200"].append(run_wrk(server.url, script, args.seconds, 32, without,
                                        server_pids=single))
+            # GET /rules/last_updated: what every poll starts with (an activation written).
+            activation_script = workdir / "last_updated.lua"
+            activation_script.write_text(POLL_SCRIPT.replace("/rules/ids", "/rules/last_updated"))
+            runs["last_updated"].append(run_wrk(server.url, activation_script, args.seconds, 32,
+                                                without, server_pids=single))
         finally:
             constant.terminate()
             constant.wait(10)
@@ -140,7 +146,8 @@ def main() -> int:
           f"{args.rounds} x {args.seconds} s alternating (best)")
     for name, label in (("constant", "constant aiohttp handler"),
                         ("304", "GET /rules/ids 304"), ("304 x2", "304, 2 HTTP workers"),
-                        ("200", "GET /rules/ids 200 gzip")):
+                        ("200", "GET /rules/ids 200 gzip"),
+                        ("last_updated", "GET /rules/last_updated")):
         run = best[name]
         print(f"{label:26} {run['rate']:>8,.0f} req/s  p99 {run['p99_ms']:6.1f} ms  "
               f"ratio to constant {run['rate'] / best['constant']['rate']:.2f}  "

@@ -142,8 +142,8 @@ def activation_footprint(cur, activations: int) -> float:
     spread over 1,000 routers as the service writes them."""
     before = total_size(cur, "activations")
     cur.execute("INSERT INTO activations (mac, address) "
-                "SELECT ('02:44:00:00:' || lpad(to_hex((n % 1000) >> 8), 2, '0') || ':' || "
-                "lpad(to_hex((n % 1000) & 255), 2, '0'))::macaddr, '203.0.113.7' "
+                "SELECT ('02:44:00:00:' || lpad(to_hex((n %% 1000) >> 8), 2, '0') || ':' || "
+                "lpad(to_hex((n %% 1000) & 255), 2, '0'))::macaddr, '203.0.113.7' "
                 "FROM generate_series(1, %s) n", (activations,))
     cur.execute("VACUUM ANALYZE activations")
     return (total_size(cur, "activations") - before) / activations
