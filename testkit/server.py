@@ -37,6 +37,14 @@ def wait_listening(process: subprocess.Popen, port: int, timeout: float = 60) ->
     return False
 
 
+def memory_kib(pid: int, field: str) -> int:
+    """VmRSS (current) or VmHWM (peak) resident memory of a process."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
 class ServerRunner:
     """`python -m ops.cli serve` as a child process on a free port, which a drill can kill,
     stop and start again on the same port."""
@@ -85,10 +93,7 @@ class ServerRunner:
 
     def memory_kib(self, field: str) -> int:
         """VmRSS (current) or VmHWM (peak) resident memory of the server process."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-        raise KeyError(field)
+        return memory_kib(self.process.pid, field)
 
     def children(self, role: str) -> list[int]:
         """Pids of the supervisor's children of `role` (http or background), from /proc."""

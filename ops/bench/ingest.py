@@ -1,11 +1,13 @@
 """Ingestion benchmark: EVE records over HTTP (NDJSON) versus PostgreSQL COPY of the same rows.
 
     python -m ops.bench.ingest [--records 200000] [--per-request 5000] [--concurrency 2]
+                               [--workers 1]
 
 Starts the real server (`python -m ops.cli serve`) as a subprocess on an embedded PostgreSQL
 (or the server named by DB_HOST/DB_PORT/DB_USER/DB_PASSWORD), posts N records, and in the same
 run COPYs the same rows (same columns, same table, same indexes) with psycopg2. Prints
-records/s of both, their ratio, and the server's peak resident memory (VmHWM).
+records/s of both, their ratio, and the peak resident memory (VmHWM) of the serving process
+(each HTTP worker's with --workers above 1: HTTP_WORKERS under the supervisor).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ops.bench.fleet import corpus_records
 from server.db.location import DatabaseLocation
 from server.ingest.extract import EVENT_COLUMNS, event_row
 from testkit.database import Sql, throwaway_database
-from testkit.server import running_server
+from testkit.server import memory_kib, running_server
 
 MAC = "02:00:00:00:be:01"
 
@@ -110,6 +112,7 @@ def main() -> int:
     parser.add_argument("--per-request", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="HTTP_WORKERS")
     args = parser.parse_args()
 
     lines = make_lines(args.records)
@@ -117,10 +120,11 @@ def main() -> int:
     copy_data = copy_text(lines, datetime.now(timezone.utc).isoformat())
     megabytes = sum(map(len, bodies)) / 2**20
     print(f"{args.records} alert records, {megabytes:.0f} MiB of NDJSON, "
-          f"{len(bodies)} requests of {args.per_request}, concurrency {args.concurrency}")
+          f"{len(bodies)} requests of {args.per_request}, concurrency {args.concurrency}, "
+          f"{args.workers} HTTP worker(s)")
 
     with throwaway_database() as (location, workdir), \
-            running_server(location, workdir) as server:
+            running_server(location, workdir, HTTP_WORKERS=str(args.workers)) as server:
         http_times, copy_times = [], []
         for _ in range(args.rounds):
             truncate(location)
@@ -134,7 +138,9 @@ def main() -> int:
         print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
         print(f"HTTP NDJSON:     {http_rate:>10,.0f} records/s (best of {args.rounds})")
         print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
-        print(f"server peak RSS: {server.memory_kib('VmHWM') / 1024:.0f} MiB")
+        serving = server.children("http") if args.workers > 1 else [server.process.pid]
+        peaks = ", ".join(f"{memory_kib(pid, 'VmHWM') / 1024:.0f}" for pid in serving)
+        print(f"peak RSS of the serving process(es): {peaks} MiB")
     return 0
 
 

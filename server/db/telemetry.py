@@ -8,6 +8,7 @@ one round trip and one parameter per batch instead.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import datetime
 
@@ -32,7 +33,12 @@ def insert_statement(table: sa.Table, columns: tuple[str, ...]) -> str:
 class TelemetryWriter:
     """Collects rows and flushes them in batches inside one transaction, opened at the first
     flush. A body that fits one batch is written by a single autocommit statement. Leaving the
-    context with an exception rolls everything back."""
+    context with an exception rolls everything back.
+
+    Pipelined: a full batch is sent while the caller goes on reading and parsing the next
+    one, with at most one batch in flight (one connection runs one statement at a time, and
+    memory stays at two batches). A failed batch fails the request at the next add or at
+    commit, so the transaction still stores all or nothing."""
 
     def __init__(self, db: Database, statement: str, mac: str, received_at: datetime,
                  batch_rows: int):
@@ -44,11 +50,17 @@ class TelemetryWriter:
         self._pending_bytes = 0
         self._stack = contextlib.AsyncExitStack()
         self._cursor: aiopg.Cursor | None = None
+        self._in_flight: asyncio.Task | None = None
 
     async def __aenter__(self) -> "TelemetryWriter":
         return self
 
     async def __aexit__(self, *exc_info) -> None:
+        if self._in_flight is not None:  # failing: let the batch end before the rollback
+            in_flight, self._in_flight = self._in_flight, None
+            await asyncio.wait([in_flight])
+            if not in_flight.cancelled():
+                in_flight.exception()  # retrieved: the request fails with the first error
         await self._stack.__aexit__(*exc_info)
 
     async def add(self, row: bytes) -> None:
@@ -57,21 +69,31 @@ class TelemetryWriter:
         if len(self._rows) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES:
             if self._cursor is None:
                 self._cursor = await self._stack.enter_async_context(self._db.transaction())
-            await self._flush(self._cursor)
+            await self._settle()
+            self._in_flight = asyncio.ensure_future(self._send(self._cursor, self._take()))
 
     async def commit(self) -> None:
         if self._cursor is None:
             if self._rows:
                 async with self._db.cursor() as cur:
-                    await self._flush(cur)
+                    await self._send(cur, self._take())
             return
-        await self._flush(self._cursor)
+        await self._settle()
+        if self._rows:
+            await self._send(self._cursor, self._take())
         await self._stack.aclose()  # COMMIT
 
-    async def _flush(self, cur: aiopg.Cursor) -> None:
-        if not self._rows:
-            return
+    async def _settle(self) -> None:
+        """Wait for the batch in flight; its failure is raised here."""
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            await in_flight
+
+    def _take(self) -> str:
         batch = b"[" + b",".join(self._rows) + b"]"
         self._rows.clear()
         self._pending_bytes = 0
-        await execute(cur, self._statement, {**self._params, "rows": batch.decode()})
+        return batch.decode()
+
+    async def _send(self, cur: aiopg.Cursor, batch: str) -> None:
+        await execute(cur, self._statement, {**self._params, "rows": batch})

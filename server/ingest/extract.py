@@ -35,7 +35,8 @@ _MAX_TEXT = 256
 # of a digit run so it stays linear, lets only a negative exponent of 4+ digits or a run of
 # 4096 digits through to the exact check.
 NUMERIC_MAX_SCALE = 16383
-_SCALE_SUSPECT = re.compile(rb"[eE]-0*[1-9][0-9]{3}|(?<![0-9])[0-9]{4096}")
+_NEGATIVE_EXPONENT = re.compile(rb"[eE]-0*[1-9][0-9]{3}")
+_LONG_DIGITS = re.compile(rb"(?<![0-9])[0-9]{4096}")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.([0-9]+))?(?:[eE]([+-]?)([0-9]+))?")
 
@@ -121,6 +122,14 @@ def cfm_row(record: dict) -> list:
     return flow_fields(record)
 
 
+def _scale_suspect(raw: bytes) -> bool:
+    """The prefilter. Each regex runs only where it can match: bytes.find is ~50 times
+    faster than a regex scan, which was three quarters of a record's cost."""
+    if (b"e-" in raw or b"E-" in raw) and _NEGATIVE_EXPONENT.search(raw):
+        return True
+    return len(raw) >= 4096 and _LONG_DIGITS.search(raw) is not None
+
+
 def _numbers_fit(raw: bytes) -> bool:
     """Whether every number of a valid JSON text has a scale PostgreSQL can store."""
     structure = _STRING.sub(b'""', raw)  # what is left outside strings: numbers and syntax
@@ -150,7 +159,7 @@ def encode_row(raw: bytes, row_of) -> bytes:
         raise RecordError("record is empty")
     if b"\\u0000" in raw and _NUL_ESCAPE.search(raw):
         raise RecordError("record contains a NUL character (\\u0000), which cannot be stored")
-    if _SCALE_SUSPECT.search(raw) and not _numbers_fit(raw):
+    if _scale_suspect(raw) and not _numbers_fit(raw):
         raise RecordError(f"record has a number with more than {NUMERIC_MAX_SCALE} digits "
                           "after the decimal point, which cannot be stored")
     columns = orjson.dumps(row_of(record))
