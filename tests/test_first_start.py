@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from datetime import datetime, timedelta, timezone
 
 import aiohttp
 
 from testkit.rule_archives import ruleset_settings
 from testkit.server import ServerRunner
+from testkit.waiting import wait_for
 
 ROUTER = "aa:bb:cc:00:16:01"
-
-
-async def wait_for(check, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := await check():
-            return value
-        await asyncio.sleep(0.3)
-    raise AssertionError("timed out")
 
 
 def server_for(database, settings, tmp_path, **extra: str) -> ServerRunner:
@@ -57,13 +48,13 @@ async def test_fresh_install_serves_ids_payloads_without_an_operator(database, t
             async def failures():
                 return sql.value("SELECT count(*) FROM job_runs WHERE status = 'failed' "
                                  "AND job = 'rulepreprocess'") >= 2
-            await wait_for(failures)  # retried while unreachable
+            await wait_for(failures, timeout=60)  # retried while unreachable
             shutil.move(hidden, archive)
 
             async def payload():
                 status, body = await get_json(session, f"{server.url}/rules/ids")
                 return body if status == 200 else None
-            ids = await wait_for(payload)
+            ids = await wait_for(payload, timeout=60)
             assert ids["version"] == "fixture" and ids["rule_count"] > 0
             status, health = await get_json(session, f"{server.url}/health")
             assert health["ruleset"]["version"] == "fixture"
@@ -94,7 +85,7 @@ async def test_a_missed_tick_runs_once_at_the_next_start(database, tmp_path, sql
         async def ran():
             return sql.value("SELECT count(*) FROM job_runs WHERE status = 'succeeded' "
                              "AND job = 'rulepreprocess'")
-        await wait_for(ran)
+        await wait_for(ran, timeout=60)
         await asyncio.sleep(2)
     finally:
         for server in servers:

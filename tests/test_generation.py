@@ -29,6 +29,7 @@ from testkit import CORPUS
 from testkit.database import command_env
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
+from testkit.waiting import wait_for
 
 MAC = "aa:bb:cc:00:00:44"
 
@@ -139,15 +140,6 @@ async def test_rulegen_errors(settings, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", "nonsense"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a MAC address" in bad.stderr
-
-
-async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(interval)
-    raise AssertionError("condition not reached in time")
 
 
 async def test_polling_router_gets_first_payloads_and_restart_keeps_schedule(

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import aiohttp
 import orjson
@@ -19,6 +18,7 @@ from server.supervisor import MAX_DELAY_SECONDS, RESTART_BURST, restart_delay
 from testkit import REPOSITORY
 from testkit.database import Sql, database_env
 from testkit.server import ServerRunner
+from testkit.waiting import wait_for
 
 WORKERS = 2
 
@@ -38,15 +38,6 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(f"{url}/metrics") as response:
         assert response.status == 200
         return await response.text()
-
-
-async def wait_until(predicate, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := await predicate():
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -90,7 +81,7 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
             # the kernel's SO_REUSEPORT group no longer hands it connections
             return f"(pid {victim}) exited" in supervised.log_tail(100_000)
 
-        await wait_until(reaped, timeout=5)
+        await wait_for(reaped, timeout=5)
         # The other worker answers meanwhile.
         for _ in range(20):
             async with session.get(f"{supervised.url}/health",
@@ -101,13 +92,13 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
             pids = supervised.children("http")
             return len(pids) == WORKERS and victim not in pids
 
-        await wait_until(replaced, timeout=15)
+        await wait_for(replaced, timeout=15)
 
         async def both_live():
             return metric(await scrape(session, supervised.url),
                           "http_worker_processes") == WORKERS
 
-        await wait_until(both_live, timeout=15)
+        await wait_for(both_live, timeout=15)
     assert supervised.process.pid == supervised_pid and supervised.process.poll() is None
     assert "exited with signal SIGKILL" in supervised.log_tail(100_000)
 

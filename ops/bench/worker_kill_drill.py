@@ -5,12 +5,12 @@ load, and check the fleet's ledger against the database.
 
 The service runs with --workers HTTP workers (HTTP_WORKERS) under its supervisor. Each round,
 1 to 3 s after the last, kills one worker chosen at random and waits until the supervisor has
-put a new one in its place (listening). At that pace no worker dies more than the
-supervisor's burst (5 in 10 s), so every replacement is immediate. Passes when every acknowledged record is stored exactly once, no request is half
-stored, no refused request stored anything, no answer was a 5xx (a connection the killed
-worker held ends without an answer and is counted apart), the supervisor itself never
-restarted, and the fleet was answered after the last kill. tests/test_drills.py runs a quick
-version.
+put a new one in its place (listening). At that pace no worker dies more than the supervisor's
+burst (5 in 10 s), so every replacement is immediate. Passes when every acknowledged record is
+stored exactly once, no request is half stored, no refused request stored anything, no answer
+was a 5xx (a connection the killed worker held ends without an answer and is counted apart),
+the supervisor itself never restarted, and the fleet was answered after the last kill.
+tests/test_drills.py runs a quick version.
 """
 
 from __future__ import annotations
