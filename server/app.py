@@ -165,7 +165,6 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
                                 app[METRICS])
     app[GENERATION] = service
     service.start()
-    finished = True
     try:
         yield
     finally:

@@ -58,7 +58,8 @@ class Metrics:
                                         registry=registry)
         self.etag_cache_listening = Gauge("rule_etag_cache_listening", "1 while payload change "
                                           "notifications arrive in every HTTP process (else "
-                                          "some process bypasses its cache)",
+                                          "some process bypasses its cache; processes "
+                                          "without a cache report 1)",
                                           multiprocess_mode="livemin", registry=registry)
         self.auth_events = Counter("router_auth_events", "Router key and enrollment events: "
                                    "enrolled, enroll_refused, enroll_conflict, key_refused",

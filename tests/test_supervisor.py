@@ -65,6 +65,13 @@ async def test_workers_serve_and_one_scrape_reports_the_host(supervised, databas
                         'status="200"}') == 40
     # One generation service for the host, in the background process.
     assert metric(text, "rule_generation_workers") == 1
+
+    async def every_cache_listening():
+        async with aiohttp.ClientSession() as session:
+            return metric(await scrape(session, supervised.url),
+                          "rule_etag_cache_listening") == 1
+
+    await wait_for(every_cache_listening, timeout=15)
     assert Sql(database).value("SELECT count(*) FROM ids_events") == 400
     listening = [line for line in supervised.log_tail(100_000).splitlines()
                  if "router_backend.http: serving on" in line]

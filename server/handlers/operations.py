@@ -58,9 +58,11 @@ def refresh_process_gauges(app: web.Application) -> None:
     metrics.db_pool.labels("max").set(pool.maxsize)
     generation = app.get(GENERATION)
     metrics.generation_workers.set(generation.workers if generation is not None else 0)
-    if (cache := app.get(ETAG_CACHE)) is not None:
-        metrics.etag_cache_routers.set(len(cache))
-        metrics.etag_cache_listening.set(cache.listening)
+    cache = app.get(ETAG_CACHE)
+    metrics.etag_cache_routers.set(len(cache) if cache is not None else 0)
+    # A process without a cache (the supervisor's background process) bypasses nothing: it
+    # reports 1, so the host's minimum says whether every HTTP process's cache listens.
+    metrics.etag_cache_listening.set(cache.listening if cache is not None else 1)
 
 
 async def openapi(request: web.Request) -> web.Response:
