@@ -130,7 +130,7 @@ ALERTS = DEPLOY / "prometheus-alerts.yml"
 DASHBOARD = DEPLOY / "grafana-dashboard.json"
 PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "rate", "increase", "irate", "time",
                 "histogram_quantile", "clamp_min", "label_replace", "absent", "and", "or",
-                "unless", "by", "on", "without", "ignoring", "bool", "offset"}
+                "unless", "by", "on", "without", "ignoring", "bool", "offset", "max_over_time"}
 PROMETHEUS_OWN = {"up"}
 
 
