@@ -72,6 +72,7 @@ class Supervisor:
                                                        for n in range(workers)]
         self._metrics_dir = settings.data_dir / "metrics"
         self._stopping = False
+        self._stop_signal: str | None = None
 
     def run(self) -> int:
         location, embedded = prepare_database(self._settings, self.connections_needed())
@@ -113,6 +114,7 @@ class Supervisor:
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._stopping = True
+        self._stop_signal = signal.Signals(signum).name
 
     def _prepare_metrics_dir(self) -> None:
         """Empty: counters of an earlier run must not be added to this one's."""
@@ -155,7 +157,8 @@ class Supervisor:
 
     def _stop_children(self) -> None:
         running = [c.process for c in self._children if c.process is not None]
-        log.info("supervisor %d: stopping %d processes", os.getpid(), len(running))
+        log.info("supervisor %d: %s received, stopping %d processes", os.getpid(),
+                 self._stop_signal, len(running))
         for process in running:
             _signal(process, signal.SIGTERM)
         deadline = time.monotonic() + self._settings.shutdown_grace_seconds + STOP_MARGIN_SECONDS

@@ -69,9 +69,11 @@ class ServerRunner:
 
     def start(self, timeout: float = 60) -> "ServerRunner":
         with self.log_path.open("ab") as log:
+            # A session of its own, as under systemd: signals sent to the test runner's
+            # process group never reach the server or its supervisor's children.
             self.process = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"],
                                             env=self.env, stdout=log, stderr=log,
-                                            cwd=REPOSITORY)
+                                            cwd=REPOSITORY, start_new_session=True)
         if not wait_listening(self.process, self.port, timeout):
             raise RuntimeError(f"server did not start listening: {self.log_tail()}")
         return self
