@@ -142,6 +142,21 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
     assert name not in partitions(sql, "ids_events")
 
 
+async def test_drops_a_partition_a_crash_left_detached(settings, sql):
+    first = tomorrow()
+    name = f"ids_events_p{first:%Y%m%d}"
+    sql.rows(f"INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{{}}')",
+             (MAC, first + timedelta(hours=1)))
+    later = first + timedelta(days=1, hours=1) + timedelta(days=30)
+    async with open_database(settings) as db:
+        sql.rows(f"ALTER TABLE ids_events DETACH PARTITION {name}")  # ... and then a crash
+        detail = await run_retention(db, days=30, activation_days=400, now=later)
+    assert name in detail["removed"]["ids_events"]["partitions_dropped"]
+    assert sql.value("SELECT count(*) FROM pg_class WHERE relname = %s", (name,)) == 0
+    # A table of that shape newer than the cut-off is not taken for one.
+    assert f"ids_events_p{first + timedelta(days=2):%Y%m%d}" in partitions(sql, "ids_events")
+
+
 async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
     seed_rows(sql, "ids_events", 20_000, 0)
     client = await make_client(settings)

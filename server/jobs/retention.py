@@ -1,11 +1,12 @@
 """The retention job: IDS events and CFM records received more than RETENTION_DAYS ago, and
 activations older than ACTIVATION_RETENTION_DAYS, go by whole partitions.
 
-For each table, a partition entirely older than the cut-off is detached with
-`DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent) and
-dropped: no row is deleted one by one, no WAL is written for its rows, nothing is left for
-vacuum. Only the one partition that straddles the cut-off is trimmed, by small batched
-deletes, each its own short statement. A detach interrupted by a crash is finished first.
+For each table, every partition entirely older than the cut-off is detached with
+`DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent), then
+all are dropped by one statement (one commit): no row is deleted one by one, no WAL is
+written for its rows, nothing is left for vacuum. Only the one partition that straddles the
+cut-off is trimmed, by small batched deletes, each its own short statement. What a crash
+left half done is finished: a detach still pending, a detached partition not yet dropped.
 
 Rows in dropped partitions are not counted (that would read them all); the job reports the
 partitions dropped with PostgreSQL's estimate of their rows, and the exact count of rows
@@ -42,15 +43,37 @@ async def run_retention(db: Database, days: int, activation_days: int,
 async def _trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int) -> dict:
     outcome = {"partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
                "rows_deleted": 0}
+    detached = await _detached_earlier(db, table, cutoff)
     for partition in partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table})):
         if partition.detaching or partition.older_than(cutoff):
             outcome["rows_in_dropped_partitions_estimate"] += await _estimate_rows(db, partition)
-            await _detach_and_drop(db, table, partition)
-            outcome["partitions_dropped"].append(partition.name)
+            await _detach(db, table, partition)
+            if partition.name not in detached:  # a pending detach is listed by both
+                detached.append(partition.name)
         elif partition.straddles(cutoff):
             outcome["rows_deleted"] += await _delete_older(db, partition, TIME_COLUMNS[table],
                                                            cutoff, batch_rows)
+    if detached:
+        await db.execute(f"DROP TABLE {', '.join(detached)}")
+    outcome["partitions_dropped"] = detached
     return outcome
+
+
+# Tables of this table's partition names that are no longer attached: detached by a run
+# that died before its DROP (a partition is created and attached in one transaction, so
+# no other process ever sees one unattached).
+_DETACHED = r"""
+SELECT relname FROM pg_class
+WHERE relkind = 'r' AND NOT relispartition AND relnamespace = current_schema()::regnamespace
+  AND (relname = %(table)s || '_legacy'
+       OR (relname ~ ('^' || %(table)s || '_p[0-9]{8}$')
+           AND to_date(right(relname, 8), 'YYYYMMDD') < %(cutoff)s::date))
+ORDER BY relname"""
+
+
+async def _detached_earlier(db: Database, table: str, cutoff: datetime) -> list[str]:
+    return [name for (name,) in await db.fetchall(_DETACHED, {"table": table,
+                                                              "cutoff": cutoff})]
 
 
 async def _estimate_rows(db: Database, partition: Partition) -> int:
@@ -59,12 +82,11 @@ async def _estimate_rows(db: Database, partition: Partition) -> int:
     return max(int(row[0]), 0) if row else 0
 
 
-async def _detach_and_drop(db: Database, table: str, partition: Partition) -> None:
+async def _detach(db: Database, table: str, partition: Partition) -> None:
     # CONCURRENTLY cannot run inside a transaction block: each statement is its own
     # (the pool's connections are in autocommit mode).
     mode = "FINALIZE" if partition.detaching else "CONCURRENTLY"
     await db.execute(f"ALTER TABLE {table} DETACH PARTITION {partition.name} {mode}")
-    await db.execute(f"DROP TABLE {partition.name}")
 
 
 async def _delete_older(db: Database, partition: Partition, column: str, cutoff: datetime,
