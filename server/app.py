@@ -14,6 +14,7 @@ from server.db.pool import Database
 from server.errors import error_middleware
 from server.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
+from server.handlers.not_modified import not_modified_middleware
 from server.handlers.notifications import create_notifications_app
 from server.handlers.operations import refresh_process_gauges
 from server.handlers.operations import setup_routes as setup_operations_routes
@@ -86,6 +87,8 @@ def add_router_service(app: web.Application) -> None:
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
     if app[ROLE] != "background":
+        # First in the chain: a poll answered 304 from memory skips the other middlewares.
+        app.middlewares.insert(0, not_modified_middleware(app))
         app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
                                         settings.router_records_per_minute,

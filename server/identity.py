@@ -52,9 +52,9 @@ class RouterRegistry:
         """Register (open mode) or check (closed mode) the router; Forbidden when refused,
         TooManyRequests when the client's address (asked for only when a registration is
         possible) registered too many new routers lately."""
-        now = time.monotonic()
-        if self._admitted_until.get(mac, 0.0) > now:
+        if self.admitted(mac):
             return
+        now = time.monotonic()
         if self._open:
             address = address_of()
             if not self._limits.may_register(address):
@@ -69,6 +69,10 @@ class RouterRegistry:
         else:
             raise Forbidden("router is not subscribed (registration is closed)")
         self._remember(mac, until)
+
+    def admitted(self, mac: str) -> bool:
+        """Whether this process admitted the router lately (no database asked)."""
+        return self._admitted_until.get(mac, 0.0) > time.monotonic()
 
     def note_new_router(self, mac: str) -> None:
         """A router registered by another path (enrollment): admit it and wake generation."""

@@ -62,6 +62,11 @@ class FloodLimits:
     def request(self, mac: str) -> None:
         self._take(self.requests, "requests", mac, 1, "requests")
 
+    def try_request(self, mac: str) -> bool:
+        """Take a request's token when there is one; False (nothing taken, nothing counted)
+        when the router is over its limit: the caller then goes the way that refuses."""
+        return not self.requests.take(mac, 1, time.monotonic())
+
     def records_arrived(self, mac: str, count: int) -> None:
         self._take(self.records, "records", mac, count, "telemetry records")
 

@@ -1,0 +1,105 @@
+"""The 304 fast path (server/handlers/not_modified.py): a poll it answers is counted like any
+other, and whatever it cannot vouch for goes the whole way, so no check is skipped: the
+request budget, the key, the header's form, another ETag."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from server.db import router_keys as keys_db
+from server.db import routers as router_db
+from server.db.lifecycle import open_database
+from server.handlers.not_modified import names
+from server.router_keys import key_hash
+from server.typedefs import ETAG_CACHE, METRICS
+from testkit.database import settings_for
+from testkit.payloads import store_payload_objects
+
+MAC = "aa:bb:cc:00:00:77"
+
+
+async def stored_and_cached(client, settings) -> str:
+    """Store a payload, poll it once (200, cached), return the ETag as sent."""
+    cache = client.server.app[ETAG_CACHE]
+    deadline = time.monotonic() + 10
+    while not cache.listening:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    async with open_database(settings) as db:
+        await router_db.register(db, MAC)
+        await store_payload_objects(db, MAC, {"ids": {"version": "1", "rules": []},
+                                              "firewall": {"entries": []}})
+    response = await client.get("/rules/ids", headers={"X-ID": MAC, **client.extra_headers})
+    assert response.status == 200
+    return response.headers["ETag"]
+
+
+def answered_304(client) -> float:
+    return client.server.app[METRICS].registry.get_sample_value(
+        "http_requests_total", {"route": "/rules/ids", "method": "GET", "status": "304"}) or 0
+
+
+async def test_a_fast_304_is_counted_and_carries_its_etag(make_client, settings):
+    client = await make_client(settings)
+    client.extra_headers = {}
+    etag = await stored_and_cached(client, settings)
+    before = answered_304(client)
+    for sent in (etag, etag.removeprefix("W/"), f'"other", {etag}', "*"):
+        response = await client.get("/rules/ids", headers={"X-ID": MAC,
+                                                            "If-None-Match": sent})
+        assert response.status == 304 and response.headers["ETag"] == etag
+    assert answered_304(client) == before + 4
+    other = await client.get("/rules/ids", headers={"X-ID": MAC, "If-None-Match": '"old"'})
+    assert other.status == 200 and await other.json() == {"version": "1", "rules": []}
+
+
+async def test_the_request_budget_still_holds(make_client, database, tmp_path):
+    settings = settings_for(database, tmp_path, ROUTER_REQUESTS_PER_MINUTE="3")
+    client = await make_client(settings)
+    client.extra_headers = {}
+    etag = await stored_and_cached(client, settings)  # one request spent
+    statuses = []
+    for _ in range(3):
+        response = await client.get("/rules/ids", headers={"X-ID": MAC,
+                                                            "If-None-Match": etag})
+        statuses.append(response.status)
+    assert statuses == [304, 304, 429]
+    assert "Retry-After" in response.headers and "error" in await response.json()
+
+
+async def test_a_wrong_key_is_refused_even_for_a_cached_etag(make_client, database,
+                                                             tmp_path):
+    settings = settings_for(database, tmp_path, ROUTER_AUTH="key")
+    client = await make_client(settings)
+    async with open_database(settings) as db:
+        await router_db.register(db, MAC)
+        assert await keys_db.set_key(db, MAC, key_hash("right-key"), replace=False)
+    client.extra_headers = {"Authorization": "Bearer right-key"}
+    etag = await stored_and_cached(client, settings)
+    good = await client.get("/rules/ids", headers={"X-ID": MAC, "If-None-Match": etag,
+                                                   "Authorization": "Bearer right-key"})
+    assert good.status == 304
+    for authorization in ("Bearer wrong-key", None):
+        headers = {"X-ID": MAC, "If-None-Match": etag}
+        if authorization:
+            headers["Authorization"] = authorization
+        refused = await client.get("/rules/ids", headers=headers)
+        assert refused.status == 401
+
+
+async def test_a_doubled_or_malformed_x_id_is_refused(make_client, settings):
+    client = await make_client(settings)
+    client.extra_headers = {}
+    etag = await stored_and_cached(client, settings)
+    doubled = await client.get("/rules/ids", headers=[("X-ID", MAC), ("X-ID", MAC),
+                                                      ("If-None-Match", etag)])
+    assert doubled.status == 400
+    bad = await client.get("/rules/ids", headers={"X-ID": "not-a-mac", "If-None-Match": etag})
+    assert bad.status == 400
+
+
+def test_if_none_match_names():
+    assert names('W/"abc"', "abc") and names('"abc"', "abc") and names("*", "abc")
+    assert names(' "x" ,W/"abc"', "abc")
+    assert not names('"abcd"', "abc") and not names("abc", "abc") and not names("", "abc")
