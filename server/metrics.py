@@ -93,9 +93,10 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def request_middleware(metrics: Metrics):
-    # The labelled children, looked up once per (route, method, status): labels() takes a
-    # lock and builds a key on every call, a cost the busiest routes need not pay.
+def request_observer(metrics: Metrics):
+    """`observe(route, method, status, seconds)`: count and time one answered request. The
+    labelled children are looked up once per (route, method, status): labels() takes a lock
+    and builds a key on every call, a cost the busiest routes need not pay."""
     children: dict[tuple[str, str, int], tuple] = {}
 
     def observe(route: str, method: str, status: int, seconds: float) -> None:
@@ -106,6 +107,11 @@ def request_middleware(metrics: Metrics):
                                      metrics.request_seconds.labels(route))
         child[0].inc()
         child[1].observe(seconds)
+    return observe
+
+
+def request_middleware(metrics: Metrics):
+    observe = request_observer(metrics)
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:

@@ -75,10 +75,11 @@ class Supervisor:
         self._stop_signal: str | None = None
 
     def run(self) -> int:
-        location, embedded = prepare_database(self._settings, self.connections_needed())
+        connections = self.connections_needed()
+        location, embedded = prepare_database(self._settings, connections)
         guards = []
         try:
-            check_connections(location, self.connections_needed())
+            check_connections(location, connections)
             guards = reserve_address(self._settings.listen_host, self._settings.listen_port)
             self._prepare_metrics_dir()
             environment = self._child_environment(location)

@@ -145,7 +145,7 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
 async def test_drops_a_partition_a_crash_left_detached(settings, sql):
     first = tomorrow()
     name = f"ids_events_p{first:%Y%m%d}"
-    sql.rows(f"INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{{}}')",
+    sql.rows("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{}')",
              (MAC, first + timedelta(hours=1)))
     later = first + timedelta(days=1, hours=1) + timedelta(days=30)
     async with open_database(settings) as db:

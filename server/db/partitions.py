@@ -35,6 +35,7 @@ class Partition:
     start: datetime | None       # None: MINVALUE (the legacy partition of migration 0014)
     end: datetime
     detaching: bool = False      # a DETACH CONCURRENTLY that was interrupted
+    rows_estimate: int = 0       # PostgreSQL's estimate (reltuples; 0 before any ANALYZE)
 
     def older_than(self, cutoff: datetime) -> bool:
         return self.end <= cutoff
@@ -48,7 +49,8 @@ class Partition:
 LIST_PARTITIONS = r"""
 SELECT c.relname,
        CASE WHEN b[1] = 'MINVALUE' THEN NULL ELSE btrim(b[1], '''')::timestamptz END,
-       btrim(b[2], '''')::timestamptz, i.inhdetachpending
+       btrim(b[2], '''')::timestamptz, i.inhdetachpending,
+       greatest(c.reltuples, 0)::bigint
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
      regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \((.+)\) TO \((.+)\)') b
 WHERE i.inhparent = %(table)s::regclass
@@ -56,7 +58,7 @@ ORDER BY 2 NULLS FIRST"""
 
 
 def partitions_from_rows(rows: list[tuple]) -> list[Partition]:
-    return [Partition(name, start, end, detaching) for name, start, end, detaching in rows]
+    return [Partition(*row) for row in rows]
 
 
 def grid_floor(moment: datetime, days: int) -> datetime:

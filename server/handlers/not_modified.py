@@ -17,6 +17,7 @@ import time
 from aiohttp import web
 
 from server.mac import InvalidMac, normalise_mac
+from server.metrics import request_observer
 from server.typedefs import (ETAG_CACHE, FLOOD_LIMITS, IN_FLIGHT, METRICS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SETTINGS)
 
@@ -24,16 +25,7 @@ PAYLOADS = {"/rules/ids": "ids", "/rules/firewall": "firewall"}
 
 
 def not_modified_middleware(app: web.Application):
-    counted: dict[str, tuple] = {}
-
-    def count(path: str, seconds: float) -> None:
-        children = counted.get(path)
-        if children is None:
-            metrics = app[METRICS]
-            children = counted[path] = (metrics.requests.labels(path, "GET", "304"),
-                                        metrics.request_seconds.labels(path))
-        children[0].inc()
-        children[1].observe(seconds)
+    observe = request_observer(app[METRICS])
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
@@ -46,7 +38,7 @@ def not_modified_middleware(app: web.Application):
             return await handler(request)
         etag = found[1]
         response = web.Response(status=304, headers={"ETag": f'W/"{etag}"'})
-        count(request.path, time.perf_counter() - started)
+        observe(request.path, "GET", 304, time.perf_counter() - started)
         return response
 
     def current_etag(request: web.Request, kind: str) -> tuple[str, str] | None:

@@ -46,7 +46,7 @@ async def _trim_table(db: Database, table: str, cutoff: datetime, batch_rows: in
     detached = await _detached_earlier(db, table, cutoff)
     for partition in partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table})):
         if partition.detaching or partition.older_than(cutoff):
-            outcome["rows_in_dropped_partitions_estimate"] += await _estimate_rows(db, partition)
+            outcome["rows_in_dropped_partitions_estimate"] += partition.rows_estimate
             await _detach(db, table, partition)
             if partition.name not in detached:  # a pending detach is listed by both
                 detached.append(partition.name)
@@ -74,12 +74,6 @@ ORDER BY relname"""
 async def _detached_earlier(db: Database, table: str, cutoff: datetime) -> list[str]:
     return [name for (name,) in await db.fetchall(_DETACHED, {"table": table,
                                                               "cutoff": cutoff})]
-
-
-async def _estimate_rows(db: Database, partition: Partition) -> int:
-    row = await db.fetchone("SELECT reltuples FROM pg_class WHERE relname = %s",
-                            (partition.name,))
-    return max(int(row[0]), 0) if row else 0
 
 
 async def _detach(db: Database, table: str, partition: Partition) -> None:
