@@ -65,6 +65,20 @@ def test_array_oversized_element_dropped_and_buffer_bounded():
     assert [raw is None for _, raw in out] == [False, True, False]
 
 
+def test_array_string_over_the_limit_drops_only_its_element_wherever_the_chunks_end():
+    """A string longer than the record limit used to fail the whole body when a chunk ended
+    inside it; now its element alone is rejected, wherever the chunks end (escapes too)."""
+    small = orjson.dumps({"q": "a,b]c"})
+    long_string = orjson.dumps({"pad": 'x\\"y' * 40, "n": [1, {"a": "b"}]})  # 40 escapes
+    body = b"[" + b",".join([small, long_string, small, b'"' + b"s" * 300 + b'"', small]) + b"]"
+    for chunk in (1, 2, 3, 5, 64, 100, len(body)):
+        splitter = JsonArraySplitter(100)
+        records = run(splitter, body, chunk)
+        assert [raw and orjson.loads(raw) for _, raw in records] == [
+            {"q": "a,b]c"}, None, {"q": "a,b]c"}, None, {"q": "a,b]c"}], chunk
+        assert len(splitter._buffer) <= 100
+
+
 @pytest.mark.parametrize("body", [b"{}", b"[{}", b"[{},]", b"[,{}]", b"[{}]x", b"[{}}]",
                                   b'"text"', b"[" + b'"' + b"z" * 500])
 def test_array_framing_errors(body):

@@ -2,8 +2,9 @@
 
 Nothing here holds more than one network chunk plus one bounded piece of decoded output, so a
 body of any size, or a gzip bomb, costs the same memory. Pieces are at most PIECE_BYTES and
-the event loop runs other requests between two pieces, so no body, however its bytes are
-chosen, holds the loop for long. Limits: the decoded size, the gzip expansion ratio, and the
+the event loop runs other requests as soon as YIELD_SECONDS have passed since it last did
+(checked between pieces), so no body, however its bytes are chosen, holds the loop for long:
+a piece of brackets, every byte a token for the record splitter, costs the most. Limits: the decoded size, the gzip expansion ratio, and the
 longest pause between two network chunks (a stalled body is cut off, so it never keeps a
 database transaction open).
 """
@@ -11,6 +12,7 @@ database transaction open).
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterator
@@ -19,7 +21,8 @@ from aiohttp import web
 
 from server.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 
-PIECE_BYTES = 16 * 1024
+PIECE_BYTES = 4 * 1024
+YIELD_SECONDS = 0.002
 GZIP_FREE_BYTES = 64 * 1024  # decoded bytes allowed before the ratio applies
 
 
@@ -44,6 +47,7 @@ async def decoded_chunks(request: web.Request, limits: BodyLimits) -> AsyncItera
     _check_declared_length(request, limits.max_bytes)
     decoded = received = 0
     inflate = _GzipStream() if encoding != "identity" else None
+    yielded_at = time.perf_counter()
     while chunk := await _next_chunk(request, limits.idle_seconds):
         received += len(chunk)
         for piece in inflate.feed(chunk) if inflate else _slices(chunk):
@@ -54,7 +58,9 @@ async def decoded_chunks(request: web.Request, limits: BodyLimits) -> AsyncItera
                 raise PayloadTooLarge(f"gzip body expands more than {limits.max_gzip_ratio} "
                                       "times its size")
             yield piece
-            await asyncio.sleep(0)  # let other requests run between pieces
+            if time.perf_counter() - yielded_at > YIELD_SECONDS:
+                await asyncio.sleep(0)  # let other requests run
+                yielded_at = time.perf_counter()
     if inflate:
         inflate.finish()
 

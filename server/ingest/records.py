@@ -81,6 +81,9 @@ _TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]|"')
 # Inside an element only brackets matter: skip everything else, strings whole, in one possessive
 # (never backtracking) match, and stop at the next bracket or at a string cut by the boundary.
 _INSIDE = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([\[\]{}]|")')
+# The rest of a string whose start was dropped: stops before its closing quote, or at the end
+# (before a backslash whose escaped byte is in the next chunk).
+_STRING_REST = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+')
 _WHITESPACE = b" \t\r\n"
 
 
@@ -93,6 +96,7 @@ class JsonArraySplitter:
         self._started = False
         self._finished = False
         self._dropped = False     # the current element exceeded the limit; its bytes are gone
+        self._in_string = False   # ... and the chunk ended inside one of its strings
         self._index = 0
         self._separators = 0
 
@@ -112,6 +116,11 @@ class JsonArraySplitter:
             buffer = stripped[1:]
             self._started = True
             self._depth = 1
+        if self._in_string:
+            buffer = self._skip_string(buffer)
+            if self._in_string:
+                self._buffer = buffer
+                return out
         element_start, position = 0, self._scanned
         while token := self._next_token(buffer, position):
             start, position = token
@@ -175,14 +184,28 @@ class JsonArraySplitter:
 
     def _keep(self, buffer: bytes, element_start: int, resume: int) -> None:
         """Keep the current element's bytes while it is within the limit, else only the
-        unscanned tail (a string cut by the chunk boundary)."""
+        unscanned tail: a string cut by the chunk boundary, of which only what is needed to
+        find its end is kept."""
         if not self._dropped and len(buffer) - element_start > self._max:
             self._dropped = True
+        if self._dropped and buffer[resume:resume + 1] == b'"':
+            self._in_string = True
+            self._buffer, self._scanned = self._skip_string(buffer[resume + 1:]), 0
+            return
         keep_from = resume if self._dropped else element_start
         self._buffer = buffer[keep_from:]
         self._scanned = resume - keep_from
         if len(self._buffer) > self._max:
             raise BodyError("a string in the body exceeds the record size limit")
+
+    def _skip_string(self, buffer: bytes) -> bytes:
+        """Skip the rest of a dropped string: what follows its closing quote, or (still inside
+        it) the backslash whose escaped byte is yet to come."""
+        end = _STRING_REST.match(buffer).end()
+        if end < len(buffer) and buffer[end] == 0x22:
+            self._in_string = False
+            return buffer[end + 1:]
+        return buffer[end:]
 
     @staticmethod
     def _check_trailing(data: bytes) -> None:
