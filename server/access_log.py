@@ -42,15 +42,13 @@ def _escape(character: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+ACCESS_LOGGER = logging.getLogger("aiohttp.access")
+
+
 class BatchedAccessLogger(AbstractAccessLogger):
     """`ADDRESS "METHOD PATH HTTP/x.y" STATUS BYTES SECONDSs "X-ID"` after the usual
     `time level logger:` prefix; honours the level set for the `aiohttp.access` logger.
     The path and X-ID come from the client and are escaped (`quoted`)."""
-
-    stream: TextIO = sys.stderr
-    _pending: list[str] = []
-    _second = -1
-    _stamp = ""
 
     @property
     def enabled(self) -> bool:
@@ -59,29 +57,45 @@ class BatchedAccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse,
             elapsed: float) -> None:
         version = request.version
-        request_line = f"{request.method} {request.path_qs} HTTP/{version.major}.{version.minor}"
-        router = ",".join(request.headers.getall("X-ID", ())) or "-"
-        line = (f'{self._timestamp()} INFO aiohttp.access: {request.remote} '
-                f'{quoted(request_line)} {response.status} {response.body_length} '
-                f'{elapsed:.6f}s {quoted(router)}\n')
-        pending = BatchedAccessLogger._pending
-        if not pending:
-            asyncio.get_running_loop().call_soon(flush)
-        pending.append(line)
+        log_access(request.remote, f"{request.method} {request.path_qs} "
+                   f"HTTP/{version.major}.{version.minor}", response.status,
+                   response.body_length, elapsed, ",".join(request.headers.getall("X-ID", ())))
 
-    @staticmethod
-    def _timestamp() -> str:
-        now = time.time()
-        second = int(now)
-        if second != BatchedAccessLogger._second:
-            BatchedAccessLogger._second = second
-            BatchedAccessLogger._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-        return f"{BatchedAccessLogger._stamp},{int(now % 1 * 1000):03d}"
+
+def access_logged() -> bool:
+    """Whether access lines are written (the `aiohttp.access` logger's level)."""
+    return ACCESS_LOGGER.isEnabledFor(logging.INFO)
+
+
+class _Batch:
+    stream: TextIO = sys.stderr
+    pending: list[str] = []
+    second = -1
+    stamp = ""
+
+
+def log_access(remote: str | None, request_line: str, status: int, size: int,
+               elapsed: float, router: str) -> None:
+    """Queue one access line; the batch is written once the loop is done with its callbacks."""
+    line = (f'{_timestamp()} INFO aiohttp.access: {remote} {quoted(request_line)} {status} '
+            f'{size} {elapsed:.6f}s {quoted(router or "-")}\n')
+    if not _Batch.pending:
+        asyncio.get_running_loop().call_soon(flush)
+    _Batch.pending.append(line)
+
+
+def _timestamp() -> str:
+    now = time.time()
+    second = int(now)
+    if second != _Batch.second:
+        _Batch.second = second
+        _Batch.stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    return f"{_Batch.stamp},{int(now % 1 * 1000):03d}"
 
 
 def flush() -> None:
-    pending = BatchedAccessLogger._pending
+    pending = _Batch.pending
     if pending:
-        BatchedAccessLogger.stream.write("".join(pending))
-        BatchedAccessLogger.stream.flush()
+        _Batch.stream.write("".join(pending))
+        _Batch.stream.flush()
         pending.clear()

@@ -14,7 +14,6 @@ from server.db.pool import Database
 from server.errors import error_middleware
 from server.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
-from server.handlers.not_modified import not_modified_middleware
 from server.handlers.notifications import create_notifications_app
 from server.handlers.operations import refresh_process_gauges
 from server.handlers.operations import setup_routes as setup_operations_routes
@@ -30,7 +29,7 @@ from server.notify.sends import Sends
 from server.notify.service import Notifier
 from server.router_keys import RouterKeys
 from server.settings import Settings
-from server.shutdown import InFlight
+from server.in_flight import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
                              INGEST_DATABASE, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
@@ -87,8 +86,6 @@ def add_router_service(app: web.Application) -> None:
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
     if app[ROLE] != "background":
-        # First in the chain: a poll answered 304 from memory skips the other middlewares.
-        app.middlewares.insert(0, not_modified_middleware(app))
         app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
                                         settings.router_records_per_minute,

@@ -14,7 +14,7 @@ import hmac
 import logging
 import secrets
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from aiohttp import web
 
@@ -37,8 +37,8 @@ def key_hash(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
-def bearer_token(request: web.Request) -> str | None:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
@@ -55,7 +55,7 @@ class RouterKeys:
         """Unauthorized unless the request carries this router's current key."""
         if self.trusted(request, mac):
             return
-        presented = bearer_token(request)
+        presented = bearer_token(request.headers)
         if presented is None:
             self._refuse(request, mac, "no key")
             raise Unauthorized("missing router key (Authorization: Bearer <router key>)")
@@ -68,10 +68,10 @@ class RouterKeys:
             self._known.clear()
         self._known[mac] = (stored, time.monotonic() + self._cache_seconds)
 
-    def trusted(self, request: web.Request, mac: str) -> bool:
-        """Whether the request carries the key this process remembers for the router, within
+    def trusted(self, headers: Mapping[str, str], mac: str) -> bool:
+        """Whether the request's headers carry the key this process remembers for the router, within
         its trust period (no database asked, nothing logged when not)."""
-        presented = bearer_token(request)
+        presented = bearer_token(headers)
         known, until = self._known.get(mac, (b"", 0.0))
         return (presented is not None and until > time.monotonic()
                 and hmac.compare_digest(known, key_hash(presented)))
@@ -85,7 +85,7 @@ class RouterKeys:
             self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
                         mac, address)
             raise Forbidden("enrollment is off (ENROLLMENT_TOKEN is not set)")
-        presented = bearer_token(request) or ""
+        presented = bearer_token(request.headers) or ""
         if not hmac.compare_digest(presented.encode(), token.encode()):
             self._count("enroll_refused", "enrollment of %s from %s refused: wrong token",
                         mac, address)

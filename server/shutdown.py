@@ -17,41 +17,10 @@ from aiohttp import web
 
 from server.access_log import BatchedAccessLogger
 from server.access_log import flush as flush_access_log
+from server.connection import PollingAppRunner
+from server.in_flight import InFlight
 
 log = logging.getLogger("router_backend.http")
-
-
-class InFlight:
-    """Counts requests in progress; while draining, answers close their connection."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
-        self.count += 1
-        self._idle.clear()
-        try:
-            response = await handler(request)
-            if self.draining:
-                response.force_close()  # no further request on this connection
-            return response
-        finally:
-            self.count -= 1
-            if self.count == 0:
-                self._idle.set()
-
-    async def drain(self, timeout: float) -> bool:
-        """Wait until no request is in progress; False when some still were after timeout."""
-        self.draining = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
 
 
 async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
@@ -61,7 +30,7 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
     response until a complete request head has arrived, so it also cuts off clients that send
     their headers a line at a time. `reuse_port`: listen beside the supervisor's other HTTP
     workers (SO_REUSEPORT)."""
-    runner = web.AppRunner(app, access_log_class=BatchedAccessLogger,
+    runner = PollingAppRunner(app, access_log_class=BatchedAccessLogger,
                            shutdown_timeout=grace_seconds, handle_signals=False,
                            keepalive_timeout=idle_timeout)
     try:

@@ -14,7 +14,7 @@ from server.notify.sends import Sends
 from server.router_keys import RouterKeys
 from server.notify.service import Notifier
 from server.settings import Settings
-from server.shutdown import InFlight
+from server.in_flight import InFlight
 
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)

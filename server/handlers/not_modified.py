@@ -1,21 +1,27 @@
-"""The 304 fast path: nearly every rules poll is answered 304, so it is answered here, first
-in the middleware chain, from memory and without an await.
+"""The 304 answer to a rules poll, decided from the request head alone: nearly every rules
+poll is answered 304, so it is answered as soon as its head is parsed (server/connection.py),
+from memory, without a request object, a task or the middleware chain.
 
-A `GET /rules/ids` or `/rules/firewall` whose router this process admitted lately (and whose
-key it trusts, in key mode), whose If-None-Match names the payload's current ETag as the
-ETag cache knows it (server/etag_cache.py), and which is within the router's request budget,
-is answered 304 here; it is counted and timed in the same metrics and logged in the access
-log like any other. Anything else (a first poll, an ETag the cache does not know, a header
-to refuse, a budget spent, a drain under way) goes down the whole chain, which answers as it
-always did. Nothing is taken from the budget unless the answer is given here.
+A `GET /rules/ids` or `/rules/firewall` over HTTP/1.1 keep-alive, without a body, whose router
+this process admitted lately (and whose key it trusts, in key mode), whose If-None-Match
+names the payload's current ETag as the ETag cache knows it (server/etag_cache.py), and which
+is within the router's request budget, is answered 304 here; it is counted and timed in the
+same metrics and logged in the access log like any other. Anything else (a first poll, an
+ETag the cache does not know, a header to refuse, a budget spent, a drain under way) goes to
+the application, which answers as it always did. Nothing is taken from the budget unless the
+answer is given here.
 """
 
 from __future__ import annotations
 
 import time
+from email.utils import formatdate
 
 from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.streams import EMPTY_PAYLOAD
 
+from server.access_log import access_logged, log_access
 from server.mac import InvalidMac, normalise_mac
 from server.metrics import request_observer
 from server.typedefs import (ETAG_CACHE, FLOOD_LIMITS, IN_FLIGHT, METRICS, ROUTER_KEYS,
@@ -24,34 +30,46 @@ from server.typedefs import (ETAG_CACHE, FLOOD_LIMITS, IN_FLIGHT, METRICS, ROUTE
 PAYLOADS = {"/rules/ids": "ids", "/rules/firewall": "firewall"}
 
 
-def not_modified_middleware(app: web.Application):
-    observe = request_observer(app[METRICS])
+class NotModified:
+    """Answers the polls it may from the app's caches; `None` for the others."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self._observe = request_observer(app[METRICS])
+        self._date = HttpDate()
+
+    def answer(self, message, payload, remote: str) -> bytes | None:
+        """The whole 304 response to a parsed request head, or None when the application
+        must answer it."""
         started = time.perf_counter()
-        kind = PAYLOADS.get(request.path)
-        if kind is None or request.method != "GET":
-            return await handler(request)
-        found = current_etag(request, kind)
-        if found is None or not app[FLOOD_LIMITS].try_request(found[0]):
-            return await handler(request)
-        etag = found[1]
-        response = web.Response(status=304, headers={"ETag": f'W/"{etag}"'})
-        observe(request.path, "GET", 304, time.perf_counter() - started)
-        return response
+        path = getattr(message, "path", None)  # a head aiohttp could not parse has none
+        kind = PAYLOADS.get(path)
+        if (kind is None or message.method != "GET" or payload is not EMPTY_PAYLOAD
+                or message.should_close or message.upgrade or message.version != (1, 1)):
+            return None
+        found = self._current_etag(message.headers, kind)
+        if found is None or not self._app[FLOOD_LIMITS].try_request(found[0]):
+            return None
+        head = (f'HTTP/1.1 304 Not Modified\r\nETag: W/"{found[1]}"\r\n'
+                f'Date: {self._date.now()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n')
+        elapsed = time.perf_counter() - started
+        self._observe(path, "GET", 304, elapsed)
+        if access_logged():
+            log_access(remote, f"GET {path} HTTP/1.1", 304, 0, elapsed, found[0])
+        return head.encode()
 
-    def current_etag(request: web.Request, kind: str) -> tuple[str, str] | None:
-        """(router, the payload's current ETag) when this request may be answered 304 here."""
-        wanted = request.headers.get("If-None-Match")
-        macs = request.headers.getall("X-ID", ())
+    def _current_etag(self, headers, kind: str) -> tuple[str, str] | None:
+        """(router, the payload's current ETag) when this poll may be answered 304 here."""
+        app = self._app
+        wanted = headers.get("If-None-Match")
+        macs = headers.getall("X-ID", ())
         if wanted is None or len(macs) != 1 or app[IN_FLIGHT].draining:
             return None
         try:
             mac = normalise_mac(macs[0])
         except InvalidMac:
             return None
-        if app[SETTINGS].router_auth == "key" and not app[ROUTER_KEYS].trusted(request, mac):
+        if app[SETTINGS].router_auth == "key" and not app[ROUTER_KEYS].trusted(headers, mac):
             return None
         if not app[ROUTER_REGISTRY].admitted(mac):
             return None
@@ -60,7 +78,19 @@ def not_modified_middleware(app: web.Application):
             return None
         return mac, etag
 
-    return middleware
+
+class HttpDate:
+    """The Date header's value, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def now(self) -> str:
+        second = int(time.time())
+        if second != self._second:
+            self._second, self._value = second, formatdate(second, usegmt=True)
+        return self._value
 
 
 def names(if_none_match: str, etag: str) -> bool:

@@ -1,0 +1,140 @@
+"""Connections that answer polls 304 as their head is parsed (server/connection.py), over raw
+sockets: the answers keep the order of the requests, whatever else is pipelined or in
+progress; keep-alive works as before; and what the fast path must not answer goes to the
+application."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+
+from server import access_log
+from server.app import create_app
+from testkit.database import settings_for
+from testkit.server import ServiceTestServer
+from tests.test_not_modified import MAC, answered_304, stored_and_cached
+
+
+def poll(etag: str, extra: str = "", version: str = "1.1") -> bytes:
+    return (f"GET /rules/ids HTTP/{version}\r\nHost: t\r\nX-ID: {MAC}\r\n"
+            f"If-None-Match: {etag}\r\n{extra}\r\n").encode()
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: t\r\nX-ID: {MAC}\r\n\r\n".encode()
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response: status, headers (lower-case names), body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    status_line, *lines = head.decode().split("\r\n")[:-2]
+    headers = {name.lower(): value for name, _, value in
+               (line.partition(": ") for line in lines)}
+    length = int(headers.get("content-length", 0))
+    body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
+    return int(status_line.split()[1]), headers, body
+
+
+async def connect(client):
+    return await asyncio.open_connection(client.server.host, client.server.port)
+
+
+def requests_through_the_app(client) -> int:
+    """Requests aiohttp's request loop handled (the fast path's answers are not among them)."""
+    return client.server.runner.server.requests_count
+
+
+async def prepared(make_client, settings):
+    client = await make_client(settings)
+    client.extra_headers = {}
+    return client, await stored_and_cached(client, settings)
+
+
+async def test_polls_on_an_idle_connection_are_answered_without_the_app(make_client, settings,
+                                                                        caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    lines = io.StringIO()
+    monkeypatch.setattr(access_log._Batch, "stream", lines)
+    client, etag = await prepared(make_client, settings)
+    through_app, counted = requests_through_the_app(client), answered_304(client)
+    reader, writer = await connect(client)
+    for _ in range(5):
+        writer.write(poll(etag))
+        status, headers, body = await read_answer(reader)
+        assert (status, headers["etag"], body) == (304, etag, b"")
+        assert "date" in headers and "server" in headers
+    writer.close()
+    assert requests_through_the_app(client) == through_app
+    assert answered_304(client) == counted + 5
+    await asyncio.sleep(0)  # the access log's batch is written after the loop's callbacks
+    logged = [line for line in lines.getvalue().splitlines() if '" 304 0 ' in line]
+    assert len(logged) == 5 and f'"GET /rules/ids HTTP/1.1" 304 0' in logged[0]
+    assert logged[0].endswith(f's "{MAC}"') and " 127.0.0.1 " in logged[0]
+
+
+async def test_pipelined_requests_are_answered_in_order(make_client, settings):
+    client, etag = await prepared(make_client, settings)
+    reader, writer = await connect(client)
+    writer.write(poll(etag) + get("/rules/last_updated") + poll(etag) + poll('"old"')
+                 + poll(etag))
+    answers = [await read_answer(reader) for _ in range(5)]
+    assert [status for status, _, _ in answers] == [304, 200, 304, 200, 304]
+    assert answers[1][2].startswith(b"{")  # last_updated's JSON
+    assert answers[3][2]  # the payload, for the ETag it did not know
+    writer.write(b"NOT HTTP AT ALL\r\n\r\n")  # after fast answers, on the same connection
+    status, headers, body = await read_answer(reader)
+    assert status == 400
+    writer.close()
+
+
+async def test_a_poll_behind_a_request_in_progress_waits_its_turn(make_client, settings):
+    client, etag = await prepared(make_client, settings)
+    reader, writer = await connect(client)
+    record = b'{"timestamp": "2026-11-23T08:00:00Z", "event_type": "alert"}\n'
+    writer.write(f"POST /log/events HTTP/1.1\r\nHost: t\r\nX-ID: {MAC}\r\n"
+                 f"Content-Type: application/x-ndjson\r\n"
+                 f"Content-Length: {len(record)}\r\n\r\n".encode() + record[:10])
+    await asyncio.sleep(0.2)  # the upload is in progress, its body half sent
+    writer.write(record[10:] + poll(etag))
+    status, _, body = await read_answer(reader)
+    assert status == 200 and b'"accepted":1' in body
+    assert (await read_answer(reader))[0] == 304
+    writer.close()
+
+
+async def test_what_the_fast_path_must_not_answer_goes_to_the_app(make_client, settings):
+    client, etag = await prepared(make_client, settings)
+    through_app = requests_through_the_app(client)
+    reader, writer = await connect(client)
+    writer.write(poll(etag, "Content-Length: 3\r\n") + b"abc")  # a body
+    assert (await read_answer(reader))[0] == 304
+    writer.write(poll(etag).replace(b"/rules/ids", b"/rules/ids?x=1"))
+    assert (await read_answer(reader))[0] == 304
+    writer.write(poll(etag, "Connection: close\r\n"))
+    status, headers, _ = await read_answer(reader)
+    assert status == 304 and await reader.read() == b""  # closed after the answer
+    writer.close()
+    reader, writer = await connect(client)
+    writer.write(poll(etag, version="1.0"))
+    status, _, _ = await read_answer(reader)
+    assert status == 304
+    writer.close()
+    assert requests_through_the_app(client) == through_app + 4
+
+
+async def test_keep_alive_holds_while_polls_arrive_and_ends_when_they_stop(
+        aiohttp_client, database, tmp_path):
+    settings = settings_for(database, tmp_path)
+    server = ServiceTestServer(create_app(settings))
+    await server.start_server(keepalive_timeout=1)
+    client = await aiohttp_client(server)
+    client.extra_headers = {}
+    etag = await stored_and_cached(client, settings)
+    reader, writer = await connect(client)
+    for _ in range(8):  # 2.4 s of polls on one connection, beyond the 1 s timeout
+        writer.write(poll(etag))
+        assert (await read_answer(reader))[0] == 304
+        await asyncio.sleep(0.3)
+    assert await asyncio.wait_for(reader.read(), 3) == b""  # idle: closed
+    writer.close()
