@@ -67,7 +67,8 @@ def access_logged() -> bool:
     return ACCESS_LOGGER.isEnabledFor(logging.INFO)
 
 
-class _Batch:
+class AccessBatch:
+    """Lines waiting for the end of the loop's callbacks, and where they go."""
     stream: TextIO = sys.stderr
     pending: list[str] = []
     second = -1
@@ -79,23 +80,23 @@ def log_access(remote: str | None, request_line: str, status: int, size: int,
     """Queue one access line; the batch is written once the loop is done with its callbacks."""
     line = (f'{_timestamp()} INFO aiohttp.access: {remote} {quoted(request_line)} {status} '
             f'{size} {elapsed:.6f}s {quoted(router or "-")}\n')
-    if not _Batch.pending:
+    if not AccessBatch.pending:
         asyncio.get_running_loop().call_soon(flush)
-    _Batch.pending.append(line)
+    AccessBatch.pending.append(line)
 
 
 def _timestamp() -> str:
     now = time.time()
     second = int(now)
-    if second != _Batch.second:
-        _Batch.second = second
-        _Batch.stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-    return f"{_Batch.stamp},{int(now % 1 * 1000):03d}"
+    if second != AccessBatch.second:
+        AccessBatch.second = second
+        AccessBatch.stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    return f"{AccessBatch.stamp},{int(now % 1 * 1000):03d}"
 
 
 def flush() -> None:
-    pending = _Batch.pending
+    pending = AccessBatch.pending
     if pending:
-        _Batch.stream.write("".join(pending))
-        _Batch.stream.flush()
+        AccessBatch.stream.write("".join(pending))
+        AccessBatch.stream.flush()
         pending.clear()

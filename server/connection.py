@@ -46,9 +46,12 @@ class PollingRequestHandler(RequestHandler):
             waiter.set_result(None)
 
     def _answer_polls(self) -> int:
-        """Answer the queued heads from the first while they are polls answered 304."""
+        """Answer the queued heads from the first while they are polls answered 304, and while
+        the client reads its answers: once the socket's send buffer is full (writing paused),
+        the request loop answers, waiting for the client as it does for any response."""
         answered, messages, transport = 0, self._messages, self.transport
-        while messages and transport is not None and not self._buffer_paused:
+        while (messages and transport is not None and not self._buffer_paused
+               and not self.writing_paused):
             message, payload = messages[0]
             response = self._not_modified.answer(message, payload, self._remote_address())
             if response is None:

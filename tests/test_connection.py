@@ -9,6 +9,8 @@ import asyncio
 import io
 import logging
 
+import pytest
+
 from server import access_log
 from server.app import create_app
 from testkit.database import settings_for
@@ -55,7 +57,7 @@ async def test_polls_on_an_idle_connection_are_answered_without_the_app(make_cli
                                                                         caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="aiohttp.access")
     lines = io.StringIO()
-    monkeypatch.setattr(access_log._Batch, "stream", lines)
+    monkeypatch.setattr(access_log.AccessBatch, "stream", lines)
     client, etag = await prepared(make_client, settings)
     through_app, counted = requests_through_the_app(client), answered_304(client)
     reader, writer = await connect(client)
@@ -138,3 +140,37 @@ async def test_keep_alive_holds_while_polls_arrive_and_ends_when_they_stop(
         await asyncio.sleep(0.3)
     assert await asyncio.wait_for(reader.read(), 3) == b""  # idle: closed
     writer.close()
+
+
+async def test_no_answer_is_written_while_the_client_is_not_reading(make_client, settings):
+    """Once the socket's send buffer is full (asyncio pauses writing), polls are left to the
+    request loop, which waits for the client to read as it does for any response, instead
+    of piling answers up in memory for a client that reads nothing."""
+    client, etag = await prepared(make_client, settings)
+    reader, writer = await connect(client)
+    connection = await server_side(client, writer.get_extra_info("sockname")[1])
+    connection.pause_writing()  # what the transport does when the client stops reading
+    for _ in range(3):
+        writer.write(poll(etag))
+        await asyncio.sleep(0.2)
+    # aiohttp's request loop writes the first answer and waits for the client to read
+    assert (await read_answer(reader))[0] == 304
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.5)
+    connection.resume_writing()
+    assert [(await read_answer(reader))[0] for _ in range(2)] == [304, 304]
+    writer.write(poll(etag))  # reading again: answered as the head is parsed
+    assert (await read_answer(reader))[0] == 304
+    writer.close()
+
+
+async def server_side(client, client_port: int):
+    """The server's connection object for the client's socket."""
+    for _ in range(100):
+        for connection in client.server.runner.server.connections:
+            peer = connection.transport.get_extra_info("peername") if connection.transport \
+                else None
+            if peer and peer[1] == client_port:
+                return connection
+        await asyncio.sleep(0.02)
+    raise AssertionError("the server never saw the connection")

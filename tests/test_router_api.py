@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from server.access_log import BatchedAccessLogger
+from server.access_log import AccessBatch, BatchedAccessLogger
 from server.app import create_app
 from server.db.lifecycle import open_database
 from testkit.database import settings_for
@@ -75,7 +75,7 @@ async def test_access_log_escapes_what_the_client_chose(settings, monkeypatch):
     """An X-ID or path holding quotes, backslashes or control characters cannot forge log
     fields or lines: one line per request, the client's values escaped inside their quotes."""
     stream = io.StringIO()
-    monkeypatch.setattr(BatchedAccessLogger, "stream", stream)
+    monkeypatch.setattr(AccessBatch, "stream", stream)
     monkeypatch.setattr(logging.getLogger("aiohttp.access"), "level", logging.INFO)
     runner = web.AppRunner(create_app(settings), access_log_class=BatchedAccessLogger)
     await runner.setup()

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import aiohttp
 import orjson
@@ -34,6 +35,13 @@ def metric(text: str, name: str) -> float:
     return total
 
 
+def every_worker_serving(server: ServerRunner) -> bool:
+    serving = [line for line in server.log_tail(1_000_000).splitlines() if "serving on" in line]
+    pids = server.children("http")
+    return len(pids) == WORKERS and all(any(f"(pid {pid})" in line for line in serving)
+                                        for pid in pids)
+
+
 async def scrape(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(f"{url}/metrics") as response:
         assert response.status == 200
@@ -43,6 +51,10 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> str:
 @pytest.fixture
 def supervised(database, tmp_path):
     server = ServerRunner(database, tmp_path, HTTP_WORKERS=str(WORKERS)).start()
+    deadline = time.monotonic() + 60  # the port answers once the first worker listens
+    while not every_worker_serving(server):
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.1)
     yield server
     if server.process.poll() is None:
         server.stop()
@@ -63,8 +75,12 @@ async def test_workers_serve_and_one_scrape_reports_the_host(supervised, databas
     assert metric(text, 'telemetry_records_total{kind="events",outcome="accepted"}') == 400
     assert metric(text, 'http_requests_total{method="POST",route="/log/events",'
                         'status="200"}') == 40
-    # One generation service for the host, in the background process.
-    assert metric(text, "rule_generation_workers") == 1
+
+    async def one_generation_service():  # for the host, in the background process
+        async with aiohttp.ClientSession() as session:
+            return metric(await scrape(session, supervised.url), "rule_generation_workers") == 1
+
+    await wait_for(one_generation_service, timeout=15)
 
     async def every_cache_listening():
         async with aiohttp.ClientSession() as session:
