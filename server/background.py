@@ -15,6 +15,23 @@ def process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+async def pause(seconds: float) -> None:
+    """`asyncio.sleep` for the loops of background tasks, which also ends a task whose
+    cancellation was lost. On Python 3.11, `asyncio.wait_for` (which aiopg awaits every
+    statement with) returns the result of a statement that completes as the task is cancelled
+    and drops the cancellation; a loop around such a statement would then go on forever and
+    its stop() with it (seen as a test run that hung in teardown)."""
+    raise_if_cancelled()
+    await asyncio.sleep(seconds)
+
+
+def raise_if_cancelled() -> None:
+    """End this task if it was asked to (see `pause`), at the top of a loop's turn."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class BackgroundTasks:
     """Tasks that live until stopped; stopping cancels them and waits until they are gone."""
 

@@ -17,7 +17,7 @@ import logging
 
 import aiopg
 
-from server.background import BackgroundTasks
+from server.background import BackgroundTasks, pause
 from server.db.location import DatabaseLocation
 
 log = logging.getLogger("router_backend.etag_cache")
@@ -82,7 +82,7 @@ class EtagCache:
                 else:
                     delay = min(delay * 2, RECONNECT_SECONDS[1])
                 self._stop_using()
-            await asyncio.sleep(delay)
+            await pause(delay)
 
     async def _listen(self) -> None:
         """Returns only by an exception (the connection was lost)."""

@@ -22,7 +22,7 @@ from datetime import timedelta
 from engine.generate import PayloadLimits
 from engine.pool import WorkerFailed, WorkerPool
 from ruledata.workspace import Workspace
-from server.background import BackgroundTasks, process_name
+from server.background import BackgroundTasks, pause, process_name, raise_if_cancelled
 from server.db import routers as router_db
 from server.db.pool import Database, DatabaseUnavailable
 from server.generation import queue
@@ -180,6 +180,7 @@ class GenerationService:
 
     async def _dispatch(self) -> None:
         while True:
+            raise_if_cancelled()
             claimed = 0
             free = self._config.capacity - self._buffer.qsize()
             try:
@@ -201,7 +202,7 @@ class GenerationService:
 
     async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(RENEW_SECONDS)
+            await pause(RENEW_SECONDS)
             try:
                 await queue.renew_claims(self._db, self._owner, CLAIM_LEASE)
             except DatabaseUnavailable as error:
@@ -209,6 +210,7 @@ class GenerationService:
 
     async def _work(self) -> None:
         while True:
+            raise_if_cancelled()
             mac = await self._buffer.get()
             try:
                 await self._generate(mac)

@@ -5,11 +5,10 @@ an upload costs no extra statement and concurrent uploads never contend for a ro
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime, timezone
 
-from server.background import BackgroundTasks
+from server.background import BackgroundTasks, pause
 from server.db.pool import Database, DatabaseUnavailable
 
 log = logging.getLogger("router_backend.ingest")
@@ -61,5 +60,5 @@ class TelemetryTally:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(FLUSH_SECONDS)
+            await pause(FLUSH_SECONDS)
             await self.flush()

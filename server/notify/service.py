@@ -10,11 +10,10 @@ keys older than NOTIFICATION_IDEMPOTENCY_HOURS.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 
-from server.background import BackgroundTasks
+from server.background import BackgroundTasks, pause
 from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable
@@ -90,7 +89,7 @@ class Notifier:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self._poll)
+            await pause(self._poll)
             try:
                 delivered = await self.retry_due()
                 if delivered:
