@@ -42,7 +42,7 @@ class PollingRequestHandler(RequestHandler):
         answered = self._answer_polls()
         if answered:
             self._restart_keepalive_timer()
-        if self._messages or self._buffer_paused:
+        if (self._messages or self._buffer_paused) and not waiter.done():
             waiter.set_result(None)
 
     def _answer_polls(self) -> int:
