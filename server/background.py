@@ -4,9 +4,14 @@ ticks under, and one way to start and stop its long-running tasks."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from typing import Coroutine
+
+log = logging.getLogger("router_backend.background")
+
+RECANCEL_SECONDS = 5
 
 
 def process_name() -> str:
@@ -44,8 +49,15 @@ class BackgroundTasks:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def stop(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def stop(self, recancel_seconds: float = RECANCEL_SECONDS) -> None:
+        """Cancel the tasks and wait until they are gone. One still running `recancel_seconds`
+        later is cancelled again (and named in the log): its cancellation may have been lost
+        (see `pause`), and a stop must not wait forever."""
+        pending = set(self._tasks)
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=recancel_seconds)
+            for task in pending:
+                log.warning("task %s still running %ss after it was cancelled; cancelling it "
+                            "again", task.get_name(), recancel_seconds)

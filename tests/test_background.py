@@ -29,3 +29,22 @@ async def test_a_loop_whose_cancellation_was_lost_still_stops():
     await inside.wait()
     await asyncio.wait_for(tasks.stop(), 2)
     assert task.cancelled() and (turns, lost) == (1, 1)
+
+
+async def test_stop_cancels_again_a_task_still_running_after_its_cancellation(caplog):
+    lost = 0
+
+    async def stubborn() -> None:  # loses its first cancellation deep inside, no loop check
+        nonlocal lost
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            lost += 1
+        await asyncio.sleep(10)
+
+    tasks = BackgroundTasks()
+    task = tasks.spawn(stubborn(), "stubborn")
+    await asyncio.sleep(0)
+    await asyncio.wait_for(tasks.stop(recancel_seconds=0.2), 2)
+    assert task.cancelled() and lost == 1
+    assert "task stubborn still running 0.2s after it was cancelled" in caplog.text

@@ -12,7 +12,6 @@ A job is an async function returning a dict of details (logged and stored). It r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import Awaitable, Callable
 import aiocron
 from cronsim import CronSim
 
-from server.background import BackgroundTasks, process_name
+from server.background import BackgroundTasks, pause, process_name
 from server.db.pool import Database
 from server.jobs import ledger
 from server.metrics import Metrics
@@ -121,7 +120,7 @@ class CronJobs:
         claimed = False
         for attempt in range(self._retry_attempts + 1):
             if attempt:
-                await asyncio.sleep(self._retry_delay)
+                await pause(self._retry_delay)
             try:
                 if not claimed:
                     if not await ledger.claim_tick(self._db, name, tick, process_name()):
