@@ -26,6 +26,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-aiohttp>=1.0",
+            "pytest-timeout>=2.3",
             "aiosmtpd>=1.4",
             "suricata-update>=1.3",
             "schemathesis>=4.0,<5",
