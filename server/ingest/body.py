@@ -5,8 +5,8 @@ body of any size, or a gzip bomb, costs the same memory. Pieces are at most PIEC
 the event loop runs other requests as soon as YIELD_SECONDS have passed since it last did
 (checked between pieces), so no body, however its bytes are chosen, holds the loop for long:
 a piece of brackets, every byte a token for the record splitter, costs the most. Limits: the
-decoded size, the gzip expansion ratio, and the longest pause between two network chunks (a stalled body is cut off, so it never keeps a
-database transaction open).
+decoded size, the gzip expansion ratio, and the longest pause between two network chunks (a
+stalled body is cut off, so it never keeps a database transaction open).
 """
 
 from __future__ import annotations
