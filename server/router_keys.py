@@ -69,8 +69,8 @@ class RouterKeys:
         self._known[mac] = (stored, time.monotonic() + self._cache_seconds)
 
     def trusted(self, headers: Mapping[str, str], mac: str) -> bool:
-        """Whether the request's headers carry the key this process remembers for the router, within
-        its trust period (no database asked, nothing logged when not)."""
+        """Whether the request's headers carry the key this process remembers for the router,
+        within its trust period (no database asked, nothing logged when not)."""
         presented = bearer_token(headers)
         known, until = self._known.get(mac, (b"", 0.0))
         return (presented is not None and until > time.monotonic()

@@ -31,8 +31,8 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
     their headers a line at a time. `reuse_port`: listen beside the supervisor's other HTTP
     workers (SO_REUSEPORT)."""
     runner = PollingAppRunner(app, access_log_class=BatchedAccessLogger,
-                           shutdown_timeout=grace_seconds, handle_signals=False,
-                           keepalive_timeout=idle_timeout)
+                              shutdown_timeout=grace_seconds, handle_signals=False,
+                              keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
         site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)

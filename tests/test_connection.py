@@ -71,7 +71,7 @@ async def test_polls_on_an_idle_connection_are_answered_without_the_app(make_cli
     assert answered_304(client) == counted + 5
     await asyncio.sleep(0)  # the access log's batch is written after the loop's callbacks
     logged = [line for line in lines.getvalue().splitlines() if '" 304 0 ' in line]
-    assert len(logged) == 5 and f'"GET /rules/ids HTTP/1.1" 304 0' in logged[0]
+    assert len(logged) == 5 and '"GET /rules/ids HTTP/1.1" 304 0' in logged[0]
     assert logged[0].endswith(f's "{MAC}"') and " 127.0.0.1 " in logged[0]
 
 

@@ -15,9 +15,9 @@ answer is given here.
 from __future__ import annotations
 
 import time
-from email.utils import formatdate
 
 from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.streams import EMPTY_PAYLOAD
 
@@ -36,7 +36,6 @@ class NotModified:
     def __init__(self, app: web.Application) -> None:
         self._app = app
         self._observe = request_observer(app[METRICS])
-        self._date = HttpDate()
 
     def answer(self, message, payload, remote: str) -> bytes | None:
         """The whole 304 response to a parsed request head, or None when the application
@@ -51,7 +50,7 @@ class NotModified:
         if found is None or not self._app[FLOOD_LIMITS].try_request(found[0]):
             return None
         head = (f'HTTP/1.1 304 Not Modified\r\nETag: W/"{found[1]}"\r\n'
-                f'Date: {self._date.now()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n')
+                f'Date: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n')
         elapsed = time.perf_counter() - started
         self._observe(path, "GET", 304, elapsed)
         if access_logged():
@@ -77,20 +76,6 @@ class NotModified:
         if etag is None or not names(wanted, etag):
             return None
         return mac, etag
-
-
-class HttpDate:
-    """The Date header's value, formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = ""
-
-    def now(self) -> str:
-        second = int(time.time())
-        if second != self._second:
-            self._second, self._value = second, formatdate(second, usegmt=True)
-        return self._value
 
 
 def names(if_none_match: str, etag: str) -> bool:
