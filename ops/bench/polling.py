@@ -1,6 +1,7 @@
 """Polling benchmark: GET /rules/ids answered 304 (the router has the current ETag) and 200
 (gzip payload), against a minimal aiohttp handler returning a constant, and the 304 path with
-2 HTTP workers (HTTP_WORKERS=2, under the supervisor) against 1, in the same run.
+2 HTTP workers (HTTP_WORKERS=2, under the supervisor) against 1, in the same run, beside the
+constant handler's own 2 processes against 1.
 
     python -m ops.bench.polling [--routers 300] [--seconds 10] [--rounds 2]
 
@@ -8,7 +9,10 @@ Publishes the corpus ruleset, registers the routers and lets the real server gen
 payloads, then loads each path with wrk (1 thread, 32 connections; a Lua script cycles
 through the routers with X-ID and If-None-Match), rounds alternating, best of each. The
 reference is the framework's own ceiling: an aiohttp app with one handler returning a
-constant, run as its own process like the server. It also reads PostgreSQL's row-write
+constant, run as its own process like the server; for 2 processes against 1, the same
+handler in 2 processes sharing its port with SO_REUSEPORT, as the workers do. On a machine
+whose cores wrk shares, that pair tells how far 2 processes of any aiohttp server can go
+there. It also reads PostgreSQL's row-write
 counters of the service's tables around the 304 runs: the 304 path must write nothing.
 Each run also reports the cores wrk and the serving processes kept busy, to tell which
 saturated.
@@ -28,7 +32,7 @@ from ops.bench.wrk import POLL_SCRIPT, available, router_file, run_wrk
 from server.db.location import DatabaseLocation
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import Sql, throwaway_database
-from testkit.server import ServerRunner, free_port, wait_listening
+from testkit.server import ServerRunner, free_port
 
 FIRST_MAC = 0x0200_0000_5000
 # An idle backend reports its row counts to pg_stat_* within 10 s (PGSTAT_IDLE_INTERVAL).
@@ -67,6 +71,18 @@ def row_writes(location: DatabaseLocation) -> int:
                                      "0) FROM pg_stat_user_tables"))
 
 
+def start_constant(port: int, processes: int) -> list[subprocess.Popen]:
+    """The constant handler in `processes` processes listening on `port` (SO_REUSEPORT), once
+    each of them says it listens (a process that came late would get no connection)."""
+    started = [subprocess.Popen([sys.executable, "-m", "ops.bench.polling", "--serve-constant",
+                                 str(port)], stdout=subprocess.PIPE, text=True)
+               for _ in range(processes)]
+    for process in started:
+        if process.stdout.readline().strip() != "listening":
+            raise RuntimeError("the constant server did not start")
+    return started
+
+
 def serve_constant(port: int) -> None:
     from aiohttp import web
 
@@ -77,7 +93,13 @@ def serve_constant(port: int) -> None:
 
     app = web.Application()
     app.router.add_get("/rules/ids", constant)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, reuse_port=True,
+                print=lambda _: print("listening", flush=True))
+
+
+def per_core(run: dict) -> float:
+    """Requests answered per core the serving processes kept busy."""
+    return run["rate"] / run["server_cores"]
 
 
 def main() -> int:
@@ -94,20 +116,19 @@ def main() -> int:
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
         return 1
     macs = [mac(n) for n in range(args.routers)]
-    runs: dict[str, list[dict]] = {"constant": [], "304": [], "304 x2": [], "200": [],
-                                   "last_updated": []}
+    runs: dict[str, list[dict]] = {"constant": [], "constant x2": [], "304": [], "304 x2": [],
+                                   "200": [], "last_updated": []}
     with throwaway_database() as (location, workdir):
         ruleset = publish_corpus_ruleset(location, workdir)
         server = ServerRunner(location, workdir, RULE_GENERATION_MAX_CONCURRENT="2",
                               **ruleset).start()
         workers = ServerRunner(location, workdir, HTTP_WORKERS="2",
                                RULE_GENERATION_ENABLED="false", **ruleset).start()
-        port = free_port()
-        constant = subprocess.Popen([sys.executable, "-m", "ops.bench.polling",
-                                     "--serve-constant", str(port)])
+        port, port_x2 = free_port(), free_port()
+        constants: list[subprocess.Popen] = []
         try:
-            if not wait_listening(constant, port):
-                raise RuntimeError("the constant server did not start")
+            constants += start_constant(port, 1)
+            constants += start_constant(port_x2, 2)
             etags = asyncio.run(register_and_wait(server.url, macs))
             script = workdir / "poll.lua"
             script.write_text(POLL_SCRIPT)
@@ -119,8 +140,12 @@ def main() -> int:
             writes_before = row_writes(location)
             single, pair = [server.process.pid], workers.children("http")
             for _ in range(args.rounds):
-                runs["constant"].append(run_wrk(f"http://127.0.0.1:{port}/rules/ids", None,
-                                                args.seconds, 32, server_pids=[constant.pid]))
+                runs["constant"].append(run_wrk(
+                    f"http://127.0.0.1:{port}/rules/ids", None, args.seconds, 32,
+                    server_pids=[constants[0].pid]))
+                runs["constant x2"].append(run_wrk(
+                    f"http://127.0.0.1:{port_x2}/rules/ids", None, args.seconds, 32,
+                    server_pids=[process.pid for process in constants[1:]]))
                 runs["304"].append(run_wrk(server.url, script, args.seconds, 32, with_etags,
                                            server_pids=single))
                 runs["304 x2"].append(run_wrk(workers.url, script, args.seconds, 32,
@@ -135,8 +160,9 @@ def main() -> int:
             runs["last_updated"].append(run_wrk(server.url, activation_script, args.seconds, 32,
                                                 without, server_pids=single))
         finally:
-            constant.terminate()
-            constant.wait(10)
+            for process in constants:
+                process.terminate()
+                process.wait(10)
             workers.stop()
             server.stop()
     if any(run["non_2xx_3xx"] for kind in runs.values() for run in kind):
@@ -145,6 +171,7 @@ def main() -> int:
     print(f"{args.routers} routers with generated payloads; wrk 1 thread, 32 connections, "
           f"{args.rounds} x {args.seconds} s alternating (best)")
     for name, label in (("constant", "constant aiohttp handler"),
+                        ("constant x2", "constant, 2 processes"),
                         ("304", "GET /rules/ids 304"), ("304 x2", "304, 2 HTTP workers"),
                         ("200", "GET /rules/ids 200 gzip"),
                         ("last_updated", "GET /rules/last_updated")):
@@ -152,8 +179,11 @@ def main() -> int:
         print(f"{label:26} {run['rate']:>8,.0f} req/s  p99 {run['p99_ms']:6.1f} ms  "
               f"ratio to constant {run['rate'] / best['constant']['rate']:.2f}  "
               f"(cores busy: wrk {run['wrk_cores']:.2f}, server {run['server_cores']:.2f})")
-    print(f"2 HTTP workers vs 1 on the 304 path: "
-          f"{best['304 x2']['rate'] / best['304']['rate']:.2f}x")
+    for pair, single, label in (("304 x2", "304", "2 HTTP workers vs 1 on the 304 path"),
+                                ("constant x2", "constant",
+                                 "2 constant-handler processes vs 1 (this machine's reference)")):
+        print(f"{label}: {best[pair]['rate'] / best[single]['rate']:.2f}x; per busy core "
+              f"{per_core(best[pair]) / per_core(best[single]):.2f}x")
     print(f"rows written to the service's tables during the 304 runs: {writes_during_304}")
     return 0
 
