@@ -23,7 +23,6 @@ from aiohttp.streams import EMPTY_PAYLOAD
 
 from server.access_log import access_logged, log_access
 from server.mac import InvalidMac, normalise_mac
-from server.metrics import request_observer
 from server.typedefs import (ETAG_CACHE, FLOOD_LIMITS, IN_FLIGHT, METRICS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SETTINGS)
 
@@ -35,7 +34,7 @@ class NotModified:
 
     def __init__(self, app: web.Application) -> None:
         self._app = app
-        self._observe = request_observer(app[METRICS])
+        self._observe = app[METRICS].request_tally.observe
 
     def answer(self, message, payload, remote: str) -> bytes | None:
         """The whole 304 response to a parsed request head, or None when the application
