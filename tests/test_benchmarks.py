@@ -1,0 +1,46 @@
+"""Quick versions of the throughput benchmarks (ops/bench/ingest.py, ops/bench/polling.py):
+each command runs as an operator runs it, its server under its real load generator, for a
+second or so, so that the commands keep working. Their figures belong in ops/bench/README.md
+and are not asserted here: this machine is shared and its speed varies from day to day. What
+is asserted is what each must never do: lose a record, answer anything but 2xx/3xx, or write
+to the database while answering 304."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from testkit import REPOSITORY
+
+
+def run_benchmark(*arguments: str) -> str:
+    completed = subprocess.run([sys.executable, "-m", *arguments], capture_output=True,
+                               text=True, cwd=REPOSITORY, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
+    return completed.stdout
+
+
+def test_ingestion_benchmark_with_two_workers_stores_every_record():
+    """The command fails when the database holds other than the records sent."""
+    output = run_benchmark("ops.bench.ingest", "--records", "4000", "--per-request", "1000",
+                           "--concurrency", "2", "--workers", "2", "--rounds", "1")
+    assert float(re.search(r"ratio HTTP/COPY: ([\d.]+)", output).group(1)) > 0
+    peaks = re.search(r"peak RSS of the serving process\(es\): (.+) MiB", output).group(1)
+    assert len(peaks.split(",")) == 2  # both HTTP workers
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian package) is not installed")
+def test_polling_benchmark_answers_304_without_writing():
+    """The command fails on any answer but 2xx/3xx; every path is loaded and answers."""
+    output = run_benchmark("ops.bench.polling", "--routers", "20", "--seconds", "1",
+                           "--rounds", "1")
+    assert "rows written to the service's tables during the 304 runs: 0" in output
+    for label in ("constant aiohttp handler", "constant, 2 processes", "GET /rules/ids 304",
+                  "304, 2 HTTP workers", "GET /rules/ids 200 gzip", "GET /rules/last_updated"):
+        rate = re.search(rf"{re.escape(label)} +([\d,]+) req/s", output)
+        assert rate and int(rate.group(1).replace(",", "")) > 0, output
+    assert re.search(r"2 HTTP workers vs 1 on the 304 path: [\d.]+x", output), output
