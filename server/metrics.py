@@ -101,7 +101,7 @@ class RequestTally:
     """Answered requests counted and timed (`http_requests_total`,
     `http_request_duration_seconds`) once per event-loop iteration instead of once per
     request: a 304 rules poll costs about 30 microseconds of CPU, and updating a counter and a
-    histogram for it cost 2 to 5 more under the supervisor, where every update writes to a
+    histogram for it cost 3 to 5 more under the supervisor, where every update writes to a
     shared memory-mapped file (and asks the kernel for the process id). The requests of an
     iteration are added up by (route, method, status) and their durations into the
     histogram's buckets in this process, then written in one update per counter and per
