@@ -12,10 +12,9 @@ reference is the framework's own ceiling: an aiohttp app with one handler return
 constant, run as its own process like the server; for 2 processes against 1, the same
 handler in 2 processes sharing its port with SO_REUSEPORT, as the workers do. On a machine
 whose cores wrk shares, that pair tells how far 2 processes of any aiohttp server can go
-there. It also reads PostgreSQL's row-write
-counters of the service's tables around the 304 runs: the 304 path must write nothing.
-Each run also reports the cores wrk and the serving processes kept busy, to tell which
-saturated.
+there. It also reads PostgreSQL's row-write counters of the service's tables around the 304
+runs: the 304 path must write nothing. Each run also reports the cores wrk and the serving
+processes kept busy, to tell which saturated.
 """
 
 from __future__ import annotations
