@@ -17,15 +17,17 @@ from testkit.database import settings_for
 HEADERS = {"X-ID": "aa:bb:cc:00:00:07", "Content-Type": "application/x-ndjson"}
 
 
+def parsed(text: str) -> dict[tuple[str, tuple], float]:
+    """Prometheus text as {(sample name, sorted labels): value}."""
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
 async def scrape(client) -> dict[tuple[str, tuple], float]:
     response = await client.get("/metrics")
     assert response.status == 200
     assert response.content_type == "text/plain"
-    samples = {}
-    for family in text_string_to_metric_families(await response.text()):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
+    return parsed(await response.text())
 
 
 def sample(samples: dict, name: str, **labels: str) -> float | None:
@@ -59,11 +61,9 @@ async def test_metrics_count_requests_records_and_queue(client, settings):
 
 
 def request_samples(metrics: Metrics) -> dict[tuple[str, tuple], float]:
-    text = generate_latest(metrics.registry).decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            if family.name.startswith("http_request")
-            for sample in family.samples if not sample.name.endswith("_created")}
+    """The request counter's and histogram's samples, less their creation times."""
+    return {key: value for key, value in parsed(generate_latest(metrics.registry).decode()).items()
+            if key[0].startswith("http_request") and not key[0].endswith("_created")}
 
 
 async def test_the_request_tally_records_what_observe_would():
