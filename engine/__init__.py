@@ -3,7 +3,8 @@
 - `generate.py`: the pure pipeline for one router (sampling, flowbits), `firewall.py`: which
   addresses it blocks and why, `payloads.py`: canonical JSON, ETag, stored gzip;
 - `ruleset.py`: the published ruleset loaded once per worker process; `worker.py`: one
-  router's generation as a worker runs it;
+  router's generation as a worker runs it; `overrides.py` and `selectors.py`: operators'
+  rule overrides and the suricata-update-style selectors they use;
 - `pool.py`: a pool of worker processes running one function with a time limit;
   `processes.py`: process pools whose workers die with their parent.
 

@@ -9,7 +9,10 @@ server); an alert between two local addresses blocks nothing.
 
 Safety rails, so the block list cannot be turned against its router:
 - an address is never blocked when it is not globally routable unicast, when it is on the
-  allowlist (fleet-wide or the router's own), or when the router itself calls from it;
+  allowlist (fleet-wide or the router's own), or when the router itself calls from it; an
+  IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:0:0/96`, NAT64 `64:ff9b::/96`,
+  6to4 `2002::/16`, IPv4-compatible `::/96`) is judged by that IPv4 address, so
+  `::ffff:8.8.4.4` is on an allowlist holding 8.8.0.0/16 and `64:ff9b::7f00:1` is loopback;
 - an address is blocked for the router's alerts only after `min_alerts` alerts from at least
   two signatures or two flows (one spoofed packet that trips a rule blocks nothing), and
   such an entry carries `expires_at`: its last alert plus the telemetry window. Entries from
@@ -27,9 +30,28 @@ from dataclasses import dataclass
 AlertRow = tuple[str | None, str | None, int, int, int, int, str]
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def canonical(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address
+              ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address the rails judge: the IPv4 address an IPv6 form carries, else itself."""
+    ip = ipaddress.ip_address(address)
+    if ip.version == 4:
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in NAT64 or (ip in IPV4_COMPATIBLE and int(ip) > 1):  # not :: or ::1
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
 @functools.lru_cache(maxsize=65536)
 def is_external(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
+    ip = canonical(address)
     return ip.is_global and not ip.is_multicast
 
 
@@ -42,15 +64,16 @@ class Exemptions:
     @classmethod
     def of(cls, allowlist: list[str], own_addresses: list[str]) -> "Exemptions":
         return cls(tuple(ipaddress.ip_network(n, strict=False) for n in allowlist),
-                   frozenset(ipaddress.ip_address(a) for a in own_addresses))
+                   frozenset(canonical(a) for a in own_addresses))
 
     def exempt(self, address: str) -> bool:
         if not is_external(address):
             return True
         if not self.networks and not self.own:
             return False
-        ip = ipaddress.ip_address(address)
-        return ip in self.own or any(ip in network for network in self.networks)
+        ip, written = canonical(address), ipaddress.ip_address(address)
+        return ip in self.own or written in self.own or any(
+            ip in network or written in network for network in self.networks)
 
 
 @dataclass

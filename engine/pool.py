@@ -1,7 +1,8 @@
 """A pool of worker processes that runs one function, each call with a wall-clock limit.
 
-Each worker is its own single-process ProcessPoolExecutor, so a call that outlives the time
-limit can be stopped by killing exactly its process; the worker is replaced and the other
+Each worker is its own single-process ProcessPoolExecutor whose first call reports the
+process id, so a call that outlives the time limit can be stopped by killing exactly its
+process (no private attribute of the executor is used); the worker is replaced and the other
 calls go on. Workers keep their module state between calls (a loaded ruleset, a database
 connection) and die with the process that started them (engine.processes).
 
@@ -12,6 +13,8 @@ connection) and die with the process that started them (engine.processes).
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Generic, TypeVar
@@ -26,9 +29,10 @@ class WorkerFailed(Exception):
     """The call was stopped (timeout) or its worker died; the message says which."""
 
 
-def warm_up() -> bool:
-    """Submitted once to a new worker so its imports happen before real work."""
-    return True
+def warm_up() -> int:
+    """Submitted first to a new worker, so that its imports happen before real work and the
+    pool learns which process to kill."""
+    return os.getpid()
 
 
 class _Worker:
@@ -38,13 +42,26 @@ class _Worker:
 
     def _new(self) -> ProcessPoolExecutor:
         executor = process_pool(1, self._start_method)
-        executor.submit(warm_up)
+        self._pid = executor.submit(warm_up)
         return executor
 
     def kill(self) -> None:
-        for process in list(getattr(self.executor, "_processes", {}).values()):
-            process.kill()
+        """Kill the process at once. It is our child and is not reaped before the executor
+        sees it die, so its id cannot have been reused yet."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id; None until it has started (or when it died starting)."""
+        try:
+            return self._pid.result(timeout=0)
+        except Exception:
+            return None
 
     def replace(self) -> None:
         self.kill()
@@ -68,6 +85,10 @@ class WorkerPool(Generic[Task, Result]):
         self._free: asyncio.Queue[_Worker] = asyncio.Queue()
         for worker in self._workers:
             self._free.put_nowait(worker)
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [worker.pid for worker in self._workers]
 
     async def run(self, task: Task) -> Result:
         """`function(task)` in a free worker; WorkerFailed on timeout or crash (the worker is

@@ -1,8 +1,10 @@
 """Operator commands, deployment files, benchmarks and drills.
 
-- `cli.py` (`router-backend`: serve, retention, subscriptions, dbshell), `rulepreprocess.py`,
-  `rulegen.py`, `routeraccessreport.py`: thin commands that go one way (`command.py`):
-  settings -> database -> the command's function -> exit code;
+- `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
+  `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`; `__main__.py` runs it),
+  `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
+  `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->
+  database -> the command's function -> exit code;
 - `settings_doc.py`: renders the settings table into README.md and the example env file;
 - `deploy/`: systemd unit, Caddyfile, Dockerfile, compose, example environment;
 - `bench/`: benchmarks and drills (run from a checkout; not shipped; they use testkit).

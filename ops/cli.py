@@ -20,6 +20,8 @@ from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
 from server.app import create_app
 from server.db.embedded import embedded_program
+from server.db.lifecycle import prepare_database
+from server.db.migrate import SchemaNotReady, release_schema_version
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
@@ -50,6 +52,20 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
                                         settings.listen_port, settings.shutdown_grace_seconds,
                                         settings.http_idle_timeout_seconds,
                                         reuse_port=role == "http"))
+    return 0
+
+
+def migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """Create the database when missing and apply pending migrations, then exit: for
+    deployments that migrate as a step of their own before starting the new release (`serve`
+    also does it at start-up). Every other command only checks the schema."""
+    location, embedded = prepare_database(settings, migrate=True)
+    try:
+        print(f"router-backend migrate: database {location.name!r} on {location.describe()} "
+              f"is at schema {release_schema_version()}")
+    finally:
+        if embedded is not None:
+            embedded.stop()
     return 0
 
 
@@ -108,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--role", choices=("http", "background"), default=None,
                               help=argparse.SUPPRESS)
     serve_parser.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
+    commands.add_parser("migrate", help="create the database when missing and apply pending "
+                        "migrations, then exit (serve does it too; other commands only check)")
     commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS and "
                         "activations older than ACTIVATION_RETENTION_DAYS, now")
     add_subscription_arguments(commands.add_parser(
@@ -124,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"serve": serve, "dbshell": dbshell, "retention": retention,
+COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
             "rules": rules}
 
@@ -141,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as error:
         print(f"router-backend: {error}", file=sys.stderr)
         return 2
+    except SchemaNotReady as error:
+        print(f"router-backend: {error}", file=sys.stderr)
+        return 1
     except OSError as error:  # the database unreachable, the port taken ...
         print(f"router-backend: {error}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from typing import Awaitable, Callable
 
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
+from server.db.migrate import SchemaNotReady
 from server.db.pool import Database, DatabaseUnavailable
 from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings, SettingsError, load_settings
@@ -57,7 +58,7 @@ def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
 
     try:
         return asyncio.run(main())
-    except (CommandError, ConnectionError, DatabaseUnavailable) as error:
+    except (CommandError, ConnectionError, DatabaseUnavailable, SchemaNotReady) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

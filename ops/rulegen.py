@@ -10,13 +10,17 @@ import argparse
 import sys
 import time
 
-from engine.pool import WorkerFailed
 from ops.command import EXIT_USAGE, CommandError, run_command
 from ops.explain import explain
 from ruledata.workspace import Workspace
 from server.db import rules as rules_db
 from server.db.pool import Database
-from server.generation.service import GenerationConfig, GenerationRefused, generate_once
+from server.generation.service import (
+    GenerationConfig,
+    GenerationFailed,
+    GenerationRefused,
+    generate_once,
+)
 from server.generation.task import LeaseLost
 from server.mac import InvalidMac, normalise_mac
 from server.settings import Settings
@@ -30,7 +34,7 @@ async def generate_now(settings: Settings, db: Database, mac: str, explained: bo
         result = await generate_once(db, GenerationConfig.from_settings(settings), mac)
     except GenerationRefused as error:
         raise CommandError(str(error)) from None
-    except (WorkerFailed, LeaseLost) as error:
+    except (GenerationFailed, LeaseLost) as error:
         raise CommandError(f"generation for {mac} failed: {error}") from None
     stats = result.stats
     print(f"{mac}: {stats['rules']} IDS rules from ruleset {result.version} "

@@ -19,11 +19,22 @@ START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 
 
 def render() -> str:
-    lines = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    """One table per section (server/settings.py SECTIONS), each under its heading."""
+    lines = []
+    for name, settings in _by_section():
+        lines += ["" if lines else None, f"#### {name}", "",
+                  "| Variable | Default | Meaning |", "|---|---|---|"]
+        for setting in settings:
+            default = f"`{setting.default}`" if setting.default else "(unset)"
+            lines.append(f"| `{setting.name}` | {default} | {setting.help} |")
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _by_section() -> list[tuple[str, list]]:
+    sections: dict[str, list] = {}
     for setting in SETTINGS:
-        default = f"`{setting.default}`" if setting.default else "(unset)"
-        lines.append(f"| `{setting.name}` | {default} | {setting.help} |")
-    return "\n".join(lines)
+        sections.setdefault(setting.section, []).append(setting)
+    return list(sections.items())
 
 
 def render_env_example() -> str:
@@ -32,12 +43,14 @@ def render_env_example() -> str:
              "# Used as the systemd EnvironmentFile, the compose env_file, or `.env` beside",
              "# the service. Every line is commented out at its default; uncomment to change.",
              ""]
-    for setting in SETTINGS:
-        lines += [f"# {line}" for line in textwrap.wrap(setting.help.replace("`", ""), 94)]
-        value = setting.default
-        if re.search(r"[\s#<>*]", value):
-            value = f'"{value}"'
-        lines += [f"#{setting.name}={value}", ""]
+    for name, settings in _by_section():
+        lines += ["# " + "=" * 94, f"# {name}", "# " + "=" * 94, ""]
+        for setting in settings:
+            lines += [f"# {line}" for line in textwrap.wrap(setting.help.replace("`", ""), 94)]
+            value = setting.default
+            if re.search(r"[\s#<>*]", value):
+                value = f'"{value}"'
+            lines += [f"#{setting.name}={value}", ""]
     return "\n".join(lines)
 
 

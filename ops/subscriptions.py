@@ -2,13 +2,15 @@
 the routers allowed to call in closed registration mode (REGISTRATION_MODE=closed), with
 their last contact, and their keys (ROUTER_AUTH=key). `add` prints a new router's key in key
 mode, `rotate-key` replaces it, `remove` revokes it with the router, `reset` revokes it so
-that the router can enroll again (a factory-reset router). A key is printed once: only its
-hash is stored. Server processes notice a removal or rotation within ROUTER_CACHE_SECONDS."""
+that the router can enroll again (a factory-reset router) within
+ENROLLMENT_RESET_WINDOW_MINUTES and only then: nobody else holding the fleet token can enroll
+it later on. A key is printed once: only its hash is stored. Server processes notice a removal or rotation within ROUTER_CACHE_SECONDS."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from datetime import timedelta
 
 from ops.command import CommandError, mac_argument, run_command
 from server.db import router_keys as keys_db
@@ -56,10 +58,14 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
         await _issue_key(db, mac, replace=True)
         return 0
     if args.action == "reset":
-        if not await keys_db.reset(db, mac):
-            raise CommandError(f"{mac} has no key")
-        log.warning("router key of %s revoked by an operator (reset): it may enroll again", mac)
-        print(f"{mac}: key revoked; the router may enroll again")
+        minutes = settings.enrollment_reset_window_minutes
+        revoked, registered = await keys_db.reset(db, mac, timedelta(minutes=minutes))
+        if not registered:
+            raise CommandError(f"{mac} is not registered")
+        log.warning("router %s reset by an operator (key %s): it may enroll within %d "
+                    "minutes", mac, "revoked" if revoked else "none", minutes)
+        print(f"{mac}: {'key revoked; ' if revoked else ''}the router may enroll within the "
+              f"next {minutes} minutes (ENROLLMENT_RESET_WINDOW_MINUTES), and only then")
         return 0
     if not await router_db.unsubscribe(db, mac):
         raise CommandError(f"{mac} is not registered")

@@ -13,10 +13,13 @@ import asyncio
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import Sequence, TextIO
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
+
+from server.peers import Network, client_address, header_values
 
 
 MAX_QUOTED = 256  # characters of a client-chosen value (path, X-ID) kept in a log line
@@ -43,12 +46,38 @@ def _escape(character: str) -> str:
 
 
 ACCESS_LOGGER = logging.getLogger("aiohttp.access")
+SERVER_LOGGER = logging.getLogger("aiohttp.server")
+
+
+class RefusedHeadFilter(logging.Filter):
+    """aiohttp logs every request head its parser refuses (a control character in a header,
+    a bad request line ...) at ERROR with a traceback, so any client could fill the log with
+    tracebacks. The access log has a line (400) for each; this keeps the parser's reason as
+    one DEBUG line, written only when DEBUG is on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.msg = f"{record.getMessage()}: {str(error).splitlines()[0]}"
+        record.args, record.exc_info, record.exc_text = (), None, None
+        return SERVER_LOGGER.isEnabledFor(logging.DEBUG)
+
+
+def quiet_refused_heads() -> None:
+    """Install RefusedHeadFilter once (each app calls it)."""
+    if not any(isinstance(f, RefusedHeadFilter) for f in SERVER_LOGGER.filters):
+        SERVER_LOGGER.addFilter(RefusedHeadFilter())
 
 
 class BatchedAccessLogger(AbstractAccessLogger):
     """`ADDRESS "METHOD PATH HTTP/x.y" STATUS BYTES SECONDSs "X-ID"` after the usual
     `time level logger:` prefix; honours the level set for the `aiohttp.access` logger.
-    The path and X-ID come from the client and are escaped (`quoted`)."""
+    The path and X-ID come from the client and are escaped (`quoted`). ADDRESS is the
+    client's, read through `trusted_proxies` (see access_logger_for)."""
+
+    trusted_proxies: tuple[Network, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -57,9 +86,17 @@ class BatchedAccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse,
             elapsed: float) -> None:
         version = request.version
-        log_access(request.remote, f"{request.method} {request.path_qs} "
-                   f"HTTP/{version.major}.{version.minor}", response.status,
-                   response.body_length, elapsed, ",".join(request.headers.getall("X-ID", ())))
+        log_access(client_address(request, self.trusted_proxies),
+                   f"{request.method} {request.path_qs} HTTP/{version.major}.{version.minor}",
+                   response.status, response.body_length, elapsed,
+                   ",".join(header_values(request.headers, "X-ID")))
+
+
+def access_logger_for(proxies: Sequence[Network]) -> type[BatchedAccessLogger]:
+    """The access logger class for a runner (aiohttp makes the instances): behind Caddy the
+    connection's address is the proxy's, so the client's is read as the API reads it."""
+    return type("BatchedAccessLogger", (BatchedAccessLogger,),
+                {"trusted_proxies": tuple(proxies)})
 
 
 def access_logged() -> bool:

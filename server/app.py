@@ -9,6 +9,7 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
+from server.access_log import quiet_refused_heads
 from server.db.lifecycle import open_database
 from server.db.pool import Database
 from server.errors import error_middleware
@@ -55,6 +56,7 @@ def create_app(settings: Settings, role: str = "all",
     if role != "background":
         for warning in exposure_warnings(settings):
             log.warning("%s", warning)
+        quiet_refused_heads()
     metrics, in_flight = Metrics(metrics_dir), InFlight()
     app = web.Application(middlewares=[in_flight.middleware, request_middleware(metrics),
                                        error_middleware(settings.db_retry_after_seconds)],
@@ -86,10 +88,13 @@ def add_router_service(app: web.Application) -> None:
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
     if app[ROLE] != "background":
-        app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router)
+        app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
+                                        settings.ingest_max_uploads_per_address)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
                                         settings.router_records_per_minute,
-                                        settings.registrations_per_minute_per_address, metrics)
+                                        settings.registrations_per_minute_per_address, metrics,
+                                        settings.failed_credentials_per_minute_per_address,
+                                        settings.ipv6_limit_prefix)
         app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(telemetry_tally_context)
         app.cleanup_ctx.append(etag_cache_context)
@@ -116,7 +121,8 @@ def exposure_warnings(settings: Settings) -> list[str]:
 
 async def database_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    async with open_database(settings) as database:
+    # A lone process migrates; the supervisor's children find the schema it prepared.
+    async with open_database(settings, migrate=app[ROLE] == "all") as database:
         app[DATABASE] = database
         yield
 
@@ -134,7 +140,7 @@ async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def telemetry_tally_context(app: web.Application) -> AsyncIterator[None]:
-    tally = TelemetryTally(app[DATABASE])
+    tally = TelemetryTally(app[DATABASE], app[METRICS])
     app[TELEMETRY_TALLY] = tally
     tally.start()
     try:
@@ -144,7 +150,8 @@ async def telemetry_tally_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
-    cache = EtagCache(app[DATABASE].location, app[SETTINGS].db_timeout_seconds)
+    cache = EtagCache(app[DATABASE].location, app[SETTINGS].db_timeout_seconds,
+                      app[METRICS])
     app[ETAG_CACHE] = cache
     cache.start()
     try:
@@ -179,7 +186,7 @@ async def registry_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     service = app.get(GENERATION)
     app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS],
-                                  settings.trusted_proxies)
+                                  app[FLOOD_LIMITS], settings.trusted_proxies)
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
         app[FLOOD_LIMITS], on_new_router=service.wake if service else lambda: None)
@@ -187,13 +194,14 @@ async def registry_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def notifications_context(app: web.Application) -> AsyncIterator[None]:
-    """The notifier for the send endpoints; its retry loop runs once per host (not in the
-    supervisor's HTTP workers)."""
-    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS], app[METRICS])
+    """The notifier for the send endpoints. Its loop delivers retries once per host (not in
+    the supervisor's HTTP workers); in every process it records the outcomes of deliveries
+    made while the database was away."""
+    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS],
+                        app[METRICS])
     app[NOTIFIER] = notifier
     app[SENDS] = Sends.from_settings(app[DATABASE], notifier, app[SETTINGS])
-    if app[ROLE] != "http":
-        notifier.start()
+    notifier.start(retries=app[ROLE] != "http")
     try:
         yield
     finally:

@@ -1,5 +1,6 @@
 """What the background work of a server process shares: the name it takes leases and job
-ticks under, and one way to start and stop its long-running tasks."""
+ticks under, one way to start and stop its long-running tasks, and one way for each loop to
+report its health (LoopHealth)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from typing import Coroutine
+
+from prometheus_client import Gauge
 
 log = logging.getLogger("router_backend.background")
 
@@ -61,3 +65,57 @@ class BackgroundTasks:
             for task in pending:
                 log.warning("task %s still running %ss after it was cancelled; cancelling it "
                             "again", task.get_name(), recancel_seconds)
+
+
+FLAP_SECONDS = 60.0  # a failure this soon after a recovery continues the same outage
+
+
+class LoopHealth:
+    """What one long-running loop reports: when it last did its work (a gauge the caller
+    passes, `background_loop_last_success_timestamp_seconds{loop=...}`: the alert rules watch
+    it), one warning when it starts failing and one line when it works again. A database
+    outage fails every attempt of every loop; a line per attempt would bury the log. A loop
+    that fails again within FLAP_SECONDS of working again (connections terminated over and
+    over, a server restarting) is in the same outage and logs nothing more.
+
+    The gauge starts at the loop's creation, so a loop that never once works is also seen
+    as stopped."""
+
+    def __init__(self, name: str, logger: logging.Logger, last_success: Gauge):
+        self.name = name
+        self._log = logger
+        self._last_success = last_success
+        self._failing_since: float | None = None
+        self._recovered_at = float("-inf")
+        self._quiet = False  # failing again soon after a recovery: nothing more logged
+        self.failures = 0   # attempts failed in the outage under way
+        self.outages = 0    # outages logged since start
+        last_success.set(time.time())
+
+    @property
+    def failing(self) -> bool:
+        return self._failing_since is not None
+
+    def succeeded(self) -> None:
+        self._last_success.set(time.time())
+        if self._failing_since is None:
+            return
+        if not self._quiet:
+            self._log.warning("%s: working again after %.1fs (%d attempts failed)", self.name,
+                              time.monotonic() - self._failing_since, self.failures)
+        self._failing_since = None
+        self._recovered_at = time.monotonic()
+        self.failures = 0
+
+    def failed(self, error: BaseException | str) -> None:
+        self.failures += 1
+        if self._failing_since is not None:
+            return
+        self._failing_since = time.monotonic()
+        self._quiet = self._failing_since - self._recovered_at < FLAP_SECONDS
+        if self._quiet:
+            return
+        self.outages += 1
+        lines = str(error).strip().splitlines()  # psycopg2's messages run over lines
+        self._log.warning("%s: %s; retrying quietly until it works again", self.name,
+                          " ".join(line.strip() for line in lines) or type(error).__name__)

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from server.handlers.not_modified import NotModified
-from server.typedefs import ETAG_CACHE
+from server.typedefs import ETAG_CACHE, SETTINGS
 
 
 class PollingRequestHandler(RequestHandler):
@@ -87,10 +87,10 @@ class PollingServer(web.Server):
         super().__init__(server.request_handler, request_factory=server.request_factory,
                          handler_cancellation=server.handler_cancellation, loop=server._loop,
                          **server._kwargs)
-        self._not_modified = not_modified
+        self.not_modified = not_modified
 
     def __call__(self) -> PollingRequestHandler:
-        return PollingRequestHandler(self, self._not_modified, loop=self._loop, **self._kwargs)
+        return PollingRequestHandler(self, self.not_modified, loop=self._loop, **self._kwargs)
 
 
 class PollingAppRunner(web.AppRunner):
@@ -98,6 +98,6 @@ class PollingAppRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()  # the app started: its caches exist
-        if ETAG_CACHE not in self.app:  # routers are not served here
-            return server
+        if ETAG_CACHE not in self.app or not self.app[SETTINGS].http_fast_not_modified:
+            return server  # routers are not served here, or the operator wants no fast path
         return PollingServer(server, NotModified(self.app))

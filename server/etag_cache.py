@@ -8,6 +8,9 @@ connection is down the cache is neither read nor filled (every poll goes to the 
 as without a cache), and it starts empty again once listening resumes, so no change can be
 missed. The one window left is the moment between a commit and the arrival of its
 notification, when a poll may still get 304; the router picks the change up on its next poll.
+A connection cut without being closed (the network between us and the database) is found by
+a heartbeat query after HEARTBEAT_SECONDS of silence, within the connect timeout; a change
+committed by another server in that time is seen once listening resumes.
 """
 
 from __future__ import annotations
@@ -19,18 +22,46 @@ import aiopg
 
 from server.background import BackgroundTasks, pause
 from server.db.location import DatabaseLocation
+from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.etag_cache")
 
 CHANNEL = "router_rules"
+HEARTBEAT_SECONDS = 5.0          # a query on the listening connection when nothing arrives
 MAX_ROUTERS = 1_000_000          # about 150 bytes each; cleared whole when full
 RECONNECT_SECONDS = (0.5, 10.0)  # first and longest wait between attempts to listen again
 
 
+def etag_header(value: str) -> str:
+    """The ETag header of a payload. Weak: the same content is served plain or
+    gzip-encoded under one validator."""
+    return f'W/"{value}"'
+
+
+def wanted_etags(if_none_match: str | None) -> frozenset[str]:
+    """The ETag values an If-None-Match names (weak or strong, quotes removed), `*`
+    included; entries that are not quoted ETags are ignored."""
+    wanted = set()
+    for tag in (if_none_match or "").split(","):
+        tag = tag.strip().removeprefix("W/")
+        if tag == "*":
+            wanted.add(tag)
+        elif len(tag) >= 2 and tag[0] == tag[-1] == '"':
+            wanted.add(tag[1:-1])
+    return frozenset(wanted)
+
+
+def not_modified(wanted: frozenset[str], current: str) -> bool:
+    """Whether a poll naming `wanted` is answered 304 for the payload's `current` ETag: the
+    one decision of the fast path (server/handlers/not_modified.py) and the handler."""
+    return current in wanted or "*" in wanted
+
+
 class EtagCache:
-    def __init__(self, location: DatabaseLocation, connect_timeout: float):
+    def __init__(self, location: DatabaseLocation, connect_timeout: float, metrics: Metrics):
         self._location = location
         self._timeout = connect_timeout
+        self._health = metrics.loop_health("etag-cache", log)
         self._etags: dict[tuple[str, str], str] = {}
         self._changes = 0  # notifications seen (and listening starts and stops)
         self.listening = False
@@ -75,17 +106,18 @@ class EtagCache:
                 self._stop_using()
                 raise
             except Exception as error:  # the database went away: no cache until it is back
-                if self.listening:
-                    log.warning("payload change notifications lost (%s); polls go to the "
-                                "database until they resume", error)
-                    delay = RECONNECT_SECONDS[0]
-                else:
-                    delay = min(delay * 2, RECONNECT_SECONDS[1])
+                delay = RECONNECT_SECONDS[0] if self.listening else min(
+                    delay * 2, RECONNECT_SECONDS[1])
                 self._stop_using()
+                self._health.failed(f"payload change notifications lost ({error}); polls "
+                                    "go to the database until they resume")
             await pause(delay)
 
     async def _listen(self) -> None:
-        """Returns only by an exception (the connection was lost)."""
+        """Returns only by an exception (the connection was lost). A connection whose peer
+        vanished without closing it (a network cut) would deliver nothing and raise nothing,
+        so when no notification arrives for HEARTBEAT_SECONDS a query checks it, within the
+        connect timeout: the cache is dropped within both of a cut."""
         async with aiopg.connect(self._location.dsn(), timeout=self._timeout,
                                  enable_hstore=False, enable_json=False,
                                  enable_uuid=False) as conn:
@@ -94,9 +126,17 @@ class EtagCache:
             self._etags.clear()  # changes made while nobody listened are unknown
             self._changes += 1
             self.listening = True
+            self._health.succeeded()
             log.info("listening for payload changes")
             while True:
-                notification = await conn.notifies.get()
+                try:
+                    notification = await asyncio.wait_for(conn.notifies.get(),
+                                                          HEARTBEAT_SECONDS)
+                except asyncio.TimeoutError:
+                    async with conn.cursor() as cur:
+                        await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
+                    self._health.succeeded()
+                    continue
                 self.forget(notification.payload)
 
     def _stop_using(self) -> None:

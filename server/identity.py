@@ -1,6 +1,8 @@
 """Router identity: the `X-ID` header, registration on first contact, closed-mode admission.
 
-New registrations count against the client address's flood limit (open mode). Each server
+New registrations count against the client address's limit (open mode), in the database
+(server/db/routers.py register_from), so a burst of new MACs from one address, however
+many requests and processes carry it, registers no more than the limit. Each server
 process remembers which routers it has seen registered, so a polling router costs
 no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
 so an operator's removal takes effect within that time).
@@ -56,19 +58,22 @@ class RouterRegistry:
             return
         now = time.monotonic()
         if self._open:
-            address = address_of()
-            if not self._limits.may_register(address):
-                if not await router_db.is_registered(self._db, mac):
-                    raise self._limits.refuse_registration(address)
-            elif await router_db.register(self._db, mac):
-                self._limits.registered(address)
-                self._on_new_router()
+            if not await router_db.is_registered(self._db, mac):
+                await self._register(mac, self._limits.bucket(address_of()))
             until = float("inf")
         elif await router_db.is_registered(self._db, mac):
             until = now + self._cache_seconds
         else:
             raise Forbidden("router is not subscribed (registration is closed)")
         self._remember(mac, until)
+
+    async def _register(self, mac: str, bucket: str) -> None:
+        registration = await router_db.register_from(self._db, mac, bucket,
+                                                     self._limits.registrations_per_minute)
+        if registration.limited:
+            raise self._limits.refuse_registration(bucket, registration.wait_seconds)
+        if registration.new:
+            self._on_new_router()
 
     def admitted(self, mac: str) -> bool:
         """Whether this process admitted the router lately (no database asked)."""

@@ -3,7 +3,14 @@
 - requests per router (every router endpoint but /health and /enroll),
 - telemetry records per router (counted as a body streams; the request that runs out is
   refused whole, 429, and stores nothing),
-- new registrations per client address (open registration mode).
+- new registrations and enrollments per client address (open registration mode), counted in
+  the database across processes (server/db/routers.py): here only the number and the 429;
+- failed credentials (wrong router keys, wrong enrollment tokens) per client address: past
+  the limit, 429 before any key is checked, and one log line per address a minute.
+
+Client addresses are counted per address for IPv4 and per /IPV6_LIMIT_PREFIX network (64 by
+default: what one subscriber gets) for IPv6, so one host cannot multiply its allowance by
+taking more addresses of its own network; an IPv4-mapped IPv6 address counts as its IPv4 one.
 
 A bucket holds up to one minute's allowance and refills continuously, so a router may spend
 a minute's worth at once and then its rate. The limits are per process: with N processes a
@@ -14,13 +21,31 @@ minute.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import math
 import time
 
 from server.errors import TooManyRequests
 from server.metrics import Metrics
 
+log = logging.getLogger("router_backend.trust")
+
 PRUNE_ABOVE = 100_000  # buckets per limit before full ones are forgotten
+LOG_EVERY_SECONDS = 60.0
+
+
+def address_bucket(address: str, ipv6_prefix: int) -> str:
+    """The key an address is counted under: itself (IPv4), or its /ipv6_prefix network."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/{ipv6_prefix}", strict=False))
+    return str(ip)
 
 
 class Buckets:
@@ -53,11 +78,15 @@ class Buckets:
 
 class FloodLimits:
     def __init__(self, requests_per_minute: int, records_per_minute: int,
-                 registrations_per_minute: int, metrics: Metrics):
+                 registrations_per_minute: int, metrics: Metrics,
+                 failures_per_minute: int = 10, ipv6_prefix: int = 64):
         self.requests = Buckets(requests_per_minute)
         self.records = Buckets(records_per_minute)
-        self.registrations = Buckets(registrations_per_minute)
+        self.registrations_per_minute = registrations_per_minute
+        self.failures = Buckets(failures_per_minute)
         self._metrics = metrics
+        self._ipv6_prefix = ipv6_prefix
+        self._failures_logged: dict[str, tuple[float, int]] = {}  # bucket -> (at, unlogged)
 
     def request(self, mac: str) -> None:
         self._take(self.requests, "requests", mac, 1, "requests")
@@ -70,17 +99,40 @@ class FloodLimits:
     def records_arrived(self, mac: str, count: int) -> None:
         self._take(self.records, "records", mac, count, "telemetry records")
 
-    def may_register(self, address: str) -> bool:
-        return self.registrations.available(address, time.monotonic()) >= 1
+    def bucket(self, address: str) -> str:
+        """What the address is counted under (address_bucket at this process's prefix)."""
+        return address_bucket(address, self._ipv6_prefix)
 
-    def registered(self, address: str) -> None:
-        self.registrations.take(address, 1, time.monotonic())
-
-    def refuse_registration(self, address: str) -> TooManyRequests:
+    def refuse_registration(self, bucket: str, wait_seconds: int) -> TooManyRequests:
         self._metrics.limited.labels("registrations").inc()
-        wait = self.registrations.take(address, 1, time.monotonic())
-        return TooManyRequests(f"too many new routers from {address}: the limit is "
-                               f"{self.registrations.capacity:g} a minute", _seconds(wait))
+        return TooManyRequests(f"too many new routers from {bucket}: the limit is "
+                               f"{self.registrations_per_minute} a minute", wait_seconds)
+
+    def check_failures(self, address: str) -> None:
+        """TooManyRequests while the address's bucket is over its failed-credential limit:
+        checked before any key or token, so guessing cannot go faster than the limit."""
+        bucket = self.bucket(address)
+        now = time.monotonic()
+        if self.failures.available(bucket, now) < 1:
+            self._metrics.limited.labels("failed_credentials").inc()
+            wait = (1 - self.failures.available(bucket, now)) * 60 / self.failures.capacity
+            raise TooManyRequests(f"too many failed credentials from {bucket}: the limit is "
+                                  f"{self.failures.capacity:g} a minute", _seconds(wait))
+
+    def credential_failed(self, address: str, what: str) -> None:
+        """Count a failure; log the first of a minute at once, the rest with the next line."""
+        bucket = self.bucket(address)
+        now = time.monotonic()
+        self.failures.take(bucket, 1, now)
+        at, unlogged = self._failures_logged.get(bucket, (float("-inf"), 0))
+        if now - at < LOG_EVERY_SECONDS:
+            self._failures_logged[bucket] = (at, unlogged + 1)
+            return
+        if len(self._failures_logged) > PRUNE_ABOVE:
+            self._failures_logged.clear()
+        self._failures_logged[bucket] = (now, 0)
+        log.warning("failed credentials from %s: %s%s", bucket, what,
+                    f" ({unlogged} more since the last line)" if unlogged else "")
 
     def _take(self, buckets: Buckets, limit: str, key: str, count: int, what: str) -> None:
         wait = buckets.take(key, count, time.monotonic())

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from server.background import LoopHealth
+
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -79,6 +81,16 @@ class Metrics:
         self.http_workers = Gauge("http_worker_processes", "Processes serving HTTP requests on "
                                   "this host (live ones)", multiprocess_mode="livesum",
                                   registry=registry)
+        self.loop_last_success = Gauge("background_loop_last_success_timestamp_seconds",
+                                       "When each long-running loop last did its work "
+                                       "(generation dispatch and renewal, ETag cache, "
+                                       "telemetry tally, notification retries, jobs); its "
+                                       "start until the first success",
+                                       ["loop"], multiprocess_mode="max", registry=registry)
+
+    def loop_health(self, name: str, logger) -> LoopHealth:
+        """The health reporter of one long-running loop (server/background.py)."""
+        return LoopHealth(name, logger, self.loop_last_success.labels(name))
 
     def exposition(self) -> web.Response:
         self.request_tally.flush()  # this process's requests so far are in the answer

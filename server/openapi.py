@@ -49,7 +49,8 @@ def _router_errors(*statuses: int) -> dict:
     }
     errors = {str(status): _error(descriptions[status], retry=status == 429)
               for status in (400, 401, *statuses, 429)}
-    errors["503"] = _error("database unreachable; safe to retry", retry=True)
+    errors["503"] = _error("database unreachable; safe to retry (an upload answered with "
+                           "`stored: unknown` may have been stored)", retry=True)
     return errors
 
 
@@ -234,7 +235,12 @@ def _schemas() -> dict:
                    "metadata": {"type": "object"}, "sentAt": nullable_timestamp}
     return {
         "Error": {"type": "object", "required": ["error"],
-                  "properties": {"error": {"type": "string"}}},
+                  "properties": {"error": {"type": "string"},
+                                 "stored": {"type": "string", "enum": ["unknown"],
+                                            "description": "telemetry 503 only: the "
+                                            "connection was lost as the records were "
+                                            "committed, and whether they were could not be "
+                                            "asked"}}},
         "Health": {"type": "object", "required": ["status", "database"],
                    "properties": {"status": {"type": "string", "enum": ["ok", "unavailable"]},
                                   "database": {"type": "string"},

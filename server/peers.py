@@ -32,11 +32,19 @@ def _trusted(address: str, proxies: Sequence[Network]) -> bool:
     return any(ip in network for network in proxies)
 
 
-def client_address(request: web.Request, proxies: Sequence[Network]) -> str:
+def header_values(headers, name: str) -> list[str]:
+    """Every value of a header. A request aiohttp's parser refused carries its headers in a
+    plain dict (one value per name), not a multidict."""
+    if hasattr(headers, "getall"):
+        return headers.getall(name, [])
+    return [headers[name]] if name in headers else []
+
+
+def client_address(request: web.BaseRequest, proxies: Sequence[Network]) -> str:
     remote = request.remote or ""
     if not proxies or not _trusted(remote, proxies):
         return remote or "-"
-    hops = [hop.strip() for value in request.headers.getall("X-Forwarded-For", ())
+    hops = [hop.strip() for value in header_values(request.headers, "X-Forwarded-For")
             for hop in value.split(",") if hop.strip()]
     for hop in reversed(hops):
         if not _trusted(hop, proxies):

@@ -21,6 +21,7 @@ from aiohttp import web
 from server.db import router_keys as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
+from server.limits import FloodLimits
 from server.metrics import Metrics
 from server.peers import Network, client_address
 
@@ -44,17 +45,20 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 class RouterKeys:
     def __init__(self, db: Database, cache_seconds: int, metrics: Metrics,
-                 proxies: Sequence[Network] = ()):
+                 limits: FloodLimits, proxies: Sequence[Network] = ()):
         self._db = db
+        self._limits = limits
         self._proxies = proxies
         self._cache_seconds = cache_seconds
         self._metrics = metrics
         self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
 
     async def check(self, request: web.Request, mac: str) -> None:
-        """Unauthorized unless the request carries this router's current key."""
+        """Unauthorized unless the request carries this router's current key; 429 while the
+        client's address is over its failed-credential limit."""
         if self.trusted(request, mac):
             return
+        self._limits.check_failures(client_address(request, self._proxies))
         presented = bearer_token(request.headers)
         if presented is None:
             self._refuse(request, mac, "no key")
@@ -81,26 +85,33 @@ class RouterKeys:
         """Issue the router's key against the fleet's enrollment token: the key, and what
         the enrollment did. Unauthorized, Forbidden or Conflict when refused."""
         address = client_address(request, self._proxies)
+        self._limits.check_failures(address)
         if not token:
             self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
                         mac, address)
             raise Forbidden("enrollment is off (ENROLLMENT_TOKEN is not set)")
         presented = bearer_token(request.headers) or ""
         if not hmac.compare_digest(presented.encode(), token.encode()):
-            self._count("enroll_refused", "enrollment of %s from %s refused: wrong token",
-                        mac, address)
+            self._metrics.auth_events.labels("enroll_refused").inc()
+            self._limits.credential_failed(address, f"wrong enrollment token (for {mac})")
             raise Unauthorized("wrong enrollment token")
         key = new_key()
-        outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open)
+        bucket = self._limits.bucket(address)
+        outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open, bucket,
+                                       self._limits.registrations_per_minute)
+        if not outcome.registered and registration_open:
+            raise self._limits.refuse_registration(bucket, outcome.wait_seconds)
         if not outcome.registered:
             self._count("enroll_refused", "enrollment of %s from %s refused: not subscribed",
                         mac, address)
             raise Forbidden("router is not subscribed (registration is closed)")
         if not outcome.issued:
-            self._count("enroll_conflict", "enrollment of %s from %s refused: already "
-                        "enrolled", mac, address)
-            raise Conflict("this router has a key already; an operator can allow a new "
-                           "enrollment with `router-backend subscriptions reset MAC`")
+            why = "its reset window has passed" if outcome.window_closed else "already enrolled"
+            self._count("enroll_conflict", "enrollment of %s from %s refused: %s", mac,
+                        address, why)
+            raise Conflict(f"this router cannot enroll: {why}; an operator can allow one "
+                           "enrollment for a while with `router-backend subscriptions reset "
+                           "MAC`")
         self._count("enrolled", "router %s enrolled from %s", mac, address, level=logging.INFO)
         return key, outcome
 
@@ -109,5 +120,6 @@ class RouterKeys:
         log.log(level, message, *args)
 
     def _refuse(self, request: web.Request, mac: str, why: str) -> None:
-        self._count("key_refused", "router key refused for %s from %s: %s", mac,
-                    client_address(request, self._proxies), why)
+        self._metrics.auth_events.labels("key_refused").inc()
+        self._limits.credential_failed(client_address(request, self._proxies),
+                                       f"router key refused for {mac}: {why}")

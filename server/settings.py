@@ -1,7 +1,8 @@
 """Service settings: one declarative table, one immutable object built at start-up.
 
-Every setting is a row of ``SETTINGS`` (environment name, default, help, parser). The table
-drives ``load_settings``, the README's configuration section and ``tests/test_settings.py``.
+Every setting is a row of ``SETTINGS`` (environment name, default, help, parser, and its
+section from ``SECTIONS``). The table drives ``load_settings``, the README's configuration
+section, the example environment file and ``tests/test_settings.py``.
 No other module reads the environment: it is given a ``Settings`` object instead.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -115,6 +117,7 @@ class Setting:
     default: str
     help: str
     parse: Callable[[str], Any]
+    section: str = ""   # set from SECTIONS
 
     @property
     def attribute(self) -> str:
@@ -123,8 +126,7 @@ class Setting:
 
 ET_OPEN_BASE = "https://rules.emergingthreats.net/open/suricata-7.0.3"
 
-SETTINGS: tuple[Setting, ...] = (
-    # HTTP server
+_ALL_SETTINGS: tuple[Setting, ...] = (
     Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
     Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
     Setting("HTTP_WORKERS", "auto", "HTTP worker processes sharing the listening address "
@@ -138,6 +140,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HTTP_IDLE_TIMEOUT_SECONDS", "15", "Longest wait for a complete request head, from "
             "connecting or from the previous response: a connection that sends its headers "
             "slower than this, or sits idle this long, is closed.", _integer(1)),
+    Setting("HTTP_FAST_NOT_MODIFIED", "true", "Answer rules polls whose ETag is current (304) as "
+            "soon as their head is parsed, before the application (server/connection.py, which "
+            "relies on aiohttp internals); false: every request goes through the application, "
+            "slower but on aiohttp's public API only.", _boolean),
     Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
             "(the embedded database, the email outbox).", _path),
     Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
@@ -157,8 +163,15 @@ SETTINGS: tuple[Setting, ...] = (
             "minute, per server process (so also the most one body may hold); the request "
             "that goes beyond is refused whole with 429.", _integer(1)),
     Setting("REGISTRATIONS_PER_MINUTE_PER_ADDRESS", "30", "New routers one client address may "
-            "register per minute in open mode, per server process (429 beyond; routers "
-            "already registered are not affected).", _integer(1)),
+            "register (by a first call or an enrollment) per minute in open mode, counted in "
+            "the database across every server process (429 beyond; routers already "
+            "registered are not affected).", _integer(1)),
+    Setting("FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS", "10", "Wrong router keys and "
+            "enrollment tokens one client address may present per minute, per server "
+            "process; beyond, its requests without a key this process already trusts get 429 "
+            "with Retry-After until the allowance refills.", _integer(1)),
+    Setting("IPV6_LIMIT_PREFIX", "64", "Per-address limits count IPv6 clients per network of "
+            "this prefix length (a subscriber's /64), not per address.", _integer(1, 128)),
     Setting("TRUSTED_PROXIES", "127.0.0.1/32,::1/128", "Comma-separated addresses or networks "
             "of the reverse proxies in front (Caddy): for their requests the client address "
             "is read from X-Forwarded-For. Empty: the connection's address always.",
@@ -166,7 +179,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ENROLLMENT_TOKEN", "", "Fleet-wide secret (at least 16 characters) with which a "
             "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
             "come only from `router-backend subscriptions add`.", _secret(16)),
-    # Database
+    Setting("ENROLLMENT_RESET_WINDOW_MINUTES", "60", "After `router-backend subscriptions "
+            "reset MAC`, how long that router may enroll again; later enrollment of it is "
+            "409 until the next reset.", _integer(1)),
     Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service starts "
             "its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
     Setting("DB_PORT", "5432", "PostgreSQL port.", _integer(1, 65535)),
@@ -193,7 +208,6 @@ SETTINGS: tuple[Setting, ...] = (
             "loopback clients that did not come through a proxy are answered.", _secret(16)),
     Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
             "`notifications`, or both (comma-separated).", _services),
-    # Telemetry ingestion
     Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
             "counted after gzip decoding (413 beyond).", _integer(1)),
     Setting("INGEST_MAX_RECORD_BYTES", str(1024 * 1024), "Largest single record; longer ones are "
@@ -209,9 +223,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("INGEST_MAX_UPLOADS_PER_ROUTER", "2", "Telemetry uploads one router may have in "
             "progress at once in one server process; more are answered 429 with Retry-After "
             "(an agent uploads one body at a time).", _integer(1)),
+    Setting("INGEST_MAX_UPLOADS_PER_ADDRESS", "8", "Telemetry uploads one client address "
+            "(an IPv6 /IPV6_LIMIT_PREFIX network) may have in progress at once in one server "
+            "process, whatever its MACs; more are answered 429 with Retry-After. Keep it below "
+            "INGEST_DB_POOL_MAX, so one client's stalled uploads cannot hold every ingestion "
+            "connection; raise it for many routers behind one carrier-grade NAT address.",
+            _integer(1)),
     Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
             "response (the rejected count is always exact).", _integer(0)),
-    # Rule data and generation (names from the seed document)
     Setting("RULE_DATA_DIR", "", "Working directory for rule data (rules/, rulefile_json/, "
             "idps_rules/). Unset: DATA_DIR/ruledata.", _optional_path),
     Setting("RULE_PREPROCESS_ARCHIVE_URL", f"{ET_OPEN_BASE}/emerging.rules.tar.gz",
@@ -258,9 +277,8 @@ SETTINGS: tuple[Setting, ...] = (
             "again.", _integer(1)),
     Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
             _integer(0)),
-    # Notifications
-    Setting("NOTIFICATION_API_TOKEN", "", "When set, every notification API call needs "
-            "`Authorization: Bearer <token>`.", _text),
+    Setting("NOTIFICATION_API_TOKEN", "", "When set (at least 16 characters, as every token), "
+            "every notification API call needs `Authorization: Bearer <token>`.", _secret(16)),
     Setting("SMTP_HOST", "", "SMTP server for notification email. Unset: messages are written "
             "as .eml files to NOTIFICATION_OUTBOX_DIR.", _optional_text),
     Setting("SMTP_PORT", "587", "SMTP port.", _integer(1, 65535)),
@@ -281,7 +299,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("NOTIFICATION_IDEMPOTENCY_HOURS", "24", "How long the answer to a send with an "
             "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
             "sends nothing.", _integer(1)),
-    # Retention (names from the seed document)
     Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
             "Default false: nothing is deleted unless an operator asks.", _boolean),
     Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
@@ -294,6 +311,60 @@ SETTINGS: tuple[Setting, ...] = (
             _integer(1, 366)),
 )
 
+# The sections of the settings' documentation (README, the example environment file), in
+# order; every setting is in exactly one (checked at import). Names from the seed documents
+# (RULE_*, RETENTION_*) are kept as they are.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Server and processes": (
+        "LISTEN_HOST", "LISTEN_PORT", "HTTP_WORKERS", "SHUTDOWN_GRACE_SECONDS",
+        "HTTP_IDLE_TIMEOUT_SECONDS", "HTTP_FAST_NOT_MODIFIED", "DATA_DIR", "SERVICES",
+        "METRICS_TOKEN"),
+    "Routers: registration, keys and limits": (
+        "REGISTRATION_MODE", "ROUTER_CACHE_SECONDS", "ROUTER_AUTH", "ENROLLMENT_TOKEN",
+        "ENROLLMENT_RESET_WINDOW_MINUTES", "TRUSTED_PROXIES", "ROUTER_REQUESTS_PER_MINUTE",
+        "ROUTER_RECORDS_PER_MINUTE", "REGISTRATIONS_PER_MINUTE_PER_ADDRESS",
+        "FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS", "IPV6_LIMIT_PREFIX"),
+    "Database": (
+        "DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD", "DB_SSLMODE",
+        "DB_LOG_LEVEL", "DB_POOL_MIN", "DB_POOL_MAX", "INGEST_DB_POOL_MAX",
+        "DB_TIMEOUT_SECONDS", "DB_RETRY_AFTER_SECONDS"),
+    "Telemetry ingestion": (
+        "INGEST_MAX_BODY_BYTES", "INGEST_MAX_RECORD_BYTES", "INGEST_BATCH_ROWS",
+        "INGEST_BODY_IDLE_SECONDS", "INGEST_MAX_GZIP_RATIO", "INGEST_MAX_UPLOADS_PER_ROUTER",
+        "INGEST_MAX_UPLOADS_PER_ADDRESS", "INGEST_MAX_REPORTED_ERRORS"),
+    "Rule data and generation": (
+        "RULE_DATA_DIR", "RULE_PREPROCESS_ARCHIVE_URL", "RULE_PREPROCESS_VERSION_URL",
+        "RULE_PREPROCESS_CRON_SCHEDULE", "RULE_PREPROCESS_AT_START",
+        "RULE_GENERATION_SAMPLE_COUNT", "RULE_GENERATION_MAX_CONCURRENT",
+        "RULE_GENERATION_QUEUE_CAPACITY", "RULE_GENERATION_COMMAND_TIMEOUT_SECONDS",
+        "RULE_GENERATION_INTERVAL_SECONDS", "RULE_GENERATION_ENABLED",
+        "RULE_GENERATION_TELEMETRY_DAYS", "RULE_GENERATION_BLOCK_SEVERITY",
+        "RULE_GENERATION_BLOCK_MIN_ALERTS", "RULE_GENERATION_FIRED_PERCENT",
+        "RULE_GENERATION_FIREWALL_MAX_ENTRIES", "RULE_GENERATION_RULES_FILENAME",
+        "RULE_GENERATION_POLL_SECONDS", "JOB_RETRY_DELAY_SECONDS", "JOB_RETRY_ATTEMPTS"),
+    "Notifications": (
+        "NOTIFICATION_API_TOKEN", "SMTP_HOST", "SMTP_PORT", "SMTP_SECURITY", "SMTP_USERNAME",
+        "SMTP_PASSWORD", "SMTP_FROM", "SMTP_TIMEOUT_SECONDS", "NOTIFICATION_OUTBOX_DIR",
+        "NOTIFICATION_RETRY_SECONDS", "NOTIFICATION_MAX_ATTEMPTS",
+        "NOTIFICATION_IDEMPOTENCY_HOURS"),
+    "Retention and partitions": (
+        "DATA_RETENTION_ENABLED", "RETENTION_DAYS", "ACTIVATION_RETENTION_DAYS",
+        "RETENTION_CRON_SCHEDULE", "TELEMETRY_PARTITION_DAYS"),
+}
+
+
+def _in_sections(settings: tuple[Setting, ...]) -> tuple[Setting, ...]:
+    by_name = {setting.name: setting for setting in settings}
+    listed = [name for names in SECTIONS.values() for name in names]
+    if sorted(listed) != sorted(by_name):
+        raise AssertionError(f"SECTIONS and the settings differ: "
+                             f"{sorted(set(listed) ^ set(by_name))}")
+    return tuple(dataclasses.replace(by_name[name], section=section)
+                 for section, names in SECTIONS.items() for name in names)
+
+
+SETTINGS = _in_sections(_ALL_SETTINGS)
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -302,6 +373,7 @@ class Settings:
     http_workers: int
     shutdown_grace_seconds: int
     http_idle_timeout_seconds: int
+    http_fast_not_modified: bool
     data_dir: Path
     registration_mode: str
     router_cache_seconds: int
@@ -309,8 +381,11 @@ class Settings:
     router_requests_per_minute: int
     router_records_per_minute: int
     registrations_per_minute_per_address: int
+    failed_credentials_per_minute_per_address: int
+    ipv6_limit_prefix: int
     trusted_proxies: tuple
     enrollment_token: str
+    enrollment_reset_window_minutes: int
     db_host: str | None
     db_port: int
     db_name: str
@@ -331,6 +406,7 @@ class Settings:
     ingest_body_idle_seconds: int
     ingest_max_gzip_ratio: int
     ingest_max_uploads_per_router: int
+    ingest_max_uploads_per_address: int
     ingest_max_reported_errors: int
     rule_data_dir: Path | None
     rule_preprocess_archive_url: str
@@ -387,7 +463,9 @@ class Settings:
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """Parse a `.env` file: KEY=VALUE lines, `#` comments, optional quotes, `export ` prefix."""
+    """Parse a `.env` file as docker compose and systemd users write them: KEY=VALUE lines,
+    `#` comment lines, a ` #` comment after an unquoted value, values in single or double
+    quotes kept whole (a `#` inside them too), an `export ` prefix."""
     values: dict[str, str] = {}
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
         line = raw.strip()
@@ -397,11 +475,19 @@ def read_env_file(path: Path) -> dict[str, str]:
         name, sep, value = line.partition("=")
         if not sep or not name.strip():
             raise SettingsError(f"{path}:{number}: expected NAME=value")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[name.strip()] = value
+        values[name.strip()] = _env_value(value.strip(), f"{path}:{number}")
     return values
+
+
+def _env_value(text: str, where: str) -> str:
+    if text[:1] in ("'", '"'):
+        end = text.find(text[0], 1)
+        rest = text[end + 1:].strip() if end > 0 else ""
+        if end < 0 or (rest and not rest.startswith("#")):
+            raise SettingsError(f"{where}: unterminated quote or text after the closing quote")
+        return text[1:end]
+    comment = re.search(r"\s#", text)
+    return (text[:comment.start()] if comment else text).strip()
 
 
 def load_settings(environ: Mapping[str, str] | None = None,

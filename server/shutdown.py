@@ -15,10 +15,11 @@ import signal
 
 from aiohttp import web
 
-from server.access_log import BatchedAccessLogger
+from server.access_log import access_logger_for
 from server.access_log import flush as flush_access_log
 from server.connection import PollingAppRunner
 from server.in_flight import InFlight
+from server.typedefs import SETTINGS
 
 log = logging.getLogger("router_backend.http")
 
@@ -30,7 +31,8 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
     response until a complete request head has arrived, so it also cuts off clients that send
     their headers a line at a time. `reuse_port`: listen beside the supervisor's other HTTP
     workers (SO_REUSEPORT)."""
-    runner = PollingAppRunner(app, access_log_class=BatchedAccessLogger,
+    access_logger = access_logger_for(app[SETTINGS].trusted_proxies)
+    runner = PollingAppRunner(app, access_log_class=access_logger,
                               shutdown_timeout=grace_seconds, handle_signals=False,
                               keepalive_timeout=idle_timeout)
     try:

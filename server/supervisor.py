@@ -76,7 +76,7 @@ class Supervisor:
 
     def run(self) -> int:
         connections = self.connections_needed()
-        location, embedded = prepare_database(self._settings, connections)
+        location, embedded = prepare_database(self._settings, connections, migrate=True)
         guards = []
         try:
             check_connections(location, connections)

@@ -130,7 +130,8 @@ def database_env(location: DatabaseLocation) -> dict[str, str]:
 # a drill asks for the defaults (the hostile drill).
 NO_FLOOD_LIMITS = {"ROUTER_REQUESTS_PER_MINUTE": "1000000000",
                    "ROUTER_RECORDS_PER_MINUTE": "1000000000",
-                   "REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "1000000000"}
+                   "REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "1000000000",
+                   "FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS": "1000000000"}
 # No ruleset download at start-up (the default archive is on the internet) unless a test
 # asks for it with a local archive (tests/test_first_start.py).
 NO_PREPROCESS_AT_START = {"RULE_PREPROCESS_AT_START": "false"}

@@ -1,10 +1,15 @@
 """A TCP proxy in front of the real PostgreSQL, so a test can make the database go away
-(cut every connection, refuse new ones) and come back, without stopping a shared server."""
+without stopping a shared server: `go_down` closes every connection and refuses new ones (the
+server is gone); `cut` lets nothing through either way and closes nothing (the network
+between is cut: the peers hear nothing until their timeouts, or until `restore`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+
+from server.db.location import DatabaseLocation
 
 
 class TcpProxy:
@@ -15,14 +20,25 @@ class TcpProxy:
         self.up = True
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        # One gate per direction of each open connection; `_held`: those closed for now.
+        self._gates: dict[str, set[asyncio.Event]] = {"to_server": set(), "to_client": set()}
+        self._held: set[asyncio.Event] = set()
 
     async def start(self) -> "TcpProxy":
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
+    def location(self, database: DatabaseLocation) -> DatabaseLocation:
+        """`database` as reached through this proxy."""
+        return dataclasses.replace(database, host="127.0.0.1", port=self.port,
+                                   sslmode="disable")
+
     async def close(self) -> None:
         self.go_down()
+        self._flowing.set()  # what waited for a restore now finds the proxy down
         if self._server:
             self._server.close()
             await self._server.wait_closed()
@@ -37,6 +53,24 @@ class TcpProxy:
     def come_back(self) -> None:
         self.up = True
 
+    def cut(self) -> None:
+        """Bytes in flight and new connections wait (as dropped packets do) until restore()."""
+        self._flowing.clear()
+
+    def hold_open_connections(self, direction: str) -> None:
+        """What the connections open now send one way (`to_server` or `to_client`) waits
+        until restore(), as if a network lost it; new connections pass. `to_client`: a
+        statement runs (and commits) but its answer never arrives."""
+        for gate in self._gates[direction]:
+            gate.clear()
+            self._held.add(gate)
+
+    def restore(self) -> None:
+        self._flowing.set()
+        for gate in self._held:
+            gate.set()
+        self._held.clear()
+
     async def _open_target(self):
         if self.target_host.startswith("/"):
             path = f"{self.target_host}/.s.PGSQL.{self.target_port}"
@@ -44,21 +78,35 @@ class TcpProxy:
         return await asyncio.open_connection(self.target_host, self.target_port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._flowing.wait()
         if not self.up:
             writer.transport.abort()
             return
-        target_reader, target_writer = await self._open_target()
+        try:
+            target_reader, target_writer = await self._open_target()
+        except OSError:  # the server is stopped (restarting): refused, as it would be
+            writer.transport.abort()
+            return
         self._writers.update((writer, target_writer))
-        await asyncio.gather(self._pipe(reader, target_writer), self._pipe(target_reader, writer),
+        gates = {"to_server": asyncio.Event(), "to_client": asyncio.Event()}
+        for direction, gate in gates.items():
+            gate.set()
+            self._gates[direction].add(gate)
+        await asyncio.gather(self._pipe(reader, target_writer, gates["to_server"]),
+                             self._pipe(target_reader, writer, gates["to_client"]),
                              return_exceptions=True)
+        for direction, gate in gates.items():
+            self._gates[direction].discard(gate)
         for w in (writer, target_writer):
             self._writers.discard(w)
             w.transport.abort()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    gate: asyncio.Event) -> None:
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             while data := await reader.read(65536):
+                await self._flowing.wait()
+                await gate.wait()
                 writer.write(data)
                 await writer.drain()
         writer.transport.abort()

@@ -24,7 +24,7 @@ from testkit.database import Sql, admin_execute, command_env, settings_for
 async def test_embedded_database_started_used_and_stopped(tmp_path):
     settings = load_settings({"DATA_DIR": str(tmp_path)}, env_file=None)
     assert settings.embedded_database
-    async with open_database(settings) as db:
+    async with open_database(settings, migrate=True) as db:
         assert await db.fetchone("SELECT count(*) FROM routers") == (0,)
         assert (tmp_path / "postgres" / "PG_VERSION").exists()
     running = [p for p in psutil.process_iter(["cmdline"])
@@ -56,11 +56,18 @@ async def test_db_log_level_info_logs_statements_and_silent_logs_nothing(databas
 
 
 def test_dbshell_runs_psql_on_the_embedded_database(tmp_path):
-    """With DB_HOST unset, dbshell starts (or joins) the embedded server, runs the wheel's own
+    """With DB_HOST unset, `migrate` prepares the embedded database; dbshell starts (or
+    joins) the embedded server, runs the wheel's own
     psql on the service's database, passes psql's arguments and exit status through, and the
     server is stopped when psql is done."""
     env = {**os.environ, "DATA_DIR": str(tmp_path)}
     env.pop("DB_HOST", None)
+    migrated = subprocess.run([sys.executable, "-m", "ops.cli", "migrate"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert migrated.returncode == 0, migrated.stderr
+    # The first start says what it does in a few lines, not initdb's whole output (issue 26).
+    assert "first start: creating the embedded PostgreSQL cluster" in migrated.stderr
+    assert "initdb" not in migrated.stderr and len(migrated.stderr.splitlines()) <= 4
     result = subprocess.run([sys.executable, "-m", "ops.cli", "dbshell", "-A", "-t", "-c",
                              "SELECT count(*) FROM generation_queue"], env=env,
                             capture_output=True, text=True, timeout=120)

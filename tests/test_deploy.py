@@ -31,6 +31,24 @@ def test_systemd_unit_restarts_on_failure_and_starts_at_boot():
     assert re.search(r"^ExecStart=\S+/router-backend serve$", unit, re.M)
 
 
+def test_deployment_defaults_leak_nothing():
+    """Issue 27, finding 8: Caddy's admin API on localhost:2019 showed the notification
+    token; compose defaulted POSTGRES_PASSWORD to `change-me` and the token to empty, and set
+    no TRUSTED_PROXIES (every client looked like Caddy); the unit set no UMask."""
+    unit = (DEPLOY / "router-backend.service").read_text()
+    assert re.search(r"^UMask=0077$", unit, re.M)
+    assert re.search(r"^\s*admin \{\$CADDY_ADMIN:off\}$", (DEPLOY / "Caddyfile").read_text(),
+                     re.M)
+    compose_text = (DEPLOY / "compose.yaml").read_text()
+    assert "change-me" not in compose_text
+    for secret in ("POSTGRES_PASSWORD", "NOTIFICATION_API_TOKEN"):
+        assert "${" + secret + ":-" not in compose_text and "${" + secret + ":?" in compose_text
+    services = yaml.safe_load(compose_text)["services"]
+    caddy_address = services["caddy"]["networks"]["edge"]["ipv4_address"]
+    assert services["app"]["environment"]["TRUSTED_PROXIES"] == f"{caddy_address}/32"
+    assert "edge" in services["app"]["networks"]
+
+
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed")

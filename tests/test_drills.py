@@ -1,5 +1,5 @@
 """Quick versions of the fleet drills (ops/bench/): graceful SIGTERM, SIGKILL at random
-moments, PostgreSQL and SMTP outages, hostile clients. Each runs the real server process
+moments, PostgreSQL and SMTP outages, database faults of three kinds, hostile clients. Each runs the real server process
 under load."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import aiohttp
 import pytest
 
 from ops.bench.crash_drill import crash_drill
+from ops.bench.fault_drill import fault_drill, report
 from ops.bench.hostile import hostile
 from ops.bench.outage_drill import outage_drill
+from ops.bench.stall_drill import stall_round
 from ops.bench.two_servers import two_servers
 from ops.bench.worker_kill_drill import worker_kill_drill
 from testkit.database import Sql
@@ -86,6 +88,32 @@ async def test_outage_drill_quick(tmp_path):
     assert result.smtp_refused == result.smtp_sent == 3
     assert result.smtp_delivered_after == 3
     assert result.ok
+
+
+async def test_fault_drill_quick(tmp_path):
+    """One round of each fault (connections terminated, PostgreSQL restarted, the network
+    cut for longer than DB_TIMEOUT_SECONDS) under a fleet, generation and notifications."""
+    result = await fault_drill(tmp_path, routers=20, rounds=1, interval=3,
+                               terminate_seconds=2, cut_seconds=5, db_timeout=3,
+                               settle_seconds=2)
+    assert result.terminated > 0 and set(result.recovery) == {"terminate", "restart", "cut"}
+    assert result.regenerated == 20 and not result.still_failing and not result.long_claims
+    assert result.ledger_ok and not result.server_errors, result.ledger_summary
+    assert result.notifications_acknowledged > 0 and not result.notifications_undelivered
+    assert result.etags_changed > 0 and not result.stale_304
+    assert all(n <= 3 for n in result.loop_warnings.values()), result.loop_warnings
+    assert result.ok, report(result)
+
+
+async def test_stalls_from_many_macs_of_one_address_do_not_hold_honest_uploads(database,
+                                                                              tmp_path):
+    """Issue 27, finding 9: 12 MACs of one address each stalling an upload held the
+    ingestion pool; an honest upload waited 14.2 s. Small pool and timeouts, same shape."""
+    result = await stall_round(database, tmp_path, 6, INGEST_DB_POOL_MAX="4",
+                               INGEST_MAX_UPLOADS_PER_ADDRESS="2",
+                               INGEST_BODY_IDLE_SECONDS="6")
+    assert result.stalled == {408: 2, 429: 4}
+    assert result.small_seconds < 2 and result.large_seconds < 2, result
 
 
 async def test_two_servers_share_the_fleet_quick(database, tmp_path):

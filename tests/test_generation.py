@@ -8,6 +8,7 @@ import io
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -202,16 +203,34 @@ def sleepy_generation(seconds: int) -> int:
     return seconds
 
 
+def process_alive(pid: int) -> bool:
+    """Running or asleep: neither gone nor a zombie waiting to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
 async def test_stuck_generation_is_stopped_and_the_others_go_on():
     pool = WorkerPool(sleepy_generation, 2, timeout_seconds=3)
     try:
         # Both workers started first, so that only the stuck call can time out.
         await asyncio.gather(pool.run(0), pool.run(0))
+        started = set(pool.pids)
+        assert None not in started and len(started) == 2
         results = await asyncio.gather(pool.run(60), pool.run(0), pool.run(0),
                                        return_exceptions=True)
         assert isinstance(results[0], WorkerFailed) and "timed out" in str(results[0])
         assert results[1:] == [0, 0]
         assert await pool.run(0) == 0  # the replaced worker serves
+        replaced = started - set(pool.pids)
+        assert len(replaced) == 1
+        stuck_pid = replaced.pop()
+
+        async def stuck_worker_gone() -> bool:
+            return not process_alive(stuck_pid)
+        await wait_for(stuck_worker_gone, timeout=10)
     finally:
         pool.close()
 
@@ -226,12 +245,14 @@ async def test_claims_are_short_renewed_while_alive_and_free_after_a_crash(setti
         assert await queue.claim_due(db, "a", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
         assert 50 < seconds_left() <= 60
         sql.rows("UPDATE generation_queue SET claimed_until = now() + interval '5 seconds'")
-        assert await queue.renew_claims(db, "a", CLAIM_LEASE) == 1
+        assert await queue.renew_claims(db, "a", [], CLAIM_LEASE) == 0  # not running
+        assert seconds_left() <= 5
+        assert await queue.renew_claims(db, "a", ["aa:bb:cc:00:01:01"], CLAIM_LEASE) == 1
         assert seconds_left() > 50
-        assert await queue.renew_claims(db, "b", CLAIM_LEASE) == 0  # only one's own
+        assert await queue.renew_claims(db, "b", ["aa:bb:cc:00:01:01"], CLAIM_LEASE) == 0
         # "a" died: nobody renews, the claim runs out and another process takes the router
         sql.rows("UPDATE generation_queue SET claimed_until = now() - interval '1 second'")
-        assert await queue.renew_claims(db, "a", CLAIM_LEASE) == 0  # not revived
+        assert await queue.renew_claims(db, "a", ["aa:bb:cc:00:01:01"], CLAIM_LEASE) == 0
         assert await queue.claim_due(db, "b", 10, CLAIM_LEASE) == ["aa:bb:cc:00:01:01"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import gzip
 import json
 from datetime import datetime, timezone
@@ -226,8 +227,7 @@ async def test_client_that_vanishes_mid_body_stores_nothing(make_client, databas
 @pytest.fixture
 async def proxied(database, tmp_path, make_client):
     proxy = await TcpProxy(database.host, database.port).start()
-    location = database.__class__(**{**database.__dict__, "host": "127.0.0.1",
-                                     "port": proxy.port, "sslmode": "disable"})
+    location = proxy.location(database)
     client = await make_client(settings_for(location, tmp_path, INGEST_BATCH_ROWS="5",
                                             DB_TIMEOUT_SECONDS="2",
                                             DB_RETRY_AFTER_SECONDS="7"))
@@ -288,3 +288,54 @@ async def test_corpus_files_as_ndjson_and_array(client, sql):
     assert sql.value("SELECT count(*) FROM ids_events WHERE signature_id IS NULL") == 0
     assert sql.value("SELECT count(*) FROM cfm_records WHERE dest_port IS NULL "
                      "AND proto IN ('TCP', 'UDP')") == 0
+
+
+@pytest.fixture
+async def one_connection_proxied(database, tmp_path, make_client):
+    """Uploads through one pooled connection, behind a proxy that can lose one direction."""
+    proxy = await TcpProxy(database.host, database.port).start()
+    location = proxy.location(database)
+    client = await make_client(settings_for(location, tmp_path, INGEST_DB_POOL_MAX="1",
+                                            DB_TIMEOUT_SECONDS="2"))
+    yield client, proxy
+    await proxy.close()
+
+
+async def test_commit_whose_answer_was_lost_is_answered_as_stored(one_connection_proxied,
+                                                                  sql):
+    """Issue 24 (fault drill: 2 batches answered 503 but stored). The statement that
+    commits runs, its answer never arrives: the server ends that session, finds the rows and
+    answers 200, so the router does not send them again."""
+    client, proxy = one_connection_proxied
+    assert (await post(client, SAMPLE))[0] == 200  # the pool's one connection is open
+    proxy.hold_open_connections("to_client")
+    status, body = await post(client, SAMPLE)
+    assert (status, body["accepted"]) == (200, 7)
+    proxy.restore()
+    assert count(sql) == 14
+
+
+async def test_commit_that_never_arrived_is_answered_as_not_stored_and_never_lands(
+        one_connection_proxied, sql):
+    """The statement that commits is held on the way: 503, and the session that would run
+    it is ended first, so it cannot commit after the answer when the network heals."""
+    client, proxy = one_connection_proxied
+    assert (await post(client, SAMPLE))[0] == 200
+    proxy.hold_open_connections("to_server")
+    status, body = await post(client, SAMPLE)
+    assert status == 503 and "stored" not in body
+    proxy.restore()
+    await asyncio.sleep(0.5)
+    assert count(sql) == 7
+
+
+async def test_an_outage_is_logged_once_not_per_request(proxied, caplog):
+    """Issue 24's fault drill: one warning per request answered 503 (3,265 in one run)."""
+    client, proxy = proxied
+    proxy.go_down()
+    with caplog.at_level(logging.WARNING, logger="router_backend.http"):
+        for _ in range(5):
+            assert (await client.get("/rules/last_updated", headers=X_ID)).status == 503
+    lines = [r for r in caplog.records if "database unavailable" in r.getMessage()]
+    assert len(lines) == 1
+    proxy.come_back()

@@ -4,6 +4,8 @@ other routers unaffected."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import subprocess
 import sys
 
@@ -87,3 +89,95 @@ async def test_nobody_spends_another_routers_budget_in_key_mode(make_client, dat
         assert await poll(client, FLOODER, Authorization="Bearer wrong") == 401
     assert [await poll(client, FLOODER, Authorization=f"Bearer {key}")
             for _ in range(4)] == [200, 200, 200, 429]
+
+
+def new_macs(count: int, prefix: str = "02:27") -> list[str]:
+    return [f"{prefix}:00:00:{n // 256:02x}:{n % 256:02x}" for n in range(count)]
+
+
+async def test_concurrent_new_routers_cannot_beat_the_registration_limit(make_client,
+                                                                         database, tmp_path,
+                                                                         sql):
+    """Issue 27, finding 1: the limit was checked before the insert and counted after, so
+    300 new MACs sent at once from one address all registered (limit 30). Now counted in the
+    database: two server processes together register 30."""
+    settings = settings_for(database, tmp_path, REGISTRATIONS_PER_MINUTE_PER_ADDRESS="30")
+    processes = [await make_client(settings), await make_client(settings)]  # two servers
+    here = {"X-Forwarded-For": "203.0.113.27"}
+    statuses = await asyncio.gather(*(poll(processes[n % 2], mac, **here)
+                                      for n, mac in enumerate(new_macs(300))))
+    assert statuses.count(200) == 30 and statuses.count(429) == 270
+    assert sql.value("SELECT count(*) FROM routers") == 30
+    assert sql.value("SELECT DISTINCT registered_from FROM routers") == "203.0.113.27"
+    # Known routers from the same address are never refused.
+    known = [mac for mac, status in zip(new_macs(300), statuses) if status == 200]
+    restarted = await make_client(settings_for(database, tmp_path,
+                                               REGISTRATIONS_PER_MINUTE_PER_ADDRESS="30"))
+    again = await asyncio.gather(*(poll(restarted, mac, **here) for mac in known))
+    assert again == [200] * 30
+
+
+async def test_an_ipv6_network_counts_as_one_address(make_client, database, tmp_path, sql):
+    """Issue 27, finding 3: 200 new MACs from 200 addresses of one /64 all registered."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            REGISTRATIONS_PER_MINUTE_PER_ADDRESS="30"))
+    statuses = [await poll(client, mac, **{"X-Forwarded-For": f"2001:db8:27:1::{n + 1:x}"})
+                for n, mac in enumerate(new_macs(200))]
+    assert statuses.count(200) == 30
+    # Another /64 has its own allowance; an IPv4-mapped address counts as its IPv4 one.
+    assert await poll(client, "02:27:01:00:00:01",
+                      **{"X-Forwarded-For": "2001:db8:27:2::1"}) == 200
+    forms = ["::ffff:198.51.100.7", "198.51.100.7"]
+    mapped = [await poll(client, mac, **{"X-Forwarded-For": forms[n % 2]})
+              for n, mac in enumerate(new_macs(40, "02:28"))]
+    assert mapped.count(200) == 30
+
+
+async def test_enrollment_counts_against_the_registration_limit(make_client, database,
+                                                                tmp_path, sql):
+    """Issue 27, finding 3: /enroll had no per-address limit (300 enrollments, 300 x 201)."""
+    settings = settings_for(database, tmp_path, ROUTER_AUTH="key",
+                            ENROLLMENT_TOKEN="fleet-token-0123456789",
+                            REGISTRATIONS_PER_MINUTE_PER_ADDRESS="30")
+    client = await make_client(settings)
+
+    async def enroll(mac: str) -> int:
+        response = await client.post("/enroll", headers={
+            "X-ID": mac, "Authorization": "Bearer fleet-token-0123456789",
+            "X-Forwarded-For": "203.0.113.28"})
+        return response.status
+    statuses = await asyncio.gather(*(enroll(mac) for mac in new_macs(100)))
+    assert statuses.count(201) == 30 and statuses.count(429) == 70
+    assert sql.value("SELECT count(*) FROM router_keys") == 30
+
+
+async def test_failed_credentials_are_throttled_and_logged_once_a_minute(
+        make_client, database, tmp_path, sql, caplog):
+    """Issue 27, finding 6: 2,000 wrong enrollment tokens and 2,000 wrong router keys were
+    each answered 401 with one WARNING line per attempt."""
+    settings = settings_for(database, tmp_path, ROUTER_AUTH="key",
+                            ENROLLMENT_TOKEN="fleet-token-0123456789",
+                            FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS="10")
+    client = await make_client(settings)
+    guesser = {"X-Forwarded-For": "203.0.113.66"}
+    honest = {"X-Forwarded-For": "198.51.100.66"}
+    enrolled = await client.post("/enroll", headers={
+        "X-ID": OTHER, "Authorization": "Bearer fleet-token-0123456789", **honest})
+    key = (await enrolled.json())["key"]
+    with caplog.at_level(logging.WARNING, logger="router_backend.trust"):
+        tokens = [(await client.post("/enroll", headers={
+            "X-ID": FLOODER, "Authorization": f"Bearer guess-{n}", **guesser})).status
+            for n in range(100)]
+        keys = [(await client.get("/rules/last_updated", headers={
+            "X-ID": OTHER, "Authorization": f"Bearer guess-{n}", **guesser})).status
+            for n in range(100)]
+        right_key_from_there = await client.get("/rules/last_updated", headers={
+            "X-ID": OTHER, "Authorization": f"Bearer {key}", **guesser})
+    assert tokens == [401] * 10 + [429] * 90 and keys == [429] * 100
+    assert int(right_key_from_there.headers["Retry-After"]) >= 1
+    assert right_key_from_there.status == 429  # a guess that is right gets no 200 either
+    lines = [r.getMessage() for r in caplog.records if "failed credentials" in r.getMessage()]
+    assert len(lines) == 1 and "203.0.113.66" in lines[0]
+    # The router with its key, from its own address, is not affected.
+    assert (await client.get("/rules/last_updated", headers={
+        "X-ID": OTHER, "Authorization": f"Bearer {key}", **honest})).status == 200

@@ -138,6 +138,6 @@ def test_public_address_without_tokens_warns(database, tmp_path):
     assert len(warnings) == 2
     assert "NOTIFICATION_API_TOKEN" in warnings[0] and "ROUTER_AUTH=key" in warnings[1]
     guarded = settings_for(database, tmp_path, LISTEN_HOST="0.0.0.0", ROUTER_AUTH="key",
-                           NOTIFICATION_API_TOKEN="t")
+                           NOTIFICATION_API_TOKEN="t" * 16)
     assert exposure_warnings(guarded) == []
     assert exposure_warnings(settings_for(database, tmp_path)) == []  # loopback: fine

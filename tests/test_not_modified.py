@@ -10,7 +10,7 @@ import time
 from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
-from server.handlers.not_modified import names
+from server.etag_cache import not_modified, wanted_etags
 from server.router_keys import key_hash
 from server.typedefs import ETAG_CACHE, METRICS
 from testkit.database import settings_for
@@ -35,6 +35,12 @@ async def stored_and_cached(client, settings) -> str:
     return response.headers["ETag"]
 
 
+def fast_answers(client) -> int:
+    """Polls answered by the fast path, without the application (issue 26: the suite
+    passed with the fast path deleted)."""
+    return client.server.runner.server.not_modified.answered
+
+
 def answered_304(client) -> float:
     return client.server.app[METRICS].registry.get_sample_value(
         "http_requests_total", {"route": "/rules/ids", "method": "GET", "status": "304"}) or 0
@@ -44,12 +50,13 @@ async def test_a_fast_304_is_counted_and_carries_its_etag(make_client, settings)
     client = await make_client(settings)
     client.extra_headers = {}
     etag = await stored_and_cached(client, settings)
-    before = answered_304(client)
+    before, fast_before = answered_304(client), fast_answers(client)
     for sent in (etag, etag.removeprefix("W/"), f'"other", {etag}', "*"):
         response = await client.get("/rules/ids", headers={"X-ID": MAC,
                                                             "If-None-Match": sent})
         assert response.status == 304 and response.headers["ETag"] == etag
     assert answered_304(client) == before + 4
+    assert fast_answers(client) == fast_before + 4  # none went through the application
     other = await client.get("/rules/ids", headers={"X-ID": MAC, "If-None-Match": '"old"'})
     assert other.status == 200 and await other.json() == {"version": "1", "rules": []}
 
@@ -99,7 +106,25 @@ async def test_a_doubled_or_malformed_x_id_is_refused(make_client, settings):
     assert bad.status == 400
 
 
+def names(if_none_match: str, etag: str) -> bool:
+    return not_modified(wanted_etags(if_none_match), etag)
+
+
 def test_if_none_match_names():
     assert names('W/"abc"', "abc") and names('"abc"', "abc") and names("*", "abc")
     assert names(' "x" ,W/"abc"', "abc")
     assert not names('"abcd"', "abc") and not names("abc", "abc") and not names("", "abc")
+
+
+async def test_the_fast_path_can_be_turned_off(make_client, database, tmp_path):
+    """HTTP_FAST_NOT_MODIFIED=false: the plain runner, and the application answers the same
+    304s itself."""
+    settings = settings_for(database, tmp_path, HTTP_FAST_NOT_MODIFIED="false")
+    client = await make_client(settings)
+    client.extra_headers = {}
+    etag = await stored_and_cached(client, settings)
+    assert not hasattr(client.server.runner.server, "not_modified")
+    before = answered_304(client)
+    response = await client.get("/rules/ids", headers={"X-ID": MAC, "If-None-Match": etag})
+    assert response.status == 304 and response.headers["ETag"] == etag
+    assert answered_304(client) == before + 1

@@ -15,10 +15,12 @@ from aiosmtpd.controller import Controller
 from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.lifecycle import open_database
+from server.db.pool import DatabaseUnavailable
 from server.notify.mailer import make_mailer
-from server.notify.service import PENDING_GRACE, Notifier
+from server.notify.service import Notifier
 from testkit.database import settings_for
 from testkit.server import free_port
+from testkit.tcp_proxy import TcpProxy
 
 SENDER = "IDS notifications <notify@example.test>"
 
@@ -133,7 +135,7 @@ async def test_unknown_type_is_404_json(api):
 async def store(db, user: str, type_: str, title: str, recipient: str) -> dict:
     """A pending record stored directly, as a crash or another service would leave it."""
     return await notification_db.create(db, notification_db.new_notification(
-        user, type_, title, "m", recipient, {}, PENDING_GRACE))
+        user, type_, title, "m", recipient, {}, timedelta(minutes=1)))
 
 
 async def force_due(sql) -> None:
@@ -218,6 +220,9 @@ async def test_outbox_when_no_smtp_host(database, tmp_path, make_client):
     assert len(files) == 1
     message = email.message_from_bytes(files[0].read_bytes())
     assert message["To"] == "dan@example.org" and "p1" in message["Subject"]
+    # Issue 27, finding 8: the messages were 0644, whatever the umask.
+    assert files[0].stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "outbox").stat().st_mode & 0o077 == 0
 
 
 async def test_mark_read(api, sql):
@@ -266,13 +271,15 @@ async def test_listing_pages_newest_first_with_workflow_types(api, sql):
 
 
 async def test_bearer_token(smtp, database, tmp_path, make_client):
-    settings = smtp_settings(database, tmp_path, smtp[1].port, NOTIFICATION_API_TOKEN="s3cret")
+    settings = smtp_settings(database, tmp_path, smtp[1].port,
+                             NOTIFICATION_API_TOKEN="s3cret-0123456789")
     client = await make_client(settings)
     url = "/api/workflow/users/u7/notifications"
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+    for headers in ({}, {"Authorization": "Bearer wrong"},
+                    {"Authorization": "s3cret-0123456789"}):
         response = await client.get(url, headers=headers)
         assert response.status == 401 and "token" in (await response.json())["error"]
-    response = await client.get(url, headers={"Authorization": "Bearer s3cret"})
+    response = await client.get(url, headers={"Authorization": "Bearer s3cret-0123456789"})
     assert response.status == 404  # authenticated; this user simply has none
 
 
@@ -480,3 +487,87 @@ async def test_one_notification_with_its_delivery_attempts(api, smtp, sql, datab
     for unknown in ("0b5f3f5e-1111-4222-8333-444455556666", "not-a-uuid"):
         response = await client.get(f"/api/notifications/{unknown}")
         assert response.status == 404 and "error" in await response.json()
+
+
+class MailerThenDatabaseGone:
+    """Delivers through the real mailer, then the database goes away (before the outcome is
+    recorded)."""
+
+    def __init__(self, mailer, proxy):
+        self._mailer, self._proxy = mailer, proxy
+
+    async def send(self, message) -> None:
+        await self._mailer.send(message)
+        self._proxy.go_down()
+
+
+async def test_a_sent_mail_whose_outcome_was_not_recorded_is_never_sent_again(
+        smtp, database, tmp_path, sql):
+    """Issue 24: the database went away between the SMTP exchange and recording it; the
+    record stayed pending and the retry loop sent the mail a second time."""
+    inbox, controller = smtp
+    proxy = await TcpProxy(database.host, database.port).start()
+    location = proxy.location(database)
+    settings = smtp_settings(location, tmp_path, controller.port, DB_TIMEOUT_SECONDS="2")
+    try:
+        async with open_database(settings) as db:
+            notifier = Notifier(db, MailerThenDatabaseGone(make_mailer(settings), proxy),
+                                settings)
+            record = await store(db, "u", "scan_failed", "t", "dave@example.org")
+            with pytest.raises(DatabaseUnavailable):
+                await notifier.deliver(record)
+            assert sql.value("SELECT status FROM notifications") == "pending"
+            proxy.come_back()
+            await force_due(sql)  # as if the pending grace had passed
+            await notifier.record_unrecorded()
+            assert await notifier.retry_due() == 0
+    finally:
+        await proxy.close()
+    assert sql.value("SELECT status FROM notifications") == "sent"
+    assert len(inbox.messages) == 1
+
+
+INJECTION = ("=?utf-8?q?1=0D=0ABcc:_x@evil.example=0D=0AContent-Type:_text/html=0D=0A=0D=0A"
+             "<a_href=3Dhttps://evil.example>login</a>?=")
+
+
+@pytest.mark.parametrize("path,field", [("scan-failed", "projectId"),
+                                        ("vulsource-update", "versionNumber")])
+async def test_an_encoded_word_never_reaches_a_header(api, sql, path, field):
+    """Issue 27, finding 2: the email package decoded this into real Bcc, Content-Type and
+    an HTML body of the caller's (CVE-2024-6923)."""
+    client, inbox = api
+    response = await client.post(f"/api/notifications/{path}", json={
+        "userId": "u", "recipient": "erin@example.org", field: INJECTION})
+    assert response.status == 400
+    assert "=?" in (await response.json())["error"]
+    assert sql.value("SELECT count(*) FROM notifications") == 0 and inbox.messages == []
+
+
+async def test_a_stored_record_with_an_encoded_word_is_undeliverable(smtp, database,
+                                                                      tmp_path, sql):
+    inbox, controller = smtp
+    settings = smtp_settings(database, tmp_path, controller.port)
+    async with open_database(settings) as db:
+        notifier = Notifier(db, make_mailer(settings), settings)
+        record = await store(db, "u", "scan_failed", f"Scan failed for project {INJECTION}",
+                             "erin@example.org")
+        assert "Subject" in await notifier.deliver(record)
+        await force_due(sql)
+        assert await notifier.retry_due() == 0
+    assert inbox.messages == []
+    assert sql.rows("SELECT status, next_attempt_at FROM notifications") == [("failed", None)]
+
+
+async def test_plain_fields_arrive_with_exactly_the_expected_headers(api):
+    client, inbox = api
+    response = await client.post("/api/notifications/scan-failed", json={
+        "userId": "u", "recipient": "erin@example.org", "projectId": "web-shop = 2? no"})
+    assert response.status == 200
+    (sender, recipients, message), = inbox.messages
+    assert recipients == ["erin@example.org"]
+    assert sorted(message.keys()) == ["Content-Transfer-Encoding", "Content-Type", "Date",
+                                      "From", "MIME-Version", "Message-ID", "Subject", "To",
+                                      "X-Notification-Type"]
+    assert message.get_content_type() == "text/plain"
+    assert message["Subject"] == "Scan failed for project web-shop = 2? no"

@@ -19,7 +19,7 @@ from testkit.database import command_env
 from testkit.rule_archives import ruleset_settings
 from testkit.server import ServerRunner
 
-TOKEN = "test-token"
+TOKEN = "test-token-0123456789"
 
 
 def routed(app: web.Application, prefix: str = "") -> set[tuple[str, str]]:

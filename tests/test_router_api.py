@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import gzip
 import io
 import logging
+import random
 import re
 from datetime import datetime
 
@@ -14,7 +16,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from server.access_log import AccessBatch, BatchedAccessLogger
+from server.access_log import AccessBatch, BatchedAccessLogger, access_logger_for
 from server.app import create_app
 from server.db.lifecycle import open_database
 from testkit.database import settings_for
@@ -71,30 +73,87 @@ async def raw_request(port: int, head: bytes) -> bytes:
     return answer
 
 
-async def test_access_log_escapes_what_the_client_chose(settings, monkeypatch):
-    """An X-ID or path holding quotes, backslashes or control characters cannot forge log
-    fields or lines: one line per request, the client's values escaped inside their quotes."""
+async def logged_answers(settings, monkeypatch, heads: list[bytes],
+                         access_log_class=BatchedAccessLogger) -> tuple[list[bytes], list[str]]:
+    """Send each head to the real app behind a runner with this access logger; the answers
+    and the access lines written."""
     stream = io.StringIO()
     monkeypatch.setattr(AccessBatch, "stream", stream)
     monkeypatch.setattr(logging.getLogger("aiohttp.access"), "level", logging.INFO)
-    runner = web.AppRunner(create_app(settings), access_log_class=BatchedAccessLogger)
+    runner = web.AppRunner(create_app(settings), access_log_class=access_log_class)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        await raw_request(port, b'GET /health?q="a"\\ HTTP/1.1\r\n'
-                                b'X-ID: x" 200 0 0.1s "aa:bb:cc:00:00:09\r\n')
-        # (aiohttp's parser itself refuses DEL, other controls and line separators in headers)
-        await raw_request(port, b"GET /health HTTP/1.1\r\nX-ID: a\tb\\c\r\n")
-        await raw_request(port, b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:00:01\r\n")
+        answers = [await raw_request(port, head) for head in heads]
         await asyncio.sleep(0.05)  # the batch is written by a later loop iteration
     finally:
         await runner.cleanup()
-    fields = [ACCESS_LINE.fullmatch(line).groups() for line in stream.getvalue().splitlines()]
+    return answers, stream.getvalue().splitlines()
+
+
+async def test_access_log_escapes_what_the_client_chose(settings, monkeypatch):
+    """An X-ID or path holding quotes, backslashes or control characters cannot forge log
+    fields or lines: one line per request, the client's values escaped inside their quotes."""
+    _, lines = await logged_answers(settings, monkeypatch, [
+        b'GET /health?q="a"\\ HTTP/1.1\r\nX-ID: x" 200 0 0.1s "aa:bb:cc:00:00:09\r\n',
+        # (aiohttp's parser itself refuses DEL, other controls and line separators in headers)
+        b"GET /health HTTP/1.1\r\nX-ID: a\tb\\c\r\n",
+        b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:00:01\r\n"])
+    fields = [ACCESS_LINE.fullmatch(line).groups() for line in lines]
     assert fields == [
         (r'GET /health?q=\"a\"\\ HTTP/1.1', r'x\" 200 0 0.1s \"aa:bb:cc:00:00:09'),
         ("GET /health HTTP/1.1", r"a\x09b\\c"),
         ("GET /health HTTP/1.1", "aa:bb:cc:00:00:01")]
+
+
+async def test_access_log_shows_the_client_behind_a_trusted_proxy(settings, monkeypatch):
+    """Issue 27, finding 8: behind Caddy every access line showed Caddy's address."""
+    _, lines = await logged_answers(settings, monkeypatch, [
+        b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:27:08\r\n"
+        b"X-Forwarded-For: 192.0.2.1, 203.0.113.8\r\n",
+        b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:27:08\r\n"],
+        access_logger_for(settings.trusted_proxies))
+    assert [line.split()[4] for line in lines] == ["203.0.113.8", "127.0.0.1"]
+
+
+def fuzzed_heads(count: int, seed: int = 27) -> list[bytes]:
+    """Request heads a broken or hostile client might send: every byte value in header
+    names and values, bad methods and versions, broken separators, empty and huge fields."""
+    rng = random.Random(seed)
+    heads = [b"GET /health HTTP/1.1\r\nX-ID: a\x01b\r\n",            # issue 27, finding 5
+             b"GET /health HTTP/1.1\r\nX-ID: \x7f\r\n",
+             b"GET /health HTTP/1.1\r\nX-\x00ID: 1\r\n",
+             b"G\x00T /health HTTP/1.1\r\n", b"GET /health HTTP/9.9\r\n",
+             b"GET /he\x85alth HTTP/1.1\r\n", b"GET  HTTP/1.1\r\n", b"\r\n",
+             b"GET /health HTTP/1.1\r\nX-ID " + b"a" * 9000 + b"\r\n"]
+    pieces = [b"GET", b"POST", b"/health", b"/rules/ids", b" ", b"HTTP/1.1", b"\r\n", b":",
+              b"X-ID", b"Host", b"Content-Length", b"Transfer-Encoding", b"chunked", b"-1"]
+    heads += [b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:27:05\r\n"] * 5
+    for _ in range(count // 10):  # well-formed heads with any printable X-ID
+        value = "".join(chr(rng.randrange(0x20, 0x7f)) for _ in range(rng.randrange(40)))
+        heads.append(b"GET /health HTTP/1.1\r\nX-ID: " + value.encode() + b"\r\n")
+    while len(heads) < count:
+        head = b"".join(rng.choice(pieces) if rng.random() < 0.8
+                        else bytes([rng.randrange(256)]) for _ in range(rng.randrange(1, 30)))
+        heads.append(head + b"\r\n")
+    return heads
+
+
+async def test_access_log_never_raises_on_any_head(settings, monkeypatch, caplog):
+    """Issue 27, finding 5: a header with a control character made the access logger raise
+    (`.getall` on the plain dict of a refused request): tracebacks, no access line."""
+    heads = fuzzed_heads(300)
+    with caplog.at_level(logging.INFO):  # (aiohttp logs each refused head at DEBUG)
+        answers, lines = await logged_answers(settings, monkeypatch, heads)
+    failures = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not failures, failures[0].getMessage()
+    statuses = collections.Counter(answer[9:12] for answer in answers)
+    assert statuses[b"400"] > 200 and statuses[b"200"] > 0, statuses
+    assert not [status for status in statuses if status.startswith(b"5")], statuses
+    assert sum(statuses.values()) == len(heads)  # every head answered
+    assert len(lines) == len(heads)
+    assert all(ACCESS_LINE.fullmatch(line) for line in lines)
 
 
 @pytest.mark.parametrize("value", ["AA:BB:CC:00:00:01", "aa-bb-cc-00-00-01", "aabb.cc00.0001",

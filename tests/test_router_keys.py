@@ -117,7 +117,7 @@ async def test_enrollment_once_then_reset_then_again(key_settings, make_client, 
     assert status == 409 and "subscriptions reset" in reply["error"]
     assert await call(client, "GET", "/rules/last_updated", VICTIM, first) == 200
     reset = command(key_settings, "reset", VICTIM)
-    assert reset.returncode == 0 and "may enroll again" in reset.stdout
+    assert reset.returncode == 0 and "may enroll within the next 60 minutes" in reset.stdout
     assert await call(client, "GET", "/rules/last_updated", VICTIM, first) == 401
     status, reply = await enroll(client, VICTIM)
     assert status == 201 and reply["key"] != first
@@ -127,6 +127,25 @@ async def test_enrollment_once_then_reset_then_again(key_settings, make_client, 
     assert command(key_settings, "reset", "aa:bb:cc:00:12:77").returncode == 1
     metrics = await (await client.get("/metrics")).text()
     assert 'router_auth_events_total{event="enroll_conflict"} 1.0' in metrics
+
+
+async def test_a_reset_opens_enrollment_for_a_while_only(key_settings, make_client, sql):
+    """Issue 27, finding 7: after a reset, whoever held the fleet token could enroll the MAC
+    at any later time, and the real router then got 409."""
+    client = await make_client(key_settings)
+    assert (await enroll(client, VICTIM))[0] == 201
+    assert command(key_settings, "reset", VICTIM).returncode == 0
+    assert sql.value("SELECT open_until - now() > interval '59 minutes' FROM "
+                     "enrollment_windows WHERE mac = %s", (VICTIM,))
+    sql.rows("UPDATE enrollment_windows SET open_until = now() - interval '1 second'")
+    status, reply = await enroll(client, VICTIM)  # the attacker, after the window
+    assert status == 409 and "reset window has passed" in reply["error"]
+    assert sql.value("SELECT count(*) FROM router_keys") == 0
+    assert command(key_settings, "reset", VICTIM).returncode == 0  # the operator opens it
+    status, reply = await enroll(client, VICTIM)
+    assert status == 201
+    assert sql.value("SELECT count(*) FROM enrollment_windows") == 0  # used up
+    assert (await enroll(client, VICTIM))[0] == 409
 
 
 async def test_bad_enrollment_token_is_401_and_stores_nothing(key_settings, make_client, sql):

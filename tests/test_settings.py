@@ -87,5 +87,29 @@ def test_example_env_file_is_current_and_lists_every_default(tmp_path):
         "ops/deploy/router-backend.env.example is stale: run python -m ops.settings_doc"
     uncommented = tmp_path / "example.env"
     uncommented.write_text("\n".join(line[1:] for line in settings_doc.ENV_EXAMPLE.read_text()
-                                     .splitlines() if re.match(r"#[A-Z_]+=", line)))
+                                     .splitlines() if re.match(r"#[A-Z0-9_]+=", line)))
     assert read_env_file(uncommented) == {s.name: s.default for s in SETTINGS}
+
+
+@pytest.mark.parametrize("name", ["ENROLLMENT_TOKEN", "METRICS_TOKEN", "NOTIFICATION_API_TOKEN"])
+def test_every_token_needs_16_characters(name, tmp_path):
+    """Issue 27, finding 8: NOTIFICATION_API_TOKEN accepted any length."""
+    with pytest.raises(SettingsError, match=name):
+        load_settings({"DATA_DIR": str(tmp_path), name: "short"}, env_file=None)
+    assert load_settings({"DATA_DIR": str(tmp_path), name: "x" * 16}, env_file=None)
+
+
+def test_env_file_comments_and_quotes(tmp_path):
+    """Issue 26: `# comments` after a value were kept in the value."""
+    env_file = tmp_path / ".env"
+    env_file.write_text("LISTEN_PORT=9090  # the proxy's upstream\n"
+                        "SMTP_FROM='Ops #1 <ops@example.org>'  # quoted: the # is kept\n"
+                        'SMTP_HOST="mail.example.org"\n'
+                        "export DB_NAME=fleet#1\n")
+    values = read_env_file(env_file)
+    assert values == {"LISTEN_PORT": "9090", "SMTP_FROM": "Ops #1 <ops@example.org>",
+                      "SMTP_HOST": "mail.example.org", "DB_NAME": "fleet#1"}
+    assert load_settings({"DATA_DIR": str(tmp_path)}, env_file=env_file).listen_port == 9090
+    env_file.write_text("SMTP_FROM='unterminated\n")
+    with pytest.raises(SettingsError, match=".env:1"):
+        read_env_file(env_file)

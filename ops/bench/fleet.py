@@ -69,6 +69,7 @@ class Ledger:
     statuses: Counter = field(default_factory=Counter)       # (path, status) -> count
     answers_by_server: Counter = field(default_factory=Counter)  # base URL -> answers
     connection_errors: int = 0
+    stored_unknown: int = 0   # 503 "stored": "unknown": the commit's outcome could not be known
     requests: int = 0
     records_acknowledged: int = 0
 
@@ -79,6 +80,15 @@ class Ledger:
     def server_errors(self) -> dict[tuple[str, int], int]:
         """Answers 500 and above other than 503 (the only 5xx a router may see)."""
         return {key: n for key, n in self.statuses.items() if key[1] >= 500 and key[1] != 503}
+
+
+def stored_unknown(status: int, reply: bytes) -> bool:
+    if status != 503:
+        return False
+    try:
+        return orjson.loads(reply).get("stored") == "unknown"
+    except orjson.JSONDecodeError:
+        return False
 
 
 class Router:
@@ -127,6 +137,9 @@ class Router:
             if report["accepted"] != len(flow_ids):
                 raise AssertionError(f"{self.mac}: {report}")
             self.fleet.ledger.acknowledge(self.mac, kind, flow_ids)
+        elif stored_unknown(response.status, reply):  # as if unanswered: whole or nothing
+            self.fleet.ledger.stored_unknown += 1
+            self.fleet.ledger.unanswered.append((self.mac, kind, flow_ids))
         else:  # an error answer: the server says it stored nothing of it
             self.fleet.ledger.refused.append((self.mac, kind, flow_ids))
 
@@ -254,7 +267,8 @@ def summary(ledger: Ledger, check: LedgerCheck, seconds: float) -> str:
             f"{seconds:.1f}s ({sum(ledger.statuses.values()) / seconds:,.0f}/s), "
             f"{ledger.records_acknowledged} records acknowledged "
             f"({ledger.records_acknowledged / seconds:,.0f}/s), "
-            f"{ledger.connection_errors} connection errors\n"
+            f"{ledger.connection_errors} connection errors, {ledger.stored_unknown} answers "
+            f"\"stored\": \"unknown\"\n"
             f"answers: {by_status}\n"
             f"ledger: {check.stored_rows} rows stored; missing acknowledged "
             f"{check.acknowledged_missing}, duplicated {check.duplicated}, half-stored "

@@ -165,11 +165,14 @@ async def _read_status(reader: asyncio.StreamReader, timeout: float) -> int | No
     return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
 
 
-async def stalled_upload(host: str, port: int, first_part: bytes, timeout: float) -> int | None:
-    """Announce a long body, send a batch's worth of it, then stop sending."""
+async def stalled_upload(host: str, port: int, first_part: bytes, timeout: float,
+                         mac: str = STALLER_MAC, address: str | None = None) -> int | None:
+    """Announce a long body, send a batch's worth of it, then stop sending (as `mac`, from
+    `address` through the trusted proxy; default: the attacker's)."""
     reader, writer = await asyncio.open_connection(host, port)
+    origin = ATTACKER if address is None else {"X-Forwarded-For": address}
     writer.write(_request_head("/log/events", {
-        "X-ID": STALLER_MAC, "Content-Type": "application/x-ndjson", **ATTACKER,
+        "X-ID": mac, "Content-Type": "application/x-ndjson", **origin,
         "Content-Length": str(len(first_part) * 4)}) + first_part)
     await writer.drain()
     try:

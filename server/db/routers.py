@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import aiopg
 import sqlalchemy as sa
 
@@ -14,6 +16,55 @@ _REGISTER = (
     "WITH registered AS (INSERT INTO routers (mac, registered_by) VALUES (%(mac)s, %(by)s) "
     "ON CONFLICT (mac) DO NOTHING RETURNING mac) "
     "INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING")
+
+
+# Open registration's limit per client address bucket (server/limits.py address_bucket),
+# counted in the database so that it holds across processes and concurrent requests: the
+# bucket's advisory lock first (serialising its registrations), then one statement that
+# counts the bucket's last minute and inserts when under the limit.
+REGISTRATION_LOCK_CLASS = 7_302_146  # first key of the per-bucket advisory locks
+LOCK_BUCKET = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(bucket)s))"
+_FROM_BUCKET = ("FROM routers WHERE registered_from = %(bucket)s "
+                "AND registered_at > now() - interval '1 minute'")
+UNDER_LIMIT = f"(SELECT count(*) {_FROM_BUCKET}) < %(limit)s"
+# Seconds until the bucket's oldest registration of the last minute leaves it.
+BUCKET_WAIT = (f"(SELECT ceil(extract(epoch FROM min(registered_at) + interval '1 minute' "
+               f"- now())) {_FROM_BUCKET})")
+_REGISTER_FROM = f"""
+WITH registered AS (
+    INSERT INTO routers (mac, registered_by, registered_from)
+    SELECT %(mac)s, 'auto', %(bucket)s WHERE {UNDER_LIMIT}
+    ON CONFLICT (mac) DO NOTHING RETURNING mac),
+queued AS (
+    INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING)
+SELECT EXISTS (SELECT 1 FROM registered), EXISTS (SELECT 1 FROM routers WHERE mac = %(mac)s),
+       {BUCKET_WAIT}"""
+
+
+@dataclass(frozen=True)
+class Registration:
+    new: bool          # registered now
+    known: bool        # registered before
+    wait_seconds: int  # when neither: until the bucket may register again
+
+    @property
+    def limited(self) -> bool:
+        return not (self.new or self.known)
+
+
+def bucket_params(bucket: str, limit: int) -> dict:
+    return {"lock_class": REGISTRATION_LOCK_CLASS, "bucket": bucket, "limit": limit}
+
+
+async def register_from(db: Database, mac: str, bucket: str, limit: int) -> Registration:
+    """Register `mac` as a router that called from `bucket`, unless the bucket registered
+    `limit` routers in the last minute (across every process)."""
+    params = {**bucket_params(bucket, limit), "mac": mac}
+    async with db.transaction() as cur:
+        await execute(cur, LOCK_BUCKET, params)
+        await execute(cur, _REGISTER_FROM, params)
+        new, known, wait = await cur.fetchone()
+    return Registration(new, known, max(1, int(wait or 1)))
 
 
 SUBSCRIPTIONS = (

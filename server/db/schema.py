@@ -42,6 +42,7 @@ routers = sa.Table(
               server_default=sa.func.now()),
     sa.Column("registered_by", sa.Text, nullable=False, server_default="auto"),
     sa.Column("note", sa.Text),
+    sa.Column("registered_from", sa.Text),   # the client address bucket (issue 27)
 )
 
 router_keys = sa.Table(
@@ -52,6 +53,13 @@ router_keys = sa.Table(
     sa.Column("issued_at", sa.DateTime(timezone=True), nullable=False,
               server_default=sa.func.now()),
     sa.Column("issued_by", sa.Text, nullable=False),
+)
+
+enrollment_windows = sa.Table(
+    "enrollment_windows", metadata,
+    sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("open_until", sa.DateTime(timezone=True), nullable=False),
 )
 
 ids_events = sa.Table(

@@ -15,9 +15,64 @@ from datetime import datetime
 import aiopg
 import sqlalchemy as sa
 
-from server.db.pool import DIALECT, Database, execute
+from server.db.pool import DIALECT, Database, DatabaseUnavailable, execute
 
 BATCH_BYTES = 2 * 1024 * 1024  # each batch is held ~4 times over (rows, joined, str, query)
+
+
+class CommitInDoubt(Exception):
+    """The connection failed while the request's last write (a single batch) or its COMMIT
+    was under way: the rows may or may not be stored. `backend_pid`: the PostgreSQL process
+    that held the write (see was_committed)."""
+
+    def __init__(self, backend_pid: int, reason: str):
+        super().__init__(reason)
+        self.backend_pid = backend_pid
+
+
+class StoredUnknown(DatabaseUnavailable):
+    """Answered 503 with `"stored": "unknown"`: after CommitInDoubt the database could not be
+    asked whether the rows were stored."""
+
+    stored_unknown = True
+
+
+# pg_terminate_backend(pid, timeout) waits for the process to end (PostgreSQL 14+).
+_END_BACKEND = ("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                "WHERE pid = %(pid)s AND usename = current_user")
+_STORED_ROWS = "SELECT count(*) FROM {table} WHERE mac = %(mac)s AND received_at = %(at)s"
+
+
+async def was_committed(db: Database, table: str, mac: str, received_at: datetime,
+                        doubt: CommitInDoubt, rows: int) -> bool:
+    """Settle a CommitInDoubt: end the backend that held the write if it still lives (after
+    a network cut it waits in its transaction, and a COMMIT held up on the way could land
+    after our answer), then count the request's rows, found by (mac, received_at): all of
+    them stored (True) or none (False). StoredUnknown when the database cannot be asked."""
+    try:
+        async with db.cursor() as cur:
+            await execute(cur, _END_BACKEND, {"pid": doubt.backend_pid})
+            ended = await cur.fetchone()
+            if ended is not None and not ended[0]:
+                raise StoredUnknown(f"the connection was lost while storing ({doubt}) and "
+                                    "its database session did not end")
+            await execute(cur, _STORED_ROWS.format(table=table),
+                          {"mac": mac, "at": received_at})
+            stored = (await cur.fetchone())[0]
+    except StoredUnknown:
+        raise
+    except DatabaseUnavailable as error:
+        raise StoredUnknown(f"the connection was lost while storing ({doubt}) and the "
+                            f"database could not be asked whether it was stored ({error})"
+                            ) from error
+    if stored not in (0, rows):
+        raise StoredUnknown(f"{stored} rows found for a request of {rows}")
+    return stored == rows
+
+
+def backend_pid(cur: aiopg.Cursor) -> int:
+    """The PostgreSQL process of a cursor's connection (known locally, no round trip)."""
+    return cur.connection.raw.get_backend_pid()
 
 
 def insert_statement(table: sa.Table, columns: tuple[str, ...]) -> str:
@@ -73,15 +128,26 @@ class TelemetryWriter:
             self._in_flight = asyncio.ensure_future(self._send(self._cursor, self._take()))
 
     async def commit(self) -> None:
-        if self._cursor is None:
+        """Write what is left and commit. CommitInDoubt when the connection fails during
+        the write that commits (a lone batch's autocommit statement, or COMMIT); a failure
+        before it leaves nothing stored and is raised as it is."""
+        pid = None
+        try:
+            if self._cursor is None:
+                if self._rows:
+                    async with self._db.cursor() as cur:
+                        pid = backend_pid(cur)
+                        await self._send(cur, self._take())
+                return
+            await self._settle()
             if self._rows:
-                async with self._db.cursor() as cur:
-                    await self._send(cur, self._take())
-            return
-        await self._settle()
-        if self._rows:
-            await self._send(self._cursor, self._take())
-        await self._stack.aclose()  # COMMIT
+                await self._send(self._cursor, self._take())
+            pid = backend_pid(self._cursor)
+            await self._stack.aclose()  # COMMIT
+        except DatabaseUnavailable as error:
+            if pid is None:
+                raise
+            raise CommitInDoubt(pid, str(error)) from error
 
     async def _settle(self) -> None:
         """Wait for the batch in flight; its failure is raised here."""

@@ -29,10 +29,11 @@ WHERE mac = %(mac)s
   AND (claimed_until IS NULL OR claimed_until < now() OR claimed_by = %(owner)s)
 RETURNING mac"""
 
-# Keep a living process's claims alive; never shortens a lease, never revives an expired one.
-_RENEW_ALL = """
+# Keep the claims of generations running in a living process alive; never shortens a lease,
+# never revives an expired one.
+_RENEW = """
 UPDATE generation_queue SET claimed_until = greatest(claimed_until, now() + %(lease)s)
-WHERE claimed_by = %(owner)s AND claimed_until >= now()"""
+WHERE claimed_by = %(owner)s AND claimed_until >= now() AND mac = ANY(%(macs)s::macaddr[])"""
 
 _RELEASE = """
 UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL
@@ -68,8 +69,11 @@ async def claim_router(db: Database, owner: str, mac: str, lease: timedelta) -> 
         return await cur.fetchone() is not None
 
 
-async def renew_claims(db: Database, owner: str, lease: timedelta) -> int:
-    return await db.execute(_RENEW_ALL, {"owner": owner, "lease": lease})
+async def renew_claims(db: Database, owner: str, macs: list[str], lease: timedelta) -> int:
+    """Extend `owner`'s claims on `macs` (the routers it is generating); how many it held."""
+    if not macs:
+        return 0
+    return await db.execute(_RENEW, {"owner": owner, "macs": macs, "lease": lease})
 
 
 async def release(db: Database, owner: str, mac: str) -> None:

@@ -5,10 +5,17 @@ in the worker pool; and `generate_once` for the `rulegen` command.
   RULE_GENERATION_QUEUE_CAPACITY; it polls every RULE_GENERATION_POLL_SECONDS when idle and
   is woken at once when a router registers in this process.
 - RULE_GENERATION_MAX_CONCURRENT tasks take routers from the buffer and hand each to a pool
-  worker (server/generation/task.py). A failure reschedules the router with backoff.
-- The process claims a router for CLAIM_LEASE and renews all its claims every RENEW_SECONDS
-  while it lives, so the claims of a process that died (SIGKILL, power loss) run out within a
-  minute and other processes take those routers over.
+  worker (server/generation/task.py).
+- Every outcome ends the claim: success completes it (in the worker, with the payloads),
+  LeaseLost leaves the router to the process that took it over, and any other outcome (the
+  database unavailable, an exception from the engine, a timeout, no ruleset) reschedules it
+  with backoff and records `last_error`. When even that cannot reach the database, the
+  renewal loop records it once the database is back.
+- The process claims a router for CLAIM_LEASE and renews, every RENEW_SECONDS, only the
+  claims of routers being generated now, so a claim outlives neither its generation (at most
+  the command timeout) by more than one lease nor a process that died (SIGKILL, power loss);
+  other processes then take those routers over. A buffered router whose claim ran out is
+  claimed again by the worker's first statement, or found taken (LeaseLost).
 - Nothing is generated while no ruleset is published.
 """
 
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine.generate import PayloadLimits
-from engine.pool import WorkerFailed, WorkerPool
+from engine.pool import WorkerPool
 from ruledata.workspace import Workspace
 from server.background import BackgroundTasks, pause, process_name, raise_if_cancelled
 from server.db import routers as router_db
@@ -42,6 +49,33 @@ class GenerationRefused(Exception):
     """The router cannot be generated now (no ruleset, not registered, held elsewhere)."""
 
 
+class GenerationFailed(Exception):
+    """The generation did not produce payloads. `rescheduled`: the router's claim was ended
+    with backoff and `last_error` recorded; False when the database could not be reached to
+    do so (the claim then runs out by itself)."""
+
+    def __init__(self, reason: str, rescheduled: bool):
+        super().__init__(reason)
+        self.reason = reason
+        self.rescheduled = rescheduled
+
+
+def failure_reason(error: BaseException) -> str:
+    """What `last_error` records: the exception's type and first line."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def reschedule(db: Database, owner: str, mac: str, interval: timedelta,
+                     reason: str) -> bool:
+    """End `owner`'s claim on a failed router, with backoff; False when the database is away."""
+    try:
+        await queue.fail(db, owner, mac, interval, reason)
+        return True
+    except DatabaseUnavailable:
+        return False
+
+
 @dataclass(frozen=True)
 class GenerationConfig:
     workers: int
@@ -54,6 +88,7 @@ class GenerationConfig:
     limits: PayloadLimits
     rules_filename: str
     workspace: Workspace
+    db_timeout: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "GenerationConfig":
@@ -70,7 +105,8 @@ class GenerationConfig:
                                  settings.rule_generation_fired_percent / 100,
                                  settings.rule_generation_block_min_alerts),
             rules_filename=settings.rule_generation_rules_filename,
-            workspace=Workspace(settings.rule_data_path))
+            workspace=Workspace(settings.rule_data_path),
+            db_timeout=settings.db_timeout_seconds)
 
     @property
     def one_off_lease(self) -> timedelta:
@@ -89,21 +125,23 @@ def generation_pool(workers: int, timeout: float, start_method: str = "spawn"
 
 async def generate_router(db: Database, pool: GenerationPool, config: GenerationConfig,
                           owner: str, mac: str, lease: timedelta) -> RouterGenerated:
-    """One router, start to finish, in a pool worker, under `owner`'s lease. Raises
-    GenerationRefused (no ruleset: the router is released), WorkerFailed (the router is
-    rescheduled with backoff), LeaseLost or DatabaseUnavailable."""
-    version_dir = config.workspace.current_version_dir()
-    if version_dir is None:
-        await queue.release(db, owner, mac)
-        raise GenerationRefused("no ruleset published yet; run rulepreprocess")
-    task = RouterTask(db.location.dsn(), owner, mac, str(version_dir), config.rules_file(mac),
-                      lease, config.window, config.block_severity, config.interval,
-                      config.limits)
+    """One router, start to finish, in a pool worker, under `owner`'s lease. Raises LeaseLost
+    (another owner has the router; nothing to end) or GenerationFailed for any other failure,
+    after rescheduling the router (see GenerationFailed)."""
     try:
-        return await pool.run(task)
-    except WorkerFailed as error:
-        await queue.fail(db, owner, mac, config.interval, str(error))
+        version_dir = config.workspace.current_version_dir()
+        if version_dir is None:
+            raise GenerationRefused("no ruleset published yet; run rulepreprocess")
+        return await pool.run(RouterTask(
+            db.location.dsn(), owner, mac, str(version_dir), config.rules_file(mac), lease,
+            config.window, config.block_severity, config.interval, config.limits,
+            config.db_timeout))
+    except LeaseLost:
         raise
+    except Exception as error:  # a timeout, the database, the engine: all end the claim
+        reason = failure_reason(error)
+        rescheduled = await reschedule(db, owner, mac, config.interval, reason)
+        raise GenerationFailed(reason, rescheduled) from error
 
 
 async def generate_once(db: Database, config: GenerationConfig, mac: str,
@@ -111,7 +149,7 @@ async def generate_once(db: Database, config: GenerationConfig, mac: str,
     """Generate one router now, outside the queue (the `rulegen` command), in a worker of its
     own, under a lease that outlasts the timeout. GenerationRefused when the router is not
     registered, no ruleset is published, or a server is generating it at this moment;
-    WorkerFailed or LeaseLost when the generation itself failed."""
+    GenerationFailed or LeaseLost when the generation itself failed."""
     if not await router_db.is_registered(db, mac):
         raise GenerationRefused(f"router {mac} is not registered")
     if config.workspace.current_version_dir() is None:
@@ -136,9 +174,14 @@ class GenerationService:
         self._config = config
         self._owner = process_name()
         self._buffer: asyncio.Queue[str] = asyncio.Queue(config.capacity)
+        self._held: set[str] = set()  # claimed by us: buffered or being generated
+        self._running: set[str] = set()  # being generated: the claims renewed
+        self._unrecorded: dict[str, str] = {}  # failed while the database was away: reason
         self._wake = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
         self._tasks = BackgroundTasks()
+        self._dispatch_health = self._metrics.loop_health("generation-dispatch", log)
+        self._renew_health = self._metrics.loop_health("generation-renew", log)
         self.generated = 0
 
     @property
@@ -163,6 +206,7 @@ class GenerationService:
         buffered = []
         while not self._buffer.empty():
             buffered.append(self._buffer.get_nowait())
+            self._held.discard(buffered[-1])
             self._buffer.task_done()
         for mac in buffered:
             try:
@@ -187,10 +231,14 @@ class GenerationService:
                 if free > 0 and self._config.workspace.current_version_dir() is not None:
                     for mac in await queue.claim_due(self._db, self._owner, free,
                                                      CLAIM_LEASE):
-                        self._buffer.put_nowait(mac)
+                        self._unrecorded.pop(mac, None)  # claimed again: a new outcome comes
+                        if mac not in self._held:  # its claim ran out while buffered
+                            self._held.add(mac)
+                            self._buffer.put_nowait(mac)
                         claimed += 1
+                self._dispatch_health.succeeded()
             except DatabaseUnavailable as error:
-                log.warning("generation queue: database unavailable (%s)", error)
+                self._dispatch_health.failed(error)
             if claimed and claimed == free:
                 await self._buffer.join()  # full: wait for room rather than poll
                 continue
@@ -204,17 +252,30 @@ class GenerationService:
         while True:
             await pause(RENEW_SECONDS)
             try:
-                await queue.renew_claims(self._db, self._owner, CLAIM_LEASE)
+                await queue.renew_claims(self._db, self._owner, sorted(self._running),
+                                         CLAIM_LEASE)
+                await self._record_unrecorded()
+                self._renew_health.succeeded()
             except DatabaseUnavailable as error:
-                log.warning("generation queue: claims not renewed (%s)", error)
+                self._renew_health.failed(error)
+
+    async def _record_unrecorded(self) -> None:
+        """Reschedule, now that the database answers, the routers whose failure could not be
+        recorded when it happened."""
+        for mac, reason in list(self._unrecorded.items()):
+            await queue.fail(self._db, self._owner, mac, self._config.interval, reason)
+            self._unrecorded.pop(mac, None)
 
     async def _work(self) -> None:
         while True:
             raise_if_cancelled()
             mac = await self._buffer.get()
+            self._running.add(mac)
             try:
                 await self._generate(mac)
             finally:
+                self._running.discard(mac)
+                self._held.discard(mac)
                 self._buffer.task_done()
 
     async def _generate(self, mac: str) -> None:
@@ -225,13 +286,12 @@ class GenerationService:
             self._metrics.generations.labels("lease_lost").inc()
             log.info("generation for %s dropped: lease lost to another process", mac)
             return
-        except (WorkerFailed, GenerationRefused, DatabaseUnavailable) as error:
+        except GenerationFailed as error:
             self._metrics.generations.labels("failed").inc()
-            log.warning("generation for %s failed: %s", mac, error)
-            return
-        except Exception:
-            self._metrics.generations.labels("failed").inc()
-            log.exception("generation for %s failed", mac)
+            if not error.rescheduled:
+                self._unrecorded[mac] = error.reason
+            log.warning("generation for %s failed: %s%s", mac, error.reason,
+                        "" if error.rescheduled else " (recorded once the database is back)")
             return
         self.generated += 1
         self._metrics.generations.labels("succeeded").inc()

@@ -4,14 +4,20 @@ payloads with the next due time (one statement). Only a small summary goes back 
 loop, so the database work scales with the workers instead of queueing in the server process.
 
 Synchronous (psycopg2): it runs in the worker process, which keeps one connection of its own.
+Each wait on that connection is bounded by the task's `db_timeout` (a wait callback), so a
+network cut between worker and database fails the generation within that time, like any
+statement of the event loop, instead of blocking the worker until the command timeout.
 """
 
 from __future__ import annotations
 
+import select
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg2
+import psycopg2.extensions
 
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
@@ -44,6 +50,7 @@ class RouterTask:
     block_severity: int
     interval: timedelta       # until the router is due again
     limits: PayloadLimits
+    db_timeout: float         # longest wait for the database (connect or one statement)
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,28 @@ class _WorkerConnection:
 
     def __init__(self) -> None:
         self._conn = None
+        self.timeout = 30.0
 
-    def get(self, dsn: str):
+    def get(self, dsn: str, timeout: float):
+        self.timeout = timeout
+        psycopg2.extensions.set_wait_callback(self._wait)
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg2.connect(dsn, connect_timeout=10)
+            self._conn = psycopg2.connect(dsn, connect_timeout=max(1, round(timeout)))
             self._conn.autocommit = True
         return self._conn
+
+    def _wait(self, conn) -> None:
+        """psycopg2's wait callback (its `wait_select`, with a deadline)."""
+        deadline = time.monotonic() + self.timeout
+        while (state := conn.poll()) != psycopg2.extensions.POLL_OK:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise psycopg2.OperationalError(
+                    f"no answer from the database in {self.timeout:g}s")
+            if state == psycopg2.extensions.POLL_READ:
+                select.select([conn.fileno()], [], [], remaining)
+            else:
+                select.select([], [conn.fileno()], [], remaining)
 
     def discard(self) -> None:
         if self._conn is not None:
@@ -78,7 +101,7 @@ def generate_and_store(task: RouterTask) -> RouterGenerated:
     """The function the generation pool runs. LeaseLost when another owner has the router;
     DatabaseUnavailable when the database cannot be reached."""
     try:
-        conn = _CONNECTION.get(task.dsn)
+        conn = _CONNECTION.get(task.dsn, task.db_timeout)
         with conn.cursor() as cur:
             summary = _renew_and_summarise(cur, task)
         result = generate_for_router(GenerationJob(task.mac, task.version_dir, task.rules_file,

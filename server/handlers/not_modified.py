@@ -22,6 +22,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.streams import EMPTY_PAYLOAD
 
 from server.access_log import access_logged, log_access
+from server.etag_cache import etag_header, not_modified, wanted_etags
 from server.mac import InvalidMac, normalise_mac
 from server.typedefs import (ETAG_CACHE, FLOOD_LIMITS, IN_FLIGHT, METRICS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SETTINGS)
@@ -35,6 +36,7 @@ class NotModified:
     def __init__(self, app: web.Application) -> None:
         self._app = app
         self._observe = app[METRICS].request_tally.observe
+        self.answered = 0  # polls answered here, without the application
 
     def answer(self, message, payload, remote: str) -> bytes | None:
         """The whole 304 response to a parsed request head, or None when the application
@@ -48,9 +50,10 @@ class NotModified:
         found = self._current_etag(message.headers, kind)
         if found is None or not self._app[FLOOD_LIMITS].try_request(found[0]):
             return None
-        head = (f'HTTP/1.1 304 Not Modified\r\nETag: W/"{found[1]}"\r\n'
+        head = (f'HTTP/1.1 304 Not Modified\r\nETag: {etag_header(found[1])}\r\n'
                 f'Date: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n')
         elapsed = time.perf_counter() - started
+        self.answered += 1
         self._observe(path, "GET", 304, elapsed)
         if access_logged():
             log_access(remote, f"GET {path} HTTP/1.1", 304, 0, elapsed, found[0])
@@ -72,15 +75,6 @@ class NotModified:
         if not app[ROUTER_REGISTRY].admitted(mac):
             return None
         etag = app[ETAG_CACHE].etag(mac, kind)
-        if etag is None or not names(wanted, etag):
+        if etag is None or not not_modified(wanted_etags(wanted), etag):
             return None
         return mac, etag
-
-
-def names(if_none_match: str, etag: str) -> bool:
-    """Whether an If-None-Match value names `etag` (weak or strong) or is `*`."""
-    for tag in if_none_match.split(","):
-        tag = tag.strip()
-        if tag == "*" or tag.removeprefix("W/") == f'"{etag}"':
-            return True
-    return False

@@ -12,7 +12,6 @@ from server.db import notifications as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
 from server.notify.fields import recipient_field, text_field
 from server.notify.sends import fingerprint, idempotency_key
-from server.notify.service import PENDING_GRACE
 from server.notify.texts import TYPES, NotificationType
 from server.peers import bearer_matches
 from server.settings import Settings
@@ -40,7 +39,7 @@ def send_handler(kind: NotificationType):
         value = text_field(kind.field, body.get(kind.field))
         notification = notification_db.new_notification(
             user_id, kind.name, kind.title.format(value=value), kind.message.format(value=value),
-            recipient, {kind.metadata_key: value}, PENDING_GRACE)
+            recipient, {kind.metadata_key: value}, request.config_dict[SENDS].pending_grace)
         answer = await request.config_dict[SENDS].send(
             kind, notification, key, fingerprint(kind, body) if key else "")
         return json_response(answer.body, status=answer.status)

@@ -13,6 +13,7 @@ from server.db import applied as applied_db
 from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
+from server.etag_cache import etag_header, not_modified, wanted_etags
 from server.identity import mac_from_header
 from server.ingest.ingest import ingest_body
 from server.peers import client_address
@@ -78,7 +79,9 @@ async def post_cfm(request: web.Request) -> web.Response:
 
 async def _ingest(request: web.Request, kind: str) -> web.Response:
     mac = await admitted_router(request)
-    with request.app[UPLOAD_SLOTS].take(mac):
+    address = request.app[FLOOD_LIMITS].bucket(
+        client_address(request, request.app[SETTINGS].trusted_proxies))
+    with request.app[UPLOAD_SLOTS].take(mac, address):
         report = await ingest_body(request, mac, kind)
     records = request.app[METRICS].records
     records.labels(kind, "accepted").inc(report["accepted"])
@@ -115,20 +118,21 @@ async def firewall_rules(request: web.Request) -> web.Response:
 
 async def _payload(request: web.Request, kind: str) -> web.Response:
     mac = await admitted_router(request)
-    known = frozenset(tag.value for tag in request.if_none_match or ())
+    known = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
     cache = request.app[ETAG_CACHE]
     if known and (current := cache.etag(mac, kind)) is not None:
-        if current in known or "*" in known:
-            return web.Response(status=304, headers={"ETag": _etag(current)})
+        if not_modified(known, current):
+            return web.Response(status=304, headers={"ETag": etag_header(current)})
     token = cache.token()
     found = await rules_db.read_payload(request.app[DATABASE], mac, kind, known)
     if found is None:
         raise NotFound(f"no {kind} rules generated for this router yet")
     etag, packed = found
     cache.remember(mac, kind, etag, token)
-    if packed is None or "*" in known:
-        return web.Response(status=304, headers={"ETag": _etag(etag)})
-    headers = {"ETag": _etag(etag), "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    if packed is None or not_modified(known, etag):  # (None: the database saw it is known)
+        return web.Response(status=304, headers={"ETag": etag_header(etag)})
+    headers = {"ETag": etag_header(etag), "Cache-Control": "no-cache",
+               "Vary": "Accept-Encoding"}
     if _accepts_gzip(request):
         # Stored gzip-compressed: sent as it is, no work per request.
         headers["Content-Encoding"] = "gzip"
@@ -143,11 +147,6 @@ def _accepts_gzip(request: web.Request) -> bool:
         if name.strip() in ("gzip", "x-gzip", "*") and params.replace(" ", "") != "q=0":
             return True
     return False
-
-
-def _etag(value: str) -> str:
-    # Weak: the same content is served plain or gzip-encoded under one validator.
-    return f'W/"{value}"'
 
 
 def setup_routes(app: web.Application) -> None:

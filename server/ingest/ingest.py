@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from aiohttp import web
 
 from server.db.schema import TELEMETRY_TABLES
-from server.db.telemetry import TelemetryWriter, insert_statement
+from server.db.pool import DatabaseUnavailable
+from server.db.telemetry import CommitInDoubt, TelemetryWriter, insert_statement, was_committed
 from server.errors import BadRequest, UnsupportedMediaType
 from server.ingest import extract
 from server.ingest.body import BodyLimits, decoded_chunks
@@ -81,5 +82,11 @@ async def ingest_body(request: web.Request, mac: str, kind: str) -> dict:
             await take(splitter.close())
         except BodyError as error:
             raise BadRequest(f"unreadable body: {error}") from None
-        await writer.commit()
+        try:
+            await writer.commit()
+        except CommitInDoubt as doubt:
+            if not await was_committed(request.app[INGEST_DATABASE],
+                                       TELEMETRY_TABLES[kind].name, mac, received_at, doubt,
+                                       report.accepted):
+                raise DatabaseUnavailable(f"nothing stored: {doubt}") from None
     return report.as_json()

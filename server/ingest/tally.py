@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 from server.background import BackgroundTasks, pause
 from server.db.pool import Database, DatabaseUnavailable
+from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.ingest")
 
@@ -22,8 +23,9 @@ _ADD = ("INSERT INTO telemetry_minutes (minute, kind, accepted, rejected) "
 
 
 class TelemetryTally:
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, metrics: Metrics):
         self._db = db
+        self._health = metrics.loop_health("telemetry-tally", log)
         self._counts: dict[tuple[datetime, str], list[int]] = {}
         self._tasks = BackgroundTasks()
 
@@ -39,6 +41,7 @@ class TelemetryTally:
     async def flush(self) -> None:
         pending, self._counts = self._counts, {}
         if not pending:
+            self._health.succeeded()
             return
         keys = list(pending)
         try:
@@ -49,7 +52,9 @@ class TelemetryTally:
         except DatabaseUnavailable as error:  # keep them for the next flush
             for key, (accepted, rejected) in pending.items():
                 self._count(key, accepted, rejected)
-            log.warning("telemetry counts not stored yet: %s", error)
+            self._health.failed(f"telemetry counts not stored yet ({error})")
+            return
+        self._health.succeeded()
 
     def start(self) -> None:
         self._tasks.spawn(self._loop(), "telemetry-tally")

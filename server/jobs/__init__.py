@@ -4,7 +4,9 @@
   log line and one `job_runs` row per run, retries after a failure; `run_job` for the
   commands that run a job by hand (exclusive with the scheduled runs).
 - `ledger.py`: the bookkeeping in the database (tick claims, advisory locks, run records).
-- `preprocess.py`: the rule preprocess job (ruledata's pipeline with a pool of parsers).
+- `preprocess.py`: the rule preprocess job (ruledata's pipeline with a pool of parsers);
+  `first_ruleset.py`: a fresh install's first ruleset, soon after start-up.
+- `partitions.py`: the hourly job that creates the coming days' time partitions.
 - `retention.py`: the telemetry retention job.
 - `schedule.py`: which jobs a server process schedules, from the settings.
 

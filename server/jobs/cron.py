@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import aiocron
 from cronsim import CronSim
 
-from server.background import BackgroundTasks, pause, process_name
+from server.background import BackgroundTasks, LoopHealth, pause, process_name
 from server.db.pool import Database
 from server.jobs import ledger
 from server.metrics import Metrics
@@ -82,9 +82,12 @@ class CronJobs:
         self._retry_attempts = retry_attempts
         self._crons: list[aiocron.Cron] = []
         self._schedule: list[tuple[str, str, JobFunction]] = []
+        self._health: dict[str, LoopHealth] = {}
         self._runs = BackgroundTasks()
 
     def add(self, name: str, spec: str, function: JobFunction) -> None:
+        self._health[name] = self._metrics.loop_health(f"job:{name}", log)
+
         async def on_tick() -> None:
             self._runs.spawn(self._tick(name, function), f"job-{name}")
 
@@ -132,6 +135,8 @@ class CronJobs:
                 status = "failed"
             self._metrics.job_runs.labels(name, status).inc()
             if status != "failed":
+                if status == "succeeded" and name in self._health:  # (tests tick unadded jobs)
+                    self._health[name].succeeded()
                 return
 
     async def stop(self) -> None:

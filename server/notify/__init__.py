@@ -1,1 +1,3 @@
-"""Notifications: fixed texts per type, email delivery, retries of failed deliveries."""
+"""Notifications: the types and their fixed texts (`texts.py`), what a request's fields may
+hold (`fields.py`), one send with its idempotency key (`sends.py`), delivery and the retry
+loop (`service.py`), email over SMTP or to an outbox folder (`mailer.py`)."""

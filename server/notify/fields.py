@@ -3,7 +3,10 @@ the version number or project id in it; the recipient is the To header) and in t
 record, so anything that could break a header or address someone else is refused here.
 
 - Text: 1 to MAX_FIELD characters, no control, format or unassigned characters (Unicode
-  categories C*) and no line or paragraph separators (U+2028, U+2029).
+  categories C*), no line or paragraph separators (U+2028, U+2029), and no `=?`: the email
+  package decodes an RFC 2047 encoded word in a header value it is given, so
+  `=?utf-8?q?1=0D=0ABcc:...?=` would become a line break and a header of the caller's
+  (CVE-2024-6923 on Python before 3.11.10).
 - Recipient: exactly one plain address `local@domain`, read by the standard library's RFC 5322
   parser (so `a,b@x`, `"Bob" <bob@x>`, `b@x (comment)` and `<@route:b@x>` are refused, not
   half-understood), whose domain is a DNS name with a dot.
@@ -19,6 +22,7 @@ from server.errors import BadRequest
 from server.text import is_plain_text
 
 MAX_FIELD = 256
+ENCODED_WORD = "=?"
 MAX_ADDRESS = 254
 _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
                      r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
@@ -35,6 +39,8 @@ def text_field(name: str, value: object) -> str:
     if len(value) > MAX_FIELD or not is_plain_text(value):
         raise FieldError(f"{name} must be at most {MAX_FIELD} characters, without control "
                          "characters or line separators")
+    if ENCODED_WORD in value:
+        raise FieldError(f"{name} must not contain {ENCODED_WORD!r} (an encoded-word opener)")
     return value.strip()
 
 

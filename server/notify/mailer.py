@@ -13,6 +13,7 @@ from pathlib import Path
 import aiosmtplib
 
 from server.settings import Settings
+from server.text import is_plain_text
 
 
 class DeliveryFailed(Exception):
@@ -20,6 +21,9 @@ class DeliveryFailed(Exception):
 
 
 def build_message(sender: str, record: dict) -> EmailMessage:
+    """ValueError when a header would carry anything but plain text once the email package
+    has decoded it (a record written before the API refused encoded words, or by another
+    service): such a record is undeliverable, never sent with the caller's headers."""
     message = EmailMessage()
     message["From"] = sender
     message["To"] = record["recipient"]
@@ -27,6 +31,9 @@ def build_message(sender: str, record: dict) -> EmailMessage:
     message["Date"] = formatdate(usegmt=True)
     message["Message-ID"] = make_msgid(idstring=record["id"])
     message["X-Notification-Type"] = record["type"]
+    for name, value in message.items():
+        if not is_plain_text(str(value)):
+            raise ValueError(f"the {name} header would hold control characters once decoded")
     message.set_content(record["message"] + "\n")
     return message
 
@@ -49,7 +56,8 @@ class SmtpMailer:
 
 
 class OutboxMailer:
-    """Writes each message as an .eml file (complete or not at all: written, then renamed)."""
+    """Writes each message as an .eml file (complete or not at all: written, then renamed),
+    readable by the service's user only (the messages name users and their projects)."""
 
     def __init__(self, outbox: Path):
         self.outbox = outbox
@@ -59,10 +67,12 @@ class OutboxMailer:
 
     def _write(self, message: EmailMessage) -> None:
         try:
-            self.outbox.mkdir(parents=True, exist_ok=True)
+            self.outbox.mkdir(mode=0o700, parents=True, exist_ok=True)
             name = f"{uuid.uuid4().hex}.eml"
             temporary = self.outbox / f".{name}.tmp"
-            temporary.write_bytes(message.as_bytes())
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(message.as_bytes())
             os.replace(temporary, self.outbox / name)
         except OSError as error:
             raise DeliveryFailed(f"outbox {self.outbox}: {error}") from None

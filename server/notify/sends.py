@@ -63,6 +63,12 @@ class Sends:
         self._keep = keep      # how long a key's answer is kept
         self._lease = lease    # how long the first request may take to answer
 
+    @property
+    def pending_grace(self) -> timedelta:
+        """How long a new record stays `pending` before the retry loop may take it: the
+        longest a live request may take to deliver it; older, its request died."""
+        return self._lease
+
     @classmethod
     def from_settings(cls, db: Database, notifier: Notifier, settings: Settings) -> "Sends":
         # The first request answers within its SMTP exchange (connect, then the message).

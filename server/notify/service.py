@@ -25,7 +25,6 @@ log = logging.getLogger("router_backend.notifications")
 
 RETRY_BATCH = 50
 RETRY_LEASE = timedelta(minutes=5)
-PENDING_GRACE = timedelta(minutes=5)  # a pending record older than this was left by a crash
 
 
 class Notifier:
@@ -39,6 +38,10 @@ class Notifier:
         self._poll = min(settings.notification_retry_seconds, 30)
         self._keep_keys = timedelta(hours=settings.notification_idempotency_hours)
         self._tasks = BackgroundTasks()
+        self._health = self._metrics.loop_health("notification-retries", log)
+        # Outcomes whose recording failed (the database away): id -> None (sent) or the
+        # error. Recorded by the retry loop first, so a sent mail is never sent again.
+        self._unrecorded: dict[str, str | None] = {}
 
     async def deliver(self, record: dict) -> str | None:
         """Send one stored notification; record the outcome. Returns the error, or None."""
@@ -57,12 +60,29 @@ class Notifier:
         except DeliveryFailed as error:
             log.warning("delivery of notification %s failed: %s", record["id"], error)
             self._metrics.notifications.labels("failed").inc()
-            await notification_db.mark_failed(self._db, record["id"], str(error),
-                                              self._base_delay, self._max_attempts)
+            await self._record(record["id"], str(error))
             return str(error)
         self._metrics.notifications.labels("sent").inc()
-        await notification_db.mark_sent(self._db, record["id"])
+        await self._record(record["id"], None)
         return None
+
+    async def _record(self, notification_id: str, error: str | None) -> None:
+        """Record a delivery's outcome (`error` None: sent); kept in memory for the retry
+        loop when the database is away, and raised."""
+        try:
+            if error is None:
+                await notification_db.mark_sent(self._db, notification_id)
+            else:
+                await notification_db.mark_failed(self._db, notification_id, error,
+                                                  self._base_delay, self._max_attempts)
+        except DatabaseUnavailable:
+            self._unrecorded[notification_id] = error
+            raise
+
+    async def record_unrecorded(self) -> None:
+        for notification_id, error in list(self._unrecorded.items()):
+            del self._unrecorded[notification_id]
+            await self._record(notification_id, error)
 
     async def retry_due(self) -> int:
         """Deliver due retries once; returns how many were delivered. One record that fails
@@ -81,21 +101,28 @@ class Notifier:
                     self._base_delay, self._max_attempts)
         return delivered
 
-    def start(self) -> None:
-        self._tasks.spawn(self._loop(), "notification-retries")
+    def start(self, retries: bool = True) -> None:
+        """The loop that records outcomes kept in memory (every process that sends) and,
+        with `retries` (one process per host), delivers due retries."""
+        self._tasks.spawn(self._loop(retries), "notification-retries")
 
     async def stop(self) -> None:
         await self._tasks.stop()
 
-    async def _loop(self) -> None:
+    async def _loop(self, retries: bool) -> None:
         while True:
-            await pause(self._poll)
+            await pause(self._poll if retries else 1.0)
             try:
-                delivered = await self.retry_due()
-                if delivered:
-                    log.info("notification retries: %d delivered", delivered)
-                await notification_keys.forget_expired(self._db, self._keep_keys)
+                await self.record_unrecorded()
+                if retries:
+                    delivered = await self.retry_due()
+                    if delivered:
+                        log.info("notification retries: %d delivered", delivered)
+                    await notification_keys.forget_expired(self._db, self._keep_keys)
+                self._health.succeeded()
             except DatabaseUnavailable as error:
-                log.warning("notification retries: database unavailable (%s)", error)
-            except Exception:
-                log.exception("notification retries failed; trying again later")
+                self._health.failed(error)
+            except Exception as error:
+                if not self._health.failing:
+                    log.exception("notification retries failed; trying again later")
+                self._health.failed(error)
