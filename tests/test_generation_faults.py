@@ -5,15 +5,19 @@ and it is generated again; no claim outlives its generation by more than one lea
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
+import psycopg2
 import pytest
 
+from engine.generate import PayloadLimits
 from engine.pool import WorkerPool
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
+from server.generation import queue
 from server.generation import service as service_module
 from server.generation.service import GenerationConfig, GenerationService
-from server.generation.task import generate_and_store
+from server.generation.task import LeaseLost, RouterTask, _renew_and_summarise, generate_and_store
 from server.jobs.preprocess import run_preprocess
 from testkit.rule_archives import ruleset_settings
 from testkit.tcp_proxy import TcpProxy
@@ -144,3 +148,25 @@ async def test_database_lost_mid_generation_reschedules_once_it_is_back(
     assert recorded["attempts"] >= 1
     row = queue_row(sql)
     assert row["last_error"] is None and row["claimed_by"] is None
+
+
+async def test_a_worker_statement_delivered_after_the_failure_was_recorded_claims_nothing(
+        database, tmp_path, sql):
+    """A network that holds a worker's first statement through a cut delivers it after the
+    worker gave up and the failure was recorded (a CI run saw it): it must not take the
+    router back for another lease, or the router waits that lease before it is retried."""
+    owner, lease = "server@test", service_module.CLAIM_LEASE
+    async with open_database(fast_settings(database, tmp_path)) as db:
+        await router_db.register(db, MAC)
+        assert await queue.claim_due(db, owner, 10, lease) == [MAC]
+        await queue.fail(db, owner, MAC, timedelta(seconds=2), "DatabaseUnavailable: cut")
+    task = RouterTask(database.dsn(), owner, MAC, "unused", "unused", lease,
+                      timedelta(days=1), 2, timedelta(seconds=2), PayloadLimits(10, 10), 5)
+    conn = psycopg2.connect(database.dsn())
+    try:
+        with conn, conn.cursor() as cur, pytest.raises(LeaseLost):
+            _renew_and_summarise(cur, task)  # the held statement, delivered late
+    finally:
+        conn.close()
+    row = queue_row(sql)
+    assert row["claimed_by"] is None and row["last_error"] == "DatabaseUnavailable: cut"

@@ -21,12 +21,21 @@ WHERE q.mac IN (
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 RETURNING q.mac::text"""
 
-# Take one router's lease, or renew it when it is already the owner's (also used by the
-# worker's renew-and-summarise statement).
+# Take one router's lease, or renew it when it is already the owner's.
 CLAIM_ONE = """
 UPDATE generation_queue SET claimed_by = %(owner)s, claimed_until = now() + %(lease)s
 WHERE mac = %(mac)s
   AND (claimed_until IS NULL OR claimed_until < now() OR claimed_by = %(owner)s)
+RETURNING mac"""
+
+# Renew the owner's live lease on one router, never take one: the worker's first statement.
+# A statement can reach the server after its sender gave up on it (a network that held it,
+# then delivered it); had it been allowed to take an unclaimed router, a worker's statement
+# held through a network cut would claim back, after the router's failure was recorded, the
+# router its worker had already given up on, for one more lease.
+RENEW_ONE = """
+UPDATE generation_queue SET claimed_until = now() + %(lease)s
+WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()
 RETURNING mac"""
 
 # Keep the claims of generations running in a living process alive; never shortens a lease,

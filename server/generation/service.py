@@ -15,7 +15,8 @@ in the worker pool; and `generate_once` for the `rulegen` command.
   claims of routers being generated now, so a claim outlives neither its generation (at most
   the command timeout) by more than one lease nor a process that died (SIGKILL, power loss);
   other processes then take those routers over. A buffered router whose claim ran out is
-  claimed again by the worker's first statement, or found taken (LeaseLost).
+  dropped by the worker's first statement (LeaseLost), which renews only a live claim, and
+  claimed again by the next dispatch unless another process has it.
 - Nothing is generated while no ruleset is published.
 """
 
@@ -282,9 +283,9 @@ class GenerationService:
         try:
             result = await generate_router(self._db, self._pool, self._config, self._owner,
                                            mac, CLAIM_LEASE)
-        except LeaseLost:  # our lease ran out and another process has the router now
+        except LeaseLost:  # our lease ran out: claimed again when due, here or elsewhere
             self._metrics.generations.labels("lease_lost").inc()
-            log.info("generation for %s dropped: lease lost to another process", mac)
+            log.info("generation for %s dropped: its lease ran out", mac)
             return
         except GenerationFailed as error:
             self._metrics.generations.labels("failed").inc()

@@ -23,7 +23,7 @@ from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
 from server.db.pool import DatabaseUnavailable
 from server.db.rules import payload_params, upsert_statement
-from server.generation.queue import CLAIM_ONE
+from server.generation.queue import RENEW_ONE
 
 # Bounds on what the summary reads per router, so one router's volume cannot make its
 # generation slow.
@@ -35,7 +35,7 @@ OWN_ADDRESSES = 100       # newest activations whose addresses are never blocked
 
 
 class LeaseLost(Exception):
-    """Another owner holds this router now (ours expired); the result is dropped."""
+    """Our lease on this router ran out (another owner may hold it now); nothing is stored."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ _CONNECTION = _WorkerConnection()
 
 
 def generate_and_store(task: RouterTask) -> RouterGenerated:
-    """The function the generation pool runs. LeaseLost when another owner has the router;
+    """The function the generation pool runs. LeaseLost when our lease ran out;
     DatabaseUnavailable when the database cannot be reached."""
     try:
         conn = _CONNECTION.get(task.dsn, task.db_timeout)
@@ -133,7 +133,7 @@ def _recent(table: str, columns: str, condition: str = "true") -> str:
             f"ORDER BY received_at DESC LIMIT {RECENT_ROWS}) recent")
 
 
-RENEW_AND_SUMMARISE = f"""WITH renewed AS ({CLAIM_ONE}) SELECT
+RENEW_AND_SUMMARISE = f"""WITH renewed AS ({RENEW_ONE}) SELECT
  (SELECT count(*) FROM renewed),
  (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
    SELECT signature_id AS sid, count(*) AS n, coalesce(min(severity), 255) AS severity
@@ -172,7 +172,7 @@ def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
         "alerts": MAX_ALERTS})
     renewed, fired, apps, ports, alerts, own, allowlist, overrides = cur.fetchone()
     if not renewed:
-        raise LeaseLost(f"{task.mac} is held by another process")
+        raise LeaseLost(f"the lease on {task.mac} ran out before its generation began")
     return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
                             dest_ports=ports or [],
                             alerts=[tuple(alert) for alert in alerts or []],
