@@ -17,7 +17,8 @@ capabilities behind it. The map:
   generation queue), `jobs/` (cron runner, preprocess, partitions and retention jobs),
   `notify/` (email notifications).
 - `db/`: the connection pool, schema, migrations and the SQL of the shared tables.
-- Helpers: `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC).
+- Helpers: `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC),
+  `idempotency_key.py` (the Idempotency-Key header of sends and uploads).
 
 Layer: imports engine and ruledata (below it), never ops (above it); see .importlinter.
 """

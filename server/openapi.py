@@ -20,6 +20,11 @@ def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+# server/idempotency_key.py (the quoted form is left out here).
+IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 255,
+                   "pattern": "^[\\x20-\\x7e]+$"}
+
+
 def _json(schema: dict, description: str, headers: dict | None = None) -> dict:
     response = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
@@ -43,6 +48,8 @@ def _router_errors(*statuses: int) -> dict:
         413: "body larger than INGEST_MAX_BODY_BYTES after decoding, or gzip expanding more "
              "than INGEST_MAX_GZIP_RATIO times",
         415: "unsupported Content-Type or Content-Encoding",
+        422: "the Idempotency-Key was used for another body (a new batch needs a new key); "
+             "nothing stored",
         429: "a flood limit: the router's requests or records a minute, new routers from "
              "this address, or INGEST_MAX_UPLOADS_PER_ROUTER uploads in progress; nothing "
              "stored",
@@ -50,7 +57,8 @@ def _router_errors(*statuses: int) -> dict:
     errors = {str(status): _error(descriptions[status], retry=status == 429)
               for status in (400, 401, *statuses, 429)}
     errors["503"] = _error("database unreachable; safe to retry (an upload answered with "
-                           "`stored: unknown` may have been stored)", retry=True)
+                           "`stored: unknown` may have been stored, unless it is retried "
+                           "with its Idempotency-Key)", retry=True)
     return errors
 
 
@@ -77,10 +85,21 @@ TELEMETRY_BODY = {
 
 
 def _telemetry(summary: str) -> dict:
+    key = {"name": "Idempotency-Key", "in": "header", "required": False,
+           "description": "One per batch (e.g. file identity and byte range): a repeat with "
+                          "this key and the same decoded body within "
+                          "INGEST_IDEMPOTENCY_KEY_DAYS gets the first answer again and stores "
+                          "nothing; per router and endpoint",
+           "schema": IDEMPOTENCY_KEY}
+    replayed = {"Idempotent-Replayed": {
+        "description": "`true` when this is the first answer to the Idempotency-Key, given "
+                       "again; nothing was stored by this request",
+        "schema": {"type": "string", "enum": ["true"]}}}
     return {"post": {
-        "summary": summary, "parameters": X_ID, "requestBody": TELEMETRY_BODY,
-        "responses": {"200": _json(_ref("IngestReport"), "stored: every accepted record"),
-                      **_router_errors(403, 408, 413, 415)}}}
+        "summary": summary, "parameters": X_ID + [key], "requestBody": TELEMETRY_BODY,
+        "responses": {"200": _json(_ref("IngestReport"), "stored: every accepted record",
+                                   replayed),
+                      **_router_errors(403, 408, 413, 415, 422)}}}
 
 
 def _rules(kind: str, schema: str) -> dict:
@@ -110,8 +129,7 @@ def _send(kind) -> dict:
             "description": "Repeats with this key and the same body within "
                            "NOTIFICATION_IDEMPOTENCY_HOURS get the first answer again; "
                            "nothing is stored or sent twice",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255,
-                       "pattern": "^[\\x20-\\x7e]+$"}}],
+            "schema": IDEMPOTENCY_KEY}],
         "requestBody": {"required": True,
                         "content": {"application/json": {"schema": body_schema}}},
         "responses": {"200": _json(_ref("Message"), f"stored and sent: {kind.reply!r}"),

@@ -231,6 +231,10 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             _integer(1)),
     Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
             "response (the rejected count is always exact).", _integer(0)),
+    Setting("INGEST_IDEMPOTENCY_KEY_DAYS", "7", "How long a telemetry upload's "
+            "Idempotency-Key is kept, so that a retry is answered from it instead of storing "
+            "again: longer than any agent keeps a batch spooled. Expired keys are deleted by "
+            "the hourly `upload-keys` job.", _integer(1)),
     Setting("RULE_DATA_DIR", "", "Working directory for rule data (rules/, rulefile_json/, "
             "idps_rules/). Unset: DATA_DIR/ruledata.", _optional_path),
     Setting("RULE_PREPROCESS_ARCHIVE_URL", f"{ET_OPEN_BASE}/emerging.rules.tar.gz",
@@ -331,7 +335,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Telemetry ingestion": (
         "INGEST_MAX_BODY_BYTES", "INGEST_MAX_RECORD_BYTES", "INGEST_BATCH_ROWS",
         "INGEST_BODY_IDLE_SECONDS", "INGEST_MAX_GZIP_RATIO", "INGEST_MAX_UPLOADS_PER_ROUTER",
-        "INGEST_MAX_UPLOADS_PER_ADDRESS", "INGEST_MAX_REPORTED_ERRORS"),
+        "INGEST_MAX_UPLOADS_PER_ADDRESS", "INGEST_MAX_REPORTED_ERRORS",
+        "INGEST_IDEMPOTENCY_KEY_DAYS"),
     "Rule data and generation": (
         "RULE_DATA_DIR", "RULE_PREPROCESS_ARCHIVE_URL", "RULE_PREPROCESS_VERSION_URL",
         "RULE_PREPROCESS_CRON_SCHEDULE", "RULE_PREPROCESS_AT_START",
@@ -408,6 +413,7 @@ class Settings:
     ingest_max_uploads_per_router: int
     ingest_max_uploads_per_address: int
     ingest_max_reported_errors: int
+    ingest_idempotency_key_days: int
     rule_data_dir: Path | None
     rule_preprocess_archive_url: str
     rule_preprocess_version_url: str

@@ -62,6 +62,19 @@ enrollment_windows = sa.Table(
     sa.Column("open_until", sa.DateTime(timezone=True), nullable=False),
 )
 
+upload_keys = sa.Table(
+    "upload_keys", metadata,
+    sa.Column("mac", MACADDR, sa.ForeignKey("routers.mac", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("fingerprint", sa.LargeBinary, nullable=False),
+    sa.Column("answer", JSONB, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Index("upload_keys_created_at_idx", "created_at"),
+)
+
 ids_events = sa.Table(
     "ids_events", metadata,
     *_mac_and_id(),

@@ -16,6 +16,7 @@ import aiopg
 import sqlalchemy as sa
 
 from server.db.pool import DIALECT, Database, DatabaseUnavailable, execute
+from server.db.upload_keys import INSERT_KEY, UploadKey
 
 BATCH_BYTES = 2 * 1024 * 1024  # each batch is held ~4 times over (rows, joined, str, query)
 
@@ -28,6 +29,10 @@ class CommitInDoubt(Exception):
     def __init__(self, backend_pid: int, reason: str):
         super().__init__(reason)
         self.backend_pid = backend_pid
+
+
+class KeyAlreadyUsed(Exception):
+    """The upload's Idempotency-Key was recorded by an earlier upload: nothing was stored."""
 
 
 class StoredUnknown(DatabaseUnavailable):
@@ -127,27 +132,51 @@ class TelemetryWriter:
             await self._settle()
             self._in_flight = asyncio.ensure_future(self._send(self._cursor, self._take()))
 
-    async def commit(self) -> None:
-        """Write what is left and commit. CommitInDoubt when the connection fails during
-        the write that commits (a lone batch's autocommit statement, or COMMIT); a failure
-        before it leaves nothing stored and is raised as it is."""
+    async def commit(self, key: UploadKey | None = None) -> None:
+        """Write what is left, and `key` with it, and commit. KeyAlreadyUsed when `key` was
+        recorded by another upload (nothing is stored; leaving the context rolls back).
+        CommitInDoubt when the connection fails during the write that commits (a lone
+        batch's autocommit statement, or COMMIT); a failure before it leaves nothing stored
+        and is raised as it is."""
         pid = None
         try:
             if self._cursor is None:
-                if self._rows:
+                if self._rows or key is not None:
                     async with self._db.cursor() as cur:
                         pid = backend_pid(cur)
-                        await self._send(cur, self._take())
+                        await self._send_alone(cur, key)
                 return
             await self._settle()
             if self._rows:
                 await self._send(self._cursor, self._take())
+            if key is not None:
+                await self._record_key(self._cursor, key)
             pid = backend_pid(self._cursor)
             await self._stack.aclose()  # COMMIT
         except DatabaseUnavailable as error:
             if pid is None:
                 raise
             raise CommitInDoubt(pid, str(error)) from error
+
+    async def _send_alone(self, cur: aiopg.Cursor, key: UploadKey | None) -> None:
+        """The request's only write, one autocommit statement: its rows, its key, or both
+        (the rows stored only when the key is new)."""
+        if key is None:
+            await self._send(cur, self._take())
+        elif not self._rows:
+            await self._record_key(cur, key)
+        else:
+            keyed = (f"WITH key AS ({INSERT_KEY}) {self._statement} "
+                     "WHERE EXISTS (SELECT 1 FROM key)")
+            await execute(cur, keyed, {**self._params, "rows": self._take(), **key.params()})
+            if cur.rowcount == 0:
+                raise KeyAlreadyUsed(key.key)
+
+    @staticmethod
+    async def _record_key(cur: aiopg.Cursor, key: UploadKey) -> None:
+        await execute(cur, INSERT_KEY, key.params())
+        if cur.rowcount == 0:
+            raise KeyAlreadyUsed(key.key)
 
     async def _settle(self) -> None:
         """Wait for the batch in flight; its failure is raised here."""

@@ -15,6 +15,7 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.etag_cache import etag_header, not_modified, wanted_etags
 from server.identity import mac_from_header
+from server.ingest.idempotency import REPLAYED_HEADER
 from server.ingest.ingest import ingest_body
 from server.peers import client_address
 from server.settings import Settings
@@ -82,7 +83,10 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
     address = request.app[FLOOD_LIMITS].bucket(
         client_address(request, request.app[SETTINGS].trusted_proxies))
     with request.app[UPLOAD_SLOTS].take(mac, address):
-        report = await ingest_body(request, mac, kind)
+        ingested = await ingest_body(request, mac, kind)
+    report = ingested.answer
+    if ingested.replayed:
+        return json_response(report, headers={REPLAYED_HEADER: "true"})
     records = request.app[METRICS].records
     records.labels(kind, "accepted").inc(report["accepted"])
     records.labels(kind, "rejected").inc(report["rejected"])

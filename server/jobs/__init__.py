@@ -8,6 +8,7 @@
   `first_ruleset.py`: a fresh install's first ruleset, soon after start-up.
 - `partitions.py`: the hourly job that creates the coming days' time partitions.
 - `retention.py`: the telemetry retention job.
+- `upload_keys.py`: the hourly job that deletes expired Idempotency-Keys of uploads.
 - `schedule.py`: which jobs a server process schedules, from the settings.
 
 Imports: server.db, engine (process pools), ruledata; nothing from ops.

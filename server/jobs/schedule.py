@@ -9,13 +9,14 @@ from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
 from server.jobs.partitions import PARTITIONS_CRON_SCHEDULE, create_partitions_ahead
 from server.jobs.retention import run_retention
+from server.jobs.upload_keys import UPLOAD_KEYS_CRON_SCHEDULE, expire_upload_keys
 from server.metrics import Metrics
 from server.settings import Settings
 
 
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
     """Rule preprocessing always (and at once when no ruleset was ever published); time
-    partitions created ahead every hour; retention when DATA_RETENTION_ENABLED is true; a
+    partitions created ahead and expired upload keys deleted every hour; retention when DATA_RETENTION_ENABLED is true; a
     tick missed while the service was down runs once at start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 
@@ -33,7 +34,11 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
         return await create_partitions_ahead(db, settings.telemetry_partition_days)
 
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
+    async def expired_upload_keys() -> dict:
+        return await expire_upload_keys(db, settings.ingest_idempotency_key_days)
+
     jobs.add("partitions", PARTITIONS_CRON_SCHEDULE, partitions)
+    jobs.add("upload-keys", UPLOAD_KEYS_CRON_SCHEDULE, expired_upload_keys)
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
     jobs.catch_up()

@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 from dataclasses import dataclass
 from datetime import timedelta
 
 import orjson
-from aiohttp import web
 
 from server.db import notification_keys as keys_db
 from server.db import notifications as notification_db
 from server.db.pool import Database
-from server.errors import BadRequest, Conflict, Unprocessable
+from server.errors import Conflict, Unprocessable
+from server.idempotency_key import HEADER
 from server.notify.service import Notifier
 from server.notify.texts import NotificationType
 from server.settings import Settings
 
-HEADER = "Idempotency-Key"
-_KEY = re.compile(r"[\x20-\x7e]{1,255}")  # printable ASCII
 WAIT_POLL_SECONDS = 0.05
 
 
@@ -37,17 +34,6 @@ WAIT_POLL_SECONDS = 0.05
 class Answer:
     status: int
     body: dict
-
-
-def idempotency_key(request: web.Request) -> str | None:
-    values = request.headers.getall(HEADER, [])
-    if not values:
-        return None
-    if len(values) > 1:
-        raise BadRequest(f"send at most one {HEADER} header")
-    if not _KEY.fullmatch(values[0]):
-        raise BadRequest(f"{HEADER} must be 1 to 255 printable ASCII characters")
-    return values[0]
 
 
 def fingerprint(kind: NotificationType, body: dict) -> str:

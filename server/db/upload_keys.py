@@ -1,0 +1,71 @@
+"""Idempotency keys of telemetry uploads (migration 0016): what a router's upload with a key
+stored, so that a retry is answered the same without storing again.
+
+The key's row is written by the statement that commits the upload's records (see
+TelemetryWriter.commit), with ON CONFLICT DO NOTHING: a second upload with the key finds it
+(after waiting for the first's transaction, when that is still open) and stores nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import orjson
+
+from server.db.pool import Database
+
+BATCH_ROWS = 5_000
+PAUSE_SECONDS = 0.01  # between batches of the expiry: lets ingestion's statements through
+
+# Run as a statement of its own, or as the CTE `key` of the statement that stores a
+# request's only batch of rows (which then stores them only WHERE EXISTS (SELECT FROM key)).
+INSERT_KEY = """INSERT INTO upload_keys (mac, kind, key, fingerprint, answer)
+VALUES (%(mac)s, %(kind)s, %(key)s, %(fingerprint)s, %(answer)s)
+ON CONFLICT DO NOTHING RETURNING 1"""
+
+_RECORDED = """SELECT fingerprint, answer FROM upload_keys
+WHERE mac = %(mac)s AND kind = %(kind)s AND key = %(key)s"""
+
+_EXPIRE = """DELETE FROM upload_keys WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM upload_keys WHERE created_at < now() - %(days)s * interval '1 day'
+    LIMIT %(batch)s))"""
+
+
+@dataclass(frozen=True)
+class UploadKey:
+    """One upload's key, with the SHA-256 of its decoded body and the answer it was given."""
+    mac: str
+    kind: str
+    key: str
+    fingerprint: bytes
+    answer: dict
+
+    def params(self) -> dict:
+        return {"mac": self.mac, "kind": self.kind, "key": self.key,
+                "fingerprint": self.fingerprint, "answer": orjson.dumps(self.answer).decode()}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    fingerprint: bytes
+    answer: dict
+
+
+async def recorded(db: Database, mac: str, kind: str, key: str) -> Recorded | None:
+    row = await db.fetchone(_RECORDED, {"mac": mac, "kind": kind, "key": key})
+    if row is None:
+        return None
+    fingerprint, answer = row
+    return Recorded(bytes(fingerprint), answer)
+
+
+async def expire(db: Database, days: int, batch_rows: int = BATCH_ROWS) -> int:
+    """Delete the keys older than `days`, in short statements of `batch_rows`."""
+    deleted = 0
+    while True:
+        removed = await db.execute(_EXPIRE, {"days": days, "batch": batch_rows})
+        deleted += removed
+        if removed < batch_rows:
+            return deleted
+        await asyncio.sleep(PAUSE_SECONDS)
