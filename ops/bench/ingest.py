@@ -6,7 +6,8 @@
 Starts the real server (`python -m ops.cli serve`) as a subprocess on an embedded PostgreSQL
 (or the server named by DB_HOST/DB_PORT/DB_USER/DB_PASSWORD), posts N records, and in the same
 run COPYs the same rows (same columns, same table, same indexes) with psycopg2. Prints
-records/s of both, their ratio, and the peak resident memory (VmHWM) of the serving process
+records/s of both, their ratio, the same uploads with an Idempotency-Key per body against
+those without, and the peak resident memory (VmHWM) of the serving process
 (each HTTP worker's with --workers above 1: HTTP_WORKERS under the supervisor).
 """
 
@@ -72,10 +73,11 @@ def run_copy(location: DatabaseLocation, data: bytes) -> float:
 
 
 async def run_http(port: int, bodies: list[bytes], concurrency: int,
-                   keys: dict[str, str] | None = None) -> float:
+                   keys: dict[str, str] | None = None, batch_keys: str = "") -> float:
     """Each client is a router of its own (a router uploads one body at a time); `keys`:
-    the routers' keys, for a server with ROUTER_AUTH=key."""
-    queue = list(reversed(bodies))
+    the routers' keys, for a server with ROUTER_AUTH=key; `batch_keys`: a prefix for an
+    Idempotency-Key per body."""
+    queue = list(reversed(list(enumerate(bodies))))
 
     async def worker(session: aiohttp.ClientSession, number: int) -> None:
         router = f"{MAC[:-2]}{number + 1:02x}"
@@ -83,9 +85,11 @@ async def run_http(port: int, bodies: list[bytes], concurrency: int,
         if keys:
             headers["Authorization"] = f"Bearer {keys[router]}"
         while queue:
-            body = queue.pop()
+            number, body = queue.pop()
+            sent = {**headers, "Idempotency-Key": f"{batch_keys}{number}"} if batch_keys \
+                else headers
             async with session.post(f"http://127.0.0.1:{port}/log/events", data=body,
-                                    headers=headers) as response:
+                                    headers=sent) as response:
                 reply = await response.json()
                 if response.status != 200 or reply["rejected"]:
                     raise RuntimeError(f"server answered {response.status}: {reply}")
@@ -125,19 +129,23 @@ def main() -> int:
 
     with throwaway_database() as (location, workdir), \
             running_server(location, workdir, HTTP_WORKERS=str(args.workers)) as server:
-        http_times, copy_times = [], []
-        for _ in range(args.rounds):
+        http_times, copy_times, keyed_times = [], [], []
+        for round_number in range(args.rounds):
             truncate(location)
             copy_times.append(run_copy(location, copy_data))
-            truncate(location)
-            http_times.append(asyncio.run(run_http(server.port, bodies, args.concurrency)))
-        stored = count_rows(location)
-        if stored != args.records:
-            raise RuntimeError(f"stored {stored} rows, expected {args.records}")
+            runs = [(http_times, ""), (keyed_times, f"r{round_number}-")]
+            for times, batch_keys in runs[::1 if round_number % 2 else -1]:  # either first
+                truncate(location)
+                times.append(asyncio.run(run_http(server.port, bodies, args.concurrency,
+                                                  batch_keys=batch_keys)))
+                check_stored(location, args.records)
         http_rate, copy_rate = args.records / min(http_times), args.records / min(copy_times)
+        keyed_rate = args.records / min(keyed_times)
         print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
         print(f"HTTP NDJSON:     {http_rate:>10,.0f} records/s (best of {args.rounds})")
         print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
+        print(f"HTTP NDJSON with an Idempotency-Key per body: {keyed_rate:,.0f} records/s, "
+              f"ratio keyed/unkeyed: {keyed_rate / http_rate:.2f}")
         serving = server.children("http") if args.workers > 1 else [server.process.pid]
         peaks = ", ".join(f"{memory_kib(pid, 'VmHWM') / 1024:.0f}" for pid in serving)
         print(f"peak RSS of the serving process(es): {peaks} MiB")
@@ -146,6 +154,12 @@ def main() -> int:
 
 def count_rows(location: DatabaseLocation) -> int:
     return Sql(location).value("SELECT count(*) FROM ids_events")
+
+
+def check_stored(location: DatabaseLocation, records: int) -> None:
+    stored = count_rows(location)
+    if stored != records:
+        raise RuntimeError(f"stored {stored} rows, expected {records}")
 
 
 if __name__ == "__main__":

@@ -144,13 +144,11 @@ class TelemetryWriter:
                 if self._rows or key is not None:
                     async with self._db.cursor() as cur:
                         pid = backend_pid(cur)
-                        await self._send_alone(cur, key)
+                        await self._send_last(cur, key)
                 return
             await self._settle()
-            if self._rows:
-                await self._send(self._cursor, self._take())
-            if key is not None:
-                await self._record_key(self._cursor, key)
+            if self._rows or key is not None:
+                await self._send_last(self._cursor, key)
             pid = backend_pid(self._cursor)
             await self._stack.aclose()  # COMMIT
         except DatabaseUnavailable as error:
@@ -158,8 +156,8 @@ class TelemetryWriter:
                 raise
             raise CommitInDoubt(pid, str(error)) from error
 
-    async def _send_alone(self, cur: aiopg.Cursor, key: UploadKey | None) -> None:
-        """The request's only write, one autocommit statement: its rows, its key, or both
+    async def _send_last(self, cur: aiopg.Cursor, key: UploadKey | None) -> None:
+        """The request's last write, one statement: its remaining rows, its key, or both
         (the rows stored only when the key is new)."""
         if key is None:
             await self._send(cur, self._take())
