@@ -7,9 +7,10 @@ setup(
                 "notifications.",
     python_requires=">=3.11",
     # Benchmarks (ops/bench) and the test support (testkit) run from a checkout: not shipped.
-    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations"],
+    packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations",
+                                    "agent"],
                            exclude=["ops.bench", "ops.bench.*"]),
-    package_data={"migrations": ["*.sql"]},
+    package_data={"migrations": ["*.sql"], "agent": ["*.ini"]},
     install_requires=[
         "aiohttp>=3.14,<3.15",  # server/connection.py leans on its connection internals
         "aiopg>=1.4,<2",
@@ -40,6 +41,7 @@ setup(
             "rulepreprocess=ops.rulepreprocess:main",
             "rulegen=ops.rulegen:main",
             "routeraccessreport=ops.routeraccessreport:main",
+            "router-agent=agent.cli:main",
         ],
     },
 )

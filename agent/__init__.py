@@ -1,0 +1,17 @@
+"""router-agent: the reference agent that runs on a router beside Suricata (issue 25).
+
+It tails Suricata's eve.json and uploads alerts to POST /log/events and flows to POST
+/log/cfm, exactly once (a spool on disk and an Idempotency-Key per batch), and keeps the
+router's IDS rules and firewall block list up to date from GET /rules/ids and /rules/firewall,
+testing and reloading them and falling back to the previous files when that fails.
+
+The map: `config.py` (the one INI file), `files.py` (atomic writes), `state.py` (what the agent
+remembers between runs), `tail.py` (new complete lines of eve.json, across rotation and
+truncation), `spool.py` (batches waiting on disk, capped), `client.py` (HTTP to the service:
+retries, backoff, Retry-After), `uploads.py` (lines to batches to the server), `rules.py`
+(fetch, write, test, reload, report), `cli.py` (the `router-agent` command).
+
+Only the Python standard library: it runs on a router's minimal Python. It imports nothing of
+the service (server, engine, ruledata, ops), enforced by .importlinter; it speaks to it over
+HTTP only, as the README's Router API describes.
+"""

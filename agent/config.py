@@ -1,0 +1,99 @@
+"""The agent's one configuration file (INI, section [agent]); agent/router-agent.example.ini
+documents every option. Commands are split like a shell would (no shell runs them) and may
+name {rules_file} and {firewall_file}."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+from dataclasses import dataclass, fields
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    server_url: str
+    mac: str
+    state_dir: Path
+    eve_json: Path
+    rules_file: Path
+    firewall_file: Path
+    enrollment_token: str = ""
+    key_file: Path | None = None            # default: state_dir/key
+    test_command: tuple[str, ...] = ()
+    reload_command: tuple[str, ...] = ()
+    firewall_test_command: tuple[str, ...] = ()
+    firewall_reload_command: tuple[str, ...] = ()
+    nft_table: str = "inet filter"
+    nft_set_v4: str = "router_backend_block_v4"
+    nft_set_v6: str = "router_backend_block_v6"
+    alert_types: tuple[str, ...] = ("alert",)
+    flow_types: tuple[str, ...] = ("flow", "netflow")
+    upload_seconds: float = 10.0
+    poll_seconds: float = 60.0
+    batch_records: int = 5000
+    batch_bytes: int = 8 * 1024 * 1024
+    spool_max_bytes: int = 64 * 1024 * 1024
+    timeout_seconds: float = 30.0
+    retry_max_seconds: float = 300.0
+    start_delay_max_seconds: float = 30.0
+
+    @property
+    def key_path(self) -> Path:
+        return self.key_file or self.state_dir / "key"
+
+    def command(self, name: str) -> list[str]:
+        return [part.format(rules_file=self.rules_file, firewall_file=self.firewall_file)
+                for part in getattr(self, name)]
+
+
+_REQUIRED = ("server_url", "mac", "state_dir", "eve_json", "rules_file", "firewall_file")
+_COMMANDS = ("test_command", "reload_command", "firewall_test_command",
+             "firewall_reload_command")
+_LISTS = ("alert_types", "flow_types")
+
+
+def load_config(path: Path) -> AgentConfig:
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    try:
+        if not parser.read(path):
+            raise ConfigError(f"{path}: cannot read the configuration file")
+    except configparser.Error as error:
+        raise ConfigError(f"{path}: {error}") from None
+    if not parser.has_section("agent"):
+        raise ConfigError(f"{path}: no [agent] section")
+    section = parser["agent"]
+    known = {field.name: field for field in fields(AgentConfig)}
+    if unknown := set(section) - set(known):
+        raise ConfigError(f"{path}: unknown options: {', '.join(sorted(unknown))}")
+    if missing := [name for name in _REQUIRED if not section.get(name, "").strip()]:
+        raise ConfigError(f"{path}: missing options: {', '.join(missing)}")
+    values = {}
+    for name, raw in section.items():
+        values[name] = _parse(path, name, raw.strip(), known[name].type)
+    config = AgentConfig(**values)
+    if urlsplit(config.server_url).scheme not in ("http", "https"):
+        raise ConfigError(f"{path}: server_url must be an http:// or https:// URL")
+    return config
+
+
+def _parse(path: Path, name: str, raw: str, kind: str):
+    try:
+        if name in _COMMANDS:
+            return tuple(shlex.split(raw))
+        if name in _LISTS:
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if kind == "float":
+            return float(raw)
+        if kind == "int":
+            return int(raw)
+        if "Path" in kind:
+            return Path(raw) if raw else None
+        return raw
+    except ValueError as error:
+        raise ConfigError(f"{path}: {name}: {error}") from None

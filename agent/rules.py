@@ -1,0 +1,187 @@
+"""The router's IDS rules and firewall block list, kept up to date and never lost.
+
+Each poll asks GET /rules/last_updated; a kind whose time moved is fetched with
+If-None-Match (the ETag applied, and one that failed to load, so a payload that failed is not
+tried again until it changes). A new payload is written atomically over the file (the file
+it replaces kept as FILE.prev), checked with the test command and loaded with the reload
+command; when either fails the previous file is put back and loaded again. The outcome goes
+to POST /rules/applied. Nothing here runs while the server is unreachable: the files last
+applied stay in force.
+
+What the server sends is checked before it reaches a file: every IDS rule is one line,
+every firewall address a real IPv4 or IPv6 address, so no payload can smuggle in other
+nftables commands.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import subprocess
+
+from agent.client import ServiceClient
+from agent.config import AgentConfig
+from agent.files import write_atomically
+from agent.state import AgentState, now
+
+log = logging.getLogger("router_agent.rules")
+
+COMMAND_TIMEOUT_SECONDS = 300
+MAX_DETAIL = 1000  # the service's limit on a report's detail
+
+
+class PayloadError(Exception):
+    """The payload cannot be written as a file (a rule of two lines, an address that is
+    not one)."""
+
+
+class InstallError(Exception):
+    """The test or the reload command failed; the previous file is back."""
+
+
+class RuleUpdater:
+    def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient):
+        self._config = config
+        self._state = state
+        self._client = client
+        self._files = {"ids": config.rules_file, "firewall": config.firewall_file}
+        self._commands = {"ids": ("test_command", "reload_command"),
+                          "firewall": ("firewall_test_command", "firewall_reload_command")}
+
+    def poll(self) -> bool | None:
+        """One poll: None when nothing changed, else whether every new payload loaded."""
+        updated = self._client.request("GET", "/rules/last_updated").json()
+        outcomes = []
+        for kind in ("ids", "firewall"):
+            updated_at = updated.get(f"{kind}_updated_at")
+            applied = self._state.values["applied"].get(kind, {})
+            if updated_at is None or (applied.get("updated_at") == updated_at
+                                      and self._files[kind].exists()):
+                continue
+            outcome = self._update(kind, updated_at)
+            if outcome is not None:
+                outcomes.append(outcome)
+        if not outcomes:
+            self._state.save()
+            return None
+        ok = all(success for success, _ in outcomes)
+        detail = "; ".join(text for _, text in outcomes if text) or None
+        self._report(ok, detail)
+        return ok
+
+    def _update(self, kind: str, updated_at: str) -> tuple[bool, str] | None:
+        applied = self._state.values["applied"].get(kind, {})
+        failed = self._state.values["failed"].get(kind)
+        known = [etag for etag in (applied.get("etag") if self._files[kind].exists() else None,
+                                   failed) if etag]
+        headers = {"Accept-Encoding": "gzip"}
+        if known:
+            headers["If-None-Match"] = ", ".join(known)
+        answer = self._client.request("GET", f"/rules/{kind}", headers=headers)
+        if answer.status == 304:
+            if answer.headers.get("etag") == applied.get("etag"):
+                applied["updated_at"] = updated_at
+            return None
+        etag = answer.headers.get("etag", "")
+        try:
+            content = render(kind, answer.json(), self._config)
+            self._install(kind, content)
+        except (PayloadError, InstallError, ValueError) as error:
+            log.error("%s payload %s not applied: %s", kind, etag, error)
+            self._state.values["failed"][kind] = etag
+            self._state.error(f"{kind} payload not applied: {error}")
+            return False, f"{kind}: {error}"
+        self._state.values["applied"][kind] = {"etag": etag, "updated_at": updated_at,
+                                               "at": now()}
+        self._state.values["failed"].pop(kind, None)
+        log.info("%s payload %s applied to %s", kind, etag, self._files[kind])
+        return True, ""
+
+    def _install(self, kind: str, content: bytes) -> None:
+        target = self._files[kind]
+        previous = target.with_name(target.name + ".prev")
+        had_previous = target.exists()
+        if had_previous:
+            write_atomically(previous, target.read_bytes())
+        write_atomically(target, content)
+        test, reload = (self._config.command(name) for name in self._commands[kind])
+        try:
+            _run(test, "test")
+            _run(reload, "reload")
+        except InstallError:
+            if had_previous:
+                write_atomically(target, previous.read_bytes())
+                _run_quietly(reload)  # the previous files back in force
+            else:
+                target.unlink(missing_ok=True)
+            raise
+
+    def _report(self, ok: bool, detail: str | None) -> None:
+        applied = self._state.values["applied"]
+        report = {"ids_etag": applied.get("ids", {}).get("etag"),
+                  "firewall_etag": applied.get("firewall", {}).get("etag"), "ok": ok}
+        if detail:
+            report["detail"] = plain_text(detail)[:MAX_DETAIL]
+        self._state.values["last_apply"] = {"at": now(), "ok": ok, "detail": detail}
+        self._state.save()
+        self._client.request("POST", "/rules/applied", json.dumps(report).encode(),
+                             headers={"Content-Type": "application/json"})
+
+
+def _run(command: list[str], what: str) -> None:
+    if not command:
+        return
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=COMMAND_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise InstallError(f"{what} command {command[0]}: {error}") from None
+    if done.returncode != 0:
+        output = (done.stderr or done.stdout).decode("utf-8", "replace").strip()
+        last = output.splitlines()[-1] if output else ""
+        raise InstallError(f"{what} command exited {done.returncode}: {last}")
+
+
+def _run_quietly(command: list[str]) -> None:
+    try:
+        _run(command, "reload")
+    except InstallError as error:
+        log.error("reloading the previous files failed too: %s", error)
+
+
+def plain_text(text: str) -> str:
+    return "".join(char if char.isprintable() else " " for char in text)
+
+
+def render(kind: str, payload: dict, config: AgentConfig) -> bytes:
+    return ids_file(payload) if kind == "ids" else nft_file(payload, config)
+
+
+def ids_file(payload: dict) -> bytes:
+    lines = [f"# router-backend IDS rules, ruleset {payload.get('version')}: "
+             f"{len(payload['rules'])} rules"]
+    for rule in payload["rules"]:
+        raw = rule["raw"]
+        if not isinstance(raw, str) or "\n" in raw or "\r" in raw:
+            raise PayloadError(f"rule {rule.get('sid')} is not one line")
+        lines.append(raw)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def nft_file(payload: dict, config: AgentConfig) -> bytes:
+    families: dict[int, list[str]] = {4: [], 6: []}
+    for entry in payload["entries"]:
+        try:
+            address = ipaddress.ip_address(entry["address"])
+        except (ValueError, TypeError):
+            raise PayloadError(f"not an IP address: {entry.get('address')!r}") from None
+        families[address.version].append(str(address))
+    sets = {4: config.nft_set_v4, 6: config.nft_set_v6}
+    lines = [f"# router-backend block list, ruleset {payload.get('version')}: "
+             f"{len(payload['entries'])} entries"]
+    for family, addresses in families.items():
+        lines.append(f"flush set {config.nft_table} {sets[family]}")
+        if addresses:
+            lines.append(f"add element {config.nft_table} {sets[family]} "
+                         f"{{ {', '.join(addresses)} }}")
+    return ("\n".join(lines) + "\n").encode()
