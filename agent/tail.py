@@ -8,7 +8,8 @@ number reused, a file truncated and written again) ever share one.
 Rotation (eve.json renamed to eve.json.1 ..., a new eve.json created): the rest of the
 renamed file is read first, found among eve.json.* by its inode, then the new file from its
 start. Truncation (copytruncate): the file is read again from its start, under a new
-file_id. A last line without its newline waits for the next read. A line longer than the
+file_id; it is recognised by a size below the position or, when it grew back past it before
+the agent looked, by other first bytes than those it kept. A last line without its newline waits for the next read. A line longer than the
 batch's byte budget is still read whole (the server rejects records over its own limit).
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 log = logging.getLogger("router_agent.tail")
 
 READ_STEP = 1024 * 1024
+HEAD_BYTES = 64  # the file's first bytes, kept to recognise it after a truncation
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class EveTail:
         current = None if stat is None else (stat.st_dev, stat.st_ino)
         position = self.position
         if position is not None and current == (position["device"], position["inode"]):
-            if stat.st_size < position["offset"]:
+            if stat.st_size < position["offset"] or not self._same_head():
                 log.warning("%s was truncated; reading it again from its start", self.path)
                 self._start(current)
             return self._read(self.path)
@@ -65,8 +67,21 @@ class EveTail:
 
     def _start(self, identity: tuple[int, int]) -> None:
         self.position = {"device": identity[0], "inode": identity[1], "offset": 0,
-                         "file_id": secrets.token_hex(6)}
+                         "file_id": secrets.token_hex(6), "head": ""}
         self._persist(self.position)
+
+    def _same_head(self) -> bool:
+        """Whether the file still starts with the bytes it started with: a file truncated
+        and written again past the position before this read has another beginning."""
+        head = self.position.get("head", "")
+        if not head:
+            return True
+        try:
+            with open(self.path, "rb") as eve:
+                start = eve.read(len(head) // 2)
+        except FileNotFoundError:
+            return True
+        return start.hex() == head
 
     def _rotated(self, position: dict) -> Path | None:
         for candidate in sorted(self.path.parent.glob(f"{self.path.name}.*")):
@@ -93,7 +108,8 @@ class EveTail:
             return None
         end = start + sum(len(line) + 1 for line in lines)
         key = f"{self.position['file_id']}-{start}-{end}"
-        return Chunk(lines, key, {**self.position, "offset": end})
+        head = self.position.get("head") or (data[:HEAD_BYTES].hex() if start == 0 else "")
+        return Chunk(lines, key, {**self.position, "offset": end, "head": head})
 
     def advance(self, position: dict) -> None:
         self.position = position
