@@ -1,6 +1,6 @@
 """Quick versions of the fleet drills (ops/bench/): graceful SIGTERM, SIGKILL at random
-moments, PostgreSQL and SMTP outages, database faults of three kinds, hostile clients. Each runs the real server process
-under load."""
+moments, PostgreSQL and SMTP outages, database faults of three kinds, hostile clients, router
+agents through every fault. Each runs the real server process under load."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import time
 import aiohttp
 import pytest
 
+from ops.bench.agent_drill import agent_drill
+from ops.bench.agent_drill import report as agent_report
 from ops.bench.crash_drill import crash_drill
 from ops.bench.fault_drill import fault_drill, report
 from ops.bench.hostile import hostile
@@ -136,3 +138,13 @@ async def test_hostile_drill_quick(database, tmp_path):
     assert result.idle_in_transaction_after == 0
     assert result.stored_rows == result.acknowledged_rows == 60_000
     assert result.ok
+
+
+async def test_agent_drill_quick(tmp_path):
+    """Issue 25: two router agents tail rotating eve.json files while the service is
+    SIGKILLed, PostgreSQL restarted, the network cut past the agents' timeout and an agent
+    SIGKILLed: every line is stored exactly once and the agents apply the current rules."""
+    result = await agent_drill(tmp_path, agents=2, rounds=1, cut_seconds=5)
+    assert set(result.faults.values()) == {1} and len(result.faults) == 4
+    assert result.written["alert"] > 0 and result.written["flow"] > 0 and result.rotations
+    assert result.ok, agent_report(result)
