@@ -94,18 +94,21 @@ class EveWriter:
         self.rotations = 0
 
     def write(self, lines: int) -> None:
-        with open(self.path, "ab") as eve:
-            for _ in range(lines):
-                record = dict(self._records[(self._number * 7919 + self._next)
-                                            % len(self._records)])
-                record["flow_id"] = self._number * 10**9 + self._next
-                self.written[record["event_type"]].append(record["flow_id"])
-                eve.write(json.dumps(record).encode() + b"\n")
-                self._next += 1
-                if self._next % self._rotate_every == 0:
-                    eve.close()
-                    self._rotate()
-                    eve = open(self.path, "ab")
+        while lines:
+            before_rotation = self._rotate_every - self._next % self._rotate_every
+            count = min(lines, before_rotation)
+            with open(self.path, "ab") as eve:
+                eve.write(b"".join(self._line() for _ in range(count)))
+            lines -= count
+            if self._next % self._rotate_every == 0:
+                self._rotate()
+
+    def _line(self) -> bytes:
+        record = dict(self._records[(self._number * 7919 + self._next) % len(self._records)])
+        record["flow_id"] = self._number * 10**9 + self._next
+        self.written[record["event_type"]].append(record["flow_id"])
+        self._next += 1
+        return json.dumps(record).encode() + b"\n"
 
     def _rotate(self) -> None:
         for older in range(KEEP_ROTATED - 1, 0, -1):
