@@ -33,6 +33,7 @@ from agent.uploads import Uploader
 log = logging.getLogger("router_agent")
 
 EX_TEMPFAIL = 75
+SEND_BETWEEN_READS = 20  # batches
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,8 +122,11 @@ class Agent:
             self._failed(f"reading {self.config.eve_json} into the spool: {error}")
 
     def _send(self) -> None:
+        """The whole spool, reading eve.json between stretches: a long backlog must not
+        leave the reading so far behind that rotated files are deleted unread."""
         self.client.key = router_key(self.config, self.client)
-        self.uploader.send()
+        while self.uploader.send(max_batches=SEND_BETWEEN_READS):
+            self._collect()
 
     def _poll(self) -> None:
         self.client.key = router_key(self.config, self.client)

@@ -6,8 +6,9 @@ reading the same bytes again after a crash gives the same key, and no two files 
 number reused, a file truncated and written again) ever share one.
 
 Rotation (eve.json renamed to eve.json.1 ..., a new eve.json created): the rest of the
-renamed file is read first, found among eve.json.* by its inode, then the new file from its
-start. Truncation (copytruncate): the file is read again from its start, under a new
+renamed file is read first, found among eve.json.* by its inode, then each file written
+after it, oldest first by modification time (however many rotations happened meanwhile,
+whatever the naming scheme), each from its start. Truncation (copytruncate): the file is read again from its start, under a new
 file_id; it is recognised by a size below the position or, when it grew back past it before
 the agent looked, by other first bytes than those it kept. A last line without its newline waits for the next read. A line longer than the
 batch's byte budget is still read whole (the server rejects records over its own limit).
@@ -47,28 +48,63 @@ class EveTail:
     def read(self) -> Chunk | None:
         """The next lines (at most max_lines, about max_bytes), or None when none is new.
         The caller saves `chunk.position` once the lines are safe (spooled)."""
-        stat = _stat(self.path)
-        current = None if stat is None else (stat.st_dev, stat.st_ino)
         position = self.position
-        if position is not None and current == (position["device"], position["inode"]):
-            if stat.st_size < position["offset"] or not self._same_head():
-                log.warning("%s was truncated; reading it again from its start", self.path)
-                self._start(current)
-            return self._read(self.path)
-        if position is not None and (rotated := self._rotated(position)) is not None:
-            if chunk := self._read(rotated):
+        if position is None:
+            return self._start_reading(self.path)
+        here = self._file_of(position)
+        if here == self.path and self._truncated():
+            log.warning("%s was truncated; reading it again from its start", self.path)
+            return self._start_reading(self.path)
+        if here is not None:
+            if chunk := self._read(here):
                 return chunk
-        if current is None:
+            if here == self.path:
+                return None  # nothing new yet
+        following = self._following(position, here)  # the file was rotated: the next one
+        if following is None:
             return None
-        if position is not None:
-            log.info("%s was rotated; reading the new file from its start", self.path)
-        self._start(current)
-        return self._read(self.path)
+        log.info("%s was rotated; reading %s from its start", self.path, following)
+        return self._start_reading(following)
 
-    def _start(self, identity: tuple[int, int]) -> None:
-        self.position = {"device": identity[0], "inode": identity[1], "offset": 0,
-                         "file_id": secrets.token_hex(6), "head": ""}
+    def _start_reading(self, path: Path) -> Chunk | None:
+        stat = _stat(path)
+        if stat is None:
+            return None
+        self.position = {"device": stat.st_dev, "inode": stat.st_ino, "offset": 0,
+                         "file_id": secrets.token_hex(6), "head": "",
+                         "mtime_ns": stat.st_mtime_ns}
         self._persist(self.position)
+        return self._read(path)
+
+    def _files(self) -> list[tuple[Path, os.stat_result]]:
+        """eve.json and its rotated siblings (eve.json.1 ...; compressed ones left out)."""
+        found = []
+        for path in [self.path, *self.path.parent.glob(f"{self.path.name}.*")]:
+            if path.suffix not in (".gz", ".xz", ".bz2", ".zst", ".tmp") and \
+                    (stat := _stat(path)) is not None:
+                found.append((path, stat))
+        return found
+
+    def _file_of(self, position: dict) -> Path | None:
+        for path, stat in self._files():
+            if (stat.st_dev, stat.st_ino) == (position["device"], position["inode"]):
+                return path
+        return None
+
+    def _following(self, position: dict, finished: Path | None) -> Path | None:
+        """The oldest file written after the finished one: rotations are read in order,
+        however many happened since (by modification time, whatever the naming scheme)."""
+        stat = _stat(finished) if finished is not None else None
+        after = stat.st_mtime_ns if stat else position.get("mtime_ns", 0)
+        newer = [(stat.st_mtime_ns, path) for path, stat in self._files()
+                 if stat.st_mtime_ns > after or (path == self.path and stat.st_ino !=
+                                                 position["inode"])]
+        return min(newer)[1] if newer else None
+
+    def _truncated(self) -> bool:
+        stat = _stat(self.path)
+        return stat is not None and (stat.st_size < self.position["offset"]
+                                     or not self._same_head())
 
     def _same_head(self) -> bool:
         """Whether the file still starts with the bytes it started with: a file truncated
@@ -83,19 +119,12 @@ class EveTail:
             return True
         return start.hex() == head
 
-    def _rotated(self, position: dict) -> Path | None:
-        for candidate in sorted(self.path.parent.glob(f"{self.path.name}.*")):
-            stat = _stat(candidate)
-            if stat is not None and (stat.st_dev, stat.st_ino) == (position["device"],
-                                                                    position["inode"]):
-                return candidate
-        return None
-
     def _read(self, path: Path) -> Chunk | None:
         start = self.position["offset"]
         try:
             with open(path, "rb") as eve:
-                if os.fstat(eve.fileno()).st_ino != self.position["inode"]:
+                stat = os.fstat(eve.fileno())
+                if stat.st_ino != self.position["inode"]:
                     return None  # replaced between the stat and the open: next time
                 eve.seek(start)
                 data = eve.read(self._max_bytes)
@@ -109,7 +138,8 @@ class EveTail:
         end = start + sum(len(line) + 1 for line in lines)
         key = f"{self.position['file_id']}-{start}-{end}"
         head = self.position.get("head") or (data[:HEAD_BYTES].hex() if start == 0 else "")
-        return Chunk(lines, key, {**self.position, "offset": end, "head": head})
+        return Chunk(lines, key, {**self.position, "offset": end, "head": head,
+                                  "mtime_ns": stat.st_mtime_ns})
 
     def advance(self, position: dict) -> None:
         self.position = position

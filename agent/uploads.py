@@ -51,11 +51,11 @@ class Uploader:
             self._save_position(chunk.position)
         return spooled
 
-    def send(self) -> int:
-        """Send the spool, oldest first; the number of batches the server answered for.
+    def send(self, max_batches: int) -> bool:
+        """Send up to `max_batches` of the spool, oldest first; whether more are waiting.
         Unavailable (from the client) stops at the first batch that cannot be sent now."""
-        answered = 0
-        for batch in self.spool.batches():
+        batches = self.spool.batches()
+        for batch in batches[:max_batches]:
             try:
                 self._send(batch)
             except Refused as error:
@@ -67,8 +67,7 @@ class Uploader:
                 self._state.error(f"batch refused: {error}")
             self.spool.remove(batch)
             self._state.save()
-            answered += 1
-        return answered
+        return len(batches) > max_batches
 
     def _send(self, batch: Batch) -> None:
         answer = self._client.request("POST", PATHS[batch.kind], batch.body(), headers={

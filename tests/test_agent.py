@@ -217,6 +217,40 @@ def test_tail_follows_rotation_truncation_and_waits_for_a_whole_line(tmp_path):
     assert again.key.endswith("-0-9") and again.position["file_id"] != new.position["file_id"]
 
 
+def rotate(eve: Path, keep: int = 5) -> None:
+    for older in range(keep - 1, 0, -1):
+        if (source := eve.with_name(f"eve.json.{older}")).exists():
+            os.replace(source, eve.with_name(f"eve.json.{older + 1}"))
+    os.replace(eve, eve.with_name("eve.json.1"))
+
+
+def read_all(tail: EveTail) -> list[bytes]:
+    lines = []
+    while chunk := tail.read():
+        lines += chunk.lines
+        tail.advance(chunk.position)
+    return lines
+
+
+@pytest.mark.parametrize("oldest_gone", [False, True])
+def test_tail_reads_every_rotation_it_missed_in_order(tmp_path, oldest_gone):
+    """An agent stopped (or slow) over two rotations reads the rest of its file, then every
+    file written since, oldest first; a file deleted meanwhile is skipped, not the rest."""
+    eve = tmp_path / "eve.json"
+    tail = EveTail(eve, None, max_lines=2, max_bytes=1 << 20, persist=lambda position: None)
+    append(eve, [b'{"n": "a1"}'])
+    assert read_all(tail) == [b'{"n": "a1"}']
+    append(eve, [b'{"n": "a2"}'])
+    rotate(eve)
+    append(eve, [b'{"n": "b1"}', b'{"n": "b2"}', b'{"n": "b3"}'])
+    rotate(eve)
+    append(eve, [b'{"n": "c1"}'])
+    if oldest_gone:
+        os.unlink(tmp_path / "eve.json.2")
+    expected = [b'{"n": "b1"}', b'{"n": "b2"}', b'{"n": "b3"}', b'{"n": "c1"}']
+    assert read_all(tail) == ([] if oldest_gone else [b'{"n": "a2"}']) + expected
+
+
 def test_the_same_bytes_read_again_give_the_same_key(tmp_path):
     """After a crash before the position was saved, the lines come again with their key."""
     eve = tmp_path / "eve.json"
