@@ -57,6 +57,9 @@ class TcpProxy:
         """Bytes in flight and new connections wait (as dropped packets do) until restore()."""
         self._flowing.clear()
 
+    def open_connections(self) -> int:
+        return len(self._gates["to_client"])
+
     def hold_open_connections(self, direction: str) -> None:
         """What the connections open now send one way (`to_server` or `to_client`) waits
         until restore(), as if a network lost it; new connections pass. `to_client`: a

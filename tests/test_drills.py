@@ -145,6 +145,6 @@ async def test_agent_drill_quick(tmp_path):
     SIGKILLed, PostgreSQL restarted, the network cut past the agents' timeout and an agent
     SIGKILLed: every line is stored exactly once and the agents apply the current rules."""
     result = await agent_drill(tmp_path, agents=2, rounds=1, cut_seconds=5)
-    assert set(result.faults.values()) == {1} and len(result.faults) == 4
+    assert set(result.faults.values()) == {1} and len(result.faults) == 5
     assert result.written["alert"] > 0 and result.written["flow"] > 0 and result.rotations
     assert result.ok, agent_report(result)

@@ -13,6 +13,8 @@ the drill, with the writers going on:
 - database: stops PostgreSQL (fast) and starts it again;
 - cut: cuts the network between agents and service (nothing passes, nothing closes) for
   --cut-seconds, longer than the agents' request timeout;
+- answers lost: what the service sends on the connections open at that moment never
+  arrives (the uploads in progress commit; their agents time out and send again);
 - agent: SIGKILLs one agent (in turn) and starts it again.
 
 Then the writers stop and the drill waits for the agents to drain. It checks, by flow_id,
@@ -162,6 +164,19 @@ async def write_steadily(writers: list[EveWriter], stop: asyncio.Event,
         await asyncio.sleep(tick)
 
 
+async def lose_answers(proxy: TcpProxy, seconds: float, tries: int = 20) -> None:
+    """What the service sends on the connections open now never arrives: an upload in
+    progress commits, its agent times out and sends the batch again. Tried until some
+    connection is open (an agent's upload takes a few milliseconds)."""
+    for _ in range(tries):
+        if proxy.open_connections():
+            break
+        await asyncio.sleep(0.01)
+    proxy.hold_open_connections("to_client")
+    await asyncio.sleep(seconds)
+    proxy.restore()
+
+
 def stored_flow_ids(location, table: str) -> Counter:
     rows = Sql(location).rows(f"SELECT (record->>'flow_id')::bigint, count(*) FROM {table} "
                               "GROUP BY 1")
@@ -245,6 +260,9 @@ async def agent_drill(directory: Path, agents: int = 4, rounds: int = 10,
             await asyncio.sleep(cut_seconds)
             proxy.restore()
             result.faults["network cut"] += 1
+            await asyncio.sleep(settle_seconds)
+            await lose_answers(proxy, AGENT_TIMEOUT_SECONDS + 1)
+            result.faults["answers lost"] += 1
             await asyncio.sleep(settle_seconds)
             victim = processes[number % agents]
             await asyncio.to_thread(victim.kill)
