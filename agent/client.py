@@ -31,8 +31,17 @@ class Answer:
     headers: dict[str, str]
     body: bytes
 
-    def json(self):
-        return json.loads(self.body)
+    def json(self) -> dict:
+        """The answer's JSON object. Anything else (a captive portal's page, a proxy's
+        error) is Unavailable: not the service, try again later."""
+        try:
+            value = json.loads(self.body)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise Unavailable(f"answer {self.status} is not a JSON object: "
+                              f"{self.body[:80]!r}")
+        return value
 
 
 class Unavailable(Exception):
@@ -83,8 +92,8 @@ def _answer(status: int, headers, body: bytes) -> Answer:
 
 def _failure(answer: Answer) -> Exception:
     try:
-        reason = answer.json().get("error", "")
-    except (ValueError, AttributeError):
+        reason = str(answer.json().get("error", ""))
+    except Unavailable:
         reason = answer.body[:200].decode("utf-8", "replace")
     if answer.status in RETRYABLE or answer.status >= 500:
         return Unavailable(f"{answer.status}: {reason}", _seconds(answer.headers))

@@ -87,7 +87,7 @@ class RuleUpdater:
         try:
             content = render(kind, answer.json(), self._config)
             self._install(kind, content)
-        except (PayloadError, InstallError, ValueError) as error:
+        except (PayloadError, InstallError, KeyError, TypeError, AttributeError) as error:
             log.error("%s payload %s not applied: %s", kind, etag, error)
             self._state.values["failed"][kind] = etag
             self._state.error(f"{kind} payload not applied: {error}")

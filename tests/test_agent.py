@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from agent.cli import EX_TEMPFAIL, Agent, status
 from agent.client import Backoff
@@ -390,3 +391,20 @@ def test_the_command_runs_once_and_prints_its_status(tmp_path):
     spooled = sorted((tmp_path / "state" / "spool").iterdir())
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in spooled)
     assert gzip.decompress(spooled[0].read_bytes()).count(b"\n") > 0
+
+
+async def test_a_captive_portal_in_between_is_unavailable_and_the_spool_waits(
+        aiohttp_server, tmp_path):
+    """A hotel's or a carrier's portal answers every request 200 with its own HTML page:
+    nothing is taken as stored, nothing is written as rules."""
+    async def portal(request):
+        return web.Response(text="<html>Please sign in</html>", content_type="text/html")
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", portal)
+    server = await aiohttp_server(app)
+    config = config_for(tmp_path, f"http://127.0.0.1:{server.port}")
+    append(config.eve_json, eve_lines()[:100])
+    code, _ = await run_round(config)
+    assert code == EX_TEMPFAIL and status(config)["spool"]["records"] > 0
+    assert "not a JSON object" in status(config)["last_error"]["error"]
+    assert not config.rules_file.exists() and status(config)["counters"]["batches_sent"] == 0
