@@ -6,10 +6,10 @@
 - The SQL of the tables several capabilities share: `routers.py` (registrations and their
   per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
   and activations), `applied.py` (what routers loaded), `telemetry.py` (batched inserts, a
-  commit in doubt settled), `upload_keys.py` (the uploads' idempotency keys), `notifications.py` and `notification_keys.py` (the notification
-  records and idempotency keys), `allowlist.py` and `overrides.py` (the operators' firewall
-  allowlist and rule overrides), `reports.py` (access reports), `status.py` (the fleet at a
-  glance).
+  commit in doubt settled), `upload_keys.py` (the uploads' idempotency keys),
+  `notifications.py` and `notification_keys.py` (the notification records and idempotency
+  keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
+  overrides), `reports.py` (access reports), `status.py` (the fleet at a glance).
 
 A capability's own tables are queried from its package (generation/queue.py, jobs/ledger.py).
 """

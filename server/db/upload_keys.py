@@ -1,8 +1,8 @@
 """Idempotency keys of telemetry uploads (migration 0016): what a router's upload with a key
 stored, so that a retry is answered the same without storing again.
 
-The key's row is written by the statement that commits the upload's records (see
-TelemetryWriter.commit), with ON CONFLICT DO NOTHING: a second upload with the key finds it
+The key's row is written by the upload's last statement, in the transaction of its records
+(TelemetryWriter.commit), with ON CONFLICT DO NOTHING: a second upload with the key finds it
 (after waiting for the first's transaction, when that is still open) and stores nothing.
 """
 
@@ -19,7 +19,7 @@ BATCH_ROWS = 5_000
 PAUSE_SECONDS = 0.01  # between batches of the expiry: lets ingestion's statements through
 
 # Run as a statement of its own, or as the CTE `key` of the statement that stores a
-# request's only batch of rows (which then stores them only WHERE EXISTS (SELECT FROM key)).
+# request's last batch of rows (which then stores them only WHERE EXISTS (SELECT FROM key)).
 INSERT_KEY = """INSERT INTO upload_keys (mac, kind, key, fingerprint, answer)
 VALUES (%(mac)s, %(kind)s, %(key)s, %(fingerprint)s, %(answer)s)
 ON CONFLICT DO NOTHING RETURNING 1"""

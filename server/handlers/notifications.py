@@ -10,8 +10,8 @@ from aiohttp import web
 
 from server.db import notifications as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
-from server.notify.fields import recipient_field, text_field
 from server.idempotency_key import idempotency_key
+from server.notify.fields import recipient_field, text_field
 from server.notify.sends import fingerprint
 from server.notify.texts import TYPES, NotificationType
 from server.peers import bearer_matches

@@ -16,8 +16,9 @@ from server.settings import Settings
 
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
     """Rule preprocessing always (and at once when no ruleset was ever published); time
-    partitions created ahead and expired upload keys deleted every hour; retention when DATA_RETENTION_ENABLED is true; a
-    tick missed while the service was down runs once at start-up."""
+    partitions created ahead and expired upload keys deleted every hour; retention when
+    DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once at
+    start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 
     async def rule_preprocess() -> dict:
