@@ -8,10 +8,14 @@ number reused, a file truncated and written again) ever share one.
 Rotation (eve.json renamed to eve.json.1 ..., a new eve.json created): the rest of the
 renamed file is read first, found among eve.json.* by its inode, then each file written
 after it, oldest first by modification time (however many rotations happened meanwhile,
-whatever the naming scheme), each from its start. Truncation (copytruncate): the file is read again from its start, under a new
-file_id; it is recognised by a size below the position or, when it grew back past it before
-the agent looked, by other first bytes than those it kept. A last line without its newline waits for the next read. A line longer than the
-batch's byte budget is still read whole (the server rejects records over its own limit).
+whatever the naming scheme), each from its start.
+
+Truncation (copytruncate): the file is read again from its start, under a new file_id; it
+is recognised by a size below the position or, when it grew back past it before the agent
+looked, by other first bytes than those it kept.
+
+A last line without its newline waits for the next read. A line longer than the batch's
+byte budget is still read whole (the server rejects records over its own limit).
 """
 
 from __future__ import annotations
