@@ -13,5 +13,5 @@ retries, backoff, Retry-After), `uploads.py` (lines to batches to the server), `
 
 Only the Python standard library: it runs on a router's minimal Python. It imports nothing of
 the service (server, engine, ruledata, ops), enforced by .importlinter; it speaks to it over
-HTTP only, as the README's Router API describes.
+HTTP only, as docs/router-api.md describes.
 """

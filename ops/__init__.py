@@ -5,7 +5,7 @@
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
   `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->
   database -> the command's function -> exit code;
-- `settings_doc.py`: renders the settings table into README.md and the example env file;
+- `settings_doc.py`: renders the settings tables into docs/settings.md and the example env file;
 - `deploy/`: systemd unit, Caddyfile, Dockerfile, compose, example environment;
 - `bench/`: benchmarks and drills (run from a checkout; not shipped; they use testkit).
 

@@ -1,4 +1,4 @@
-"""Render the settings into README.md's table and the example environment file
+"""Render the settings into docs/settings.md's tables and the example environment file
 (`python -m ops.settings_doc`).
 
 tests/test_settings.py fails when either disagrees with server/settings.py.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from server.settings import SETTINGS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SETTINGS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 ENV_EXAMPLE = Path(__file__).resolve().parent / "deploy" / "router-backend.env.example"
 START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 
@@ -22,7 +22,7 @@ def render() -> str:
     """One table per section (server/settings.py SECTIONS), each under its heading."""
     lines = []
     for name, settings in _by_section():
-        lines += ["" if lines else None, f"#### {name}", "",
+        lines += ["" if lines else None, f"## {name}", "",
                   "| Variable | Default | Meaning |", "|---|---|---|"]
         for setting in settings:
             default = f"`{setting.default}`" if setting.default else "(unset)"
@@ -63,11 +63,11 @@ def section(text: str) -> str:
 
 
 def main() -> int:
-    text = README.read_text()
+    text = SETTINGS_PAGE.read_text()
     if START not in text:
-        print("README.md has no settings markers", file=sys.stderr)
+        print(f"{SETTINGS_PAGE} has no settings markers", file=sys.stderr)
         return 1
-    README.write_text(_BLOCK.sub(lambda _: f"{START}\n{render()}\n{END}", text, count=1))
+    SETTINGS_PAGE.write_text(_BLOCK.sub(lambda _: f"{START}\n{render()}\n{END}", text, count=1))
     ENV_EXAMPLE.write_text(render_env_example())
     return 0
 

@@ -1,8 +1,8 @@
 """Service settings: one declarative table, one immutable object built at start-up.
 
 Every setting is a row of ``SETTINGS`` (environment name, default, help, parser, and its
-section from ``SECTIONS``). The table drives ``load_settings``, the README's configuration
-section, the example environment file and ``tests/test_settings.py``.
+section from ``SECTIONS``). The table drives ``load_settings``, the tables of
+docs/settings.md, the example environment file and ``tests/test_settings.py``.
 No other module reads the environment: it is given a ``Settings`` object instead.
 """
 
@@ -154,7 +154,7 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             "before asking the database again.", _integer(0)),
     Setting("ROUTER_AUTH", "mac", "`mac`: a router is whoever sends its MAC in X-ID (the "
             "seed's behaviour). `key`: every router endpoint but /health also needs "
-            "`Authorization: Bearer <router key>` (see the README's security section).",
+            "`Authorization: Bearer <router key>` (see docs/security.md).",
             _choice("mac", "key")),
     Setting("ROUTER_REQUESTS_PER_MINUTE", "120", "Requests one router may make per minute "
             "(a minute's worth at once, then this rate), per server process; beyond: 429 with "
@@ -315,8 +315,8 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             _integer(1, 366)),
 )
 
-# The sections of the settings' documentation (README, the example environment file), in
-# order; every setting is in exactly one (checked at import). Names from the seed documents
+# The sections of the settings' documentation (docs/settings.md, the example environment
+# file), in order; every setting is in exactly one (checked at import). Names from the seed documents
 # (RULE_*, RETENTION_*) are kept as they are.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Server and processes": (

@@ -1,5 +1,6 @@
 """The layers of README's layout, as import-linter checks them (.importlinter): the project
-keeps them, and a deliberate upward import in a copy of the tree is reported."""
+keeps them, and a deliberate upward import in a copy of the tree is reported, as is the
+agent importing the service or a package beyond the standard library."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from testkit import REPOSITORY
 
-PACKAGES = ("ops", "server", "engine", "ruledata", "migrations", "testkit")
+PACKAGES = ("agent", "ops", "server", "engine", "ruledata", "migrations", "testkit")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -23,16 +24,29 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 def test_the_project_keeps_its_layers():
     result = lint_imports(REPOSITORY)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout
+
+
+def copy_of_the_tree(root: Path) -> None:
+    for name in PACKAGES:
+        shutil.copytree(REPOSITORY / name, root / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPOSITORY / ".importlinter", root)
 
 
 def test_an_upward_import_is_reported(tmp_path):
-    for name in PACKAGES:
-        shutil.copytree(REPOSITORY / name, tmp_path / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPOSITORY / ".importlinter", tmp_path)
+    copy_of_the_tree(tmp_path)
     worker = tmp_path / "engine" / "worker.py"
     worker.write_text(worker.read_text() + "\nfrom server.settings import Settings  # upward\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "BROKEN" in result.stdout and "engine.worker -> server.settings" in result.stdout
+
+
+def test_the_agent_importing_the_service_or_a_third_party_package_is_reported(tmp_path):
+    copy_of_the_tree(tmp_path)
+    tail = tmp_path / "agent" / "tail.py"
+    tail.write_text(tail.read_text() + "\nimport orjson\nfrom server.text import is_plain_text\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "agent.tail -> server.text" in result.stdout and "agent.tail -> orjson" in result.stdout

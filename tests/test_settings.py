@@ -1,4 +1,5 @@
-"""Settings: defaults, parsing, `.env`, clear start-up errors, and the README table."""
+"""Settings: defaults, parsing, `.env`, clear start-up errors, and the tables of
+docs/settings.md."""
 
 from __future__ import annotations
 
@@ -76,10 +77,10 @@ def test_bad_setting_stops_startup_with_one_line(tmp_path):
     assert len(lines) == 1 and "RULE_PREPROCESS_CRON_SCHEDULE" in lines[0]
 
 
-def test_readme_settings_table_is_current():
-    readme = (ROOT / "README.md").read_text()
-    assert settings_doc.section(readme) == settings_doc.render(), \
-        "README settings table is stale: run python -m ops.settings_doc"
+def test_settings_page_tables_are_current():
+    page = settings_doc.SETTINGS_PAGE.read_text()
+    assert settings_doc.section(page) == settings_doc.render(), \
+        "docs/settings.md is stale: run python -m ops.settings_doc"
 
 
 def test_example_env_file_is_current_and_lists_every_default(tmp_path):
