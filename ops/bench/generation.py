@@ -25,6 +25,7 @@ import psycopg2
 
 from engine.ruleset import load_ruleset
 from server.db.lifecycle import open_database
+from server.generation import queue
 from server.generation.service import GenerationConfig, generate_router, generation_pool
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
@@ -88,17 +89,19 @@ async def run_round(settings, macs: list[str], workers: int) -> tuple[float, lis
     try:
         async with open_database(settings) as db:
             owner = f"bench-{workers}"
+
+            async def generate(mac: str) -> None:  # claimed first, as the dispatcher does
+                await queue.claim_router(db, owner, mac, config.one_off_lease)
+                await generate_router(db, pool, config, owner, mac, config.one_off_lease)
             # Warm every worker: the ruleset is loaded once per process, before timing.
-            warm = macs[:workers]
-            await asyncio.gather(*(generate_router(db, pool, config, owner, m, config.one_off_lease)
-                                   for m in warm))
+            await asyncio.gather(*(generate(mac) for mac in macs[:workers]))
             pending = list(reversed(macs[workers:]))
 
             async def worker() -> None:
                 while pending:
                     mac = pending.pop()
                     started = time.perf_counter()
-                    await generate_router(db, pool, config, owner, mac, config.one_off_lease)
+                    await generate(mac)
                     latencies.append(time.perf_counter() - started)
 
             started = time.perf_counter()
