@@ -79,27 +79,28 @@ class Agent:
 
     def run(self, once: bool = False) -> int:
         signal.signal(signal.SIGTERM, _stop)
-        time.sleep(random.uniform(0, self.config.start_delay_max_seconds))
-        if once:
-            return self.round()
+        try:
+            time.sleep(random.uniform(0, self.config.start_delay_max_seconds))
+            return self.round() if once else self._loop()
+        except KeyboardInterrupt:  # SIGTERM or SIGINT: every file is whole at any moment
+            log.info("stopped")
+            return 0
+
+    def _loop(self) -> int:
         upload_backoff = Backoff(self.config.retry_max_seconds)
         poll_backoff = Backoff(self.config.retry_max_seconds)
         send_at = poll_at = time.monotonic()
-        try:
-            while True:
-                self._collect()
-                if time.monotonic() >= send_at:
-                    send_at = time.monotonic() + self._step(self._send, upload_backoff,
-                                                            self.config.upload_seconds)
-                if time.monotonic() >= poll_at:
-                    poll_at = time.monotonic() + self._step(self._poll, poll_backoff,
-                                                            self.config.poll_seconds)
-                time.sleep(max(0.0, min(send_at, poll_at,
-                                        time.monotonic() + self.config.upload_seconds)
-                               - time.monotonic()))
-        except KeyboardInterrupt:
-            log.info("stopped")
-            return 0
+        while True:
+            self._collect()
+            if time.monotonic() >= send_at:
+                send_at = time.monotonic() + self._step(self._send, upload_backoff,
+                                                        self.config.upload_seconds)
+            if time.monotonic() >= poll_at:
+                poll_at = time.monotonic() + self._step(self._poll, poll_backoff,
+                                                        self.config.poll_seconds)
+            time.sleep(max(0.0, min(send_at, poll_at,
+                                    time.monotonic() + self.config.upload_seconds)
+                           - time.monotonic()))
 
     def round(self) -> int:
         """One collection, send and poll: the exit status of --once."""

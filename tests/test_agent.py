@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -408,3 +409,22 @@ async def test_a_captive_portal_in_between_is_unavailable_and_the_spool_waits(
     assert code == EX_TEMPFAIL and status(config)["spool"]["records"] > 0
     assert "not a JSON object" in status(config)["last_error"]["error"]
     assert not config.rules_file.exists() and status(config)["counters"]["batches_sent"] == 0
+
+
+def test_the_agent_runs_until_sigterm_and_stops_cleanly(tmp_path):
+    config_file = tmp_path / "agent.ini"
+    config_file.write_text(f"[agent]\nserver_url = {closed_port_url()}\nmac = {MAC}\n"
+                           f"state_dir = {tmp_path}/state\neve_json = {tmp_path}/eve.json\n"
+                           f"rules_file = {tmp_path}/r.rules\nfirewall_file = {tmp_path}/b.nft\n"
+                           "start_delay_max_seconds = 0\nupload_seconds = 0.2\n")
+    append(tmp_path / "eve.json", eve_lines()[:50])
+    script = Path(sys.executable).parent / "router-agent"
+    agent = subprocess.Popen([str(script), "--config", str(config_file), "run"],
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "state" / "spool").glob("*.gz")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    agent.terminate()
+    _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0 and "stopped" in stderr and "Traceback" not in stderr
+    assert status(load_config(config_file))["spool"]["records"] > 0  # kept for the next run
