@@ -10,8 +10,11 @@ reaches the request loop. Anything else is queued exactly as aiohttp queues it, 
 request loop answers it and everything pipelined after it, in order.
 
 This leans on aiohttp's connection internals (its request queue, waiter and keep-alive
-timer), so setup.py pins aiohttp's minor version and tests/test_connection.py covers
-pipelining, keep-alive and a poll interleaved with other requests.
+timer), so setup.py pins aiohttp's minor version and tests/test_connection.py pins the
+behaviours it relies on: 150 pipelined requests in order, keep-alive, a poll behind a request
+in progress, a client that stops reading, and the same headers as the application's 304.
+An app with on_response_prepare handlers gets no fast path: its 304s would lack what those
+handlers add (HTTP_FAST_NOT_MODIFIED=false turns it off too).
 """
 
 from __future__ import annotations
@@ -100,4 +103,6 @@ class PollingAppRunner(web.AppRunner):
         server = await super()._make_server()  # the app started: its caches exist
         if ETAG_CACHE not in self.app or not self.app[SETTINGS].http_fast_not_modified:
             return server  # routers are not served here, or the operator wants no fast path
+        if len(self.app.on_response_prepare):
+            return server  # a 304 written here would lack what those handlers add
         return PollingServer(server, NotModified(self.app))

@@ -15,7 +15,7 @@ from server import access_log
 from server.app import create_app
 from testkit.database import settings_for
 from testkit.server import ServiceTestServer
-from tests.test_not_modified import MAC, answered_304, stored_and_cached
+from tests.test_not_modified import MAC, answered_304, fast_answers, stored_and_cached
 
 
 def poll(etag: str, extra: str = "", version: str = "1.1") -> bytes:
@@ -174,3 +174,71 @@ async def server_side(client, client_port: int):
                 return connection
         await asyncio.sleep(0.02)
     raise AssertionError("the server never saw the connection")
+
+
+# The behaviours of aiohttp's connection handling that server/connection.py relies on
+# (issue 26): a change in aiohttp that breaks one fails here, not in production.
+
+async def test_150_pipelined_polls_mixed_with_requests_keep_their_order(make_client, settings):
+    client, etag = await prepared(make_client, settings)
+    through_app, fast = requests_through_the_app(client), fast_answers(client)
+    reader, writer = await connect(client)
+    sent = []
+    for number in range(150):
+        if number % 10 == 9:
+            sent.append(200)
+            writer.write(get("/rules/last_updated"))
+        else:
+            sent.append(304)
+            writer.write(poll(etag))
+    answers = [(await read_answer(reader))[0] for _ in sent]
+    assert answers == sent
+    writer.write(poll(etag))  # the connection is still good
+    assert (await read_answer(reader))[0] == 304
+    writer.close()
+    assert fast_answers(client) > fast  # the fast path answered some of them
+    assert requests_through_the_app(client) - through_app >= 15  # and the app the rest
+
+
+async def test_a_fast_304_has_the_headers_of_the_apps_304(make_client, database, tmp_path):
+    """Same header names, same values (but the date), whichever answers."""
+    settings = settings_for(database, tmp_path)
+    client, etag = await prepared(make_client, settings)
+    reader, writer = await connect(client)
+    writer.write(poll(etag))
+    fast_status, fast, _ = await read_answer(reader)
+    writer.close()
+    plain = await make_client(settings.replace(http_fast_not_modified=False))
+    plain.extra_headers = {}
+    etag_again = await stored_and_cached(plain, settings)
+    reader, writer = await connect(plain)
+    writer.write(poll(etag_again))
+    app_status, through_app, _ = await read_answer(reader)
+    writer.close()
+    assert fast_status == app_status == 304
+    assert set(fast) == set(through_app), (fast, through_app)
+    assert {name: value for name, value in fast.items() if name != "date"} == \
+        {name: value for name, value in through_app.items() if name != "date"}
+
+
+async def test_the_fast_path_steps_aside_when_the_app_adds_headers_to_responses(
+        aiohttp_client, database, tmp_path):
+    """A header added by an on_response_prepare handler would be missing from a 304 the
+    fast path wrote: with such a handler, every poll goes to the application."""
+    settings = settings_for(database, tmp_path)
+    app = create_app(settings)
+
+    async def stamp(request, response):
+        response.headers["X-Fleet"] = "test"
+    app.on_response_prepare.append(stamp)
+    client = await aiohttp_client(ServiceTestServer(app))
+    client.extra_headers = {}
+    etag = await stored_and_cached(client, settings)
+    through_app = requests_through_the_app(client)
+    reader, writer = await connect(client)
+    writer.write(poll(etag) + poll(etag))
+    answers = [await read_answer(reader) for _ in range(2)]
+    writer.close()
+    assert [(status, headers.get("x-fleet")) for status, headers, _ in answers] == \
+        [(304, "test"), (304, "test")]
+    assert requests_through_the_app(client) == through_app + 2
