@@ -316,8 +316,8 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
 )
 
 # The sections of the settings' documentation (docs/settings.md, the example environment
-# file), in order; every setting is in exactly one (checked at import). Names from the seed documents
-# (RULE_*, RETENTION_*) are kept as they are.
+# file), in order; every setting is in exactly one (checked at import). Names the product's
+# original specification gave (RULE_*, RETENTION_*) are kept as they are.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Server and processes": (
         "LISTEN_HOST", "LISTEN_PORT", "HTTP_WORKERS", "SHUTDOWN_GRACE_SECONDS",

@@ -1,5 +1,5 @@
-"""The notification API, a sub-application mounted at /api/ (contract:
-seeds/notification-service.md)."""
+"""The notification API, a sub-application mounted at /api/ (documented in
+docs/notification-api.md and the OpenAPI document)."""
 
 from __future__ import annotations
 
