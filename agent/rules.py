@@ -57,7 +57,8 @@ class RuleUpdater:
             updated_at = updated.get(f"{kind}_updated_at")
             applied = self._state.values["applied"].get(kind, {})
             if updated_at is None or (applied.get("updated_at") == updated_at
-                                      and self._files[kind].exists()):
+                                      and self._files[kind].exists()
+                                      and not applied.get("recheck")):
                 continue
             outcome = self._update(kind, updated_at)
             if outcome is not None:
@@ -81,6 +82,10 @@ class RuleUpdater:
         answer = self._client.request("GET", f"/rules/{kind}", headers=headers)
         if answer.status == 304:
             if answer.headers.get("etag") == applied.get("etag"):
+                # A server's ETag cache can lag its database by a moment: the first 304
+                # after the time moved is checked once more on the next poll, so a stale
+                # one cannot pin the old payload until the next change.
+                applied["recheck"] = applied.get("updated_at") != updated_at
                 applied["updated_at"] = updated_at
             return None
         etag = answer.headers.get("etag", "")

@@ -25,9 +25,11 @@ from agent.client import Backoff
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.tail import EveTail
 from server.db.lifecycle import open_database
+from server.typedefs import ETAG_CACHE
 from testkit.corpus import corpus_path
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects
+from testkit.waiting import wait_for
 
 MAC = "aa:bb:cc:00:25:01"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -428,3 +430,34 @@ def test_the_agent_runs_until_sigterm_and_stops_cleanly(tmp_path):
     _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 0 and "stopped" in stderr and "Traceback" not in stderr
     assert status(load_config(config_file))["spool"]["records"] > 0  # kept for the next run
+
+
+async def test_a_stale_304_from_a_lagging_etag_cache_does_not_pin_the_old_payload(
+        client, settings, tmp_path):
+    """The service's ETag cache learns of a new payload a moment after the database has it:
+    a poll in that moment sees the new time and a 304 for the old ETag. A CI run of the
+    agent drill left an agent on its old payload that way, until the next change."""
+    config = config_for(tmp_path, url_of(client))
+    assert (await run_round(config))[0] == 0  # registered
+    async with open_database(settings) as db:
+        await store_payload_objects(db, MAC, {"ids": ids_payload("alert ip any any -> any any "
+                                                                 "(sid:1;)"),
+                                              "firewall": firewall_payload()})
+    assert (await run_round(config))[0] == 0
+    old = status(config)["applied"]["ids"]["etag"]
+    cache = client.server.app[ETAG_CACHE]
+    async with open_database(settings) as db:
+        await store_payload_objects(db, MAC, {"ids": ids_payload("alert ip any any -> any any "
+                                                                 "(sid:2;)")})
+
+    async def notified():
+        return cache.etag(MAC, "ids") is None
+    await wait_for(notified, timeout=10, interval=0.05)
+    cache.remember(MAC, "ids", old.removeprefix("W/").strip('"'), cache.token())  # lagging
+    assert (await run_round(config))[0] == 0
+    assert status(config)["applied"]["ids"]["etag"] == old  # the stale 304, believed once
+    cache.forget(MAC)  # the cache catches up
+    assert (await run_round(config))[0] == 0
+    current = await client.get("/rules/ids", headers={"X-ID": MAC})
+    assert status(config)["applied"]["ids"]["etag"] == current.headers["ETag"] != old
+    assert "sid:2" in config.rules_file.read_text()

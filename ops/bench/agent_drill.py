@@ -62,6 +62,7 @@ class AgentDrillResult:
     unexpected: int = 0                                       # stored, never written
     drain_seconds: float = 0.0
     etags_current: int = 0
+    stale: list[str] = field(default_factory=list)           # what each stale agent holds
     rotations: int = 0
     counters: Counter = field(default_factory=Counter)      # the agents' own, summed
     seconds: float = 0.0
@@ -200,9 +201,11 @@ def bare(etag: str | None) -> str | None:
     return etag.removeprefix("W/").strip('"') if etag else None
 
 
-async def wait_etags_current(location, agents: list[AgentProcess], timeout: float) -> int:
+async def wait_etags_current(location, agents: list[AgentProcess],
+                             timeout: float) -> tuple[int, list[str]]:
     """Agents whose applied ETags are the service's current ones (once all are, or time is
-    up): generation settles once the telemetry stops, then each agent's next poll applies."""
+    up): generation settles once the telemetry stops, then each agent's next poll applies.
+    With them, what each stale agent holds and its last log lines."""
     deadline = time.monotonic() + timeout
     while True:
         current = {mac: (ids, firewall) for mac, ids, firewall in await asyncio.to_thread(
@@ -214,7 +217,15 @@ async def wait_etags_current(location, agents: list[AgentProcess], timeout: floa
                     bare(applied.get("firewall", {}).get("etag")))
             matching += current.get(agent.mac) == mine
         if matching == len(agents) or time.monotonic() > deadline:
-            return matching
+            stale = []
+            for agent in agents:
+                applied = agent.state().get("applied", {})
+                if current.get(agent.mac) != (bare(applied.get("ids", {}).get("etag")),
+                                              bare(applied.get("firewall", {}).get("etag"))):
+                    log_tail = (agent.directory / "agent.log").read_text()[-1500:]
+                    stale.append(f"{agent.mac}: holds {applied}, service has "
+                                 f"{current.get(agent.mac)}; log:\n{log_tail}")
+            return matching, stale
         await asyncio.sleep(1)
 
 
@@ -273,8 +284,8 @@ async def agent_drill(directory: Path, agents: int = 4, rounds: int = 10,
         stop_writing.set()
         await writing
         result.drain_seconds = await wait_drained(db.location, writers, timeout=180)
-        result.etags_current = await wait_etags_current(db.location, processes,
-                                                        timeout=max(60, 10 * interval))
+        result.etags_current, result.stale = await wait_etags_current(
+            db.location, processes, timeout=max(60, 10 * interval))
         check_exactly_once(db.location, writers, result)
         for process in processes:
             result.counters.update(process.state().get("counters", {}))
@@ -316,7 +327,8 @@ def report(result: AgentDrillResult) -> str:
         f"{counters['batches_refused']} refused, "
         f"{counters['batches_dropped_spool_full']} dropped from a full spool",
         f"applied ETags current on {result.etags_current}/{result.agents} agents; "
-        f"{result.seconds:.0f}s in all; {'OK' if result.ok else 'FAILED'}"])
+        f"{result.seconds:.0f}s in all; {'OK' if result.ok else 'FAILED'}",
+        *result.stale])
 
 
 def main() -> int:
