@@ -434,9 +434,10 @@ def test_the_agent_runs_until_sigterm_and_stops_cleanly(tmp_path):
 
 async def test_a_stale_304_from_a_lagging_etag_cache_does_not_pin_the_old_payload(
         client, settings, tmp_path):
-    """The service's ETag cache learns of a new payload a moment after the database has it:
-    a poll in that moment sees the new time and a 304 for the old ETag. A CI run of the
-    agent drill left an agent on its old payload that way, until the next change."""
+    """The service's ETag cache may hold an old ETag while /rules/last_updated (read from the
+    database) has moved: a poll then gets a 304 for the old payload. CI runs of the agent
+    drill left an agent on its old payload that way. The agent asks again without
+    If-None-Match, which the service answers from its database."""
     config = config_for(tmp_path, url_of(client))
     assert (await run_round(config))[0] == 0  # registered
     async with open_database(settings) as db:
@@ -453,10 +454,7 @@ async def test_a_stale_304_from_a_lagging_etag_cache_does_not_pin_the_old_payloa
     async def notified():
         return cache.etag(MAC, "ids") is None
     await wait_for(notified, timeout=10, interval=0.05)
-    cache.remember(MAC, "ids", old.removeprefix("W/").strip('"'), cache.token())  # lagging
-    assert (await run_round(config))[0] == 0
-    assert status(config)["applied"]["ids"]["etag"] == old  # the stale 304, believed once
-    cache.forget(MAC)  # the cache catches up
+    cache.remember(MAC, "ids", old.removeprefix("W/").strip('"'), cache.token())  # stale
     assert (await run_round(config))[0] == 0
     current = await client.get("/rules/ids", headers={"X-ID": MAC})
     assert status(config)["applied"]["ids"]["etag"] == current.headers["ETag"] != old
