@@ -128,16 +128,25 @@ class EtagCache:
             self.listening = True
             self._health.succeeded()
             log.info("listening for payload changes")
-            while True:
-                try:
-                    notification = await asyncio.wait_for(conn.notifies.get(),
-                                                          HEARTBEAT_SECONDS)
-                except asyncio.TimeoutError:
-                    async with conn.cursor() as cur:
-                        await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
-                    self._health.succeeded()
-                    continue
-                self.forget(notification.payload)
+            # One read of the queue at a time, never cancelled by the heartbeat's timeout:
+            # cancelling aiopg's notifies.get() just as a notification arrives drops it
+            # (its inner get has taken the item), and the router's old ETag then stayed in
+            # the cache, answering 304 for a payload no longer current (agent and fault
+            # drills in CI).
+            reading = asyncio.ensure_future(conn.notifies.get())
+            try:
+                while True:
+                    done, _ = await asyncio.wait({reading}, timeout=HEARTBEAT_SECONDS)
+                    if not done:
+                        async with conn.cursor() as cur:
+                            await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
+                        self._health.succeeded()
+                        continue
+                    notification = reading.result()
+                    reading = asyncio.ensure_future(conn.notifies.get())
+                    self.forget(notification.payload)
+            finally:
+                reading.cancel()
 
     def _stop_using(self) -> None:
         self.listening = False
