@@ -374,13 +374,20 @@ def test_the_agent_runs_on_the_standard_library_alone(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def test_the_command_runs_once_and_prints_its_status(tmp_path):
+def command_config(tmp_path: Path, option: str) -> Path:
+    """A configuration file for the `router-agent` command, its server unreachable, and an
+    eve.json of 50 real lines; `option` one more `name = value` line."""
     config_file = tmp_path / "agent.ini"
     config_file.write_text(f"[agent]\nserver_url = {closed_port_url()}\nmac = {MAC}\n"
                            f"state_dir = {tmp_path}/state\neve_json = {tmp_path}/eve.json\n"
                            f"rules_file = {tmp_path}/r.rules\nfirewall_file = {tmp_path}/b.nft\n"
-                           "start_delay_max_seconds = 0\ntimeout_seconds = 2\n")
+                           f"start_delay_max_seconds = 0\n{option}\n")
     append(tmp_path / "eve.json", eve_lines()[:50])
+    return config_file
+
+
+def test_the_command_runs_once_and_prints_its_status(tmp_path):
+    config_file = command_config(tmp_path, "timeout_seconds = 2")
     script = Path(sys.executable).parent / "router-agent"  # the console script pip installed
     agent_command = [str(script), "--config", str(config_file)]
     once = subprocess.run(agent_command + ["run", "--once"], capture_output=True, text=True,
@@ -414,12 +421,7 @@ async def test_a_captive_portal_in_between_is_unavailable_and_the_spool_waits(
 
 
 def test_the_agent_runs_until_sigterm_and_stops_cleanly(tmp_path):
-    config_file = tmp_path / "agent.ini"
-    config_file.write_text(f"[agent]\nserver_url = {closed_port_url()}\nmac = {MAC}\n"
-                           f"state_dir = {tmp_path}/state\neve_json = {tmp_path}/eve.json\n"
-                           f"rules_file = {tmp_path}/r.rules\nfirewall_file = {tmp_path}/b.nft\n"
-                           "start_delay_max_seconds = 0\nupload_seconds = 0.2\n")
-    append(tmp_path / "eve.json", eve_lines()[:50])
+    config_file = command_config(tmp_path, "upload_seconds = 0.2")
     script = Path(sys.executable).parent / "router-agent"
     agent = subprocess.Popen([str(script), "--config", str(config_file), "run"],
                              stderr=subprocess.PIPE, text=True)
