@@ -50,7 +50,8 @@ def database_server(prefix: str, environ: Mapping[str, str] = os.environ
 def migrated_database(server: DatabaseLocation, prefix: str = "rb",
                       template: DatabaseLocation | None = None) -> Iterator[DatabaseLocation]:
     """A new database on `server`, migrated (or cloned from a migrated `template`), dropped
-    afterwards."""
+    afterwards. A clone gets the partitions its own day needs, as the service does at start:
+    the template may have been made before midnight."""
     location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
     if template is None:
         ensure_database(location)
@@ -58,6 +59,7 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     else:
         admin_execute(server, pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
             pgsql.Identifier(location.name), pgsql.Identifier(template.name)))
+        ensure_partitions(location, 1)
     try:
         yield location
     finally:

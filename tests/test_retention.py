@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import orjson
 import psycopg2
 
 from server.db.lifecycle import open_database
-from server.db.partitions import grid_floor
+from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.jobs.retention import run_retention
 from testkit.database import command_env
 
@@ -38,8 +38,11 @@ def partitions(sql, table: str) -> list[str]:
         "WHERE i.inhparent = %s::regclass ORDER BY 1", (table,))]
 
 
-def tomorrow() -> datetime:
-    return grid_floor(datetime.now(timezone.utc), 1) + timedelta(days=1)
+def first_daily_partition(sql) -> datetime:
+    """Where the legacy partition ends: tomorrow, unless midnight (UTC) passed since the
+    template database was migrated, when it is today."""
+    legacy = partitions_from_rows(sql.rows(LIST_PARTITIONS, {"table": "ids_events"}))[0]
+    return legacy.end
 
 
 async def test_trims_the_straddling_partition_to_exactly_the_old_rows(settings, sql):
@@ -65,7 +68,7 @@ async def test_drops_whole_partitions_and_trims_only_the_straddling_one(settings
     # Ten rows in each of the next six daily partitions; the clock moved so that the cut-off
     # falls at noon of the fourth day: three partitions and the legacy one go whole, the
     # fourth loses its 06:00 rows, the last two stay.
-    first = tomorrow()
+    first = first_daily_partition(sql)
     for day in range(6):
         sql.rows("INSERT INTO ids_events (mac, received_at, record) SELECT %s, %s, '{}' "
                  "FROM generate_series(1, 10)", (MAC, first + timedelta(days=day, hours=6)))
@@ -91,7 +94,7 @@ async def test_dropping_partitions_never_blocks_ingestion(settings, sql, databas
     # An upload's transaction is open on a partition that stays; retention detaches others
     # concurrently. Another upload meanwhile is not held up, and the detach finishes once the
     # open transaction ends.
-    first = tomorrow()
+    first = first_daily_partition(sql)
     upload = psycopg2.connect(**database.connect_kwargs())
     try:
         with upload.cursor() as cur:
@@ -116,7 +119,7 @@ async def test_dropping_partitions_never_blocks_ingestion(settings, sql, databas
 
 
 async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
-    first = tomorrow()
+    first = first_daily_partition(sql)
     name = f"ids_events_p{first:%Y%m%d}"
     # A DETACH CONCURRENTLY cancelled in its second phase leaves the partition pending.
     conn = psycopg2.connect(**sql.location.connect_kwargs())
@@ -143,7 +146,7 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
 
 
 async def test_drops_a_partition_a_crash_left_detached(settings, sql):
-    first = tomorrow()
+    first = first_daily_partition(sql)
     name = f"ids_events_p{first:%Y%m%d}"
     sql.rows("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{}')",
              (MAC, first + timedelta(hours=1)))
