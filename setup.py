@@ -12,7 +12,7 @@ setup(
                            exclude=["ops.bench", "ops.bench.*"]),
     package_data={"migrations": ["*.sql"], "agent": ["*.ini"]},
     install_requires=[
-        "aiohttp>=3.14,<3.15",  # server/connection.py leans on its connection internals
+        "aiohttp>=3.14,<3.15",  # server/polling/connection.py leans on its connection internals
         "aiopg>=1.4,<2",
         "psycopg2-binary>=2.9",
         "SQLAlchemy>=2.0,<3",

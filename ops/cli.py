@@ -18,7 +18,7 @@ from ops.status import add_arguments as add_status_arguments
 from ops.status import status
 from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
-from server.app import create_app
+from server.web.app import create_app
 from server.db.embedded import embedded_program
 from server.db.lifecycle import prepare_database
 from server.db.migrate import SchemaNotReady, release_schema_version
@@ -26,8 +26,8 @@ from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
-from server.shutdown import run_until_stopped, serve_until_stopped
-from server.supervisor import Supervisor
+from server.process.shutdown import run_until_stopped, serve_until_stopped
+from server.process.supervisor import Supervisor
 from server.typedefs import IN_FLIGHT
 
 

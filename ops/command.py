@@ -12,7 +12,7 @@ from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.db.migrate import SchemaNotReady
 from server.db.pool import Database, DatabaseUnavailable
-from server.mac import InvalidMac, normalise_mac
+from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings, SettingsError, load_settings
 
 EXIT_FAILED = 1

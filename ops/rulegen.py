@@ -22,7 +22,7 @@ from server.generation.service import (
     generate_once,
 )
 from server.generation.task import LeaseLost
-from server.mac import InvalidMac, normalise_mac
+from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 
 PROG = "rulegen"

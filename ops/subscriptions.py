@@ -16,7 +16,7 @@ from ops.command import CommandError, mac_argument, run_command
 from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.pool import Database
-from server.router_keys import key_hash, new_key
+from server.routers.keys import key_hash, new_key
 from server.settings import Settings
 from server.timestamps import iso_utc
 

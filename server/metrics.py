@@ -1,7 +1,7 @@
 """Prometheus metrics, served at GET /metrics.
 
 A single process (HTTP_WORKERS=1) counts for itself in a registry of its app's own. Under the
-supervisor (server/supervisor.py) every process of the host writes its values to files in
+supervisor (server/process/supervisor.py) every process of the host writes its values to files in
 one directory (prometheus_client's multiprocess mode, switched on by the supervisor through
 PROMETHEUS_MULTIPROC_DIR in its children's environment), and whichever HTTP worker answers a
 scrape reports the whole host: counters and histograms summed over every process that ever
@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from server.background import LoopHealth
+from server.process.background import LoopHealth
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -89,7 +89,7 @@ class Metrics:
                                        ["loop"], multiprocess_mode="max", registry=registry)
 
     def loop_health(self, name: str, logger) -> LoopHealth:
-        """The health reporter of one long-running loop (server/background.py)."""
+        """The health reporter of one long-running loop (server/process/background.py)."""
         return LoopHealth(name, logger, self.loop_last_success.labels(name))
 
     def exposition(self) -> web.Response:

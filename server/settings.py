@@ -141,8 +141,8 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             "connecting or from the previous response: a connection that sends its headers "
             "slower than this, or sits idle this long, is closed.", _integer(1)),
     Setting("HTTP_FAST_NOT_MODIFIED", "true", "Answer rules polls whose ETag is current (304) as "
-            "soon as their head is parsed, before the application (server/connection.py, which "
-            "relies on aiohttp internals); false: every request goes through the application, "
+            "soon as their head is parsed, before the application "
+            "(server/polling/connection.py, which relies on aiohttp internals); false: every request goes through the application, "
             "slower but on aiohttp's public API only.", _boolean),
     Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
             "(the embedded database, the email outbox).", _path),

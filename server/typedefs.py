@@ -3,18 +3,18 @@
 from aiohttp import web
 
 from server.db.pool import Database
-from server.etag_cache import EtagCache
+from server.polling.etag_cache import EtagCache
 from server.generation.service import GenerationService
-from server.identity import RouterRegistry
+from server.routers.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TelemetryTally
-from server.limits import FloodLimits
+from server.web.limits import FloodLimits
 from server.metrics import Metrics
 from server.notify.sends import Sends
-from server.router_keys import RouterKeys
+from server.routers.keys import RouterKeys
 from server.notify.service import Notifier
 from server.settings import Settings
-from server.in_flight import InFlight
+from server.web.in_flight import InFlight
 
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)
@@ -31,5 +31,5 @@ SENDS = web.AppKey("sends", Sends)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
-# What this process does (server/app.py ROLES).
+# What this process does (server/web/app.py ROLES).
 ROLE = web.AppKey("role", str)

@@ -13,14 +13,14 @@ from typing import Iterator
 
 from aiohttp.test_utils import TestServer
 
-from server.connection import PollingAppRunner
+from server.polling.connection import PollingAppRunner
 from server.db.location import DatabaseLocation
 from testkit import REPOSITORY
 from testkit.database import NO_FLOOD_LIMITS, NO_PREPROCESS_AT_START, database_env
 
 
 class ServiceTestServer(TestServer):
-    """An app served in the test's loop on the production runner (server/connection.py)."""
+    """An app served in the test's loop on the production runner (server/polling/connection.py)."""
 
     async def _make_runner(self, **kwargs) -> PollingAppRunner:
         return PollingAppRunner(self.app, **kwargs)

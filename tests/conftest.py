@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.app import create_app
+from server.web.app import create_app
 from server.db.location import DatabaseLocation
 from server.settings import Settings
 from testkit.database import Sql, database_server, migrated_database, settings_for

@@ -1,5 +1,5 @@
-"""Connections that answer polls 304 as their head is parsed (server/connection.py), over raw
-sockets: the answers keep the order of the requests, whatever else is pipelined or in
+"""Connections that answer polls 304 as their head is parsed (server/polling/connection.py),
+over raw sockets: the answers keep the order of the requests, whatever else is pipelined or in
 progress; keep-alive works as before; and what the fast path must not answer goes to the
 application."""
 
@@ -11,8 +11,8 @@ import logging
 
 import pytest
 
-from server import access_log
-from server.app import create_app
+from server.web import access_log
+from server.web.app import create_app
 from testkit.database import settings_for
 from testkit.server import ServiceTestServer
 from tests.test_not_modified import MAC, answered_304, fast_answers, stored_and_cached
@@ -176,7 +176,7 @@ async def server_side(client, client_port: int):
     raise AssertionError("the server never saw the connection")
 
 
-# The behaviours of aiohttp's connection handling that server/connection.py relies on
+# The behaviours of aiohttp's connection handling that server/polling/connection.py relies on
 # (issue 26): a change in aiohttp that breaks one fails here, not in production.
 
 async def test_150_pipelined_polls_mixed_with_requests_keep_their_order(make_client, settings):

@@ -1,6 +1,6 @@
 import pytest
 
-from server.mac import InvalidMac, normalise_mac
+from server.routers.mac import InvalidMac, normalise_mac
 
 
 @pytest.mark.parametrize("value", ["aa:bb:cc:dd:ee:0f", "AA:BB:CC:DD:EE:0F", "aa-bb-cc-dd-ee-0f",

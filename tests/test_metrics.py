@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.app import exposure_warnings
+from server.web.app import exposure_warnings
 from server.handlers.operations import may_scrape
 from server.metrics import Metrics
 from testkit.database import settings_for

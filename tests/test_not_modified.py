@@ -1,4 +1,4 @@
-"""The 304 fast path (server/handlers/not_modified.py): a poll it answers is counted like any
+"""The 304 fast path (server/polling/not_modified.py): a poll it answers is counted like any
 other, and whatever it cannot vouch for goes the whole way, so no check is skipped: the
 request budget, the key, the header's form, another ETag."""
 
@@ -10,8 +10,8 @@ import time
 from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
-from server.etag_cache import not_modified, wanted_etags
-from server.router_keys import key_hash
+from server.polling.etag_cache import not_modified, wanted_etags
+from server.routers.keys import key_hash
 from server.typedefs import ETAG_CACHE, METRICS
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects

@@ -10,11 +10,11 @@ import sys
 
 from aiohttp import web
 
-from server.app import create_app
+from server.web.app import create_app
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.jobs.preprocess import run_preprocess
-from server.openapi import EXAMPLE_MAC, openapi_document
+from server.web.openapi import EXAMPLE_MAC, openapi_document
 from testkit.database import command_env
 from testkit.rule_archives import ruleset_settings
 from testkit.server import ServerRunner

@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from server.access_log import AccessBatch, BatchedAccessLogger, access_logger_for
-from server.app import create_app
+from server.web.access_log import AccessBatch, BatchedAccessLogger, access_logger_for
+from server.web.app import create_app
 from server.db.lifecycle import open_database
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects

@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from server.supervisor import MAX_DELAY_SECONDS, RESTART_BURST, restart_delay
+from server.process.supervisor import MAX_DELAY_SECONDS, RESTART_BURST, restart_delay
 from testkit import REPOSITORY
 from testkit.database import Sql, database_env
 from testkit.server import ServerRunner

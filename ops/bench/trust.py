@@ -36,7 +36,7 @@ from ops.bench.ingest import make_lines, ndjson_bodies, run_http, truncate
 from ops.bench.polling import mac, register_and_wait
 from ops.bench.wrk import POLL_SCRIPT, available, router_file, run_wrk
 from server.db.location import DatabaseLocation
-from server.router_keys import key_hash
+from server.routers.keys import key_hash
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import throwaway_database
 from testkit.server import ServerRunner

@@ -18,7 +18,7 @@ _REGISTER = (
     "INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING")
 
 
-# Open registration's limit per client address bucket (server/limits.py address_bucket),
+# Open registration's limit per client address bucket (server/web/limits.py address_bucket),
 # counted in the database so that it holds across processes and concurrent requests: the
 # bucket's advisory lock first (serialising its registrations), then one statement that
 # counts the bucket's last minute and inserts when under the limit.

@@ -3,7 +3,7 @@ release and reschedule claims, read the queue's state.
 
 Claims are leases: `claimed_by`/`claimed_until` set in the same statement that picks due
 routers with FOR UPDATE SKIP LOCKED. The lease's owner is a process name
-(server.background.process_name(), or `rulegen@...` for the command).
+(server.process.background.process_name(), or `rulegen@...` for the command).
 """
 
 from __future__ import annotations

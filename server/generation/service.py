@@ -30,7 +30,7 @@ from datetime import timedelta
 from engine.generate import PayloadLimits
 from engine.pool import WorkerPool
 from ruledata.workspace import Workspace
-from server.background import BackgroundTasks, pause, process_name, raise_if_cancelled
+from server.process.background import BackgroundTasks, pause, process_name, raise_if_cancelled
 from server.db import routers as router_db
 from server.db.pool import Database, DatabaseUnavailable
 from server.generation import queue

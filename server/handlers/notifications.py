@@ -14,7 +14,7 @@ from server.idempotency_key import idempotency_key
 from server.notify.fields import recipient_field, text_field
 from server.notify.sends import fingerprint
 from server.notify.texts import TYPES, NotificationType
-from server.peers import bearer_matches
+from server.web.peers import bearer_matches
 from server.settings import Settings
 from server.typedefs import DATABASE, SENDS
 

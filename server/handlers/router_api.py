@@ -8,16 +8,16 @@ from aiohttp import web
 
 from ruledata.workspace import Workspace
 from server import SERVICE_VERSION
-from server.applied import read_report
+from server.routers.applied import read_report
 from server.db import applied as applied_db
 from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
-from server.etag_cache import etag_header, not_modified, wanted_etags
-from server.identity import mac_from_header
+from server.polling.etag_cache import etag_header, not_modified, wanted_etags
+from server.routers.identity import mac_from_header
 from server.ingest.idempotency import REPLAYED_HEADER
 from server.ingest.ingest import ingest_body
-from server.peers import client_address
+from server.web.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,

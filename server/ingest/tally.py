@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
-from server.background import BackgroundTasks, pause
+from server.process.background import BackgroundTasks, pause
 from server.db.pool import Database, DatabaseUnavailable
 from server.metrics import Metrics
 

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import aiocron
 from cronsim import CronSim
 
-from server.background import BackgroundTasks, LoopHealth, pause, process_name
+from server.process.background import BackgroundTasks, LoopHealth, pause, process_name
 from server.db.pool import Database
 from server.jobs import ledger
 from server.metrics import Metrics

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from server.background import BackgroundTasks, pause
+from server.process.background import BackgroundTasks, pause
 from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable

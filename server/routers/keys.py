@@ -21,9 +21,9 @@ from aiohttp import web
 from server.db import router_keys as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
-from server.limits import FloodLimits
+from server.web.limits import FloodLimits
 from server.metrics import Metrics
-from server.peers import Network, client_address
+from server.web.peers import Network, client_address
 
 log = logging.getLogger("router_backend.trust")
 

@@ -18,8 +18,8 @@ from aiohttp import web
 from server.db import routers as router_db
 from server.db.pool import Database
 from server.errors import BadRequest, Forbidden, Unauthorized
-from server.limits import FloodLimits
-from server.mac import InvalidMac, normalise_mac
+from server.web.limits import FloodLimits
+from server.routers.mac import InvalidMac, normalise_mac
 
 HEADER = "X-ID"
 MAX_REMEMBERED = 500_000

@@ -20,7 +20,7 @@ import logging
 
 import aiopg
 
-from server.background import BackgroundTasks, pause
+from server.process.background import BackgroundTasks, pause
 from server.db.location import DatabaseLocation
 from server.metrics import Metrics
 
@@ -53,7 +53,7 @@ def wanted_etags(if_none_match: str | None) -> frozenset[str]:
 
 def not_modified(wanted: frozenset[str], current: str) -> bool:
     """Whether a poll naming `wanted` is answered 304 for the payload's `current` ETag: the
-    one decision of the fast path (server/handlers/not_modified.py) and the handler."""
+    one decision of the fast path (server/polling/not_modified.py) and the handler."""
     return current in wanted or "*" in wanted
 
 

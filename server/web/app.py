@@ -9,28 +9,28 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from server.access_log import quiet_refused_heads
+from server.web.access_log import quiet_refused_heads
 from server.db.lifecycle import open_database
 from server.db.pool import Database
 from server.errors import error_middleware
-from server.etag_cache import EtagCache
+from server.polling.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
 from server.handlers.operations import refresh_process_gauges
 from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
-from server.identity import RouterRegistry
+from server.routers.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TelemetryTally
-from server.limits import FloodLimits
+from server.web.limits import FloodLimits
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
 from server.notify.mailer import make_mailer
 from server.notify.sends import Sends
 from server.notify.service import Notifier
-from server.router_keys import RouterKeys
+from server.routers.keys import RouterKeys
 from server.settings import Settings
-from server.in_flight import InFlight
+from server.web.in_flight import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
                              INGEST_DATABASE, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
@@ -42,7 +42,7 @@ CLIENT_MAX_SIZE = 1024 * 1024
 
 
 # What one process does. `all`: everything (HTTP_WORKERS=1). Under the supervisor
-# (server/supervisor.py): `http`, one of the HTTP workers (requests only), and `background`,
+# (server/process/supervisor.py): `http`, one of the HTTP workers (requests only), and `background`,
 # the host's one process for the generation queue, scheduled jobs and notification retries.
 ROLES = ("all", "http", "background")
 GAUGE_REFRESH_SECONDS = 5

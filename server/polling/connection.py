@@ -2,7 +2,7 @@
 
 aiohttp hands each parsed request to a per-connection loop that builds a request object, runs
 it in a task of its own and goes back through the event loop two more times before the next
-request; for the 304 of a rules poll (server/handlers/not_modified.py) that machinery is most
+request; for the 304 of a rules poll (server/polling/not_modified.py) that machinery is most
 of the cost. `PollingRequestHandler` is aiohttp's connection protocol with one change: when
 the connection is idle (no request queued or in progress) and a parsed head is a poll the
 application's `NotModified` answers, the answer is written at once and the head never
@@ -19,10 +19,16 @@ handlers add (HTTP_FAST_NOT_MODIFIED=false turns it off too).
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler
 
-from server.handlers.not_modified import NotModified
+from server.polling.etag_cache import etag_header
+from server.polling.not_modified import NotModified
 from server.typedefs import ETAG_CACHE, SETTINGS
 
 
@@ -55,8 +61,7 @@ class PollingRequestHandler(RequestHandler):
         answered, messages, transport = 0, self._messages, self.transport
         while (messages and transport is not None and not self._buffer_paused
                and not self.writing_paused):
-            message, payload = messages[0]
-            response = self._not_modified.answer(message, payload, self._remote_address())
+            response = self._answer_poll(*messages[0])
             if response is None:
                 break
             messages.popleft()
@@ -64,6 +69,23 @@ class PollingRequestHandler(RequestHandler):
             transport.write(response)
             answered += 1
         return answered
+
+    def _answer_poll(self, message, payload) -> bytes | None:
+        """The whole 304 response to a parsed request head, or None when the application
+        must answer it."""
+        started = time.perf_counter()
+        path = getattr(message, "path", None)  # a head aiohttp could not parse has none
+        if (path is None or message.method != "GET" or payload is not EMPTY_PAYLOAD
+                or message.should_close or message.upgrade or message.version != (1, 1)):
+            return None
+        found = self._not_modified.current_etag(path, message.headers)
+        if found is None:
+            return None
+        head = (f"HTTP/1.1 304 Not Modified\r\nETag: {etag_header(found[1])}\r\n"
+                f"Date: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n")
+        self._not_modified.record(path, found[0], self._remote_address(),
+                                  time.perf_counter() - started)
+        return head.encode()
 
     def _restart_keepalive_timer(self) -> None:
         """As aiohttp's request loop does after each response: the idle connection is closed

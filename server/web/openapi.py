@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from server import SERVICE_VERSION
-from server.mac import MAC_PATTERN
+from server.routers.mac import MAC_PATTERN
 from server.notify.texts import TYPES
 
 EXAMPLE_MAC = "aa:bb:cc:dd:ee:ff"

@@ -1,4 +1,4 @@
-"""Requests in progress, counted so that a drain can wait for them (server/shutdown.py)."""
+"""Requests in progress, counted so that a drain can wait for them (server/process/shutdown.py)."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ import signal
 
 from aiohttp import web
 
-from server.access_log import access_logger_for
-from server.access_log import flush as flush_access_log
-from server.connection import PollingAppRunner
-from server.in_flight import InFlight
+from server.web.access_log import access_logger_for
+from server.web.access_log import flush as flush_access_log
+from server.polling.connection import PollingAppRunner
+from server.web.in_flight import InFlight
 from server.typedefs import SETTINGS
 
 log = logging.getLogger("router_backend.http")

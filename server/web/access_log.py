@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
-from server.peers import Network, client_address, header_values
+from server.web.peers import Network, client_address, header_values
 
 
 MAX_QUOTED = 256  # characters of a client-chosen value (path, X-ID) kept in a log line
