@@ -5,9 +5,11 @@ application."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import io
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -242,3 +244,22 @@ async def test_the_fast_path_steps_aside_when_the_app_adds_headers_to_responses(
     assert [(status, headers.get("x-fleet")) for status, headers, _ in answers] == \
         [(304, "test"), (304, "test")]
     assert requests_through_the_app(client) == through_app + 2
+
+
+# aiohttp modules the service may import anywhere: its documented API. The parser's exception
+# class is used by the access log's filter of refused heads (server/web/access_log.py).
+PUBLIC_AIOHTTP = {"aiohttp", "aiohttp.web", "aiohttp.abc", "aiohttp.test_utils",
+                  "aiohttp.http_exceptions"}
+SEAM = Path("server/polling/connection.py")
+
+
+def test_aiohttp_internals_are_used_in_one_module_only():
+    root = Path(__file__).resolve().parents[1]
+    private = []
+    for path in sorted((root / "server").rglob("*.py")) + sorted((root / "testkit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            private += [(str(path.relative_to(root)), name) for name in names
+                        if name.startswith("aiohttp") and name not in PUBLIC_AIOHTTP]
+    assert {path for path, _ in private} == {str(SEAM)}, private

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 
-from aiohttp import web
+from aiohttp import EMPTY_PAYLOAD, web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
-from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler
 
 from server.polling.etag_cache import etag_header
