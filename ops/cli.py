@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import shutil
 import sys
@@ -26,14 +25,10 @@ from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
+from server.logs import configure_logging
 from server.process.shutdown import run_until_stopped, serve_until_stopped
 from server.process.supervisor import Supervisor
 from server.typedefs import IN_FLIGHT
-
-
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -152,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "dbshell":
         build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
     args.psql_args = extra
-    configure_logging()
     try:
         settings = load_settings()
+        configure_logging(settings.log_config)
         return COMMANDS[args.command or "serve"](settings, args)
     except SettingsError as error:
         print(f"router-backend: {error}", file=sys.stderr)

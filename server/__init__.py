@@ -15,7 +15,7 @@ capabilities behind it. The map:
 - `db/`: the connection pool, schema, migrations and the SQL of every table.
 - Shared by all: `settings.py` (the one settings object), `typedefs.py` (app keys),
   `errors.py` (the JSON error shape, 503s logged once in a while), `metrics.py`
-  (Prometheus), `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC),
+  (Prometheus), `logs.py` (logging: batched to stderr, or the operator's LOG_CONFIG), `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC),
   `idempotency_key.py` (the Idempotency-Key header of sends and uploads).
 
 Layer: imports engine and ruledata (below it), never ops (above it); see .importlinter.

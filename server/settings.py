@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
 import re
 from datetime import datetime
@@ -111,6 +112,22 @@ def _optional_path(value: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def _log_config(value: str) -> Path | None:
+    """A JSON file for logging.config.dictConfig, read now so that a broken one stops the
+    start with its reason rather than the first log line."""
+    path = _optional_path(value)
+    if path is None:
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from None
+    if not isinstance(config, dict) or config.get("version") != 1:
+        raise ValueError(f"{path}: expected a JSON object with \"version\": 1 "
+                         f"(logging.config.dictConfig)")
+    return path
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
@@ -206,6 +223,9 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
     Setting("METRICS_TOKEN", "", "When set, GET /metrics also answers clients that send "
             "`Authorization: Bearer <token>` (a Prometheus on another host). Without it, only "
             "loopback clients that did not come through a proxy are answered.", _secret(16)),
+    Setting("LOG_CONFIG", "", "A JSON file for Python's logging.config.dictConfig, applied at "
+            "start instead of the default: INFO and up to stderr, access lines included, "
+            "written in batches (docs/operations.md, Logs).", _log_config),
     Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
             "`notifications`, or both (comma-separated).", _services),
     Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
@@ -322,7 +342,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Server and processes": (
         "LISTEN_HOST", "LISTEN_PORT", "HTTP_WORKERS", "SHUTDOWN_GRACE_SECONDS",
         "HTTP_IDLE_TIMEOUT_SECONDS", "HTTP_FAST_NOT_MODIFIED", "DATA_DIR", "SERVICES",
-        "METRICS_TOKEN"),
+        "METRICS_TOKEN", "LOG_CONFIG"),
     "Routers: registration, keys and limits": (
         "REGISTRATION_MODE", "ROUTER_CACHE_SECONDS", "ROUTER_AUTH", "ENROLLMENT_TOKEN",
         "ENROLLMENT_RESET_WINDOW_MINUTES", "TRUSTED_PROXIES", "ROUTER_REQUESTS_PER_MINUTE",
@@ -404,6 +424,7 @@ class Settings:
     db_timeout_seconds: int
     db_retry_after_seconds: int
     metrics_token: str
+    log_config: Path | None
     services: frozenset[str]
     ingest_max_body_bytes: int
     ingest_max_record_bytes: int

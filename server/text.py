@@ -4,7 +4,10 @@ paragraph separators (U+2028, U+2029) are not."""
 
 from __future__ import annotations
 
+import functools
 import unicodedata
+
+MAX_CODE_POINT = 0x10FFFF
 
 
 def is_plain_text(value: str) -> bool:
@@ -12,3 +15,31 @@ def is_plain_text(value: str) -> bool:
         return True          # other than the space, so what it refuses is checked below
     return not any(unicodedata.category(character)[0] == "C"
                    or unicodedata.category(character) in ("Zl", "Zp") for character in value)
+
+
+@functools.cache
+def plain_text_pattern() -> str:
+    """A regular expression that matches exactly the plain texts (as the API document states
+    them; tests/test_text.py compares it with `is_plain_text` on every code point). Built
+    from this Python's Unicode data, in about half a second: call it off the event loop.
+    Code points above U+FFFF are written as themselves, which Python, Rust and ECMA-262
+    (with the `u` flag) regular expressions all read the same way."""
+    refused = "".join(_one(start) if start == end else f"{_one(start)}-{_one(end)}"
+                      for start, end in _refused_ranges())
+    return f"^[^{refused}]*$"
+
+
+def _refused_ranges() -> list[tuple[int, int]]:
+    ranges, start = [], None
+    for code in range(MAX_CODE_POINT + 2):
+        refused = code <= MAX_CODE_POINT and not is_plain_text(chr(code))
+        if refused and start is None:
+            start = code
+        elif not refused and start is not None:
+            ranges.append((start, code - 1))
+            start = None
+    return ranges
+
+
+def _one(code: int) -> str:
+    return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)

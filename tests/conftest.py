@@ -8,10 +8,14 @@ The helpers themselves live in `testkit/`, which the benchmarks share.
 
 from __future__ import annotations
 
+import io
+import logging
+
 import pytest
 
 from server.web.app import create_app
 from server.db.location import DatabaseLocation
+from server.logs import default_handler
 from server.settings import Settings
 from testkit.database import Sql, database_server, migrated_database, settings_for
 from testkit.server import ServiceTestServer
@@ -58,3 +62,20 @@ async def client(make_client, settings):
 @pytest.fixture
 def sql(database) -> Sql:
     return Sql(database)
+
+
+@pytest.fixture
+def access_lines():
+    """The access lines written while the test runs, as the service's default logging writes
+    them (server/logs.py): call it for the lines so far."""
+    stream = io.StringIO()
+    handler = default_handler(stream)
+    logger = logging.getLogger("aiohttp.access")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lambda: stream.getvalue().splitlines()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

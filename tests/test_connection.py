@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import io
-import logging
 from pathlib import Path
 
 import pytest
 
-from server.web import access_log
 from server.web.app import create_app
 from testkit.database import settings_for
 from testkit.server import ServiceTestServer
@@ -56,10 +53,7 @@ async def prepared(make_client, settings):
 
 
 async def test_polls_on_an_idle_connection_are_answered_without_the_app(make_client, settings,
-                                                                        caplog, monkeypatch):
-    caplog.set_level(logging.INFO, logger="aiohttp.access")
-    lines = io.StringIO()
-    monkeypatch.setattr(access_log.AccessBatch, "stream", lines)
+                                                                        access_lines):
     client, etag = await prepared(make_client, settings)
     through_app, counted = requests_through_the_app(client), answered_304(client)
     reader, writer = await connect(client)
@@ -71,8 +65,8 @@ async def test_polls_on_an_idle_connection_are_answered_without_the_app(make_cli
     writer.close()
     assert requests_through_the_app(client) == through_app
     assert answered_304(client) == counted + 5
-    await asyncio.sleep(0)  # the access log's batch is written after the loop's callbacks
-    logged = [line for line in lines.getvalue().splitlines() if '" 304 0 ' in line]
+    await asyncio.sleep(0)  # the log's batch is written after the loop's callbacks
+    logged = [line for line in access_lines() if '" 304 0 ' in line]
     assert len(logged) == 5 and '"GET /rules/ids HTTP/1.1" 304 0' in logged[0]
     assert logged[0].endswith(f's "{MAC}"') and " 127.0.0.1 " in logged[0]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import gzip
-import io
 import logging
 import random
 import re
@@ -16,7 +15,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from server.web.access_log import AccessBatch, BatchedAccessLogger, access_logger_for
+from server.web.access_log import AccessLogger, access_logger_for
 from server.web.app import create_app
 from server.db.lifecycle import open_database
 from testkit.database import settings_for
@@ -73,13 +72,10 @@ async def raw_request(port: int, head: bytes) -> bytes:
     return answer
 
 
-async def logged_answers(settings, monkeypatch, heads: list[bytes],
-                         access_log_class=BatchedAccessLogger) -> tuple[list[bytes], list[str]]:
+async def logged_answers(settings, access_lines, heads: list[bytes],
+                         access_log_class=AccessLogger) -> tuple[list[bytes], list[str]]:
     """Send each head to the real app behind a runner with this access logger; the answers
     and the access lines written."""
-    stream = io.StringIO()
-    monkeypatch.setattr(AccessBatch, "stream", stream)
-    monkeypatch.setattr(logging.getLogger("aiohttp.access"), "level", logging.INFO)
     runner = web.AppRunner(create_app(settings), access_log_class=access_log_class)
     await runner.setup()
     port = free_port()
@@ -89,13 +85,13 @@ async def logged_answers(settings, monkeypatch, heads: list[bytes],
         await asyncio.sleep(0.05)  # the batch is written by a later loop iteration
     finally:
         await runner.cleanup()
-    return answers, stream.getvalue().splitlines()
+    return answers, access_lines()
 
 
-async def test_access_log_escapes_what_the_client_chose(settings, monkeypatch):
+async def test_access_log_escapes_what_the_client_chose(settings, access_lines):
     """An X-ID or path holding quotes, backslashes or control characters cannot forge log
     fields or lines: one line per request, the client's values escaped inside their quotes."""
-    _, lines = await logged_answers(settings, monkeypatch, [
+    _, lines = await logged_answers(settings, access_lines, [
         b'GET /health?q="a"\\ HTTP/1.1\r\nX-ID: x" 200 0 0.1s "aa:bb:cc:00:00:09\r\n',
         # (aiohttp's parser itself refuses DEL, other controls and line separators in headers)
         b"GET /health HTTP/1.1\r\nX-ID: a\tb\\c\r\n",
@@ -107,9 +103,9 @@ async def test_access_log_escapes_what_the_client_chose(settings, monkeypatch):
         ("GET /health HTTP/1.1", "aa:bb:cc:00:00:01")]
 
 
-async def test_access_log_shows_the_client_behind_a_trusted_proxy(settings, monkeypatch):
+async def test_access_log_shows_the_client_behind_a_trusted_proxy(settings, access_lines):
     """Issue 27, finding 8: behind Caddy every access line showed Caddy's address."""
-    _, lines = await logged_answers(settings, monkeypatch, [
+    _, lines = await logged_answers(settings, access_lines, [
         b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:27:08\r\n"
         b"X-Forwarded-For: 192.0.2.1, 203.0.113.8\r\n",
         b"GET /health HTTP/1.1\r\nX-ID: aa:bb:cc:00:27:08\r\n"],
@@ -140,12 +136,12 @@ def fuzzed_heads(count: int, seed: int = 27) -> list[bytes]:
     return heads
 
 
-async def test_access_log_never_raises_on_any_head(settings, monkeypatch, caplog):
+async def test_access_log_never_raises_on_any_head(settings, access_lines, caplog):
     """Issue 27, finding 5: a header with a control character made the access logger raise
     (`.getall` on the plain dict of a refused request): tracebacks, no access line."""
     heads = fuzzed_heads(300)
     with caplog.at_level(logging.INFO):  # (aiohttp logs each refused head at DEBUG)
-        answers, lines = await logged_answers(settings, monkeypatch, heads)
+        answers, lines = await logged_answers(settings, access_lines, heads)
     failures = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert not failures, failures[0].getMessage()
     statuses = collections.Counter(answer[9:12] for answer in answers)

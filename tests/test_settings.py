@@ -114,3 +114,20 @@ def test_env_file_comments_and_quotes(tmp_path):
     env_file.write_text("SMTP_FROM='unterminated\n")
     with pytest.raises(SettingsError, match=".env:1"):
         read_env_file(env_file)
+
+
+# A default quoted beside its setting's name in prose: "`NAME` (15)", "`NAME` (default 30)",
+# "`NAME`, 10)" (issue 26: the docs had drifted from the code).
+QUOTED_DEFAULT = re.compile(r"`([A-Z][A-Z0-9_]+)`(?: \((?:default )?|, )`?([\d,]+)`?[,)]")
+
+
+def test_defaults_quoted_in_the_docs_are_the_settings_defaults():
+    defaults = {setting.name: setting.default for setting in SETTINGS}
+    pages = [ROOT / "README.md", ROOT / "ops" / "bench" / "README.md",
+             *sorted((ROOT / "docs").glob("*.md"))]
+    quoted = [(page.name, name, value.replace(",", "")) for page in pages
+              for name, value in QUOTED_DEFAULT.findall(page.read_text()) if name in defaults]
+    assert len(quoted) >= 15  # the pattern still finds what the pages quote
+    wrong = [(page, name, value, defaults[name]) for page, name, value in quoted
+             if value != defaults[name]]
+    assert not wrong, wrong

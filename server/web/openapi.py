@@ -11,7 +11,9 @@ import functools
 
 from server import SERVICE_VERSION
 from server.routers.mac import MAC_PATTERN
+from server.notify.fields import MAX_FIELD
 from server.notify.texts import TYPES
+from server.text import plain_text_pattern
 
 EXAMPLE_MAC = "aa:bb:cc:dd:ee:ff"
 
@@ -78,7 +80,9 @@ TELEMETRY_BODY = {
     "description": "EVE records: a JSON array of objects, or one object per line; optionally "
                    "gzip-compressed (Content-Encoding: gzip). Streamed, never buffered whole.",
     "content": {
-        "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+        "application/json": {"schema": {"type": "array", "items": {
+            "description": "An EVE record, a JSON object. Any other value is one rejected "
+                           "record, reported in the answer's `errors`; the others are stored"}}},
         "application/x-ndjson": {"schema": {"type": "string"}},
     },
 }
@@ -329,7 +333,12 @@ def _schemas() -> dict:
                                                 "severity": {"type": "integer"},
                                                 "count": {"type": "integer"},
                                                 "flows": {"type": "integer"}}}}}}}}},
-        "Field": {"type": "string", "minLength": 1, "maxLength": 256},
+        "Field": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD,
+                  "pattern": plain_text_pattern(),
+                  "description": "Plain text: no control, format, private-use or unassigned "
+                                 "characters (Unicode categories C*) and no line or paragraph "
+                                 "separators, as of the server's Unicode version; the value "
+                                 "goes into email headers"},
         "Message": {"type": "object", "required": ["message"],
                     "properties": {"message": {"type": "string"}}},
         "Notification": {"type": "object", "required": list(full_fields),
