@@ -10,9 +10,9 @@ in progress. LOG_CONFIG names a JSON file for `logging.config.dictConfig` instea
 default (docs/operations.md, Logs).
 
 Making a LogRecord and passing it through the logger and handler costs three times what the
-line itself does, so a caller on the hot path may ask `direct_handler` whether its record
-would reach only a default handler, unfiltered: it then hands that handler the line the
-record would have become (server/web/access_log.py does for each access line).
+line itself does, so a caller on the hot path may ask `direct_handler` whether its records
+would reach only a default handler, unfiltered: it then hands that handler the lines the
+records would have become (server/web/access_log.py does for the access lines).
 """
 
 from __future__ import annotations
@@ -93,6 +93,12 @@ class BatchingStreamHandler(logging.StreamHandler):
         if not self._pending:
             loop.call_soon(self.flush)
         self._pending.append(line + self.terminator)
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Write formatted lines now, after what is waiting, in one write."""
+        terminator = self.terminator
+        with self.lock:
+            self._write("".join([line + terminator for line in lines]))
 
     def flush(self) -> None:
         with self.lock:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from server.logs import flush_logs
 from server.web.access_log import access_logger_for
+from server.web.access_log import flush as flush_access_log
 from server.polling.connection import PollingAppRunner
 from server.web.in_flight import InFlight
 from server.typedefs import SETTINGS
@@ -49,6 +50,7 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                         in_flight.count, grace_seconds)
     finally:
         await runner.cleanup()
+        flush_access_log()
         flush_logs()
 
 

@@ -1,12 +1,17 @@
 """The access log: one INFO record per request on the `aiohttp.access` logger, so whatever
 logging configuration applies to the service's other lines applies to it (its level turns it
-off). With the default configuration the line is handed straight to the batching handler
-(server/logs.py direct_handler): the same bytes, a third of the cost, on the hottest path of
-the service (the 304 of a rules poll).
+off).
+
+A request only queues its fields; once the event loop is done with the iteration's callbacks
+they become lines, all at once: with the default configuration handed straight to the
+batching handler (server/logs.py direct_handler: the same bytes as the records would give),
+otherwise as records through the logger. A 304 rules poll, the hottest path of the service,
+spends a fifth of its time on its access line when each line is a record written on its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Sequence
@@ -102,16 +107,36 @@ def access_logged() -> bool:
 
 def log_access(remote: str | None, request_line: str, status: int, size: int,
                elapsed: float, router: str) -> None:
-    """One access line: `ADDRESS "REQUEST LINE" STATUS BYTES SECONDSs "X-ID"`."""
+    """Queue one access line: `ADDRESS "REQUEST LINE" STATUS BYTES SECONDSs "X-ID"`."""
     if not ACCESS_LOGGER.isEnabledFor(logging.INFO):
         return
-    message = (f"{remote} {quoted(request_line)} {status} {size} {elapsed:.6f}s "
-               f"{quoted(router or '-')}")
+    if not _queued:
+        asyncio.get_running_loop().call_soon(flush)
+    _queued.append((time.time(), remote, request_line, status, size, elapsed, router))
+
+
+_queued: list[tuple] = []  # the fields of this loop iteration's access lines
+
+
+def flush() -> None:
+    """Turn the queued fields into lines (see the module's docstring)."""
+    if not _queued:
+        return
+    queued = _queued[:]
+    _queued.clear()
     handler = direct_handler(ACCESS_LOGGER, logging.INFO)
     if handler is None:
-        ACCESS_LOGGER.handle(ACCESS_LOGGER.makeRecord(
-            ACCESS_LOGGER.name, logging.INFO, __file__, 0, message, (), None, "log_access"))
+        for _, *fields in queued:
+            ACCESS_LOGGER.handle(ACCESS_LOGGER.makeRecord(
+                ACCESS_LOGGER.name, logging.INFO, __file__, 0, _message(*fields), (), None,
+                "log_access"))
         return
-    line = handler.formatter.line(time.time(), "INFO", ACCESS_LOGGER.name, message)
-    with handler.lock:
-        handler.write_line(line)
+    line = handler.formatter.line
+    handler.write_lines([line(created, "INFO", ACCESS_LOGGER.name, _message(*fields))
+                         for created, *fields in queued])
+
+
+def _message(remote: str | None, request_line: str, status: int, size: int, elapsed: float,
+             router: str) -> str:
+    return (f"{remote} {quoted(request_line)} {status} {size} {elapsed:.6f}s "
+            f"{quoted(router or '-')}")
