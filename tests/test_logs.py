@@ -10,7 +10,9 @@ import json
 import logging
 import re
 import sys
+import time
 import urllib.request
+from types import SimpleNamespace
 
 import pytest
 
@@ -117,6 +119,27 @@ async def test_an_access_line_handed_straight_to_the_handler_is_the_records_line
     direct, recorded = [line.split(" ", 2)[2] for line in access_lines()]  # past the time
     assert direct == recorded == \
         'INFO aiohttp.access: 192.0.2.7 "GET /x\\"y HTTP/1.1" 304 0 0.000123s "aa:bb"'
+
+
+async def test_an_access_record_is_dated_when_its_request_was_answered(access_lines, monkeypatch):
+    """A record made at the end of the iteration keeps the time its request was answered
+    (the line's time, %(created)f, %(relativeCreated)d), not the flush's."""
+    logger = logging.getLogger("aiohttp.access")
+    handler = next(h for h in logger.handlers if isinstance(h, BatchingStreamHandler))
+    only(logger, handler, monkeypatch)
+    records = []
+    handler.addFilter(lambda record: records.append(record) or True)
+    answered = time.time() - 5.25  # the request, answered long before the flush
+    with monkeypatch.context() as clock:
+        clock.setattr(access_log, "time", SimpleNamespace(time=lambda: answered))
+        access_log.log_access("192.0.2.7", "GET /health HTTP/1.1", 200, 2, 0.001, "aa:bb")
+    access_log.flush()
+    handler.filters.clear()
+    [record] = records
+    assert record.created == answered
+    assert record.msecs == int(answered % 1 * 1000)
+    now = logging.makeLogRecord({})
+    assert 5.2 < (now.relativeCreated - record.relativeCreated) / 1000 < 5.5
 
 
 async def test_access_lines_are_queued_until_the_end_of_the_loop_iteration(access_lines):

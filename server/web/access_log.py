@@ -126,14 +126,21 @@ def flush() -> None:
     _queued.clear()
     handler = direct_handler(ACCESS_LOGGER, logging.INFO)
     if handler is None:
-        for _, *fields in queued:
-            ACCESS_LOGGER.handle(ACCESS_LOGGER.makeRecord(
-                ACCESS_LOGGER.name, logging.INFO, __file__, 0, _message(*fields), (), None,
-                "log_access"))
+        for created, *fields in queued:
+            ACCESS_LOGGER.handle(_record(created, _message(*fields)))
         return
     line = handler.formatter.line
     handler.write_lines([line(created, "INFO", ACCESS_LOGGER.name, _message(*fields))
                          for created, *fields in queued])
+
+
+def _record(created: float, message: str) -> logging.LogRecord:
+    """The INFO record of an access line, dated when its request was answered."""
+    record = ACCESS_LOGGER.makeRecord(ACCESS_LOGGER.name, logging.INFO, __file__, 0, message,
+                                      (), None, "log_access")
+    record.relativeCreated -= (record.created - created) * 1000
+    record.created, record.msecs = created, float(int(created % 1 * 1000))
+    return record
 
 
 def _message(remote: str | None, request_line: str, status: int, size: int, elapsed: float,
