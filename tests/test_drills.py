@@ -103,6 +103,7 @@ async def test_fault_drill_quick(tmp_path):
     assert result.ledger_ok and not result.server_errors, result.ledger_summary
     assert result.notifications_acknowledged > 0 and not result.notifications_undelivered
     assert result.etags_changed > 0 and not result.stale_304
+    assert result.probe.probes > 0 and not result.probe.stale, result.probe.examples
     assert all(n <= 3 for n in result.loop_warnings.values()), result.loop_warnings
     assert result.ok, report(result)
 

@@ -18,9 +18,10 @@ After the first round a fleet-wide rule override changes every router's payloads
 last, the drill checks: every router generated again after the last fault with no failure
 left; no claim longer than its lease; every acknowledged record stored exactly once (the
 fleet's ledger); every acknowledged notification stored once and all stored ones delivered;
-no 304 for an ETag that is no longer current; /health 200. It prints the figures, with the
-time the service took to answer again after each fault and the warnings each background
-loop logged. tests/test_drills.py runs a quick version.
+no 304 for an ETag that is no longer current, neither after the last fault nor, all along
+the drill outside the faults, 2 s after the database replaced it (stale_probe.py); /health
+200. It prints the figures, with the time the service took to answer again after each fault
+and the warnings each background loop logged. tests/test_drills.py runs a quick version.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from aiosmtpd.controller import Controller
 
 from ops.bench.fleet import Fleet, check_ledger, summary
 from ops.bench.outage_drill import Mailbox, StoppableDatabase
+from ops.bench.stale_probe import GRACE_SECONDS, StaleProbe, StaleProbeResult
 from server.db.location import DatabaseLocation
 from server.generation.service import CLAIM_LEASE
 from testkit import REPOSITORY
@@ -79,6 +81,7 @@ class FaultDrillResult:
     etags_checked: int = 0
     etags_changed: int = 0
     stale_304: int = 0
+    probe: StaleProbeResult = field(default_factory=StaleProbeResult)
     health: int = 0
     loop_warnings: Counter = field(default_factory=Counter)
     exceptions_logged: Counter = field(default_factory=Counter)
@@ -92,7 +95,8 @@ class FaultDrillResult:
                 and not self.long_claims and self.ledger_ok and not self.server_errors
                 and self.notifications_acknowledged > 0 and not self.notifications_duplicated
                 and not self.notifications_missing and not self.notifications_undelivered
-                and self.etags_changed > 0 and not self.stale_304 and self.health == 200)
+                and self.etags_changed > 0 and not self.stale_304
+                and self.probe.probes > 0 and not self.probe.stale and self.health == 200)
 
 
 class Notifications:
@@ -256,8 +260,9 @@ async def fault_drill(directory: Path, routers: int = 300, rounds: int = 3,
     await asyncio.to_thread(server.start)
     fleet = Fleet([server.url], routers, pause_seconds=2.0, request_timeout=60)
     sender = Notifications(server.url)
+    probe = StaleProbe(server.url, db.location)
     running = [asyncio.create_task(fleet.run(seconds=24 * 3600)),
-               asyncio.create_task(sender.run())]
+               asyncio.create_task(sender.run()), asyncio.create_task(probe.run())]
     try:
         await wait_regenerated(db.location, 0, routers, timeout=300)
         await asyncio.sleep(5)  # every router polls its first payloads
@@ -269,11 +274,13 @@ async def fault_drill(directory: Path, routers: int = 300, rounds: int = 3,
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             for number in range(rounds):
                 for name, fault in faults.items():
+                    probe.fault_started()
                     outcome = await fault()
                     if name == "terminate":
                         result.terminated += outcome
                     result.recovery.setdefault(name, []).append(
                         await answers_again(session, server.url, time.monotonic()))
+                    probe.fault_ended()
                     await asyncio.sleep(settle_seconds)
                 if number == 0:
                     await asyncio.to_thread(disable_rule_fleet_wide, db.location, directory)
@@ -284,7 +291,8 @@ async def fault_drill(directory: Path, routers: int = 300, rounds: int = 3,
     finally:
         fleet.stop()
         sender.stop()
-        ledger, _ = await asyncio.gather(*running)
+        probe.stop()
+        ledger, _, result.probe = await asyncio.gather(*running)
     try:
         result.still_failing = (await asyncio.to_thread(
             Sql(db.location).value,
@@ -343,7 +351,11 @@ def report(result: FaultDrillResult) -> str:
         f"missing, {result.notifications_undelivered} not delivered, "
         f"{result.deliveries_repeated} delivered more than once (SMTP is at least once)",
         f"ETags: {result.etags_checked} polled with the ETag from before the override, "
-        f"{result.etags_changed} changed since, {result.stale_304} answered 304 anyway",
+        f"{result.etags_changed} changed since, {result.stale_304} answered 304 anyway; "
+        f"all along, {result.probe.probes} polls with an ETag replaced at least "
+        f"{GRACE_SECONDS:.0f}s before "
+        f"(outside the faults), {result.probe.stale} answered 304",
+        *result.probe.examples[:5],
         f"health {result.health}; warnings logged per background loop (one per outage): "
         f"{warnings or 'none'}; {result.seconds:.0f}s in all",
         *(f"logged {n}x: {line}" for line, n in result.exceptions_logged.most_common(5))])
