@@ -1,6 +1,7 @@
 """The fault drill's stale-304 probe (ops/bench/stale_probe.py) against a stand-in server
 whose answers the test chooses: a 304 for an ETag the database replaced is counted, a 200 is
-not, and nothing is judged while a fault is marked."""
+not, and nothing is judged while a fault is marked; the polls are keep-alive, as the fast
+path wants them, on LANES connections at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from aiohttp import web
 
 from ops.bench import stale_probe
-from ops.bench.stale_probe import StaleProbe
+from ops.bench.stale_probe import LANES, StaleProbe
 
 ROUTER, OTHER = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
@@ -27,10 +28,12 @@ async def test_a_304_for_a_replaced_etag_is_stale_and_a_fault_gives_no_verdict(
     monkeypatch.setattr(stale_probe, "GRACE_SECONDS", 0.2)
     monkeypatch.setattr(stale_probe, "PAUSE_SECONDS", 0.05)
     answer = {"status": 304}
-    asked = []
+    asked, connections = [], set()
 
     async def rules(request: web.Request) -> web.Response:
-        asked.append((request.headers["X-ID"], request.headers["If-None-Match"]))
+        asked.append((request.headers["X-ID"], request.headers["If-None-Match"],
+                      request.keep_alive))
+        connections.add(request.transport.get_extra_info("peername")[1])
         return web.Response(status=answer["status"])
 
     app = web.Application()
@@ -43,23 +46,25 @@ async def test_a_304_for_a_replaced_etag_is_stale_and_a_fault_gives_no_verdict(
     try:
         await asyncio.sleep(0.3)  # the probe's first reading
         sql.rows("UPDATE router_rules SET ids_etag = 'b' WHERE mac = %s", (ROUTER,))
-        await wait_for(lambda: probe.result.probes == 1)
-        assert asked == [(ROUTER, 'W/"a"')]  # only the router whose ETag was replaced
-        assert probe.result.stale == 1
-        assert probe.result.examples == [f"{ROUTER}: 304 for a while the database held b"]
+        await wait_for(lambda: probe.result.probes == LANES)
+        # only the router whose ETag was replaced, once on each of LANES connections
+        assert asked == [(ROUTER, 'W/"a"', True)] * LANES and len(connections) == LANES
+        assert probe.result.stale == LANES
+        stale = f"{ROUTER}: 304 for a while the database held b"
+        assert probe.result.examples == [stale] * LANES
 
         answer["status"] = 200  # the payload sent again: right
         sql.rows("UPDATE router_rules SET ids_etag = 'c' WHERE mac = %s", (ROUTER,))
-        await wait_for(lambda: probe.result.probes == 2)
-        assert probe.result.stale == 1
+        await wait_for(lambda: probe.result.probes == 2 * LANES)
+        assert probe.result.stale == LANES
 
         answer["status"] = 304
         probe.fault_started()  # a fault's own window: asked, not judged
         sql.rows("UPDATE router_rules SET ids_etag = 'd' WHERE mac = %s", (ROUTER,))
-        await wait_for(lambda: len(asked) == 3)
+        await wait_for(lambda: len(asked) == 3 * LANES)
         await asyncio.sleep(0.5)
         probe.fault_ended()
-        assert (probe.result.probes, probe.result.stale) == (2, 1)
+        assert (probe.result.probes, probe.result.stale) == (2 * LANES, LANES)
     finally:
         probe.stop()
         await running

@@ -4,8 +4,10 @@ answers 304 for an ETag the database replaced more than GRACE_SECONDS before.
 Each cycle reads every router's IDS ETag straight from the database (not through the
 service), waits GRACE_SECONDS (the time a payload change's notification may take to reach
 every server process's ETag cache), then polls each router whose ETag changed since the
-previous read with its previous ETag, each on a new connection, so that every HTTP worker
-gets asked. A 304 there is stale when the database still holds another ETag afterwards.
+previous read with its previous ETag, on LANES keep-alive connections at once: polls as the
+routers send them, which the fast path answers (server/polling/connection.py) when its cache
+says 304, and connections the kernel spreads over the HTTP workers. A 304 there is stale
+when the database still holds another ETag afterwards.
 The service documents two windows in which it may answer 304 for a replaced payload: the
 moment between a commit and its notification (GRACE_SECONDS covers it) and a cut network
 until its heartbeat finds it (server/polling/etag_cache.py); the drill marks its faults and
@@ -25,6 +27,7 @@ from testkit.database import Sql
 
 GRACE_SECONDS = 2.0
 PAUSE_SECONDS = 0.5
+LANES = 4  # all on one of 2 workers one cycle in 8
 FAULT_MARGIN_SECONDS = 1.0  # after a fault's end, for the listeners to listen again
 
 
@@ -55,20 +58,17 @@ class StaleProbe:
 
     async def run(self) -> StaleProbeResult:
         previous: dict[str, str] = {}
-        connector = aiohttp.TCPConnector(force_close=True)  # a new connection, any worker
-        timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            while not self._stop.is_set():
-                read_at = time.monotonic()
-                current = await self._etags()
-                if current is not None:
-                    replaced = {mac: old for mac, old in previous.items()
-                                if current.get(mac) not in (None, old)}
-                    previous = current
-                    if replaced:
-                        await asyncio.sleep(GRACE_SECONDS)
-                        await self._check(session, replaced, read_at)
-                await asyncio.sleep(PAUSE_SECONDS)
+        while not self._stop.is_set():
+            read_at = time.monotonic()
+            current = await self._etags()
+            if current is not None:
+                replaced = {mac: old for mac, old in previous.items()
+                            if current.get(mac) not in (None, old)}
+                previous = current
+                if replaced:
+                    await asyncio.sleep(GRACE_SECONDS)
+                    await self._check(replaced, read_at)
+            await asyncio.sleep(PAUSE_SECONDS)
         return self.result
 
     async def _etags(self) -> dict[str, str] | None:
@@ -80,23 +80,28 @@ class StaleProbe:
             return None
         return dict(rows)
 
-    async def _check(self, session: aiohttp.ClientSession, replaced: dict[str, str],
-                     read_at: float) -> None:
-        asked, answered_304 = 0, []
-        for mac, old in replaced.items():
-            status = await self._poll(session, mac, old)
-            asked += status in (200, 304)  # refused or unavailable: no verdict on it
-            if status == 304:
-                answered_304.append(mac)
+    async def _check(self, replaced: dict[str, str], read_at: float) -> None:
+        connector = aiohttp.TCPConnector(limit=LANES)
+        async with aiohttp.ClientSession(connector=connector,
+                                         timeout=aiohttp.ClientTimeout(total=30)) as session:
+            lanes = await asyncio.gather(*(self._lane(session, replaced)
+                                           for _ in range(LANES)))
+        answers = [answer for lane in lanes for answer in lane]
         after = await self._etags()
         if after is None or not self._quiet_since(read_at):
             return  # a fault began meanwhile: no verdict on this cycle
-        self.result.probes += asked
-        for mac in answered_304:
+        self.result.probes += sum(status in (200, 304) for _, status in answers)
+        for mac in (mac for mac, status in answers if status == 304):
             if after.get(mac) != replaced[mac]:  # (not changed back meanwhile)
                 self.result.stale += 1
                 self.result.examples.append(
                     f"{mac}: 304 for {replaced[mac]} while the database held {after.get(mac)}")
+
+    async def _lane(self, session: aiohttp.ClientSession,
+                    replaced: dict[str, str]) -> list[tuple[str, int]]:
+        """(router, status) of a poll of each router with its replaced ETag, one after the
+        other; a status other than 200 or 304 (refused, unavailable) gets no verdict."""
+        return [(mac, await self._poll(session, mac, old)) for mac, old in replaced.items()]
 
     async def _poll(self, session: aiohttp.ClientSession, mac: str, etag: str) -> int:
         try:
