@@ -17,7 +17,7 @@ from server.db import notifications as notification_db
 from server.db.lifecycle import open_database
 from server.db.pool import DatabaseUnavailable
 from server.notify.mailer import make_mailer
-from server.notify.service import Notifier
+from server.notify.service import RETRY_BATCH, RETRY_LEASE, Notifier
 from testkit.database import settings_for
 from testkit.server import free_port
 from testkit.tcp_proxy import TcpProxy
@@ -525,6 +525,30 @@ async def test_a_sent_mail_whose_outcome_was_not_recorded_is_never_sent_again(
         await proxy.close()
     assert sql.value("SELECT status FROM notifications") == "sent"
     assert len(inbox.messages) == 1
+
+
+async def test_a_claim_that_reached_the_database_after_the_loop_gave_up_is_released(
+        smtp, database, tmp_path, sql):
+    """A retry claim whose statement reached the database after the loop had given up on
+    it (the fault drill: a network cut delivered it late) held the notification for the
+    whole lease, 5 minutes. The loop's next round makes it due again and delivers it; a claim
+    of another process is left alone."""
+    inbox, controller = smtp
+    settings = smtp_settings(database, tmp_path, controller.port)
+    async with open_database(settings) as db:
+        notifier = Notifier(db, make_mailer(settings), settings)
+        other = Notifier(db, make_mailer(settings), settings)
+        await store(db, "u", "scan_failed", "lost", "gil@example.org")
+        await force_due(sql)
+        # The loop's claim, executed as the late statement was: taken, its answer unseen.
+        await notification_db.claim_retries(db, RETRY_BATCH, RETRY_LEASE, notifier.owner)
+        await store(db, "u", "scan_failed", "elsewhere", "hal@example.org")
+        sql.rows("UPDATE notifications SET next_attempt_at = now() WHERE title = 'elsewhere'")
+        await notification_db.claim_retries(db, RETRY_BATCH, RETRY_LEASE, other.owner)
+        assert await notifier.retry_due() == 1
+    assert sql.rows("SELECT title, status, claimed_by FROM notifications ORDER BY title") == [
+        ("elsewhere", "pending", other.owner), ("lost", "sent", None)]
+    assert [message[1] for message in inbox.messages] == [["gil@example.org"]]
 
 
 INJECTION = ("=?utf-8?q?1=0D=0ABcc:_x@evil.example=0D=0AContent-Type:_text/html=0D=0A=0D=0A"

@@ -53,7 +53,8 @@ _RECORD_ATTEMPT = ("INSERT INTO notification_deliveries (notification_id, attemp
 
 async def mark_sent(db: Database, notification_id: str) -> None:
     await db.execute("WITH done AS (UPDATE notifications SET status = 'sent', sent_at = now(), "
-                     "attempts = attempts + 1, next_attempt_at = NULL, last_error = NULL "
+                     "attempts = attempts + 1, next_attempt_at = NULL, last_error = NULL, "
+                     "claimed_by = NULL "
                      "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
                      {"id": notification_id, "outcome": "sent", "error": None})
 
@@ -64,7 +65,8 @@ async def mark_failed(db: Database, notification_id: str, error: str, base_delay
     max_attempts (next_attempt_at NULL, the record stays `failed`)."""
     await db.execute(
         "WITH done AS (UPDATE notifications SET status = 'failed', attempts = attempts + 1, "
-        "last_error = %(error)s, next_attempt_at = CASE WHEN attempts + 1 >= %(max)s THEN NULL "
+        "claimed_by = NULL, last_error = %(error)s, "
+        "next_attempt_at = CASE WHEN attempts + 1 >= %(max)s THEN NULL "
         "ELSE now() + least(interval '1 hour', %(delay)s * power(2, attempts)) END "
         "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
         {"error": error[:500], "max": max_attempts, "delay": base_delay, "id": notification_id,
@@ -74,23 +76,36 @@ async def mark_failed(db: Database, notification_id: str, error: str, base_delay
 async def mark_undeliverable(db: Database, notification_id: str, error: str) -> None:
     """Failed for good: no further attempt."""
     await db.execute("WITH done AS (UPDATE notifications SET status = 'failed', "
-                     "attempts = attempts + 1, last_error = %(error)s, next_attempt_at = NULL "
-                     "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
-                     {"error": error[:500], "id": notification_id,
+                     "attempts = attempts + 1, last_error = %(error)s, next_attempt_at = NULL, "
+                     "claimed_by = NULL WHERE id = %(id)s RETURNING id, attempts) "
+                     + _RECORD_ATTEMPT, {"error": error[:500], "id": notification_id,
                       "outcome": "undeliverable"})
 
 
-async def claim_retries(db: Database, limit: int, lease: timedelta) -> list[dict]:
-    """Due failed deliveries, and pending ones left behind by a crash, taken under a lease so
-    several processes never send one notification twice at once."""
+async def claim_retries(db: Database, limit: int, lease: timedelta,
+                        owner: str) -> list[dict]:
+    """Due failed deliveries, and pending ones left behind by a crash, taken by `owner` under
+    a lease so several processes never send one notification twice at once."""
     statement = (
-        "UPDATE notifications SET next_attempt_at = now() + %(lease)s WHERE id IN ("
-        " SELECT id FROM notifications WHERE status <> 'sent' AND next_attempt_at <= now()"
+        "UPDATE notifications SET next_attempt_at = now() + %(lease)s, claimed_by = %(owner)s"
+        " WHERE id IN (SELECT id FROM notifications WHERE status <> 'sent'"
+        " AND next_attempt_at <= now()"
         " ORDER BY next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
         f" RETURNING {RECORD_COLUMNS}")
     async with db.cursor() as cur:
-        await execute(cur, statement, {"lease": lease, "limit": limit})
+        await execute(cur, statement, {"lease": lease, "limit": limit, "owner": owner})
         return [as_record(row) for row in await cur.fetchall()]
+
+
+async def release_claims(db: Database, owner: str) -> int:
+    """Make `owner`'s claims due again. Its retry loop calls this before it claims, when no
+    delivery of its own is under way, so a claim of its still standing was left by a batch
+    the database interrupted or reached the database after the loop gave up on it."""
+    async with db.cursor() as cur:
+        await execute(cur, "UPDATE notifications SET next_attempt_at = now(), "
+                      "claimed_by = NULL WHERE claimed_by = %(owner)s AND status <> 'sent'",
+                      {"owner": owner})
+        return cur.rowcount
 
 
 def _uuid(text: str) -> bool:

@@ -177,6 +177,7 @@ notifications = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("next_attempt_at", sa.DateTime(timezone=True)),
     sa.Column("last_error", sa.Text),
+    sa.Column("claimed_by", sa.Text),  # the retry loop's process, while it holds a claim
 )
 
 rule_overrides = sa.Table(

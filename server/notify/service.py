@@ -11,9 +11,10 @@ keys older than NOTIFICATION_IDEMPOTENCY_HOURS.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
-from server.process.background import BackgroundTasks, pause
+from server.process.background import BackgroundTasks, pause, process_name
 from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable
@@ -37,6 +38,7 @@ class Notifier:
         self._max_attempts = settings.notification_max_attempts
         self._poll = min(settings.notification_retry_seconds, 30)
         self._keep_keys = timedelta(hours=settings.notification_idempotency_hours)
+        self.owner = f"{process_name()}:{uuid.uuid4().hex[:8]}"  # of its retry loop's claims
         self._tasks = BackgroundTasks()
         self._health = self._metrics.loop_health("notification-retries", log)
         # Outcomes whose recording failed (the database away): id -> None (sent) or the
@@ -87,9 +89,17 @@ class Notifier:
     async def retry_due(self) -> int:
         """Deliver due retries once; returns how many were delivered. One record that fails
         in an unforeseen way is counted as a failed attempt (with its reason) and the batch
-        goes on, so it can never hold up the others."""
+        goes on, so it can never hold up the others. Claims of this notifier still standing
+        from an earlier round (the database failed mid-batch, or a claim reached it after
+        this loop gave up on it) are made due again first, not left for RETRY_LEASE."""
         delivered = 0
-        for record in await notification_db.claim_retries(self._db, RETRY_BATCH, RETRY_LEASE):
+        await self.record_unrecorded()  # first: the claim of a mail sent is never released
+        released = await notification_db.release_claims(self._db, self.owner)
+        if released:
+            log.warning("notification retries: %d claims lost on the way (the database "
+                        "connection failed) released", released)
+        for record in await notification_db.claim_retries(self._db, RETRY_BATCH, RETRY_LEASE,
+                                                          self.owner):
             try:
                 delivered += await self.deliver(record) is None
             except DatabaseUnavailable:

@@ -1,0 +1,1 @@
+ALTER TABLE notifications DROP COLUMN claimed_by;
