@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 import orjson
 import pytest
@@ -17,6 +18,7 @@ from ruledata.build import read_manifest
 from ruledata.compromised import COMPROMISED_IPS_FILE
 from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
+from server.jobs import ledger
 from server.jobs.cron import CronJobs
 from server.metrics import Metrics
 from testkit.database import command_env
@@ -110,6 +112,28 @@ async def test_cron_tick_runs_once_across_processes(settings, sql):
     assert len(runs) == 1
     assert sql.rows("SELECT job, status FROM job_runs") == [("demo", "succeeded")]
     assert sql.value("SELECT count(*) FROM job_ticks WHERE job = 'demo'") == 1
+
+
+async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):
+    """The claim's INSERT committed but its answer never came back (the connection failed):
+    the retry within the tick asked again, found the tick taken and left it unrun. A claim
+    is its claimant's again; another claimant still gets nothing."""
+    runs = []
+
+    async def job() -> dict:
+        runs.append(1)
+        return {"ok": True}
+
+    async with open_database(settings) as db:
+        cron, other = (CronJobs(db, retry_delay=0.01, retry_attempts=1) for _ in range(2))
+        tick = datetime(2026, 11, 24, 3, 17, tzinfo=timezone.utc)
+        assert await ledger.claim_tick(db, "demo", tick, cron.claimant)  # the lost answer
+        await other._tick("demo", job, tick)
+        assert runs == []
+        await cron._tick("demo", job, tick)
+        await cron._tick("demo", job, tick)  # taken up here already: not run twice
+    assert runs == [1]
+    assert sql.rows("SELECT job, status FROM job_runs") == [("demo", "succeeded")]
 
 
 async def test_failed_job_is_retried_within_the_tick(settings, sql):

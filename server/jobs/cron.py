@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Awaitable, Callable
@@ -84,6 +85,8 @@ class CronJobs:
         self._schedule: list[tuple[str, str, JobFunction]] = []
         self._health: dict[str, LoopHealth] = {}
         self._runs = BackgroundTasks()
+        self.claimant = f"{process_name()}:{uuid.uuid4().hex[:8]}"  # of its tick claims
+        self._last_tick: dict[str, datetime] = {}  # per job, the last tick it took up
 
     def add(self, name: str, spec: str, function: JobFunction) -> None:
         self._health[name] = self._metrics.loop_health(f"job:{name}", log)
@@ -120,13 +123,16 @@ class CronJobs:
     async def _tick(self, name: str, function: JobFunction,
                     tick: datetime | None = None) -> None:
         tick = tick or nearest_minute(datetime.now(timezone.utc))
+        if self._last_tick.get(name) == tick:
+            return  # taken here already (a catch-up at the minute of a tick)
+        self._last_tick[name] = tick
         claimed = False
         for attempt in range(self._retry_attempts + 1):
             if attempt:
                 await pause(self._retry_delay)
             try:
                 if not claimed:
-                    if not await ledger.claim_tick(self._db, name, tick, process_name()):
+                    if not await ledger.claim_tick(self._db, name, tick, self.claimant):
                         return  # another process has this tick
                     claimed = True
                 status = (await run_job(self._db, name, function)).status

@@ -21,9 +21,13 @@ def lock_key(job: str) -> int:
 
 
 async def claim_tick(db: Database, job: str, tick: datetime, claimed_by: str) -> bool:
-    """True for exactly one caller per (job, tick), whichever process asks first."""
-    query = (insert(job_ticks).values(job=job, tick=tick, claimed_by=claimed_by)
-             .on_conflict_do_nothing(index_elements=["job", "tick"]))
+    """True for exactly one claimant per (job, tick), whichever asks first, and for it again
+    when it asks again: a claim whose answer was lost (the connection failed after the
+    commit) is still its own, so the tick is not left unrun."""
+    row = insert(job_ticks).values(job=job, tick=tick, claimed_by=claimed_by)
+    query = row.on_conflict_do_update(
+        index_elements=["job", "tick"], set_={"claimed_by": row.excluded.claimed_by},
+        where=job_ticks.c.claimed_by == row.excluded.claimed_by)
     return await db.execute(query) == 1
 
 
