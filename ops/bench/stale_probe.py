@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from server.db.location import DatabaseLocation
+from server.polling.etag_cache import etag_header
 from testkit.database import Sql
 
 GRACE_SECONDS = 2.0
@@ -106,7 +107,7 @@ class StaleProbe:
     async def _poll(self, session: aiohttp.ClientSession, mac: str, etag: str) -> int:
         try:
             async with session.get(self._url, headers={
-                    "X-ID": mac, "If-None-Match": f'W/"{etag}"'}) as response:
+                    "X-ID": mac, "If-None-Match": etag_header(etag)}) as response:
                 await response.read()
                 return response.status
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):

@@ -123,12 +123,13 @@ class Notifier:
         while True:
             await pause(self._poll if retries else 1.0)
             try:
-                await self.record_unrecorded()
                 if retries:
-                    delivered = await self.retry_due()
+                    delivered = await self.retry_due()  # unrecorded outcomes first
                     if delivered:
                         log.info("notification retries: %d delivered", delivered)
                     await notification_keys.forget_expired(self._db, self._keep_keys)
+                else:
+                    await self.record_unrecorded()
                 self._health.succeeded()
             except DatabaseUnavailable as error:
                 self._health.failed(error)
