@@ -17,6 +17,8 @@ from ops.status import add_arguments as add_status_arguments
 from ops.status import status
 from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
+from ops.telemetry import add_arguments as add_telemetry_arguments
+from ops.telemetry import telemetry
 from server.web.app import create_app
 from server.db.embedded import embedded_program
 from server.db.lifecycle import prepare_database
@@ -89,9 +91,11 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "another retention run is in progress")
         detail = outcome.detail
-        for table, label, cutoff in (("ids_events", "IDS events", detail["cutoff"]),
-                                     ("cfm_records", "CFM records", detail["cutoff"]),
-                                     ("activations", "activations", detail["activation_cutoff"])):
+        for table, label, cutoff in (
+                ("telemetry_chunks", "telemetry chunks", detail["cutoff"]),
+                ("telemetry_alerts", "alert summaries", detail["cutoff"]),
+                ("telemetry_flows", "flow summaries", detail["cutoff"]),
+                ("activations", "activations", detail["activation_cutoff"])):
             removed = detail["removed"][table]
             dropped = removed["partitions_dropped"]
             print(f"retention: {label} before {cutoff}: {len(dropped)} partitions dropped "
@@ -132,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         "rules", help="rule overrides: keep rules off or always on, fleet-wide or per router"))
     add_allowlist_arguments(commands.add_parser(
         "allowlist", help="networks never blocked by a router's firewall payload"))
+    add_telemetry_arguments(commands.add_parser(
+        "telemetry", help="a router's stored records (export, sql) and the compaction job"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
@@ -139,12 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
-            "rules": rules}
+            "rules": rules, "telemetry": telemetry}
 
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
-    if extra and args.command != "dbshell":
+    if extra and args.command != "dbshell" and getattr(args, "action", None) != "sql":
         build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
     args.psql_args = extra
     try:

@@ -232,7 +232,8 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             "counted after gzip decoding (413 beyond).", _integer(1)),
     Setting("INGEST_MAX_RECORD_BYTES", str(1024 * 1024), "Largest single record; longer ones are "
             "rejected and reported, the rest of the body goes on.", _integer(64)),
-    Setting("INGEST_BATCH_ROWS", "2000", "Records per batched insert while a body streams in.",
+    Setting("INGEST_BATCH_ROWS", "2000", "Most records per chunk (one row) written while a "
+            "body streams in.",
             _integer(1)),
     Setting("INGEST_BODY_IDLE_SECONDS", "15", "Longest pause between two pieces of a telemetry "
             "body: a body that stalls longer is answered 408, its transaction rolled back and "
@@ -329,7 +330,14 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
     Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
             "retention job (long enough for monthly and yearly access reports).", _integer(1)),
     Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
-    Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of IDS events, CFM records and activations "
+    Setting("TELEMETRY_CHUNK_RECORDS", "1000", "Records per chunk written by the compaction "
+            "job, which merges each router's small chunks (its uploads) into chunks of this "
+            "many; larger ones compress better and are rewritten longer.", _integer(2, 100_000)),
+    Setting("TELEMETRY_COMPACT_CRON_SCHEDULE", "*/10 * * * *", "Cron spec of the telemetry "
+            "compaction job.", _cron),
+    Setting("TELEMETRY_COMPACT_SETTLE_SECONDS", "300", "Age of a chunk before the compaction "
+            "job takes it.", _integer(0)),
+    Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations "
             "per partition (by receive or activation time, UTC). Retention drops whole "
             "partitions; a change applies to partitions created from then on.",
             _integer(1, 366)),
@@ -375,6 +383,9 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Retention and partitions": (
         "DATA_RETENTION_ENABLED", "RETENTION_DAYS", "ACTIVATION_RETENTION_DAYS",
         "RETENTION_CRON_SCHEDULE", "TELEMETRY_PARTITION_DAYS"),
+    "Telemetry at rest": (
+        "TELEMETRY_CHUNK_RECORDS", "TELEMETRY_COMPACT_CRON_SCHEDULE",
+        "TELEMETRY_COMPACT_SETTLE_SECONDS"),
 }
 
 
@@ -472,6 +483,9 @@ class Settings:
     activation_retention_days: int
     retention_cron_schedule: str
     telemetry_partition_days: int
+    telemetry_chunk_records: int
+    telemetry_compact_cron_schedule: str
+    telemetry_compact_settle_seconds: int
 
     @property
     def embedded_database(self) -> bool:

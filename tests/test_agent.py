@@ -30,6 +30,7 @@ from testkit.corpus import corpus_path
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects
 from testkit.waiting import wait_for
+from testkit.telemetry import stored_count, telemetry
 
 MAC = "aa:bb:cc:00:25:01"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -80,8 +81,8 @@ def append(path: Path, lines: list[bytes]) -> None:
 
 
 def stored(sql) -> tuple[int, int]:
-    return (sql.value("SELECT count(*) FROM ids_events"),
-            sql.value("SELECT count(*) FROM cfm_records"))
+    return (stored_count(sql),
+            stored_count(sql, "cfm"))
 
 
 async def test_a_real_eve_file_is_uploaded_once_and_then_only_what_is_new(client, sql,
@@ -107,7 +108,7 @@ async def test_a_real_eve_file_is_uploaded_once_and_then_only_what_is_new(client
     # Stored in the file's order: the agent sends its spool oldest first.
     alerts = [record for record in map(json.loads, lines + more)
               if record.get("event_type") == "alert"]
-    assert [row[0] for row in sql.rows("SELECT record FROM ids_events ORDER BY id")] == alerts
+    assert [row[0] for row in telemetry(sql).rows("SELECT record FROM ids_events ORDER BY chunk_id, ordinal")] == alerts
 
 
 async def test_an_outage_spools_then_the_spool_goes_in_order_and_a_repeat_is_replayed(
@@ -149,7 +150,7 @@ async def test_a_full_spool_drops_its_oldest_batches_and_counts_them(client, sql
     assert sum(stored(sql)) + dropped == sum(counts_by_type(lines).values())
     # The newest survive: the last alert of the file is stored.
     last_alert = [line for line in lines if b'"event_type":"alert"' in line][-1]
-    assert sql.value("SELECT count(*) FROM ids_events WHERE record = %s::jsonb",
+    assert telemetry(sql).value("SELECT count(*) FROM ids_events WHERE record = %s::jsonb",
                      (last_alert.decode(),)) == 1
 
 

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from testkit.database import settings_for
+from testkit.telemetry import stored_count
 
 MAC = "aa:bb:cc:00:13:01"
 OTHER = "aa:bb:cc:00:13:02"
@@ -20,7 +21,7 @@ RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 2}}\
 
 
 def count(sql) -> int:
-    return sql.value("SELECT count(*) FROM ids_events")
+    return stored_count(sql)
 
 
 def idle_in_transaction(sql) -> int:

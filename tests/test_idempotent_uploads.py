@@ -15,6 +15,7 @@ from server.db import upload_keys
 from server.db.lifecycle import open_database
 from testkit import FIXTURES
 from testkit.database import settings_for
+from testkit.telemetry import stored_count
 from testkit.tcp_proxy import TcpProxy
 from testkit.waiting import wait_for
 
@@ -32,8 +33,8 @@ async def post(client, body, headers, path="/log/events"):
     return response.status, await response.json(), response.headers
 
 
-def stored(sql, table="ids_events") -> int:
-    return sql.value(f"SELECT count(*) FROM {table}")
+def stored(sql, kind="events") -> int:
+    return stored_count(sql, kind)
 
 
 async def test_a_repeat_is_answered_the_first_answer_and_stores_nothing(client, sql):
@@ -70,7 +71,7 @@ async def test_keys_are_per_router_and_per_endpoint(client, sql):
             status, answer, headers = await post(client, SAMPLE, keyed("same", mac), path)
             assert (status, answer["accepted"]) == (200, 7)
             assert "Idempotent-Replayed" not in headers
-    assert stored(sql) == 14 and stored(sql, "cfm_records") == 14
+    assert stored(sql) == 14 and stored(sql, "cfm") == 14
 
 
 @pytest.mark.parametrize("key", [b"", b"   ", b'""', b"x" * 256, b"tab\there",

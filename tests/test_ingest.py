@@ -15,6 +15,7 @@ from testkit import FIXTURES
 from testkit.corpus import corpus_path
 from testkit.database import settings_for
 from testkit.tcp_proxy import TcpProxy
+from testkit.telemetry import stored_count, telemetry
 
 MAC = "aa:bb:cc:00:00:02"
 X_ID = {"X-ID": MAC}
@@ -24,8 +25,8 @@ SAMPLE = (FIXTURES / "eve-sample.ndjson").read_bytes()
 SAMPLE_RECORDS = [json.loads(line) for line in SAMPLE.splitlines()]
 
 
-def count(sql, table="ids_events"):
-    return sql.value(f"SELECT count(*) FROM {table}")
+def count(sql, kind="events"):
+    return stored_count(sql, kind)
 
 
 async def post(client, body, headers=NDJSON, path="/log/events"):
@@ -36,9 +37,9 @@ async def post(client, body, headers=NDJSON, path="/log/events"):
 async def test_ndjson_records_stored_with_extracted_columns(client, sql):
     status, body = await post(client, SAMPLE)
     assert (status, body) == (200, {"accepted": 7, "rejected": 0, "errors": []})
-    rows = sql.rows("SELECT mac::text, event_type, host(src_ip), src_port, host(dest_ip), "
+    rows = telemetry(sql).rows("SELECT mac::text, event_type, host(src_ip), src_port, host(dest_ip), "
                     "dest_port, proto, app_proto, signature_id, severity, event_time, record "
-                    "FROM ids_events ORDER BY id")
+                    "FROM ids_events ORDER BY chunk_id, ordinal")
     assert [row[-1] for row in rows] == SAMPLE_RECORDS
     first = rows[0]
     assert first[:10] == (MAC, "alert", "203.0.113.50", 4431, "192.168.1.20", 22, "TCP", None,
@@ -51,8 +52,9 @@ async def test_ndjson_records_stored_with_extracted_columns(client, sql):
 async def test_json_array_and_cfm_table(client, sql):
     status, body = await post(client, orjson.dumps(SAMPLE_RECORDS), JSON, "/log/cfm")
     assert (status, body["accepted"]) == (200, 7)
-    assert count(sql, "cfm_records") == 7 and count(sql) == 0
-    assert sql.value("SELECT record FROM cfm_records ORDER BY id LIMIT 1") == SAMPLE_RECORDS[0]
+    assert count(sql, "cfm") == 7 and count(sql) == 0
+    assert telemetry(sql).value(
+        "SELECT record FROM cfm_records ORDER BY chunk_id, ordinal LIMIT 1") == SAMPLE_RECORDS[0]
 
 
 async def test_pretty_printed_array_with_nested_brackets_in_strings(client, sql):
@@ -60,7 +62,8 @@ async def test_pretty_printed_array_with_nested_brackets_in_strings(client, sql)
                {"event_type": "flow", "nested": [[1, 2], {"x": [3]}]}]
     status, body = await post(client, json.dumps(records, indent=2).encode(), JSON)
     assert (status, body["accepted"]) == (200, 2)
-    assert [r[0] for r in sql.rows("SELECT record FROM ids_events ORDER BY id")] == records
+    assert [r[0] for r in telemetry(sql).rows(
+        "SELECT record FROM ids_events ORDER BY chunk_id, ordinal")] == records
 
 
 async def test_gzip_body(client, sql):
@@ -114,9 +117,9 @@ async def test_values_postgresql_refuses_are_rejected_per_record(client, sql):
         assert expected in errors[line], (line, errors[line])
     assert count(sql) == len(STORABLE) + 1
     # Stored as sent, the zone offset PostgreSQL refuses turned into UTC in the column.
-    assert sql.value("SELECT count(*) FROM ids_events "
+    assert telemetry(sql).value("SELECT count(*) FROM ids_events "
                      "WHERE jsonb_typeof(record->'n') = 'number'") == 5
-    assert sql.value("SELECT event_time FROM ids_events WHERE record->>'timestamp' "
+    assert telemetry(sql).value("SELECT event_time FROM ids_events WHERE record->>'timestamp' "
                      "LIKE '%+20:00'") == datetime(2026, 3, 1, 14, 0, tzinfo=timezone.utc)
 
 
@@ -279,15 +282,16 @@ async def test_corpus_files_as_ndjson_and_array(client, sql):
         assert (status, body["accepted"], body["rejected"]) == (200, len(alerts), 0)
         status, body = await post(client, b"[" + b",".join(flows) + b"]", JSON, "/log/cfm")
         assert (status, body["accepted"], body["rejected"]) == (200, len(flows), 0)
-    # Columns hold what the records say.
-    mismatches = sql.value(
+    # Columns hold what the records say; every record is exported once, as sent.
+    stored = telemetry(sql)
+    mismatches = stored.value(
         "SELECT count(*) FROM ids_events WHERE signature_id IS DISTINCT FROM "
         "(record->'alert'->>'signature_id')::bigint OR src_ip <> (record->>'src_ip')::inet "
         "OR event_time <> (record->>'timestamp')::timestamptz")
     assert mismatches == 0
-    assert sql.value("SELECT count(*) FROM ids_events WHERE signature_id IS NULL") == 0
-    assert sql.value("SELECT count(*) FROM cfm_records WHERE dest_port IS NULL "
-                     "AND proto IN ('TCP', 'UDP')") == 0
+    assert stored.value("SELECT count(*) FROM ids_events WHERE signature_id IS NULL") == 0
+    assert stored.value("SELECT count(*) FROM cfm_records WHERE dest_port IS NULL "
+                        "AND proto IN ('TCP', 'UDP')") == 0
 
 
 @pytest.fixture

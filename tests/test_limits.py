@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from testkit.database import command_env, settings_for
+from testkit.telemetry import stored_count
 
 FLOODER, OTHER = "aa:bb:cc:00:1f:01", "aa:bb:cc:00:1f:02"
 RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\n'
@@ -35,7 +36,7 @@ async def test_requests_per_router(make_client, database, tmp_path, sql):
     assert await poll(client, OTHER) == 200
     assert await upload(client, FLOODER, 1) == 429
     assert sql.value("SELECT count(*) FROM activations WHERE mac = %s", (FLOODER,)) == 5
-    assert sql.value("SELECT count(*) FROM ids_events") == 0
+    assert stored_count(sql) == 0
     assert (await client.get("/health", headers={"X-ID": FLOODER})).status == 200
     metrics = await (await client.get("/metrics")).text()
     assert 'router_requests_limited_total{limit="requests"} 3.0' in metrics
@@ -48,8 +49,8 @@ async def test_records_per_router(make_client, database, tmp_path, sql):
     # Over the limit part way through: refused whole, batches already written rolled back.
     assert await upload(client, FLOODER, 30) == 429
     assert await upload(client, OTHER, 100) == 200
-    assert sql.value("SELECT count(*) FROM ids_events WHERE mac = %s", (FLOODER,)) == 80
-    assert sql.value("SELECT count(*) FROM ids_events WHERE mac = %s", (OTHER,)) == 100
+    assert stored_count(sql, mac=FLOODER) == 80
+    assert stored_count(sql, mac=OTHER) == 100
 
 
 async def test_new_registrations_per_client_address(make_client, database, tmp_path, sql):

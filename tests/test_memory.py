@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from testkit.server import ServerRunner, memory_kib
+from testkit.telemetry import stored_count
 
 MAC = "aa:bb:cc:00:00:0f"
 RECORD_PAD = "p" * 4000
@@ -52,6 +53,6 @@ async def test_large_body_streams_in_flat_memory(database, tmp_path, sql, worker
         print(f"peak growth of the serving process while streaming {BODY_MIB} MiB "
               f"({workers} HTTP workers): {growth_mib:.1f} MiB")
         assert growth_mib < 40, f"server grew by {growth_mib:.0f} MiB"
-        assert sql.value("SELECT count(*) FROM ids_events") == 200 + repeats * 1000
+        assert stored_count(sql) == 200 + repeats * 1000
     finally:
         server.stop()

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from testkit.database import command_env, settings_for
+from testkit.telemetry import stored_count
 
 VICTIM, ATTACKER = "aa:bb:cc:00:12:01", "aa:bb:cc:00:12:02"
 TOKEN = "fleet-enrollment-secret-0123"
@@ -54,8 +55,8 @@ async def enroll(client, mac: str, token: str = TOKEN):
 
 
 def stored(sql) -> tuple[int, int, int]:
-    return (sql.value("SELECT count(*) FROM ids_events"),
-            sql.value("SELECT count(*) FROM cfm_records"),
+    return (stored_count(sql),
+            stored_count(sql, "cfm"),
             sql.value("SELECT count(*) FROM activations"))
 
 
@@ -89,7 +90,7 @@ async def test_spoofed_alerts_for_another_router_are_refused(key_settings, make_
     await enroll(client, ATTACKER)
     for key in (None, "guess", (await enroll(client, "aa:bb:cc:00:12:03"))[1]["key"]):
         assert await call(client, "POST", "/log/events", VICTIM, key, ALERT * 50) == 401
-    assert sql.value("SELECT count(*) FROM ids_events WHERE mac = %s", (VICTIM,)) == 0
+    assert stored_count(sql, mac=VICTIM) == 0
 
 
 async def test_revoked_and_rotated_keys(key_settings, make_client, sql):

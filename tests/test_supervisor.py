@@ -20,6 +20,7 @@ from testkit import REPOSITORY
 from testkit.database import Sql, database_env
 from testkit.server import ServerRunner
 from testkit.waiting import wait_for
+from testkit.telemetry import stored_count
 
 WORKERS = 2
 
@@ -88,7 +89,7 @@ async def test_workers_serve_and_one_scrape_reports_the_host(supervised, databas
                           "rule_etag_cache_listening") == 1
 
     await wait_for(every_cache_listening, timeout=15)
-    assert Sql(database).value("SELECT count(*) FROM ids_events") == 400
+    assert stored_count(Sql(database)) == 400
     listening = [line for line in supervised.log_tail(100_000).splitlines()
                  if "router_backend.http: serving on" in line]
     assert len(listening) == WORKERS
@@ -147,7 +148,7 @@ async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
         accepted = await asyncio.gather(*uploads)
         status = await asyncio.to_thread(supervised.process.wait, 60)
     assert accepted == [lines] * 8 and status == 0
-    assert Sql(database).value("SELECT count(*) FROM ids_events") == 8 * lines
+    assert stored_count(Sql(database)) == 8 * lines
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", supervised.port), timeout=1).close()
     assert supervised.children("http") == []

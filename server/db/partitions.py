@@ -1,4 +1,5 @@
-"""Time partitions of `ids_events`, `cfm_records` and `activations` (migration 0014).
+"""Time partitions of telemetry (chunks and summaries, migration 0018) and `activations`
+(migration 0014).
 
 Partitions are TELEMETRY_PARTITION_DAYS long, on a grid of whole UTC days counted from
 1970-01-01, named `<table>_pYYYYMMDD` after their first day. They are created ahead of time
@@ -21,8 +22,9 @@ import psycopg2
 
 from server.db.location import DatabaseLocation
 
-TIME_COLUMNS = {"ids_events": "received_at", "cfm_records": "received_at",
-                "activations": "activated_at"}
+TIME_COLUMNS = {"telemetry_chunks": "received_at", "telemetry_alerts": "hour",
+                "telemetry_flows": "hour", "activations": "activated_at"}
+TELEMETRY_TABLES = ("telemetry_chunks", "telemetry_alerts", "telemetry_flows")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 AHEAD = timedelta(days=7)        # partitions exist at least this far ahead of now
 LOCK_KEY = 7_302_145_002         # one partition creator at a time across processes
@@ -102,10 +104,10 @@ def partition_name(table: str, start: datetime) -> str:
 
 
 def create_statements(table: str, start: datetime, end: datetime) -> list[str]:
-    """A plain table shaped like the parent, then attached (the parent's indexes and primary
-    key are built on it, empty, by the ATTACH)."""
+    """A plain table shaped like the parent (its columns' storage too), then attached (the
+    parent's indexes and primary key are built on it, empty, by the ATTACH)."""
     name = partition_name(table, start)
-    return [f"CREATE TABLE {name} (LIKE {table})",
+    return [f"CREATE TABLE {name} (LIKE {table} INCLUDING STORAGE INCLUDING CONSTRAINTS)",
             f"ALTER TABLE {table} ATTACH PARTITION {name} "
             f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"]
 

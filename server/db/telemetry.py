@@ -1,9 +1,6 @@
-"""Batched, transactional inserts of telemetry rows while a request body streams in.
-
-Rows arrive as JSON arrays `[column values..., record]` (see server/ingest/extract.py) and
-are sent to PostgreSQL as one JSON document per batch, unpacked server-side by
-`jsonb_array_elements`. aiopg cannot use COPY (psycopg2 has no COPY in async mode); this keeps
-one round trip and one parameter per batch instead.
+"""Transactional writes of a telemetry upload while its body streams in: its records in
+chunks (server/telemetry/chunks.py) of at most `batch_rows` records or BATCH_BYTES, and its
+summary rows (server/telemetry/summary.py), all in one transaction with its Idempotency-Key.
 """
 
 from __future__ import annotations
@@ -13,12 +10,15 @@ import contextlib
 from datetime import datetime
 
 import aiopg
-import sqlalchemy as sa
 
-from server.db.pool import DIALECT, Database, DatabaseUnavailable, execute
-from server.db.upload_keys import INSERT_KEY, UploadKey
+from server.db.chunks import chunk_params, store_statement, summary_params
+from server.db.pool import Database, DatabaseUnavailable, execute
+from server.db.upload_keys import UploadKey
+from server.telemetry.chunks import Chunk, compress
+from server.telemetry.summary import Summary
 
-BATCH_BYTES = 2 * 1024 * 1024  # each batch is held ~4 times over (rows, joined, str, query)
+BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
+SUMMARY_ROWS = 10_000  # a summary this large is written with the next chunk (bounded memory)
 
 
 class CommitInDoubt(Exception):
@@ -45,15 +45,16 @@ class StoredUnknown(DatabaseUnavailable):
 # pg_terminate_backend(pid, timeout) waits for the process to end (PostgreSQL 14+).
 _END_BACKEND = ("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
                 "WHERE pid = %(pid)s AND usename = current_user")
-_STORED_ROWS = "SELECT count(*) FROM {table} WHERE mac = %(mac)s AND received_at = %(at)s"
+_STORED_RECORDS = ("SELECT coalesce(sum(records), 0) FROM telemetry_chunks "
+                   "WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(at)s")
 
 
-async def was_committed(db: Database, table: str, mac: str, received_at: datetime,
+async def was_committed(db: Database, kind: str, mac: str, received_at: datetime,
                         doubt: CommitInDoubt, rows: int) -> bool:
     """Settle a CommitInDoubt: end the backend that held the write if it still lives (after
     a network cut it waits in its transaction, and a COMMIT held up on the way could land
-    after our answer), then count the request's rows, found by (mac, received_at): all of
-    them stored (True) or none (False). StoredUnknown when the database cannot be asked."""
+    after our answer), then count the request's records, found by (mac, kind, received_at): all
+    of them stored (True) or none (False). StoredUnknown when the database cannot be asked."""
     try:
         async with db.cursor() as cur:
             await execute(cur, _END_BACKEND, {"pid": doubt.backend_pid})
@@ -61,8 +62,7 @@ async def was_committed(db: Database, table: str, mac: str, received_at: datetim
             if ended is not None and not ended[0]:
                 raise StoredUnknown(f"the connection was lost while storing ({doubt}) and "
                                     "its database session did not end")
-            await execute(cur, _STORED_ROWS.format(table=table),
-                          {"mac": mac, "at": received_at})
+            await execute(cur, _STORED_RECORDS, {"mac": mac, "kind": kind, "at": received_at})
             stored = (await cur.fetchone())[0]
     except StoredUnknown:
         raise
@@ -71,7 +71,7 @@ async def was_committed(db: Database, table: str, mac: str, received_at: datetim
                             f"database could not be asked whether it was stored ({error})"
                             ) from error
     if stored not in (0, rows):
-        raise StoredUnknown(f"{stored} rows found for a request of {rows}")
+        raise StoredUnknown(f"{stored} records found for a request of {rows}")
     return stored == rows
 
 
@@ -80,34 +80,26 @@ def backend_pid(cur: aiopg.Cursor) -> int:
     return cur.connection.raw.get_backend_pid()
 
 
-def insert_statement(table: sa.Table, columns: tuple[str, ...]) -> str:
-    """INSERT ... SELECT over the batch's JSON array, casting each position to its column."""
-    casts = [f"(r->>{position})::{table.c[name].type.compile(dialect=DIALECT)}"
-             for position, name in enumerate(columns)]
-    targets = ", ".join(("mac", "received_at") + columns + ("record",))
-    return (f"INSERT INTO {table.name} ({targets}) "
-            f"SELECT %(mac)s::macaddr, %(received_at)s, {', '.join(casts)}, r->{len(columns)} "
-            f"FROM jsonb_array_elements(%(rows)s::jsonb) AS r")
-
-
 class TelemetryWriter:
-    """Collects rows and flushes them in batches inside one transaction, opened at the first
-    flush. A body that fits one batch is written by a single autocommit statement. Leaving the
-    context with an exception rolls everything back.
+    """Collects an upload's records, writes them in chunks inside one transaction, opened at
+    the first full chunk, and its summary with the last one. An upload that fits one chunk
+    is written by a single autocommit statement. Leaving the context with an exception
+    rolls everything back.
 
-    Pipelined: a full batch is sent while the caller goes on reading and parsing the next
-    one, with at most one batch in flight (one connection runs one statement at a time, and
-    memory stays at two batches). A failed batch fails the request at the next add or at
-    commit, so the transaction still stores all or nothing."""
+    Pipelined: a full chunk is compressed (in a thread: zstd lets go of the GIL) and sent
+    while the caller goes on reading and parsing the next one, with at most one chunk in
+    flight. A failed write fails the request at the next add or at commit, so the
+    transaction still stores all or nothing."""
 
-    def __init__(self, db: Database, statement: str, mac: str, received_at: datetime,
+    def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
                  batch_rows: int):
         self._db = db
-        self._statement = statement
-        self._params = {"mac": mac, "received_at": received_at}
+        self._params = {"mac": mac, "kind": kind}
+        self._received_at = received_at
         self._batch_rows = batch_rows
-        self._rows: list[bytes] = []
+        self._lines: list[bytes] = []
         self._pending_bytes = 0
+        self.summary = Summary()
         self._stack = contextlib.AsyncExitStack()
         self._cursor: aiopg.Cursor | None = None
         self._in_flight: asyncio.Task | None = None
@@ -116,39 +108,47 @@ class TelemetryWriter:
         return self
 
     async def __aexit__(self, *exc_info) -> None:
-        if self._in_flight is not None:  # failing: let the batch end before the rollback
+        if self._in_flight is not None:  # failing: let the write end before the rollback
             in_flight, self._in_flight = self._in_flight, None
             await asyncio.wait([in_flight])
             if not in_flight.cancelled():
                 in_flight.exception()  # retrieved: the request fails with the first error
         await self._stack.__aexit__(*exc_info)
 
-    async def add(self, row: bytes) -> None:
-        self._rows.append(row)
-        self._pending_bytes += len(row)
-        if len(self._rows) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES:
+    async def add(self, line: bytes, values: list, record: dict) -> None:
+        """One record: on one line, its column values and itself parsed (for the summary)."""
+        if self._params["kind"] == "events":
+            self.summary.add_event(values, record)
+        else:
+            self.summary.add_flow(values)
+        self._lines.append(line)
+        self._pending_bytes += len(line)
+        if len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES:
             if self._cursor is None:
                 self._cursor = await self._stack.enter_async_context(self._db.transaction())
             await self._settle()
-            self._in_flight = asyncio.ensure_future(self._send(self._cursor, self._take()))
+            summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
+            self._in_flight = asyncio.ensure_future(
+                self._send(self._cursor, self._take_chunk(), summary, None))
 
     async def commit(self, key: UploadKey | None = None) -> None:
-        """Write what is left, and `key` with it, and commit. KeyAlreadyUsed when `key` was
-        recorded by another upload (nothing is stored; leaving the context rolls back).
-        CommitInDoubt when the connection fails during the write that commits (a lone
-        batch's autocommit statement, or COMMIT); a failure before it leaves nothing stored
-        and is raised as it is."""
+        """Write what is left (records, summary) and `key` with it, and commit.
+        KeyAlreadyUsed when `key` was recorded by another upload (nothing is stored; leaving
+        the context rolls back). CommitInDoubt when the connection fails during the write
+        that commits (a lone statement in autocommit, or COMMIT); a failure before it leaves
+        nothing stored and is raised as it is."""
         pid = None
         try:
+            chunk, summary = self._take_chunk(), self._take_summary()
             if self._cursor is None:
-                if self._rows or key is not None:
+                if chunk or summary or key is not None:
                     async with self._db.cursor() as cur:
                         pid = backend_pid(cur)
-                        await self._send_last(cur, key)
+                        await self._send(cur, chunk, summary, key)
                 return
             await self._settle()
-            if self._rows or key is not None:
-                await self._send_last(self._cursor, key)
+            if chunk or summary or key is not None:
+                await self._send(self._cursor, chunk, summary, key)
             pid = backend_pid(self._cursor)
             await self._stack.aclose()  # COMMIT
         except DatabaseUnavailable as error:
@@ -156,37 +156,37 @@ class TelemetryWriter:
                 raise
             raise CommitInDoubt(pid, str(error)) from error
 
-    async def _send_last(self, cur: aiopg.Cursor, key: UploadKey | None) -> None:
-        """The request's last write, one statement: its remaining rows, its key, or both
-        (the rows stored only when the key is new)."""
-        if key is None:
-            await self._send(cur, self._take())
-        elif not self._rows:
-            await self._record_key(cur, key)
-        else:
-            keyed = (f"WITH key AS ({INSERT_KEY}) {self._statement} "
-                     "WHERE EXISTS (SELECT 1 FROM key)")
-            await execute(cur, keyed, {**self._params, "rows": self._take(), **key.params()})
-            if cur.rowcount == 0:
-                raise KeyAlreadyUsed(key.key)
-
-    @staticmethod
-    async def _record_key(cur: aiopg.Cursor, key: UploadKey) -> None:
-        await execute(cur, INSERT_KEY, key.params())
-        if cur.rowcount == 0:
-            raise KeyAlreadyUsed(key.key)
-
     async def _settle(self) -> None:
-        """Wait for the batch in flight; its failure is raised here."""
+        """Wait for the write in flight; its failure is raised here."""
         if self._in_flight is not None:
             in_flight, self._in_flight = self._in_flight, None
             await in_flight
 
-    def _take(self) -> str:
-        batch = b"[" + b",".join(self._rows) + b"]"
-        self._rows.clear()
+    def _take_chunk(self) -> Chunk | None:
+        if not self._lines:
+            return None
+        chunk = Chunk(self._lines, [self._received_at], [len(self._lines)])
+        self._lines = []
         self._pending_bytes = 0
-        return batch.decode()
+        return chunk
 
-    async def _send(self, cur: aiopg.Cursor, batch: str) -> None:
-        await execute(cur, self._statement, {**self._params, "rows": batch})
+    def _take_summary(self) -> Summary | None:
+        if not len(self.summary):
+            return None
+        summary, self.summary = self.summary, Summary()
+        return summary
+
+    async def _send(self, cur: aiopg.Cursor, chunk: Chunk | None, summary: Summary | None,
+                    key: UploadKey | None) -> None:
+        params = dict(self._params)
+        if chunk is not None:
+            body = await asyncio.to_thread(compress, chunk.lines)
+            params.update(chunk_params(chunk, body))
+        if summary is not None:
+            params.update(summary_params(summary, self._received_at))
+        if key is not None:
+            params.update(key.params())
+        statement = store_statement(chunk is not None, summary is not None, key is not None)
+        await execute(cur, statement, params)
+        if key is not None and (await cur.fetchone())[0] == 0:
+            raise KeyAlreadyUsed(key.key)

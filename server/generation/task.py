@@ -25,9 +25,7 @@ from server.db.pool import DatabaseUnavailable
 from server.db.rules import payload_params, upsert_statement
 from server.generation.queue import RENEW_ONE
 
-# Bounds on what the summary reads per router, so one router's volume cannot make its
-# generation slow.
-RECENT_ROWS = 50_000      # alerts, and flows, read newest first within the window
+# Bounds on what the summary returns per router.
 MAX_FIRED_SIDS = 2_000
 TOP_FLOW_VALUES = 32
 MAX_ALERTS = 5_000
@@ -120,39 +118,35 @@ def generate_and_store(task: RouterTask) -> RouterGenerated:
 # tests/test_partition_pruning.py). No row is newer than now(): received_at is when its
 # request began, activated_at the database's now().
 WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
+# The hourly summaries (migration 0018) count an hour while any of it is within the window.
+HOURS_IN_WINDOW = "hour > now() - %(window)s - interval '1 hour' AND hour <= now()"
+_ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
+_FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 
-# Only alerts and flows count (each read through its partial index, migration 0008), so
-# records of other kinds, however many, never push them out of the summary.
-_KINDS = {"ids_events": "signature_id IS NOT NULL",
-          "cfm_records": "event_type IN ('flow', 'netflow')"}
-
-
-def _recent(table: str, columns: str, condition: str = "true") -> str:
-    return (f"(SELECT {columns} FROM {table} WHERE mac = %(mac)s AND {_KINDS[table]} "
-            f"AND {condition} AND {WITHIN_WINDOW.format(time='received_at')} "
-            f"ORDER BY received_at DESC LIMIT {RECENT_ROWS}) recent")
-
-
-RENEW_AND_SUMMARISE = f"""WITH renewed AS ({RENEW_ONE}) SELECT
+RENEW_AND_SUMMARISE = f"""WITH renewed AS ({RENEW_ONE}),
+ blockable AS (SELECT * FROM {_ALERTS} AND severity <= %(severity)s),
+ pairs AS (SELECT src_ip, dest_ip, signature_id, min(severity) AS severity,
+           sum(alerts) AS n, max(last_seen) AS last_seen
+           FROM blockable GROUP BY 1, 2, 3),
+ pair_flows AS (SELECT src_ip, dest_ip, signature_id, count(DISTINCT flow_id) AS flows
+                FROM blockable, unnest(flow_ids) AS flow_id GROUP BY 1, 2, 3)
+SELECT
  (SELECT count(*) FROM renewed),
  (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
-   SELECT signature_id AS sid, count(*) AS n, coalesce(min(severity), 255) AS severity
-   FROM {_recent('ids_events', 'signature_id, severity')}
-   GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
- (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM
-   {_recent('cfm_records', 'app_proto', "app_proto IS NOT NULL AND app_proto <> 'failed'")}
-   GROUP BY app_proto ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
- (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM
-   {_recent('cfm_records', 'dest_port', 'dest_port IS NOT NULL')}
-   GROUP BY dest_port ORDER BY count(*) DESC, dest_port LIMIT %(top)s) ports),
+   SELECT signature_id AS sid, sum(alerts) AS n, coalesce(min(severity), 255) AS severity
+   FROM {_ALERTS} GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM {_FLOWS} AND app_proto IS NOT NULL
+   GROUP BY app_proto ORDER BY sum(flows) DESC, app_proto LIMIT %(top)s) apps),
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM {_FLOWS} AND dest_port IS NOT NULL
+   GROUP BY dest_port ORDER BY sum(flows) DESC, dest_port LIMIT %(top)s) ports),
  (SELECT json_agg(json_build_array(src, dest, sid, severity, n, flows, expires)) FROM (
-   SELECT host(src_ip) AS src, host(dest_ip) AS dest, signature_id AS sid,
-          min(severity) AS severity, count(*) AS n, count(DISTINCT flow_id) AS flows,
-          to_char((max(received_at) + %(window)s) AT TIME ZONE 'UTC',
-                  'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires FROM
-   {_recent('ids_events', "src_ip, dest_ip, signature_id, severity, received_at, "
-                          "record->>'flow_id' AS flow_id", 'severity <= %(severity)s')}
-   GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts),
+   SELECT host(p.src_ip) AS src, host(p.dest_ip) AS dest, p.signature_id AS sid, p.severity,
+          p.n, coalesce(f.flows, 0) AS flows,
+          to_char((p.last_seen + %(window)s) AT TIME ZONE 'UTC',
+                  'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires
+   FROM pairs p LEFT JOIN pair_flows f ON f.signature_id = p.signature_id
+        AND f.src_ip IS NOT DISTINCT FROM p.src_ip AND f.dest_ip IS NOT DISTINCT FROM p.dest_ip
+   ORDER BY p.n DESC LIMIT %(alerts)s) alerts),
  (SELECT array_agg(DISTINCT host(address)) FROM (
    SELECT address FROM activations WHERE mac = %(mac)s AND address IS NOT NULL
    AND {WITHIN_WINDOW.format(time='activated_at')}
@@ -164,8 +158,8 @@ RENEW_AND_SUMMARISE = f"""WITH renewed AS ({RENEW_ONE}) SELECT
 
 
 def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
-    """Renew the lease and read what the router's telemetry of the window says (newest first,
-    bounded), where it called from, its allowlist and rule overrides, in one round trip."""
+    """Renew the lease and read what the router's telemetry of the window says (its hourly
+    summaries), where it called from, its allowlist and rule overrides, in one round trip."""
     cur.execute(RENEW_AND_SUMMARISE, {
         "owner": task.owner, "mac": task.mac, "lease": task.lease, "window": task.window,
         "severity": task.block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,

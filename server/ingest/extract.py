@@ -1,8 +1,9 @@
-"""Turn one raw telemetry record (Suricata EVE JSON) into a row for the batched insert.
+"""Check one raw telemetry record (Suricata EVE JSON) and read the fields the summary and
+the SQL view of records use (server/telemetry/).
 
-The whole record is stored as JSONB; the fields the engine and the reports query are copied
-into columns when present. A present field of the wrong type or shape rejects the record with
-a message naming the field, so a batch sent to PostgreSQL never fails on a value.
+The record is stored as received; the fields are checked when present. A present field of
+the wrong type or shape, or a value PostgreSQL's jsonb refuses, rejects the record with a
+message naming it, so every stored record reads back as a row of the SQL view.
 """
 
 from __future__ import annotations
@@ -143,12 +144,9 @@ def _numbers_fit(raw: bytes) -> bool:
     return True
 
 
-def encode_row(raw: bytes, row_of) -> bytes:
-    """Validate `raw` and return its row as JSON: `[column values..., <raw record>]`.
-
-    The raw bytes are embedded as they came (they were just validated as JSON), which spares
-    re-serialising the record.
-    """
+def validate(raw: bytes, row_of) -> tuple[list, dict]:
+    """Check `raw` as one storable record; its column values (`row_of`: event_row or
+    cfm_row) and the parsed record. RecordError names what is wrong."""
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
@@ -162,5 +160,4 @@ def encode_row(raw: bytes, row_of) -> bytes:
     if _scale_suspect(raw) and not _numbers_fit(raw):
         raise RecordError(f"record has a number with more than {NUMERIC_MAX_SCALE} digits "
                           "after the decimal point, which cannot be stored")
-    columns = orjson.dumps(row_of(record))
-    return columns[:-1] + b"," + raw + b"]"
+    return row_of(record), record

@@ -1,4 +1,5 @@
-"""One telemetry request, end to end: decoded chunks -> records -> rows -> batched inserts.
+"""One telemetry request, end to end: decoded pieces -> records -> checked and summarised
+-> compressed chunks (server/db/telemetry.py).
 
 The request is one transaction: it stores every record it reports as accepted, or nothing
 (400/413/503 leave the tables as they were). With an Idempotency-Key the key is stored in the
@@ -14,11 +15,9 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
-from server.db.schema import TELEMETRY_TABLES
 from server.db.pool import DatabaseUnavailable
 from server.db import upload_keys
-from server.db.telemetry import (CommitInDoubt, KeyAlreadyUsed, TelemetryWriter,
-                                 insert_statement, was_committed)
+from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, TelemetryWriter, was_committed
 from server.db.upload_keys import UploadKey
 from server.errors import BadRequest, UnsupportedMediaType
 from server.ingest import extract
@@ -27,13 +26,10 @@ from server.idempotency_key import idempotency_key
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
 from server.settings import Settings
+from server.telemetry.chunks import one_line
 from server.typedefs import FLOOD_LIMITS, INGEST_DATABASE, SETTINGS
 
 ROW_BUILDERS = {"events": extract.event_row, "cfm": extract.cfm_row}
-STATEMENTS = {
-    "events": insert_statement(TELEMETRY_TABLES["events"], extract.EVENT_COLUMNS),
-    "cfm": insert_statement(TELEMETRY_TABLES["cfm"], extract.CFM_COLUMNS),
-}
 
 
 class IngestReport:
@@ -101,8 +97,9 @@ async def _store(request: web.Request, mac: str, kind: str, key: str | None,
     limits = request.app[FLOOD_LIMITS]
     db = request.app[INGEST_DATABASE]
     received_at = datetime.now(timezone.utc)
-    async with TelemetryWriter(db, STATEMENTS[kind], mac, received_at,
+    async with TelemetryWriter(db, mac, kind, received_at,
                                settings.ingest_batch_rows) as writer:
+
         async def take(records: list[RawRecord]) -> None:
             limits.records_arrived(mac, len(records))
             for number, raw in records:
@@ -111,12 +108,12 @@ async def _store(request: web.Request, mac: str, kind: str, key: str | None,
                                           f"{settings.ingest_max_record_bytes} bytes")
                     continue
                 try:
-                    row = extract.encode_row(raw, row_of)
+                    values, record = extract.validate(raw, row_of)
                 except extract.RecordError as error:
                     report.reject(number, str(error))
                     continue
                 report.accepted += 1
-                await writer.add(row)
+                await writer.add(one_line(raw), values, record)
 
         try:
             async for chunk in _decoded(request, settings):
@@ -131,7 +128,7 @@ async def _store(request: web.Request, mac: str, kind: str, key: str | None,
         try:
             await writer.commit(uploaded)
         except CommitInDoubt as doubt:
-            if not await was_committed(db, TELEMETRY_TABLES[kind].name, mac, received_at,
+            if not await was_committed(db, kind, mac, received_at,
                                        doubt, report.accepted):
                 raise DatabaseUnavailable(f"nothing stored: {doubt}") from None
     return report.as_json()

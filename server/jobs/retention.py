@@ -1,5 +1,7 @@
-"""The retention job: IDS events and CFM records received more than RETENTION_DAYS ago, and
-activations older than ACTIVATION_RETENTION_DAYS, go by whole partitions.
+"""The retention job: telemetry received more than RETENTION_DAYS ago (chunks, and the
+hourly summaries), and activations older than ACTIVATION_RETENTION_DAYS, go by whole
+partitions. A chunk goes when its newest record is older than the cut-off (a merged chunk
+holds one router's records of at most one partition: a day).
 
 For each table, every partition entirely older than the cut-off is detached with
 `DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent), then
@@ -36,7 +38,7 @@ async def run_retention(db: Database, days: int, activation_days: int,
     removed = {}
     for table, cutoff in cutoffs.items():
         removed[table] = await _trim_table(db, table, cutoff, batch_rows)
-    return {"cutoff": cutoffs["ids_events"].isoformat(),
+    return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(), "removed": removed}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
 from server.jobs.cron import CronJobs, JobFailed
@@ -12,11 +14,13 @@ from server.jobs.retention import run_retention
 from server.jobs.upload_keys import UPLOAD_KEYS_CRON_SCHEDULE, expire_upload_keys
 from server.metrics import Metrics
 from server.settings import Settings
+from server.telemetry.compaction import compact
 
 
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
     """Rule preprocessing always (and at once when no ruleset was ever published); time
-    partitions created ahead and expired upload keys deleted every hour; retention when
+    partitions created ahead and expired upload keys deleted every hour; small telemetry
+    chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; retention when
     DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once at
     start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
@@ -35,11 +39,18 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
         return await create_partitions_ahead(db, settings.telemetry_partition_days)
 
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
+    async def telemetry_compaction() -> dict:
+        return (await compact(db, settings.telemetry_chunk_records,
+                              timedelta(seconds=settings.telemetry_compact_settle_seconds))
+                ).as_detail()
+
     async def expired_upload_keys() -> dict:
         return await expire_upload_keys(db, settings.ingest_idempotency_key_days)
 
     jobs.add("partitions", PARTITIONS_CRON_SCHEDULE, partitions)
     jobs.add("upload-keys", UPLOAD_KEYS_CRON_SCHEDULE, expired_upload_keys)
+    jobs.add("telemetry-compact", settings.telemetry_compact_cron_schedule,
+             telemetry_compaction)
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
     jobs.catch_up()

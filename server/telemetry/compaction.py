@@ -1,0 +1,93 @@
+"""The compaction job: each router's small chunks (the agent's 10-second uploads, one or two
+records each) merged into chunks of TELEMETRY_CHUNK_RECORDS records, as Loki cuts chunks and
+TimescaleDB compresses aged ones. A chunk of 2 records takes about 230 bytes a record, one
+of 1,000 about 30 (docs/performance.md).
+
+A merge is one transaction per router, kind and partition: the small chunks are deleted
+(returning their contents), merged in order of receipt, cut into full chunks and one
+remainder, compressed harder than at ingestion, and inserted. It commits whole or not at
+all: a crash loses and doubles nothing. Uploads only insert new chunks, so a merge never
+waits for them nor they for it. Only chunks received TELEMETRY_COMPACT_SETTLE_SECONDS ago
+or more are taken (an upload's own chunk is settled with it long before), and only in the
+partitions of the last two days, unless a run by hand asks for all.
+
+The remainder (fewer records than a full chunk) is merged again with the next run's small
+chunks, until full or its partition's day is over: a record is recompressed a few times in
+its first day (docs/operations.md gives the arithmetic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from server.db.chunks import (SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS, chunk_params,
+                              insert_chunk_statement)
+from server.db.pool import Database, execute
+from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, decompress, merged, split
+from server.telemetry.legacy import move_legacy_rows
+
+RECENT = timedelta(days=2)
+CHUNKS_PER_MERGE = 2_000      # small chunks taken by one transaction at most
+PAUSE_SECONDS = 0.01          # between transactions: lets ingestion's statements through
+
+
+@dataclass
+class CompactionReport:
+    merged_chunks: int = 0     # small chunks taken
+    written_chunks: int = 0    # chunks written in their place
+    records: int = 0
+    legacy: dict = field(default_factory=dict)
+
+    def as_detail(self) -> dict:
+        return {"merged_chunks": self.merged_chunks, "written_chunks": self.written_chunks,
+                "records": self.records, "legacy": self.legacy}
+
+
+async def compact(db: Database, chunk_records: int, settle: timedelta,
+                  everything: bool = False, now: datetime | None = None) -> CompactionReport:
+    """Move what is left of the row tables of before, then merge small chunks."""
+    now = now or datetime.now(timezone.utc)
+    report = CompactionReport(legacy=await move_legacy_rows(db, chunk_records))
+    bounds = {"since": datetime.min.replace(tzinfo=timezone.utc) if everything
+              else now - RECENT, "settled": now - settle, "size": chunk_records}
+    for mac, kind, partition, _ in await db.fetchall(SMALL_CHUNK_GROUPS, bounds):
+        while await _merge(db, partition, {**bounds, "mac": mac, "kind": kind,
+                                           "chunks": CHUNKS_PER_MERGE}, chunk_records, report):
+            await asyncio.sleep(PAUSE_SECONDS)
+    return report
+
+
+class _Alone(Exception):
+    """Fewer than two small chunks were taken (another run merged them): put nothing back."""
+
+
+async def _merge(db: Database, partition: str, params: dict, chunk_records: int,
+                 report: CompactionReport) -> bool:
+    """One transaction; whether it took a full batch (more may be waiting)."""
+    try:
+        async with db.transaction() as cur:
+            await execute(cur, TAKE_SMALL_CHUNKS.format(partition=partition), params)
+            taken = sorted(await cur.fetchall(), key=lambda row: (row[0], row[1]))
+            if len(taken) < 2:
+                raise _Alone
+            pieces = await asyncio.to_thread(_recut, taken, chunk_records)
+            for piece, body in pieces:
+                await execute(cur, insert_chunk_statement(),
+                              {"mac": params["mac"], "kind": params["kind"],
+                               **chunk_params(piece, body)})
+    except _Alone:
+        return False
+    report.merged_chunks += len(taken)
+    report.written_chunks += len(pieces)
+    report.records += sum(len(piece.lines) for piece, _ in pieces)
+    return len(taken) == params["chunks"]
+
+
+def _recut(taken: list[tuple], chunk_records: int) -> list[tuple[Chunk, bytes]]:
+    """The taken chunks' records in order, cut into chunks and compressed (in a thread)."""
+    whole = merged([Chunk(decompress(bytes(body)), times, counts)
+                    for _, _, times, counts, body in taken])
+    return [(piece, compress(piece.lines, COMPACT_LEVEL))
+            for piece in split(whole, chunk_records)]

@@ -1,0 +1,52 @@
+"""A router's stored records read back, oldest first, each once: for `router-backend
+telemetry export` (NDJSON) and `router-backend telemetry sql` (rows for psql).
+
+Synchronous (psycopg2) with a server-side cursor: one statement, so one snapshot of the
+chunks (a merge committing meanwhile is not seen half done), fetched a few chunks at a time,
+so memory holds a few chunks whatever the router stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import psycopg2
+
+from server.db.chunks import ROUTER_CHUNKS
+from server.db.location import DatabaseLocation
+from server.telemetry.chunks import Chunk, decompress
+
+BEGINNING = datetime(1, 1, 1, tzinfo=timezone.utc)
+END = datetime(9999, 12, 31, tzinfo=timezone.utc)
+CHUNKS_PER_FETCH = 20
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    chunk_id: int
+    ordinal: int              # 1-based position in its chunk
+    kind: str                 # events or cfm
+    received_at: datetime
+    line: bytes               # the record as received, on one line
+
+
+def stored_records(location: DatabaseLocation, mac: str, kind: str | None = None,
+                   since: datetime | None = None, until: datetime | None = None
+                   ) -> Iterator[StoredRecord]:
+    since, until = since or BEGINNING, until or END
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor(name="telemetry_export") as cur:
+            cur.itersize = CHUNKS_PER_FETCH
+            cur.execute(ROUTER_CHUNKS, {"mac": mac, "kind": kind, "since": since,
+                                        "until": until})
+            for chunk_id, chunk_kind, times, counts, body in cur:
+                chunk = Chunk(decompress(bytes(body)), times, counts)
+                for ordinal, (line, moment) in enumerate(zip(chunk.lines,
+                                                             chunk.record_times()), 1):
+                    if since <= moment < until:
+                        yield StoredRecord(chunk_id, ordinal, chunk_kind, moment, line)
+    finally:
+        conn.close()

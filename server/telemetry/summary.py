@@ -1,0 +1,102 @@
+"""What generation reads of a router's telemetry, tallied as records arrive: per hour,
+alerts by (signature, source, destination, severity) with their distinct flows, and flows
+by application protocol and by destination port. Written with the records' chunk, in the
+same transaction (server/db/chunks.py), so generation never scans records.
+
+Only these records count, as generation counted them in the row tables of before: alerts
+are records with `alert.signature_id` sent to /log/events; flows are records with
+`event_type` flow or netflow sent to /log/cfm.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime, timezone
+
+import orjson
+
+FLOW_IDS_KEPT = 64   # distinct flows remembered per summary row; the firewall needs 2
+FLOW_TYPES = frozenset({"flow", "netflow"})
+
+# Positions in the values of server/ingest/extract.py's EVENT_COLUMNS / CFM_COLUMNS.
+_EVENT_TYPE, _SRC_IP, _DEST_IP, _DEST_PORT, _APP_PROTO, _SID, _SEVERITY = 1, 2, 4, 5, 7, 8, 9
+
+
+def hour_of(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def canonical_ip(value: str | None) -> str | None:
+    """One spelling per address, so one address is one summary key (as one inet value)."""
+    if value is None:
+        return None
+    family = socket.AF_INET6 if ":" in value else socket.AF_INET
+    return socket.inet_ntop(family, socket.inet_pton(family, value))
+
+
+def flow_id_text(value: object) -> str | None:
+    """flow_id as PostgreSQL's `record->>'flow_id'` spelled it: a string as it is, any other
+    value as its JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+class Summary:
+    """The summary rows of one upload (one receive time, so one hour)."""
+
+    def __init__(self) -> None:
+        self.alerts: dict[tuple, list] = {}   # key -> [alerts, set of flow ids]
+        self.flows: dict[tuple, int] = {}     # (app_proto, dest_port) -> flows
+
+    def __len__(self) -> int:
+        return len(self.alerts) + len(self.flows)
+
+    def add_event(self, values: list, record: dict) -> None:
+        sid = values[_SID]
+        if sid is None:
+            return
+        key = (sid, canonical_ip(values[_SRC_IP]), canonical_ip(values[_DEST_IP]),
+               values[_SEVERITY])
+        tally = self.alerts.get(key)
+        if tally is None:
+            tally = self.alerts[key] = [0, set()]
+        tally[0] += 1
+        flow_id = flow_id_text(record.get("flow_id"))
+        if flow_id is not None and len(tally[1]) < FLOW_IDS_KEPT:
+            tally[1].add(flow_id)
+
+    def add_flow(self, values: list) -> None:
+        if values[_EVENT_TYPE] not in FLOW_TYPES:
+            return
+        app_proto, dest_port = values[_APP_PROTO], values[_DEST_PORT]
+        if app_proto is not None and app_proto != "failed":
+            self.flows[(app_proto, None)] = self.flows.get((app_proto, None), 0) + 1
+        if dest_port is not None:
+            self.flows[(None, dest_port)] = self.flows.get((None, dest_port), 0) + 1
+
+    def alert_rows(self) -> list[dict]:
+        """In key order: concurrent uploads of one router lock their rows in the same order
+        (no deadlock)."""
+        return [{"sid": sid, "src": src, "dest": dest, "severity": severity,
+                 "alerts": count, "flow_ids": sorted(flows)}
+                for (sid, src, dest, severity), (count, flows)
+                in sorted(self.alerts.items(), key=_alert_order)]
+
+    def flow_rows(self) -> list[dict]:
+        return [{"app_proto": app_proto, "dest_port": dest_port, "flows": count}
+                for (app_proto, dest_port), count in sorted(self.flows.items(), key=_flow_order)]
+
+    def clear(self) -> None:
+        self.alerts.clear()
+        self.flows.clear()
+
+
+def _alert_order(item) -> tuple:
+    sid, src, dest, severity = item[0]
+    return sid, src or "", dest or "", -1 if severity is None else severity
+
+
+def _flow_order(item) -> tuple:
+    app_proto, dest_port = item[0]
+    return app_proto or "", -1 if dest_port is None else dest_port
