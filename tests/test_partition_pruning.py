@@ -72,11 +72,12 @@ def test_generation_summary_reads_only_the_window(daily_partitions):
     scanned = scanned_partitions(daily_partitions, RENEW_AND_SUMMARISE, {
         "owner": "test", "mac": MAC, "lease": timedelta(seconds=60), "window": window,
         "severity": 2, "sids": 10, "top": 10, "alerts": MAX_ALERTS})
-    expected = (partitions_between("ids_events", now - window, now)
-                | partitions_between("cfm_records", now - window, now)
+    hours = now - window - timedelta(hours=1)  # the summaries count whole hours
+    expected = (partitions_between("telemetry_alerts", hours, now)
+                | partitions_between("telemetry_flows", hours, now)
                 | partitions_between("activations", now - window, now))
     assert scanned and scanned <= expected
-    assert {name.split("_p")[0] for name in scanned} == {"ids_events", "cfm_records",
+    assert {name.split("_p")[0] for name in scanned} == {"telemetry_alerts", "telemetry_flows",
                                                         "activations"}
 
 

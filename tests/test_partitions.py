@@ -1,12 +1,13 @@
 """Time partitions (migration 0014, server/db/partitions.py): converting a filled database
-keeps every row, partitions exist ahead of time, and the planning of ranges is right."""
+keeps every row, partitions exist ahead of time (telemetry's of migration 0018 too), and the
+planning of ranges is right."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from server.db.partitions import (Partition, ensure_partitions, grid_floor, horizon,
-                                  missing_ranges)
+from server.db.partitions import (TIME_COLUMNS, Partition, create_statements,
+                                  ensure_partitions, grid_floor, horizon, missing_ranges)
 from testkit.database import Sql, migrate, migrated_database
 
 COLUMNS = {
@@ -58,8 +59,11 @@ def test_converting_a_filled_database_keeps_every_row_and_rolls_back(pg_server):
         for table in COLUMNS:
             assert sql.value("SELECT relkind FROM pg_class WHERE relname = %s", (table,)) == "p"
             assert sql.value(f"SELECT count(*) FROM {table}_legacy") == before[table][0]
-        # New rows go on with the old identity and land in the partitions created ahead.
-        ensure_partitions(location, 1)
+        # New rows go on with the old identity and land in the partitions created ahead
+        # (as the service of 0014 to 0017 created them).
+        ahead = grid_floor(datetime.now(timezone.utc) + timedelta(days=2), 1)
+        for statement in create_statements("ids_events", ahead, ahead + timedelta(days=1)):
+            sql.rows(statement)
         sql.rows("INSERT INTO ids_events (mac, received_at, record) "
                  "VALUES ('02:00:00:00:00:01', now() + interval '2 days', '{}')")
         assert sql.rows("SELECT id, tableoid::regclass::text FROM ids_events "
@@ -80,11 +84,11 @@ def test_partitions_exist_ahead_and_creation_is_idempotent(database, sql):
     # The test database was prepared like the service's (server.db.migrate.prepare_schema).
     assert ensure_partitions(database, 1, now) == []
     assert sql.value("SELECT count(*) FROM pg_inherits "
-                     "WHERE inhparent = 'ids_events'::regclass") >= 8
+                     "WHERE inhparent = 'telemetry_chunks'::regclass") >= 8
     later = now + timedelta(days=3)
     created = ensure_partitions(database, 1, later)
     assert created == [f"{table}_p{horizon(later, 1) - timedelta(days=offset):%Y%m%d}"
-                       for table in COLUMNS for offset in (2, 1, 0)]
+                       for table in TIME_COLUMNS for offset in (2, 1, 0)]
     assert ensure_partitions(database, 1, later) == []
     sql.rows("INSERT INTO activations (mac, activated_at) "
              "VALUES ('02:00:00:00:00:01', now() + interval '9 days')")
@@ -93,7 +97,7 @@ def test_partitions_exist_ahead_and_creation_is_idempotent(database, sql):
 def test_a_longer_partition_length_applies_from_the_next_partition_on(database, sql):
     far = datetime.now(timezone.utc) + timedelta(days=40)
     created = ensure_partitions(database, 7, far)
-    starts = [name.rsplit("_p", 1)[1] for name in created if name.startswith("cfm_records")]
+    starts = [name.rsplit("_p", 1)[1] for name in created if name.startswith("telemetry_chunks")]
     cells = [grid_floor(far, 7) + timedelta(days=7 * k) for k in range(3)]
     assert starts == [f"{cell:%Y%m%d}" for cell in cells if cell < horizon(far, 7)]
 

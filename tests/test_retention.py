@@ -1,5 +1,6 @@
 """Retention: whole partitions older than the limit are dropped, the one that straddles it is
-trimmed to exactly the rows older than the limit, and ingestion is never held up."""
+trimmed to exactly the rows older than the limit (telemetry chunks by their newest record,
+hourly summaries by their hour), and ingestion is never held up."""
 
 from __future__ import annotations
 
@@ -14,15 +15,34 @@ import psycopg2
 from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.jobs.retention import run_retention
+from server.telemetry.chunks import compress
 from testkit.database import command_env
+from testkit.telemetry import stored_count
 
 MAC = "aa:bb:cc:00:20:01"
+BODY = compress([b'{"event_type": "alert"}'])
+CHUNKS = "telemetry_chunks"
 
 
-def seed_rows(sql, table: str, old: int, recent: int) -> None:
+def add_chunks(sql, times: str, params: tuple, kind: str = "events") -> None:
+    """One chunk of one record at each time `times` (a query of times) gives."""
+    sql.rows(f"INSERT INTO telemetry_chunks (mac, kind, received_at, first_received_at, "
+             f"records, upload_times, upload_records, body) "
+             f"SELECT %s, %s, t, t, 1, ARRAY[t], ARRAY[1], %s FROM ({times}) s(t)",
+             (MAC, kind, BODY, *params))
+
+
+def seed_rows(sql, kind: str, old: int, recent: int) -> None:
     for count, age in ((old, "40 days"), (recent, "10 days")):
-        sql.rows(f"INSERT INTO {table} (mac, received_at, record) SELECT %s, "
-                 f"now() - interval '{age}' - n * interval '1 second', '{{}}'::jsonb "
+        add_chunks(sql, f"SELECT now() - interval '{age}' - n * interval '1 second' "
+                        f"FROM generate_series(1, %s) n", (count,), kind)
+
+
+def seed_summaries(sql, old_hours: int, recent_hours: int) -> None:
+    for count, age in ((old_hours, "40 days"), (recent_hours, "10 days")):
+        sql.rows(f"INSERT INTO telemetry_alerts (mac, hour, signature_id, alerts, last_seen, "
+                 f"flow_ids) SELECT %s, date_trunc('hour', now() - interval '{age}') "
+                 f"- n * interval '1 hour', 2000001, 1, now(), '{{}}' "
                  f"FROM generate_series(1, %s) n", (MAC, count))
 
 
@@ -41,27 +61,29 @@ def partitions(sql, table: str) -> list[str]:
 def first_daily_partition(sql) -> datetime:
     """Where the legacy partition ends: tomorrow, unless midnight (UTC) passed since the
     template database was migrated, when it is today."""
-    legacy = partitions_from_rows(sql.rows(LIST_PARTITIONS, {"table": "ids_events"}))[0]
+    legacy = partitions_from_rows(sql.rows(LIST_PARTITIONS, {"table": CHUNKS}))[0]
     return legacy.end
 
 
 async def test_trims_the_straddling_partition_to_exactly_the_old_rows(settings, sql):
-    # Rows of the past live in the legacy partition (migration 0014), which straddles both
-    # cut-offs: it is trimmed row by row.
-    seed_rows(sql, "ids_events", 1200, 300)
-    seed_rows(sql, "cfm_records", 50, 70)
+    # Rows of the past live in the legacy partitions (migrations 0014, 0018), which straddle
+    # both cut-offs: they are trimmed row by row.
+    seed_rows(sql, "events", 1200, 300)
+    seed_rows(sql, "cfm", 50, 70)
+    seed_summaries(sql, 24, 5)
     seed_activations(sql, [1, 40, 399, 401, 800])
     async with open_database(settings) as db:
         detail = await run_retention(db, days=30, activation_days=400, batch_rows=250)
     deleted = {table: removed["rows_deleted"] for table, removed in detail["removed"].items()}
-    assert deleted == {"ids_events": 1200, "cfm_records": 50, "activations": 2}
+    assert deleted == {CHUNKS: 1250, "telemetry_alerts": 24, "telemetry_flows": 0,
+                       "activations": 2}
     assert all(not removed["partitions_dropped"] for removed in detail["removed"].values())
     # Activations follow their own, longer limit (the monthly report reads them).
     assert sql.value("SELECT count(*) FROM activations") == 3
-    assert sql.value("SELECT count(*) FROM ids_events") == 300
-    assert sql.value("SELECT count(*) FROM cfm_records") == 70
-    assert sql.value("SELECT count(*) FROM ids_events WHERE received_at < "
+    assert stored_count(sql) == 300 and stored_count(sql, "cfm") == 70
+    assert sql.value("SELECT count(*) FROM telemetry_chunks WHERE received_at < "
                      "now() - interval '30 days'") == 0
+    assert sql.value("SELECT count(*) FROM telemetry_alerts") == 5
 
 
 async def test_drops_whole_partitions_and_trims_only_the_straddling_one(settings, sql):
@@ -70,22 +92,21 @@ async def test_drops_whole_partitions_and_trims_only_the_straddling_one(settings
     # fourth loses its 06:00 rows, the last two stay.
     first = first_daily_partition(sql)
     for day in range(6):
-        sql.rows("INSERT INTO ids_events (mac, received_at, record) SELECT %s, %s, '{}' "
-                 "FROM generate_series(1, 10)", (MAC, first + timedelta(days=day, hours=6)))
-    sql.rows("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, now(), '{}')",
-             (MAC,))
-    sql.rows("ANALYZE ids_events")
+        add_chunks(sql, "SELECT %s::timestamptz FROM generate_series(1, 10)",
+                   (first + timedelta(days=day, hours=6),))
+    add_chunks(sql, "SELECT now()", ())
+    sql.rows("ANALYZE telemetry_chunks")
     later = first + timedelta(days=3, hours=12) + timedelta(days=30)
     async with open_database(settings) as db:
         detail = await run_retention(db, days=30, activation_days=400, now=later)
-    removed = detail["removed"]["ids_events"]
-    expected_dropped = ["ids_events_legacy"] + [
-        f"ids_events_p{first + timedelta(days=day):%Y%m%d}" for day in range(3)]
+    removed = detail["removed"][CHUNKS]
+    expected_dropped = [f"{CHUNKS}_legacy"] + [
+        f"{CHUNKS}_p{first + timedelta(days=day):%Y%m%d}" for day in range(3)]
     assert removed["partitions_dropped"] == expected_dropped
     assert removed["rows_in_dropped_partitions_estimate"] == 31
     assert removed["rows_deleted"] == 10
-    assert sql.value("SELECT count(*) FROM ids_events") == 20
-    assert not set(expected_dropped) & set(partitions(sql, "ids_events"))
+    assert stored_count(sql) == 20
+    assert not set(expected_dropped) & set(partitions(sql, CHUNKS))
     assert sql.value("SELECT count(*) FROM pg_class WHERE relname = ANY(%s)",
                      (expected_dropped,)) == 0
 
@@ -98,29 +119,31 @@ async def test_dropping_partitions_never_blocks_ingestion(settings, sql, databas
     upload = psycopg2.connect(**database.connect_kwargs())
     try:
         with upload.cursor() as cur:
-            cur.execute("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{}')",
-                        (MAC, first + timedelta(days=5)))
+            cur.execute("INSERT INTO telemetry_chunks (mac, kind, received_at, "
+                        "first_received_at, records, upload_times, upload_records, body) "
+                        "VALUES (%s, 'events', %s, %s, 1, ARRAY[%s], ARRAY[1], %s)",
+                        (MAC, *[first + timedelta(days=5)] * 3, BODY))
         async with open_database(settings) as db:
             retention = asyncio.create_task(run_retention(
                 db, days=30, activation_days=400,
                 now=first + timedelta(days=2, hours=1) + timedelta(days=30)))
             await asyncio.sleep(0.5)
             started = asyncio.get_running_loop().time()
-            await asyncio.to_thread(sql.rows, "INSERT INTO ids_events (mac, received_at, record) "
-                                    "VALUES (%s, %s, '{}')", (MAC, first + timedelta(days=5)))
+            await asyncio.to_thread(add_chunks, sql, "SELECT %s::timestamptz",
+                                    (first + timedelta(days=5),))
             assert asyncio.get_running_loop().time() - started < 2
             assert not retention.done()  # waits for the open upload, never the other way
             upload.commit()
             detail = await asyncio.wait_for(retention, 30)
     finally:
         upload.close()
-    assert len(detail["removed"]["ids_events"]["partitions_dropped"]) == 3
-    assert sql.value("SELECT count(*) FROM ids_events") == 2
+    assert len(detail["removed"][CHUNKS]["partitions_dropped"]) == 3
+    assert stored_count(sql) == 2
 
 
 async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
     first = first_daily_partition(sql)
-    name = f"ids_events_p{first:%Y%m%d}"
+    name = f"{CHUNKS}_p{first:%Y%m%d}"
     # A DETACH CONCURRENTLY cancelled in its second phase leaves the partition pending.
     conn = psycopg2.connect(**sql.location.connect_kwargs())
     blocker = psycopg2.connect(**sql.location.connect_kwargs())
@@ -131,7 +154,7 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
         with conn.cursor() as cur:
             cur.execute("SET statement_timeout = '500ms'")
             try:
-                cur.execute(f"ALTER TABLE ids_events DETACH PARTITION {name} CONCURRENTLY")
+                cur.execute(f"ALTER TABLE {CHUNKS} DETACH PARTITION {name} CONCURRENTLY")
             except psycopg2.errors.QueryCanceled:
                 pass
     finally:
@@ -141,27 +164,26 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql):
                      "WHERE inhrelid = %s::regclass", (name,))
     async with open_database(settings) as db:
         detail = await run_retention(db, days=30, activation_days=400)
-    assert name in detail["removed"]["ids_events"]["partitions_dropped"]
-    assert name not in partitions(sql, "ids_events")
+    assert name in detail["removed"][CHUNKS]["partitions_dropped"]
+    assert name not in partitions(sql, CHUNKS)
 
 
 async def test_drops_a_partition_a_crash_left_detached(settings, sql):
     first = first_daily_partition(sql)
-    name = f"ids_events_p{first:%Y%m%d}"
-    sql.rows("INSERT INTO ids_events (mac, received_at, record) VALUES (%s, %s, '{}')",
-             (MAC, first + timedelta(hours=1)))
+    name = f"{CHUNKS}_p{first:%Y%m%d}"
+    add_chunks(sql, "SELECT %s::timestamptz", (first + timedelta(hours=1),))
     later = first + timedelta(days=1, hours=1) + timedelta(days=30)
     async with open_database(settings) as db:
-        sql.rows(f"ALTER TABLE ids_events DETACH PARTITION {name}")  # ... and then a crash
+        sql.rows(f"ALTER TABLE {CHUNKS} DETACH PARTITION {name}")  # ... and then a crash
         detail = await run_retention(db, days=30, activation_days=400, now=later)
-    assert name in detail["removed"]["ids_events"]["partitions_dropped"]
+    assert name in detail["removed"][CHUNKS]["partitions_dropped"]
     assert sql.value("SELECT count(*) FROM pg_class WHERE relname = %s", (name,)) == 0
     # A table of that shape newer than the cut-off is not taken for one.
-    assert f"ids_events_p{first + timedelta(days=2):%Y%m%d}" in partitions(sql, "ids_events")
+    assert f"{CHUNKS}_p{first + timedelta(days=2):%Y%m%d}" in partitions(sql, CHUNKS)
 
 
 async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
-    seed_rows(sql, "ids_events", 20_000, 0)
+    seed_rows(sql, "events", 20_000, 0)
     client = await make_client(settings)
     body = b"\n".join(orjson.dumps({"event_type": "alert", "n": n}) for n in range(500))
     accepted = 0
@@ -178,20 +200,20 @@ async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
         _, detail = await asyncio.gather(ingest(), run_retention(db, days=30,
                                                                 activation_days=400,
                                                                 batch_rows=500))
-    assert detail["removed"]["ids_events"]["rows_deleted"] == 20_000
+    assert detail["removed"][CHUNKS]["rows_deleted"] == 20_000
     assert accepted == 10_000
-    assert sql.value("SELECT count(*) FROM ids_events") == 10_000
+    assert stored_count(sql) == 10_000
 
 
 def test_retention_command(settings, sql):
-    seed_rows(sql, "ids_events", 30, 5)
+    seed_rows(sql, "events", 30, 5)
     seed_activations(sql, [3, 12])
     result = subprocess.run([sys.executable, "-m", "ops.cli", "retention"],
                             env=command_env(settings, RETENTION_DAYS="30",
                                             ACTIVATION_RETENTION_DAYS="10"),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "IDS events before" in result.stdout
+    assert "telemetry chunks before" in result.stdout
     assert ": 0 partitions dropped (about 0 rows), 30 rows deleted" in result.stdout
     assert "activations before" in result.stdout and ", 1 rows deleted" in result.stdout
     assert sql.value("SELECT count(*) FROM activations") == 1

@@ -1,7 +1,7 @@
 """SQLAlchemy Core tables, mirroring `migrations/` (checked by tests/test_schema.py)."""
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import CIDR, INET, JSONB, MACADDR, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, CIDR, INET, JSONB, MACADDR, UUID
 
 metadata = sa.MetaData(naming_convention={
     "ix": "%(table_name)s_%(column_0_name)s_idx",
@@ -18,21 +18,6 @@ def _time_key(time_column: str) -> sa.PrimaryKeyConstraint:
     """The key of a table partitioned by `time_column` (migration 0014): (mac, time, id),
     since a partitioned table's keys must hold its partition key."""
     return sa.PrimaryKeyConstraint("mac", time_column, "id")
-
-
-def _flow_columns() -> list[sa.Column]:
-    """Columns extracted from an EVE record (see server/ingest/extract.py)."""
-    return [
-        sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("event_time", sa.DateTime(timezone=True)),
-        sa.Column("event_type", sa.Text),
-        sa.Column("src_ip", INET),
-        sa.Column("src_port", sa.Integer),
-        sa.Column("dest_ip", INET),
-        sa.Column("dest_port", sa.Integer),
-        sa.Column("proto", sa.Text),
-        sa.Column("app_proto", sa.Text),
-    ]
 
 
 routers = sa.Table(
@@ -75,22 +60,41 @@ upload_keys = sa.Table(
     sa.Index("upload_keys_created_at_idx", "created_at"),
 )
 
-ids_events = sa.Table(
-    "ids_events", metadata,
-    *_mac_and_id(),
-    *_flow_columns(),
-    sa.Column("signature_id", sa.BigInteger),
-    sa.Column("severity", sa.SmallInteger),
-    sa.Column("record", JSONB, nullable=False),
-    _time_key("received_at"),
+# Telemetry at rest (migration 0018, server/telemetry/).
+telemetry_chunks = sa.Table(
+    "telemetry_chunks", metadata,
+    sa.Column("mac", MACADDR, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), nullable=False),
+    sa.Column("first_received_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("records", sa.Integer, nullable=False),
+    sa.Column("upload_times", ARRAY(sa.DateTime(timezone=True)), nullable=False),
+    sa.Column("upload_records", ARRAY(sa.Integer), nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.PrimaryKeyConstraint("mac", "kind", "received_at", "id"),
 )
 
-cfm_records = sa.Table(
-    "cfm_records", metadata,
-    *_mac_and_id(),
-    *_flow_columns(),
-    sa.Column("record", JSONB, nullable=False),
-    _time_key("received_at"),
+telemetry_alerts = sa.Table(
+    "telemetry_alerts", metadata,
+    sa.Column("mac", MACADDR, nullable=False),
+    sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("src_ip", INET),
+    sa.Column("dest_ip", INET),
+    sa.Column("signature_id", sa.BigInteger, nullable=False),
+    sa.Column("severity", sa.SmallInteger),
+    sa.Column("alerts", sa.Integer, nullable=False),
+    sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("flow_ids", ARRAY(sa.Text), nullable=False),
+)
+
+telemetry_flows = sa.Table(
+    "telemetry_flows", metadata,
+    sa.Column("mac", MACADDR, nullable=False),
+    sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("app_proto", sa.Text),
+    sa.Column("dest_port", sa.Integer),
+    sa.Column("flows", sa.Integer, nullable=False),
 )
 
 activations = sa.Table(
@@ -234,4 +238,3 @@ notification_deliveries = sa.Table(
     sa.Column("error", sa.Text),
 )
 
-TELEMETRY_TABLES = {"events": ids_events, "cfm": cfm_records}
