@@ -22,7 +22,7 @@ class StoredTelemetry:
         conn = psycopg2.connect(**self.location.connect_kwargs())
         try:
             with conn, conn.cursor() as cur:
-                self._load(cur)
+                load_record_tables(cur, self.location)
                 cur.execute(statement, params)
                 return cur.fetchall() if cur.description else []
         finally:
@@ -31,17 +31,20 @@ class StoredTelemetry:
     def value(self, statement: str, params=None):
         return self.rows(statement, params)[0][0]
 
-    def _load(self, cur) -> None:
-        cur.execute("SELECT DISTINCT mac::text FROM telemetry_chunks ORDER BY 1")
-        macs = [mac for (mac,) in cur.fetchall()]
-        copies = {kind: io.StringIO() for kind in TABLES}
-        for mac in macs:
-            for record in stored_records(self.location, mac):
-                copies[record.kind].write(copy_line(mac, record))
-        for kind, (table, _, _) in TABLES.items():
-            cur.execute(create_statement(kind))
-            copies[kind].seek(0)
-            cur.copy_expert(f"COPY {table} FROM STDIN", copies[kind])
+
+
+def load_record_tables(cur, location: DatabaseLocation) -> None:
+    """Create and fill the temporary tables ids_events and cfm_records in `cur`'s session."""
+    cur.execute("SELECT DISTINCT mac::text FROM telemetry_chunks ORDER BY 1")
+    macs = [mac for (mac,) in cur.fetchall()]
+    copies = {kind: io.StringIO() for kind in TABLES}
+    for mac in macs:
+        for record in stored_records(location, mac):
+            copies[record.kind].write(copy_line(mac, record))
+    for kind, (table, _, _) in TABLES.items():
+        cur.execute(create_statement(kind))
+        copies[kind].seek(0)
+        cur.copy_expert(f"COPY {table} FROM STDIN", copies[kind])
 
 
 def telemetry(sql: Sql | DatabaseLocation) -> StoredTelemetry:

@@ -42,11 +42,13 @@ from ops.bench.fault_drill import restart_database
 from ops.bench.outage_drill import StoppableDatabase
 from testkit import CORPUS, REPOSITORY
 from testkit.database import Sql
+from testkit.telemetry import stored_count, telemetry
 from testkit.rule_archives import fixture_members, make_zip
 from testkit.server import ServerRunner
 from testkit.tcp_proxy import TcpProxy
 
-KINDS = {"alert": "ids_events", "flow": "cfm_records"}
+KINDS = {"alert": "ids_events", "flow": "cfm_records"}  # read back by testkit/telemetry.py
+STORED_KINDS = {"alert": "events", "flow": "cfm"}
 KEEP_ROTATED = 9
 AGENT_TIMEOUT_SECONDS = 3
 
@@ -179,8 +181,8 @@ async def lose_answers(proxy: TcpProxy, seconds: float, tries: int = 20) -> None
 
 
 def stored_flow_ids(location, table: str) -> Counter:
-    rows = Sql(location).rows(f"SELECT (record->>'flow_id')::bigint, count(*) FROM {table} "
-                              "GROUP BY 1")
+    rows = telemetry(location).rows(f"SELECT (record->>'flow_id')::bigint, count(*) "
+                                    f"FROM {table} GROUP BY 1")
     return Counter(dict(rows))
 
 
@@ -188,9 +190,9 @@ async def wait_drained(location, writers: list[EveWriter], timeout: float) -> fl
     started = time.monotonic()
     expected = {kind: sum(len(w.written[kind]) for w in writers) for kind in KINDS}
     while time.monotonic() - started < timeout:
-        counts = {kind: await asyncio.to_thread(Sql(location).value,
-                                                f"SELECT count(*) FROM {table}")
-                  for kind, table in KINDS.items()}
+        counts = {kind: await asyncio.to_thread(stored_count, Sql(location),
+                                                STORED_KINDS[kind])
+                  for kind in KINDS}
         if all(counts[kind] >= expected[kind] for kind in KINDS):
             break
         await asyncio.sleep(1)

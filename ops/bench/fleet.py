@@ -37,6 +37,7 @@ from server.db.location import DatabaseLocation
 from testkit import CORPUS, FIXTURES
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import throwaway_database
+from testkit.telemetry import load_record_tables
 from testkit.server import ServerRunner
 
 CORPUS_EVE = CORPUS / "eve"
@@ -227,12 +228,13 @@ class LedgerCheck:
 
 
 def check_ledger(location: DatabaseLocation, ledger: Ledger) -> LedgerCheck:
-    """Compare the ledger with what the database holds for the fleet's routers (read with
-    plain psycopg2)."""
+    """Compare the ledger with what the database holds for the fleet's routers (its records
+    read back into temporary row tables, testkit/telemetry.py)."""
     check = LedgerCheck()
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn.cursor() as cur:
+            load_record_tables(cur, location)
             for kind, table in TABLES.items():
                 cur.execute(f"SELECT mac::text, (record->>'flow_id')::bigint, count(*) "
                             f"FROM {table} WHERE mac = ANY(%s::macaddr[]) GROUP BY 1, 2",

@@ -95,6 +95,7 @@ class TelemetryWriter:
                  batch_rows: int):
         self._db = db
         self._params = {"mac": mac, "kind": kind}
+        self._events = kind == "events"
         self._received_at = received_at
         self._batch_rows = batch_rows
         self._lines: list[bytes] = []
@@ -117,7 +118,7 @@ class TelemetryWriter:
 
     async def add(self, line: bytes, values: list, record: dict) -> None:
         """One record: on one line, its column values and itself parsed (for the summary)."""
-        if self._params["kind"] == "events":
+        if self._events:
             self.summary.add_event(values, record)
         else:
             self.summary.add_flow(values)

@@ -42,7 +42,10 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.([0-9]+))?(?:[eE]([+-]?)([0-9]+))?")
 
 
-def _timestamp(value: object, field: str) -> str:
+def _timestamp(value: object, field: str) -> datetime:
+    """The moment, with its zone (UTC when it names none). Written out for PostgreSQL in
+    UTC (utc_text), since PostgreSQL refuses zone offsets beyond 15:59, which Python
+    accepts; only in the first and last years can that conversion overflow."""
     if not isinstance(value, str) or len(value) > 64:
         raise RecordError(f"{field}: expected an ISO 8601 timestamp")
     try:
@@ -51,11 +54,16 @@ def _timestamp(value: object, field: str) -> str:
         raise RecordError(f"{field}: not an ISO 8601 timestamp: {value[:40]!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    try:
-        # In UTC: PostgreSQL refuses zone offsets beyond 15:59, which Python accepts.
-        return moment.astimezone(timezone.utc).isoformat()
-    except OverflowError:
-        raise RecordError(f"{field}: out of range: {value[:40]!r}") from None
+    if moment.year in (1, 9999):
+        try:
+            moment.astimezone(timezone.utc)
+        except OverflowError:
+            raise RecordError(f"{field}: out of range: {value[:40]!r}") from None
+    return moment
+
+
+def utc_text(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat()
 
 
 def _ip(value: object, field: str) -> str:

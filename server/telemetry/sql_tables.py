@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from server.ingest.extract import CFM_COLUMNS, EVENT_COLUMNS, cfm_row, event_row
+from server.ingest.extract import CFM_COLUMNS, EVENT_COLUMNS, cfm_row, event_row, utc_text
 from server.telemetry.export import StoredRecord
 
 TABLES = {"events": ("ids_events", EVENT_COLUMNS, event_row),
@@ -32,8 +32,11 @@ def create_statement(kind: str) -> str:
 def copy_line(mac: str, record: StoredRecord) -> str:
     """One row in COPY's text format."""
     _, _, row_of = TABLES[record.kind]
+    columns = row_of(orjson.loads(record.line))
+    if columns[0] is not None:
+        columns[0] = utc_text(columns[0])  # event_time
     values = [mac, record.chunk_id, record.ordinal, record.received_at.isoformat(),
-              *row_of(orjson.loads(record.line)), record.line.decode()]
+              *columns, record.line.decode()]
     return "\t".join("\\N" if value is None else str(value).translate(_ESCAPES)
                      for value in values) + "\n"
 

@@ -17,6 +17,7 @@ import orjson
 
 FLOW_IDS_KEPT = 64   # distinct flows remembered per summary row; the firewall needs 2
 FLOW_TYPES = frozenset({"flow", "netflow"})
+IPS_REMEMBERED = 4_096  # spellings of addresses canonicalised once per upload
 
 # Positions in the values of server/ingest/extract.py's EVENT_COLUMNS / CFM_COLUMNS.
 _EVENT_TYPE, _SRC_IP, _DEST_IP, _DEST_PORT, _APP_PROTO, _SID, _SEVERITY = 1, 2, 4, 5, 7, 8, 9
@@ -48,6 +49,7 @@ class Summary:
     def __init__(self) -> None:
         self.alerts: dict[tuple, list] = {}   # key -> [alerts, set of flow ids]
         self.flows: dict[tuple, int] = {}     # (app_proto, dest_port) -> flows
+        self._ips: dict[str | None, str | None] = {None: None}  # spelling -> canonical
 
     def __len__(self) -> int:
         return len(self.alerts) + len(self.flows)
@@ -56,8 +58,7 @@ class Summary:
         sid = values[_SID]
         if sid is None:
             return
-        key = (sid, canonical_ip(values[_SRC_IP]), canonical_ip(values[_DEST_IP]),
-               values[_SEVERITY])
+        key = (sid, self._ip(values[_SRC_IP]), self._ip(values[_DEST_IP]), values[_SEVERITY])
         tally = self.alerts.get(key)
         if tally is None:
             tally = self.alerts[key] = [0, set()]
@@ -65,6 +66,14 @@ class Summary:
         flow_id = flow_id_text(record.get("flow_id"))
         if flow_id is not None and len(tally[1]) < FLOW_IDS_KEPT:
             tally[1].add(flow_id)
+
+    def _ip(self, value: str | None) -> str | None:
+        canonical = self._ips.get(value)
+        if canonical is None and value is not None:
+            canonical = canonical_ip(value)
+            if len(self._ips) < IPS_REMEMBERED:
+                self._ips[value] = canonical
+        return canonical
 
     def add_flow(self, values: list) -> None:
         if values[_EVENT_TYPE] not in FLOW_TYPES:
@@ -86,10 +95,6 @@ class Summary:
     def flow_rows(self) -> list[dict]:
         return [{"app_proto": app_proto, "dest_port": dest_port, "flows": count}
                 for (app_proto, dest_port), count in sorted(self.flows.items(), key=_flow_order)]
-
-    def clear(self) -> None:
-        self.alerts.clear()
-        self.flows.clear()
 
 
 def _alert_order(item) -> tuple:

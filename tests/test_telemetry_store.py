@@ -1,0 +1,178 @@
+"""Telemetry at rest (issue 32, server/telemetry/): chunks keep every record as sent with its
+own receive time; the compaction job merges small chunks whole or not at all, never holding
+up uploads; export and the SQL tables give every record back once, oldest first."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+
+from server.db.lifecycle import open_database
+from server.telemetry.chunks import Chunk, compress, decompress, merged, one_line, split
+from server.telemetry.compaction import compact
+from server.telemetry.export import stored_records
+from testkit.database import command_env
+from testkit.telemetry import stored_count, telemetry
+
+MAC = "aa:bb:cc:00:32:01"
+OTHER = "aa:bb:cc:00:32:02"
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+def record(n: int, kind: str = "alert") -> bytes:
+    return orjson.dumps({"event_type": kind, "n": n, "flow_id": n,
+                         "src_ip": "203.0.113.5", "dest_ip": "192.168.1.2",
+                         "alert": {"signature_id": 2000000 + n % 3, "severity": 1 + n % 3}})
+
+
+async def upload(client, lines: list[bytes], mac: str = MAC, path: str = "/log/events"):
+    response = await client.post(path, data=b"\n".join(lines) + b"\n",
+                                 headers={**NDJSON, "X-ID": mac})
+    assert response.status == 200, await response.text()
+    return await response.json()
+
+
+def chunk_rows(sql, mac: str = MAC) -> list[tuple]:
+    return sql.rows("SELECT records, cardinality(upload_times) FROM telemetry_chunks "
+                    "WHERE mac = %s ORDER BY received_at, id", (mac,))
+
+
+def test_split_and_merge_keep_records_and_their_times():
+    t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
+    times = [t0 + timedelta(seconds=10 * n) for n in range(5)]
+    pieces = [Chunk([f"{u}-{r}".encode() for r in range(u + 1)], [times[u]], [u + 1])
+              for u in range(5)]
+    whole = merged(pieces)
+    assert len(whole.lines) == 15
+    cut = split(whole, 4)
+    assert [len(piece.lines) for piece in cut] == [4, 4, 4, 3]
+    assert merged(cut).lines == whole.lines
+    assert list(merged(cut).record_times()) == list(whole.record_times())
+    assert [moment for piece in cut for moment in piece.record_times()][5] == times[2]
+    assert decompress(compress(whole.lines)) == whole.lines
+    assert one_line(b'{"a":\n 1}') == b'{"a":  1}'
+
+
+async def test_small_uploads_merged_into_chunks_and_every_record_kept(client, sql, settings):
+    sent = []
+    for n in range(0, 60, 2):  # the reference agent's 10-second uploads: two records each
+        lines = [record(n), record(n + 1)]
+        sent += lines
+        await upload(client, lines)
+    await upload(client, [record(7, "flow")], path="/log/cfm")
+    assert len(chunk_rows(sql)) == 31
+    before = [(r.received_at, r.line) for r in stored_records(sql.location, MAC, "events")]
+    assert [line for _, line in before] == sent
+
+    async with open_database(settings) as db:
+        report = await compact(db, chunk_records=25, settle=timedelta(0))
+    assert (report.merged_chunks, report.written_chunks, report.records) == (30, 3, 60)
+    # Chunks of 25, 25 and the rest; uploads split over two chunks keep their one time.
+    assert [rows for rows, _ in chunk_rows(sql)][:3] == [25, 25, 10]
+    after = [(r.received_at, r.line) for r in stored_records(sql.location, MAC, "events")]
+    assert after == before
+    assert stored_count(sql, "cfm") == 1  # alone in its kind: nothing to merge
+    # The remainder is merged again with what comes next, up to full chunks.
+    await upload(client, [record(100), record(101)])
+    async with open_database(settings) as db:
+        report = await compact(db, chunk_records=25, settle=timedelta(0))
+    assert (report.merged_chunks, report.records) == (2, 12)
+    assert [r.line for r in stored_records(sql.location, MAC, "events")] == \
+        sent + [record(100), record(101)]
+
+
+async def test_recent_chunks_wait_for_the_settle_time(client, sql, settings):
+    for n in range(3):
+        await upload(client, [record(n)])
+    async with open_database(settings) as db:
+        report = await compact(db, chunk_records=100, settle=timedelta(minutes=5))
+    assert report.merged_chunks == 0 and len(chunk_rows(sql)) == 3
+
+
+async def test_a_merge_that_fails_halfway_loses_and_doubles_nothing(client, sql, settings):
+    for n in range(10):
+        await upload(client, [record(n)])
+    before = [r.line for r in stored_records(sql.location, MAC)]
+    # The merged chunk cannot be written (a constraint the database checks after the small
+    # chunks were deleted, in the same transaction): the merge fails whole.
+    sql.rows("ALTER TABLE telemetry_chunks ADD CONSTRAINT one_record CHECK (records = 1)")
+    async with open_database(settings) as db:
+        with pytest.raises(Exception, match="one_record"):
+            await compact(db, chunk_records=100, settle=timedelta(0))
+    assert [r.line for r in stored_records(sql.location, MAC)] == before
+    assert len(chunk_rows(sql)) == 10
+    sql.rows("ALTER TABLE telemetry_chunks DROP CONSTRAINT one_record")
+    async with open_database(settings) as db:
+        await compact(db, chunk_records=100, settle=timedelta(0))
+    assert [r.line for r in stored_records(sql.location, MAC)] == before
+    assert chunk_rows(sql) == [(10, 10)]
+
+
+async def test_uploads_go_on_while_merges_run(client, sql, settings):
+    for n in range(200):
+        await upload(client, [record(n)], mac=OTHER)
+    sent = []
+
+    async def uploads() -> None:
+        for n in range(40):
+            lines = [record(1000 + n)]
+            sent.extend(lines)
+            started = asyncio.get_running_loop().time()
+            await upload(client, lines, mac=OTHER)
+            assert asyncio.get_running_loop().time() - started < 2
+
+    async with open_database(settings) as db:
+        await asyncio.gather(uploads(), compact(db, chunk_records=50, settle=timedelta(0)))
+        await compact(db, chunk_records=50, settle=timedelta(0))
+    lines = [r.line for r in stored_records(sql.location, OTHER)]
+    assert sorted(lines) == sorted([record(n) for n in range(200)] + sent)
+    assert len(lines) == len(set(lines)) == 240
+
+
+def run_command(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops.cli", "telemetry", *args],
+                          env=command_env(settings), capture_output=True, timeout=120)
+
+
+async def test_export_command_streams_records_oldest_first(client, sql, settings):
+    await upload(client, [record(1), record(2)])
+    await upload(client, [record(3, "flow")], path="/log/cfm")
+    await upload(client, [record(4)])
+    await upload(client, [record(9)], mac=OTHER)
+    times = sorted({r.received_at for r in stored_records(sql.location, MAC)})
+    result = await asyncio.to_thread(run_command, settings, "export", "--mac",
+                                     MAC.replace(":", "-").upper())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"".join(line + b"\n" for line in
+                                     (record(1), record(2), record(3, "flow"), record(4)))
+    result = await asyncio.to_thread(run_command, settings, "export", "--mac", MAC,
+                                     "--kind", "events", "--since", times[1].isoformat())
+    assert result.stdout == record(4) + b"\n"
+    result = await asyncio.to_thread(run_command, settings, "export", "--mac", MAC,
+                                     "--until", times[1].isoformat())
+    assert result.stdout == record(1) + b"\n" + record(2) + b"\n"
+    result = await asyncio.to_thread(run_command, settings, "export", "--mac", "nonsense")
+    assert result.returncode == 1 and b"MAC" in result.stderr
+
+
+async def test_sql_command_gives_the_row_tables_of_before(client, sql, settings):
+    await upload(client, [record(n) for n in range(5)])
+    await upload(client, [record(7, "flow")], path="/log/cfm")
+    result = await asyncio.to_thread(
+        run_command, settings, "sql", "--mac", MAC, "-At", "-c",
+        "SELECT count(*), min(signature_id), max(severity), min(host(src_ip)) FROM ids_events")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().strip() == "5|2000000|3|203.0.113.5"
+    assert b"5 records in ids_events, 1 in cfm_records" in result.stderr
+
+
+async def test_stored_records_match_the_sql_tables(client, sql):
+    await upload(client, [record(n) for n in range(3)])
+    rows = telemetry(sql).rows("SELECT mac::text, ordinal, record FROM ids_events "
+                               "ORDER BY chunk_id, ordinal")
+    assert rows == [(MAC, n + 1, orjson.loads(record(n))) for n in range(3)]
