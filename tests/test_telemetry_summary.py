@@ -1,0 +1,115 @@
+"""Generation reads the hourly summaries written at ingestion (issue 32): on the corpus, they
+give the same summary as the row tables of before gave for the same uploads (the statement
+of before, run on the same records as rows), and so the same payloads."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from engine.generate import PayloadLimits, TelemetrySummary
+from engine.worker import GenerationJob, generate_for_router
+from server.generation.task import (MAX_ALERTS, MAX_FIRED_SIDS, RENEW_AND_SUMMARISE,
+                                    TOP_FLOW_VALUES)
+from server.jobs.preprocess import run_preprocess
+from testkit import CORPUS
+from testkit.rule_archives import ruleset_settings
+from testkit.telemetry import load_record_tables
+
+MAC = "aa:bb:cc:00:32:10"
+
+# The summary statement of before migration 0018 (server/generation/task.py), on the row
+# tables (here the temporary ones of the same records); its 50,000-row bound left out, as no
+# router of this test comes near it.
+_KINDS = {"ids_events": "signature_id IS NOT NULL",
+          "cfm_records": "event_type IN ('flow', 'netflow')"}
+
+
+def _recent(table: str, columns: str, condition: str = "true") -> str:
+    return (f"(SELECT {columns} FROM {table} WHERE mac = %(mac)s AND {_KINDS[table]} "
+            f"AND {condition} AND received_at > now() - %(window)s) recent")
+
+
+SUMMARY_OF_BEFORE = f"""SELECT
+ (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
+   SELECT signature_id AS sid, count(*) AS n, coalesce(min(severity), 255) AS severity
+   FROM {_recent('ids_events', 'signature_id, severity')}
+   GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM
+   {_recent('cfm_records', 'app_proto', "app_proto IS NOT NULL AND app_proto <> 'failed'")}
+   GROUP BY app_proto ORDER BY count(*) DESC, app_proto LIMIT %(top)s) apps),
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM
+   {_recent('cfm_records', 'dest_port', 'dest_port IS NOT NULL')}
+   GROUP BY dest_port ORDER BY count(*) DESC, dest_port LIMIT %(top)s) ports),
+ (SELECT json_agg(json_build_array(src, dest, sid, severity, n, flows, expires)) FROM (
+   SELECT host(src_ip) AS src, host(dest_ip) AS dest, signature_id AS sid,
+          min(severity) AS severity, count(*) AS n, count(DISTINCT flow_id) AS flows,
+          to_char((max(received_at) + %(window)s) AT TIME ZONE 'UTC',
+                  'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires FROM
+   {_recent('ids_events', "src_ip, dest_ip, signature_id, severity, received_at, "
+                          "record->>'flow_id' AS flow_id", 'severity <= %(severity)s')}
+   GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT %(alerts)s) alerts)"""
+
+PARAMS = {"owner": "test", "mac": MAC, "lease": timedelta(minutes=1),
+          "window": timedelta(days=7), "severity": 2, "sids": MAX_FIRED_SIDS,
+          "top": TOP_FLOW_VALUES, "alerts": MAX_ALERTS}
+
+
+def corpus_bodies(kind: str, size: int) -> list[bytes]:
+    lines = []
+    for path in sorted((CORPUS / "eve").glob("*.json")):
+        lines += [line for line in path.read_bytes().splitlines()
+                  if line.strip() and f'"event_type":"{kind}"'.encode() in line.replace(b" ", b"")]
+    return [b"\n".join(lines[n:n + size]) for n in range(0, len(lines), size)]
+
+
+def summaries(location) -> tuple[list, list]:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(RENEW_AND_SUMMARISE, PARAMS)
+            now = list(cur.fetchone()[1:5])
+            load_record_tables(cur, location)
+            cur.execute(SUMMARY_OF_BEFORE, PARAMS)
+            before = list(cur.fetchone())
+    finally:
+        conn.close()
+    return now, before
+
+
+def in_order(summary: list) -> list:
+    """The pairs ordered whole (both statements order them by count only)."""
+    fired, apps, ports, alerts = summary
+    return [fired, apps, ports, sorted(alerts or [], key=lambda row: (-row[4], str(row)))]
+
+
+def payloads(settings, summary: list, tmp_path: Path) -> tuple[bytes, bytes]:
+    fired, apps, ports, alerts = summary
+    job = GenerationJob(MAC, str((settings.rule_data_path / "current").resolve()),
+                        str(tmp_path / "rules"), TelemetrySummary(
+                            fired=[tuple(row) for row in fired], app_protos=apps,
+                            dest_ports=ports, alerts=[tuple(row) for row in alerts]),
+                        PayloadLimits(550, 10_000))
+    result = generate_for_router(job)
+    return result.ids_gz, result.firewall_gz
+
+
+async def test_summary_and_payloads_equal_those_of_the_row_tables(database, tmp_path,
+                                                                   make_client):
+    if not (CORPUS / "eve").is_dir():
+        pytest.skip("corpus absent (../shared/corpus is optional)")
+    settings = ruleset_settings("corpus", database, tmp_path)
+    await run_preprocess(settings)
+    client = await make_client(settings)
+    headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
+    for path, kind in (("/log/events", "alert"), ("/log/cfm", "flow")):
+        for body in corpus_bodies(kind, 97):  # several uploads, as an agent sends them
+            response = await client.post(path, data=body, headers=headers)
+            assert response.status == 200 and (await response.json())["rejected"] == 0
+    now, before = summaries(database)
+    assert all(now) and len(now[0]) > 10 and len(now[3]) > 5
+    assert in_order(now) == in_order(before)
+    assert payloads(settings, now, tmp_path) == payloads(settings, before, tmp_path)
