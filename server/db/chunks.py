@@ -28,9 +28,9 @@ SELECT %(mac)s, %(kind)s, %(received_at)s, %(first_received_at)s, %(records)s,
 _ADD_ALERTS = """INSERT INTO telemetry_alerts AS t (mac, hour, src_ip, dest_ip, signature_id,
     severity, alerts, last_seen, flow_ids)
 SELECT %(mac)s, %(hour)s, a.src::inet, a.dest::inet, a.sid, a.severity, a.alerts,
-    %(summarised_at)s, a.flow_ids
+    coalesce(a.last_seen, %(summarised_at)s), a.flow_ids
 FROM jsonb_to_recordset(%(alerts)s::jsonb) AS a(sid bigint, src text, dest text,
-    severity smallint, alerts integer, flow_ids text[]) {guard}
+    severity smallint, alerts integer, flow_ids text[], last_seen timestamptz) {guard}
 ON CONFLICT (mac, hour, signature_id, src_ip, dest_ip, severity) DO UPDATE SET
     alerts = t.alerts + excluded.alerts, last_seen = greatest(t.last_seen, excluded.last_seen),
     flow_ids = CASE WHEN cardinality(t.flow_ids) >= %(flow_ids_kept)s THEN t.flow_ids ELSE

@@ -12,21 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timezone
 
-import orjson
-
-from server.db.chunks import (TAKE_LEGACY_ROWS, chunk_params, insert_chunk_statement,
-                              insert_summary_statement, summary_params)
+from server.db.chunks import TAKE_LEGACY_ROWS
 from server.db.pool import Database, execute
-from server.ingest import extract
-from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
-from server.telemetry.summary import Summary, hour_of
+from server.telemetry.batch import upload_statements
 
 LEGACY_TABLES = {"legacy_ids_events": "events", "legacy_cfm_records": "cfm"}
 BATCH_ROWS = 20_000
 PAUSE_SECONDS = 0.01
-_ROW_OF = {"events": extract.event_row, "cfm": extract.cfm_row}
 
 
 async def move_legacy_rows(db: Database, chunk_records: int) -> dict:
@@ -49,46 +42,10 @@ async def _move_batch(db: Database, table: str, kind: str, chunk_records: int) -
         rows = sorted(await cur.fetchall(), key=lambda row: (row[0], row[1], row[2]))
         if not rows:
             return 0
-        chunks, summaries = await asyncio.to_thread(_chunks_and_summaries, rows, kind,
-                                                    chunk_records)
-        for mac, piece, body in chunks:
-            await execute(cur, insert_chunk_statement(),
-                          {"mac": mac, "kind": kind, **chunk_params(piece, body)})
-        for (mac, _), (summary, newest) in summaries.items():
-            await execute(cur, insert_summary_statement(),
-                          {"mac": mac, "kind": kind, **summary_params(summary, newest)})
+        uploads = [(mac, received_at, [row[3].encode() for row in upload])
+                   for (mac, received_at), upload in itertools.groupby(
+                       rows, key=lambda row: (row[0], row[1]))]
+        statements = await asyncio.to_thread(upload_statements, kind, uploads, chunk_records)
+        for statement, params in statements:
+            await execute(cur, statement, params)
     return len(rows)
-
-
-def _chunks_and_summaries(rows: list[tuple], kind: str, chunk_records: int):
-    """Chunks per router and UTC day (compressed), and summaries per router and hour."""
-    chunks, summaries = [], {}
-    for (mac, _day), day_rows in itertools.groupby(
-            rows, key=lambda row: (row[0], row[1].astimezone(timezone.utc).date())):
-        lines, times, counts = [], [], []
-        for received_at, uploads in itertools.groupby(day_rows, key=lambda row: row[1]):
-            records = [row[3].encode() for row in uploads]
-            lines += records
-            times.append(received_at)
-            counts.append(len(records))
-            _summarise(summaries, mac, kind, received_at, records)
-        for piece in split(Chunk(lines, times, counts), chunk_records):
-            chunks.append((mac, piece, compress(piece.lines, COMPACT_LEVEL)))
-    return chunks, summaries
-
-
-def _summarise(summaries: dict, mac: str, kind: str, received_at: datetime,
-               records: list[bytes]) -> None:
-    summary, newest = summaries.get((mac, hour_of(received_at)), (None, received_at))
-    summary = summary or Summary()
-    for line in records:
-        record = orjson.loads(line)
-        try:
-            values = _ROW_OF[kind](record)
-        except extract.RecordError:
-            continue  # stored before these checks: kept, not summarised
-        if kind == "events":
-            summary.add_event(values, record)
-        else:
-            summary.add_flow(values)
-    summaries[(mac, hour_of(received_at))] = (summary, max(newest, received_at))

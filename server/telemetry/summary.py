@@ -47,22 +47,27 @@ class Summary:
     """The summary rows of one upload (one receive time, so one hour)."""
 
     def __init__(self) -> None:
-        self.alerts: dict[tuple, list] = {}   # key -> [alerts, set of flow ids]
+        self.alerts: dict[tuple, list] = {}   # key -> [alerts, flow ids, last seen or None]
         self.flows: dict[tuple, int] = {}     # (app_proto, dest_port) -> flows
         self._ips: dict[str | None, str | None] = {None: None}  # spelling -> canonical
 
     def __len__(self) -> int:
         return len(self.alerts) + len(self.flows)
 
-    def add_event(self, values: list, record: dict) -> None:
+    def add_event(self, values: list, record: dict, received_at: datetime | None = None
+                  ) -> None:
+        """`received_at`: for records of several uploads; by default all are the upload's
+        (summary_params' `received_at`)."""
         sid = values[_SID]
         if sid is None:
             return
         key = (sid, self._ip(values[_SRC_IP]), self._ip(values[_DEST_IP]), values[_SEVERITY])
         tally = self.alerts.get(key)
         if tally is None:
-            tally = self.alerts[key] = [0, set()]
+            tally = self.alerts[key] = [0, set(), received_at]
         tally[0] += 1
+        if received_at is not None and received_at > tally[2]:
+            tally[2] = received_at
         flow_id = flow_id_text(record.get("flow_id"))
         if flow_id is not None and len(tally[1]) < FLOW_IDS_KEPT:
             tally[1].add(flow_id)
@@ -88,8 +93,9 @@ class Summary:
         """In key order: concurrent uploads of one router lock their rows in the same order
         (no deadlock)."""
         return [{"sid": sid, "src": src, "dest": dest, "severity": severity,
-                 "alerts": count, "flow_ids": sorted(flows)}
-                for (sid, src, dest, severity), (count, flows)
+                 "alerts": count, "flow_ids": sorted(flows),
+                 "last_seen": last_seen and last_seen.isoformat()}
+                for (sid, src, dest, severity), (count, flows, last_seen)
                 in sorted(self.alerts.items(), key=_alert_order)]
 
     def flow_rows(self) -> list[dict]:

@@ -1,0 +1,61 @@
+"""Whole uploads already at hand turned into the statements that store them: chunks per
+router and UTC day, summaries per router and hour. For records that do not stream in: the
+row tables of before (legacy.py), and benchmarks that load history."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+import orjson
+
+from server.db.chunks import (chunk_params, insert_chunk_statement, insert_summary_statement,
+                              summary_params)
+from server.ingest import extract
+from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
+from server.telemetry.summary import Summary, hour_of
+
+Upload = tuple[str, datetime, list[bytes]]   # router, receive time, its records (one line each)
+_ROW_OF = {"events": extract.event_row, "cfm": extract.cfm_row}
+
+
+def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
+                      level: int = COMPACT_LEVEL) -> list[tuple[str, dict]]:
+    """`uploads` ordered by router, then receive time."""
+    chunks, summaries = [], {}
+    for (mac, _), day_uploads in itertools.groupby(
+            uploads, key=lambda upload: (upload[0], _utc(upload[1]).date())):
+        lines, times, counts = [], [], []
+        for _, received_at, records in day_uploads:
+            lines += records
+            times.append(received_at)
+            counts.append(len(records))
+            _summarise(summaries, mac, kind, received_at, records)
+        for piece in split(Chunk(lines, times, counts), chunk_records):
+            chunks.append((insert_chunk_statement(), {
+                "mac": mac, "kind": kind, **chunk_params(piece, compress(piece.lines, level))}))
+    return chunks + [(insert_summary_statement(), {"mac": mac, **summary_params(summary, newest)})
+                     for (mac, _), (summary, newest) in sorted(summaries.items())]
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc)
+
+
+def _summarise(summaries: dict, mac: str, kind: str, received_at: datetime,
+               records: list[bytes]) -> None:
+    key = (mac, hour_of(received_at))
+    summary, newest = summaries.get(key, (None, received_at))
+    summary = summary or Summary()
+    for line in records:
+        record = orjson.loads(line)
+        try:
+            values = _ROW_OF[kind](record)
+        except extract.RecordError:
+            continue  # stored before these checks: kept, not summarised
+        if kind == "events":
+            summary.add_event(values, record, received_at)
+        else:
+            summary.add_flow(values)
+    summaries[key] = (summary, max(newest, received_at))
