@@ -18,6 +18,7 @@ import random
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
@@ -29,6 +30,7 @@ from server.generation import queue
 from server.generation.service import GenerationConfig, generate_router, generation_pool
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
+from server.telemetry.batch import upload_statements
 from testkit.corpus import CORPUS_ARCHIVE
 from testkit.database import database_env, throwaway_database
 
@@ -40,30 +42,26 @@ PORTS = [53, 443, 80, 22, 445, 123, 8080, 8443, 25, 3389]
 
 
 def fill_telemetry(location, macs: list[str], sids: list[int]) -> None:
+    """Each router's alerts and flows stored as one upload each (chunks and summaries, as
+    ingestion stores them), and its queue row."""
     rng = random.Random(1)
     events, flows = [], []
+    received_at = datetime.now(timezone.utc)
     for mac in macs:
-        for _ in range(ALERTS_PER_ROUTER):
-            record = {"event_type": "alert", "src_ip": f"198.51.{rng.randint(0, 255)}."
-                      f"{rng.randint(1, 254)}", "dest_ip": "192.168.1.10",
-                      "alert": {"signature_id": rng.choice(sids), "severity": rng.randint(1, 3)}}
-            events.append((mac, record["src_ip"], record["dest_ip"],
-                           record["alert"]["signature_id"], record["alert"]["severity"],
-                           orjson.dumps(record).decode()))
-        for _ in range(FLOWS_PER_ROUTER):
-            app, port = rng.choice(APPS), rng.choice(PORTS)
-            flows.append((mac, app, port, orjson.dumps({"app_proto": app,
-                                                         "dest_port": port}).decode()))
+        events.append((mac, received_at, [orjson.dumps({
+            "event_type": "alert", "src_ip": f"198.51.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+            "dest_ip": "192.168.1.10",
+            "alert": {"signature_id": rng.choice(sids), "severity": rng.randint(1, 3)}})
+            for _ in range(ALERTS_PER_ROUTER)]))
+        flows.append((mac, received_at, [orjson.dumps({
+            "event_type": "flow", "app_proto": rng.choice(APPS), "dest_port": rng.choice(PORTS)})
+            for _ in range(FLOWS_PER_ROUTER)]))
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn, conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO ids_events (mac, received_at, event_type, src_ip, dest_ip, "
-                "signature_id, severity, record) VALUES (%s, now(), 'alert', %s, %s, %s, %s, %s)",
-                events)
-            cur.executemany(
-                "INSERT INTO cfm_records (mac, received_at, event_type, app_proto, dest_port, "
-                "record) VALUES (%s, now(), 'flow', %s, %s, %s)", flows)
+            for kind, uploads in (("events", events), ("cfm", flows)):
+                for statement, params in upload_statements(kind, uploads, 1_000):
+                    cur.execute(statement, params)
             cur.executemany("INSERT INTO routers (mac) VALUES (%s)", [(m,) for m in macs])
             cur.executemany("INSERT INTO generation_queue (mac) VALUES (%s)",
                             [(m,) for m in macs])

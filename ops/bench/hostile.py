@@ -32,6 +32,7 @@ from multidict import CIMultiDict
 
 from ops.bench.fleet import corpus_records
 from server.db.location import DatabaseLocation
+from testkit.telemetry import stored_count
 from testkit.database import Sql, throwaway_database
 from testkit.server import ServerRunner
 
@@ -293,7 +294,7 @@ async def hostile(location: DatabaseLocation, workdir: Path, stalls: int = 25,
     result.idle_in_transaction_after = sql.value(
         "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' "
         "AND datname = current_database()")
-    result.stored_rows = sql.value("SELECT count(*) FROM ids_events")
+    result.stored_rows = stored_count(sql)
     return result
 
 

@@ -9,29 +9,42 @@ this change: the reference) and with gzip-compressed ones (`{mac}.rules.gz`, the
 Per router: the rule file on disk (allocated blocks), its `router_rules` row with both
 payloads (TOAST and indexes included), its `generation_queue` and `routers` rows.
 
-Per record: the corpus's real EVE alerts and flows inserted --records times each with the
-service's batched INSERT; the growth of ids_events and cfm_records (every partition, TOAST
-and index included) divided by the records.
+Per record: --records EVE records from the corpus (all its records, alerts to /log/events and
+the rest to /log/cfm, repeated with flow ids, source ports, times and flow counters drawn
+anew for each copy, so that no two are alike) uploaded by 10 routers every 10 seconds
+through the service's own writer (server/db/telemetry.py: checks, summary, compressed chunk,
+one transaction an upload), in bodies of 200 and of 2 records; then the compaction job. The
+growth of the telemetry tables (chunks and hourly summaries, every partition, TOAST and
+indexes included, after VACUUM) divided by the records, beside the same records COPYed
+into a row table `(mac, received_at, record jsonb)` with a (mac, received_at) index, and
+the bodies compressed with zstd alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
+import random
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
 import psycopg2
+import zstandard
 
 from engine.ruleset import load_ruleset
 from ops.bench.generation import fill_telemetry, run_round
-from server.db.schema import cfm_records, ids_events
-from server.db.telemetry import insert_statement
-from server.ingest.extract import CFM_COLUMNS, EVENT_COLUMNS, cfm_row, encode_row, event_row
+from server.db.partitions import TELEMETRY_TABLES
+from server.db.pool import Database
+from server.db.telemetry import TelemetryWriter
+from server.ingest.extract import cfm_row, event_row, validate
 from server.jobs.preprocess import run_preprocess
+from server.telemetry.chunks import one_line
+from server.telemetry.compaction import compact
 from server.settings import Settings, load_settings
 from testkit import CORPUS
 from testkit.corpus import CORPUS_ARCHIVE
@@ -40,7 +53,6 @@ from testkit.database import database_env, throwaway_database
 LAYOUTS = {"plain rule files (before)": "{mac}.rules",
            "gzip rule files (default)": "{mac}.rules.gz"}
 ROUTER_TABLES = ("router_rules", "generation_queue", "routers")
-INSERT_BATCH = 2_000
 BUDGET_BYTES = 150 * 1024  # per router, issue 15
 
 
@@ -102,39 +114,178 @@ def router_footprint(settings: Settings, location, macs: list[str]) -> RouterFoo
     return RouterFootprint(len(macs), allocated_bytes(idps_rules), tables)
 
 
-def corpus_rows() -> dict[str, list[bytes]]:
-    rows = {"alert": [], "flow": []}
-    for path in sorted((CORPUS / "eve").glob("*.json")):
-        for line in path.read_bytes().splitlines():
-            kind = orjson.loads(line).get("event_type") if line.strip() else None
-            if kind in rows:
-                rows[kind].append(encode_row(line, event_row if kind == "alert" else cfm_row))
-    return rows
+ROUTERS = 10
+BODY_SIZES = (200, 2)
+UPLOAD_SECONDS = 10
 
 
-def record_footprint(location, records: int) -> dict[str, float]:
-    """Bytes per stored record: alerts in ids_events, flows in cfm_records."""
-    rows = corpus_rows()
-    targets = {"alert": (ids_events, EVENT_COLUMNS), "flow": (cfm_records, CFM_COLUMNS)}
+def corpus_lines() -> list[bytes]:
+    return [line for path in sorted((CORPUS / "eve").glob("*.json"))
+            for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def variant(record: dict, copy: int, rng: random.Random) -> dict:
+    """The record as another sensor-day would have sent it: its flow id, source port, time
+    and flow counters drawn anew (the first copy is the corpus as it is)."""
+    if copy == 0:
+        return record
+    record = dict(record)
+    if "flow_id" in record:
+        record["flow_id"] = rng.randrange(10**14, 10**16)
+    if isinstance(record.get("src_port"), int) and record["src_port"] > 1023:
+        record["src_port"] = rng.randrange(1024, 65536)
+    if "timestamp" in record:
+        moment = datetime.fromisoformat(record["timestamp"])
+        moment += timedelta(days=copy, microseconds=rng.randrange(10**6))
+        record["timestamp"] = moment.strftime("%Y-%m-%dT%H:%M:%S.%f%z")
+    if isinstance(record.get("flow"), dict):
+        record["flow"] = {key: rng.randrange(1, 2 * value + 2)
+                          if key.startswith(("pkts_", "bytes_")) and isinstance(value, int)
+                          else value for key, value in record["flow"].items()}
+    return record
+
+
+def record_stream(count: int) -> list[tuple[str, bytes]]:
+    """(kind, line) for `count` records: alerts are events, the rest CFM records; the first
+    copy of the corpus as its lines are, the others as variants."""
+    rng = random.Random(32)
+    lines = corpus_lines()
+    corpus = [orjson.loads(line) for line in lines]
+    out = []
+    for n in range(count):
+        copy, position = divmod(n, len(corpus))
+        record = corpus[position]
+        kind = "events" if record.get("event_type") == "alert" else "cfm"
+        out.append((kind, lines[position] if copy == 0
+                    else orjson.dumps(variant(record, copy, rng))))
+    return out
+
+
+def uploads_of(stream: list[tuple[str, bytes]], body: int) -> list[tuple[str, str, list]]:
+    """Routers' uploads in the order they arrive: the stream dealt round the routers a body
+    at a time, each router's records split by kind as the reference agent sends them."""
+    uploads = []
+    for start in range(0, len(stream), body):
+        mac = f"02:32:00:00:00:{(start // body) % ROUTERS:02x}"
+        piece = stream[start:start + body]
+        for kind in ("events", "cfm"):
+            lines = [line for record_kind, line in piece if record_kind == kind]
+            if lines:
+                uploads.append((mac, kind, lines))
+    return uploads
+
+
+def telemetry_bytes(cur) -> dict[str, int]:
+    return {table: total_size(cur, table) for table in TELEMETRY_TABLES}
+
+
+def vacuumed_sizes(cur, full: bool = False) -> dict[str, int]:
+    for table in TELEMETRY_TABLES:
+        cur.execute(f"VACUUM {'FULL ' if full else ''}ANALYZE {table}")
+    return telemetry_bytes(cur)
+
+
+@dataclass
+class RecordFootprint:
+    records: int
+    row_table: float          # bytes per record, COPY into the row table
+    zstd_alone: dict = field(default_factory=dict)  # body size -> bytes per record
+    # body size -> {table: bytes}: after the uploads (VACUUM); after the compaction job
+    # (VACUUM); then with the space it freed given back (VACUUM FULL); and with the job run
+    # ROUNDS times along the uploads, the freed space filled by the next ones (VACUUM).
+    uploaded: dict = field(default_factory=dict)
+    merged: dict = field(default_factory=dict)
+    packed: dict = field(default_factory=dict)
+    in_rounds: dict = field(default_factory=dict)
+
+    def line(self, sizes: dict) -> str:
+        total = sum(sizes.values()) / self.records
+        chunks = sizes["telemetry_chunks"] / self.records
+        return f"{total:6.0f} bytes a record (chunks {chunks:.0f}, summaries {total - chunks:.0f})"
+
+
+ROUNDS = 12
+
+
+def record_footprint(location, records: int) -> RecordFootprint:
+    stream = record_stream(records)
+    footprint = RecordFootprint(records, row_table_bytes(location, stream))
+    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     conn = psycopg2.connect(**location.connect_kwargs())
     conn.autocommit = True
-    footprint = {}
     try:
         with conn.cursor() as cur:
-            for kind, (table, columns) in targets.items():
-                statement = insert_statement(table, columns)
-                before = total_size(cur, table.name)
-                sample = [rows[kind][n % len(rows[kind])] for n in range(records)]
-                for first in range(0, records, INSERT_BATCH):
-                    batch = b"[" + b",".join(sample[first:first + INSERT_BATCH]) + b"]"
-                    cur.execute(statement, {"mac": "02:00:00:00:00:01",
-                                            "received_at": "now", "rows": batch.decode()})
-                cur.execute(f"VACUUM ANALYZE {table.name}")
-                footprint[kind] = (total_size(cur, table.name) - before) / records
-            footprint["activation"] = activation_footprint(cur, records)
+            for body in BODY_SIZES:
+                uploads = uploads_of(stream, body)
+                footprint.zstd_alone[body] = sum(
+                    len(zstandard.ZstdCompressor(level=3).compress(b"\n".join(lines)))
+                    for _, _, lines in uploads) / records
+                timed = [(start + timedelta(seconds=UPLOAD_SECONDS * (n // ROUTERS // 2)),
+                          upload) for n, upload in enumerate(uploads)]
+                empty = emptied(cur)
+                asyncio.run(_store(location, timed, 1))
+                footprint.uploaded[body] = growth(cur, empty)
+                asyncio.run(_store(location, [], 1))
+                footprint.merged[body] = growth(cur, empty)
+                footprint.packed[body] = growth(cur, empty, full=True)
+                empty = emptied(cur)
+                asyncio.run(_store(location, timed, ROUNDS, cur))
+                footprint.in_rounds[body] = growth(cur, empty)
     finally:
         conn.close()
     return footprint
+
+
+def emptied(cur) -> dict[str, int]:
+    cur.execute(f"TRUNCATE {', '.join(TELEMETRY_TABLES)}")
+    return vacuumed_sizes(cur)
+
+
+def growth(cur, empty: dict[str, int], full: bool = False) -> dict[str, int]:
+    return {table: size - empty[table] for table, size in vacuumed_sizes(cur, full).items()}
+
+
+async def _store(location, timed: list, rounds: int, cur=None) -> None:
+    """Store the uploads through the service's writer, running the compaction job after each
+    of `rounds` parts (with a VACUUM, as autovacuum would, in `cur`); with no uploads, run
+    the job once."""
+    db = await Database.open(location, 1, 4, 60)
+    row_of = {"events": event_row, "cfm": cfm_row}
+    part = -(-len(timed) // rounds) if timed else 0
+    try:
+        for first in range(0, len(timed), part) if timed else ():
+            for received_at, (mac, kind, lines) in timed[first:first + part]:
+                async with TelemetryWriter(db, mac, kind, received_at, 2_000) as writer:
+                    for line in lines:
+                        values, record = validate(line, row_of[kind])
+                        await writer.add(one_line(line), values, record)
+                    await writer.commit()
+            if rounds > 1:
+                await compact(db, 1_000, timedelta(0), everything=True)
+                await asyncio.to_thread(vacuumed_sizes, cur)
+        if not timed:
+            await compact(db, 1_000, timedelta(0), everything=True)
+    finally:
+        await db.close()
+
+
+def row_table_bytes(location, stream: list[tuple[str, bytes]]) -> float:
+    data = io.BytesIO(b"".join(b"02:32:00:00:00:01\t2026-11-24T00:00:00Z\t" +
+                               line.replace(b"\\", b"\\\\") + b"\n" for _, line in stream))
+    conn = psycopg2.connect(**location.connect_kwargs())
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE row_reference (mac macaddr NOT NULL, "
+                        "received_at timestamptz NOT NULL, record jsonb NOT NULL)")
+            cur.execute("CREATE INDEX ON row_reference (mac, received_at)")
+            cur.copy_expert("COPY row_reference FROM STDIN", data)
+            cur.execute("VACUUM ANALYZE row_reference")
+            size = total_size(cur, "row_reference")
+            cur.execute("DROP TABLE row_reference")
+            return size / len(stream)
+    finally:
+        conn.close()
 
 
 def activation_footprint(cur, activations: int) -> float:
@@ -149,7 +300,8 @@ def activation_footprint(cur, activations: int) -> float:
     return (total_size(cur, "activations") - before) / activations
 
 
-def measure(routers: int, records: int) -> tuple[dict[str, RouterFootprint], dict[str, float]]:
+def measure(routers: int, records: int
+            ) -> tuple[dict[str, RouterFootprint], RecordFootprint, float]:
     with throwaway_database() as (location, workdir):
         (workdir / "version.txt").write_text("bench")
         base = {**database_env(location), "DATA_DIR": str(workdir), "DB_LOG_LEVEL": "error",
@@ -165,7 +317,14 @@ def measure(routers: int, records: int) -> tuple[dict[str, RouterFootprint], dic
                 {**base, "RULE_GENERATION_RULES_FILENAME": filename}, env_file=None),
                 location, macs)
             for name, filename in LAYOUTS.items()}
-        return footprints, record_footprint(location, records)
+        conn = psycopg2.connect(**location.connect_kwargs())
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                activation = activation_footprint(cur, records)
+        finally:
+            conn.close()
+        return footprints, record_footprint(location, records), activation
 
 
 def main() -> int:
@@ -176,20 +335,33 @@ def main() -> int:
     if not CORPUS_ARCHIVE.exists() or not (CORPUS / "eve").is_dir():
         print(f"the corpus ({CORPUS}) is needed", file=sys.stderr)
         return 2
-    footprints, per_record = measure(args.routers, args.records)
+    footprints, per_record, activation = measure(args.routers, args.records)
     for name, footprint in footprints.items():
         print(f"{name:27} {footprint.describe()}")
     before, after = footprints.values()
     verdict = "met" if after.per_router <= BUDGET_BYTES else "NOT met"
     print(f"per router: {after.per_router / before.per_router:.2f}x of before; "
           f"budget {BUDGET_BYTES // 1024} KiB: {verdict}")
-    print(f"per record ({args.records:,} each, indexes and TOAST included): "
-          f"alert {per_record['alert']:.0f} bytes, flow {per_record['flow']:.0f} bytes, "
-          f"activation {per_record['activation']:.0f} bytes")
+    print(f"per record, {args.records:,} records from {ROUTERS} routers (indexes, TOAST and "
+          f"summaries included, after VACUUM):")
+    print(f"  row table, COPY (reference):            {per_record.row_table:6.0f} bytes a record")
+    for body in BODY_SIZES:
+        print(f"  {body:3}-record uploads, as stored:          "
+              f"{per_record.line(per_record.uploaded[body])}")
+        print(f"  {body:3}-record uploads, then the job:       "
+              f"{per_record.line(per_record.merged[body])}")
+        print(f"  {body:3}-record uploads, then VACUUM FULL:   "
+              f"{per_record.line(per_record.packed[body])}")
+        in_rounds = sum(per_record.in_rounds[body].values()) / args.records
+        print(f"  {body:3}-record uploads, the job run {ROUNDS} times along: "
+              f"{per_record.line(per_record.in_rounds[body])}: "
+              f"{per_record.row_table / in_rounds:.1f}x denser than the row table; each "
+              f"body zstd-compressed alone: {per_record.zstd_alone[body]:.0f}")
+    print(f"per activation: {activation:.0f} bytes")
+    stored = max(sum(sizes.values()) for sizes in per_record.in_rounds.values()) / args.records
     print(f"disk for N routers sending R records a day kept D days, polling P times a day "
           f"with activations kept A days: N x {after.per_router / 1024:.0f} KiB "
-          f"+ N x R x D x ~{max(per_record['alert'], per_record['flow']):.0f} bytes "
-          f"+ N x P x A x ~{per_record['activation']:.0f} bytes")
+          f"+ N x R x D x ~{stored:.0f} bytes + N x P x A x ~{activation:.0f} bytes")
     return 0
 
 
