@@ -8,7 +8,8 @@ capabilities behind it. The map:
 - `polling/`: the ETag cache, the one 304 decision and the connections that answer a poll
   as its head is parsed (the one place that uses aiohttp's private API).
 - `routers/`: router identity, registration, per-router keys, applied reports.
-- `ingest/` (streamed telemetry ingestion), `generation/` (the per-router generation queue),
+- `ingest/` (streamed telemetry ingestion), `telemetry/` (telemetry at rest: compressed
+  chunks, hourly summaries, compaction, export), `generation/` (the per-router generation queue),
   `jobs/` (cron runner, preprocess, partitions, retention and upload-keys jobs), `notify/`
   (email notifications): the capabilities.
 - `process/`: the supervisor, the drain on SIGTERM, background tasks and their health.

@@ -47,9 +47,11 @@ def test_the_first_session_works_without_the_shared_corpus(tmp_path):
         server.terminate()
         server.wait(60)
         log.close()
-    health, stored, updated, rows = outputs
+    health, stored, updated, exported, rows = outputs
     assert '"status": "ok"' in health or '"status":"ok"' in health
     assert '"accepted":7' in stored.replace(" ", "") and '"rejected":0' in stored.replace(" ",
                                                                                       "")
     assert "ids_updated_at" in updated
-    assert rows.count("aa:bb:cc:dd:ee:ff") == 5  # psql's rows of the five stored alerts
+    sample = (REPOSITORY / "tests" / "fixtures" / "eve-sample.ndjson").read_text()
+    assert exported.splitlines() == sample.splitlines()[:3]  # as sent, oldest first
+    assert "(5 rows)" in rows and "203.0.113.50" in rows  # psql's rows of the stored records
