@@ -258,7 +258,8 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
                 async with TelemetryWriter(db, mac, kind, received_at, 2_000) as writer:
                     for line in lines:
                         values, record = validate(line, row_of[kind])
-                        await writer.add(one_line(line), values, record)
+                        if writer.add(one_line(line), values, record):
+                            await writer.flush()
                     await writer.commit()
             if rounds > 1:
                 await compact(db, 1_000, timedelta(0), everything=True)

@@ -116,21 +116,26 @@ class TelemetryWriter:
                 in_flight.exception()  # retrieved: the request fails with the first error
         await self._stack.__aexit__(*exc_info)
 
-    async def add(self, line: bytes, values: list, record: dict) -> None:
-        """One record: on one line, its column values and itself parsed (for the summary)."""
+    def add(self, line: bytes, values: list, record: dict) -> bool:
+        """One record: on one line, its column values and itself parsed (for the summary).
+        True when a chunk is full: the caller then awaits `flush` (a plain call per record,
+        an await per chunk)."""
         if self._events:
             self.summary.add_event(values, record)
         else:
             self.summary.add_flow(values)
         self._lines.append(line)
         self._pending_bytes += len(line)
-        if len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES:
-            if self._cursor is None:
-                self._cursor = await self._stack.enter_async_context(self._db.transaction())
-            await self._settle()
-            summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
-            self._in_flight = asyncio.ensure_future(
-                self._send(self._cursor, self._take_chunk(), summary, None))
+        return len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
+
+    async def flush(self) -> None:
+        """Send the full chunk (and a large summary) while the caller reads on."""
+        if self._cursor is None:
+            self._cursor = await self._stack.enter_async_context(self._db.transaction())
+        await self._settle()
+        summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
+        self._in_flight = asyncio.ensure_future(
+            self._send(self._cursor, self._take_chunk(), summary, None))
 
     async def commit(self, key: UploadKey | None = None) -> None:
         """Write what is left (records, summary) and `key` with it, and commit.

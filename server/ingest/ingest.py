@@ -113,7 +113,8 @@ async def _store(request: web.Request, mac: str, kind: str, key: str | None,
                     report.reject(number, str(error))
                     continue
                 report.accepted += 1
-                await writer.add(one_line(raw), values, record)
+                if writer.add(one_line(raw), values, record):
+                    await writer.flush()
 
         try:
             async for chunk in _decoded(request, settings):
