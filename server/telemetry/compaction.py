@@ -1,11 +1,11 @@
 """The compaction job: each router's small chunks (the agent's 10-second uploads, one or two
 records each) merged into chunks of TELEMETRY_CHUNK_RECORDS records, as Loki cuts chunks and
 TimescaleDB compresses aged ones. A chunk of 2 records takes about 230 bytes a record, one
-of 1,000 about 30 (docs/performance.md).
+of 1,000 about 40 (docs/telemetry.md).
 
 A merge is one transaction per router, kind and partition: the small chunks are deleted
-(returning their contents), merged in order of receipt, cut into full chunks and one
-remainder, compressed harder than at ingestion, and inserted. It commits whole or not at
+(returning their contents), merged in order of receipt, cut into full chunks (compressed
+harder than at ingestion: they are written once) and one remainder, and inserted. It commits whole or not at
 all: a crash loses and doubles nothing. Uploads only insert new chunks, so a merge never
 waits for them nor they for it. Only chunks received TELEMETRY_COMPACT_SETTLE_SECONDS ago
 or more are taken (an upload's own chunk is settled with it long before), and only in the
@@ -13,7 +13,7 @@ partitions of the last two days, unless a run by hand asks for all.
 
 The remainder (fewer records than a full chunk) is merged again with the next run's small
 chunks, until full or its partition's day is over: a record is recompressed a few times in
-its first day (docs/operations.md gives the arithmetic).
+its first day (docs/telemetry.md gives the arithmetic).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from datetime import datetime, timedelta, timezone
 from server.db.chunks import (SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS, chunk_params,
                               insert_chunk_statement)
 from server.db.pool import Database, execute
-from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, decompress, merged, split
+from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
+                                     merged, split)
 from server.telemetry.legacy import move_legacy_rows
 
 RECENT = timedelta(days=2)
@@ -86,8 +87,10 @@ async def _merge(db: Database, partition: str, params: dict, chunk_records: int,
 
 
 def _recut(taken: list[tuple], chunk_records: int) -> list[tuple[Chunk, bytes]]:
-    """The taken chunks' records in order, cut into chunks and compressed (in a thread)."""
+    """The taken chunks' records in order, cut into chunks and compressed (in a thread):
+    full ones harder (written once), the remainder fast (rewritten at the next run)."""
     whole = merged([Chunk(decompress(bytes(body)), times, counts)
                     for _, _, times, counts, body in taken])
-    return [(piece, compress(piece.lines, COMPACT_LEVEL))
+    return [(piece, compress(piece.lines, COMPACT_LEVEL if len(piece.lines) >= chunk_records
+                             else INGEST_LEVEL))
             for piece in split(whole, chunk_records)]
