@@ -95,7 +95,8 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
                 ("telemetry_chunks", "telemetry chunks", detail["cutoff"]),
                 ("telemetry_alerts", "alert summaries", detail["cutoff"]),
                 ("telemetry_flows", "flow summaries", detail["cutoff"]),
-                ("activations", "activations", detail["activation_cutoff"])):
+                ("activations", "activations", detail["activation_cutoff"]),
+                ("activation_days", "activation days", detail["activation_cutoff"])):
             removed = detail["removed"][table]
             dropped = removed["partitions_dropped"]
             print(f"retention: {label} before {cutoff}: {len(dropped)} partitions dropped "

@@ -75,10 +75,12 @@ def test_generation_summary_reads_only_the_window(daily_partitions):
     hours = now - window - timedelta(hours=1)  # the summaries count whole hours
     expected = (partitions_between("telemetry_alerts", hours, now)
                 | partitions_between("telemetry_flows", hours, now)
-                | partitions_between("activations", now - window, now))
+                | partitions_between("activations", now - window, now)
+                | partitions_between("activation_days", now - window - timedelta(days=1),
+                                     now))
     assert scanned and scanned <= expected
-    assert {name.split("_p")[0] for name in scanned} == {"telemetry_alerts", "telemetry_flows",
-                                                        "activations"}
+    assert {name.split("_p")[0] for name in scanned} == {
+        "telemetry_alerts", "telemetry_flows", "activations", "activation_days"}
 
 
 def test_access_reports_read_only_their_month(daily_partitions):
@@ -86,7 +88,9 @@ def test_access_reports_read_only_their_month(daily_partitions):
     start, end = today - timedelta(days=30), today - timedelta(days=10)
     for statement in (DAILY_ACTIVITY, ACCESS_DAYS):
         scanned = scanned_partitions(daily_partitions, statement, {"start": start, "end": end})
-        assert scanned == partitions_between("activations", start, end - timedelta(seconds=1))
+        last = end - timedelta(seconds=1)
+        assert scanned == (partitions_between("activations", start, last)
+                           | partitions_between("activation_days", start, last))
 
 
 def test_status_reads_only_the_last_week(daily_partitions):

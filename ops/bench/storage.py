@@ -42,6 +42,7 @@ from server.db.partitions import TELEMETRY_TABLES
 from server.db.pool import Database
 from server.db.telemetry import TelemetryWriter
 from server.ingest.extract import cfm_row, event_row, validate
+from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
 from server.telemetry.chunks import one_line
 from server.telemetry.compaction import compact
@@ -301,8 +302,23 @@ def activation_footprint(cur, activations: int) -> float:
     return (total_size(cur, "activations") - before) / activations
 
 
+def rolled_day_footprint(cur, routers: int = 1_000, days: int = 30) -> float:
+    """Bytes per router and day of activations rolled up (one address a day), as the
+    activation-days job writes them."""
+    before = total_size(cur, "activation_days")
+    cur.execute("INSERT INTO activation_days (mac, day, address, activations, first_seen, "
+                "last_seen) SELECT ('02:45:00:00:' || lpad(to_hex(r >> 8), 2, '0') || ':' || "
+                "lpad(to_hex(r & 255), 2, '0'))::macaddr, d, '203.0.113.7', 288, d, "
+                "d + interval '23 hours' FROM generate_series(0, %s - 1) r, "
+                "generate_series(date_trunc('day', now(), 'UTC') - %s * interval '1 day', "
+                "date_trunc('day', now(), 'UTC') - interval '1 day', interval '1 day') d",
+                (routers, days))
+    cur.execute("VACUUM ANALYZE activation_days")
+    return (total_size(cur, "activation_days") - before) / (routers * days)
+
+
 def measure(routers: int, records: int
-            ) -> tuple[dict[str, RouterFootprint], RecordFootprint, float]:
+            ) -> tuple[dict[str, RouterFootprint], RecordFootprint, tuple[float, float]]:
     with throwaway_database() as (location, workdir):
         (workdir / "version.txt").write_text("bench")
         base = {**database_env(location), "DATA_DIR": str(workdir), "DB_LOG_LEVEL": "error",
@@ -322,7 +338,7 @@ def measure(routers: int, records: int
         conn.autocommit = True
         try:
             with conn.cursor() as cur:
-                activation = activation_footprint(cur, records)
+                activation = (activation_footprint(cur, records), rolled_day_footprint(cur))
         finally:
             conn.close()
         return footprints, record_footprint(location, records), activation
@@ -358,11 +374,14 @@ def main() -> int:
               f"{per_record.line(per_record.in_rounds[body])}: "
               f"{per_record.row_table / in_rounds:.1f}x denser than the row table; each "
               f"body zstd-compressed alone: {per_record.zstd_alone[body]:.0f}")
-    print(f"per activation: {activation:.0f} bytes")
+    one, rolled = activation
+    print(f"per activation: {one:.0f} bytes, kept one by one for {DETAIL_DAYS} days; then "
+          f"{rolled:.0f} bytes per router and day")
     stored = max(sum(sizes.values()) for sizes in per_record.in_rounds.values()) / args.records
     print(f"disk for N routers sending R records a day kept D days, polling P times a day "
           f"with activations kept A days: N x {after.per_router / 1024:.0f} KiB "
-          f"+ N x R x D x ~{stored:.0f} bytes + N x P x A x ~{activation:.0f} bytes")
+          f"+ N x R x D x ~{stored:.0f} bytes + N x P x {DETAIL_DAYS} x ~{one:.0f} bytes "
+          f"+ N x A x ~{rolled:.0f} bytes")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Time partitions of telemetry (chunks and summaries, migration 0018) and `activations`
-(migration 0014).
+"""Time partitions of telemetry (chunks and summaries, migration 0018), `activations`
+(migration 0014) and `activation_days` (migration 0019).
 
 Partitions are TELEMETRY_PARTITION_DAYS long, on a grid of whole UTC days counted from
 1970-01-01, named `<table>_pYYYYMMDD` after their first day. They are created ahead of time
@@ -23,7 +23,8 @@ import psycopg2
 from server.db.location import DatabaseLocation
 
 TIME_COLUMNS = {"telemetry_chunks": "received_at", "telemetry_alerts": "hour",
-                "telemetry_flows": "hour", "activations": "activated_at"}
+                "telemetry_flows": "hour", "activations": "activated_at",
+                "activation_days": "day"}
 TELEMETRY_TABLES = ("telemetry_chunks", "telemetry_alerts", "telemetry_flows")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 AHEAD = timedelta(days=7)        # partitions exist at least this far ahead of now

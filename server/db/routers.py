@@ -67,8 +67,13 @@ async def register_from(db: Database, mac: str, bucket: str, limit: int) -> Regi
     return Registration(new, known, max(1, int(wait or 1)))
 
 
+# A router's last contact: its newest activation, or (silent for longer than activations are
+# kept one by one) its newest rolled-up day's last one.
 SUBSCRIPTIONS = (
-    "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, last.activated_at "
+    "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, "
+    "coalesce(last.activated_at, (SELECT max(last_seen) FROM activation_days d "
+    "WHERE d.mac = r.mac AND d.day = (SELECT max(day) FROM activation_days "
+    "WHERE mac = r.mac))) "
     "FROM routers r LEFT JOIN LATERAL (SELECT activated_at FROM activations a "
     "WHERE a.mac = r.mac ORDER BY a.activated_at DESC LIMIT 1) last ON true ORDER BY r.mac")
 

@@ -106,6 +106,23 @@ activations = sa.Table(
     _time_key("activated_at"),
 )
 
+# Activations rolled up by UTC day (migration 0019, server/db/activation_days.py).
+activation_days = sa.Table(
+    "activation_days", metadata,
+    sa.Column("mac", MACADDR, nullable=False),
+    sa.Column("day", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("address", INET),
+    sa.Column("activations", sa.Integer, nullable=False),
+    sa.Column("first_seen", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
+)
+
+activation_rollup = sa.Table(
+    "activation_rollup", metadata,
+    sa.Column("single", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("detail_from", sa.DateTime(timezone=True), nullable=False),
+)
+
 firewall_allowlist = sa.Table(
     "firewall_allowlist", metadata,
     sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),

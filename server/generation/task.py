@@ -21,6 +21,7 @@ import psycopg2.extensions
 
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
+from server.db.activation_days import DETAIL_FROM
 from server.db.pool import DatabaseUnavailable
 from server.db.rules import payload_params, upsert_statement
 from server.generation.queue import RENEW_ONE
@@ -29,7 +30,8 @@ from server.generation.queue import RENEW_ONE
 MAX_FIRED_SIDS = 2_000
 TOP_FLOW_VALUES = 32
 MAX_ALERTS = 5_000
-OWN_ADDRESSES = 100       # newest activations whose addresses are never blocked
+OWN_ADDRESSES = 100       # newest activations (or rolled-up days) whose addresses are
+                          # never blocked
 
 
 class LeaseLost(Exception):
@@ -148,9 +150,16 @@ SELECT
         AND f.src_ip IS NOT DISTINCT FROM p.src_ip AND f.dest_ip IS NOT DISTINCT FROM p.dest_ip
    ORDER BY p.n DESC LIMIT %(alerts)s) alerts),
  (SELECT array_agg(DISTINCT host(address)) FROM (
-   SELECT address FROM activations WHERE mac = %(mac)s AND address IS NOT NULL
-   AND {WITHIN_WINDOW.format(time='activated_at')}
-   ORDER BY activated_at DESC LIMIT {OWN_ADDRESSES}) own),
+   (SELECT address, activated_at AS seen FROM activations
+    WHERE mac = %(mac)s AND address IS NOT NULL AND activated_at >= {DETAIL_FROM}
+    AND {WITHIN_WINDOW.format(time='activated_at')}
+    ORDER BY activated_at DESC LIMIT {OWN_ADDRESSES})
+   UNION ALL
+   (SELECT address, last_seen FROM activation_days
+    WHERE mac = %(mac)s AND address IS NOT NULL AND day < {DETAIL_FROM}
+    AND day > now() - %(window)s - interval '1 day' AND day <= now()
+    ORDER BY day DESC LIMIT {OWN_ADDRESSES})
+   ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own),
  (SELECT array_agg(network::text) FROM firewall_allowlist
   WHERE mac IS NULL OR mac = %(mac)s),
  (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)

@@ -34,15 +34,19 @@ async def run_retention(db: Database, days: int, activation_days: int,
                         batch_rows: int = BATCH_ROWS, now: datetime | None = None) -> dict:
     now = now or datetime.now(timezone.utc)
     cutoffs = {table: now - timedelta(days=days) for table in TIME_COLUMNS}
-    cutoffs["activations"] = now - timedelta(days=activation_days)
+    for table in ("activations", "activation_days"):
+        cutoffs[table] = now - timedelta(days=activation_days)
     removed = {}
     for table, cutoff in cutoffs.items():
-        removed[table] = await _trim_table(db, table, cutoff, batch_rows)
+        removed[table] = await trim_table(db, table, cutoff, batch_rows)
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(), "removed": removed}
 
 
-async def _trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int) -> dict:
+async def trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int = BATCH_ROWS
+                     ) -> dict:
+    """`table`'s rows older than `cutoff` gone: whole partitions dropped, the straddling one
+    trimmed in batches."""
     outcome = {"partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
                "rows_deleted": 0}
     detached = await _detached_earlier(db, table, cutoff)

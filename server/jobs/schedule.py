@@ -7,6 +7,7 @@ from datetime import timedelta
 from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
 from server.jobs.cron import CronJobs, JobFailed
+from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
 from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
 from server.jobs.partitions import PARTITIONS_CRON_SCHEDULE, create_partitions_ahead
@@ -20,7 +21,8 @@ from server.telemetry.compaction import compact
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
     """Rule preprocessing always (and at once when no ruleset was ever published); time
     partitions created ahead and expired upload keys deleted every hour; small telemetry
-    chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; retention when
+    chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
+    by day every hour; retention when
     DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once at
     start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
@@ -51,6 +53,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
     jobs.add("upload-keys", UPLOAD_KEYS_CRON_SCHEDULE, expired_upload_keys)
     jobs.add("telemetry-compact", settings.telemetry_compact_cron_schedule,
              telemetry_compaction)
+    jobs.add("activation-days", ACTIVATION_DAYS_CRON_SCHEDULE,
+             lambda: roll_up_activations(db))
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
     jobs.catch_up()

@@ -1,0 +1,92 @@
+"""Activations rolled up by day (migration 0019, the activation-days job): the access reports,
+a router's last contact and where it called from read the same before and after, the days
+rolled are gone from `activations`, and a failed roll-up leaves everything as it was."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from server.db.lifecycle import open_database
+from server.jobs.activation_days import DETAIL_DAYS, roll_up_activations
+from testkit.database import command_env
+
+MACS = ["aa:bb:cc:00:19:01", "aa:bb:cc:00:19:02"]
+SILENT = "aa:bb:cc:00:19:03"   # last called 20 days ago
+
+
+@pytest.fixture
+def activations(sql):
+    """A month and a half of activations from two addresses, up to now, and a router silent
+    for 20 days."""
+    rng = random.Random(19)
+    now = datetime.now(timezone.utc)
+    rows = []
+    for mac in MACS:
+        for day in range(45):
+            for _ in range(rng.randint(0, 5)):
+                rows.append((mac, now - timedelta(days=day, seconds=rng.randint(0, 86399)),
+                             rng.choice(["198.51.100.7", "2001:db8::7"])))
+    rows.append((SILENT, now - timedelta(days=20), "203.0.113.9"))
+    rows.append((SILENT, now - timedelta(days=20, hours=3), None))
+    for mac in MACS + [SILENT]:
+        sql.rows("INSERT INTO routers (mac) VALUES (%s)", (mac,))
+    sql.rows("INSERT INTO activations (mac, activated_at, address) SELECT * FROM unnest("
+             "%s::macaddr[], %s::timestamptz[], %s::inet[])",
+             ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]))
+    return rows
+
+
+def command(settings, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", *args], env=command_env(settings),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def reports(settings) -> tuple[str, ...]:
+    today = datetime.now(timezone.utc).date()
+    last_month = (today.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+    return (command(settings, "ops.routeraccessreport", "--type", "daily", "--start-date",
+                    str(today - timedelta(days=44))),
+            command(settings, "ops.routeraccessreport", "--type", "monthly", "--month",
+                    last_month),
+            command(settings, "ops.cli", "subscriptions", "list"))
+
+
+async def test_rolled_up_days_read_the_same(settings, sql, activations):
+    before = reports(settings)
+    assert SILENT in before[2]
+    async with open_database(settings) as db:
+        detail = await roll_up_activations(db)
+        again = await roll_up_activations(db)
+    assert detail["days_rolled"] >= 45 - DETAIL_DAYS and detail["rows_written"] > 0
+    assert again["days_rolled"] == 0 and again["rows_written"] == 0
+    assert reports(settings) == before
+    cut = sql.value("SELECT detail_from FROM activation_rollup")
+    assert sql.value("SELECT count(*) FROM activations WHERE activated_at < %s", (cut,)) == 0
+    kept = sum(1 for _, moment, _ in activations if moment >= cut)
+    assert sql.value("SELECT count(*) FROM activations") == kept
+    assert sql.value("SELECT sum(activations) FROM activation_days") == \
+        len(activations) - kept
+    # A router's rolled day keeps each address it called from, with its count.
+    assert sql.rows("SELECT host(address), activations FROM activation_days "
+                    "WHERE mac = %s ORDER BY 1", (SILENT,)) == [("203.0.113.9", 1), (None, 1)]
+
+
+async def test_a_failed_roll_up_changes_nothing(settings, sql, activations):
+    before = reports(settings)
+    sql.rows("ALTER TABLE activation_days ADD CONSTRAINT none_yet CHECK (activations < 0) "
+             "NOT VALID")
+    async with open_database(settings) as db:
+        with pytest.raises(Exception, match="none_yet"):
+            await roll_up_activations(db)
+    assert sql.value("SELECT detail_from FROM activation_rollup") == \
+        datetime.min.replace(tzinfo=timezone.utc) or \
+        sql.value("SELECT detail_from::text FROM activation_rollup") == "-infinity"
+    assert sql.value("SELECT count(*) FROM activations") == len(activations)
+    assert reports(settings) == before
