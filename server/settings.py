@@ -328,7 +328,8 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             "Default false: nothing is deleted unless an operator asks.", _boolean),
     Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
     Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
-            "retention job (long enough for monthly and yearly access reports).", _integer(1)),
+            "retention job (long enough for monthly and yearly access reports); after 8 days "
+            "they are kept rolled up, one row per router, day and address.", _integer(1)),
     Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
     Setting("TELEMETRY_CHUNK_RECORDS", "1000", "Records per chunk written by the compaction "
             "job, which merges each router's small chunks (its uploads) into chunks of this "
