@@ -111,6 +111,7 @@ class Sql:
         conn = psycopg2.connect(**self.location.connect_kwargs())
         try:
             with conn, conn.cursor() as cur:
+                self.prepare(cur)
                 cur.execute(statement, params)
                 return cur.fetchall() if cur.description else []
         finally:
@@ -118,6 +119,9 @@ class Sql:
 
     def value(self, statement: str, params=None):
         return self.rows(statement, params)[0][0]
+
+    def prepare(self, cur) -> None:
+        """Set up the session before each check (nothing here)."""
 
 
 def database_env(location: DatabaseLocation) -> dict[str, str]:

@@ -6,31 +6,15 @@ from __future__ import annotations
 
 import io
 
-import psycopg2
-
 from server.db.location import DatabaseLocation
 from server.telemetry.export import stored_records
 from server.telemetry.sql_tables import TABLES, copy_line, create_statement
 from testkit.database import Sql
 
 
-class StoredTelemetry:
-    def __init__(self, location: DatabaseLocation):
-        self.location = location
-
-    def rows(self, statement: str, params=None) -> list[tuple]:
-        conn = psycopg2.connect(**self.location.connect_kwargs())
-        try:
-            with conn, conn.cursor() as cur:
-                load_record_tables(cur, self.location)
-                cur.execute(statement, params)
-                return cur.fetchall() if cur.description else []
-        finally:
-            conn.close()
-
-    def value(self, statement: str, params=None):
-        return self.rows(statement, params)[0][0]
-
+class StoredTelemetry(Sql):
+    def prepare(self, cur) -> None:
+        load_record_tables(cur, self.location)
 
 
 def load_record_tables(cur, location: DatabaseLocation) -> None:

@@ -205,7 +205,7 @@ class RecordFootprint:
         return f"{total:6.0f} bytes a record (chunks {chunks:.0f}, summaries {total - chunks:.0f})"
 
 
-ROUNDS = 12
+ROUNDS = 48  # the job runs 144 times a day at the defaults; each run frees what the next fills
 
 
 def record_footprint(location, records: int) -> RecordFootprint:
