@@ -13,13 +13,15 @@ import orjson
 import psycopg2
 import pytest
 
-from server.ingest.extract import EVENT_COLUMNS, event_row
+from migrations import read_schema_migrations
+from server.telemetry.extract import EVENT_COLUMNS, event_row
 from testkit import CORPUS
 from testkit.database import Sql, command_env, migrate, migrated_database, settings_for
 from testkit.telemetry import SUMMARY_OF_BEFORE
 
 ROUTERS = [f"aa:bb:cc:00:18:{n:02x}" for n in range(3)]
 CHUNKS = "0018.telemetry-chunks"
+LATEST = max(migration.id for migration in read_schema_migrations())
 PARAMS = {"window": timedelta(days=7), "severity": 2, "sids": 2000, "top": 32,
           "alerts": 5000}
 
@@ -87,7 +89,7 @@ def test_a_filled_database_upgraded_keeps_every_record(pg_server, tmp_path):
         migrate(location, CHUNKS, "rollback")  # the schema of the release before
         expected = fill_rows(location)
         before = {mac: summary_of(location, mac, SUMMARY_OF_BEFORE) for mac in ROUTERS}
-        migrate(location, CHUNKS)
+        migrate(location, LATEST)
         sql = Sql(location)
         assert sql.value("SELECT count(*) FROM legacy_ids_events") > 0
         settings = settings_for(location, tmp_path)

@@ -40,12 +40,12 @@ from engine.ruleset import load_ruleset
 from ops.bench.generation import fill_telemetry, run_round
 from server.db.partitions import TELEMETRY_TABLES
 from server.db.pool import Database
-from server.db.telemetry import TelemetryWriter
-from server.ingest.extract import cfm_row, event_row, validate
+from server.telemetry.extract import cfm_row, event_row, validate
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
 from server.telemetry.chunks import one_line
 from server.telemetry.compaction import compact
+from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
 from testkit import CORPUS
 from testkit.corpus import CORPUS_ARCHIVE

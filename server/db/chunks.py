@@ -1,22 +1,13 @@
 """The SQL of telemetry at rest (migration 0018): chunk rows, the hourly summary rows that
 ingestion adds to, and what export, compaction and generation read of them.
 
-Parameters shared by the statements: %(mac)s, %(kind)s; a chunk's %(received_at)s,
-%(first_received_at)s, %(records)s, %(upload_times)s, %(upload_records)s, %(body)s; a
-summary's %(hour)s, %(alerts)s and %(flows)s (JSON arrays of server/telemetry/summary.py's
-rows).
+Parameters shared by the statements: %(mac)s, %(kind)s; a chunk's (Chunk.params in
+server/telemetry/chunks.py) and a summary's (Summary.params in server/telemetry/summary.py).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-
-import orjson
-from psycopg2.extensions import Binary
-
 from server.db.upload_keys import INSERT_KEY
-from server.telemetry.chunks import Chunk
-from server.telemetry.summary import FLOW_IDS_KEPT, Summary, hour_of
 
 # Each INSERT ... SELECT ends in `{guard}`: empty, or a WHERE that stores nothing unless
 # the upload's Idempotency-Key was new (see store_statement).
@@ -58,19 +49,6 @@ def store_statement(chunk: bool, summary: bool, key: bool) -> str:
         parts.append(f"flows AS ({_ADD_FLOWS.format(guard=guard)})")
     keys = "(SELECT count(*) FROM key)" if key else "1"
     return f"WITH {', '.join(parts)} SELECT {keys}"
-
-
-def chunk_params(chunk: Chunk, body: bytes) -> dict:
-    return {"received_at": chunk.received_at, "first_received_at": chunk.first_received_at,
-            "records": len(chunk.lines), "upload_times": chunk.upload_times,
-            "upload_records": chunk.upload_records, "body": Binary(body)}
-
-
-def summary_params(summary: Summary, received_at: datetime) -> dict:
-    return {"hour": hour_of(received_at), "summarised_at": received_at,
-            "alerts": orjson.dumps(summary.alert_rows()).decode(),
-            "flows": orjson.dumps(summary.flow_rows()).decode(),
-            "flow_ids_kept": FLOW_IDS_KEPT}
 
 
 # A router's chunks (of one kind, or both), oldest first, that may hold records received in

@@ -17,16 +17,17 @@ from aiohttp import web
 
 from server.db.pool import DatabaseUnavailable
 from server.db import upload_keys
-from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, TelemetryWriter, was_committed
+from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, was_committed
 from server.db.upload_keys import UploadKey
 from server.errors import BadRequest, UnsupportedMediaType
-from server.ingest import extract
 from server.ingest.body import BodyLimits, decoded_chunks
 from server.idempotency_key import idempotency_key
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
 from server.settings import Settings
+from server.telemetry import extract
 from server.telemetry.chunks import one_line
+from server.telemetry.writer import TelemetryWriter
 from server.typedefs import FLOOD_LIMITS, INGEST_DATABASE, SETTINGS
 
 ROW_BUILDERS = {"events": extract.event_row, "cfm": extract.cfm_row}

@@ -10,9 +10,8 @@ from datetime import datetime, timezone
 
 import orjson
 
-from server.db.chunks import (chunk_params, insert_chunk_statement, insert_summary_statement,
-                              summary_params)
-from server.ingest import extract
+from server.db.chunks import insert_chunk_statement, insert_summary_statement
+from server.telemetry import extract
 from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
 from server.telemetry.summary import Summary, hour_of
 
@@ -34,8 +33,8 @@ def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
             _summarise(summaries, mac, kind, received_at, records)
         for piece in split(Chunk(lines, times, counts), chunk_records):
             chunks.append((insert_chunk_statement(), {
-                "mac": mac, "kind": kind, **chunk_params(piece, compress(piece.lines, level))}))
-    return chunks + [(insert_summary_statement(), {"mac": mac, **summary_params(summary, newest)})
+                "mac": mac, "kind": kind, **piece.params(compress(piece.lines, level))}))
+    return chunks + [(insert_summary_statement(), {"mac": mac, **summary.params(newest)})
                      for (mac, _), (summary, newest) in sorted(summaries.items())]
 
 

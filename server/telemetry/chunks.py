@@ -36,6 +36,12 @@ class Chunk:
     def first_received_at(self) -> datetime:
         return self.upload_times[0]
 
+    def params(self, body: bytes) -> dict:
+        """The chunk row's values (server/db/chunks.py), with its compressed `body`."""
+        return {"received_at": self.received_at, "first_received_at": self.first_received_at,
+                "records": len(self.lines), "upload_times": self.upload_times,
+                "upload_records": self.upload_records, "body": body}
+
     def record_times(self) -> Iterator[datetime]:
         """Each record's receive time, in the order of `lines`."""
         for moment, count in zip(self.upload_times, self.upload_records):

@@ -22,8 +22,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from server.db.chunks import (SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS, chunk_params,
-                              insert_chunk_statement)
+from server.db.chunks import SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS, insert_chunk_statement
 from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
                                      merged, split)
@@ -77,7 +76,7 @@ async def _merge(db: Database, partition: str, params: dict, chunk_records: int,
             for piece, body in pieces:
                 await execute(cur, insert_chunk_statement(),
                               {"mac": params["mac"], "kind": params["kind"],
-                               **chunk_params(piece, body)})
+                               **piece.params(body)})
     except _Alone:
         return False
     report.merged_chunks += len(taken)

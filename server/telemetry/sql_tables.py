@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from server.ingest.extract import CFM_COLUMNS, EVENT_COLUMNS, cfm_row, event_row, utc_text
+from server.telemetry.extract import CFM_COLUMNS, EVENT_COLUMNS, cfm_row, event_row, utc_text
 from server.telemetry.export import StoredRecord
 
 TABLES = {"events": ("ids_events", EVENT_COLUMNS, event_row),

@@ -19,7 +19,7 @@ FLOW_IDS_KEPT = 64   # distinct flows remembered per summary row; the firewall n
 FLOW_TYPES = frozenset({"flow", "netflow"})
 IPS_REMEMBERED = 4_096  # spellings of addresses canonicalised once per upload
 
-# Positions in the values of server/ingest/extract.py's EVENT_COLUMNS / CFM_COLUMNS.
+# Positions in the values of extract.py's EVENT_COLUMNS / CFM_COLUMNS.
 _EVENT_TYPE, _SRC_IP, _DEST_IP, _DEST_PORT, _APP_PROTO, _SID, _SEVERITY = 1, 2, 4, 5, 7, 8, 9
 
 
@@ -57,7 +57,7 @@ class Summary:
     def add_event(self, values: list, record: dict, received_at: datetime | None = None
                   ) -> None:
         """`received_at`: for records of several uploads; by default all are the upload's
-        (summary_params' `received_at`)."""
+        (`params`' `received_at`)."""
         sid = values[_SID]
         if sid is None:
             return
@@ -88,6 +88,14 @@ class Summary:
             self.flows[(app_proto, None)] = self.flows.get((app_proto, None), 0) + 1
         if dest_port is not None:
             self.flows[(None, dest_port)] = self.flows.get((None, dest_port), 0) + 1
+
+    def params(self, received_at: datetime) -> dict:
+        """The summary statement's values (server/db/chunks.py) for an upload received at
+        `received_at` (or the newest of several)."""
+        return {"hour": hour_of(received_at), "summarised_at": received_at,
+                "alerts": orjson.dumps(self.alert_rows()).decode(),
+                "flows": orjson.dumps(self.flow_rows()).decode(),
+                "flow_ids_kept": FLOW_IDS_KEPT}
 
     def alert_rows(self) -> list[dict]:
         """In key order: concurrent uploads of one router lock their rows in the same order

@@ -1,0 +1,140 @@
+"""Transactional writes of a telemetry upload while its body streams in: its records in
+chunks (chunks.py) of at most `batch_rows` records or BATCH_BYTES, and its summary rows
+(summary.py), all in one transaction with its Idempotency-Key (SQL: server/db/chunks.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime
+
+import aiopg
+
+from server.db.chunks import store_statement
+from server.db.pool import Database, DatabaseUnavailable, execute
+from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
+from server.db.upload_keys import UploadKey
+from server.telemetry.chunks import Chunk, compress
+from server.telemetry.summary import Summary
+
+BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
+SUMMARY_ROWS = 10_000  # a summary this large is written with the next chunk (bounded memory)
+
+
+class TelemetryWriter:
+    """Collects an upload's records, writes them in chunks inside one transaction, opened at
+    the first full chunk, and its summary with the last one. An upload that fits one chunk
+    is written by a single autocommit statement. Leaving the context with an exception
+    rolls everything back.
+
+    Pipelined: a full chunk is compressed (in a thread: zstd lets go of the GIL) and sent
+    while the caller goes on reading and parsing the next one, with at most one chunk in
+    flight. A failed write fails the request at the next add or at commit, so the
+    transaction still stores all or nothing."""
+
+    def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
+                 batch_rows: int):
+        self._db = db
+        self._params = {"mac": mac, "kind": kind}
+        self._events = kind == "events"
+        self._received_at = received_at
+        self._batch_rows = batch_rows
+        self._lines: list[bytes] = []
+        self._pending_bytes = 0
+        self.summary = Summary()
+        self._stack = contextlib.AsyncExitStack()
+        self._cursor: aiopg.Cursor | None = None
+        self._in_flight: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "TelemetryWriter":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._in_flight is not None:  # failing: let the write end before the rollback
+            in_flight, self._in_flight = self._in_flight, None
+            await asyncio.wait([in_flight])
+            if not in_flight.cancelled():
+                in_flight.exception()  # retrieved: the request fails with the first error
+        await self._stack.__aexit__(*exc_info)
+
+    def add(self, line: bytes, values: list, record: dict) -> bool:
+        """One record: on one line, its column values and itself parsed (for the summary).
+        True when a chunk is full: the caller then awaits `flush` (a plain call per record,
+        an await per chunk)."""
+        if self._events:
+            self.summary.add_event(values, record)
+        else:
+            self.summary.add_flow(values)
+        self._lines.append(line)
+        self._pending_bytes += len(line)
+        return len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
+
+    async def flush(self) -> None:
+        """Send the full chunk (and a large summary) while the caller reads on."""
+        if self._cursor is None:
+            self._cursor = await self._stack.enter_async_context(self._db.transaction())
+        await self._settle()
+        summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
+        self._in_flight = asyncio.ensure_future(
+            self._send(self._cursor, self._take_chunk(), summary, None))
+
+    async def commit(self, key: UploadKey | None = None) -> None:
+        """Write what is left (records, summary) and `key` with it, and commit.
+        KeyAlreadyUsed when `key` was recorded by another upload (nothing is stored; leaving
+        the context rolls back). CommitInDoubt when the connection fails during the write
+        that commits (a lone statement in autocommit, or COMMIT); a failure before it leaves
+        nothing stored and is raised as it is."""
+        pid = None
+        try:
+            chunk, summary = self._take_chunk(), self._take_summary()
+            if self._cursor is None:
+                if chunk or summary or key is not None:
+                    async with self._db.cursor() as cur:
+                        pid = backend_pid(cur)
+                        await self._send(cur, chunk, summary, key)
+                return
+            await self._settle()
+            if chunk or summary or key is not None:
+                await self._send(self._cursor, chunk, summary, key)
+            pid = backend_pid(self._cursor)
+            await self._stack.aclose()  # COMMIT
+        except DatabaseUnavailable as error:
+            if pid is None:
+                raise
+            raise CommitInDoubt(pid, str(error)) from error
+
+    async def _settle(self) -> None:
+        """Wait for the write in flight; its failure is raised here."""
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            await in_flight
+
+    def _take_chunk(self) -> Chunk | None:
+        if not self._lines:
+            return None
+        chunk = Chunk(self._lines, [self._received_at], [len(self._lines)])
+        self._lines = []
+        self._pending_bytes = 0
+        return chunk
+
+    def _take_summary(self) -> Summary | None:
+        if not len(self.summary):
+            return None
+        summary, self.summary = self.summary, Summary()
+        return summary
+
+    async def _send(self, cur: aiopg.Cursor, chunk: Chunk | None, summary: Summary | None,
+                    key: UploadKey | None) -> None:
+        params = dict(self._params)
+        if chunk is not None:
+            body = await asyncio.to_thread(compress, chunk.lines)
+            params.update(chunk.params(body))
+        if summary is not None:
+            params.update(summary.params(self._received_at))
+        if key is not None:
+            params.update(key.params())
+        statement = store_statement(chunk is not None, summary is not None, key is not None)
+        await execute(cur, statement, params)
+        if key is not None and (await cur.fetchone())[0] == 0:
+            raise KeyAlreadyUsed(key.key)
