@@ -26,7 +26,7 @@ from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.settings import Settings
 from server.telemetry.compaction import compact
-from server.telemetry.export import stored_records
+from server.telemetry.export import ndjson, stored_records
 from server.telemetry.sql_tables import write_session
 
 PROG = "router-backend telemetry"
@@ -65,9 +65,9 @@ async def _export(settings: Settings, args: argparse.Namespace, db: Database) ->
     def write() -> int:
         out = sys.stdout.buffer
         count = 0
-        for record in stored_records(db.location, mac, args.kind, args.since, args.until):
-            out.write(record.line + b"\n")
-            count += 1
+        for records, text in ndjson(db.location, mac, args.kind, args.since, args.until):
+            out.write(text)
+            count += records
         out.flush()
         return count
 

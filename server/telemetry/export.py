@@ -32,21 +32,44 @@ class StoredRecord:
     line: bytes               # the record as received, on one line
 
 
-def stored_records(location: DatabaseLocation, mac: str, kind: str | None = None,
-                   since: datetime | None = None, until: datetime | None = None
-                   ) -> Iterator[StoredRecord]:
-    since, until = since or BEGINNING, until or END
+def stored_chunks(location: DatabaseLocation, mac: str, kind: str | None = None,
+                  since: datetime | None = None, until: datetime | None = None
+                  ) -> Iterator[tuple[int, str, Chunk]]:
+    """(chunk id, kind, chunk) of the router's chunks that may hold records received in
+    [since, until), oldest first."""
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn, conn.cursor(name="telemetry_export") as cur:
             cur.itersize = CHUNKS_PER_FETCH
-            cur.execute(ROUTER_CHUNKS, {"mac": mac, "kind": kind, "since": since,
-                                        "until": until})
+            cur.execute(ROUTER_CHUNKS, {"mac": mac, "kind": kind,
+                                        "since": since or BEGINNING, "until": until or END})
             for chunk_id, chunk_kind, times, counts, body in cur:
-                chunk = Chunk(decompress(bytes(body)), times, counts)
-                for ordinal, (line, moment) in enumerate(zip(chunk.lines,
-                                                             chunk.record_times()), 1):
-                    if since <= moment < until:
-                        yield StoredRecord(chunk_id, ordinal, chunk_kind, moment, line)
+                yield chunk_id, chunk_kind, Chunk(decompress(bytes(body)), times, counts)
     finally:
         conn.close()
+
+
+def stored_records(location: DatabaseLocation, mac: str, kind: str | None = None,
+                   since: datetime | None = None, until: datetime | None = None
+                   ) -> Iterator[StoredRecord]:
+    since, until = since or BEGINNING, until or END
+    for chunk_id, chunk_kind, chunk in stored_chunks(location, mac, kind, since, until):
+        for ordinal, (line, moment) in enumerate(zip(chunk.lines, chunk.record_times()), 1):
+            if since <= moment < until:
+                yield StoredRecord(chunk_id, ordinal, chunk_kind, moment, line)
+
+
+def ndjson(location: DatabaseLocation, mac: str, kind: str | None = None,
+           since: datetime | None = None, until: datetime | None = None
+           ) -> Iterator[tuple[int, bytes]]:
+    """(records, NDJSON text) a chunk at a time: a chunk wholly within the range as it is,
+    one that straddles a bound filtered record by record."""
+    low, high = since or BEGINNING, until or END
+    for _, _, chunk in stored_chunks(location, mac, kind, since, until):
+        if low <= chunk.first_received_at and chunk.received_at < high:
+            kept = chunk.lines
+        else:
+            kept = [line for line, moment in zip(chunk.lines, chunk.record_times())
+                    if low <= moment < high]
+        if kept:
+            yield len(kept), b"\n".join(kept) + b"\n"
