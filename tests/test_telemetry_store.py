@@ -176,3 +176,15 @@ async def test_stored_records_match_the_sql_tables(client, sql):
     rows = telemetry(sql).rows("SELECT mac::text, ordinal, record FROM ids_events "
                                "ORDER BY chunk_id, ordinal")
     assert rows == [(MAC, n + 1, orjson.loads(record(n))) for n in range(3)]
+
+
+async def test_hostile_flow_ids_keep_summary_rows_small(client, sql):
+    huge = [orjson.dumps({"event_type": "alert", "flow_id": f"{n}" + "x" * 10_000,
+                          "alert": {"signature_id": 1, "severity": 1}}) for n in range(70)]
+    answer = await upload(client, huge)
+    assert answer["accepted"] == 70
+    alerts, kept, longest = sql.rows(
+        "SELECT alerts, cardinality(flow_ids), (SELECT max(length(f)) FROM unnest(flow_ids) f) "
+        "FROM telemetry_alerts WHERE mac = %s", (MAC,))[0]
+    assert (alerts, kept) == (70, 64) and longest <= 40
+    assert [r.line for r in stored_records(sql.location, MAC)] == huge  # the records whole

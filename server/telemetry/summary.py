@@ -10,12 +10,14 @@ are records with `alert.signature_id` sent to /log/events; flows are records wit
 
 from __future__ import annotations
 
+import hashlib
 import socket
 from datetime import datetime, timezone
 
 import orjson
 
 FLOW_IDS_KEPT = 64   # distinct flows remembered per summary row; the firewall needs 2
+FLOW_ID_CHARS = 40
 FLOW_TYPES = frozenset({"flow", "netflow"})
 IPS_REMEMBERED = 4_096  # spellings of addresses canonicalised once per upload
 
@@ -37,10 +39,14 @@ def canonical_ip(value: str | None) -> str | None:
 
 def flow_id_text(value: object) -> str | None:
     """flow_id as PostgreSQL's `record->>'flow_id'` spelled it: a string as it is, any other
-    value as its JSON text."""
-    if value is None or isinstance(value, str):
-        return value
-    return orjson.dumps(value).decode()
+    value as its JSON text; one longer than FLOW_ID_CHARS (Suricata's are integers of up to
+    20 digits) as a digest of it, so a hostile record cannot make summary rows large."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    if len(text) > FLOW_ID_CHARS:
+        return "#" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return text
 
 
 class Summary:
