@@ -188,3 +188,11 @@ async def test_hostile_flow_ids_keep_summary_rows_small(client, sql):
         "FROM telemetry_alerts WHERE mac = %s", (MAC,))[0]
     assert (alerts, kept) == (70, 64) and longest <= 40
     assert [r.line for r in stored_records(sql.location, MAC)] == huge  # the records whole
+
+
+def test_legacy_batches_are_bounded_by_their_records_bytes():
+    from server.telemetry.legacy import _within
+    rows = [("m", 0, n, size) for n, size in enumerate([10, 20, 30, 40])]
+    assert _within(rows, 35) == rows[:2]
+    assert _within(rows, 5) == rows[:1]  # one record larger than the bound still moves
+    assert _within(rows, 1_000) == rows

@@ -73,9 +73,12 @@ TAKE_SMALL_CHUNKS = """DELETE FROM {partition} WHERE (mac, kind, received_at, id
     ORDER BY received_at, id LIMIT %(chunks)s)
 RETURNING received_at, id, upload_times, upload_records, body"""
 
-# Moving the row tables of before (server/telemetry/legacy.py), a batch at a time.
+# Moving the row tables of before (server/telemetry/legacy.py), a batch at a time: the next
+# rows' keys and sizes, then those of them that fit the batch taken out.
+NEXT_LEGACY_ROWS = """SELECT mac::text, received_at, id, octet_length(record::text)
+FROM {table} ORDER BY mac, received_at, id LIMIT %(rows)s"""
 TAKE_LEGACY_ROWS = """DELETE FROM {table} WHERE (mac, received_at, id) IN (
-    SELECT mac, received_at, id FROM {table} ORDER BY mac, received_at, id LIMIT %(rows)s)
+    SELECT * FROM unnest(%(macs)s::macaddr[], %(times)s::timestamptz[], %(ids)s::bigint[]))
 RETURNING mac::text, received_at, id, record::text"""
 
 
