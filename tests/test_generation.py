@@ -176,12 +176,16 @@ async def test_two_processes_split_routers_without_overlap(fixture_settings, sql
         for mac in macs:
             await router_db.register(db_a, mac)
         pools = [generation_pool(1, 60) for _ in range(2)]
-        services = [GenerationService(db, pool, config) for db, pool in zip((db_a, db_b), pools)]
-        services[0]._me, services[1]._me = "process-a", "process-b"
+        services = [GenerationService(db, pool, config, owner=owner)
+                    for db, pool, owner in zip((db_a, db_b), pools, ("process-a", "process-b"))]
         for service in services:
             service.start()
 
+        owners_seen: set[str] = set()
+
         async def all_generated() -> bool:
+            owners_seen.update(owner for (owner,) in sql.rows(
+                "SELECT DISTINCT claimed_by FROM generation_queue WHERE claimed_by IS NOT NULL"))
             return sql.value("SELECT count(*) FROM generation_queue "
                              "WHERE generation_count > 0") == len(macs)
 
@@ -196,6 +200,10 @@ async def test_two_processes_split_routers_without_overlap(fixture_settings, sql
     assert services[0].generated + services[1].generated == len(macs)
     assert services[0].generated > 0 and services[1].generated > 0
     assert sql.value("SELECT count(*) FROM router_rules") == len(macs)
+    # Each claimed under its own name (both in one process: a shared name would let either
+    # renew, release or complete the other's claims).
+    assert owners_seen <= {"process-a", "process-b"} and owners_seen
+    assert sql.value("SELECT count(*) FROM generation_queue WHERE claimed_by IS NOT NULL") == 0
 
 
 def sleepy_generation(seconds: int) -> int:

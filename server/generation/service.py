@@ -168,12 +168,13 @@ async def generate_once(db: Database, config: GenerationConfig, mac: str,
 
 class GenerationService:
     def __init__(self, db: Database, pool: GenerationPool, config: GenerationConfig,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, owner: str | None = None):
+        """`owner`: the name its claims go by (default: this process's)."""
         self._db = db
         self._metrics = metrics or Metrics()
         self._pool = pool
         self._config = config
-        self._owner = process_name()
+        self._owner = owner or process_name()
         self._buffer: asyncio.Queue[str] = asyncio.Queue(config.capacity)
         self._held: set[str] = set()  # claimed by us: buffered or being generated
         self._running: set[str] = set()  # being generated: the claims renewed
