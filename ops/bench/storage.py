@@ -211,7 +211,9 @@ ROUNDS = 48  # the job runs 144 times a day at the defaults; each run frees what
 def record_footprint(location, records: int) -> RecordFootprint:
     stream = record_stream(records)
     footprint = RecordFootprint(records, row_table_bytes(location, stream))
-    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    # Yesterday (UTC): every simulated upload settled, whatever the hour of the run.
+    start = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=0, minute=0, second=0,
+                                                                     microsecond=0)
     conn = psycopg2.connect(**location.connect_kwargs())
     conn.autocommit = True
     try:
