@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import random
 import shutil
 import sys
@@ -38,12 +37,11 @@ import zstandard
 
 from engine.ruleset import load_ruleset
 from ops.bench.generation import fill_telemetry, run_round
+from ops.bench.ingest import copy_rows, copy_text
 from server.db.partitions import TELEMETRY_TABLES
 from server.db.pool import Database
-from server.telemetry.extract import cfm_row, event_row, validate
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
-from server.telemetry.chunks import one_line
 from server.telemetry.compaction import compact
 from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
@@ -253,15 +251,13 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
     of `rounds` parts (with a VACUUM, as autovacuum would, in `cur`); with no uploads, run
     the job once."""
     db = await Database.open(location, 1, 4, 60)
-    row_of = {"events": event_row, "cfm": cfm_row}
     part = -(-len(timed) // rounds) if timed else 0
     try:
         for first in range(0, len(timed), part) if timed else ():
             for received_at, (mac, kind, lines) in timed[first:first + part]:
                 async with TelemetryWriter(db, mac, kind, received_at, 2_000) as writer:
                     for line in lines:
-                        values, record = validate(line, row_of[kind])
-                        if writer.add(one_line(line), values, record):
+                        if writer.add(line):
                             await writer.flush()
                     await writer.commit()
             if rounds > 1:
@@ -274,19 +270,15 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
 
 
 def row_table_bytes(location, stream: list[tuple[str, bytes]]) -> float:
-    data = io.BytesIO(b"".join(b"02:32:00:00:00:01\t2026-11-24T00:00:00Z\t" +
-                               line.replace(b"\\", b"\\\\") + b"\n" for _, line in stream))
+    """Bytes per record of the same records in the ingestion benchmark's reference table."""
     conn = psycopg2.connect(**location.connect_kwargs())
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute("CREATE TABLE row_reference (mac macaddr NOT NULL, "
-                        "received_at timestamptz NOT NULL, record jsonb NOT NULL)")
-            cur.execute("CREATE INDEX ON row_reference (mac, received_at)")
-            cur.copy_expert("COPY row_reference FROM STDIN", data)
-            cur.execute("VACUUM ANALYZE row_reference")
-            size = total_size(cur, "row_reference")
-            cur.execute("DROP TABLE row_reference")
+            copy_rows(cur, copy_text([line for _, line in stream], "2026-11-24T00:00:00Z"))
+            cur.execute("VACUUM ANALYZE copy_reference")
+            size = total_size(cur, "copy_reference")
+            cur.execute("DROP TABLE copy_reference")
             return size / len(stream)
     finally:
         conn.close()

@@ -25,12 +25,10 @@ from server.idempotency_key import idempotency_key
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
 from server.settings import Settings
-from server.telemetry import extract
-from server.telemetry.chunks import one_line
+from server.telemetry.extract import RecordError
 from server.telemetry.writer import TelemetryWriter
 from server.typedefs import FLOOD_LIMITS, INGEST_DATABASE, SETTINGS
 
-ROW_BUILDERS = {"events": extract.event_row, "cfm": extract.cfm_row}
 
 
 class IngestReport:
@@ -94,7 +92,6 @@ async def _store(request: web.Request, mac: str, kind: str, key: str | None,
     settings = request.app[SETTINGS]
     splitter = splitter_for(request.content_type, settings.ingest_max_record_bytes)
     report = IngestReport(settings.ingest_max_reported_errors)
-    row_of = ROW_BUILDERS[kind]
     limits = request.app[FLOOD_LIMITS]
     db = request.app[INGEST_DATABASE]
     received_at = datetime.now(timezone.utc)
@@ -109,12 +106,12 @@ async def _store(request: web.Request, mac: str, kind: str, key: str | None,
                                           f"{settings.ingest_max_record_bytes} bytes")
                     continue
                 try:
-                    values, record = extract.validate(raw, row_of)
-                except extract.RecordError as error:
+                    full = writer.add(raw)
+                except RecordError as error:
                     report.reject(number, str(error))
                     continue
                 report.accepted += 1
-                if writer.add(one_line(raw), values, record):
+                if full:
                     await writer.flush()
 
         try:

@@ -16,7 +16,6 @@ from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
 from server.telemetry.summary import Summary, hour_of
 
 Upload = tuple[str, datetime, list[bytes]]   # router, receive time, its records (one line each)
-_ROW_OF = {"events": extract.event_row, "cfm": extract.cfm_row}
 
 
 def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
@@ -50,11 +49,8 @@ def _summarise(summaries: dict, mac: str, kind: str, received_at: datetime,
     for line in records:
         record = orjson.loads(line)
         try:
-            values = _ROW_OF[kind](record)
+            values = extract.ROW_OF[kind](record)
         except extract.RecordError:
             continue  # stored before these checks: kept, not summarised
-        if kind == "events":
-            summary.add_event(values, record, received_at)
-        else:
-            summary.add_flow(values)
+        summary.add(kind, values, record, received_at)
     summaries[key] = (summary, max(newest, received_at))

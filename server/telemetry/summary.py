@@ -60,6 +60,14 @@ class Summary:
     def __len__(self) -> int:
         return len(self.alerts) + len(self.flows)
 
+    def add(self, kind: str, values: list, record: dict,
+            received_at: datetime | None = None) -> None:
+        """A checked record of `kind` (events or cfm): its column values and itself."""
+        if kind == "events":
+            self.add_event(values, record, received_at)
+        else:
+            self.add_flow(values)
+
     def add_event(self, values: list, record: dict, received_at: datetime | None = None
                   ) -> None:
         """`received_at`: for records of several uploads; by default all are the upload's

@@ -15,7 +15,8 @@ from server.db.chunks import store_statement
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
 from server.db.upload_keys import UploadKey
-from server.telemetry.chunks import Chunk, compress
+from server.telemetry.chunks import Chunk, compress, one_line
+from server.telemetry.extract import ROW_OF, validate
 from server.telemetry.summary import Summary
 
 BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
@@ -37,7 +38,7 @@ class TelemetryWriter:
                  batch_rows: int):
         self._db = db
         self._params = {"mac": mac, "kind": kind}
-        self._events = kind == "events"
+        self._row_of = ROW_OF[kind]
         self._received_at = received_at
         self._batch_rows = batch_rows
         self._lines: list[bytes] = []
@@ -58,14 +59,14 @@ class TelemetryWriter:
                 in_flight.exception()  # retrieved: the request fails with the first error
         await self._stack.__aexit__(*exc_info)
 
-    def add(self, line: bytes, values: list, record: dict) -> bool:
-        """One record: on one line, its column values and itself parsed (for the summary).
-        True when a chunk is full: the caller then awaits `flush` (a plain call per record,
-        an await per chunk)."""
-        if self._events:
-            self.summary.add_event(values, record)
-        else:
-            self.summary.add_flow(values)
+    def add(self, raw: bytes) -> bool:
+        """One record as received: checked (RecordError when it cannot be stored; nothing
+        is kept of it then), summarised and put on its line of the chunk. True when the
+        chunk is full: the caller then awaits `flush` (a plain call per record, an await
+        per chunk)."""
+        values, record = validate(raw, self._row_of)
+        self.summary.add(self._params["kind"], values, record)
+        line = one_line(raw)
         self._lines.append(line)
         self._pending_bytes += len(line)
         return len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
