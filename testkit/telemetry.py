@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 
 from server.db.location import DatabaseLocation
+from server.telemetry.batch import Upload, upload_statements
 from server.telemetry.export import stored_records
 from server.telemetry.sql_tables import TABLES, copy_line, create_statement
 from testkit.database import Sql
@@ -29,6 +30,13 @@ def load_record_tables(cur, location: DatabaseLocation) -> None:
         cur.execute(create_statement(kind))
         copies[kind].seek(0)
         cur.copy_expert(f"COPY {table} FROM STDIN", copies[kind])
+
+
+def store_uploads(cur, kind: str, uploads: list[Upload], chunk_records: int) -> None:
+    """Whole uploads at hand stored in `cur`'s transaction, as the compaction job leaves
+    them (chunks and summaries), for benchmarks that load history."""
+    for statement, params in upload_statements(kind, uploads, chunk_records):
+        cur.execute(statement, params)
 
 
 def telemetry(sql: Sql | DatabaseLocation) -> StoredTelemetry:

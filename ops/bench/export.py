@@ -5,7 +5,8 @@
 
 Stores --records EVE records (the storage benchmark's stream: the corpus and variants of it)
 for one router in chunks of 1,000 with their summaries (as the compaction job leaves them),
-and the same records one row each in `(mac, received_at, record jsonb)`. Then times
+and the same records one row each in the ingestion benchmark's reference table
+`(mac, received_at, record jsonb)`. Then times
 `router-backend telemetry export --mac MAC` (the command, a process of its own, writing to a
 file) and COPY of the row table's records to a file, best of --rounds each, and checks the
 export holds every record once.
@@ -25,8 +26,9 @@ from pathlib import Path
 import psycopg2
 
 from ops.bench.storage import record_stream
-from server.telemetry.batch import upload_statements
+from ops.bench.ingest import copy_rows, copy_text
 from testkit.database import database_env, throwaway_database
+from testkit.telemetry import store_uploads
 
 MAC = "02:32:00:00:ee:01"
 
@@ -38,22 +40,10 @@ def store(location, lines: list[bytes]) -> None:
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn, conn.cursor() as cur:
-            for statement, params in upload_statements("events", uploads, 1_000):
-                cur.execute(statement, params)
-            cur.execute("CREATE TABLE row_reference (mac macaddr NOT NULL, "
-                        "received_at timestamptz NOT NULL, record jsonb NOT NULL)")
-            cur.execute("CREATE INDEX ON row_reference (mac, received_at)")
-            cur.copy_expert("COPY row_reference (mac, received_at, record) FROM STDIN",
-                            _copy_rows(lines, start))
+            store_uploads(cur, "events", uploads, 1_000)
+            copy_rows(cur, copy_text(lines, start.isoformat(), MAC))
     finally:
         conn.close()
-
-
-def _copy_rows(lines: list[bytes], start: datetime):
-    import io
-    prefix = f"{MAC}\t{start.isoformat()}\t".encode()
-    return io.BytesIO(b"".join(prefix + line.replace(b"\\", b"\\\\") + b"\n"
-                               for line in lines))
 
 
 def time_export(location, workdir: Path, out: Path) -> float:
@@ -70,7 +60,7 @@ def time_copy(location, out: Path) -> float:
     try:
         with conn.cursor() as cur, out.open("wb") as sink:
             started = time.perf_counter()
-            cur.copy_expert("COPY (SELECT record FROM row_reference WHERE mac = "
+            cur.copy_expert("COPY (SELECT record FROM copy_reference WHERE mac = "
                             f"'{MAC}' ORDER BY received_at) TO STDOUT", sink)
             return time.perf_counter() - started
     finally:

@@ -30,9 +30,9 @@ from server.generation import queue
 from server.generation.service import GenerationConfig, generate_router, generation_pool
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings
-from server.telemetry.batch import upload_statements
 from testkit.corpus import CORPUS_ARCHIVE
 from testkit.database import database_env, throwaway_database
+from testkit.telemetry import store_uploads
 
 DEFAULT_ARCHIVE = CORPUS_ARCHIVE
 ALERTS_PER_ROUTER = 40
@@ -59,9 +59,8 @@ def fill_telemetry(location, macs: list[str], sids: list[int]) -> None:
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn, conn.cursor() as cur:
-            for kind, uploads in (("events", events), ("cfm", flows)):
-                for statement, params in upload_statements(kind, uploads, 1_000):
-                    cur.execute(statement, params)
+            store_uploads(cur, "events", events, 1_000)
+            store_uploads(cur, "cfm", flows, 1_000)
             cur.executemany("INSERT INTO routers (mac) VALUES (%s)", [(m,) for m in macs])
             cur.executemany("INSERT INTO generation_queue (mac) VALUES (%s)",
                             [(m,) for m in macs])

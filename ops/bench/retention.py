@@ -3,9 +3,9 @@ ingestion rate alone in the same run.
 
     python -m ops.bench.retention [--old 400000] [--records 100000]
 
-Stores --old records received 60 days ago (in chunks, with their summaries), then posts --records new records
-over HTTP twice: once alone (the reference) and once while the retention job (the server's
-own function, RETENTION_DAYS=30) deletes the old chunks. Prints both rates, their ratio, how
+Stores --old records received 60 days ago (in chunks, with their summaries), then posts
+--records new records over HTTP twice: once alone (the reference) and once while the
+retention job (the server's own function, RETENTION_DAYS=30) deletes the old chunks. Prints both rates, their ratio, how
 long retention took, and checks that every new record is stored and every old one is gone.
 """
 
@@ -22,9 +22,9 @@ import psycopg2
 from ops.bench.ingest import MAC, count_rows, make_lines, ndjson_bodies, run_http, truncate
 from server.db.pool import Database
 from server.jobs.retention import run_retention
-from server.telemetry.batch import upload_statements
 from testkit.database import throwaway_database
 from testkit.server import running_server
+from testkit.telemetry import store_uploads
 
 RETENTION_DAYS = 30
 
@@ -47,8 +47,7 @@ def store_old(location, lines: list[bytes], received_at: datetime) -> None:
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn, conn.cursor() as cur:
-            for statement, params in upload_statements("events", uploads, 2_000):
-                cur.execute(statement, params)
+            store_uploads(cur, "events", uploads, 2_000)
     finally:
         conn.close()
 
