@@ -108,7 +108,8 @@ async def test_a_real_eve_file_is_uploaded_once_and_then_only_what_is_new(client
     # Stored in the file's order: the agent sends its spool oldest first.
     alerts = [record for record in map(json.loads, lines + more)
               if record.get("event_type") == "alert"]
-    assert [row[0] for row in telemetry(sql).rows("SELECT record FROM ids_events ORDER BY chunk_id, ordinal")] == alerts
+    assert [row[0] for row in telemetry(sql).rows(
+        "SELECT record FROM ids_events ORDER BY chunk_id, ordinal")] == alerts
 
 
 async def test_an_outage_spools_then_the_spool_goes_in_order_and_a_repeat_is_replayed(

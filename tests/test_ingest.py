@@ -37,9 +37,10 @@ async def post(client, body, headers=NDJSON, path="/log/events"):
 async def test_ndjson_records_stored_with_extracted_columns(client, sql):
     status, body = await post(client, SAMPLE)
     assert (status, body) == (200, {"accepted": 7, "rejected": 0, "errors": []})
-    rows = telemetry(sql).rows("SELECT mac::text, event_type, host(src_ip), src_port, host(dest_ip), "
-                    "dest_port, proto, app_proto, signature_id, severity, event_time, record "
-                    "FROM ids_events ORDER BY chunk_id, ordinal")
+    rows = telemetry(sql).rows(
+        "SELECT mac::text, event_type, host(src_ip), src_port, host(dest_ip), dest_port, "
+        "proto, app_proto, signature_id, severity, event_time, record "
+        "FROM ids_events ORDER BY chunk_id, ordinal")
     assert [row[-1] for row in rows] == SAMPLE_RECORDS
     first = rows[0]
     assert first[:10] == (MAC, "alert", "203.0.113.50", 4431, "192.168.1.20", 22, "TCP", None,

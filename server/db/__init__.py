@@ -5,9 +5,10 @@
   Core schema (`schema.py`), time partitions (`partitions.py`).
 - The SQL of the tables several capabilities share: `routers.py` (registrations and their
   per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
-  and activations), `activation_days.py` (activations rolled up by day, the watermark), `applied.py` (what routers loaded), `telemetry.py` (an upload's commit in
-  doubt settled), `chunks.py` (the statements of telemetry chunks and summaries: store,
-  export, compaction), `upload_keys.py` (the uploads' idempotency keys),
+  and activations), `activation_days.py` (activations rolled up by day, the watermark),
+  `applied.py` (what routers loaded), `telemetry.py` (an upload's commit in doubt settled),
+  `chunks.py` (the statements of telemetry chunks and summaries: store, export,
+  compaction), `upload_keys.py` (the uploads' idempotency keys),
   `notifications.py` and `notification_keys.py` (the notification records and idempotency
   keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
   overrides), `reports.py` (access reports), `status.py` (the fleet at a glance).

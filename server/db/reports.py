@@ -1,5 +1,6 @@
-"""Router access reports over `activations` and `activation_days`, streamed from a server-side cursor so that
-millions of rows cost no memory: rows come back in pages of FETCH_ROWS."""
+"""Router access reports over `activations` and `activation_days`, streamed from a
+server-side cursor so that millions of rows cost no memory: rows come back in pages of
+FETCH_ROWS."""
 
 from __future__ import annotations
 

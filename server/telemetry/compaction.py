@@ -5,8 +5,8 @@ of 1,000 about 40 (docs/telemetry.md).
 
 A merge is one transaction per router, kind and partition: the small chunks are deleted
 (returning their contents), merged in order of receipt, cut into full chunks (compressed
-harder than at ingestion: they are written once) and one remainder, and inserted. It commits whole or not at
-all: a crash loses and doubles nothing. Uploads only insert new chunks, so a merge never
+harder than at ingestion: they are written once) and one remainder, and inserted. It
+commits whole or not at all: a crash loses and doubles nothing. Uploads only insert new chunks, so a merge never
 waits for them nor they for it. Only chunks received TELEMETRY_COMPACT_SETTLE_SECONDS ago
 or more are taken (an upload's own chunk is settled with it long before), and only in the
 partitions of the last two days, unless a run by hand asks for all.
