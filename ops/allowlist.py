@@ -6,13 +6,13 @@ for generation now."""
 from __future__ import annotations
 
 import argparse
-import ipaddress
 
-from ops.command import CommandError, registered_router, run_command
+from ops.command import operator, run_command
 from server.db import allowlist as allowlist_db
 from server.db.pool import Database
 from server.settings import Settings
 from server.timestamps import iso_utc
+from server.tuning.changes import add_allowed, remove_allowed
 
 PROG = "router-backend allowlist"
 
@@ -28,13 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove.add_argument("id", type=int)
 
 
-def _network(text: str) -> str:
-    try:
-        return str(ipaddress.ip_network(text, strict=False))
-    except ValueError:
-        raise CommandError(f"not an address or network: {text!r}") from None
-
-
 async def _run(args: argparse.Namespace, db: Database) -> int:
     if args.action == "list":
         print("id\tnetwork\tmac\tcreated_at\tnote")
@@ -42,13 +35,11 @@ async def _run(args: argparse.Namespace, db: Database) -> int:
             print(f"{entry_id}\t{network}\t{mac or 'fleet'}\t{iso_utc(created)}\t{note or ''}")
         return 0
     if args.action == "remove":
-        if not await allowlist_db.remove(db, args.id):
-            raise CommandError(f"no allowlist entry {args.id}")
+        await remove_allowed(db, args.id, operator())
         print(f"allowlist entry {args.id} removed")
         return 0
-    network = _network(args.network)
-    mac = await registered_router(db, args.mac)
-    entry_id, due = await allowlist_db.add(db, network, mac, args.note)
+    entry_id, network, mac, due = await add_allowed(db, args.network, args.mac, args.note,
+                                                    operator())
     if entry_id is None:
         print(f"{network} is on the allowlist {'of ' + mac if mac else 'of the fleet'} already")
         return 0

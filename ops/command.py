@@ -4,16 +4,17 @@ length of the command, and one mapping of failures to messages and exit codes.""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
 import sys
 from typing import Awaitable, Callable
 
-from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.db.migrate import SchemaNotReady
 from server.db.pool import Database, DatabaseUnavailable
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings, SettingsError, load_settings
+from server.tuning.changes import TuningRefused
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -31,14 +32,12 @@ def mac_argument(text: str) -> str:
         raise CommandError(str(error)) from None
 
 
-async def registered_router(db: Database, text: str | None) -> str | None:
-    """An optional `--mac` naming a registered router (None: the whole fleet)."""
-    if text is None:
-        return None
-    mac = mac_argument(text)
-    if not await router_db.is_registered(db, mac):
-        raise CommandError(f"{mac} is not registered")
-    return mac
+def operator() -> str:
+    """Who made a change from a shell, as the record of changes (`tuning_changes`) names it."""
+    try:
+        return f"shell:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name for this uid (a container)
+        return "shell"
 
 
 def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
@@ -58,7 +57,8 @@ def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
 
     try:
         return asyncio.run(main())
-    except (CommandError, ConnectionError, DatabaseUnavailable, SchemaNotReady) as error:
+    except (CommandError, TuningRefused, ConnectionError, DatabaseUnavailable,
+            SchemaNotReady) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from engine.ruleset import load_ruleset
-from engine.selectors import Selector, matching
-from ops.command import CommandError, registered_router, run_command
-from ruledata.workspace import Workspace
+from ops.command import operator, run_command
 from server.db import overrides as overrides_db
 from server.db.pool import Database
 from server.settings import Settings
 from server.timestamps import iso_utc
+from server.tuning.changes import add_override, remove_override
 
 PROG = "router-backend rules"
 
@@ -36,30 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove.add_argument("id", type=int)
 
 
-def matched_rules(settings: Settings, selector: Selector) -> tuple[str, int]:
-    """(version of the ruleset in use, how many of its rules the selector matches)."""
-    version_dir = Workspace(settings.rule_data_path).current_version_dir()
-    if version_dir is None:
-        raise CommandError("no ruleset published yet: a selector cannot be checked "
-                           "(run rulepreprocess)")
-    ruleset = load_ruleset(version_dir)
-    return ruleset.version, len(matching(ruleset.all_rules, selector))
-
-
 async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    try:
-        selector = Selector.parse(args.selector)
-    except ValueError as error:
-        raise CommandError(str(error)) from None
-    mac = await registered_router(db, args.mac)
-    version, count = matched_rules(settings, selector)
-    if count == 0:
-        raise CommandError(f"{selector.text} matches no rule of ruleset {version}; "
-                           "nothing stored")
-    override_id, due = await overrides_db.add(db, args.action, selector.text, mac, args.note)
-    print(f"override {override_id}: {args.action} {selector.text} ({count} rules of ruleset "
-          f"{version}) for {mac or 'the fleet'}; "
-          f"{due} routers made due for generation now")
+    added = await add_override(db, settings, args.action, args.selector, args.mac, args.note,
+                               operator())
+    print(f"override {added.id}: {added.action} {added.selector} ({added.rules_matched} rules "
+          f"of ruleset {added.ruleset_version}) for {added.mac or 'the fleet'}; "
+          f"{added.routers_due} routers made due for generation now")
     return 0
 
 
@@ -73,9 +53,7 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
             print(f"{override_id}\t{action}\t{selector}\t{mac or 'fleet'}\t{iso_utc(created)}\t"
                   f"{note or ''}")
         return 0
-    due = await overrides_db.remove(db, args.id)
-    if due is None:
-        raise CommandError(f"no override {args.id}")
+    due = await remove_override(db, args.id, operator())
     print(f"override {args.id} removed; {due} routers made due for generation now")
     return 0
 

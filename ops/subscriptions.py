@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-from datetime import timedelta
 
-from ops.command import CommandError, mac_argument, run_command
+from ops.command import CommandError, mac_argument, operator, run_command
 from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.pool import Database
 from server.routers.keys import key_hash, new_key
 from server.settings import Settings
+from server.tuning.changes import reset_enrollment
 from server.timestamps import iso_utc
 
 PROG = "router-backend subscriptions"
@@ -59,9 +59,7 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
         return 0
     if args.action == "reset":
         minutes = settings.enrollment_reset_window_minutes
-        revoked, registered = await keys_db.reset(db, mac, timedelta(minutes=minutes))
-        if not registered:
-            raise CommandError(f"{mac} is not registered")
+        revoked = await reset_enrollment(db, mac, minutes, operator())
         log.warning("router %s reset by an operator (key %s): it may enroll within %d "
                     "minutes", mac, "revoked" if revoked else "none", minutes)
         print(f"{mac}: {'key revoked; ' if revoked else ''}the router may enroll within the "

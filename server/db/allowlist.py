@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from server.db.pool import Database, execute
 from server.db.routers import make_due
+from server.db.tuning_changes import record
 
 
-async def add(db: Database, network: str, mac: str | None, note: str | None
+async def add(db: Database, network: str, mac: str | None, note: str | None, made_by: str
               ) -> tuple[int | None, int]:
     """(id of the new entry, or None when it existed; routers made due)."""
     async with db.transaction() as cur:
@@ -21,11 +22,20 @@ async def add(db: Database, network: str, mac: str | None, note: str | None
         row = await cur.fetchone()
         if row is None:
             return None, 0
+        await record(cur, made_by, "allowlist entry added",
+                     f"{row[0]}: {network}" + (f" ({note})" if note else ""), mac)
         return row[0], await make_due(cur, mac)
 
 
-async def remove(db: Database, entry_id: int) -> bool:
-    return await db.execute("DELETE FROM firewall_allowlist WHERE id = %s", (entry_id,)) == 1
+async def remove(db: Database, entry_id: int, made_by: str) -> bool:
+    async with db.transaction() as cur:
+        await execute(cur, "DELETE FROM firewall_allowlist WHERE id = %s "
+                           "RETURNING network::text, mac::text", (entry_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return False
+        await record(cur, made_by, "allowlist entry removed", f"{entry_id}: {row[0]}", row[1])
+        return True
 
 
 async def entries(db: Database) -> list[tuple]:

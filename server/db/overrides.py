@@ -5,27 +5,33 @@ from __future__ import annotations
 
 from server.db.pool import Database, execute
 from server.db.routers import make_due
+from server.db.tuning_changes import record
 
 
 async def add(db: Database, action: str, selector: str, mac: str | None,
-              note: str | None) -> tuple[int, int]:
+              note: str | None, made_by: str) -> tuple[int, int]:
     """(the override's id, routers made due)."""
     async with db.transaction() as cur:
         await execute(cur, "INSERT INTO rule_overrides (action, selector, mac, note) "
                            "VALUES (%s, %s, %s, %s) RETURNING id", (action, selector, mac, note))
         override_id = (await cur.fetchone())[0]
+        await record(cur, made_by, "override added",
+                     f"{override_id}: {action} {selector}" + (f" ({note})" if note else ""), mac)
         return override_id, await make_due(cur, mac)
 
 
-async def remove(db: Database, override_id: int) -> int | None:
+async def remove(db: Database, override_id: int, made_by: str) -> int | None:
     """Routers made due, or None when there was no such override."""
     async with db.transaction() as cur:
-        await execute(cur, "DELETE FROM rule_overrides WHERE id = %s RETURNING mac::text",
-                      (override_id,))
+        await execute(cur, "DELETE FROM rule_overrides WHERE id = %s "
+                           "RETURNING mac::text, action, selector", (override_id,))
         row = await cur.fetchone()
         if row is None:
             return None
-        return await make_due(cur, row[0])
+        mac, action, selector = row
+        await record(cur, made_by, "override removed", f"{override_id}: {action} {selector}",
+                     mac)
+        return await make_due(cur, mac)
 
 
 async def entries(db: Database) -> list[tuple]:

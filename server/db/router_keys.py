@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from server.db.pool import Database, execute
 from server.db.routers import BUCKET_WAIT, LOCK_BUCKET, UNDER_LIMIT, bucket_params
+from server.db.tuning_changes import record
 
 
 async def key_hash_of(db: Database, mac: str) -> bytes | None:
@@ -82,8 +83,14 @@ opened AS (
 SELECT EXISTS (SELECT 1 FROM revoked), EXISTS (SELECT 1 FROM opened)"""
 
 
-async def reset(db: Database, mac: str, window: timedelta) -> tuple[bool, bool]:
+async def reset(db: Database, mac: str, window: timedelta, made_by: str) -> tuple[bool, bool]:
     """Revoke the router's key (if it has one) and let it enroll within `window` from now,
     and only then. Returns (a key was revoked, the router is registered)."""
-    revoked, registered = await db.fetchone(_RESET, {"mac": mac, "window": window})
+    async with db.transaction() as cur:
+        await execute(cur, _RESET, {"mac": mac, "window": window})
+        revoked, registered = await cur.fetchone()
+        if registered:
+            await record(cur, made_by, "enrollment reset",
+                         f"key {'revoked' if revoked else 'none'}; may enroll until "
+                         f"{int(window.total_seconds() // 60)} minutes from then", mac)
     return revoked, registered

@@ -230,6 +230,7 @@ telemetry_minutes = sa.Table(
     sa.Column("kind", sa.Text, primary_key=True),
     sa.Column("accepted", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("rejected", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("uploads", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 notification_keys = sa.Table(
@@ -255,3 +256,16 @@ notification_deliveries = sa.Table(
     sa.Column("error", sa.Text),
 )
 
+
+# Operators' changes by hand, from the console or the commands (migration 0020).
+tuning_changes = sa.Table(
+    "tuning_changes", metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("made_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    sa.Column("made_by", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("mac", MACADDR),
+    sa.Index("tuning_changes_mac_idx", "mac", "id"),
+)

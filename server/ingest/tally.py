@@ -1,4 +1,4 @@
-"""Telemetry records accepted and rejected, per minute and kind, kept in the database for
+"""Telemetry records accepted and rejected, and uploads, per minute and kind, kept in the database for
 `router-backend status` (the rejected ones are stored nowhere else). Each process counts in
 memory and adds its counts to `telemetry_minutes` every FLUSH_SECONDS (and at shutdown), so
 an upload costs no extra statement and concurrent uploads never contend for a row."""
@@ -15,28 +15,31 @@ from server.metrics import Metrics
 log = logging.getLogger("router_backend.ingest")
 
 FLUSH_SECONDS = 10
-_ADD = ("INSERT INTO telemetry_minutes (minute, kind, accepted, rejected) "
-        "SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::bigint[], %s::bigint[]) "
-        "ON CONFLICT (minute, kind) DO UPDATE SET "
+_ADD = ("INSERT INTO telemetry_minutes (minute, kind, accepted, rejected, uploads) "
+        "SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::bigint[], %s::bigint[], "
+        "%s::bigint[]) ON CONFLICT (minute, kind) DO UPDATE SET "
         "accepted = telemetry_minutes.accepted + EXCLUDED.accepted, "
-        "rejected = telemetry_minutes.rejected + EXCLUDED.rejected")
+        "rejected = telemetry_minutes.rejected + EXCLUDED.rejected, "
+        "uploads = telemetry_minutes.uploads + EXCLUDED.uploads")
 
 
 class TelemetryTally:
     def __init__(self, db: Database, metrics: Metrics):
         self._db = db
         self._health = metrics.loop_health("telemetry-tally", log)
-        self._counts: dict[tuple[datetime, str], list[int]] = {}
+        self._counts: dict[tuple[datetime, str], list[int]] = {}  # accepted, rejected, uploads
         self._tasks = BackgroundTasks()
 
     def add(self, kind: str, accepted: int, rejected: int) -> None:
         minute = datetime.now(timezone.utc).replace(second=0, microsecond=0)
-        self._count((minute, kind), accepted, rejected)
+        self._count((minute, kind), accepted, rejected, 1)
 
-    def _count(self, key: tuple[datetime, str], accepted: int, rejected: int) -> None:
-        counts = self._counts.setdefault(key, [0, 0])
+    def _count(self, key: tuple[datetime, str], accepted: int, rejected: int,
+               uploads: int) -> None:
+        counts = self._counts.setdefault(key, [0, 0, 0])
         counts[0] += accepted
         counts[1] += rejected
+        counts[2] += uploads
 
     async def flush(self) -> None:
         pending, self._counts = self._counts, {}
@@ -48,10 +51,11 @@ class TelemetryTally:
             await self._db.execute(_ADD, ([minute for minute, _ in keys],
                                           [kind for _, kind in keys],
                                           [pending[key][0] for key in keys],
-                                          [pending[key][1] for key in keys]))
+                                          [pending[key][1] for key in keys],
+                                          [pending[key][2] for key in keys]))
         except DatabaseUnavailable as error:  # keep them for the next flush
-            for key, (accepted, rejected) in pending.items():
-                self._count(key, accepted, rejected)
+            for key, counts in pending.items():
+                self._count(key, *counts)
             self._health.failed(f"telemetry counts not stored yet ({error})")
             return
         self._health.succeeded()

@@ -1,0 +1,2 @@
+ALTER TABLE telemetry_minutes DROP COLUMN uploads;
+DROP TABLE tuning_changes;
