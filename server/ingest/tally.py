@@ -1,7 +1,8 @@
-"""Telemetry records accepted and rejected, and uploads, per minute and kind, kept in the database for
-`router-backend status` (the rejected ones are stored nowhere else). Each process counts in
-memory and adds its counts to `telemetry_minutes` every FLUSH_SECONDS (and at shutdown), so
-an upload costs no extra statement and concurrent uploads never contend for a row."""
+"""Telemetry records accepted and rejected, and uploads, per minute and kind, kept in the
+database for `router-backend status` and the console (the rejected ones are stored nowhere
+else). Each process counts in memory and adds its counts to `telemetry_minutes` every
+FLUSH_SECONDS (and at shutdown), so an upload costs no extra statement and concurrent
+uploads never contend for a row."""
 
 from __future__ import annotations
 
