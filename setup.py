@@ -10,7 +10,8 @@ setup(
     packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations",
                                     "agent"],
                            exclude=["ops.bench", "ops.bench.*"]),
-    package_data={"migrations": ["*.sql"], "agent": ["*.ini"]},
+    package_data={"migrations": ["*.sql"], "agent": ["*.ini"],
+                  "server.console": ["templates/*.html"]},
     install_requires=[
         "aiohttp>=3.14,<3.15",  # server/polling/connection.py leans on its connection internals
         "aiopg>=1.4,<2",
@@ -24,6 +25,8 @@ setup(
         "prometheus-client>=0.20",
         "cronsim>=2.6",
         "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
+        "aiohttp-jinja2>=1.6",  # the console's pages (server/console/)
+        "itsdangerous>=2.1",  # the console's signed session cookies
     ],
     extras_require={
         "test": [
@@ -34,6 +37,7 @@ setup(
             "suricata-update>=1.3",
             "schemathesis>=4.0,<5",
             "import-linter>=2.1",
+            "selenium>=4.15",  # the console in a real browser (Debian's chromium)
         ],
     },
     entry_points={

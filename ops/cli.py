@@ -11,6 +11,8 @@ import sys
 from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
 from ops.command import CommandError, run_command
+from ops.console import add_arguments as add_console_arguments
+from ops.console import console
 from ops.rules import add_arguments as add_rules_arguments
 from ops.rules import rules
 from ops.status import add_arguments as add_status_arguments
@@ -139,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "allowlist", help="networks never blocked by a router's firewall payload"))
     add_telemetry_arguments(commands.add_parser(
         "telemetry", help="a router's stored records (export, sql) and the compaction job"))
+    add_console_arguments(commands.add_parser(
+        "console", help="console sign-ins: make a CONSOLE_USERS entry"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
@@ -146,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
-            "rules": rules, "telemetry": telemetry}
+            "rules": rules, "telemetry": telemetry, "console": console}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,10 +13,9 @@ from datetime import datetime
 import orjson
 
 from ops.command import run_command
-from ruledata.workspace import Workspace
 from server.db.pool import Database
-from server.db.status import fleet_status
 from server.settings import Settings
+from server.status import fleet_status
 from server.timestamps import iso_utc
 
 PROG = "router-backend status"
@@ -24,14 +23,6 @@ PROG = "router-backend status"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document")
-
-
-def ruleset_status(settings: Settings) -> dict | None:
-    current = Workspace(settings.rule_data_path).current_ruleset()
-    if current is None:
-        return None
-    return {"version": current.version, "published_at": current.published_at,
-            "age_hours": round(current.age_seconds / 3600, 1)}
 
 
 def render(status: dict) -> str:
@@ -68,7 +59,7 @@ def render(status: dict) -> str:
 
 
 async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    status = {**await fleet_status(db), "ruleset": ruleset_status(settings)}
+    status = await fleet_status(db, settings)
     if args.json:
         print(orjson.dumps(status, default=_moment,
                            option=orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATETIME).decode())

@@ -128,6 +128,37 @@ def _log_config(value: str) -> Path | None:
     return path
 
 
+CONSOLE_ROLES = ("support", "operator")
+# A console credential as `router-backend console credential` prints it (server/console/auth.py).
+_CONSOLE_HASH = re.compile(r"scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9_=-]+\$[A-Za-z0-9_=-]+")
+
+
+def _console_users(value: str) -> tuple[tuple[str, str, str], ...]:
+    users = []
+    for entry in (part.strip() for part in value.split(",")):
+        if not entry:
+            continue
+        name, role, digest = (entry.split(":") + ["", ""])[:3]
+        if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", name) or role not in CONSOLE_ROLES \
+                or not _CONSOLE_HASH.fullmatch(digest):
+            raise ValueError(f"expected NAME:ROLE:HASH entries separated by commas, ROLE one of "
+                             f"{', '.join(CONSOLE_ROLES)} and HASH as `router-backend console "
+                             f"credential` prints it; got {entry[:40]!r}")
+        if name in (user[0] for user in users):
+            raise ValueError(f"{name} is listed twice")
+        users.append((name, role, digest))
+    return tuple(users)
+
+
+def _listener(value: str) -> tuple[str, int] | None:
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), _integer(1, 65535)(port)
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
@@ -338,6 +369,22 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
             "compaction job.", _cron),
     Setting("TELEMETRY_COMPACT_SETTLE_SECONDS", "300", "Age of a chunk before the compaction "
             "job takes it.", _integer(0)),
+    Setting("CONSOLE", "true", "Serve the console for support and operators under /console/ "
+            "(docs/console.md). false: not served at all.", _boolean),
+    Setting("CONSOLE_USERS", "", "Who may sign in to the console: NAME:ROLE:HASH entries "
+            "separated by commas, ROLE `support` (reads) or `operator` (reads and changes "
+            "overrides, the allowlist and enrollments), HASH as `router-backend console "
+            "credential NAME ROLE` prints it (scrypt of a secret of at least 16 characters). "
+            "Empty: nobody can sign in.", _console_users),
+    Setting("CONSOLE_SECRET", "", "Signs the console's session cookies (at least 32 random "
+            "characters, the same in every process of the host); needed when CONSOLE_USERS "
+            "is set. Changing it signs everybody out.", _secret(32)),
+    Setting("CONSOLE_SESSION_MINUTES", "480", "How long a console sign-in lasts.",
+            _integer(1, 7 * 24 * 60)),
+    Setting("CONSOLE_LISTEN", "", "HOST:PORT of a listener of the console's own (for "
+            "example 127.0.0.1:8081, or a private address): the console is then answered "
+            "there only, not on LISTEN_HOST:LISTEN_PORT where routers call. Empty: the console "
+            "shares the routers' listener.", _listener),
     Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations "
             "per partition (by receive or activation time, UTC). Retention drops whole "
             "partitions; a change applies to partitions created from then on.",
@@ -387,6 +434,9 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Telemetry at rest": (
         "TELEMETRY_CHUNK_RECORDS", "TELEMETRY_COMPACT_CRON_SCHEDULE",
         "TELEMETRY_COMPACT_SETTLE_SECONDS"),
+    "Console": (
+        "CONSOLE", "CONSOLE_USERS", "CONSOLE_SECRET", "CONSOLE_SESSION_MINUTES",
+        "CONSOLE_LISTEN"),
 }
 
 
@@ -487,6 +537,11 @@ class Settings:
     telemetry_chunk_records: int
     telemetry_compact_cron_schedule: str
     telemetry_compact_settle_seconds: int
+    console: bool
+    console_users: tuple[tuple[str, str, str], ...]
+    console_secret: str
+    console_session_minutes: int
+    console_listen: tuple[str, int] | None
 
     @property
     def embedded_database(self) -> bool:
@@ -547,4 +602,7 @@ def load_settings(environ: Mapping[str, str] | None = None,
             values[setting.attribute] = setting.parse(raw)
         except ValueError as error:
             raise SettingsError(f"invalid {setting.name}: {error}") from None
+    if values["console_users"] and not values["console_secret"]:
+        raise SettingsError("invalid CONSOLE_SECRET: needed (at least 32 characters) when "
+                            "CONSOLE_USERS is set")
     return Settings(**values)

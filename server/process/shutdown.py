@@ -38,13 +38,20 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                               keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
-        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
-        await site.start()
+        sites = [web.TCPSite(runner, host, port, reuse_port=reuse_port or None)]
+        console = app[SETTINGS].console_listen if app[SETTINGS].console else None
+        if console is not None:  # the console's own listener (CONSOLE_LISTEN)
+            sites.append(web.TCPSite(runner, *console, reuse_port=reuse_port or None))
+        for site in sites:
+            await site.start()
         log.info("serving on %s:%s (pid %d)", host, port, os.getpid())
+        if console is not None:
+            log.info("console on %s:%s (pid %d)", *console, os.getpid())
         await stop_signal()
         log.info("stopping: refusing new connections, finishing %d requests in progress",
                  in_flight.count)
-        await site.stop()
+        for site in sites:
+            await site.stop()
         if not await in_flight.drain(grace_seconds):
             log.warning("%d requests still in progress after %ss; cutting them off",
                         in_flight.count, grace_seconds)

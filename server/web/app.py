@@ -10,6 +10,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from server.web.access_log import quiet_refused_heads
+from server.console.app import create_console_app
 from server.db.lifecycle import open_database
 from server.db.pool import Database
 from server.errors import error_middleware
@@ -70,7 +71,14 @@ def create_app(settings: Settings, role: str = "all",
     app.cleanup_ctx.append(database_context)
     if role != "background":
         metrics.http_workers.set(1)
+        app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
+                                        settings.router_records_per_minute,
+                                        settings.registrations_per_minute_per_address, metrics,
+                                        settings.failed_credentials_per_minute_per_address,
+                                        settings.ipv6_limit_prefix)
         setup_operations_routes(app)
+        if settings.console:
+            app.add_subapp("/console/", create_console_app(settings))
     if "router" in settings.services:
         add_router_service(app)
     if "notifications" in settings.services:
@@ -83,18 +91,13 @@ def create_app(settings: Settings, role: str = "all",
 
 
 def add_router_service(app: web.Application) -> None:
-    settings, metrics = app[SETTINGS], app[METRICS]
+    settings = app[SETTINGS]
     if app[ROLE] != "http":  # first: the registry wakes the queue this process runs
         app.cleanup_ctx.append(generation_context)
         app.cleanup_ctx.append(jobs_context)
     if app[ROLE] != "background":
         app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
                                         settings.ingest_max_uploads_per_address)
-        app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
-                                        settings.router_records_per_minute,
-                                        settings.registrations_per_minute_per_address, metrics,
-                                        settings.failed_credentials_per_minute_per_address,
-                                        settings.ipv6_limit_prefix)
         app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(telemetry_tally_context)
         app.cleanup_ctx.append(etag_cache_context)

@@ -1,0 +1,55 @@
+"""`router-backend console credential NAME ROLE [--password]`: a console sign-in. Prints a
+new random secret (or, with --password, takes one typed twice, at least 16 characters) and
+the CONSOLE_USERS entry holding its scrypt hash; only the hash goes into settings. With
+CONSOLE_USERS unset until now, CONSOLE_SECRET needs setting too: one is printed to use."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import re
+import secrets
+import sys
+
+from server.console.auth import MIN_SECRET, hash_secret
+from server.settings import CONSOLE_ROLES, Settings
+
+NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    credential = actions.add_parser("credential", help="a sign-in for one person: prints the "
+                                    "CONSOLE_USERS entry to add")
+    credential.add_argument("name", help="who signs in (letters, digits, . _ @ -)")
+    credential.add_argument("role", choices=CONSOLE_ROLES,
+                            help="support reads; operator reads and changes")
+    credential.add_argument("--password", action="store_true",
+                            help=f"type a secret (at least {MIN_SECRET} characters) instead "
+                                 "of getting a random one")
+
+
+def _typed_secret() -> str:
+    secret = getpass.getpass("secret: ")
+    if secret != getpass.getpass("again: "):
+        raise ValueError("the two secrets differ")
+    return secret
+
+
+def console(settings: Settings, args: argparse.Namespace) -> int:
+    if not NAME.fullmatch(args.name):
+        print(f"router-backend console: not a name: {args.name!r}", file=sys.stderr)
+        return 2
+    try:
+        secret = _typed_secret() if args.password else secrets.token_urlsafe(18)
+        entry = f"{args.name}:{args.role}:{hash_secret(secret)}"
+    except ValueError as error:
+        print(f"router-backend console: {error}", file=sys.stderr)
+        return 1
+    if not args.password:
+        print(f"secret for {args.name} (shown once, only its hash is kept):\n{secret}\n")
+    print(f"add to CONSOLE_USERS (entries separated by commas):\n{entry}")
+    if not settings.console_secret:
+        print(f"\nand set CONSOLE_SECRET, the same in every process of the host:\n"
+              f"{secrets.token_urlsafe(36)}")
+    return 0

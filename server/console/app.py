@@ -1,0 +1,109 @@
+"""The console's sub-application (mounted at /console/ by server/web/app.py): its templates,
+the middleware every console request passes (listener, session, CSRF, role, HTML errors and
+the headers that keep pages from running anything a router sent), and its routes."""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+
+from server.console import views
+from server.console.auth import COOKIE, SESSIONS, USER, Sessions, csrf_matches
+from server.db.pool import DatabaseUnavailable
+from server.errors import ApiError, Forbidden, Unauthorized
+from server.settings import Settings
+from server.timestamps import iso_utc
+from server.tuning.changes import TuningRefused
+
+log = logging.getLogger("router_backend.console")
+
+CONSOLE_PORT = web.AppKey("console_port", int)
+# Pages run no script at all: even a record that slipped past escaping could not execute.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                               "img-src 'self' data:; form-action 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
+OPEN_PATHS = ("/console/sign-in",)
+
+
+def create_console_app(settings: Settings) -> web.Application:
+    app = web.Application(middlewares=[console_middleware])
+    app[SESSIONS] = Sessions(settings)
+    if settings.console_listen is not None:
+        app[CONSOLE_PORT] = settings.console_listen[1]
+    environment = aiohttp_jinja2.setup(
+        app, loader=jinja2.PackageLoader("server.console", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined)
+    environment.filters["moment"] = lambda value: iso_utc(value) if value else "never"
+    views.setup_routes(app)
+    return app
+
+
+@web.middleware
+async def console_middleware(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        response = await _checked(request, handler)
+    except web.HTTPException as error:
+        if error.status < 400:
+            _secure(error)
+            raise
+        response = _error_page(request, error.status, error.reason)
+    except TuningRefused as error:
+        response = _error_page(request, 400, str(error))
+    except ApiError as error:
+        response = _error_page(request, error.status, error.message, error.headers)
+    except DatabaseUnavailable:
+        response = _error_page(request, 503, "the database is unavailable; try again shortly")
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        response = _error_page(request, 500, "something went wrong (logged on the server)")
+    _secure(response)
+    return response
+
+
+async def _checked(request: web.Request, handler) -> web.StreamResponse:
+    port = request.app.get(CONSOLE_PORT)
+    if port is not None and _local_port(request) != port:
+        raise web.HTTPNotFound()   # the console has a listener of its own (CONSOLE_LISTEN)
+    user = request.app[SESSIONS].user_of(request.cookies.get(COOKIE))
+    request[USER] = user
+    if request.path in OPEN_PATHS:
+        return await handler(request)
+    if user is None:
+        expired = COOKIE in request.cookies
+        if request.method == "GET":
+            raise web.HTTPSeeOther(views.sign_in_url(request.path_qs, expired))
+        raise Unauthorized("you are not signed in, or your session expired: sign in again "
+                           "(nothing was changed)")
+    if request.method == "POST":
+        form = await request.post()
+        if not csrf_matches(user, form.get("csrf")):
+            raise Forbidden("this form's CSRF token is missing or stale: reload the page and "
+                            "try again (nothing was changed)")
+        if not user.may_change and request.path != "/console/sign-out":
+            raise Forbidden(f"{user.name} signs in as support, which reads only: changes "
+                            "need an operator (nothing was changed)")
+    return await handler(request)
+
+
+def _local_port(request: web.Request) -> int | None:
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    return sockname[1] if sockname else None
+
+
+def _error_page(request: web.Request, status: int, message: str,
+                headers: dict | None = None) -> web.Response:
+    response = aiohttp_jinja2.render_template(
+        "error.html", request, {"status": status, "message": message,
+                                "user": request.get(USER)}, status=status)
+    response.headers.update(headers or {})
+    return response
+
+
+def _secure(response: web.StreamResponse) -> None:
+    response.headers.update(HEADERS)

@@ -1,0 +1,196 @@
+"""The console's pages and forms. Pages read (server/console/story.py, server/status.py,
+server/db/console.py); forms change through server/tuning, as the commands do, and answer
+303 back to the page they were posted from, where the change shows in the record."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from urllib.parse import quote, urlencode
+
+import aiohttp_jinja2
+from aiohttp import web
+
+from server.console.auth import (COOKIE, SESSIONS, USER, cookie_secure, hash_secret,
+                                  secret_matches)
+from server.console.charts import bars
+from server.console.story import router_story
+from server.db import allowlist as allowlist_db
+from server.db import console as console_db
+from server.db import overrides as overrides_db
+from server.db import tuning_changes
+from server.status import fleet_status
+from server.tuning import changes as tuning
+from server.typedefs import DATABASE, FLOOD_LIMITS, SETTINGS
+from server.web.peers import client_address
+
+SIGN_IN_COOKIE = "console_sign_in"   # the sign-in form's own CSRF token (double submit)
+# Checked against when the name is unknown, so that a wrong name costs the same time.
+_NOBODY = hash_secret(secrets.token_urlsafe(16))
+
+
+def setup_routes(app: web.Application) -> None:
+    app.router.add_get("/sign-in", sign_in_page)
+    app.router.add_post("/sign-in", sign_in)
+    app.router.add_post("/sign-out", sign_out)
+    app.router.add_get("/", fleet_page)
+    app.router.add_get("/routers", find_router)
+    app.router.add_get("/routers/{mac}", router_page)
+    app.router.add_post("/routers/{mac}/reset", reset_enrollment)
+    app.router.add_get("/tuning", tuning_page)
+    app.router.add_post("/tuning/overrides", add_override)
+    app.router.add_post("/tuning/overrides/{id:\\d{1,18}}/remove", remove_override)
+    app.router.add_post("/tuning/allowlist", add_allowed)
+    app.router.add_post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed)
+
+
+def sign_in_url(back: str, expired: bool = False) -> str:
+    query = {"next": back} if back.startswith("/console/") and back != "/console/" else {}
+    if expired:
+        query["expired"] = "1"
+    return "/console/sign-in" + ("?" + urlencode(query) if query else "")
+
+
+def _back(target: str | None) -> str:
+    """Where a form sends the browser after it: a console page, never another site."""
+    if target and target.startswith("/console/") and not target.startswith("/console//") \
+            and "\\" not in target:
+        return target
+    return "/console/"
+
+
+def _secure(request: web.Request) -> bool:
+    return cookie_secure(request, client_address(request,
+                                                 request.config_dict[SETTINGS].trusted_proxies))
+
+
+def _made_by(request: web.Request) -> str:
+    return f"console:{request[USER].name}"
+
+
+async def _render(request: web.Request, template: str, context: dict,
+                  status: int = 200) -> web.Response:
+    return aiohttp_jinja2.render_template(
+        template, request, {"user": request.get(USER), "path": request.path_qs,
+                            **context}, status=status)
+
+
+async def sign_in_page(request: web.Request, message: str | None = None,
+                       status: int = 200) -> web.Response:
+    token = secrets.token_urlsafe(24)
+    if request.query.get("expired") and message is None:
+        message = "Your session expired: sign in again."
+    response = await _render(request, "sign_in.html", {
+        "token": token, "next": _back(request.query.get("next")), "message": message,
+        "anyone": request.app[SESSIONS].anyone}, status)
+    response.set_cookie(SIGN_IN_COOKIE, token, path="/console/", httponly=True,
+                        samesite="Strict", secure=_secure(request))
+    return response
+
+
+async def sign_in(request: web.Request) -> web.StreamResponse:
+    flood = request.config_dict[FLOOD_LIMITS]
+    address = client_address(request, request.config_dict[SETTINGS].trusted_proxies)
+    flood.check_failures(address)
+    form = await request.post()
+    sent, expected = str(form.get("token", "")), request.cookies.get(SIGN_IN_COOKIE, "")
+    if not expected or not secrets.compare_digest(sent.encode(), expected.encode()):
+        return await sign_in_page(request, "The sign-in form was stale: try again.", 403)
+    sessions = request.app[SESSIONS]
+    name, secret = str(form.get("name", ""))[:64], str(form.get("secret", ""))
+    credential = sessions.credential_of(name)
+    matches = await asyncio.to_thread(secret_matches, secret, credential or _NOBODY)
+    if credential is None or not matches:
+        flood.credential_failed(address, f"console sign-in as {name!r}")
+        return await sign_in_page(request, "Wrong name or secret.", 401)
+    response = web.HTTPSeeOther(_back(str(form.get("next", ""))))
+    response.set_cookie(COOKIE, sessions.cookie_for(name), path="/console/", httponly=True,
+                        samesite="Strict", secure=_secure(request), max_age=sessions.max_age)
+    response.del_cookie(SIGN_IN_COOKIE, path="/console/")
+    raise response
+
+
+async def sign_out(request: web.Request) -> web.StreamResponse:
+    response = web.HTTPSeeOther("/console/sign-in")
+    response.del_cookie(COOKIE, path="/console/")
+    raise response
+
+
+async def fleet_page(request: web.Request) -> web.Response:
+    db = request.config_dict[DATABASE]
+    status = await fleet_status(db, request.config_dict[SETTINGS])
+    uploads = await console_db.uploads_per_hour(db)
+    polls = await console_db.polls_per_hour(db)
+    queue = status["generation_queue"]
+    return await _render(request, "fleet.html", {
+        "status": status,
+        "uploads": bars([(f"{hour:%H}:00 UTC", count) for hour, count, _ in uploads]),
+        "records": bars([(f"{hour:%H}:00 UTC", count) for hour, _, count in uploads]),
+        "polls": bars([(f"{hour:%H}:00 UTC", count) for hour, count in polls]),
+        "ages": bars(await console_db.last_seen_ages(db), bar_width=40),
+        "backlog": bars([("claimed", queue["claimed"]), ("due", queue["due"]),
+                         ("overdue", queue["overdue"]), ("failing", queue["failing"])],
+                        bar_width=40)})
+
+
+async def find_router(request: web.Request) -> web.StreamResponse:
+    mac = tuning.router_mac(request.query.get("mac", ""))
+    raise web.HTTPSeeOther(f"/console/routers/{quote(mac)}")
+
+
+async def router_page(request: web.Request) -> web.Response:
+    mac = tuning.router_mac(request.match_info["mac"])
+    settings = request.config_dict[SETTINGS]
+    story = await router_story(request.config_dict[DATABASE], mac)
+    if story is None:
+        return await _render(request, "error.html", {
+            "status": 404, "message": f"{mac} is not registered"}, 404)
+    return await _render(request, "router.html", {
+        "story": story, "window_days": settings.rule_generation_telemetry_days,
+        "reset_minutes": settings.enrollment_reset_window_minutes})
+
+
+async def tuning_page(request: web.Request) -> web.Response:
+    db = request.config_dict[DATABASE]
+    return await _render(request, "tuning.html", {
+        "overrides": await overrides_db.entries(db), "allowed": await allowlist_db.entries(db),
+        "changes": await tuning_changes.recent(db)})
+
+
+async def add_override(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    await tuning.add_override(request.config_dict[DATABASE], request.config_dict[SETTINGS],
+                              str(form.get("action", "")), str(form.get("selector", "")),
+                              str(form.get("mac", "")), str(form.get("note", "")),
+                              _made_by(request))
+    raise web.HTTPSeeOther(_back(form.get("back")))
+
+
+async def remove_override(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    await tuning.remove_override(request.config_dict[DATABASE], int(request.match_info["id"]),
+                                 _made_by(request))
+    raise web.HTTPSeeOther(_back(form.get("back")))
+
+
+async def add_allowed(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    await tuning.add_allowed(request.config_dict[DATABASE], str(form.get("network", "")),
+                             str(form.get("mac", "")), str(form.get("note", "")),
+                             _made_by(request))
+    raise web.HTTPSeeOther(_back(form.get("back")))
+
+
+async def remove_allowed(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    await tuning.remove_allowed(request.config_dict[DATABASE], int(request.match_info["id"]),
+                                _made_by(request))
+    raise web.HTTPSeeOther(_back(form.get("back")))
+
+
+async def reset_enrollment(request: web.Request) -> web.StreamResponse:
+    settings = request.config_dict[SETTINGS]
+    await tuning.reset_enrollment(request.config_dict[DATABASE], request.match_info["mac"],
+                                  settings.enrollment_reset_window_minutes, _made_by(request))
+    mac = tuning.router_mac(request.match_info["mac"])
+    raise web.HTTPSeeOther(f"/console/routers/{quote(mac)}")

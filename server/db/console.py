@@ -1,0 +1,171 @@
+"""What the console reads: one router's story (each part one statement on that router's keys,
+so a page costs the same whatever the size of the fleet) and the fleet's hourly charts."""
+
+from __future__ import annotations
+
+from server.db.pool import Database
+
+RECENT_ALERTS = 10
+TOP = 10
+
+_ROUTER = """
+SELECT r.mac::text, r.registered_at, r.registered_by, r.note, r.registered_from,
+       k.issued_at, k.issued_by, w.open_until
+FROM routers r LEFT JOIN router_keys k USING (mac) LEFT JOIN enrollment_windows w USING (mac)
+WHERE r.mac = %(mac)s"""
+
+# Newest first from the primary key (mac, activated_at, id); older days are rolled up.
+_LAST_POLL = """
+SELECT * FROM (SELECT activated_at, host(address) FROM activations
+               WHERE mac = %(mac)s AND activated_at <= now()
+               ORDER BY activated_at DESC, id DESC LIMIT 1) detail
+UNION ALL
+SELECT * FROM (SELECT last_seen, host(address) FROM activation_days WHERE mac = %(mac)s
+               ORDER BY day DESC, last_seen DESC LIMIT 1) rolled
+ORDER BY 1 DESC LIMIT 1"""
+
+_PAYLOADS = """
+SELECT ids_etag, ids_updated_at, firewall_etag, firewall_updated_at, ids_payload_gz,
+       firewall_payload_gz
+FROM router_rules WHERE mac = %(mac)s"""
+
+_APPLIED = """
+SELECT ids_etag, firewall_etag, ok, detail, reported_at FROM router_applied WHERE mac = %(mac)s"""
+
+_GENERATION = """
+SELECT next_due_at, generated_at, generation_count, attempts, last_error, last_seconds,
+       claimed_by, CASE WHEN claimed_until > now() THEN claimed_until END
+FROM generation_queue WHERE mac = %(mac)s"""
+
+# Records by kind and upload time: a chunk's newest upload bounds the ones it holds.
+_RECORDS = """
+SELECT kind, coalesce(sum(n) FILTER (WHERE at > now() - interval '1 day'), 0),
+       coalesce(sum(n), 0), max(at)
+FROM telemetry_chunks, unnest(upload_times, upload_records) AS upload(at, n)
+WHERE mac = %(mac)s AND received_at > now() - interval '7 days'
+  AND at > now() - interval '7 days'
+GROUP BY kind"""
+
+_SIGNATURES = f"""
+SELECT signature_id, min(severity),
+       coalesce(sum(alerts) FILTER (WHERE hour > now() - interval '25 hours'), 0),
+       sum(alerts), max(last_seen)
+FROM telemetry_alerts WHERE mac = %(mac)s AND hour > now() - interval '7 days 1 hour'
+GROUP BY signature_id ORDER BY 4 DESC, 1 LIMIT {TOP}"""
+
+_NEWEST_EVENTS = """
+SELECT body FROM telemetry_chunks WHERE mac = %(mac)s AND kind = 'events'
+ORDER BY received_at DESC, id DESC LIMIT 1"""
+
+_OVERRIDES = """
+SELECT id, action, selector, mac::text, note, created_at FROM rule_overrides
+WHERE mac = %(mac)s OR mac IS NULL ORDER BY mac NULLS FIRST, id"""
+
+_ALLOWED = """
+SELECT id, network::text, mac::text, note, created_at FROM firewall_allowlist
+WHERE mac = %(mac)s OR mac IS NULL ORDER BY mac NULLS FIRST, network, id"""
+
+
+async def router(db: Database, mac: str) -> tuple | None:
+    """(mac, registered_at, registered_by, note, registered_from, key issued_at, key
+    issued_by, enrollment open_until), or None when the router is not registered."""
+    return await db.fetchone(_ROUTER, {"mac": mac})
+
+
+async def last_poll(db: Database, mac: str) -> tuple | None:
+    """(when, from which address) of the router's newest /rules/last_updated call."""
+    return await db.fetchone(_LAST_POLL, {"mac": mac})
+
+
+async def payloads(db: Database, mac: str) -> tuple | None:
+    return await db.fetchone(_PAYLOADS, {"mac": mac})
+
+
+async def applied(db: Database, mac: str) -> tuple | None:
+    return await db.fetchone(_APPLIED, {"mac": mac})
+
+
+async def generation(db: Database, mac: str) -> tuple | None:
+    return await db.fetchone(_GENERATION, {"mac": mac})
+
+
+async def records(db: Database, mac: str) -> list[tuple]:
+    """(kind, records in the last day, in the last 7 days, newest upload) per kind."""
+    return await db.fetchall(_RECORDS, {"mac": mac})
+
+
+async def signatures(db: Database, mac: str) -> list[tuple]:
+    """(sid, most severe severity, alerts in the last day, in 7 days, last seen), the most
+    alerted first (hourly summaries: an hour counts while any of it is in the window)."""
+    return await db.fetchall(_SIGNATURES, {"mac": mac})
+
+
+async def newest_events_chunk(db: Database, mac: str) -> bytes | None:
+    row = await db.fetchone(_NEWEST_EVENTS, {"mac": mac})
+    return None if row is None else bytes(row[0])
+
+
+async def overrides(db: Database, mac: str) -> list[tuple]:
+    """The fleet's overrides, then the router's: (id, action, selector, mac, note, created)."""
+    return await db.fetchall(_OVERRIDES, {"mac": mac})
+
+
+async def allowed(db: Database, mac: str) -> list[tuple]:
+    """The fleet's allowlist, then the router's: (id, network, mac, note, created)."""
+    return await db.fetchall(_ALLOWED, {"mac": mac})
+
+
+_HOURS = "generate_series(date_trunc('hour', now()) - interval '23 hours', " \
+         "date_trunc('hour', now()), interval '1 hour') AS hours(hour)"
+
+_UPLOADS_PER_HOUR = f"""
+SELECT hour, coalesce(uploads, 0), coalesce(accepted, 0)
+FROM {_HOURS} LEFT JOIN (
+    SELECT date_trunc('hour', minute) AS hour, sum(uploads) AS uploads,
+           sum(accepted) AS accepted
+    FROM telemetry_minutes WHERE minute >= date_trunc('hour', now()) - interval '23 hours'
+    GROUP BY 1) counted USING (hour)
+ORDER BY hour"""
+
+# A day of activations (one row per poll): the fleet page's costliest read (docs/console.md).
+_POLLS_PER_HOUR = f"""
+SELECT hour, coalesce(polls, 0)
+FROM {_HOURS} LEFT JOIN (
+    SELECT date_trunc('hour', activated_at) AS hour, count(*) AS polls FROM activations
+    WHERE activated_at >= date_trunc('hour', now()) - interval '23 hours'
+      AND activated_at <= now()
+    GROUP BY 1) counted USING (hour)
+ORDER BY hour"""
+
+# Each router's newest poll, from the primary key of each partition of activations.
+_LAST_SEEN_AGES = """
+SELECT count(*) FILTER (WHERE seen > now() - interval '1 hour'),
+       count(*) FILTER (WHERE seen <= now() - interval '1 hour'
+                        AND seen > now() - interval '1 day'),
+       count(*) FILTER (WHERE seen <= now() - interval '1 day'
+                        AND seen > now() - interval '7 days'),
+       count(*) FILTER (WHERE seen <= now() - interval '7 days'),
+       count(*) FILTER (WHERE seen IS NULL)
+FROM (SELECT coalesce(
+        (SELECT max(activated_at) FROM activations a
+         WHERE a.mac = r.mac AND a.activated_at <= now()),
+        (SELECT max(last_seen) FROM activation_days d WHERE d.mac = r.mac)) AS seen
+      FROM routers r) last"""
+
+LAST_SEEN_BUCKETS = ("within an hour", "within a day", "within a week", "over a week ago",
+                     "never")
+
+
+async def uploads_per_hour(db: Database) -> list[tuple]:
+    """(hour, uploads, records accepted) for each of the last 24 hours, the fleet's."""
+    return await db.fetchall(_UPLOADS_PER_HOUR)
+
+
+async def polls_per_hour(db: Database) -> list[tuple]:
+    """(hour, /rules/last_updated calls) for each of the last 24 hours, the fleet's."""
+    return await db.fetchall(_POLLS_PER_HOUR)
+
+
+async def last_seen_ages(db: Database) -> list[tuple[str, int]]:
+    """Routers by the age of their newest poll, as (LAST_SEEN_BUCKETS label, count)."""
+    return list(zip(LAST_SEEN_BUCKETS, await db.fetchone(_LAST_SEEN_AGES)))

@@ -1,0 +1,169 @@
+"""The console (issue 35) over real HTTP on a real PostgreSQL: sign-in and its throttle, the
+two roles, CSRF on every form, expired and forged sessions, the listener switches, and a
+router's page showing what its router sent escaped. The browser tests are in
+tests/test_console_browser.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from itsdangerous import TimestampSigner, URLSafeTimedSerializer
+
+from server.console.auth import COOKIE, hash_secret
+
+SUPPORT, OPERATOR = ("sam", "s" * 20), ("olga", "o" * 20)
+SECRET = "k" * 40
+MAC = "aa:bb:cc:00:35:01"
+
+
+def console_settings(settings, **changes):
+    users = ((SUPPORT[0], "support", hash_secret(SUPPORT[1])),
+             (OPERATOR[0], "operator", hash_secret(OPERATOR[1])))
+    return settings.replace(console_users=users, console_secret=SECRET, **changes)
+
+
+async def sign_in(client, who, secret=None):
+    page = await client.get("/console/sign-in")
+    token = re.search(r'name="token" value="([^"]+)"', await page.text()).group(1)
+    return await client.post("/console/sign-in", data={
+        "token": token, "name": who[0], "secret": secret or who[1], "next": "/console/tuning"},
+        allow_redirects=False)
+
+
+async def csrf_of(client, path="/console/tuning"):
+    page = await client.get(path)
+    assert page.status == 200, await page.text()
+    return re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
+
+
+@pytest.fixture
+async def console(make_client, settings):
+    client = await make_client(console_settings(settings))
+    assert (await client.get("/rules/last_updated", headers={"X-ID": MAC})).status == 200
+    return client
+
+
+def overrides(sql) -> int:
+    return sql.value("SELECT count(*) FROM firewall_allowlist")
+
+
+async def test_signing_in_leads_to_the_page_asked_for(console):
+    first = await console.get("/console/tuning", allow_redirects=False)
+    assert first.status == 303 and first.headers["Location"].startswith("/console/sign-in")
+    signed = await sign_in(console, SUPPORT)
+    assert signed.status == 303 and signed.headers["Location"] == "/console/tuning"
+    cookie = signed.cookies[COOKIE]
+    assert cookie["httponly"] and cookie["samesite"] == "Strict"
+    page = await console.get("/console/tuning")
+    assert page.status == 200 and "sam (support)" in await page.text()
+    assert "script-src" not in page.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in page.headers["Content-Security-Policy"]
+
+
+async def test_a_wrong_secret_is_refused_and_guessing_is_throttled(make_client, settings):
+    console = await make_client(console_settings(
+        settings, failed_credentials_per_minute_per_address=5))
+    refused = await sign_in(console, SUPPORT, "x" * 20)
+    assert refused.status == 401 and "Wrong name or secret" in await refused.text()
+    assert COOKIE not in refused.cookies
+    assert (await sign_in(console, ("nobody", "n" * 20))).status == 401
+    statuses = [(await sign_in(console, SUPPORT, f"{n:020d}")).status for n in range(12)]
+    assert 429 in statuses
+    throttled = await sign_in(console, SUPPORT)   # even the right secret, for now
+    assert throttled.status == 429 and int(throttled.headers["Retry-After"]) >= 1
+
+
+async def test_a_stale_sign_in_form_is_refused(console):
+    answer = await console.post("/console/sign-in", data={
+        "token": "forged", "name": SUPPORT[0], "secret": SUPPORT[1]}, allow_redirects=False)
+    assert answer.status == 403 and COOKIE not in answer.cookies
+
+
+async def test_every_form_refuses_a_missing_or_wrong_csrf_token(console, sql):
+    await sign_in(console, OPERATOR)
+    forms = [("/console/tuning/allowlist", {"network": "192.0.2.0/24"}),
+             ("/console/tuning/overrides", {"action": "disable", "selector": "2010935"}),
+             ("/console/tuning/allowlist/1/remove", {}),
+             ("/console/tuning/overrides/1/remove", {}),
+             (f"/console/routers/{MAC}/reset", {})]
+    for path, data in forms:
+        for csrf in ({}, {"csrf": "wrong"}):
+            answer = await console.post(path, data={**data, **csrf}, allow_redirects=False)
+            assert answer.status == 403, (path, answer.status)
+            assert "CSRF" in await answer.text()
+    assert overrides(sql) == 0
+    assert sql.value("SELECT count(*) FROM tuning_changes") == 0
+    assert sql.value("SELECT count(*) FROM enrollment_windows") == 0
+
+
+async def test_support_reads_but_cannot_change(console, sql):
+    await sign_in(console, SUPPORT)
+    csrf = await csrf_of(console)
+    page = await (await console.get("/console/tuning")).text()
+    assert "Add to the allowlist" not in page
+    for path, data in (("/console/tuning/allowlist", {"network": "192.0.2.0/24"}),
+                       (f"/console/routers/{MAC}/reset", {})):
+        answer = await console.post(path, data={**data, "csrf": csrf}, allow_redirects=False)
+        assert answer.status == 403 and "support" in await answer.text()
+    assert overrides(sql) == 0 and sql.value("SELECT count(*) FROM tuning_changes") == 0
+
+
+async def test_an_operator_change_is_stored_and_recorded(console, sql):
+    await sign_in(console, OPERATOR)
+    csrf = await csrf_of(console)
+    answer = await console.post("/console/tuning/allowlist", data={
+        "csrf": csrf, "network": "198.51.100.7", "mac": MAC, "note": "the bank",
+        "back": f"/console/routers/{MAC}"}, allow_redirects=False)
+    assert answer.status == 303 and answer.headers["Location"] == f"/console/routers/{MAC}"
+    assert sql.rows("SELECT network::text, mac::text, note FROM firewall_allowlist") == [
+        ("198.51.100.7/32", MAC, "the bank")]
+    assert sql.rows("SELECT made_by, action, mac::text FROM tuning_changes") == [
+        ("console:olga", "allowlist entry added", MAC)]
+    page = await (await console.get(f"/console/routers/{MAC}")).text()
+    assert "198.51.100.7/32" in page and "console:olga" in page
+    refused = await console.post("/console/tuning/allowlist", data={
+        "csrf": csrf, "network": "not-a-network"}, allow_redirects=False)
+    assert refused.status == 400 and "not an address or network" in await refused.text()
+    assert overrides(sql) == 1
+
+
+async def test_an_expired_or_forged_session_is_refused(console, sql):
+    class Yesterday(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return super().get_timestamp() - 86_400
+
+    await sign_in(console, OPERATOR)
+    csrf = await csrf_of(console)
+    cookies = console.session.cookie_jar.filter_cookies(console.make_url("/console/"))
+    session = URLSafeTimedSerializer(SECRET, salt="console-session").loads(
+        cookies[COOKIE].value)
+    expired = URLSafeTimedSerializer(SECRET, salt="console-session",
+                                     signer=Yesterday).dumps(session)
+    console.session.cookie_jar.clear()
+    console.session.cookie_jar.update_cookies({COOKIE: expired})
+    page = await console.get("/console/tuning", allow_redirects=False)
+    assert page.status == 303 and "expired=1" in page.headers["Location"]
+    answer = await console.post("/console/tuning/allowlist", data={
+        "csrf": csrf, "network": "192.0.2.1"}, allow_redirects=False)
+    assert answer.status == 401 and "sign in again" in await answer.text()
+    forged = URLSafeTimedSerializer("f" * 40, salt="console-session").dumps(session)
+    console.session.cookie_jar.clear()
+    console.session.cookie_jar.update_cookies({COOKIE: forged})
+    assert (await console.post("/console/tuning/allowlist", data={
+        "csrf": csrf, "network": "192.0.2.1"}, allow_redirects=False)).status == 401
+    assert overrides(sql) == 0
+
+
+async def test_redirects_stay_on_the_console(console):
+    page = await console.get("/console/sign-in?next=//evil.example/x")
+    assert 'name="next" value="/console/"' in await page.text()
+
+
+async def test_the_console_can_be_off_or_on_a_listener_of_its_own(make_client, settings):
+    off = await make_client(console_settings(settings, console=False))
+    assert (await off.get("/console/sign-in")).status == 404
+    elsewhere = await make_client(console_settings(settings, console_listen=("127.0.0.1", 9)))
+    answer = await elsewhere.get("/console/sign-in")
+    assert answer.status == 404
+    assert (await elsewhere.get("/health", headers={"X-ID": MAC})).status == 200
