@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import orjson
+
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
@@ -167,3 +169,21 @@ async def test_the_console_can_be_off_or_on_a_listener_of_its_own(make_client, s
     answer = await elsewhere.get("/console/sign-in")
     assert answer.status == 404
     assert (await elsewhere.get("/health", headers={"X-ID": MAC})).status == 200
+
+
+async def test_what_a_router_sent_is_shown_escaped(console):
+    hostile = "<script>alert(1)</script>"
+    record = {"timestamp": "2026-11-24T10:00:00+0000", "event_type": "alert",
+              "src_ip": "203.0.113.9", "src_port": 1, "dest_ip": "192.168.1.2", "dest_port": 80,
+              "proto": "TCP", "alert": {"signature_id": 9000001, "severity": 2,
+                                        "signature": hostile},
+              "http": {"http_user_agent": f"\"><img src=x onerror=alert(2)>{hostile}"}}
+    upload = await console.post("/log/events", data=orjson.dumps(record), headers={
+        "X-ID": MAC, "Content-Type": "application/x-ndjson"})
+    assert upload.status == 200, await upload.text()
+    await sign_in(console, SUPPORT)
+    page = await console.get(f"/console/routers/{MAC.upper().replace(':', '-')}")
+    text = await page.text()
+    assert page.status == 200, text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "<script>" not in text and "<img" not in text

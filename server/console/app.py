@@ -5,6 +5,7 @@ the headers that keep pages from running anything a router sent), and its routes
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 
 import aiohttp_jinja2
 import jinja2
@@ -15,7 +16,6 @@ from server.console.auth import COOKIE, SESSIONS, USER, Sessions, csrf_matches
 from server.db.pool import DatabaseUnavailable
 from server.errors import ApiError, Forbidden, Unauthorized
 from server.settings import Settings
-from server.timestamps import iso_utc
 from server.tuning.changes import TuningRefused
 
 log = logging.getLogger("router_backend.console")
@@ -39,9 +39,16 @@ def create_console_app(settings: Settings) -> web.Application:
     environment = aiohttp_jinja2.setup(
         app, loader=jinja2.PackageLoader("server.console", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined)
-    environment.filters["moment"] = lambda value: iso_utc(value) if value else "never"
+    environment.filters["moment"] = moment
     views.setup_routes(app)
     return app
+
+
+def moment(value: datetime | None) -> str:
+    """A time as people read it on a page (to the second, UTC)."""
+    if value is None:
+        return "never"
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @web.middleware

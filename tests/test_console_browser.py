@@ -1,0 +1,197 @@
+"""The console in a real browser (Debian's Chromium driven by Selenium) against the real
+server, on a listener of its own (CONSOLE_LISTEN), with the corpus ruleset and real EVE
+records: support finds a router by MAC and reads its story, records carrying HTML and script
+are shown as text and run nothing, an operator disables a rule that fired and the router's
+next IDS payload lacks it. A screenshot of each page goes to test-output/console/."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from server.console.auth import hash_secret
+from testkit import REPOSITORY
+from testkit.corpus import corpus_path, publish_corpus_ruleset
+from testkit.database import Sql
+from testkit.server import ServerRunner, free_port
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+
+MAC = "aa:bb:cc:00:35:02"
+TYPED_MAC = "AA-BB-CC-00-35-02"   # as a subscriber reads it off the label
+SUPPORT, OPERATOR = ("sam", "support-secret-1234"), ("olga", "operator-secret-1234")
+SCREENSHOTS = REPOSITORY / "test-output" / "console"
+HOSTILE = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+FIRED_SID = 2018489   # ET SCAN NMAP OS Detection Probe, in the corpus EVE and ruleset
+
+
+def hostile_records() -> list[bytes]:
+    record = {"timestamp": "2026-11-24T10:00:00.000000+0000", "event_type": "alert",
+              "src_ip": "203.0.113.9", "src_port": 4444, "dest_ip": "192.168.1.20",
+              "dest_port": 80, "proto": "TCP", "flow_id": 1,
+              "alert": {"action": "allowed", "gid": 1, "signature_id": 9000001, "rev": 1,
+                        "signature": f"ET POLICY {HOSTILE}", "severity": 2},
+              "http": {"hostname": f"{HOSTILE}.example", "url": "/\"><script>alert(1)</script>",
+                       "http_user_agent": f"Mozilla {HOSTILE}"}}
+    return [orjson.dumps(record)]
+
+
+def post(url: str, path: str, body: bytes, content_type: str) -> dict:
+    request = urllib.request.Request(url + path, data=body, method="POST", headers={
+        "X-ID": MAC, "Content-Type": content_type})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return orjson.loads(answer.read())
+
+
+def ids_sids(url: str) -> set[int]:
+    request = urllib.request.Request(url + "/rules/ids", headers={"X-ID": MAC})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return {rule["sid"] for rule in orjson.loads(answer.read())["rules"]}
+
+
+async def generated_since(sql: Sql, moment, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sql.value("SELECT generated_at > %s FROM generation_queue WHERE mac = %s",
+                     (moment, MAC)):
+            return
+        await asyncio.sleep(0.3)
+    raise AssertionError("the router was not regenerated in time")
+
+
+@pytest.fixture
+async def served(database, tmp_path):
+    rules = publish_corpus_ruleset(database, tmp_path)
+    console_port = free_port()
+    users = ",".join(f"{name}:{role}:{hash_secret(secret)}" for (name, secret), role
+                     in ((SUPPORT, "support"), (OPERATOR, "operator")))
+    server = ServerRunner(database, tmp_path, RULE_GENERATION_ENABLED="true", **rules,
+                          CONSOLE_USERS=users, CONSOLE_SECRET="c" * 40,
+                          CONSOLE_LISTEN=f"127.0.0.1:{console_port}").start()
+    sql = Sql(database)
+    try:
+        lines = corpus_path("eve", "lab-sensor-eve.json").read_bytes().splitlines()
+        records = [orjson.loads(line) for line in lines if line.strip()]
+        alerts = [orjson.dumps(r) for r in records if r.get("event_type") == "alert"]
+        flows = [orjson.dumps(r) for r in records if r.get("event_type") == "flow"]
+        ndjson = "application/x-ndjson"
+        assert post(server.url, "/log/events", b"\n".join(alerts + hostile_records()),
+                    ndjson)["rejected"] == 0
+        assert post(server.url, "/log/cfm", b"\n".join(flows), ndjson)["rejected"] == 0
+        with urllib.request.urlopen(urllib.request.Request(
+                server.url + "/rules/last_updated", headers={"X-ID": MAC}), timeout=60):
+            pass
+        moment = sql.value("SELECT now()")
+        sql.rows("UPDATE generation_queue SET next_due_at = now() WHERE mac = %s", (MAC,))
+        await generated_since(sql, moment)
+        yield server, f"http://127.0.0.1:{console_port}", sql
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--window-size=1280,2400"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver, name: str) -> Path:
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def sign_in(driver, console: str, who: tuple[str, str]) -> None:
+    driver.get(console + "/console/")
+    assert "/console/sign-in" in driver.current_url
+    driver.find_element(By.NAME, "name").send_keys(who[0])
+    driver.find_element(By.NAME, "secret").send_keys(who[1])
+    driver.find_element(By.CSS_SELECTOR, "form[action='/console/sign-in'] button").click()
+    assert f"{who[0]} (" in driver.find_element(By.TAG_NAME, "header").text
+
+
+def section(driver, name: str) -> str:
+    return driver.find_element(By.ID, name).text
+
+
+async def test_support_reads_a_routers_whole_story_and_nothing_it_sent_runs(served, browser):
+    server, console, _ = served
+    with pytest.raises(urllib.error.HTTPError) as on_router_listener:
+        urllib.request.urlopen(server.url + "/console/sign-in", timeout=10)
+    assert on_router_listener.value.code == 404
+    on_router_listener.value.close()
+    sign_in(browser, console, SUPPORT)
+    screenshot(browser, "fleet")
+    assert "1 registered" in browser.find_element(By.TAG_NAME, "main").text
+    browser.find_element(By.NAME, "mac").send_keys(TYPED_MAC + "\n")
+    assert browser.current_url.endswith(f"/console/routers/{MAC}")
+    screenshot(browser, "router")
+    registration = section(browser, "registration")
+    assert "registered" in registration and "last poll" in registration
+    assert "127.0.0.1" in registration
+    payloads = section(browser, "payloads")
+    assert "rules of ruleset" in payloads and "Firewall:" in payloads
+    telemetry = section(browser, "telemetry")
+    assert "ET SCAN NMAP OS Detection Probe" in telemetry
+    assert str(FIRED_SID) in telemetry
+    assert section(browser, "generation").startswith("Generation")
+    # What the router sent is on the page as text, and ran nothing.
+    alerts = section(browser, "recent-alerts")
+    assert HOSTILE in alerts and f"Mozilla {HOSTILE}" in alerts
+    assert browser.execute_script("return window.pwned") is None
+    assert browser.execute_script("return document.images.length") == 0
+    assert browser.find_elements(By.CSS_SELECTOR, "main script") == []
+    # Support sees no forms that change anything.
+    assert browser.find_elements(By.CSS_SELECTOR, "form[action^='/console/tuning']") == []
+    browser.get(console + "/console/tuning")
+    screenshot(browser, "tuning-support")
+    assert "changes need an operator" in browser.find_element(By.TAG_NAME, "main").text
+
+
+async def test_an_operator_disables_a_rule_and_the_next_payload_lacks_it(served, browser):
+    server, console, sql = served
+    assert FIRED_SID in ids_sids(server.url)
+    sign_in(browser, console, OPERATOR)
+    browser.get(f"{console}/console/routers/{MAC}")
+    form = browser.find_element(By.CSS_SELECTOR, "#overrides form")
+    form.find_element(By.NAME, "selector").send_keys(str(FIRED_SID))
+    form.find_element(By.NAME, "note").send_keys("a lab scanner")
+    moment = sql.value("SELECT now()")
+    form.find_element(By.TAG_NAME, "button").click()
+    assert browser.current_url.endswith(f"/console/routers/{MAC}")
+    changes = section(browser, "changes")
+    assert "console:olga" in changes and f"disable {FIRED_SID}" in changes
+    assert f"{FIRED_SID}" in section(browser, "overrides")
+    await generated_since(sql, moment)
+    assert FIRED_SID not in ids_sids(server.url)
+    browser.get(f"{console}/console/routers/{MAC}")
+    screenshot(browser, "router-after-override")
+    browser.get(console + "/console/tuning")
+    screenshot(browser, "tuning-operator")
+    assert "a lab scanner" in section(browser, "overrides")
