@@ -46,11 +46,14 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def run_wrk(url: str, script: Path | None, seconds: int, connections: int,
-            *args: str, server_pids: list[int] = ()) -> dict:
+            *args: str, server_pids: list[int] = (), headers: dict[str, str] | None = None
+            ) -> dict:
     """One wrk run (1 thread): requests/s, request count, answers other than 2xx/3xx, the
     99th percentile latency in ms, and the cores wrk and the server processes kept busy (1.0:
     one core saturated), to tell which side saturated."""
     command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    for name, value in (headers or {}).items():
+        command += ["-H", f"{name}: {value}"]
     if script is not None:
         command += ["-s", str(script)]
     command.append(url)
