@@ -1,7 +1,8 @@
 """Operator commands, deployment files, benchmarks and drills.
 
 - `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
-  `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`;
+  `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
+  `console.py` (console sign-ins);
   `__main__.py` runs it),
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
   `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->

@@ -11,13 +11,17 @@ capabilities behind it. The map:
 - `ingest/` (streamed telemetry ingestion), `telemetry/` (telemetry at rest: compressed
   chunks, hourly summaries, compaction, export), `generation/` (the per-router generation queue),
   `jobs/` (cron runner, preprocess, partitions, retention and upload-keys jobs), `notify/`
-  (email notifications): the capabilities.
+  (email notifications), `tuning/` (operators' overrides, allowlist and enrollment resets,
+  checked and recorded), `console/` (the web console for support and operators): the
+  capabilities.
 - `process/`: the supervisor, the drain on SIGTERM, background tasks and their health.
 - `db/`: the connection pool, schema, migrations and the SQL of every table.
 - Shared by all: `settings.py` (the one settings object), `typedefs.py` (app keys),
   `errors.py` (the JSON error shape, 503s logged once in a while), `metrics.py`
-  (Prometheus), `logs.py` (logging: batched to stderr, or the operator's LOG_CONFIG), `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC),
-  `idempotency_key.py` (the Idempotency-Key header of sends and uploads).
+  (Prometheus), `logs.py` (logging: batched to stderr, or the operator's LOG_CONFIG),
+  `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC),
+  `idempotency_key.py` (the Idempotency-Key header of sends and uploads), `status.py` (the
+  fleet at a glance, for `router-backend status` and the console).
 
 Layer: imports engine and ruledata (below it), never ops (above it); see .importlinter.
 """

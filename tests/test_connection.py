@@ -255,5 +255,5 @@ def test_aiohttp_internals_are_used_in_one_module_only():
             names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
                      [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
             private += [(str(path.relative_to(root)), name) for name in names
-                        if name.startswith("aiohttp") and name not in PUBLIC_AIOHTTP]
+                        if name.split(".")[0] == "aiohttp" and name not in PUBLIC_AIOHTTP]
     assert {path for path, _ in private} == {str(SEAM)}, private

@@ -64,6 +64,19 @@ def ids_sids(url: str) -> set[int]:
         return {rule["sid"] for rule in orjson.loads(answer.read())["rules"]}
 
 
+def report_applied(url: str) -> None:
+    """What an agent reports once it loaded the payloads it fetched."""
+    etags = {}
+    for kind in ("ids", "firewall"):
+        request = urllib.request.Request(f"{url}/rules/{kind}", headers={"X-ID": MAC})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            etags[f"{kind}_etag"] = answer.headers["ETag"]
+    answer = post(url, "/rules/applied", orjson.dumps({**etags, "ok": True,
+                                                        "detail": "loaded"}),
+                  "application/json")
+    assert answer == {"ids_current": True, "firewall_current": True}
+
+
 async def generated_since(sql: Sql, moment, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -99,6 +112,7 @@ async def served(database, tmp_path):
         moment = sql.value("SELECT now()")
         sql.rows("UPDATE generation_queue SET next_due_at = now() WHERE mac = %s", (MAC,))
         await generated_since(sql, moment)
+        report_applied(server.url)
         yield server, f"http://127.0.0.1:{console_port}", sql
     finally:
         server.stop()
@@ -160,7 +174,8 @@ async def test_support_reads_a_routers_whole_story_and_nothing_it_sent_runs(serv
     telemetry = section(browser, "telemetry")
     assert "ET SCAN NMAP OS Detection Probe" in telemetry
     assert str(FIRED_SID) in telemetry
-    assert section(browser, "generation").startswith("Generation")
+    assert "last generated" in section(browser, "generation")
+    assert "runs the current payloads" in section(browser, "applied")
     # What the router sent is on the page as text, and ran nothing.
     alerts = section(browser, "recent-alerts")
     assert HOSTILE in alerts and f"Mozilla {HOSTILE}" in alerts

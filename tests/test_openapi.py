@@ -31,6 +31,8 @@ def routed(app: web.Application, prefix: str = "") -> set[tuple[str, str]]:
     found = set()
     for resource in app.router.resources():
         info = resource.get_info()
+        if info.get("prefix") == "/console":
+            continue  # web pages for people, not an API (docs/console.md)
         if "app" in info:
             found |= routed(info["app"])
             continue

@@ -1,6 +1,6 @@
 """Console benchmark: the page of a router with 30 days of telemetry, under wrk.
 
-    python -m ops.bench.console [--days 30] [--seconds 10]
+    python -m ops.bench.console [--days 30] [--seconds 10] [--fleet 2000]
 
 Publishes the corpus ruleset, stores one router's 30 days of telemetry as a router polling
 every 5 minutes leaves it (an upload of 10 alerts and one of 50 flows every 5 minutes,
@@ -8,7 +8,9 @@ compacted into 1,000-record chunks, with their hourly summaries: 86,400 alerts a
 flows), lets the server generate its payloads, signs in as support and loads the router's
 page with wrk on one connection (one page at a time, as a person does). The reference is a
 constant aiohttp handler under the same wrk run. Prints the page's mean and 99th percentile
-latency, its ratio to the constant handler's, and what each side kept busy.
+latency, its ratio to the constant handler's, and what each side kept busy. Then the fleet
+page, with --fleet routers more, each polling every 5 minutes for the last day (the day of
+activations that page counts).
 """
 
 from __future__ import annotations
@@ -80,6 +82,25 @@ def store_history(location, days: int) -> int:
     return sum(len(lines) for _, _, lines in events + flows)
 
 
+def store_fleet(location, routers: int) -> None:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO routers (mac) SELECT ('02:00:' || lpad(to_hex(n >> 24), 2, "
+                        "'0') || ':' || lpad(to_hex((n >> 16) & 255), 2, '0') || ':' || "
+                        "lpad(to_hex((n >> 8) & 255), 2, '0') || ':' || "
+                        "lpad(to_hex(n & 255), 2, '0'))::macaddr "
+                        "FROM generate_series(1, %s) AS n", (routers,))
+            cur.execute("INSERT INTO activations (mac, activated_at, address) "
+                        "SELECT mac, now() - make_interval(mins => 5 * n), '192.0.2.8' "
+                        "FROM routers, generate_series(1, 288) AS n WHERE mac <> %s", (MAC,))
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("ANALYZE")
+    finally:
+        conn.close()
+
+
 def wait_generated(location, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -110,6 +131,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--fleet", type=int, default=2000)
     args = parser.parse_args()
     if not available():
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
@@ -132,6 +154,9 @@ def main() -> int:
                            server_pids=[server.process.pid], headers={"Cookie": cookie})
             constant = run_wrk(f"http://127.0.0.1:{constant_port}/rules/ids", None,
                                args.seconds, 1, server_pids=[p.pid for p in constants])
+            store_fleet(location, args.fleet)
+            fleet = run_wrk(f"{server.url}/console/", None, args.seconds, 1,
+                            server_pids=[server.process.pid], headers={"Cookie": cookie})
         finally:
             for process in constants:
                 process.terminate()
@@ -145,6 +170,10 @@ def main() -> int:
     print(f"constant aiohttp handler: {constant_ms:.2f} ms mean, p99 "
           f"{constant['p99_ms']:.2f} ms; the page costs {mean_ms / constant_ms:.0f}x a "
           f"constant answer")
+    fleet_ms = 1000 / fleet["rate"]
+    print(f"fleet page, {args.fleet + 1} routers and a day of their polls "
+          f"({(args.fleet + 1) * 288} activations): {fleet_ms:.0f} ms mean, p99 "
+          f"{fleet['p99_ms']:.0f} ms ({fleet['non_2xx_3xx']} not 2xx/3xx)")
     return 0 if page["non_2xx_3xx"] == 0 and page["p99_ms"] < 200 else 1
 
 

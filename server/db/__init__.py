@@ -11,7 +11,9 @@
   compaction), `upload_keys.py` (the uploads' idempotency keys),
   `notifications.py` and `notification_keys.py` (the notification records and idempotency
   keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
-  overrides), `reports.py` (access reports), `status.py` (the fleet at a glance).
+  overrides), `tuning_changes.py` (the record of operators' changes), `reports.py` (access
+  reports), `status.py` (the fleet at a glance), `console.py` (what the console reads: one
+  router's story, the fleet's hourly charts).
 
 A capability's own tables are queried from its package (generation/queue.py, jobs/ledger.py).
 """
