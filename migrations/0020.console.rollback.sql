@@ -1,2 +1,3 @@
+DROP TABLE poll_minutes;
 ALTER TABLE telemetry_minutes DROP COLUMN uploads;
 DROP TABLE tuning_changes;

@@ -10,5 +10,11 @@ CREATE TABLE tuning_changes (
 );
 CREATE INDEX tuning_changes_mac_idx ON tuning_changes (mac, id);
 
--- Uploads per minute beside the records they carried, for the console's fleet charts.
+-- For the console's fleet charts: uploads per minute beside the records they carried, and
+-- rules polls (/rules/last_updated calls) per minute, counted by the servers as they answer
+-- (server/ingest/tally.py) instead of counting a day of activations.
 ALTER TABLE telemetry_minutes ADD COLUMN uploads bigint NOT NULL DEFAULT 0;
+CREATE TABLE poll_minutes (
+    minute  timestamptz  PRIMARY KEY,
+    polls   bigint       NOT NULL
+);

@@ -7,7 +7,7 @@ from server.polling.etag_cache import EtagCache
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
-from server.ingest.tally import TelemetryTally
+from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
 from server.metrics import Metrics
 from server.notify.sends import Sends
@@ -24,7 +24,7 @@ UPLOAD_SLOTS = web.AppKey("upload_slots", UploadSlots)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 ROUTER_KEYS = web.AppKey("router_keys", RouterKeys)
 FLOOD_LIMITS = web.AppKey("flood_limits", FloodLimits)
-TELEMETRY_TALLY = web.AppKey("telemetry_tally", TelemetryTally)
+TRAFFIC_TALLY = web.AppKey("traffic_tally", TrafficTally)
 GENERATION = web.AppKey("generation", GenerationService)
 NOTIFIER = web.AppKey("notifier", Notifier)
 SENDS = web.AppKey("sends", Sends)

@@ -1,5 +1,6 @@
 """What the console reads: one router's story (each part one statement on that router's keys,
-so a page costs the same whatever the size of the fleet) and the fleet's hourly charts."""
+so a page costs the same whatever the size of the fleet) and the fleet's hourly charts (from
+the per-minute tallies, a few rows an hour whatever the size of the fleet)."""
 
 from __future__ import annotations
 
@@ -127,33 +128,13 @@ FROM {_HOURS} LEFT JOIN (
     GROUP BY 1) counted USING (hour)
 ORDER BY hour"""
 
-# A day of activations (one row per poll): the fleet page's costliest read (docs/console.md).
 _POLLS_PER_HOUR = f"""
 SELECT hour, coalesce(polls, 0)
 FROM {_HOURS} LEFT JOIN (
-    SELECT date_trunc('hour', activated_at) AS hour, count(*) AS polls FROM activations
-    WHERE activated_at >= date_trunc('hour', now()) - interval '23 hours'
-      AND activated_at <= now()
+    SELECT date_trunc('hour', minute) AS hour, sum(polls) AS polls FROM poll_minutes
+    WHERE minute >= date_trunc('hour', now()) - interval '23 hours'
     GROUP BY 1) counted USING (hour)
 ORDER BY hour"""
-
-# Each router's newest poll, from the primary key of each partition of activations.
-_LAST_SEEN_AGES = """
-SELECT count(*) FILTER (WHERE seen > now() - interval '1 hour'),
-       count(*) FILTER (WHERE seen <= now() - interval '1 hour'
-                        AND seen > now() - interval '1 day'),
-       count(*) FILTER (WHERE seen <= now() - interval '1 day'
-                        AND seen > now() - interval '7 days'),
-       count(*) FILTER (WHERE seen <= now() - interval '7 days'),
-       count(*) FILTER (WHERE seen IS NULL)
-FROM (SELECT coalesce(
-        (SELECT max(activated_at) FROM activations a
-         WHERE a.mac = r.mac AND a.activated_at <= now()),
-        (SELECT max(last_seen) FROM activation_days d WHERE d.mac = r.mac)) AS seen
-      FROM routers r) last"""
-
-LAST_SEEN_BUCKETS = ("within an hour", "within a day", "within a week", "over a week ago",
-                     "never")
 
 
 async def uploads_per_hour(db: Database) -> list[tuple]:
@@ -164,8 +145,3 @@ async def uploads_per_hour(db: Database) -> list[tuple]:
 async def polls_per_hour(db: Database) -> list[tuple]:
     """(hour, /rules/last_updated calls) for each of the last 24 hours, the fleet's."""
     return await db.fetchall(_POLLS_PER_HOUR)
-
-
-async def last_seen_ages(db: Database) -> list[tuple[str, int]]:
-    """Routers by the age of their newest poll, as (LAST_SEEN_BUCKETS label, count)."""
-    return list(zip(LAST_SEEN_BUCKETS, await db.fetchone(_LAST_SEEN_AGES)))

@@ -233,6 +233,12 @@ telemetry_minutes = sa.Table(
     sa.Column("uploads", sa.BigInteger, nullable=False, server_default="0"),
 )
 
+poll_minutes = sa.Table(
+    "poll_minutes", metadata,
+    sa.Column("minute", sa.DateTime(timezone=True), primary_key=True),
+    sa.Column("polls", sa.BigInteger, nullable=False),
+)
+
 notification_keys = sa.Table(
     "notification_keys", metadata,
     sa.Column("key", sa.Text, primary_key=True),

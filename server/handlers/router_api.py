@@ -21,7 +21,7 @@ from server.web.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,
-                             ROUTER_REGISTRY, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
+                             ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 
 async def admitted_router(request: web.Request) -> str:
@@ -90,7 +90,7 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
     records = request.app[METRICS].records
     records.labels(kind, "accepted").inc(report["accepted"])
     records.labels(kind, "rejected").inc(report["rejected"])
-    request.app[TELEMETRY_TALLY].add(kind, report["accepted"], report["rejected"])
+    request.app[TRAFFIC_TALLY].add(kind, report["accepted"], report["rejected"])
     return json_response(report)
 
 
@@ -99,6 +99,7 @@ async def last_updated(request: web.Request) -> web.Response:
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
         request.app[DATABASE], mac, address if address != "-" else None)
+    request.app[TRAFFIC_TALLY].poll()
     return json_response({"ids_updated_at": iso_utc(ids_at),
                           "firewall_updated_at": iso_utc(firewall_at)})
 

@@ -1,8 +1,10 @@
-"""Telemetry records accepted and rejected, and uploads, per minute and kind, kept in the
-database for `router-backend status` and the console (the rejected ones are stored nowhere
-else). Each process counts in memory and adds its counts to `telemetry_minutes` every
-FLUSH_SECONDS (and at shutdown), so an upload costs no extra statement and concurrent
-uploads never contend for a row."""
+"""Routers' traffic per minute, kept in the database for `router-backend status` and the
+console: telemetry records accepted and rejected, and uploads, per kind (`telemetry_minutes`;
+the rejected records are stored nowhere else), and rules polls (`poll_minutes`, so the
+console's polls per hour need not count a day of activations). Each process counts in memory
+and adds its counts every FLUSH_SECONDS (and at shutdown), so a request costs no extra
+statement and concurrent requests never contend for a row. Its loop keeps the name
+`telemetry-tally` it has on dashboards."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import logging
 from datetime import datetime, timezone
 
 from server.process.background import BackgroundTasks, pause
-from server.db.pool import Database, DatabaseUnavailable
+from server.db.pool import Database, DatabaseUnavailable, execute
 from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.ingest")
@@ -22,9 +24,13 @@ _ADD = ("INSERT INTO telemetry_minutes (minute, kind, accepted, rejected, upload
         "accepted = telemetry_minutes.accepted + EXCLUDED.accepted, "
         "rejected = telemetry_minutes.rejected + EXCLUDED.rejected, "
         "uploads = telemetry_minutes.uploads + EXCLUDED.uploads")
+_ADD_POLLS = ("INSERT INTO poll_minutes (minute, polls) "
+              "SELECT * FROM unnest(%s::timestamptz[], %s::bigint[]) "
+              "ON CONFLICT (minute) DO UPDATE SET polls = poll_minutes.polls + EXCLUDED.polls")
+POLLS = "polls"   # the key of the polls' counts, beside the telemetry kinds
 
 
-class TelemetryTally:
+class TrafficTally:
     def __init__(self, db: Database, metrics: Metrics):
         self._db = db
         self._health = metrics.loop_health("telemetry-tally", log)
@@ -32,8 +38,11 @@ class TelemetryTally:
         self._tasks = BackgroundTasks()
 
     def add(self, kind: str, accepted: int, rejected: int) -> None:
-        minute = datetime.now(timezone.utc).replace(second=0, microsecond=0)
-        self._count((minute, kind), accepted, rejected, 1)
+        self._count((_this_minute(), kind), accepted, rejected, 1)
+
+    def poll(self) -> None:
+        """A router asked whether its rules changed (/rules/last_updated)."""
+        self._count((_this_minute(), POLLS), 1, 0, 0)
 
     def _count(self, key: tuple[datetime, str], accepted: int, rejected: int,
                uploads: int) -> None:
@@ -47,17 +56,23 @@ class TelemetryTally:
         if not pending:
             self._health.succeeded()
             return
-        keys = list(pending)
+        keys = [key for key in pending if key[1] != POLLS]
+        polls = [key for key in pending if key[1] == POLLS]
         try:
-            await self._db.execute(_ADD, ([minute for minute, _ in keys],
-                                          [kind for _, kind in keys],
-                                          [pending[key][0] for key in keys],
-                                          [pending[key][1] for key in keys],
-                                          [pending[key][2] for key in keys]))
+            async with self._db.transaction() as cur:
+                if keys:
+                    await execute(cur, _ADD, ([minute for minute, _ in keys],
+                                              [kind for _, kind in keys],
+                                              [pending[key][0] for key in keys],
+                                              [pending[key][1] for key in keys],
+                                              [pending[key][2] for key in keys]))
+                if polls:
+                    await execute(cur, _ADD_POLLS, ([minute for minute, _ in polls],
+                                                    [pending[key][0] for key in polls]))
         except DatabaseUnavailable as error:  # keep them for the next flush
             for key, counts in pending.items():
                 self._count(key, *counts)
-            self._health.failed(f"telemetry counts not stored yet ({error})")
+            self._health.failed(f"traffic counts not stored yet ({error})")
             return
         self._health.succeeded()
 
@@ -72,3 +87,7 @@ class TelemetryTally:
         while True:
             await pause(FLUSH_SECONDS)
             await self.flush()
+
+
+def _this_minute() -> datetime:
+    return datetime.now(timezone.utc).replace(second=0, microsecond=0)

@@ -22,7 +22,7 @@ from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.routers.identity import RouterRegistry
 from server.ingest.slots import UploadSlots
-from server.ingest.tally import TelemetryTally
+from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics, request_middleware
@@ -34,7 +34,7 @@ from server.settings import Settings
 from server.web.in_flight import InFlight
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
                              INGEST_DATABASE, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
-                             ROUTER_REGISTRY, SENDS, SETTINGS, TELEMETRY_TALLY, UPLOAD_SLOTS)
+                             ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
 
@@ -99,7 +99,7 @@ def add_router_service(app: web.Application) -> None:
         app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
                                         settings.ingest_max_uploads_per_address)
         app.cleanup_ctx.append(ingest_database_context)
-        app.cleanup_ctx.append(telemetry_tally_context)
+        app.cleanup_ctx.append(traffic_tally_context)
         app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(registry_context)
         setup_routes(app)
@@ -142,9 +142,9 @@ async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
         await database.close()
 
 
-async def telemetry_tally_context(app: web.Application) -> AsyncIterator[None]:
-    tally = TelemetryTally(app[DATABASE], app[METRICS])
-    app[TELEMETRY_TALLY] = tally
+async def traffic_tally_context(app: web.Application) -> AsyncIterator[None]:
+    tally = TrafficTally(app[DATABASE], app[METRICS])
+    app[TRAFFIC_TALLY] = tally
     tally.start()
     try:
         yield
