@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import aiohttp
 import orjson
 
 import pytest
@@ -189,3 +190,24 @@ async def test_what_a_router_sent_is_shown_escaped(console):
     assert page.status == 200, text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<script>" not in text and "<img" not in text
+
+
+async def test_what_the_database_would_refuse_is_refused_first(console, sql):
+    await sign_in(console, OPERATOR)
+    csrf = await csrf_of(console)
+    for path, data in (("/console/tuning/allowlist", {"network": "192.0.2.1", "note": "a\x00b"}),
+                       ("/console/tuning/allowlist", {"network": "192.0.2.1\x00"}),
+                       ("/console/tuning/overrides", {"action": "disable",
+                                                      "selector": "re:a\x00"}),
+                       ("/console/tuning/allowlist", {"network": "192.0.2.1",
+                                                      "mac": "aa:bb:cc:dd:ee:ff"}),
+                       ("/console/routers/zz/reset", {})):
+        answer = await console.post(path, data={**data, "csrf": csrf}, allow_redirects=False)
+        assert answer.status in (400, 404), (path, answer.status)
+        assert "text/html" in answer.headers["Content-Type"]
+    # A file where a field's text belongs is no token.
+    form = aiohttp.FormData({"network": "192.0.2.1"})
+    form.add_field("csrf", csrf.encode(), filename="csrf.txt")
+    answer = await console.post("/console/tuning/allowlist", data=form, allow_redirects=False)
+    assert answer.status == 403
+    assert unchanged(sql)

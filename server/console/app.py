@@ -89,7 +89,7 @@ async def _checked(request: web.Request, handler) -> web.StreamResponse:
                            "(nothing was changed)")
     if request.method == "POST":
         form = await request.post()
-        if not csrf_matches(user, form.get("csrf")):
+        if not csrf_matches(user, views.field(form, "csrf")):
             raise Forbidden("this form's CSRF token is missing or stale: reload the page and "
                             "try again (nothing was changed)")
         if not user.may_change and request.path != "/console/sign-out":

@@ -44,6 +44,12 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed)
 
 
+def field(form, name: str) -> str:
+    """A form field's text ("" when absent, or a file where text was expected)."""
+    value = form.get(name, "")
+    return value if isinstance(value, str) else ""
+
+
 def sign_in_url(back: str, expired: bool = False) -> str:
     query = {"next": back} if back.startswith("/console/") and back != "/console/" else {}
     if expired:
@@ -93,17 +99,17 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     address = client_address(request, request.config_dict[SETTINGS].trusted_proxies)
     flood.check_failures(address)
     form = await request.post()
-    sent, expected = str(form.get("token", "")), request.cookies.get(SIGN_IN_COOKIE, "")
+    sent, expected = field(form, "token"), request.cookies.get(SIGN_IN_COOKIE, "")
     if not expected or not secrets.compare_digest(sent.encode(), expected.encode()):
         return await sign_in_page(request, "The sign-in form was stale: try again.", 403)
     sessions = request.app[SESSIONS]
-    name, secret = str(form.get("name", ""))[:64], str(form.get("secret", ""))
+    name, secret = field(form, "name")[:64], field(form, "secret")
     credential = sessions.credential_of(name)
     matches = await asyncio.to_thread(secret_matches, secret, credential or _NOBODY)
     if credential is None or not matches:
         flood.credential_failed(address, f"console sign-in as {name!r}")
         return await sign_in_page(request, "Wrong name or secret.", 401)
-    response = web.HTTPSeeOther(_back(str(form.get("next", ""))))
+    response = web.HTTPSeeOther(_back(field(form, "next")))
     response.set_cookie(COOKIE, sessions.cookie_for(name), path="/console/", httponly=True,
                         samesite="Strict", secure=_secure(request), max_age=sessions.max_age)
     response.del_cookie(SIGN_IN_COOKIE, path="/console/")
@@ -160,32 +166,32 @@ async def tuning_page(request: web.Request) -> web.Response:
 async def add_override(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     await tuning.add_override(request.config_dict[DATABASE], request.config_dict[SETTINGS],
-                              str(form.get("action", "")), str(form.get("selector", "")),
-                              str(form.get("mac", "")), str(form.get("note", "")),
+                              field(form, "action"), field(form, "selector"),
+                              field(form, "mac"), field(form, "note"),
                               _made_by(request))
-    raise web.HTTPSeeOther(_back(form.get("back")))
+    raise web.HTTPSeeOther(_back(field(form, "back")))
 
 
 async def remove_override(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     await tuning.remove_override(request.config_dict[DATABASE], int(request.match_info["id"]),
                                  _made_by(request))
-    raise web.HTTPSeeOther(_back(form.get("back")))
+    raise web.HTTPSeeOther(_back(field(form, "back")))
 
 
 async def add_allowed(request: web.Request) -> web.StreamResponse:
     form = await request.post()
-    await tuning.add_allowed(request.config_dict[DATABASE], str(form.get("network", "")),
-                             str(form.get("mac", "")), str(form.get("note", "")),
+    await tuning.add_allowed(request.config_dict[DATABASE], field(form, "network"),
+                             field(form, "mac"), field(form, "note"),
                              _made_by(request))
-    raise web.HTTPSeeOther(_back(form.get("back")))
+    raise web.HTTPSeeOther(_back(field(form, "back")))
 
 
 async def remove_allowed(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     await tuning.remove_allowed(request.config_dict[DATABASE], int(request.match_info["id"]),
                                 _made_by(request))
-    raise web.HTTPSeeOther(_back(form.get("back")))
+    raise web.HTTPSeeOther(_back(field(form, "back")))
 
 
 async def reset_enrollment(request: web.Request) -> web.StreamResponse:

@@ -18,6 +18,7 @@ from server.db import routers as router_db
 from server.db.pool import Database
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings
+from server.text import is_plain_text
 
 ACTIONS = ("disable", "enable")
 MAX_NOTE = 500
@@ -57,8 +58,9 @@ async def registered_router(db: Database, text: str | None) -> str | None:
 
 def _note(text: str | None) -> str | None:
     text = (text or "").strip()
-    if len(text) > MAX_NOTE:
-        raise TuningRefused(f"a note has at most {MAX_NOTE} characters")
+    if len(text) > MAX_NOTE or not is_plain_text(text):
+        raise TuningRefused(f"a note is plain text of at most {MAX_NOTE} characters (no "
+                            "control characters)")
     return text or None
 
 
@@ -79,6 +81,8 @@ async def add_override(db: Database, settings: Settings, action: str, selector_t
     or of one router; refused when the selector matches no rule of the ruleset in use."""
     if action not in ACTIONS:
         raise TuningRefused(f"an override is one of {', '.join(ACTIONS)}, not {action!r}")
+    if not is_plain_text(selector_text):
+        raise TuningRefused("a selector is plain text (no control characters)")
     try:
         selector = Selector.parse(selector_text)
     except ValueError as error:
