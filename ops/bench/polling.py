@@ -29,6 +29,7 @@ import aiohttp
 
 from ops.bench.wrk import POLL_SCRIPT, available, router_file, run_wrk
 from server.db.location import DatabaseLocation
+from server.ingest.tally import FLUSH_SECONDS
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import Sql, throwaway_database
 from testkit.server import ServerRunner, free_port
@@ -135,7 +136,9 @@ def main() -> int:
             without = str(router_file(workdir / "plain.tsv", etags, with_etags=False))
             for url in (server.url, workers.url):  # warm-up: the ETag caches
                 run_wrk(url, script, 2, 32, with_etags)
-            time.sleep(STATS_SETTLE_SECONDS)  # earlier writes (generation) reach the counters
+            # Earlier writes reach the counters: generation's, and the traffic tally's count of
+            # the registration polls, flushed every FLUSH_SECONDS.
+            time.sleep(STATS_SETTLE_SECONDS + FLUSH_SECONDS)
             writes_before = row_writes(location)
             single, pair = [server.process.pid], workers.children("http")
             for _ in range(args.rounds):

@@ -81,7 +81,7 @@ class Supervisor:
         try:
             check_connections(location, connections)
             guards = reserve_address(self._settings.listen_host, self._settings.listen_port)
-            if self._settings.console_listen is not None:
+            if self._settings.console and self._settings.console_listen is not None:
                 guards += reserve_address(*self._settings.console_listen)
             self._prepare_metrics_dir()
             environment = self._child_environment(location)
