@@ -25,6 +25,8 @@ from testkit.server import ServerRunner, free_port
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -147,7 +149,18 @@ def sign_in(driver, console: str, who: tuple[str, str]) -> None:
     driver.find_element(By.NAME, "name").send_keys(who[0])
     driver.find_element(By.NAME, "secret").send_keys(who[1])
     driver.find_element(By.CSS_SELECTOR, "form[action='/console/sign-in'] button").click()
-    assert f"{who[0]} (" in driver.find_element(By.TAG_NAME, "header").text
+    WebDriverWait(driver, 10).until(expected_conditions.text_to_be_present_in_element(
+        (By.TAG_NAME, "header"), f"{who[0]} ("))
+
+
+def arrived(driver, path: str) -> None:
+    """Wait for the navigation a click or a submitted form started to land on `path`."""
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(driver_url(driver, path)))
+
+
+def driver_url(driver, path: str) -> str:
+    scheme_and_host = driver.current_url.split("/console/", 1)[0]
+    return scheme_and_host + path
 
 
 def section(driver, name: str) -> str:
@@ -164,7 +177,7 @@ async def test_support_reads_a_routers_whole_story_and_nothing_it_sent_runs(serv
     screenshot(browser, "fleet")
     assert "1 registered" in browser.find_element(By.TAG_NAME, "main").text
     browser.find_element(By.NAME, "mac").send_keys(TYPED_MAC + "\n")
-    assert browser.current_url.endswith(f"/console/routers/{MAC}")
+    arrived(browser, f"/console/routers/{MAC}")
     screenshot(browser, "router")
     registration = section(browser, "registration")
     assert "registered" in registration and "last poll" in registration
@@ -199,6 +212,8 @@ async def test_an_operator_disables_a_rule_and_the_next_payload_lacks_it(served,
     form.find_element(By.NAME, "note").send_keys("a lab scanner")
     moment = sql.value("SELECT now()")
     form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, 10).until(expected_conditions.text_to_be_present_in_element(
+        (By.ID, "changes"), f"disable {FIRED_SID}"))
     assert browser.current_url.endswith(f"/console/routers/{MAC}")
     changes = section(browser, "changes")
     assert "console:olga" in changes and f"disable {FIRED_SID}" in changes
