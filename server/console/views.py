@@ -5,6 +5,7 @@ server/db/console.py); forms change through server/tuning, as the commands do, a
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 from urllib.parse import quote, urlencode
 
@@ -25,8 +26,12 @@ from server.typedefs import DATABASE, FLOOD_LIMITS, SETTINGS
 from server.web.peers import client_address
 
 SIGN_IN_COOKIE = "console_sign_in"   # the sign-in form's own CSRF token (double submit)
-# Checked against when the name is unknown, so that a wrong name costs the same time.
-_NOBODY = hash_secret(secrets.token_urlsafe(16))
+
+
+@functools.cache
+def _nobody() -> str:
+    """Checked against when the name is unknown, so that a wrong name costs the same time."""
+    return hash_secret(secrets.token_urlsafe(16))
 
 
 def setup_routes(app: web.Application) -> None:
@@ -105,7 +110,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     sessions = request.app[SESSIONS]
     name, secret = field(form, "name")[:64], field(form, "secret")
     credential = sessions.credential_of(name)
-    matches = await asyncio.to_thread(secret_matches, secret, credential or _NOBODY)
+    matches = await asyncio.to_thread(secret_matches, secret, credential or _nobody())
     if credential is None or not matches:
         flood.credential_failed(address, f"console sign-in as {name!r}")
         return await sign_in_page(request, "Wrong name or secret.", 401)
