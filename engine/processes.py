@@ -29,7 +29,9 @@ def process_pool(workers: int, start_method: str) -> ProcessPoolExecutor:
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Pool initializer (see process_pool)."""
+    """In a child process: SIGKILL when `parent_pid` dies, however it dies. The one place
+    that sets it: pool initializer (see process_pool), and the supervisor's children before
+    exec (server/process/supervisor.py)."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)

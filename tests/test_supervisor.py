@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -172,3 +173,20 @@ def test_a_crash_loop_is_slowed_down_and_a_burst_is_not():
     assert [restart_delay(n) for n in range(1, RESTART_BURST + 1)] == [0.0] * RESTART_BURST
     assert [restart_delay(RESTART_BURST + n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
     assert restart_delay(RESTART_BURST + 50) == MAX_DELAY_SECONDS
+
+
+async def test_the_children_die_with_a_killed_supervisor(supervised):
+    children = supervised.children("http") + supervised.children("background")
+    assert len(children) == WORKERS + 1
+    supervised.kill()   # SIGKILL: no chance to stop them itself
+
+    def running(pid: int) -> bool:  # a zombie (state Z) waits for a reaper but runs no more
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    async def all_gone():
+        return not any(running(pid) for pid in children)
+
+    await wait_for(all_gone, timeout=10)

@@ -21,7 +21,7 @@ caller); they die with the supervisor (PR_SET_PDEATHSIG), as a crashed service s
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import psycopg2
 from prometheus_client.multiprocess import mark_process_dead
 
+from engine.processes import die_with_parent
 from server.db.lifecycle import prepare_database
 from server.db.location import DatabaseLocation
 from server.settings import Settings
@@ -47,7 +48,6 @@ FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 30.0
 STOP_MARGIN_SECONDS = 15.0     # beyond SHUTDOWN_GRACE_SECONDS before children are killed
 OPERATOR_CONNECTIONS = 5       # router-backend commands run beside the service
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -136,7 +136,8 @@ class Supervisor:
     def _start(self, child: Child, environment: dict[str, str]) -> None:
         child.process = subprocess.Popen(
             [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)],
-            env=environment, preexec_fn=_die_with_parent)
+            env=environment,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()))
         child.started = time.monotonic()
 
     def _watch(self, environment: dict[str, str]) -> None:
@@ -231,9 +232,3 @@ def _signal(process: subprocess.Popen, signum: int) -> None:
         process.send_signal(signum)
     except ProcessLookupError:
         pass
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the supervisor dies, however it dies."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
