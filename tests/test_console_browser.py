@@ -6,9 +6,7 @@ next IDS payload lacks it. A screenshot of each page goes to test-output/console
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +19,7 @@ from testkit import REPOSITORY
 from testkit.corpus import corpus_path, publish_corpus_ruleset
 from testkit.database import Sql
 from testkit.server import ServerRunner, free_port
+from testkit.waiting import generated_after
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -79,16 +78,6 @@ def report_applied(url: str) -> None:
     assert answer == {"ids_current": True, "firewall_current": True}
 
 
-async def generated_since(sql: Sql, moment, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sql.value("SELECT generated_at > %s FROM generation_queue WHERE mac = %s",
-                     (moment, MAC)):
-            return
-        await asyncio.sleep(0.3)
-    raise AssertionError("the router was not regenerated in time")
-
-
 @pytest.fixture
 async def served(database, tmp_path):
     rules = publish_corpus_ruleset(database, tmp_path)
@@ -113,7 +102,7 @@ async def served(database, tmp_path):
             pass
         moment = sql.value("SELECT now()")
         sql.rows("UPDATE generation_queue SET next_due_at = now() WHERE mac = %s", (MAC,))
-        await generated_since(sql, moment)
+        await generated_after(sql, moment, [MAC], timeout=120)
         report_applied(server.url)
         yield server, f"http://127.0.0.1:{console_port}", sql
     finally:
@@ -218,7 +207,7 @@ async def test_an_operator_disables_a_rule_and_the_next_payload_lacks_it(served,
     changes = section(browser, "changes")
     assert "console:olga" in changes and f"disable {FIRED_SID}" in changes
     assert f"{FIRED_SID}" in section(browser, "overrides")
-    await generated_since(sql, moment)
+    await generated_after(sql, moment, [MAC], timeout=120)
     assert FIRED_SID not in ids_sids(server.url)
     browser.get(f"{console}/console/routers/{MAC}")
     screenshot(browser, "router-after-override")

@@ -3,10 +3,8 @@ routers concerned within one poll, the payloads honouring the overrides."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,6 +12,7 @@ from server.jobs.preprocess import run_preprocess
 from testkit.database import command_env
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
+from testkit.waiting import generated_after
 
 ONE, TWO = "aa:bb:cc:00:16:41", "aa:bb:cc:00:16:42"
 
@@ -27,17 +26,6 @@ def rules_command(settings, *args: str) -> subprocess.CompletedProcess:
 def payload_sids(sql, mac: str) -> dict[int, dict]:
     packed = sql.value("SELECT ids_payload_gz FROM router_rules WHERE mac = %s", (mac,))
     return {rule["sid"]: rule for rule in unpack(bytes(packed))["rules"]} if packed else {}
-
-
-async def generated_after(sql, moment, macs, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = sql.value("SELECT count(*) FROM generation_queue WHERE mac = ANY(%s::macaddr[]) "
-                         "AND generated_at > %s", (macs, moment))
-        if done == len(macs):
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError("not regenerated in time")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ activations that page counts).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import re
 import sys
@@ -32,9 +33,10 @@ from ops.bench.polling import start_constant
 from ops.bench.wrk import available, run_wrk
 from server.console.auth import hash_secret
 from testkit.corpus import publish_corpus_ruleset
-from testkit.database import throwaway_database
+from testkit.database import Sql, throwaway_database
 from testkit.server import ServerRunner, free_port
 from testkit.telemetry import store_uploads
+from testkit.waiting import generated_after
 
 MAC = "aa:bb:cc:00:35:99"
 USER, SECRET = "bench", "bench-secret-123456"
@@ -102,19 +104,7 @@ def store_fleet(location, routers: int) -> None:
 
 
 def wait_generated(location, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        conn = psycopg2.connect(**location.connect_kwargs())
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute("SELECT generated_at IS NOT NULL FROM generation_queue "
-                            "WHERE mac = %s", (MAC,))
-                if cur.fetchone()[0]:
-                    return
-        finally:
-            conn.close()
-        time.sleep(0.5)
-    raise TimeoutError("the router was not generated")
+    asyncio.run(generated_after(Sql(location), "-infinity", [MAC], timeout))
 
 
 def session_cookie(console: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from server.db.pool import Database
 
-RECENT_ALERTS = 10
 TOP = 10
 
 _ROUTER = """
