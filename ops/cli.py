@@ -10,6 +10,8 @@ import sys
 
 from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
+from ops.citus import add_arguments as add_citus_arguments
+from ops.citus import citus
 from ops.command import CommandError, run_command
 from ops.console import add_arguments as add_console_arguments
 from ops.console import console
@@ -143,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         "telemetry", help="a router's stored records (export, sql) and the compaction job"))
     add_console_arguments(commands.add_parser(
         "console", help="console sign-ins: make a CONSOLE_USERS entry"))
+    add_citus_arguments(commands.add_parser(
+        "citus", help="Citus mode: distribute the per-router tables over the workers"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
@@ -150,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
-            "rules": rules, "telemetry": telemetry, "console": console}
+            "rules": rules, "telemetry": telemetry, "console": console,
+            "citus": citus}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,11 @@ PostgreSQL started in a temporary directory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
 import tempfile
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,6 +23,7 @@ from psycopg2 import sql as pgsql
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
+from server.db.citus import distribute, workers
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database, prepare_schema
@@ -46,25 +50,91 @@ def database_server(prefix: str, environ: Mapping[str, str] = os.environ
             embedded.stop()
 
 
+# Shards per distributed table in the tests' Citus databases: Citus's default of 32 would
+# make each test database some 2,000 tables to clone; 4 still spread routers over workers.
+CITUS_TEST_SHARDS = 4
+
+
+@functools.lru_cache(maxsize=None)
+def citus_workers(server: DatabaseLocation) -> tuple[DatabaseLocation, ...]:
+    """The workers of a Citus coordinator, as its maintenance database lists them (added with
+    citus_add_node there); none on plain PostgreSQL."""
+    conn = psycopg2.connect(**server.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('pg_catalog.pg_dist_node') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return ()
+            return tuple(dataclasses.replace(server, host=host, port=port)
+                         for host, port in workers(cur))
+    finally:
+        conn.close()
+
+
 @contextlib.contextmanager
 def migrated_database(server: DatabaseLocation, prefix: str = "rb",
                       template: DatabaseLocation | None = None) -> Iterator[DatabaseLocation]:
     """A new database on `server`, migrated (or cloned from a migrated `template`), dropped
     afterwards. A clone gets the partitions its own day needs, as the service does at start:
-    the template may have been made before midnight."""
+    the template may have been made before midnight. On a Citus coordinator the database
+    is made on every node and distributed (server/db/citus.py); a clone is cloned on every
+    node, shards and Citus's metadata with it."""
     location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
-    if template is None:
-        ensure_database(location)
-        prepare_schema(location, partition_days=1)
-    else:
-        admin_execute(server, pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            pgsql.Identifier(location.name), pgsql.Identifier(template.name)))
-        ensure_partitions(location, 1)
+    workers = citus_workers(server)
+    nodes = (server, *workers)
     try:
+        if template is None:
+            for node in nodes:
+                ensure_database(node.with_name(location.name))
+            if workers:
+                _add_workers(location, workers)
+            prepare_schema(location, partition_days=1)
+            if workers:
+                distribute(location, CITUS_TEST_SHARDS)
+        else:
+            for node in nodes:
+                _clone(node, template.name, location.name)
+            ensure_partitions(location, 1)
         yield location
     finally:
-        admin_execute(server, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            pgsql.Identifier(location.name)))
+        for node in nodes:
+            _retried_while_in_use(node, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                                  .format(pgsql.Identifier(location.name)))
+
+
+def _add_workers(location: DatabaseLocation, workers: tuple[DatabaseLocation, ...]) -> None:
+    for node in (location, *workers):
+        admin_execute(node.with_name(location.name), "CREATE EXTENSION IF NOT EXISTS citus")
+    admin_execute(location, "SELECT citus_set_coordinator_host(%s, %s)",
+                  (location.host, location.port))
+    for worker in workers:
+        admin_execute(location, "SELECT citus_add_node(%s, %s)", (worker.host, worker.port))
+
+
+def _clone(server: DatabaseLocation, template: str, name: str) -> None:
+    """CREATE DATABASE name TEMPLATE template, once no session is connected to the template
+    (on a Citus node its maintenance daemon is: it is stopped, and starts again when a
+    session of the template's uses Citus)."""
+    _retried_while_in_use(server, pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+        pgsql.Identifier(name), pgsql.Identifier(template)), template)
+
+
+def _retried_while_in_use(server: DatabaseLocation, statement, database: str | None = None
+                          ) -> None:
+    """`statement`, tried again while a session (on a Citus node: its maintenance daemon,
+    or a connection between nodes on its way out) uses the database it needs alone; with
+    `database`, those sessions are ended first."""
+    for attempt in range(20):
+        if database is not None:
+            admin_execute(server, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = %s AND pid <> pg_backend_pid()", (database,))
+        try:
+            admin_execute(server, statement)
+            return
+        except psycopg2.errors.ObjectInUse:
+            if attempt == 19:
+                raise
+            time.sleep(0.2)
 
 
 def migrate(location: DatabaseLocation, migration: str, direction: str = "apply") -> None:

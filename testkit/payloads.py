@@ -8,14 +8,14 @@ import orjson
 
 from engine.payloads import pack
 from server.db.pool import Database
-from server.db.rules import payload_params, upsert_statement
+from server.db.rules import store_payloads
 
 
 async def store_payload_objects(db: Database, mac: str, payloads: dict[str, object]) -> None:
     """Pack and store payloads given as JSON-able objects (kind -> payload), as generation
     stores them."""
     packed = {kind: pack(body) for kind, body in payloads.items()}
-    await db.execute(upsert_statement(tuple(sorted(packed))), payload_params(mac, packed))
+    await store_payloads(db, mac, packed)
 
 
 def unpack(stored: bytes) -> object:

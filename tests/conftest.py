@@ -2,7 +2,7 @@
 
 The database server is the embedded one (started once per session in a temporary directory)
 unless TEST_DB_HOST is set, in which case TEST_DB_PORT/TEST_DB_USER/TEST_DB_PASSWORD name a
-server to use. Each test gets its own database, cloned from a template migrated once.
+server to use (TEST_CITUS_HOST... name a Citus coordinator, and win). Each test gets its own database, cloned from a template migrated once.
 The helpers themselves live in `testkit/`, which the benchmarks share.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 
 import pytest
 
@@ -23,8 +24,11 @@ from testkit.server import ServiceTestServer
 
 @pytest.fixture(scope="session")
 def pg_server() -> DatabaseLocation:
-    """The maintenance database of the PostgreSQL server the tests use."""
-    with database_server("TEST_DB_") as server:
+    """The maintenance database of the PostgreSQL server the tests use: the Citus
+    coordinator named by TEST_CITUS_HOST/TEST_CITUS_PORT when set (its workers added in its
+    `postgres` database; docs/scaling.md), else as above."""
+    prefix = "TEST_CITUS_" if os.environ.get("TEST_CITUS_HOST") else "TEST_DB_"
+    with database_server(prefix) as server:
         yield server
 
 

@@ -14,7 +14,7 @@ from server.db.partitions import grid_floor
 from server.db.reports import ACCESS_DAYS, DAILY_ACTIVITY
 from server.db.routers import SUBSCRIPTIONS
 from server.db.status import ROUTERS_SEEN
-from server.generation.task import MAX_ALERTS, RENEW_AND_SUMMARISE
+from server.generation.task import MAX_ALERTS, TELEMETRY_SUMMARY
 from testkit.database import partitions_for_history
 
 MAC = "02:00:00:00:00:07"
@@ -69,8 +69,8 @@ def partitions_between(table: str, start: datetime, end: datetime) -> set[str]:
 def test_generation_summary_reads_only_the_window(daily_partitions):
     now = datetime.now(timezone.utc)
     window = timedelta(days=7)
-    scanned = scanned_partitions(daily_partitions, RENEW_AND_SUMMARISE, {
-        "owner": "test", "mac": MAC, "lease": timedelta(seconds=60), "window": window,
+    scanned = scanned_partitions(daily_partitions, TELEMETRY_SUMMARY, {
+        "mac": MAC, "window": window, "detail_from": now - timedelta(days=3),
         "severity": 2, "sids": 10, "top": 10, "alerts": MAX_ALERTS})
     hours = now - window - timedelta(hours=1)  # the summaries count whole hours
     expected = (partitions_between("telemetry_alerts", hours, now)

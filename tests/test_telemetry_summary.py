@@ -12,7 +12,7 @@ import pytest
 
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
-from server.generation.task import (MAX_ALERTS, MAX_FIRED_SIDS, RENEW_AND_SUMMARISE,
+from server.generation.task import (MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY,
                                     TOP_FLOW_VALUES)
 from server.jobs.preprocess import run_preprocess
 from testkit import CORPUS
@@ -23,7 +23,7 @@ MAC = "aa:bb:cc:00:32:10"
 
 PARAMS = {"owner": "test", "mac": MAC, "lease": timedelta(minutes=1),
           "window": timedelta(days=7), "severity": 2, "sids": MAX_FIRED_SIDS,
-          "top": TOP_FLOW_VALUES, "alerts": MAX_ALERTS}
+          "top": TOP_FLOW_VALUES, "alerts": MAX_ALERTS, "detail_from": "-infinity"}
 
 
 def corpus_bodies(kind: str, size: int) -> list[bytes]:
@@ -38,8 +38,8 @@ def summaries(location) -> tuple[list, list]:
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn, conn.cursor() as cur:
-            cur.execute(RENEW_AND_SUMMARISE, PARAMS)
-            now = list(cur.fetchone()[1:5])
+            cur.execute(TELEMETRY_SUMMARY, PARAMS)
+            now = list(cur.fetchone()[0:4])
             load_record_tables(cur, location)
             cur.execute(SUMMARY_OF_BEFORE, PARAMS)
             before = list(cur.fetchone())

@@ -66,7 +66,9 @@ WHERE received_at >= %(since)s AND received_at < %(settled)s AND records < %(siz
 GROUP BY 1, 2, 3 HAVING count(*) > 1 ORDER BY 1, 2, 3"""
 
 # Taken out of one partition (named: PostgreSQL takes a partition as a table), oldest first.
-TAKE_SMALL_CHUNKS = """DELETE FROM {partition} WHERE (mac, kind, received_at, id) IN (
+# The router's MAC outside the subquery too: under Citus, that makes it one shard's statement.
+TAKE_SMALL_CHUNKS = """DELETE FROM {partition}
+WHERE mac = %(mac)s AND (mac, kind, received_at, id) IN (
     SELECT mac, kind, received_at, id FROM {partition}
     WHERE mac = %(mac)s AND kind = %(kind)s AND received_at < %(settled)s
       AND records < %(size)s

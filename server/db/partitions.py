@@ -128,16 +128,29 @@ def ensure_partitions(location: DatabaseLocation, days: int, now: datetime | Non
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         for table in TIME_COLUMNS:
-            with conn, conn.cursor() as cur:  # one transaction per table
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-                cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-                cur.execute(LIST_PARTITIONS, {"table": table})
-                existing = partitions_from_rows(cur.fetchall())
-                for start, end in missing_ranges(existing, since or now, horizon(now, days),
-                                                 days):
-                    for statement in create_statements(table, start, end):
-                        cur.execute(statement)
-                    created.append(partition_name(table, start))
+            while name := _create_next(conn, table, since or now, horizon(now, days), days):
+                created.append(name)
     finally:
         conn.close()
     return created
+
+
+def _create_next(conn, table: str, start: datetime, end: datetime, days: int) -> str | None:
+    """Create the first missing partition of `table` in [start, end), in a transaction of
+    its own (short locks); its name, or None when none is missing. Under Citus, where in
+    each ATTACH PostgreSQL names the shards' new indexes, two connections of one
+    transaction to one worker could pick the same name and wait on each other (a
+    distributed deadlock): the shards are attached over one connection per worker
+    (`citus.multi_shard_modify_mode`; on plain PostgreSQL a setting nothing reads)."""
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        cur.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
+        cur.execute(LIST_PARTITIONS, {"table": table})
+        missing = missing_ranges(partitions_from_rows(cur.fetchall()), start, end, days)
+        if not missing:
+            return None
+        first, following = missing[0]
+        for statement in create_statements(table, first, following):
+            cur.execute(statement)
+        return partition_name(table, first)

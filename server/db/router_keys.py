@@ -10,8 +10,11 @@ from server.db.routers import BUCKET_WAIT, LOCK_BUCKET, UNDER_LIMIT, bucket_para
 from server.db.tuning_changes import record
 
 
+KEY_HASH = "SELECT key_hash FROM router_keys WHERE mac = %(mac)s"
+
+
 async def key_hash_of(db: Database, mac: str) -> bytes | None:
-    row = await db.fetchone("SELECT key_hash FROM router_keys WHERE mac = %s", (mac,))
+    row = await db.fetchone(KEY_HASH, {"mac": mac})
     return bytes(row[0]) if row else None
 
 

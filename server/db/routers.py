@@ -115,9 +115,13 @@ async def subscribe(db: Database, mac: str, note: str | None) -> bool:
 
 
 async def unsubscribe(db: Database, mac: str) -> bool:
-    """Remove the router and its place in the generation queue; its telemetry stays until
-    retention removes it. False when it was not registered."""
+    """Remove the router, its place in the generation queue, its allowlist entries and rule
+    overrides; its telemetry stays until retention removes it. False when it was not
+    registered."""
     async with db.transaction() as cur:
         await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))
+        # Their foreign keys' cascade, which Citus mode drops (server/db/citus.py).
+        await execute(cur, "DELETE FROM firewall_allowlist WHERE mac = %s", (mac,))
+        await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
         return cur.rowcount == 1

@@ -8,23 +8,25 @@ from datetime import datetime
 from server.db.pool import Database, execute
 
 
+ACTIVATE_AND_READ = (
+    "WITH activation AS (INSERT INTO activations (mac, address) "
+    "VALUES (%(mac)s, %(address)s)) "
+    "SELECT ids_updated_at, firewall_updated_at FROM router_rules WHERE mac = %(mac)s")
+
+
 async def activate_and_read_timestamps(db: Database, mac: str, address: str | None
                                        ) -> tuple[datetime | None, datetime | None]:
     """Record an activation (with the address the router called from, so that its firewall
     never blocks it) and return (ids_updated_at, firewall_updated_at), one round trip."""
-    statement = (
-        "WITH activation AS (INSERT INTO activations (mac, address) "
-        "VALUES (%(mac)s, %(address)s)) "
-        "SELECT ids_updated_at, firewall_updated_at FROM router_rules WHERE mac = %(mac)s")
     async with db.cursor() as cur:
-        await execute(cur, statement, {"mac": mac, "address": address})
+        await execute(cur, ACTIVATE_AND_READ, {"mac": mac, "address": address})
         row = await cur.fetchone()
     return (row[0], row[1]) if row else (None, None)
 
 
 # Plain SQL, built once per kind: this runs on every rules poll that the ETag cache cannot
 # answer, and compiling a Core statement per call would cost more than the query.
-_READ_PAYLOAD = {kind: (
+READ_PAYLOAD = {kind: (
     f"SELECT {kind}_etag, CASE WHEN {kind}_etag = ANY(%(known)s::text[]) THEN NULL "
     f"ELSE {kind}_payload_gz END FROM router_rules "
     f"WHERE mac = %(mac)s AND {kind}_payload_gz IS NOT NULL") for kind in ("ids", "firewall")}
@@ -35,18 +37,19 @@ async def read_payload(db: Database, mac: str, kind: str, known_etags: frozenset
     """Return (etag, gzip-compressed payload JSON) for the router's payload of `kind`, or None
     when there is none. The payload is None when the client already has that etag: the 304
     path reads no payload."""
-    row = await db.fetchone(_READ_PAYLOAD[kind], {"mac": mac, "known": list(known_etags)})
+    row = await db.fetchone(READ_PAYLOAD[kind], {"mac": mac, "known": list(known_etags)})
     if row is None:
         return None
     return row[0], None if row[1] is None else bytes(row[1])
 
 
 @functools.lru_cache(maxsize=None)
-def upsert_statement(kinds: tuple[str, ...], source: str = "") -> str:
-    """INSERT ... ON CONFLICT for the given payload kinds, from VALUES or, with `source`, from
-    `SELECT ... FROM <source>` (a CTE the caller defines). Unchanged content (same etag) keeps
-    its bytes and its updated_at, so neither the stored payload nor the router's view moves."""
-    columns, values, updates = ["mac"], ["%(mac)s::macaddr"], []
+def upsert_statement(kinds: tuple[str, ...]) -> str:
+    """INSERT ... ON CONFLICT for the given payload kinds. Unchanged content (same etag) keeps
+    its bytes and its updated_at, so neither the stored payload nor the router's view moves;
+    when no kind changed, the row is not written at all. It returns a row only when the
+    payload was inserted or changed: then the caller sends PAYLOAD_CHANGED."""
+    columns, values, updates, changed = ["mac"], ["%(mac)s::macaddr"], [], []
     for kind in kinds:
         columns += [f"{kind}_payload_gz", f"{kind}_etag", f"{kind}_updated_at"]
         values += [f"%({kind}_gz)s", f"%({kind}_etag)s", "now()"]
@@ -55,12 +58,33 @@ def upsert_statement(kinds: tuple[str, ...], source: str = "") -> str:
             f"{kind}_payload_gz = CASE WHEN {same} THEN router_rules.{kind}_payload_gz "
             f"ELSE EXCLUDED.{kind}_payload_gz END",
             f"{kind}_updated_at = CASE WHEN {same} THEN router_rules.{kind}_updated_at "
-            f"ELSE now() END",
+            f"ELSE EXCLUDED.{kind}_updated_at END",
             f"{kind}_etag = EXCLUDED.{kind}_etag"]
-    rows = f"SELECT {', '.join(values)} FROM {source}" if source else \
-        f"VALUES ({', '.join(values)})"
-    return (f"INSERT INTO router_rules ({', '.join(columns)}) {rows} "
-            f"ON CONFLICT (mac) DO UPDATE SET {', '.join(updates)}")
+        changed.append(f"router_rules.{kind}_etag IS DISTINCT FROM EXCLUDED.{kind}_etag")
+    return (f"INSERT INTO router_rules ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+            f"ON CONFLICT (mac) DO UPDATE SET {', '.join(updates)} "
+            f"WHERE {' OR '.join(changed)} RETURNING 1")
+
+
+# Sent in the transaction that changed a router's payload (delivered at its commit, not at
+# all on rollback): every server process LISTENs on this channel and forgets the router's
+# ETags (server/polling/etag_cache.py). A statement without a table, so that under Citus it
+# runs on the coordinator, where the listeners are, not on the worker holding the shard.
+PAYLOAD_CHANGED = "SELECT pg_notify('router_rules', %(mac)s::text)"
+
+
+async def store_payloads(db: Database, mac: str, payloads: dict[str, tuple[bytes, str]]
+                         ) -> bool:
+    """Store packed payloads (kind -> (gzip, etag)) for a router, notifying the servers when
+    one changed; True when one did. (Generation stores its payloads the same way, within
+    its lease: server/generation/task.py.)"""
+    params = payload_params(mac, payloads)
+    async with db.transaction() as cur:
+        await execute(cur, upsert_statement(tuple(sorted(payloads))), params)
+        if cur.rowcount != 1:
+            return False
+        await execute(cur, PAYLOAD_CHANGED, params)
+        return True
 
 
 def payload_params(mac: str, payloads: dict[str, tuple[bytes, str]]) -> dict[str, object]:

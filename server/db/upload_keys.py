@@ -24,12 +24,13 @@ INSERT_KEY = """INSERT INTO upload_keys (mac, kind, key, fingerprint, answer)
 VALUES (%(mac)s, %(kind)s, %(key)s, %(fingerprint)s, %(answer)s)
 ON CONFLICT DO NOTHING RETURNING 1"""
 
-_RECORDED = """SELECT fingerprint, answer FROM upload_keys
+RECORDED = """SELECT fingerprint, answer FROM upload_keys
 WHERE mac = %(mac)s AND kind = %(kind)s AND key = %(key)s"""
 
-_EXPIRE = """DELETE FROM upload_keys WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM upload_keys WHERE created_at < now() - %(days)s * interval '1 day'
-    LIMIT %(batch)s))"""
+# Batches by key, not by `ctid` (which under Citus names a row only within one shard).
+_EXPIRE = """DELETE FROM upload_keys WHERE (mac, kind, key) IN (
+    SELECT mac, kind, key FROM upload_keys WHERE created_at < now() - %(days)s * interval '1 day'
+    LIMIT %(batch)s)"""
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Recorded:
 
 
 async def recorded(db: Database, mac: str, kind: str, key: str) -> Recorded | None:
-    row = await db.fetchone(_RECORDED, {"mac": mac, "kind": kind, "key": key})
+    row = await db.fetchone(RECORDED, {"mac": mac, "kind": kind, "key": key})
     if row is None:
         return None
     fingerprint, answer = row

@@ -1,6 +1,6 @@
 """What a generation worker process runs for one router, database work included: renew the
-lease and read the telemetry summary (one statement), generate (engine.worker), store both
-payloads with the next due time (one statement). Only a small summary goes back to the event
+lease and read the telemetry summary, generate (engine.worker), store both payloads with
+the next due time (one transaction). Only a small summary goes back to the event
 loop, so the database work scales with the workers instead of queueing in the server process.
 
 Synchronous (psycopg2): it runs in the worker process, which keeps one connection of its own.
@@ -11,6 +11,7 @@ statement of the event loop, instead of blocking the worker until the command ti
 
 from __future__ import annotations
 
+import contextlib
 import select
 import time
 from dataclasses import dataclass
@@ -21,9 +22,8 @@ import psycopg2.extensions
 
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
-from server.db.activation_days import DETAIL_FROM
 from server.db.pool import DatabaseUnavailable
-from server.db.rules import payload_params, upsert_statement
+from server.db.rules import PAYLOAD_CHANGED, payload_params, upsert_statement
 from server.generation.queue import RENEW_ONE
 
 # Bounds on what the summary returns per router.
@@ -125,7 +125,20 @@ HOURS_IN_WINDOW = "hour > now() - %(window)s - interval '1 hour' AND hour <= now
 _ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 _FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 
-RENEW_AND_SUMMARISE = f"""WITH renewed AS ({RENEW_ONE}),
+# Two statements, so that under Citus each runs where its tables are: the lease, the
+# rollup boundary, the allowlist and the overrides are tables of the coordinator; the
+# telemetry summary and the router's addresses are the router's own (one shard).
+RENEW_AND_TUNING = f"""WITH renewed AS ({RENEW_ONE})
+SELECT
+ (SELECT count(*) FROM renewed),
+ (SELECT detail_from FROM activation_rollup),
+ (SELECT array_agg(network::text) FROM firewall_allowlist
+  WHERE mac IS NULL OR mac = %(mac)s),
+ (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
+  FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s)"""
+
+# Activations before `detail_from` (read by RENEW_AND_TUNING) are rolled up by day.
+TELEMETRY_SUMMARY = f"""WITH
  blockable AS (SELECT * FROM {_ALERTS} AND severity <= %(severity)s),
  pairs AS (SELECT src_ip, dest_ip, signature_id, min(severity) AS severity,
            sum(alerts) AS n, max(last_seen) AS last_seen
@@ -133,7 +146,6 @@ RENEW_AND_SUMMARISE = f"""WITH renewed AS ({RENEW_ONE}),
  pair_flows AS (SELECT src_ip, dest_ip, signature_id, count(DISTINCT flow_id) AS flows
                 FROM blockable, unnest(flow_ids) AS flow_id GROUP BY 1, 2, 3)
 SELECT
- (SELECT count(*) FROM renewed),
  (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
    SELECT signature_id AS sid, sum(alerts) AS n, coalesce(min(severity), 255) AS severity
    FROM {_ALERTS} GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
@@ -151,31 +163,29 @@ SELECT
    ORDER BY p.n DESC LIMIT %(alerts)s) alerts),
  (SELECT array_agg(DISTINCT host(address)) FROM (
    (SELECT address, activated_at AS seen FROM activations
-    WHERE mac = %(mac)s AND address IS NOT NULL AND activated_at >= {DETAIL_FROM}
+    WHERE mac = %(mac)s AND address IS NOT NULL AND activated_at >= %(detail_from)s
     AND {WITHIN_WINDOW.format(time='activated_at')}
     ORDER BY activated_at DESC LIMIT {OWN_ADDRESSES})
    UNION ALL
    (SELECT address, last_seen FROM activation_days
-    WHERE mac = %(mac)s AND address IS NOT NULL AND day < {DETAIL_FROM}
+    WHERE mac = %(mac)s AND address IS NOT NULL AND day < %(detail_from)s
     AND day > now() - %(window)s - interval '1 day' AND day <= now()
     ORDER BY day DESC LIMIT {OWN_ADDRESSES})
-   ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own),
- (SELECT array_agg(network::text) FROM firewall_allowlist
-  WHERE mac IS NULL OR mac = %(mac)s),
- (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
-  FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s)"""
+   ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own)"""
 
 
 def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
-    """Renew the lease and read what the router's telemetry of the window says (its hourly
-    summaries), where it called from, its allowlist and rule overrides, in one round trip."""
-    cur.execute(RENEW_AND_SUMMARISE, {
-        "owner": task.owner, "mac": task.mac, "lease": task.lease, "window": task.window,
-        "severity": task.block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
-        "alerts": MAX_ALERTS})
-    renewed, fired, apps, ports, alerts, own, allowlist, overrides = cur.fetchone()
+    """Renew the lease, then read what the router's telemetry of the window says (its hourly
+    summaries), where it called from, its allowlist and rule overrides."""
+    params = {"owner": task.owner, "mac": task.mac, "lease": task.lease,
+              "window": task.window, "severity": task.block_severity,
+              "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES, "alerts": MAX_ALERTS}
+    cur.execute(RENEW_AND_TUNING, params)
+    renewed, detail_from, allowlist, overrides = cur.fetchone()
     if not renewed:
         raise LeaseLost(f"the lease on {task.mac} ran out before its generation began")
+    cur.execute(TELEMETRY_SUMMARY, {**params, "detail_from": detail_from})
+    fired, apps, ports, alerts, own = cur.fetchone()
     return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
                             dest_ports=ports or [],
                             alerts=[tuple(alert) for alert in alerts or []],
@@ -183,22 +193,32 @@ def _renew_and_summarise(cur, task: RouterTask) -> TelemetrySummary:
                             overrides=[tuple(row) for row in overrides or []])
 
 
-# Reschedule and store in one statement (atomic without an explicit transaction): when the
-# lease is no longer ours, `done` is empty and nothing is written.
-_COMPLETE = """
-WITH done AS (
-    UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
-        next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
-        attempts = 0, last_error = NULL, last_seconds = %(seconds)s
-    WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()
-    RETURNING mac)
-""" + upsert_statement(("firewall", "ids"), source="done")
+# Reschedule, only while the lease is ours; the payloads are stored in the same transaction
+# (the row lock taken here holds the lease until the commit).
+RESCHEDULE = """
+UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
+    next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
+    attempts = 0, last_error = NULL, last_seconds = %(seconds)s
+WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()"""
+STORE_PAYLOADS = upsert_statement(("firewall", "ids"))
 
 
 def _complete(cur, task: RouterTask, payloads: dict[str, tuple[bytes, str]],
               seconds: float) -> None:
-    """Store both payloads and reschedule the router, atomically, if the lease is still ours."""
-    cur.execute(_COMPLETE, {**payload_params(task.mac, payloads), "owner": task.owner,
-                            "interval": task.interval, "seconds": seconds})
-    if cur.rowcount != 1:
-        raise LeaseLost(f"lease on {task.mac} lost before its result was stored")
+    """Store both payloads and reschedule the router, atomically, if the lease is still ours;
+    the servers are notified when a payload changed (server/db/rules.py)."""
+    params = {**payload_params(task.mac, payloads), "owner": task.owner,
+              "interval": task.interval, "seconds": seconds}
+    cur.execute("BEGIN")
+    try:
+        cur.execute(RESCHEDULE, params)
+        if cur.rowcount != 1:
+            raise LeaseLost(f"lease on {task.mac} lost before its result was stored")
+        cur.execute(STORE_PAYLOADS, params)
+        if cur.rowcount == 1:
+            cur.execute(PAYLOAD_CHANGED, params)
+    except BaseException:
+        with contextlib.suppress(psycopg2.Error):  # a lost connection rolled back already
+            cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")

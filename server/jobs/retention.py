@@ -4,7 +4,8 @@ partitions. A chunk goes when its newest record is older than the cut-off (a mer
 holds one router's records of at most one partition: a day).
 
 For each table, every partition entirely older than the cut-off is detached with
-`DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent), then
+`DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent;
+under Citus, which refuses it, a plain DETACH), then
 all are dropped by one statement (one commit): no row is deleted one by one, no WAL is
 written for its rows, nothing is left for vacuum. Only the one partition that straddles the
 cut-off is trimmed, by small batched deletes, each its own short statement. What a crash
@@ -23,10 +24,11 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
+from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
 from server.db.pool import Database
 
-BATCH_ROWS = 5_000
+BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
 
 
@@ -50,15 +52,16 @@ async def trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int
     outcome = {"partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
                "rows_deleted": 0}
     detached = await _detached_earlier(db, table, cutoff)
+    concurrently = table not in await distributed_tables(db)
     for partition in partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table})):
         if partition.detaching or partition.older_than(cutoff):
             outcome["rows_in_dropped_partitions_estimate"] += partition.rows_estimate
-            await _detach(db, table, partition)
+            await _detach(db, table, partition, concurrently)
             if partition.name not in detached:  # a pending detach is listed by both
                 detached.append(partition.name)
         elif partition.straddles(cutoff):
-            outcome["rows_deleted"] += await _delete_older(db, partition, TIME_COLUMNS[table],
-                                                           cutoff, batch_rows)
+            outcome["rows_deleted"] += await _delete_older(db, table, partition, cutoff,
+                                                           batch_rows)
     if detached:
         await db.execute(f"DROP TABLE {', '.join(detached)}")
     outcome["partitions_dropped"] = detached
@@ -82,22 +85,40 @@ async def _detached_earlier(db: Database, table: str, cutoff: datetime) -> list[
                                                               "cutoff": cutoff})]
 
 
-async def _detach(db: Database, table: str, partition: Partition) -> None:
+async def _detach(db: Database, table: str, partition: Partition, concurrently: bool) -> None:
     # CONCURRENTLY cannot run inside a transaction block: each statement is its own
-    # (the pool's connections are in autocommit mode).
-    mode = "FINALIZE" if partition.detaching else "CONCURRENTLY"
+    # (the pool's connections are in autocommit mode). Citus refuses it on a distributed
+    # table: there the detach takes the parent's lock for a moment, once a day.
+    mode = "FINALIZE" if partition.detaching else "CONCURRENTLY" if concurrently else ""
     await db.execute(f"ALTER TABLE {table} DETACH PARTITION {partition.name} {mode}")
 
 
-async def _delete_older(db: Database, partition: Partition, column: str, cutoff: datetime,
+# The straddling partition is trimmed in batches picked by key, not by `ctid` (which under
+# Citus names a row only within one shard): rows where the key is unique, a router's hour or
+# day of summaries where it is not.
+_BATCH_KEYS = {"telemetry_chunks": ("mac, kind, received_at, id", True),
+               "activations": ("mac, activated_at, id", True),
+               "telemetry_alerts": ("mac, hour", False),
+               "telemetry_flows": ("mac, hour", False),
+               "activation_days": ("mac, day", False)}
+
+
+def batch_statement(table: str, partition: str) -> str:
+    """Delete one batch of `partition`'s rows older than the cut-off (of `table`)."""
+    key, unique = _BATCH_KEYS[table]
+    column = TIME_COLUMNS[table]
+    batch = (f"SELECT {key} FROM {partition} WHERE {column} < %(cutoff)s" if unique else
+             f"SELECT DISTINCT {key} FROM {partition} WHERE {column} < %(cutoff)s "
+             f"ORDER BY {key}")
+    return (f"DELETE FROM {partition} WHERE {column} < %(cutoff)s AND ({key}) IN ("
+            f"{batch} LIMIT %(batch)s)")
+
+
+async def _delete_older(db: Database, table: str, partition: Partition, cutoff: datetime,
                         batch_rows: int) -> int:
-    statement = (f"DELETE FROM {partition.name} WHERE ctid = ANY(ARRAY("
-                 f"SELECT ctid FROM {partition.name} WHERE {column} < %(cutoff)s "
-                 f"LIMIT %(batch)s))")
+    statement = batch_statement(table, partition.name)
     deleted = 0
-    while True:
-        removed = await db.execute(statement, {"cutoff": cutoff, "batch": batch_rows})
+    while removed := await db.execute(statement, {"cutoff": cutoff, "batch": batch_rows}):
         deleted += removed
-        if removed < batch_rows:  # no row older than the cut-off arrives any more
-            return deleted
         await asyncio.sleep(PAUSE_SECONDS)
+    return deleted

@@ -1,0 +1,141 @@
+"""Citus mode (issue 34, docs/scaling.md), when the tests run against a coordinator with
+workers (TEST_CITUS_HOST...): every per-router statement is planned onto one shard, and the
+operator's command distributes a database idempotently."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import psycopg2
+import pytest
+
+from server.db.applied import REPORT
+from server.db.chunks import ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, store_statement
+from server.db.citus import DISTRIBUTED_TABLES
+from server.db.partitions import partition_name
+from server.db.router_keys import KEY_HASH
+from server.db.rules import ACTIVATE_AND_READ, PAYLOAD_CHANGED, READ_PAYLOAD
+from server.db.upload_keys import INSERT_KEY, RECORDED
+from server.generation.task import (MAX_ALERTS, RESCHEDULE, STORE_PAYLOADS,
+                                    TELEMETRY_SUMMARY)
+from testkit.database import citus_workers, command_env
+
+MAC = "aa:bb:cc:00:34:01"
+NOW = datetime.now(timezone.utc)
+
+CHUNK = {"kind": "events", "received_at": NOW, "first_received_at": NOW, "records": 2,
+         "upload_times": [NOW], "upload_records": [2], "body": b"\x28\xb5\x2f\xfd"}
+SUMMARY = {"hour": NOW.replace(minute=0, second=0, microsecond=0), "summarised_at": NOW,
+           "alerts": '[{"sid": 1, "src": "10.0.0.1", "dest": "10.0.0.2", "severity": 1, '
+                     '"alerts": 3, "flow_ids": ["1"], "last_seen": null}]',
+           "flows": '[{"app_proto": "dns", "dest_port": 53, "flows": 2}]',
+           "flow_ids_kept": 64}
+KEY = {"kind": "events", "key": "k-1", "fingerprint": b"\x00" * 32, "answer": "{}"}
+PAYLOADS = {"ids_gz": b"x", "ids_etag": "e1", "firewall_gz": b"y", "firewall_etag": "e2"}
+
+# What a router's requests and its generation run against the database, with parameters:
+# each must be planned onto the router's one shard.
+PER_ROUTER = {
+    "ingestion: chunk": (store_statement(True, False, False), CHUNK),
+    "ingestion: chunk, summary and idempotency key": (
+        store_statement(True, True, True), {**CHUNK, **SUMMARY, **KEY}),
+    "ingestion: summary": (store_statement(False, True, False), SUMMARY),
+    "idempotency key: record": (INSERT_KEY, KEY),
+    "idempotency key: recorded answer": (RECORDED, KEY),
+    "generation: summary": (TELEMETRY_SUMMARY, {
+        "window": timedelta(days=7), "detail_from": NOW - timedelta(days=3), "severity": 2,
+        "sids": 10, "top": 10, "alerts": MAX_ALERTS}),
+    "generation: payloads stored": (STORE_PAYLOADS, PAYLOADS),
+    "payload read": (READ_PAYLOAD["ids"], {"known": ["e1"]}),
+    "activation and payload times": (ACTIVATE_AND_READ, {"address": "192.0.2.1"}),
+    "applied report": (REPORT, {"ids": "e1", "firewall": "e2", "ok": True, "detail": None}),
+    "router key": (KEY_HASH, {}),
+    "export": (ROUTER_CHUNKS, {"kind": None, "since": NOW - timedelta(days=1),
+                               "until": NOW}),
+    "compaction: take a router's small chunks": (
+        TAKE_SMALL_CHUNKS.format(partition=partition_name(
+            "telemetry_chunks", NOW + timedelta(days=2))),
+        {"kind": "events", "settled": NOW, "size": 1000, "chunks": 10}),
+}
+
+# Statements of the coordinator's own tables, which no shard is involved in.
+COORDINATOR_ONLY = {"generation: reschedule": (RESCHEDULE, {
+    "owner": "t", "interval": timedelta(hours=1), "seconds": 1.0}),
+    "payload change notification": (PAYLOAD_CHANGED, {})}
+
+
+@pytest.fixture
+def citus(pg_server):
+    if not citus_workers(pg_server):
+        pytest.skip("not a Citus coordinator (TEST_CITUS_HOST names one: docs/scaling.md)")
+
+
+def plan(database, statement: str, params: dict) -> str:
+    conn = psycopg2.connect(**database.connect_kwargs())
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("EXPLAIN (COSTS OFF) " + statement, {"mac": MAC, **params})
+            return "\n".join(row[0] for row in cur.fetchall())
+    finally:
+        conn.close()
+
+
+def task_counts(text: str) -> list[int]:
+    """The shards each distributed step of a plan runs on (one entry per step)."""
+    return [int(count) for count in re.findall(r"Task Count: (\d+)", text)]
+
+
+@pytest.mark.parametrize("name", PER_ROUTER)
+def test_per_router_statement_runs_on_one_shard(citus, database, name):
+    statement, params = PER_ROUTER[name]
+    text = plan(database, statement, params)
+    assert task_counts(text) and set(task_counts(text)) == {1}, text
+
+
+@pytest.mark.parametrize("name", COORDINATOR_ONLY)
+def test_coordinator_statement_touches_no_shard(citus, database, name):
+    statement, params = COORDINATOR_ONLY[name]
+    assert task_counts(plan(database, statement, params)) == []
+
+
+def test_the_check_sees_a_statement_that_fans_out(citus, database):
+    text = plan(database, "SELECT count(*) FROM telemetry_chunks WHERE records > 1", {})
+    assert set(task_counts(text)) == {4}, text
+
+
+def test_every_per_router_table_is_distributed_and_colocated(citus, sql):
+    rows = dict(sql.rows("SELECT c.relname, p.colocationid FROM pg_dist_partition p "
+                         "JOIN pg_class c ON c.oid = p.logicalrelid WHERE NOT c.relispartition"))
+    assert set(rows) == set(DISTRIBUTED_TABLES)
+    assert len(set(rows.values())) == 1
+    local = {name for (name,) in sql.rows(
+        "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') AND NOT relispartition "
+        "AND relnamespace = 'public'::regnamespace")} - set(rows)
+    assert {"generation_queue", "firewall_allowlist", "rule_overrides",
+            "notifications"} <= local
+
+
+def test_distribute_again_changes_nothing(citus, settings, sql):
+    before = sql.value("SELECT count(*) FROM pg_dist_shard")
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "citus", "distribute"],
+                            env=command_env(settings), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "routers: distributed already" in result.stdout
+    assert sql.value("SELECT count(*) FROM pg_dist_shard") == before
+
+
+def test_distribute_on_plain_postgresql_says_what_to_do(pg_server, settings, sql):
+    if citus_workers(pg_server):
+        pytest.skip("a Citus coordinator")
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "citus", "distribute"],
+                            env=command_env(settings), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert "the citus extension is not installed" in result.stderr
+    # Nothing was changed on the way: the foreign keys Citus mode drops are still there.
+    assert sql.value("SELECT count(*) FROM pg_constraint WHERE conname IN "
+                     "('firewall_allowlist_mac_fkey', 'rule_overrides_mac_fkey')") == 2
