@@ -106,6 +106,9 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
             print(f"retention: {label} before {cutoff}: {len(dropped)} partitions dropped "
                   f"(about {removed['rows_in_dropped_partitions_estimate']} rows), "
                   f"{removed['rows_deleted']} rows deleted")
+            if removed["partitions_deferred"]:
+                print(f"retention: {label}: {', '.join(removed['partitions_deferred'])} left "
+                      "for the next run (uploads kept the table busy)")
         return 0
     return run_command("router-backend retention", body, settings=settings)
 

@@ -97,6 +97,9 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
             ensure_partitions(location, 1)
         yield location
     finally:
+        if workers:  # transactions a worker's stop left prepared there (a drill's)
+            with contextlib.suppress(psycopg2.Error):
+                admin_execute(location, "SELECT recover_prepared_transactions()")
         for node in nodes:
             _retried_while_in_use(node, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
                                   .format(pgsql.Identifier(location.name)))

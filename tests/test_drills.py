@@ -13,6 +13,7 @@ import pytest
 
 from ops.bench.agent_drill import agent_drill
 from ops.bench.agent_drill import report as agent_report
+from ops.bench.citus_drill import citus_drill
 from ops.bench.crash_drill import crash_drill
 from ops.bench.fault_drill import fault_drill, report
 from ops.bench.hostile import hostile
@@ -20,6 +21,7 @@ from ops.bench.outage_drill import outage_drill
 from ops.bench.stall_drill import stall_round
 from ops.bench.two_servers import two_servers
 from ops.bench.worker_kill_drill import worker_kill_drill
+from testkit.citus_cluster import citus_installed
 from testkit.database import Sql
 from testkit.server import ServerRunner
 from testkit.telemetry import stored_count
@@ -150,3 +152,16 @@ async def test_agent_drill_quick(tmp_path):
     assert set(result.faults.values()) == {1} and len(result.faults) == 5
     assert result.written["alert"] > 0 and result.written["flow"] > 0 and result.rotations
     assert result.ok, agent_report(result)
+
+
+@pytest.mark.skipif(not citus_installed(), reason="the citus extension is not installed for "
+                    "the PostgreSQL pg_config names (docs/scaling.md)")
+async def test_citus_drill_quick(tmp_path):
+    """A worker of a Citus cluster stopped and started under a fleet's uploads."""
+    result = await citus_drill(tmp_path, routers=20, down_seconds=3)
+    assert {status for (_, status, _) in result.away} == {503}, result.away
+    assert all(retry for (_, _, retry) in result.away)
+    assert {status for (_, status, _) in result.other} == {200}, result.other
+    assert result.recovery_seconds <= 5
+    assert result.ledger_ok and not result.fleet_server_errors, result.notes
+    assert result.records_acknowledged > 0 and result.ok

@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import psycopg2
+
+from engine.payloads import pack
 from server.db.lifecycle import open_database
+from server.db.rules import store_payloads
 from server.typedefs import ETAG_CACHE
 from testkit.payloads import store_payload_objects
 
@@ -69,3 +73,28 @@ async def test_a_lost_listener_empties_the_cache_until_it_listens_again(client, 
     await until(lambda: cache.listening)  # it listens again by itself
     assert await poll(client, second) == (304, second)
     assert cache.etag(MAC, "ids") is not None
+
+
+async def test_only_a_changed_payload_is_written_and_notified(settings, sql, database):
+    """The writers send the notification (migration 0021 dropped the trigger): once per
+    change, never for content stored again unchanged, which is not even written."""
+    listener = psycopg2.connect(**database.connect_kwargs())
+    listener.autocommit = True
+    try:
+        with listener.cursor() as cur:
+            cur.execute("LISTEN router_rules")
+        first = {kind: pack({"version": "1", "kind": kind}) for kind in ("ids", "firewall")}
+        second = {**first, "ids": pack({"version": "2", "kind": "ids"})}
+        async with open_database(settings) as db:
+            assert await store_payloads(db, MAC, first)
+            version = sql.value("SELECT xmin::text FROM router_rules WHERE mac = %s", (MAC,))
+            assert not await store_payloads(db, MAC, first)
+            assert sql.value("SELECT xmin::text FROM router_rules WHERE mac = %s",
+                             (MAC,)) == version
+            assert await store_payloads(db, MAC, second)
+        listener.poll()
+        assert [note.payload for note in listener.notifies] == [MAC, MAC]
+        assert sql.value("SELECT ids_etag FROM router_rules WHERE mac = %s",
+                         (MAC,)) == second["ids"][1]
+    finally:
+        listener.close()

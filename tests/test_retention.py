@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 
 import orjson
@@ -14,6 +15,7 @@ import psycopg2
 
 from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
+from server.jobs import retention
 from server.jobs.retention import run_retention
 from server.telemetry.chunks import compress
 from testkit.database import command_env
@@ -218,3 +220,29 @@ def test_retention_command(settings, sql):
     assert "activations before" in result.stdout and ", 1 rows deleted" in result.stdout
     assert sql.value("SELECT count(*) FROM activations") == 1
     assert sql.rows("SELECT job, status FROM job_runs") == [("retention", "succeeded")]
+
+
+async def test_a_locking_detach_gives_up_in_bounded_time_while_uploads_hold_the_table(
+        settings, sql, database, monkeypatch):
+    """Under Citus a partition is detached without CONCURRENTLY: while an upload holds the
+    table, each try waits DETACH_LOCK_TIMEOUT at most, and the partition is left for the next
+    run (tried here on plain PostgreSQL, where the same lock rules hold)."""
+    monkeypatch.setattr(retention, "DETACH_PAUSE_SECONDS", 0.1)
+    partition = partitions_from_rows(sql.rows(LIST_PARTITIONS, {"table": CHUNKS}))[1]
+    upload = psycopg2.connect(**database.connect_kwargs())
+    try:
+        with upload.cursor() as cur:  # an upload's transaction, still open
+            cur.execute("INSERT INTO telemetry_chunks (mac, kind, received_at, "
+                        "first_received_at, records, upload_times, upload_records, body) "
+                        "VALUES (%s, 'events', now(), now(), 1, ARRAY[now()], ARRAY[1], %s)",
+                        (MAC, BODY))
+        async with open_database(settings) as db:
+            started = time.monotonic()
+            assert not await retention.detach_locking(db, CHUNKS, partition)
+            waited = time.monotonic() - started
+            assert waited < retention.DETACH_TRIES * 1.0 + 1.5 + 2
+            upload.commit()  # the upload ends: the next run detaches it
+            assert await retention.detach_locking(db, CHUNKS, partition)
+    finally:
+        upload.close()
+    assert partition.name not in partitions(sql, CHUNKS)

@@ -41,6 +41,24 @@ APPS = ["dns", "tls", "http", "ssh", "smb", "ntp", "quic"]
 PORTS = [53, 443, 80, 22, 445, 123, 8080, 8443, 25, 3389]
 
 
+def published_ruleset(location, workdir: Path, archive: Path):
+    """Settings for `location` with `archive` published as the current ruleset, and that
+    ruleset."""
+    (workdir / "version.txt").write_text("bench")
+    settings = load_settings({
+        **database_env(location), "DATA_DIR": str(workdir),
+        "DB_LOG_LEVEL": "error", "RULE_PREPROCESS_ARCHIVE_URL": archive.as_uri(),
+        "RULE_PREPROCESS_VERSION_URL": (workdir / "version.txt").as_uri()},
+        env_file=None)
+    asyncio.run(run_preprocess(settings))
+    return settings, load_ruleset((settings.rule_data_path / "current").resolve())
+
+
+def router_macs(count: int) -> list[str]:
+    return [f"02:42:{n >> 24 & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:{n & 255:02x}"
+            for n in range(count)]
+
+
 def fill_telemetry(location, macs: list[str], sids: list[int]) -> None:
     """Each router's alerts and flows stored as one upload each (chunks and summaries, as
     ingestion stores them), and its queue row."""
@@ -118,16 +136,8 @@ def main() -> int:
         print(f"archive {args.archive} not found (pass --archive)", file=sys.stderr)
         return 2
     with throwaway_database() as (location, workdir):
-        (workdir / "version.txt").write_text("bench")
-        settings = load_settings({
-            **database_env(location), "DATA_DIR": str(workdir),
-            "DB_LOG_LEVEL": "error", "RULE_PREPROCESS_ARCHIVE_URL": args.archive.as_uri(),
-            "RULE_PREPROCESS_VERSION_URL": (workdir / "version.txt").as_uri()},
-            env_file=None)
-        asyncio.run(run_preprocess(settings))
-        ruleset = load_ruleset((settings.rule_data_path / "current").resolve())
-        macs = [f"02:42:{n >> 24 & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:"
-                f"{n & 255:02x}" for n in range(args.routers)]
+        settings, ruleset = published_ruleset(location, workdir, args.archive)
+        macs = router_macs(args.routers)
         fill_telemetry(location, macs, [r["sid"] for r in ruleset.rules])
         print(f"{args.routers} routers, ruleset {ruleset.version} ({len(ruleset.rules)} "
               f"eligible rules), {settings.rule_generation_sample_count} rules per router, "

@@ -26,6 +26,16 @@ CONNECTIVITY_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError,
                        asyncio.TimeoutError, ConnectionError)
 
 
+# Under Citus (docs/scaling.md), a worker node that stops while a statement needs it is
+# reported by the coordinator, whose connection stays sound, as an internal error (XX000)
+# naming the lost connection: the router's shard is away for now, retry later. Citus's own
+# messages are never translated; the last two are PostgreSQL's, relayed from the worker.
+WORKER_AWAY_MESSAGES = ("failure on connection marked as essential",
+                        "connection to the remote node",
+                        "could not establish any connections to the node",
+                        "terminating connection due to administrator command",
+                        "the database system is shutting down")
+
 ACQUIRE_ATTEMPTS = 5
 
 
@@ -88,9 +98,11 @@ class Database:
             conn.close()
             await self.pool.clear()  # idle connections to a server that went away are dead too
             raise DatabaseUnavailable(_describe(error)) from error
-        except BaseException:
+        except BaseException as error:
             if not conn.closed and _in_transaction(conn):
                 conn.close()
+            if worker_away(error):
+                raise DatabaseUnavailable(_describe(error)) from error
             raise
         finally:
             await self.pool.release(conn)
@@ -129,6 +141,11 @@ async def execute(cur: aiopg.Cursor, query: ClauseElement | str, params: Any = N
     if log.isEnabledFor(logging.INFO):
         log.info("SQL %s", statement[:500])
     await cur.execute(statement, bound)
+
+
+def worker_away(error: BaseException) -> bool:
+    return (isinstance(error, psycopg2.InternalError)
+            and any(message in str(error) for message in WORKER_AWAY_MESSAGES))
 
 
 def _in_transaction(conn: aiopg.Connection) -> bool:

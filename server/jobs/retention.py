@@ -24,12 +24,17 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
+import psycopg2
+
 from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
-from server.db.pool import Database
+from server.db.pool import Database, DatabaseUnavailable, execute
 
 BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
+DETACH_LOCK_TIMEOUT = "1s"   # under Citus (see detach_locking)
+DETACH_TRIES = 5
+DETACH_PAUSE_SECONDS = 2.0
 
 
 async def run_retention(db: Database, days: int, activation_days: int,
@@ -50,13 +55,15 @@ async def trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int
     """`table`'s rows older than `cutoff` gone: whole partitions dropped, the straddling one
     trimmed in batches."""
     outcome = {"partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
-               "rows_deleted": 0}
+               "rows_deleted": 0, "partitions_deferred": []}
     detached = await _detached_earlier(db, table, cutoff)
     concurrently = table not in await distributed_tables(db)
     for partition in partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table})):
         if partition.detaching or partition.older_than(cutoff):
+            if not await _detach(db, table, partition, concurrently):
+                outcome["partitions_deferred"].append(partition.name)
+                continue
             outcome["rows_in_dropped_partitions_estimate"] += partition.rows_estimate
-            await _detach(db, table, partition, concurrently)
             if partition.name not in detached:  # a pending detach is listed by both
                 detached.append(partition.name)
         elif partition.straddles(cutoff):
@@ -85,12 +92,34 @@ async def _detached_earlier(db: Database, table: str, cutoff: datetime) -> list[
                                                               "cutoff": cutoff})]
 
 
-async def _detach(db: Database, table: str, partition: Partition, concurrently: bool) -> None:
+async def _detach(db: Database, table: str, partition: Partition, concurrently: bool) -> bool:
+    """Detach `partition`; False when it could not be now (under Citus: left for the next
+    run)."""
+    if not concurrently:
+        return await detach_locking(db, table, partition)
     # CONCURRENTLY cannot run inside a transaction block: each statement is its own
-    # (the pool's connections are in autocommit mode). Citus refuses it on a distributed
-    # table: there the detach takes the parent's lock for a moment, once a day.
-    mode = "FINALIZE" if partition.detaching else "CONCURRENTLY" if concurrently else ""
+    # (the pool's connections are in autocommit mode).
+    mode = "FINALIZE" if partition.detaching else "CONCURRENTLY"
     await db.execute(f"ALTER TABLE {table} DETACH PARTITION {partition.name} {mode}")
+    return True
+
+
+async def detach_locking(db: Database, table: str, partition: Partition) -> bool:
+    """A plain DETACH, for a distributed table (Citus refuses CONCURRENTLY). It needs the
+    parent alone: it waits for the uploads in progress, and new ones queue behind it. So
+    it waits at most DETACH_LOCK_TIMEOUT each try, and after DETACH_TRIES the partition is
+    left for the next run: uploads are never held up longer than that."""
+    for attempt in range(DETACH_TRIES):
+        try:
+            async with db.transaction() as cur:
+                await execute(cur, f"SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}'")
+                await execute(cur, f"ALTER TABLE {table} DETACH PARTITION {partition.name}")
+            return True
+        except DatabaseUnavailable as error:  # the pool's name for a lock timeout too
+            if not isinstance(error.__cause__, psycopg2.errors.LockNotAvailable):
+                raise
+            await asyncio.sleep(DETACH_PAUSE_SECONDS * (attempt + 1))
+    return False
 
 
 # The straddling partition is trimmed in batches picked by key, not by `ctid` (which under
