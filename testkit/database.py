@@ -73,14 +73,16 @@ def citus_workers(server: DatabaseLocation) -> tuple[DatabaseLocation, ...]:
 
 @contextlib.contextmanager
 def migrated_database(server: DatabaseLocation, prefix: str = "rb",
-                      template: DatabaseLocation | None = None) -> Iterator[DatabaseLocation]:
+                      template: DatabaseLocation | None = None, distributed: bool = True
+                      ) -> Iterator[DatabaseLocation]:
     """A new database on `server`, migrated (or cloned from a migrated `template`), dropped
     afterwards. A clone gets the partitions its own day needs, as the service does at start:
     the template may have been made before midnight. On a Citus coordinator the database
-    is made on every node and distributed (server/db/citus.py); a clone is cloned on every
-    node, shards and Citus's metadata with it."""
+    is made on every node and distributed (server/db/citus.py), unless not `distributed`
+    (a single server's database on the coordinator: for migrations rolled back and forth);
+    a clone is cloned on every node, shards and Citus's metadata with it."""
     location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
-    workers = citus_workers(server)
+    workers = citus_workers(server) if distributed else ()
     nodes = (server, *workers)
     try:
         if template is None:
@@ -158,8 +160,9 @@ def migrate(location: DatabaseLocation, migration: str, direction: str = "apply"
 def partitions_for_history(location: DatabaseLocation, days: int) -> None:
     """Daily partitions for the last `days` days in place of the legacy partition (which must
     be empty), so that rows of the past land in partitions of their own day."""
-    admin_execute(location, ";".join(f"ALTER TABLE {table} DETACH PARTITION {table}_legacy; "
-                                     f"DROP TABLE {table}_legacy" for table in TIME_COLUMNS))
+    for table in TIME_COLUMNS:  # one statement at a time: Citus takes no command lists here
+        admin_execute(location, f"ALTER TABLE {table} DETACH PARTITION {table}_legacy")
+        admin_execute(location, f"DROP TABLE {table}_legacy")
     ensure_partitions(location, 1, since=datetime.now(timezone.utc) - timedelta(days=days))
 
 

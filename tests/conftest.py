@@ -18,7 +18,8 @@ from server.web.app import create_app
 from server.db.location import DatabaseLocation
 from server.logs import default_handler
 from server.settings import Settings
-from testkit.database import Sql, database_server, migrated_database, settings_for
+from testkit.database import (Sql, citus_workers, database_server, migrated_database,
+                              settings_for)
 from testkit.server import ServiceTestServer
 
 
@@ -42,6 +43,25 @@ def template_database(pg_server) -> DatabaseLocation:
 def database(pg_server, template_database) -> DatabaseLocation:
     """A fresh, migrated database for one test."""
     with migrated_database(pg_server, "rb_test", template=template_database) as location:
+        yield location
+
+
+@pytest.fixture(scope="session")
+def distributed(pg_server) -> bool:
+    """Whether the tests run on a Citus coordinator (each test database distributed)."""
+    return bool(citus_workers(pg_server))
+
+
+@pytest.fixture
+def single_server_database(pg_server, database) -> DatabaseLocation:
+    """A migrated database of one server, for migrations rolled back and forth: `database`
+    on plain PostgreSQL; on a Citus coordinator, one of the coordinator's own, not
+    distributed (the Citus mode distributes a database after its migrations: a distributed
+    table refuses, for one, the trigger an older migration made)."""
+    if not citus_workers(pg_server):
+        yield database
+        return
+    with migrated_database(pg_server, "rb_single", distributed=False) as location:
         yield location
 
 

@@ -4,6 +4,7 @@ partition outside the range is in it."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -18,6 +19,7 @@ from server.generation.task import MAX_ALERTS, TELEMETRY_SUMMARY
 from testkit.database import partitions_for_history
 
 MAC = "02:00:00:00:00:07"
+SHARD_NUMBER = re.compile(r"_[0-9]+$")  # a partition's own name ends in _pYYYYMMDD
 HISTORY_DAYS = 45
 
 
@@ -37,22 +39,30 @@ def daily_partitions(database, sql):
 
 
 def scanned_partitions(conn, statement: str, params=None, analyze: bool = False) -> set[str]:
-    """Partitions the plan reads (with `analyze`, only those actually executed)."""
+    """Partitions the plan reads (with `analyze`, only those actually executed). Under Citus
+    the plan holds each shard's plan (every one of them: `citus.explain_all_tasks`, a
+    setting nothing reads on plain PostgreSQL), where a partition's shard is named after it
+    with the shard's number."""
     with conn.cursor() as cur:
+        cur.execute("SET citus.explain_all_tasks = on")
         options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
         cur.execute(f"EXPLAIN ({options}) {statement}", params)
         plan = cur.fetchone()[0]
     plan = orjson.loads(plan) if isinstance(plan, str) else plan
     found = set()
 
-    def walk(node: dict) -> None:
-        relation = node.get("Relation Name")
-        if relation and "_p" in relation and (not analyze or node.get("Actual Loops", 0)):
-            found.add(relation)
-        for child in node.get("Plans", []):
-            walk(child)
+    def walk(node) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            relation = node.get("Relation Name")
+            if relation and "_p" in relation and (not analyze or node.get("Actual Loops", 0)):
+                found.add(SHARD_NUMBER.sub("", relation))
+            for value in node.values():
+                walk(value)
 
-    walk(plan[0]["Plan"])
+    walk(plan)
     return found
 
 

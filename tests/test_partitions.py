@@ -46,7 +46,7 @@ def fill_under_the_old_schema(sql: Sql) -> None:
 
 
 def test_converting_a_filled_database_keeps_every_row_and_rolls_back(pg_server):
-    with migrated_database(pg_server, "rb_convert", template=None) as location:
+    with migrated_database(pg_server, "rb_convert", distributed=False) as location:
         sql = Sql(location)
         migrate(location, PARTITION, "rollback")
         assert sql.value("SELECT relkind FROM pg_class WHERE relname = 'ids_events'") == "r"

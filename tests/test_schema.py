@@ -48,7 +48,8 @@ def test_core_tables_match_migrated_schema(database):
     assert describe_database(database) == describe_metadata()
 
 
-def test_migrations_stairway(database):
+def test_migrations_stairway(single_server_database):
+    database = single_server_database
     backend = get_backend(database.yoyo_url())
     try:
         migrations = read_schema_migrations()

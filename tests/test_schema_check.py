@@ -26,7 +26,8 @@ def schema_snapshot(sql: Sql) -> tuple:
 
 
 def test_commands_refuse_a_schema_one_migration_behind_and_change_nothing(
-        database, tmp_path, sql):
+        single_server_database, tmp_path):
+    database, sql = single_server_database, Sql(single_server_database)
     latest = release_schema_version()
     previous = f"{int(latest) - 1:04d}"
     migrate(database, latest, direction="rollback")

@@ -85,7 +85,7 @@ def command(settings, *args: str) -> subprocess.CompletedProcess:
 def test_a_filled_database_upgraded_keeps_every_record(pg_server, tmp_path):
     if not (CORPUS / "eve").is_dir():
         pytest.skip("corpus absent (../shared/corpus is optional)")
-    with migrated_database(pg_server, "rb_upgrade") as location:
+    with migrated_database(pg_server, "rb_upgrade", distributed=False) as location:
         migrate(location, CHUNKS, "rollback")  # the schema of the release before
         expected = fill_rows(location)
         before = {mac: summary_of(location, mac, SUMMARY_OF_BEFORE) for mac in ROUTERS}

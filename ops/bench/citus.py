@@ -2,14 +2,15 @@
 two workers against one PostgreSQL of the same installation and settings, on this machine.
 
     python -m ops.bench.citus [--records 100000] [--per-request 1000] [--concurrency 8]
-                              [--routers 200] [--workers 2]
+                              [--routers 200] [--workers 2] [--activations 720]
 
 Needs the citus extension installed for the PostgreSQL that pg_config names
 (testkit/citus_cluster.py starts both set-ups). For each: the real server posts --records
 alert records as --concurrency routers (one body at a time each); --routers routers are
 generated through the pool of --workers processes, as the queue does (ops/bench/generation.py);
-then the database's part of the fleet status (`router-backend status`: every shard) is
-read, best of 5. Prints each figure and
+then, with --activations per router over 30 days, the database's part of the fleet status
+(`router-backend status`) and the month's access report (`routeraccessreport`) are read,
+both over every shard, best of 5 each. Prints each figure and
 the ratio cluster/single.
 
 On one machine the three nodes share its cores and its disk, so this measures the price of
@@ -27,15 +28,17 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ops.bench.generation import (DEFAULT_ARCHIVE, fill_telemetry, published_ruleset,
                                   reset_queue, router_macs, run_round)
 from ops.bench.ingest import check_stored, make_lines, ndjson_bodies, run_http
 from server.db.lifecycle import open_database
+from server.db.reports import daily_activity
 from server.db.status import fleet_status
 from testkit.citus_cluster import CitusCluster, citus_installed
-from testkit.database import migrated_database
+from testkit.database import Sql, migrated_database
 from testkit.server import running_server
 
 SETUPS = {"one PostgreSQL": False, "Citus, coordinator + 2 workers": True}
@@ -59,22 +62,43 @@ def measure(citus: bool, args: argparse.Namespace, bodies: list[bytes]) -> dict[
             reset_queue(location)
             generation_seconds, latencies = asyncio.run(run_round(settings, macs,
                                                                   args.workers))
-            status_seconds = asyncio.run(best_status(settings))
+            add_activations(location, macs, args.activations)
+            status_seconds, report_seconds = asyncio.run(fleet_reads(settings))
         return {"records/s": args.records / seconds,
                 "routers generated/s": len(latencies) / generation_seconds,
-                "fleet status, ms": status_seconds * 1000}
+                "fleet status, ms": status_seconds * 1000,
+                "month's report, ms": report_seconds * 1000}
     finally:
         cluster.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
 
-async def best_status(settings) -> float:
+def add_activations(location, macs: list[str], per_router: int) -> None:
+    """`per_router` activations for each router, spread over the last 30 days."""
+    Sql(location).rows(
+        "INSERT INTO activations (mac, activated_at, address) "
+        "SELECT m::macaddr, now() - n * (interval '30 days' / %(n)s), '192.0.2.1' "
+        "FROM unnest(%(macs)s::text[]) m, generate_series(1, %(n)s) n",
+        {"macs": macs, "n": per_router})
+
+
+async def fleet_reads(settings) -> tuple[float, float]:
+    """The best of 5 of the fleet status and of the last 30 days' access report."""
+    async def report(db) -> None:
+        now = datetime.now(timezone.utc)
+        async for _ in daily_activity(db, now - timedelta(days=30), now):
+            pass
     async with open_database(settings) as db:
-        times = []
-        for _ in range(5):
-            started = time.perf_counter()
-            await fleet_status(db)
-            times.append(time.perf_counter() - started)
+        return tuple([await best_of(5, lambda: fleet_status(db)),
+                      await best_of(5, lambda: report(db))])
+
+
+async def best_of(runs: int, read) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        await read()
+        times.append(time.perf_counter() - started)
     return min(times)
 
 
@@ -85,6 +109,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--routers", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--activations", type=int, default=720,
+                        help="activations per router over 30 days (the report's input)")
     parser.add_argument("--archive", type=Path, default=DEFAULT_ARCHIVE)
     args = parser.parse_args()
     if not citus_installed():

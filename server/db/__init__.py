@@ -2,7 +2,8 @@
 
 - The pool and its error mapping (`pool.py`), where the database is (`location.py`), bringing
   it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema check), the
-  Core schema (`schema.py`), time partitions (`partitions.py`).
+  Core schema (`schema.py`), time partitions (`partitions.py`), the Citus mode's
+  distribution of the per-router tables (`citus.py`, docs/scaling.md).
 - The SQL of the tables several capabilities share: `routers.py` (registrations and their
   per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
   and activations), `activation_days.py` (activations rolled up by day, the watermark),

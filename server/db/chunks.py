@@ -59,11 +59,11 @@ WHERE mac = %(mac)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)
 ORDER BY received_at, id"""
 
 
-# Compaction (server/telemetry/compaction.py): routers' small settled chunks, per partition.
-SMALL_CHUNK_GROUPS = """SELECT mac::text, kind, tableoid::regclass::text, count(*)
-FROM telemetry_chunks
+# Compaction (server/telemetry/compaction.py): routers' small settled chunks in one partition
+# (named from the catalog: under Citus a row's tableoid would name its shard).
+SMALL_CHUNK_GROUPS = """SELECT mac::text, kind, count(*) FROM {partition}
 WHERE received_at >= %(since)s AND received_at < %(settled)s AND records < %(size)s
-GROUP BY 1, 2, 3 HAVING count(*) > 1 ORDER BY 1, 2, 3"""
+GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2"""
 
 # Taken out of one partition (named: PostgreSQL takes a partition as a table), oldest first.
 # The router's MAC outside the subquery too: under Citus, that makes it one shard's statement.

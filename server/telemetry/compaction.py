@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from server.db.chunks import SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS, insert_chunk_statement
+from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
                                      merged, split)
@@ -52,11 +53,21 @@ async def compact(db: Database, chunk_records: int, settle: timedelta,
     report = CompactionReport(legacy=await move_legacy_rows(db, chunk_records))
     bounds = {"since": datetime.min.replace(tzinfo=timezone.utc) if everything
               else now - RECENT, "settled": now - settle, "size": chunk_records}
-    for mac, kind, partition, _ in await db.fetchall(SMALL_CHUNK_GROUPS, bounds):
-        while await _merge(db, partition, {**bounds, "mac": mac, "kind": kind,
-                                           "chunks": CHUNKS_PER_MERGE}, chunk_records, report):
-            await asyncio.sleep(PAUSE_SECONDS)
+    for partition in await _partitions_between(db, bounds["since"], bounds["settled"]):
+        groups = await db.fetchall(SMALL_CHUNK_GROUPS.format(partition=partition), bounds)
+        for mac, kind, _ in groups:
+            while await _merge(db, partition, {**bounds, "mac": mac, "kind": kind,
+                                               "chunks": CHUNKS_PER_MERGE},
+                               chunk_records, report):
+                await asyncio.sleep(PAUSE_SECONDS)
     return report
+
+
+async def _partitions_between(db: Database, since: datetime, until: datetime) -> list[str]:
+    """The partitions of telemetry_chunks that may hold chunks received in [since, until)."""
+    return [partition.name for partition in partitions_from_rows(
+                await db.fetchall(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
+            if partition.end > since and (partition.start is None or partition.start < until)]
 
 
 class _Alone(Exception):
