@@ -47,6 +47,7 @@ WHERE p.shardid = get_shard_id_for_distribution_column('routers', %s::macaddr)""
 class CitusDrillResult:
     away: Counter = field(default_factory=Counter)     # (path, status, Retry-After?)
     other: Counter = field(default_factory=Counter)    # the same, for the other worker's router
+    away_seconds: list[float] = field(default_factory=list)  # each answer's time, away router
     recovery_seconds: float = float("inf")
     fleet_server_errors: dict = field(default_factory=dict)
     fleet_503: int = 0
@@ -110,8 +111,10 @@ async def worker_restart(cluster: CitusCluster, server: ServerRunner, location: 
         await asyncio.to_thread(cluster.stop_node, STOPPED_WORKER)
         deadline = time.monotonic() + down_seconds
         while time.monotonic() < deadline:
+            started = time.monotonic()
             for answer in await probe(session, server.url, away_mac):
                 result.away[answer] += 1
+            result.away_seconds.append((time.monotonic() - started) / 2)
             for answer in await probe(session, server.url, other_mac):
                 result.other[answer] += 1
             await asyncio.sleep(0.1)
@@ -179,6 +182,8 @@ def main() -> int:
         result = asyncio.run(citus_drill(Path(directory), args.routers, args.down))
     print(f"worker away {args.down}s; its router meanwhile: {_answers(result.away)}")
     print(f"the other worker's router meanwhile: {_answers(result.other)}")
+    print(f"answers to the first router took {min(result.away_seconds):.2f}-"
+          f"{max(result.away_seconds):.2f}s each")
     print(f"served again {result.recovery_seconds:.2f}s after the worker returned "
           f"(limit {RECOVERY_LIMIT_SECONDS:g}s)")
     for note in result.notes:
