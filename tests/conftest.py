@@ -2,7 +2,8 @@
 
 The database server is the embedded one (started once per session in a temporary directory)
 unless TEST_DB_HOST is set, in which case TEST_DB_PORT/TEST_DB_USER/TEST_DB_PASSWORD name a
-server to use (TEST_CITUS_HOST... name a Citus coordinator, and win). Each test gets its own database, cloned from a template migrated once.
+server to use (TEST_CITUS_HOST... name a Citus coordinator, and win). Each test gets its
+own database, cloned from a template migrated once.
 The helpers themselves live in `testkit/`, which the benchmarks share.
 """
 

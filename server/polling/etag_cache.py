@@ -1,8 +1,9 @@
 """The current ETag of each payload this process served, kept in memory, so that a router
 polling with an unchanged ETag (nearly every poll) is answered 304 without a query.
 
-Kept true by PostgreSQL: a trigger on router_rules (migration 0006) notifies channel
-`router_rules` with the router's MAC whenever its payload content changes, whoever wrote it,
+Kept true by PostgreSQL: the statements that write payloads (server/db/rules.py) notify
+channel `router_rules` with the router's MAC, in their transaction, whenever its payload
+content changes (migration 0021 replaced the trigger of 0006, which Citus cannot keep),
 and this process LISTENs on a connection of its own and forgets that router. While that
 connection is down the cache is neither read nor filled (every poll goes to the database,
 as without a cache), and it starts empty again once listening resumes, so no change can be
