@@ -92,6 +92,11 @@ async def test_only_a_changed_payload_is_written_and_notified(settings, sql, dat
             assert sql.value("SELECT xmin::text FROM router_rules WHERE mac = %s",
                              (MAC,)) == version
             assert await store_payloads(db, MAC, second)
+        deadline = time.monotonic() + 5  # delivered after each commit, not at once
+        while len(listener.notifies) < 2 and time.monotonic() < deadline:
+            listener.poll()
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # time for a third, which must not come
         listener.poll()
         assert [note.payload for note in listener.notifies] == [MAC, MAC]
         assert sql.value("SELECT ids_etag FROM router_rules WHERE mac = %s",

@@ -10,7 +10,8 @@ alert records as --concurrency routers (one body at a time each); --routers rout
 generated through the pool of --workers processes, as the queue does (ops/bench/generation.py);
 then, with --activations per router over 30 days, the database's part of the fleet status
 (`router-backend status`) and the month's access report (`routeraccessreport`) are read,
-both over every shard, best of 5 each. Prints each figure and
+both over every shard, best of 5 each, and the retention job removes the older half of the
+activations (once). Prints each figure and
 the ratio cluster/single.
 
 On one machine the three nodes share its cores and its disk, so this measures the price of
@@ -37,6 +38,7 @@ from ops.bench.ingest import check_stored, make_lines, ndjson_bodies, run_http
 from server.db.lifecycle import open_database
 from server.db.reports import daily_activity
 from server.db.status import fleet_status
+from server.jobs.retention import run_retention
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import Sql, migrated_database
 from testkit.server import running_server
@@ -64,10 +66,12 @@ def measure(citus: bool, args: argparse.Namespace, bodies: list[bytes]) -> dict[
                                                                   args.workers))
             add_activations(location, macs, args.activations)
             status_seconds, report_seconds = asyncio.run(fleet_reads(settings))
+            retention_seconds = asyncio.run(retention_run(settings))
         return {"records/s": args.records / seconds,
                 "routers generated/s": len(latencies) / generation_seconds,
                 "fleet status, ms": status_seconds * 1000,
-                "month's report, ms": report_seconds * 1000}
+                "month's report, ms": report_seconds * 1000,
+                "retention, ms": retention_seconds * 1000}
     finally:
         cluster.stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -93,6 +97,13 @@ async def fleet_reads(settings) -> tuple[float, float]:
     async with open_database(settings) as db:
         return tuple([await best_of(5, lambda: fleet_status(db)),
                       await best_of(5, lambda: report(db))])
+
+
+async def retention_run(settings) -> float:
+    """The retention job keeping 15 days of activations: the older half of the month's goes,
+    trimmed from the partition that holds them in batches by key."""
+    async with open_database(settings) as db:
+        return await best_of(1, lambda: run_retention(db, days=30, activation_days=15))
 
 
 async def best_of(runs: int, read) -> float:

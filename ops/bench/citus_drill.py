@@ -12,7 +12,10 @@ the other, call meanwhile. It passes when: the router on the stopped worker is a
 answered 200 (a worker away stops only its own routers); every record the fleet saw
 acknowledged is stored exactly once (the fleet's ledger) and no fleet answer was a 5xx other
 than 503; and the service answers the first router again within RECOVERY_LIMIT_SECONDS of
-the worker's return, by itself. tests/test_drills.py runs a quick version.
+the worker's return, by itself. The ledger is read after Citus's recovery of prepared
+transactions (what its maintenance daemon does every minute): an upload whose two-phase
+commit the coordinator had decided when the worker stopped is held prepared there until
+then; the drill prints how many acknowledged records were not yet visible before it. tests/test_drills.py runs a quick version.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class CitusDrillResult:
     fleet_503: int = 0
     records_acknowledged: int = 0
     ledger_ok: bool = False
+    missing_before_recovery: int = 0  # acknowledged, in a transaction still prepared
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -64,6 +68,20 @@ class CitusDrillResult:
         return (away_ok and saw_503 and other_ok
                 and self.recovery_seconds <= RECOVERY_LIMIT_SECONDS
                 and not self.fleet_server_errors and self.ledger_ok)
+
+
+def recover_prepared(location: DatabaseLocation) -> int:
+    """What Citus's maintenance daemon does every citus.recover_2pc_interval (a minute):
+    commit on the workers the transactions the coordinator committed but a worker held
+    prepared when it stopped. The number recovered."""
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT recover_prepared_transactions()")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
 
 
 def probe_macs(location: DatabaseLocation, away_port: int) -> tuple[str, str]:
@@ -132,8 +150,14 @@ async def worker_restart(cluster: CitusCluster, server: ServerRunner, location: 
     result.fleet_server_errors = ledger.server_errors()
     result.fleet_503 = sum(n for (_, status), n in ledger.statuses.items() if status == 503)
     result.records_acknowledged = ledger.records_acknowledged
+    before = await asyncio.to_thread(check_ledger, location, ledger)
+    result.missing_before_recovery = before.acknowledged_missing
+    recovered = await asyncio.to_thread(recover_prepared, location)
     check = await asyncio.to_thread(check_ledger, location, ledger)
     result.ledger_ok = check.ok
+    result.notes.append(f"before Citus's recovery of prepared transactions "
+                        f"({recovered} recovered): {before.acknowledged_missing} "
+                        f"acknowledged records not yet visible")
     result.notes.append(f"fleet: {ledger.records_acknowledged} records acknowledged, "
                         f"{result.fleet_503} answers 503, {check.stored_rows} rows stored, "
                         f"ledger {'OK' if check.ok else check}")
