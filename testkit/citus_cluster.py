@@ -7,9 +7,9 @@ is the operator's to install, from Citus's packages; this project does not build
     python -m testkit.citus_cluster stop DIR
 
 starts one and prints the TEST_CITUS_* settings that point the tests at it; stops its
-nodes. As root, the servers run as the `postgres`
-user, as PostgreSQL refuses to run as root: DIR must then be a directory that user can
-reach (under /tmp, not under a directory only root may enter).
+nodes. As root, the servers run as the `postgres` user, as PostgreSQL refuses to run as
+root: DIR must then be a directory that user can reach (under /tmp, not under a directory
+only root may enter).
 """
 
 from __future__ import annotations
