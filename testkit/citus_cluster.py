@@ -20,12 +20,12 @@ import pwd
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psycopg2
-
+from server.db.lifecycle import STARTUP_WAIT_SECONDS
 from server.db.location import DatabaseLocation
+from server.db.migrate import wait_until_reachable
+from testkit.database import admin_execute
 from testkit.server import free_port
 
 SETTINGS = {"shared_preload_libraries": "'citus'", "listen_addresses": "'127.0.0.1'",
@@ -103,14 +103,15 @@ class CitusCluster:
                                     "unix_socket_directories": f"'{self.directory}'"}.items():
                     conf.write(f"{name} = {value}\n")
             self.start_node(index)
+            wait_until_reachable(self.node(index), STARTUP_WAIT_SECONDS)
         if not self.citus:
             return self
         for index in range(len(self.ports)):
-            self._execute(self.node(index), "CREATE EXTENSION IF NOT EXISTS citus")
-        self._execute(self.coordinator, "SELECT citus_set_coordinator_host(%s, %s)",
+            admin_execute(self.node(index), "CREATE EXTENSION IF NOT EXISTS citus")
+        admin_execute(self.coordinator, "SELECT citus_set_coordinator_host(%s, %s)",
                       ("127.0.0.1", self.ports[0]))
         for index in range(1, len(self.ports)):
-            self._execute(self.coordinator, "SELECT citus_add_node(%s, %s)",
+            admin_execute(self.coordinator, "SELECT citus_add_node(%s, %s)",
                           ("127.0.0.1", self.ports[index]))
         return self
 
@@ -135,24 +136,6 @@ class CitusCluster:
             if (data / "postmaster.pid").exists():
                 cluster._run("pg_ctl", "-D", str(data), "-w", "-t", "120", "-m", "fast",
                              "stop")
-
-    @staticmethod
-    def _execute(location: DatabaseLocation, statement: str, params=None) -> None:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = psycopg2.connect(**location.connect_kwargs())
-                break
-            except psycopg2.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(statement, params)
-        finally:
-            conn.close()
 
     def environment(self, prefix: str = "TEST_CITUS_") -> dict[str, str]:
         return {f"{prefix}HOST": "127.0.0.1", f"{prefix}PORT": str(self.ports[0]),

@@ -95,8 +95,8 @@ async def fleet_reads(settings) -> tuple[float, float]:
         async for _ in daily_activity(db, now - timedelta(days=30), now):
             pass
     async with open_database(settings) as db:
-        return tuple([await best_of(5, lambda: fleet_status(db)),
-                      await best_of(5, lambda: report(db))])
+        return (await best_of(5, lambda: fleet_status(db)),
+                await best_of(5, lambda: report(db)))
 
 
 async def retention_run(settings) -> float:

@@ -34,6 +34,8 @@ import aiohttp
 import psycopg2
 
 from ops.bench.fleet import Fleet, check_ledger
+from ops.bench.outage_drill import POLL, UPLOAD
+from ops.bench.outage_drill import probe as outage_probe
 from server.db.location import DatabaseLocation
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import migrated_database
@@ -104,14 +106,7 @@ def probe_macs(location: DatabaseLocation, away_port: int) -> tuple[str, str]:
 async def probe(session: aiohttp.ClientSession, url: str, mac: str
                 ) -> list[tuple[str, int, bool]]:
     """An upload and a rules poll of one router: (path, status, has Retry-After)."""
-    answers = []
-    headers = {"X-ID": mac, "Content-Type": "application/x-ndjson"}
-    for method, path, body in (("POST", "/log/events", b'{"event_type": "alert"}\n'),
-                               ("GET", "/rules/last_updated", None)):
-        async with session.request(method, url + path, data=body, headers=headers) as response:
-            await response.read()
-            answers.append((path, response.status, "Retry-After" in response.headers))
-    return answers
+    return await outage_probe(session, url, mac, (UPLOAD, POLL))
 
 
 async def worker_restart(cluster: CitusCluster, server: ServerRunner, location: DatabaseLocation,

@@ -98,13 +98,18 @@ class StoppableDatabase:
         self._embedded.stop()
 
 
-async def probe(session: aiohttp.ClientSession, url: str) -> list[tuple[str, int, bool]]:
-    """One round of the calls a router and a backend make; (path, status, has Retry-After)."""
+UPLOAD = ("POST", "/log/events", b'{"event_type": "alert"}\n')
+POLL = ("GET", "/rules/last_updated", None)
+PROBE_CALLS = (POLL, ("GET", "/rules/ids", None), UPLOAD, ("GET", "/health", None))
+
+
+async def probe(session: aiohttp.ClientSession, url: str, mac: str = PROBE_MAC,
+                calls: tuple = PROBE_CALLS) -> list[tuple[str, int, bool]]:
+    """One round of `calls` (by default those a router and a backend make) as router `mac`;
+    (path, status, has Retry-After) each."""
     answers = []
-    calls = [("GET", "/rules/last_updated", None), ("GET", "/rules/ids", None),
-             ("POST", "/log/events", b'{"event_type": "alert"}\n'), ("GET", "/health", None)]
     for method, path, body in calls:
-        headers = {"X-ID": PROBE_MAC, "Content-Type": "application/x-ndjson"}
+        headers = {"X-ID": mac, "Content-Type": "application/x-ndjson"}
         async with session.request(method, url + path, data=body, headers=headers) as response:
             await response.read()
             answers.append((path, response.status, "Retry-After" in response.headers))
