@@ -32,7 +32,7 @@ from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
 from server.logs import configure_logging
-from server.process.shutdown import run_until_stopped, serve_until_stopped
+from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
 from server.process.supervisor import Supervisor
 from server.typedefs import IN_FLIGHT
 
@@ -45,14 +45,14 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     if role is None and workers > 1:
         return Supervisor(settings, workers, [sys.executable, "-m", "ops.cli", "serve"]).run()
     role = role or "all"
+    inherited = Inherited.from_fds(args.listen_fds, args.console_fds) if role == "http" else None
     app = create_app(settings, role, getattr(args, "metrics_dir", None))
     if role == "background":
         asyncio.run(run_until_stopped(app))
     else:
         asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
                                         settings.listen_port, settings.shutdown_grace_seconds,
-                                        settings.http_idle_timeout_seconds,
-                                        reuse_port=role == "http"))
+                                        settings.http_idle_timeout_seconds, inherited))
     return 0
 
 
@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--role", choices=("http", "background"), default=None,
                               help=argparse.SUPPRESS)
     serve_parser.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
+    serve_parser.add_argument("--console-fds", default="", help=argparse.SUPPRESS)
     commands.add_parser("migrate", help="create the database when missing and apply pending "
                         "migrations, then exit (serve does it too; other commands only check)")
     commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS and "

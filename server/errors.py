@@ -112,33 +112,47 @@ def error_response(status: int, message: str,
     return json_response({"error": message}, status=status, headers=headers)
 
 
+class ErrorAnswers:
+    """The JSON answer to whatever a handler raised (`unavailable_status` when the database
+    is away: 503, or 500 where the contract says so)."""
+
+    def __init__(self, retry_after_seconds: int, unavailable_status: int = 503) -> None:
+        self._retry_after = {"Retry-After": str(retry_after_seconds)}
+        self._unavailable_status = unavailable_status
+        self._unavailable_log = UnavailableLog()
+
+    def answer(self, request: web.Request, error: Exception) -> web.StreamResponse:
+        """The response for `error`; an aiohttp redirect or 304 is raised again."""
+        if isinstance(error, ApiError):
+            response = error_response(error.status, error.message, error.headers)
+            if error.close_connection:
+                response.force_close()
+            return response
+        if isinstance(error, DatabaseUnavailable):
+            self._unavailable_log.add(request, error)
+            if error.stored_unknown:
+                return json_response({"error": str(error), "stored": "unknown"},
+                                     self._unavailable_status, self._retry_after)
+            return error_response(self._unavailable_status, "database unavailable, retry later",
+                                  self._retry_after)
+        if isinstance(error, web.HTTPException):
+            if error.status < 400:
+                raise error
+            return error_response(error.status, error.reason, _passed_headers(error))
+        log.exception("%s %s failed", request.method, request.path, exc_info=error)
+        return error_response(500, "internal server error")
+
+
 def error_middleware(retry_after_seconds: int, unavailable_status: int = 503):
-    unavailable_log = UnavailableLog()
+    """A sub-application's own error answers (the notification API's 500s)."""
+    errors = ErrorAnswers(retry_after_seconds, unavailable_status)
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
         try:
             return await handler(request)
-        except ApiError as error:
-            response = error_response(error.status, error.message, error.headers)
-            if error.close_connection:
-                response.force_close()
-            return response
-        except DatabaseUnavailable as error:
-            unavailable_log.add(request, error)
-            headers = {"Retry-After": str(retry_after_seconds)}
-            if error.stored_unknown:
-                return json_response({"error": str(error), "stored": "unknown"},
-                                     unavailable_status, headers)
-            return error_response(unavailable_status, "database unavailable, retry later",
-                                  headers)
-        except web.HTTPException as error:
-            if error.status < 400:
-                raise
-            return error_response(error.status, error.reason, _passed_headers(error))
-        except Exception:
-            log.exception("%s %s failed", request.method, request.path)
-            return error_response(500, "internal server error")
+        except Exception as error:
+            return errors.answer(request, error)
 
     return middleware
 

@@ -11,10 +11,6 @@ live in the database (the generation queue) are read when scraped.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from bisect import bisect_left
-
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -37,7 +33,9 @@ class Metrics:
         self.request_seconds = Histogram("http_request_duration_seconds",
                                          "Time to answer an HTTP request", ["route"],
                                          buckets=DURATION_BUCKETS, registry=registry)
-        self.request_tally = RequestTally(self.requests, self.request_seconds)
+        # (route, method, status) -> its labelled counter and histogram, looked up once:
+        # labels() takes a lock and builds a key on every call.
+        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
                                ["kind", "outcome"], registry=registry)
         self.generations = Counter("rule_generations", "Per-router generations run here",
@@ -92,8 +90,17 @@ class Metrics:
         """The health reporter of one long-running loop (server/process/background.py)."""
         return LoopHealth(name, logger, self.loop_last_success.labels(name))
 
+    def observe_request(self, request: web.Request, status: int, seconds: float) -> None:
+        key = (route_label(request), request.method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._request_children[key] = (
+                self.requests.labels(key[0], key[1], str(status)),
+                self.request_seconds.labels(key[0]))
+        children[0].inc()
+        children[1].observe(seconds)
+
     def exposition(self) -> web.Response:
-        self.request_tally.flush()  # this process's requests so far are in the answer
         registry = self.registry
         if self.multiprocess_dir:
             registry = CollectorRegistry()
@@ -107,81 +114,3 @@ def route_label(request: web.Request) -> str:
     so that labels stay few."""
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else "unmatched"
-
-
-class RequestTally:
-    """Answered requests counted and timed (`http_requests_total`,
-    `http_request_duration_seconds`) once per event-loop iteration instead of once per
-    request: a 304 rules poll costs about 30 microseconds of CPU, and updating a counter and a
-    histogram for it cost 3 to 5 more under the supervisor, where every update writes to a
-    shared memory-mapped file (and asks the kernel for the process id). The requests of an
-    iteration are added up by (route, method, status) and their durations into the
-    histogram's buckets in this process, then written in one update per counter and per
-    bucket when the loop is done with its callbacks, or before a scrape. A crash loses at
-    most the counts of the iteration under way."""
-
-    def __init__(self, requests: Counter, request_seconds: Histogram) -> None:
-        self._requests = requests
-        self._request_seconds = request_seconds
-        # (route, method, status) -> its labelled counter and histogram, looked up once:
-        # labels() takes a lock and builds a key on every call.
-        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
-        # (route, method, status) -> [requests, seconds, requests per duration bucket]
-        self._pending: dict[tuple[str, str, int], list] = {}
-
-    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        key = (route, method, status)
-        tally = self._pending.get(key)
-        if tally is None:
-            if not self._pending:
-                asyncio.get_running_loop().call_soon(self.flush)
-            tally = self._pending[key] = [0, 0.0, [0] * (len(DURATION_BUCKETS) + 1)]
-        tally[0] += 1
-        tally[1] += seconds
-        tally[2][bisect_left(DURATION_BUCKETS, seconds)] += 1  # the last: +Inf
-
-    def flush(self) -> None:
-        for key, (requests, seconds, per_bucket) in self._pending.items():
-            counter, histogram = self._child(key)
-            counter.inc(requests)
-            add_observations(histogram, seconds, per_bucket)
-        self._pending.clear()
-
-    def _child(self, key: tuple[str, str, int]) -> tuple[Counter, Histogram]:
-        child = self._children.get(key)
-        if child is None:
-            route, method, status = key
-            child = self._children[key] = (self._requests.labels(route, method, str(status)),
-                                           self._request_seconds.labels(route))
-        return child
-
-
-def add_observations(histogram: Histogram, seconds: float, per_bucket: list[int]) -> None:
-    """What `histogram.observe` would have recorded for durations adding up to `seconds`,
-    `per_bucket[i]` of them in its i-th bucket (the first whose bound they do not exceed).
-    prometheus_client has no call for this, so it updates the sum and buckets that observe()
-    updates; tests/test_metrics.py checks the result against observe()."""
-    histogram._sum.inc(seconds)
-    for bucket, count in zip(histogram._buckets, per_bucket):
-        if count:
-            bucket.inc(count)
-
-
-def request_middleware(metrics: Metrics):
-    observe = metrics.request_tally.observe
-
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as error:
-            status = error.status
-            raise
-        finally:
-            observe(route_label(request), request.method, status,
-                    time.perf_counter() - started)
-    return middleware

@@ -188,10 +188,6 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
     Setting("HTTP_IDLE_TIMEOUT_SECONDS", "15", "Longest wait for a complete request head, from "
             "connecting or from the previous response: a connection that sends its headers "
             "slower than this, or sits idle this long, is closed.", _integer(1)),
-    Setting("HTTP_FAST_NOT_MODIFIED", "true", "Answer rules polls whose ETag is current (304) as "
-            "soon as their head is parsed, before the application "
-            "(server/polling/connection.py, which relies on aiohttp internals); false: every request goes through the application, "
-            "slower but on aiohttp's public API only.", _boolean),
     Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
             "(the embedded database, the email outbox).", _path),
     Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
@@ -397,7 +393,7 @@ _ALL_SETTINGS: tuple[Setting, ...] = (
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Server and processes": (
         "LISTEN_HOST", "LISTEN_PORT", "HTTP_WORKERS", "SHUTDOWN_GRACE_SECONDS",
-        "HTTP_IDLE_TIMEOUT_SECONDS", "HTTP_FAST_NOT_MODIFIED", "DATA_DIR", "SERVICES",
+        "HTTP_IDLE_TIMEOUT_SECONDS", "DATA_DIR", "SERVICES",
         "METRICS_TOKEN", "LOG_CONFIG"),
     "Routers: registration, keys and limits": (
         "REGISTRATION_MODE", "ROUTER_CACHE_SECONDS", "ROUTER_AUTH", "ENROLLMENT_TOKEN",
@@ -460,7 +456,6 @@ class Settings:
     http_workers: int
     shutdown_grace_seconds: int
     http_idle_timeout_seconds: int
-    http_fast_not_modified: bool
     data_dir: Path
     registration_mode: str
     router_cache_seconds: int

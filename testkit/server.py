@@ -11,19 +11,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from aiohttp.test_utils import TestServer
-
-from server.polling.connection import PollingAppRunner
 from server.db.location import DatabaseLocation
 from testkit import REPOSITORY
 from testkit.database import NO_FLOOD_LIMITS, NO_PREPROCESS_AT_START, database_env
-
-
-class ServiceTestServer(TestServer):
-    """An app served in the test's loop on the production runner (server/polling/connection.py)."""
-
-    async def _make_runner(self, **kwargs) -> PollingAppRunner:
-        return PollingAppRunner(self.app, **kwargs)
 
 
 def free_port() -> int:

@@ -21,7 +21,6 @@ from server.logs import default_handler
 from server.settings import Settings
 from testkit.database import (Sql, citus_workers, database_server, migrated_database,
                               settings_for)
-from testkit.server import ServiceTestServer
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +74,7 @@ def settings(database, tmp_path) -> Settings:
 async def make_client(aiohttp_client):
     """Build the real app from settings and connect a real HTTP client to it."""
     async def make(settings: Settings):
-        return await aiohttp_client(ServiceTestServer(create_app(settings)))
+        return await aiohttp_client(create_app(settings))
     return make
 
 

@@ -3,15 +3,11 @@ local scrapers only; what a configuration exposes on a public address."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.web.app import exposure_warnings
 from server.handlers.operations import may_scrape
-from server.metrics import Metrics
 from testkit.database import settings_for
 
 HEADERS = {"X-ID": "aa:bb:cc:00:00:07", "Content-Type": "application/x-ndjson"}
@@ -58,41 +54,6 @@ async def test_metrics_count_requests_records_and_queue(client, settings):
     assert sample(samples, "rule_generation_workers") == 0  # RULE_GENERATION_ENABLED=false
     assert sample(samples, "http_request_duration_seconds_count", route="/log/events") == 1
     assert sample(samples, "rule_etag_cache_entries") == 0  # nothing generated, nothing kept
-
-
-def request_samples(metrics: Metrics) -> dict[tuple[str, tuple], float]:
-    """The request counter's and histogram's samples, less their creation times."""
-    return {key: value for key, value in parsed(generate_latest(metrics.registry).decode()).items()
-            if key[0].startswith("http_request") and not key[0].endswith("_created")}
-
-
-async def test_the_request_tally_records_what_observe_would():
-    """Requests are counted once per loop iteration (RequestTally), through the histogram's
-    own sum and buckets: the result must be what observe() gives, on and between bounds."""
-    durations = [0.0, 0.0004, 0.001, 0.0011, 0.0025, 0.3, 2.5, 29.9, 30, 31, 1e6, 0.0004]
-    tallied, observed = Metrics(), Metrics()
-    for seconds in durations:
-        for status in (304, 200):
-            tallied.request_tally.observe("/rules/ids", "GET", status, seconds)
-            observed.requests.labels("/rules/ids", "GET", str(status)).inc()
-            observed.request_seconds.labels("/rules/ids").observe(seconds)
-    tallied.request_tally.observe("/log/events", "POST", 200, 0.02)
-    observed.requests.labels("/log/events", "POST", "200").inc()
-    observed.request_seconds.labels("/log/events").observe(0.02)
-    assert not request_samples(tallied)  # written once the loop is done with its callbacks
-    await asyncio.sleep(0)
-    assert request_samples(tallied) == pytest.approx(request_samples(observed))  # sum order
-    assert request_samples(tallied)[("http_requests_total", (
-        ("method", "GET"), ("route", "/rules/ids"), ("status", "304")))] == len(durations)
-
-
-async def test_a_scrape_reports_what_was_answered_before_it():
-    """A scrape answered in the same loop iteration as a request (before the tally's own
-    flush) still counts it: the exposition writes the tally first."""
-    metrics = Metrics()
-    metrics.request_tally.observe("/rules/ids", "GET", 304, 0.0001)
-    text = metrics.exposition().body.decode()
-    assert 'http_requests_total{method="GET",route="/rules/ids",status="304"} 1.0' in text
 
 
 async def test_unknown_paths_share_one_label(client):

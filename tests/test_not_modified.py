@@ -1,5 +1,5 @@
-"""The 304 fast path (server/polling/not_modified.py): a poll it answers is counted like any
-other, and whatever it cannot vouch for goes the whole way, so no check is skipped: the
+"""The 304 of a rules poll, decided in the handler from the ETag cache (server/polling/):
+answered without a query, counted like any other answer, and no check skipped for it: the
 request budget, the key, the header's form, another ETag."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import asyncio
 import time
 
 from server.db import router_keys as keys_db
+from server.db import rules as rules_db
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.polling.etag_cache import not_modified, wanted_etags
@@ -47,28 +48,27 @@ async def stored_and_cached(client, settings) -> str:
         assert time.monotonic() < deadline
 
 
-def fast_answers(client) -> int:
-    """Polls answered by the fast path, without the application (issue 26: the suite
-    passed with the fast path deleted)."""
-    return client.server.runner.server.not_modified.answered
-
-
 def answered_304(client) -> float:
     return client.server.app[METRICS].registry.get_sample_value(
         "http_requests_total", {"route": "/rules/ids", "method": "GET", "status": "304"}) or 0
 
 
-async def test_a_fast_304_is_counted_and_carries_its_etag(make_client, settings):
+async def test_a_cached_304_is_counted_and_asks_no_query(make_client, settings, monkeypatch):
     client = await make_client(settings)
     client.extra_headers = {}
     etag = await stored_and_cached(client, settings)
-    before, fast_before = answered_304(client), fast_answers(client)
+    before = answered_304(client)
+
+    async def no_query(*args):
+        raise AssertionError("a poll with the cached ETag read the payload")
+
+    monkeypatch.setattr(rules_db, "read_payload", no_query)
     for sent in (etag, etag.removeprefix("W/"), f'"other", {etag}', "*"):
         response = await client.get("/rules/ids", headers={"X-ID": MAC,
                                                             "If-None-Match": sent})
         assert response.status == 304 and response.headers["ETag"] == etag
     assert answered_304(client) == before + 4
-    assert fast_answers(client) == fast_before + 4  # none went through the application
+    monkeypatch.undo()
     other = await client.get("/rules/ids", headers={"X-ID": MAC, "If-None-Match": '"old"'})
     assert other.status == 200 and await other.json() == {"version": "1", "rules": []}
 
@@ -126,17 +126,3 @@ def test_if_none_match_names():
     assert names('W/"abc"', "abc") and names('"abc"', "abc") and names("*", "abc")
     assert names(' "x" ,W/"abc"', "abc")
     assert not names('"abcd"', "abc") and not names("abc", "abc") and not names("", "abc")
-
-
-async def test_the_fast_path_can_be_turned_off(make_client, database, tmp_path):
-    """HTTP_FAST_NOT_MODIFIED=false: the plain runner, and the application answers the same
-    304s itself."""
-    settings = settings_for(database, tmp_path, HTTP_FAST_NOT_MODIFIED="false")
-    client = await make_client(settings)
-    client.extra_headers = {}
-    etag = await stored_and_cached(client, settings)
-    assert not hasattr(client.server.runner.server, "not_modified")
-    before = answered_304(client)
-    response = await client.get("/rules/ids", headers={"X-ID": MAC, "If-None-Match": etag})
-    assert response.status == 304 and response.headers["ETag"] == etag
-    assert answered_304(client) == before + 1

@@ -5,6 +5,8 @@ killed worker replaced, SIGTERM draining every worker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -102,8 +104,7 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
     async with aiohttp.ClientSession() as session:
         subprocess.run(["kill", "-9", str(victim)], check=True)
 
-        async def reaped():  # the supervisor reaped it: its listening socket is closed, so
-            # the kernel's SO_REUSEPORT group no longer hands it connections
+        async def reaped():
             return f"(pid {victim}) exited" in supervised.log_tail(100_000)
 
         await wait_for(reaped, timeout=5)
@@ -126,6 +127,30 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
         await wait_for(both_live, timeout=15)
     assert supervised.process.pid == supervised_pid and supervised.process.poll() is None
     assert "exited with signal SIGKILL" in supervised.log_tail(100_000)
+
+
+async def test_connections_waiting_for_a_killed_worker_are_answered_by_another(supervised):
+    """The workers accept from one listening socket: a connection waits in its queue, not in
+    a worker's, so a worker that dies takes none of the waiting ones with it. The victim is
+    stopped first (it accepts nothing), new connections arrive, then it is killed: with a
+    socket per worker (SO_REUSEPORT) about half of them were queued on its socket and reset."""
+    victim = supervised.children("http")[0]
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True)) as session:
+            async def health(number: int) -> int:
+                async with session.get(f"{supervised.url}/health", headers={
+                        "X-ID": f"02:00:00:00:03:{number:02x}"}) as response:
+                    return response.status
+
+            polls = [asyncio.create_task(health(number)) for number in range(20)]
+            await asyncio.sleep(0.5)
+            os.kill(victim, signal.SIGKILL)
+            assert await asyncio.gather(*polls) == [200] * 20
+    finally:  # a stopped victim never lingers, whatever failed
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
 
 
 async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):

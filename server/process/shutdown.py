@@ -12,36 +12,53 @@ import asyncio
 import logging
 import os
 import signal
+import socket
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from server.logs import flush_logs
 from server.web.access_log import access_logger_for
 from server.web.access_log import flush as flush_access_log
-from server.polling.connection import PollingAppRunner
 from server.web.in_flight import InFlight
 from server.typedefs import SETTINGS
 
 log = logging.getLogger("router_backend.http")
 
 
+@dataclass
+class Inherited:
+    """Listening sockets a supervisor's HTTP worker was handed (server/process/supervisor.py)."""
+    api: list[socket.socket]
+    console: list[socket.socket]
+
+    @classmethod
+    def from_fds(cls, api_fds: str, console_fds: str) -> Inherited:
+        def sockets(fds: str) -> list[socket.socket]:
+            return [socket.socket(fileno=int(fd)) for fd in fds.split(",") if fd]
+        return cls(sockets(api_fds), sockets(console_fds))
+
+
 async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
                               grace_seconds: float, idle_timeout: float,
-                              reuse_port: bool = False) -> None:
+                              inherited: Inherited | None = None) -> None:
     """`idle_timeout`: aiohttp's keep-alive timer, which runs from connecting and from each
     response until a complete request head has arrived, so it also cuts off clients that send
-    their headers a line at a time. `reuse_port`: listen beside the supervisor's other HTTP
-    workers (SO_REUSEPORT)."""
+    their headers a line at a time. `inherited`: the supervisor's listening sockets, shared
+    with its other HTTP workers, instead of listening on `host`:`port`."""
     access_logger = access_logger_for(app[SETTINGS].trusted_proxies)
-    runner = PollingAppRunner(app, access_log_class=access_logger,
-                              shutdown_timeout=grace_seconds, handle_signals=False,
-                              keepalive_timeout=idle_timeout)
+    runner = web.AppRunner(app, access_log_class=access_logger,
+                           shutdown_timeout=grace_seconds, handle_signals=False,
+                           keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
-        sites = [web.TCPSite(runner, host, port, reuse_port=reuse_port or None)]
         console = app[SETTINGS].console_listen if app[SETTINGS].console else None
-        if console is not None:  # the console's own listener (CONSOLE_LISTEN)
-            sites.append(web.TCPSite(runner, *console, reuse_port=reuse_port or None))
+        if inherited is not None:
+            sites = [web.SockSite(runner, sock) for sock in inherited.api + inherited.console]
+        else:
+            sites = [web.TCPSite(runner, host, port)]
+            if console is not None:  # the console's own listener (CONSOLE_LISTEN)
+                sites.append(web.TCPSite(runner, *console))
         for site in sites:
             await site.start()
         log.info("serving on %s:%s (pid %d)", host, port, os.getpid())

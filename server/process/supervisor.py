@@ -3,9 +3,14 @@
 One process that serves nothing itself and keeps the host's service running:
 - starts the embedded PostgreSQL once (when DB_HOST is unset), migrates once and creates the
   time partitions ahead, then hands its children the database as a server to connect to;
-- reserves the listening address, then starts HTTP_WORKERS HTTP workers that each listen on
-  it with SO_REUSEPORT (the kernel spreads new connections over them) and one background
-  process that runs the host's generation queue, scheduled jobs and notification retries;
+- listens on the address itself, one SO_REUSEPORT socket per HTTP worker slot (the kernel
+  spreads new connections over them), then starts HTTP_WORKERS HTTP workers, each accepting
+  from its slot's socket (inherited, `--listen-fds`), and one background process that runs
+  the host's generation queue, scheduled jobs and notification retries. The sockets are the
+  supervisor's: connections waiting in a dead worker's queue stay there for its replacement
+  instead of being reset with it, so a worker that dies loses only the requests it was
+  holding. (One socket shared by every worker keeps the queue too, but a burst of new
+  connections goes to whichever worker wakes first: measured, 2 workers then served like 1.)
 - restarts a child that dies at once, unless it died more than RESTART_BURST times within
   RESTART_WINDOW_SECONDS (a crash loop: bad configuration, a poisoned request ...): then
   after a delay that doubles, 1 s up to 30 s, as long as it keeps dying that often (the
@@ -17,6 +22,11 @@ One process that serves nothing itself and keeps the host's service running:
 
 Children are `router-backend serve --role http|background` (the command is given by the
 caller); they die with the supervisor (PR_SET_PDEATHSIG), as a crashed service should.
+
+Kept as our own rather than gunicorn with aiohttp's GunicornWebWorker: gunicorn runs HTTP
+workers only, and this host also needs its one background process, the embedded database
+started and migrated before any child, and the multiprocess metrics directory; the part
+gunicorn would replace (start, restart with back-off, stop) is about a hundred lines here.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 30.0
 STOP_MARGIN_SECONDS = 15.0     # beyond SHUTDOWN_GRACE_SECONDS before children are killed
 OPERATOR_CONNECTIONS = 5       # router-backend commands run beside the service
+LISTEN_BACKLOG = 128           # connections queued per worker slot (aiohttp's default)
 
 
 @dataclass
@@ -58,6 +69,7 @@ class Child:
     started: float = 0.0
     deaths: list[float] = field(default_factory=list)  # within RESTART_WINDOW_SECONDS
     restart_at: float = 0.0
+    sockets: list[socket.socket] = field(default_factory=list)  # its slot's, HTTP workers only
 
     @property
     def name(self) -> str:
@@ -73,16 +85,14 @@ class Supervisor:
         self._metrics_dir = settings.data_dir / "metrics"
         self._stopping = False
         self._stop_signal: str | None = None
+        self._api_sockets = 0  # of each HTTP worker's sockets, the first are the API's
 
     def run(self) -> int:
         connections = self.connections_needed()
         location, embedded = prepare_database(self._settings, connections, migrate=True)
-        guards = []
         try:
             check_connections(location, connections)
-            guards = reserve_address(self._settings.listen_host, self._settings.listen_port)
-            if self._settings.console and self._settings.console_listen is not None:
-                guards += reserve_address(*self._settings.console_listen)
+            self._listen()
             self._prepare_metrics_dir()
             environment = self._child_environment(location)
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -99,8 +109,9 @@ class Supervisor:
                 time.sleep(POLL_SECONDS)
             self._stop_children()
         finally:
-            for guard in guards:
-                guard.close()
+            for child in self._children:
+                for sock in child.sockets:
+                    sock.close()
             if embedded is not None:
                 embedded.stop()
         log.info("supervisor %d: stopped", os.getpid())
@@ -114,6 +125,16 @@ class Supervisor:
         http = settings.db_pool_max + settings.ingest_db_pool_max + 1
         background = settings.db_pool_max + settings.rule_generation_max_concurrent + 1
         return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
+
+    def _listen(self) -> None:
+        """Each HTTP worker slot's listening sockets: the API's, then the console's."""
+        settings = self._settings
+        console = settings.console_listen if settings.console else None
+        for child in self._children[1:]:
+            child.sockets = listen(settings.listen_host, settings.listen_port)
+            self._api_sockets = len(child.sockets)
+            if console is not None:
+                child.sockets += listen(*console)
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._stopping = True
@@ -134,9 +155,12 @@ class Supervisor:
                 "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir)}
 
     def _start(self, child: Child, environment: dict[str, str]) -> None:
+        command = [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)]
+        api, console = child.sockets[:self._api_sockets], child.sockets[self._api_sockets:]
+        if child.role == "http":
+            command += ["--listen-fds", fds_argument(api), "--console-fds", fds_argument(console)]
         child.process = subprocess.Popen(
-            [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)],
-            env=environment,
+            command, env=environment, pass_fds=[sock.fileno() for sock in child.sockets],
             preexec_fn=functools.partial(die_with_parent, os.getpid()))
         child.started = time.monotonic()
 
@@ -199,26 +223,30 @@ def check_connections(location: DatabaseLocation, needed: int) -> None:
                     "HTTP_WORKERS", allowed, needed)
 
 
-def reserve_address(host: str, port: int) -> list[socket.socket]:
-    """Bind (without listening) a SO_REUSEPORT socket on every address of `host`: the port is
-    ours, the workers' listening sockets join it, and a port already taken stops the start
-    with one clear error. A socket that does not listen is given no connections."""
-    guards = []
+def listen(host: str, port: int) -> list[socket.socket]:
+    """A SO_REUSEPORT listening socket on every address of `host`, as aiohttp's TCPSite would
+    open them; a port already taken stops the start with one clear error."""
+    sockets = []
     try:
         for family, kind, proto, _, address in socket.getaddrinfo(
                 host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
-            guard = socket.socket(family, kind, proto)
-            guards.append(guard)
-            guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
-                guard.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            guard.bind(address)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
     except OSError as error:
-        for guard in guards:
-            guard.close()
+        for sock in sockets:
+            sock.close()
         raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    return guards
+    return sockets
+
+
+def fds_argument(sockets: list[socket.socket]) -> str:
+    return ",".join(str(sock.fileno()) for sock in sockets)
 
 
 def describe_status(returncode: int) -> str:

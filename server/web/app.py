@@ -13,7 +13,7 @@ from server.web.access_log import quiet_refused_heads
 from server.console.app import create_console_app
 from server.db.lifecycle import open_database
 from server.db.pool import Database
-from server.errors import error_middleware
+from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
@@ -25,13 +25,14 @@ from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
 from server.jobs.schedule import scheduled_jobs
-from server.metrics import Metrics, request_middleware
+from server.metrics import Metrics
 from server.notify.mailer import make_mailer
 from server.notify.sends import Sends
 from server.notify.service import Notifier
 from server.routers.keys import RouterKeys
 from server.settings import Settings
 from server.web.in_flight import InFlight
+from server.web.middleware import request_middleware
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
                              INGEST_DATABASE, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
@@ -59,8 +60,8 @@ def create_app(settings: Settings, role: str = "all",
             log.warning("%s", warning)
         quiet_refused_heads()
     metrics, in_flight = Metrics(metrics_dir), InFlight()
-    app = web.Application(middlewares=[in_flight.middleware, request_middleware(metrics),
-                                       error_middleware(settings.db_retry_after_seconds)],
+    errors = ErrorAnswers(settings.db_retry_after_seconds)
+    app = web.Application(middlewares=[request_middleware(in_flight, metrics, errors)],
                           client_max_size=CLIENT_MAX_SIZE,
                           # Bodies are decoded by server/ingest/body.py, which caps the output.
                           handler_args={"auto_decompress": False})

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
-
 
 class InFlight:
-    """Counts requests in progress; while draining, answers close their connection."""
+    """Counts requests in progress (server/web/middleware.py); while draining, answers close
+    their connection."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -16,19 +15,14 @@ class InFlight:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+    def started(self) -> None:
         self.count += 1
         self._idle.clear()
-        try:
-            response = await handler(request)
-            if self.draining:
-                response.force_close()  # no further request on this connection
-            return response
-        finally:
-            self.count -= 1
-            if self.count == 0:
-                self._idle.set()
+
+    def finished(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
 
     async def drain(self, timeout: float) -> bool:
         """Wait until no request is in progress; False when some still were after timeout."""
