@@ -13,7 +13,7 @@ setup(
     package_data={"migrations": ["*.sql"], "agent": ["*.ini"],
                   "server.console": ["templates/*.html"]},
     install_requires=[
-        "aiohttp>=3.14,<3.15",  # server/polling/connection.py leans on its connection internals
+        "aiohttp>=3.14,<4",
         "aiopg>=1.4,<2",
         "psycopg2-binary>=2.9",
         "SQLAlchemy>=2.0,<3",

@@ -49,13 +49,16 @@ class ServerRunner:
     """`python -m ops.cli serve` as a child process on a free port, which a drill can kill,
     stop and start again on the same port."""
 
-    def __init__(self, location: DatabaseLocation, data_dir: Path,
+    def __init__(self, location: DatabaseLocation | None, data_dir: Path,
                  flood_limits: bool = False, **settings: str):
-        """`flood_limits`: keep the service's default flood limits (else they are raised,
-        as a load generator's fleet shares one address)."""
+        """`location` None: the service's embedded PostgreSQL in `data_dir`. `flood_limits`:
+        keep the service's default flood limits (else they are raised, as a load generator's
+        fleet shares one address)."""
         self.port = free_port()
+        database = database_env(location) if location is not None else {}
         # One process unless a test or drill asks for the supervisor (HTTP_WORKERS).
-        self.env = {**os.environ, **database_env(location), "DATA_DIR": str(data_dir),
+        self.env = {**{name: value for name, value in os.environ.items()
+                       if not name.startswith("DB_")}, **database, "DATA_DIR": str(data_dir),
                     "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error", "HTTP_WORKERS": "1",
                     **NO_PREPROCESS_AT_START, **({} if flood_limits else NO_FLOOD_LIMITS),
                     **settings}

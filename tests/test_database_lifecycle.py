@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -20,6 +21,7 @@ from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
 from testkit.database import Sql, admin_execute, command_env, settings_for
+from testkit.server import ServerRunner
 
 
 async def test_embedded_database_started_used_and_stopped(tmp_path):
@@ -105,3 +107,32 @@ def test_dbshell_reaches_a_configured_server(settings, sql):
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "aa:bb:cc:00:77:01"
+
+
+def postmasters(pgdata: Path) -> list[psutil.Process]:
+    return [process for process in psutil.process_iter(["name", "cmdline"])
+            if process.info["name"] == "postgres" and process.info["cmdline"]
+            and str(pgdata) in " ".join(process.info["cmdline"])]
+
+
+def test_an_embedded_server_left_by_a_crash_is_adopted_and_stopped_with_its_last_user(
+        tmp_path):
+    """The service's process group SIGKILLed: its PostgreSQL (a session of its own) keeps
+    running; the restarted service adopts it and, stopped cleanly, stops it (issue 33: it was
+    left running for good, four postmasters after an afternoon of drills)."""
+    pgdata = tmp_path / "postgres"
+    server = ServerRunner(None, tmp_path, HTTP_WORKERS="2").start(timeout=120)
+    try:
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        left = postmasters(pgdata)
+        assert len(left) == 1
+        server.start(timeout=120)
+        assert postmasters(pgdata) == left  # adopted, not a second one
+        assert server.stop() == 0
+        psutil.wait_procs(left, timeout=30)
+        assert postmasters(pgdata) == []
+    finally:  # nothing left running, whatever failed
+        server.stop()
+        for process in postmasters(pgdata):
+            process.kill()

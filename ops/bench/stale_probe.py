@@ -5,7 +5,7 @@ Each cycle reads every router's IDS ETag straight from the database (not through
 service), waits GRACE_SECONDS (the time a payload change's notification may take to reach
 every server process's ETag cache), then polls each router whose ETag changed since the
 previous read with its previous ETag, on LANES keep-alive connections at once: polls as the
-routers send them, which the fast path answers (server/polling/connection.py) when its cache
+routers send them, which the handler answers from its ETag cache when that
 says 304, and connections the kernel spreads over the HTTP workers. A 304 there is stale
 when the database still holds another ETag afterwards.
 The service documents two windows in which it may answer 304 for a replaced payload: the

