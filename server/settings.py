@@ -1,8 +1,9 @@
 """Service settings: one declarative table, one immutable object built at start-up.
 
-Every setting is a row of ``SETTINGS`` (environment name, default, help, parser, and its
-section from ``SECTIONS``). The table drives ``load_settings``, the tables of
-docs/settings.md, the example environment file and ``tests/test_settings.py``.
+Every setting is declared once, as a row of ``SECTIONS`` (environment name, default, help,
+parser, under its section's heading); the rows make ``SETTINGS``, the fields of the
+``Settings`` object, ``load_settings``, the tables of docs/settings.md, the example
+environment file and ``tests/test_settings.py``.
 No other module reads the environment: it is given a ``Settings`` object instead.
 """
 
@@ -80,10 +81,10 @@ def _secret(minimum: int) -> Callable[[str], str]:
     return parse
 
 
-def _networks(value: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    try:
-        return tuple(ipaddress.ip_network(part.strip(), strict=False)
-                     for part in value.split(",") if part.strip())
+def _networks(value: str) -> frozenset[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    try:  # a frozenset: its hash is kept, so server/web/peers.py's cache keys on it cheaply
+        return frozenset(ipaddress.ip_network(part.strip(), strict=False)
+                         for part in value.split(",") if part.strip())
     except ValueError as error:
         raise ValueError(f"expected addresses or networks separated by commas ({error})") \
             from None
@@ -174,369 +175,247 @@ class Setting:
 
 ET_OPEN_BASE = "https://rules.emergingthreats.net/open/suricata-7.0.3"
 
-_ALL_SETTINGS: tuple[Setting, ...] = (
-    Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
-    Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
-    Setting("HTTP_WORKERS", "auto", "HTTP worker processes sharing the listening address "
-            "(SO_REUSEPORT) under one supervising process, which also runs the one generation "
-            "queue, the scheduled jobs and the notification retries of the host in a background "
-            "process. `auto`: one per CPU core. 1: a single process does everything. "
-            "`router-backend serve --workers N` overrides it.", _workers),
-    Setting("SHUTDOWN_GRACE_SECONDS", "30", "On SIGTERM, how long requests and generations in "
-            "progress may take to finish (new connections are refused meanwhile) before the "
-            "process exits anyway.", _integer(0)),
-    Setting("HTTP_IDLE_TIMEOUT_SECONDS", "15", "Longest wait for a complete request head, from "
-            "connecting or from the previous response: a connection that sends its headers "
-            "slower than this, or sits idle this long, is closed.", _integer(1)),
-    Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk "
-            "(the embedded database, the email outbox).", _path),
-    Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
-            "calls with a valid MAC. `closed`: only routers an operator subscribed may call "
-            "(others get 403).", _choice("open", "closed")),
-    Setting("ROUTER_CACHE_SECONDS", "30", "How long a server process trusts its memory of a "
-            "router's registration (closed mode; open mode registers once) or of its key "
-            "before asking the database again.", _integer(0)),
-    Setting("ROUTER_AUTH", "mac", "`mac`: a router is whoever sends its MAC in X-ID (the "
-            "seed's behaviour). `key`: every router endpoint but /health also needs "
-            "`Authorization: Bearer <router key>` (see docs/security.md).",
-            _choice("mac", "key")),
-    Setting("ROUTER_REQUESTS_PER_MINUTE", "120", "Requests one router may make per minute "
-            "(a minute's worth at once, then this rate), per server process; beyond: 429 with "
-            "Retry-After. /health and /enroll are not counted.", _integer(1)),
-    Setting("ROUTER_RECORDS_PER_MINUTE", "100000", "Telemetry records one router may send per "
-            "minute, per server process (so also the most one body may hold); the request "
-            "that goes beyond is refused whole with 429.", _integer(1)),
-    Setting("REGISTRATIONS_PER_MINUTE_PER_ADDRESS", "30", "New routers one client address may "
-            "register (by a first call or an enrollment) per minute in open mode, counted in "
-            "the database across every server process (429 beyond; routers already "
-            "registered are not affected).", _integer(1)),
-    Setting("FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS", "10", "Wrong router keys and "
-            "enrollment tokens one client address may present per minute, per server "
-            "process; beyond, its requests without a key this process already trusts get 429 "
-            "with Retry-After until the allowance refills.", _integer(1)),
-    Setting("IPV6_LIMIT_PREFIX", "64", "Per-address limits count IPv6 clients per network of "
-            "this prefix length (a subscriber's /64), not per address.", _integer(1, 128)),
-    Setting("TRUSTED_PROXIES", "127.0.0.1/32,::1/128", "Comma-separated addresses or networks "
-            "of the reverse proxies in front (Caddy): for their requests the client address "
-            "is read from X-Forwarded-For. Empty: the connection's address always.",
-            _networks),
-    Setting("ENROLLMENT_TOKEN", "", "Fleet-wide secret (at least 16 characters) with which a "
-            "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
-            "come only from `router-backend subscriptions add`.", _secret(16)),
-    Setting("ENROLLMENT_RESET_WINDOW_MINUTES", "60", "After `router-backend subscriptions "
-            "reset MAC`, how long that router may enroll again; later enrollment of it is "
-            "409 until the next reset.", _integer(1)),
-    Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service starts "
-            "its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
-    Setting("DB_PORT", "5432", "PostgreSQL port.", _integer(1, 65535)),
-    Setting("DB_NAME", "router_backend", "Database name; created when it does not exist.", _text),
-    Setting("DB_USER", "postgres", "Database user.", _text),
-    Setting("DB_PASSWORD", "", "Database password.", _text),
-    Setting("DB_SSLMODE", "prefer", "libpq sslmode (disable, allow, prefer, require, "
-            "verify-ca, verify-full).",
-            _choice("disable", "allow", "prefer", "require", "verify-ca", "verify-full")),
-    Setting("DB_LOG_LEVEL", "warning", "Database logging: silent, error, warning or info "
-            "(info logs every statement).", _choice("silent", "error", "warning", "info")),
-    Setting("DB_POOL_MIN", "1", "Connections each server process keeps open.", _integer(0)),
-    Setting("DB_POOL_MAX", "20", "Most connections one server process opens.", _integer(1)),
-    Setting("INGEST_DB_POOL_MAX", "10", "Most connections telemetry uploads hold at once, from "
-            "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
-            "take the connections that polls, health checks and generation need; further "
-            "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.", _integer(1)),
-    Setting("DB_TIMEOUT_SECONDS", "30", "Longest wait for a connection or one statement before "
-            "the request fails with 503.", _integer(1)),
-    Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
-            "unreachable.", _integer(1)),
-    Setting("METRICS_TOKEN", "", "When set, GET /metrics also answers clients that send "
-            "`Authorization: Bearer <token>` (a Prometheus on another host). Without it, only "
-            "loopback clients that did not come through a proxy are answered.", _secret(16)),
-    Setting("LOG_CONFIG", "", "A JSON file for Python's logging.config.dictConfig, applied at "
-            "start instead of the default: INFO and up to stderr, access lines included, "
-            "written in batches (docs/operations.md, Logs).", _log_config),
-    Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
-            "`notifications`, or both (comma-separated).", _services),
-    Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
-            "counted after gzip decoding (413 beyond).", _integer(1)),
-    Setting("INGEST_MAX_RECORD_BYTES", str(1024 * 1024), "Largest single record; longer ones are "
-            "rejected and reported, the rest of the body goes on.", _integer(64)),
-    Setting("INGEST_BATCH_ROWS", "2000", "Most records per chunk (one row) written while a "
-            "body streams in.",
-            _integer(1)),
-    Setting("INGEST_BODY_IDLE_SECONDS", "15", "Longest pause between two pieces of a telemetry "
-            "body: a body that stalls longer is answered 408, its transaction rolled back and "
-            "its connection closed.", _integer(1)),
-    Setting("INGEST_MAX_GZIP_RATIO", "200", "Largest decoded-to-received size ratio of a gzip "
-            "body (the first 64 KiB decoded are free); beyond it the body is refused with 413 "
-            "as it arrives. Real EVE output compresses 10-25 times.", _integer(1)),
-    Setting("INGEST_MAX_UPLOADS_PER_ROUTER", "2", "Telemetry uploads one router may have in "
-            "progress at once in one server process; more are answered 429 with Retry-After "
-            "(an agent uploads one body at a time).", _integer(1)),
-    Setting("INGEST_MAX_UPLOADS_PER_ADDRESS", "8", "Telemetry uploads one client address "
-            "(an IPv6 /IPV6_LIMIT_PREFIX network) may have in progress at once in one server "
-            "process, whatever its MACs; more are answered 429 with Retry-After. Keep it below "
-            "INGEST_DB_POOL_MAX, so one client's stalled uploads cannot hold every ingestion "
-            "connection; raise it for many routers behind one carrier-grade NAT address.",
-            _integer(1)),
-    Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
-            "response (the rejected count is always exact).", _integer(0)),
-    Setting("INGEST_IDEMPOTENCY_KEY_DAYS", "7", "How long a telemetry upload's "
-            "Idempotency-Key is kept, so that a retry is answered from it instead of storing "
-            "again: longer than any agent keeps a batch spooled. Expired keys are deleted by "
-            "the hourly `upload-keys` job.", _integer(1)),
-    Setting("RULE_DATA_DIR", "", "Working directory for rule data (rules/, rulefile_json/, "
-            "idps_rules/). Unset: DATA_DIR/ruledata.", _optional_path),
-    Setting("RULE_PREPROCESS_ARCHIVE_URL", f"{ET_OPEN_BASE}/emerging.rules.tar.gz",
-            "Download URL of the open rule archive (zip or tar.gz).", _text),
-    Setting("RULE_PREPROCESS_VERSION_URL", f"{ET_OPEN_BASE}/version.txt",
-            "Version stamp of the rule archive.", _text),
-    Setting("RULE_PREPROCESS_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the preprocess job.",
-            _cron),
-    Setting("RULE_PREPROCESS_AT_START", "true", "When no ruleset was ever published, run the "
-            "preprocess job soon after start-up (once across processes, retried with backoff "
-            "up to JOB_RETRY_DELAY_SECONDS while it fails) instead of waiting for its first "
-            "cron tick.", _boolean),
-    Setting("RULE_GENERATION_SAMPLE_COUNT", "550", "IDS rules sampled per router.", _integer(1)),
-    Setting("RULE_GENERATION_MAX_CONCURRENT", "1", "Worker processes of the generation queue.",
-            _integer(1)),
-    Setting("RULE_GENERATION_QUEUE_CAPACITY", "64", "Buffered depth of the generation queue.",
-            _integer(1)),
-    Setting("RULE_GENERATION_COMMAND_TIMEOUT_SECONDS", "300", "Wall-clock limit of one "
-            "router's generation.", _integer(1)),
-    Setting("RULE_GENERATION_INTERVAL_SECONDS", str(24 * 3600), "How often each registered "
-            "router is revisited.", _integer(1)),
-    Setting("RULE_GENERATION_ENABLED", "true", "Whether this server process runs the generation "
-            "queue (false: it only serves the API; another process generates).", _boolean),
-    Setting("RULE_GENERATION_TELEMETRY_DAYS", "7", "Days of a router's telemetry that shape its "
-            "rules (fired sids, flow protocols and ports, alert sources).", _integer(1)),
-    Setting("RULE_GENERATION_BLOCK_SEVERITY", "2", "Alerts of this Suricata severity or more "
-            "severe (1 is the highest) put their external endpoint on the router's firewall "
-            "block list.", _integer(1, 255)),
-    Setting("RULE_GENERATION_BLOCK_MIN_ALERTS", "3", "Alerts an address needs (from at least "
-            "two signatures or two flows) before the router's firewall blocks it for them; "
-            "one spoofed packet never blocks anything.", _integer(1)),
-    Setting("RULE_GENERATION_FIRED_PERCENT", "50", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
-            "percent, that rules kept because they fired for the router may take (most "
-            "severe and most alerted first); the rest is sampled.", _integer(0, 100)),
-    Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
-            "firewall payload.", _integer(1)),
-    Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules.gz", "Name of each router's rule "
-            "file in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes). A name ending in "
-            "`.gz` is written gzip-compressed (about 53 KB instead of 315 KB per router; read it "
-            "with zcat); any other name, as plain text.", _text),
-    Setting("RULE_GENERATION_POLL_SECONDS", "5", "How often an idle generation queue looks for "
-            "due routers.", _integer(1)),
-    Setting("JOB_RETRY_DELAY_SECONDS", "600", "Wait before a failed scheduled job is tried "
-            "again.", _integer(1)),
-    Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
-            _integer(0)),
-    Setting("NOTIFICATION_API_TOKEN", "", "When set (at least 16 characters, as every token), "
-            "every notification API call needs `Authorization: Bearer <token>`.", _secret(16)),
-    Setting("SMTP_HOST", "", "SMTP server for notification email. Unset: messages are written "
-            "as .eml files to NOTIFICATION_OUTBOX_DIR.", _optional_text),
-    Setting("SMTP_PORT", "587", "SMTP port.", _integer(1, 65535)),
-    Setting("SMTP_SECURITY", "starttls", "`starttls`, `tls` (implicit TLS, usually port 465) or "
-            "`none`.", _choice("starttls", "tls", "none")),
-    Setting("SMTP_USERNAME", "", "SMTP login (none when empty).", _text),
-    Setting("SMTP_PASSWORD", "", "SMTP password.", _text),
-    Setting("SMTP_FROM", "IDS notifications <notifications@localhost>", "From address of "
-            "notification email.", _text),
-    Setting("SMTP_TIMEOUT_SECONDS", "15", "Longest wait for the SMTP server per delivery.",
-            _integer(1)),
-    Setting("NOTIFICATION_OUTBOX_DIR", "", "Where .eml files go when SMTP_HOST is unset. Unset: "
-            "DATA_DIR/outbox.", _optional_path),
-    Setting("NOTIFICATION_RETRY_SECONDS", "60", "First wait before a failed delivery is tried "
-            "again; doubles per attempt, at most an hour.", _integer(1)),
-    Setting("NOTIFICATION_MAX_ATTEMPTS", "10", "Deliveries tried before a notification stays "
-            "`failed` for good.", _integer(1)),
-    Setting("NOTIFICATION_IDEMPOTENCY_HOURS", "24", "How long the answer to a send with an "
-            "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
-            "sends nothing.", _integer(1)),
-    Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old telemetry. "
-            "Default false: nothing is deleted unless an operator asks.", _boolean),
-    Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
-    Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
-            "retention job (long enough for monthly and yearly access reports); after 8 days "
-            "they are kept rolled up, one row per router, day and address.", _integer(1)),
-    Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
-    Setting("TELEMETRY_CHUNK_RECORDS", "1000", "Records per chunk written by the compaction "
-            "job, which merges each router's small chunks (its uploads) into chunks of this "
-            "many; larger ones compress better and are rewritten longer.", _integer(2, 100_000)),
-    Setting("TELEMETRY_COMPACT_CRON_SCHEDULE", "*/10 * * * *", "Cron spec of the telemetry "
-            "compaction job.", _cron),
-    Setting("TELEMETRY_COMPACT_SETTLE_SECONDS", "300", "Age of a chunk before the compaction "
-            "job takes it.", _integer(0)),
-    Setting("CONSOLE", "true", "Serve the console for support and operators under /console/ "
-            "(docs/console.md). false: not served at all.", _boolean),
-    Setting("CONSOLE_USERS", "", "Who may sign in to the console: NAME:ROLE:HASH entries "
-            "separated by commas, ROLE `support` (reads) or `operator` (reads and changes "
-            "overrides, the allowlist and enrollments), HASH as `router-backend console "
-            "credential NAME ROLE` prints it (scrypt of a secret of at least 16 characters). "
-            "Empty: nobody can sign in.", _console_users),
-    Setting("CONSOLE_SECRET", "", "Signs the console's session cookies (at least 32 random "
-            "characters, the same in every process of the host); needed when CONSOLE_USERS "
-            "is set. Changing it signs everybody out.", _secret(32)),
-    Setting("CONSOLE_SESSION_MINUTES", "480", "How long a console sign-in lasts.",
-            _integer(1, 7 * 24 * 60)),
-    Setting("CONSOLE_LISTEN", "", "HOST:PORT of a listener of the console's own (for "
-            "example 127.0.0.1:8081, or a private address): the console is then answered "
-            "there only, not on LISTEN_HOST:LISTEN_PORT where routers call. Empty: the console "
-            "shares the routers' listener.", _listener),
-    Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations "
-            "per partition (by receive or activation time, UTC). Retention drops whole "
-            "partitions; a change applies to partitions created from then on.",
-            _integer(1, 366)),
+# Every setting, under the sections of its documentation (docs/settings.md, the example
+# environment file), in order. Names the product's original specification gave (RULE_*,
+# RETENTION_*) are kept as they are.
+SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
+    ("Server and processes", (
+        Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
+        Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
+        Setting("HTTP_WORKERS", "auto", "HTTP worker processes under one supervising process, "
+                "which listens on the address for them (a socket per worker, kept when one "
+                "dies) and also runs the one generation queue, the scheduled jobs and the "
+                "notification retries of the host in a background process. `auto`: one per CPU core. 1: a single process does "
+                "everything. `router-backend serve --workers N` overrides it.", _workers),
+        Setting("SHUTDOWN_GRACE_SECONDS", "30", "On SIGTERM, how long requests and generations in "
+                "progress may take to finish (new connections are refused meanwhile) before the "
+                "process exits anyway.", _integer(0)),
+        Setting("HTTP_IDLE_TIMEOUT_SECONDS", "15", "Longest wait for a complete request head, from "
+                "connecting or from the previous response: a connection that sends its headers "
+                "slower than this, or sits idle this long, is closed.", _integer(1)),
+        Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk (the "
+                "embedded database, the email outbox).", _path),
+        Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
+                "`notifications`, or both (comma-separated).", _services),
+        Setting("METRICS_TOKEN", "", "When set, GET /metrics also answers clients that send "
+                "`Authorization: Bearer <token>` (a Prometheus on another host). Without it, only "
+                "loopback clients that did not come through a proxy are answered.", _secret(16)),
+        Setting("LOG_CONFIG", "", "A JSON file for Python's logging.config.dictConfig, applied at "
+                "start instead of the default: INFO and up to stderr, access lines included, "
+                "written in batches (docs/operations.md, Logs).", _log_config),
+    )),
+    ("Routers: registration, keys and limits", (
+        Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
+                "calls with a valid MAC. `closed`: only routers an operator subscribed may call "
+                "(others get 403).", _choice("open", "closed")),
+        Setting("ROUTER_CACHE_SECONDS", "30", "How long a server process trusts its memory of a "
+                "router's registration (closed mode; open mode registers once) or of its key "
+                "before asking the database again.", _integer(0)),
+        Setting("ROUTER_AUTH", "mac", "`mac`: a router is whoever sends its MAC in X-ID (the "
+                "seed's behaviour). `key`: every router endpoint but /health also needs "
+                "`Authorization: Bearer <router key>` (see docs/security.md).",
+                _choice("mac", "key")),
+        Setting("ENROLLMENT_TOKEN", "", "Fleet-wide secret (at least 16 characters) with which a "
+                "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
+                "come only from `router-backend subscriptions add`.", _secret(16)),
+        Setting("ENROLLMENT_RESET_WINDOW_MINUTES", "60", "After `router-backend subscriptions "
+                "reset MAC`, how long that router may enroll again; later enrollment of it is 409 "
+                "until the next reset.", _integer(1)),
+        Setting("TRUSTED_PROXIES", "127.0.0.1/32,::1/128", "Comma-separated addresses or networks "
+                "of the reverse proxies in front (Caddy): for their requests the client address is "
+                "read from X-Forwarded-For. Empty: the connection's address always.", _networks),
+        Setting("ROUTER_REQUESTS_PER_MINUTE", "120", "Requests one router may make per minute (a "
+                "minute's worth at once, then this rate), per server process; beyond: 429 with "
+                "Retry-After. /health and /enroll are not counted.", _integer(1)),
+        Setting("ROUTER_RECORDS_PER_MINUTE", "100000", "Telemetry records one router may send per "
+                "minute, per server process (so also the most one body may hold); the request that "
+                "goes beyond is refused whole with 429.", _integer(1)),
+        Setting("REGISTRATIONS_PER_MINUTE_PER_ADDRESS", "30", "New routers one client address may "
+                "register (by a first call or an enrollment) per minute in open mode, counted in "
+                "the database across every server process (429 beyond; routers already registered "
+                "are not affected).", _integer(1)),
+        Setting("FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS", "10", "Wrong router keys and "
+                "enrollment tokens one client address may present per minute, per server process; "
+                "beyond, its requests without a key this process already trusts get 429 with "
+                "Retry-After until the allowance refills.", _integer(1)),
+        Setting("IPV6_LIMIT_PREFIX", "64", "Per-address limits count IPv6 clients per network of "
+                "this prefix length (a subscriber's /64), not per address.", _integer(1, 128)),
+    )),
+    ("Database", (
+        Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service "
+                "starts its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
+        Setting("DB_PORT", "5432", "PostgreSQL port.", _integer(1, 65535)),
+        Setting("DB_NAME", "router_backend", "Database name; created when it does not exist.",
+                _text),
+        Setting("DB_USER", "postgres", "Database user.", _text),
+        Setting("DB_PASSWORD", "", "Database password.", _text),
+        Setting("DB_SSLMODE", "prefer", "libpq sslmode (disable, allow, prefer, require, "
+                "verify-ca, verify-full).",
+                _choice("disable", "allow", "prefer", "require", "verify-ca", "verify-full")),
+        Setting("DB_LOG_LEVEL", "warning", "Database logging: silent, error, warning or info (info "
+                "logs every statement).", _choice("silent", "error", "warning", "info")),
+        Setting("DB_POOL_MIN", "1", "Connections each server process keeps open.", _integer(0)),
+        Setting("DB_POOL_MAX", "20", "Most connections one server process opens.", _integer(1)),
+        Setting("INGEST_DB_POOL_MAX", "10", "Most connections telemetry uploads hold at once, from "
+                "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
+                "take the connections that polls, health checks and generation need; further "
+                "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.", _integer(1)),
+        Setting("DB_TIMEOUT_SECONDS", "30", "Longest wait for a connection or one statement before "
+                "the request fails with 503.", _integer(1)),
+        Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
+                "unreachable.", _integer(1)),
+    )),
+    ("Telemetry ingestion", (
+        Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
+                "counted after gzip decoding (413 beyond).", _integer(1)),
+        Setting("INGEST_MAX_RECORD_BYTES", str(1024 * 1024), "Largest single record; longer ones "
+                "are rejected and reported, the rest of the body goes on.", _integer(64)),
+        Setting("INGEST_BATCH_ROWS", "2000", "Most records per chunk (one row) written while a "
+                "body streams in.", _integer(1)),
+        Setting("INGEST_BODY_IDLE_SECONDS", "15", "Longest pause between two pieces of a telemetry "
+                "body: a body that stalls longer is answered 408, its transaction rolled back and "
+                "its connection closed.", _integer(1)),
+        Setting("INGEST_MAX_GZIP_RATIO", "200", "Largest decoded-to-received size ratio of a gzip "
+                "body (the first 64 KiB decoded are free); beyond it the body is refused with 413 "
+                "as it arrives. Real EVE output compresses 10-25 times.", _integer(1)),
+        Setting("INGEST_MAX_UPLOADS_PER_ROUTER", "2", "Telemetry uploads one router may have in "
+                "progress at once in one server process; more are answered 429 with Retry-After "
+                "(an agent uploads one body at a time).", _integer(1)),
+        Setting("INGEST_MAX_UPLOADS_PER_ADDRESS", "8", "Telemetry uploads one client address (an "
+                "IPv6 /IPV6_LIMIT_PREFIX network) may have in progress at once in one server "
+                "process, whatever its MACs; more are answered 429 with Retry-After. Keep it below "
+                "INGEST_DB_POOL_MAX, so one client's stalled uploads cannot hold every ingestion "
+                "connection; raise it for many routers behind one carrier-grade NAT address.",
+                _integer(1)),
+        Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
+                "response (the rejected count is always exact).", _integer(0)),
+        Setting("INGEST_IDEMPOTENCY_KEY_DAYS", "7", "How long a telemetry upload's Idempotency-Key "
+                "is kept, so that a retry is answered from it instead of storing again: longer "
+                "than any agent keeps a batch spooled. Expired keys are deleted by the hourly "
+                "`upload-keys` job.", _integer(1)),
+    )),
+    ("Rule data and generation", (
+        Setting("RULE_DATA_DIR", "", "Working directory for rule data (rules/, rulefile_json/, "
+                "idps_rules/). Unset: DATA_DIR/ruledata.", _optional_path),
+        Setting("RULE_PREPROCESS_ARCHIVE_URL", f"{ET_OPEN_BASE}/emerging.rules.tar.gz", "Download "
+                "URL of the open rule archive (zip or tar.gz).", _text),
+        Setting("RULE_PREPROCESS_VERSION_URL", f"{ET_OPEN_BASE}/version.txt", "Version stamp of "
+                "the rule archive.", _text),
+        Setting("RULE_PREPROCESS_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the preprocess job.",
+                _cron),
+        Setting("RULE_PREPROCESS_AT_START", "true", "When no ruleset was ever published, run the "
+                "preprocess job soon after start-up (once across processes, retried with backoff "
+                "up to JOB_RETRY_DELAY_SECONDS while it fails) instead of waiting for its first "
+                "cron tick.", _boolean),
+        Setting("RULE_GENERATION_SAMPLE_COUNT", "550", "IDS rules sampled per router.",
+                _integer(1)),
+        Setting("RULE_GENERATION_MAX_CONCURRENT", "1", "Worker processes of the generation queue.",
+                _integer(1)),
+        Setting("RULE_GENERATION_QUEUE_CAPACITY", "64", "Buffered depth of the generation queue.",
+                _integer(1)),
+        Setting("RULE_GENERATION_COMMAND_TIMEOUT_SECONDS", "300", "Wall-clock limit of one "
+                "router's generation.", _integer(1)),
+        Setting("RULE_GENERATION_INTERVAL_SECONDS", str(24 * 3600), "How often each registered "
+                "router is revisited.", _integer(1)),
+        Setting("RULE_GENERATION_ENABLED", "true", "Whether this server process runs the "
+                "generation queue (false: it only serves the API; another process generates).",
+                _boolean),
+        Setting("RULE_GENERATION_TELEMETRY_DAYS", "7", "Days of a router's telemetry that shape "
+                "its rules (fired sids, flow protocols and ports, alert sources).", _integer(1)),
+        Setting("RULE_GENERATION_BLOCK_SEVERITY", "2", "Alerts of this Suricata severity or more "
+                "severe (1 is the highest) put their external endpoint on the router's firewall "
+                "block list.", _integer(1, 255)),
+        Setting("RULE_GENERATION_BLOCK_MIN_ALERTS", "3", "Alerts an address needs (from at least "
+                "two signatures or two flows) before the router's firewall blocks it for them; one "
+                "spoofed packet never blocks anything.", _integer(1)),
+        Setting("RULE_GENERATION_FIRED_PERCENT", "50", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
+                "percent, that rules kept because they fired for the router may take (most severe "
+                "and most alerted first); the rest is sampled.", _integer(0, 100)),
+        Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
+                "firewall payload.", _integer(1)),
+        Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules.gz", "Name of each router's rule "
+                "file in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes). A name ending "
+                "in `.gz` is written gzip-compressed (about 53 KB instead of 315 KB per router; "
+                "read it with zcat); any other name, as plain text.", _text),
+        Setting("RULE_GENERATION_POLL_SECONDS", "5", "How often an idle generation queue looks for "
+                "due routers.", _integer(1)),
+        Setting("JOB_RETRY_DELAY_SECONDS", "600", "Wait before a failed scheduled job is tried "
+                "again.", _integer(1)),
+        Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
+                _integer(0)),
+    )),
+    ("Notifications", (
+        Setting("NOTIFICATION_API_TOKEN", "", "When set (at least 16 characters, as every token), "
+                "every notification API call needs `Authorization: Bearer <token>`.", _secret(16)),
+        Setting("SMTP_HOST", "", "SMTP server for notification email. Unset: messages are written "
+                "as .eml files to NOTIFICATION_OUTBOX_DIR.", _optional_text),
+        Setting("SMTP_PORT", "587", "SMTP port.", _integer(1, 65535)),
+        Setting("SMTP_SECURITY", "starttls", "`starttls`, `tls` (implicit TLS, usually port 465) "
+                "or `none`.", _choice("starttls", "tls", "none")),
+        Setting("SMTP_USERNAME", "", "SMTP login (none when empty).", _text),
+        Setting("SMTP_PASSWORD", "", "SMTP password.", _text),
+        Setting("SMTP_FROM", "IDS notifications <notifications@localhost>", "From address of "
+                "notification email.", _text),
+        Setting("SMTP_TIMEOUT_SECONDS", "15", "Longest wait for the SMTP server per delivery.",
+                _integer(1)),
+        Setting("NOTIFICATION_OUTBOX_DIR", "", "Where .eml files go when SMTP_HOST is unset. "
+                "Unset: DATA_DIR/outbox.", _optional_path),
+        Setting("NOTIFICATION_RETRY_SECONDS", "60", "First wait before a failed delivery is tried "
+                "again; doubles per attempt, at most an hour.", _integer(1)),
+        Setting("NOTIFICATION_MAX_ATTEMPTS", "10", "Deliveries tried before a notification stays "
+                "`failed` for good.", _integer(1)),
+        Setting("NOTIFICATION_IDEMPOTENCY_HOURS", "24", "How long the answer to a send with an "
+                "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
+                "sends nothing.", _integer(1)),
+    )),
+    ("Retention and partitions", (
+        Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old "
+                "telemetry. Default false: nothing is deleted unless an operator asks.", _boolean),
+        Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
+        Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
+                "retention job (long enough for monthly and yearly access reports); after 8 days "
+                "they are kept rolled up, one row per router, day and address.", _integer(1)),
+        Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
+        Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations per partition "
+                "(by receive or activation time, UTC). Retention drops whole partitions; a change "
+                "applies to partitions created from then on.", _integer(1, 366)),
+    )),
+    ("Telemetry at rest", (
+        Setting("TELEMETRY_CHUNK_RECORDS", "1000", "Records per chunk written by the compaction "
+                "job, which merges each router's small chunks (its uploads) into chunks of this "
+                "many; larger ones compress better and are rewritten longer.",
+                _integer(2, 100_000)),
+        Setting("TELEMETRY_COMPACT_CRON_SCHEDULE", "*/10 * * * *", "Cron spec of the telemetry "
+                "compaction job.", _cron),
+        Setting("TELEMETRY_COMPACT_SETTLE_SECONDS", "300", "Age of a chunk before the compaction "
+                "job takes it.", _integer(0)),
+    )),
+    ("Console", (
+        Setting("CONSOLE", "true", "Serve the console for support and operators under /console/ "
+                "(docs/console.md). false: not served at all.", _boolean),
+        Setting("CONSOLE_USERS", "", "Who may sign in to the console: NAME:ROLE:HASH entries "
+                "separated by commas, ROLE `support` (reads) or `operator` (reads and changes "
+                "overrides, the allowlist and enrollments), HASH as `router-backend console "
+                "credential NAME ROLE` prints it (scrypt of a secret of at least 16 characters). "
+                "Empty: nobody can sign in.", _console_users),
+        Setting("CONSOLE_SECRET", "", "Signs the console's session cookies (at least 32 random "
+                "characters, the same in every process of the host); needed when CONSOLE_USERS is "
+                "set. Changing it signs everybody out.", _secret(32)),
+        Setting("CONSOLE_SESSION_MINUTES", "480", "How long a console sign-in lasts.",
+                _integer(1, 7 * 24 * 60)),
+        Setting("CONSOLE_LISTEN", "", "HOST:PORT of a listener of the console's own (for example "
+                "127.0.0.1:8081, or a private address): the console is then answered there only, "
+                "not on LISTEN_HOST:LISTEN_PORT where routers call. Empty: the console shares the "
+                "routers' listener.", _listener),
+    )),
 )
 
-# The sections of the settings' documentation (docs/settings.md, the example environment
-# file), in order; every setting is in exactly one (checked at import). Names the product's
-# original specification gave (RULE_*, RETENTION_*) are kept as they are.
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "Server and processes": (
-        "LISTEN_HOST", "LISTEN_PORT", "HTTP_WORKERS", "SHUTDOWN_GRACE_SECONDS",
-        "HTTP_IDLE_TIMEOUT_SECONDS", "DATA_DIR", "SERVICES",
-        "METRICS_TOKEN", "LOG_CONFIG"),
-    "Routers: registration, keys and limits": (
-        "REGISTRATION_MODE", "ROUTER_CACHE_SECONDS", "ROUTER_AUTH", "ENROLLMENT_TOKEN",
-        "ENROLLMENT_RESET_WINDOW_MINUTES", "TRUSTED_PROXIES", "ROUTER_REQUESTS_PER_MINUTE",
-        "ROUTER_RECORDS_PER_MINUTE", "REGISTRATIONS_PER_MINUTE_PER_ADDRESS",
-        "FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS", "IPV6_LIMIT_PREFIX"),
-    "Database": (
-        "DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD", "DB_SSLMODE",
-        "DB_LOG_LEVEL", "DB_POOL_MIN", "DB_POOL_MAX", "INGEST_DB_POOL_MAX",
-        "DB_TIMEOUT_SECONDS", "DB_RETRY_AFTER_SECONDS"),
-    "Telemetry ingestion": (
-        "INGEST_MAX_BODY_BYTES", "INGEST_MAX_RECORD_BYTES", "INGEST_BATCH_ROWS",
-        "INGEST_BODY_IDLE_SECONDS", "INGEST_MAX_GZIP_RATIO", "INGEST_MAX_UPLOADS_PER_ROUTER",
-        "INGEST_MAX_UPLOADS_PER_ADDRESS", "INGEST_MAX_REPORTED_ERRORS",
-        "INGEST_IDEMPOTENCY_KEY_DAYS"),
-    "Rule data and generation": (
-        "RULE_DATA_DIR", "RULE_PREPROCESS_ARCHIVE_URL", "RULE_PREPROCESS_VERSION_URL",
-        "RULE_PREPROCESS_CRON_SCHEDULE", "RULE_PREPROCESS_AT_START",
-        "RULE_GENERATION_SAMPLE_COUNT", "RULE_GENERATION_MAX_CONCURRENT",
-        "RULE_GENERATION_QUEUE_CAPACITY", "RULE_GENERATION_COMMAND_TIMEOUT_SECONDS",
-        "RULE_GENERATION_INTERVAL_SECONDS", "RULE_GENERATION_ENABLED",
-        "RULE_GENERATION_TELEMETRY_DAYS", "RULE_GENERATION_BLOCK_SEVERITY",
-        "RULE_GENERATION_BLOCK_MIN_ALERTS", "RULE_GENERATION_FIRED_PERCENT",
-        "RULE_GENERATION_FIREWALL_MAX_ENTRIES", "RULE_GENERATION_RULES_FILENAME",
-        "RULE_GENERATION_POLL_SECONDS", "JOB_RETRY_DELAY_SECONDS", "JOB_RETRY_ATTEMPTS"),
-    "Notifications": (
-        "NOTIFICATION_API_TOKEN", "SMTP_HOST", "SMTP_PORT", "SMTP_SECURITY", "SMTP_USERNAME",
-        "SMTP_PASSWORD", "SMTP_FROM", "SMTP_TIMEOUT_SECONDS", "NOTIFICATION_OUTBOX_DIR",
-        "NOTIFICATION_RETRY_SECONDS", "NOTIFICATION_MAX_ATTEMPTS",
-        "NOTIFICATION_IDEMPOTENCY_HOURS"),
-    "Retention and partitions": (
-        "DATA_RETENTION_ENABLED", "RETENTION_DAYS", "ACTIVATION_RETENTION_DAYS",
-        "RETENTION_CRON_SCHEDULE", "TELEMETRY_PARTITION_DAYS"),
-    "Telemetry at rest": (
-        "TELEMETRY_CHUNK_RECORDS", "TELEMETRY_COMPACT_CRON_SCHEDULE",
-        "TELEMETRY_COMPACT_SETTLE_SECONDS"),
-    "Console": (
-        "CONSOLE", "CONSOLE_USERS", "CONSOLE_SECRET", "CONSOLE_SESSION_MINUTES",
-        "CONSOLE_LISTEN"),
-}
+SETTINGS: tuple[Setting, ...] = tuple(dataclasses.replace(setting, section=section)
+                                        for section, rows in SECTIONS for setting in rows)
 
 
-def _in_sections(settings: tuple[Setting, ...]) -> tuple[Setting, ...]:
-    by_name = {setting.name: setting for setting in settings}
-    listed = [name for names in SECTIONS.values() for name in names]
-    if sorted(listed) != sorted(by_name):
-        raise AssertionError(f"SECTIONS and the settings differ: "
-                             f"{sorted(set(listed) ^ set(by_name))}")
-    return tuple(dataclasses.replace(by_name[name], section=section)
-                 for section, names in SECTIONS.items() for name in names)
-
-
-SETTINGS = _in_sections(_ALL_SETTINGS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    listen_host: str
-    listen_port: int
-    http_workers: int
-    shutdown_grace_seconds: int
-    http_idle_timeout_seconds: int
-    data_dir: Path
-    registration_mode: str
-    router_cache_seconds: int
-    router_auth: str
-    router_requests_per_minute: int
-    router_records_per_minute: int
-    registrations_per_minute_per_address: int
-    failed_credentials_per_minute_per_address: int
-    ipv6_limit_prefix: int
-    trusted_proxies: tuple
-    enrollment_token: str
-    enrollment_reset_window_minutes: int
-    db_host: str | None
-    db_port: int
-    db_name: str
-    db_user: str
-    db_password: str
-    db_sslmode: str
-    db_log_level: str
-    db_pool_min: int
-    db_pool_max: int
-    ingest_db_pool_max: int
-    db_timeout_seconds: int
-    db_retry_after_seconds: int
-    metrics_token: str
-    log_config: Path | None
-    services: frozenset[str]
-    ingest_max_body_bytes: int
-    ingest_max_record_bytes: int
-    ingest_batch_rows: int
-    ingest_body_idle_seconds: int
-    ingest_max_gzip_ratio: int
-    ingest_max_uploads_per_router: int
-    ingest_max_uploads_per_address: int
-    ingest_max_reported_errors: int
-    ingest_idempotency_key_days: int
-    rule_data_dir: Path | None
-    rule_preprocess_archive_url: str
-    rule_preprocess_version_url: str
-    rule_preprocess_cron_schedule: str
-    rule_preprocess_at_start: bool
-    rule_generation_sample_count: int
-    rule_generation_max_concurrent: int
-    rule_generation_queue_capacity: int
-    rule_generation_command_timeout_seconds: int
-    rule_generation_interval_seconds: int
-    rule_generation_enabled: bool
-    rule_generation_telemetry_days: int
-    rule_generation_block_severity: int
-    rule_generation_block_min_alerts: int
-    rule_generation_fired_percent: int
-    rule_generation_firewall_max_entries: int
-    rule_generation_rules_filename: str
-    rule_generation_poll_seconds: int
-    job_retry_delay_seconds: int
-    job_retry_attempts: int
-    notification_api_token: str
-    smtp_host: str | None
-    smtp_port: int
-    smtp_security: str
-    smtp_username: str
-    smtp_password: str
-    smtp_from: str
-    smtp_timeout_seconds: int
-    notification_outbox_dir: Path | None
-    notification_retry_seconds: int
-    notification_max_attempts: int
-    notification_idempotency_hours: int
-    data_retention_enabled: bool
-    retention_days: int
-    activation_retention_days: int
-    retention_cron_schedule: str
-    telemetry_partition_days: int
-    telemetry_chunk_records: int
-    telemetry_compact_cron_schedule: str
-    telemetry_compact_settle_seconds: int
-    console: bool
-    console_users: tuple[tuple[str, str, str], ...]
-    console_secret: str
-    console_session_minutes: int
-    console_listen: tuple[str, int] | None
+class _Derived:
+    """What the settings imply, beside the values of SETTINGS (the fields of `Settings`)."""
 
     @property
     def embedded_database(self) -> bool:
@@ -552,6 +431,14 @@ class Settings:
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
+
+
+# One immutable field per setting, named as its variable in lower case and typed as its
+# parser returns: a setting is declared once, by its row in SECTIONS.
+Settings = dataclasses.make_dataclass(
+    "Settings", [(setting.attribute, setting.parse.__annotations__.get("return", Any))
+                 for setting in SETTINGS], bases=(_Derived,), frozen=True)
+Settings.__module__ = __name__
 
 
 def read_env_file(path: Path) -> dict[str, str]:

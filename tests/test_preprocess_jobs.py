@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import orjson
 import pytest
@@ -19,6 +19,7 @@ from ruledata.compromised import COMPROMISED_IPS_FILE
 from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
 from server.jobs import ledger
+from server.jobs import cron as cron_module
 from server.jobs.cron import CronJobs
 from server.metrics import Metrics
 from testkit.database import command_env
@@ -106,7 +107,8 @@ async def test_cron_tick_runs_once_across_processes(settings, sql):
 
     async with open_database(settings) as db_a, open_database(settings) as db_b:
         schedulers = [CronJobs(db, retry_delay=0.01, retry_attempts=2) for db in (db_a, db_b)]
-        await asyncio.gather(*(s._tick("demo", job) for s in schedulers))
+        tick = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+        await asyncio.gather(*(s._tick("demo", job, tick) for s in schedulers))
         for scheduler in schedulers:
             await scheduler.stop()
     assert len(runs) == 1
@@ -147,8 +149,9 @@ async def test_failed_job_is_retried_within_the_tick(settings, sql):
 
     metrics = Metrics()
     async with open_database(settings) as db:
-        await CronJobs(db, retry_delay=0.01, retry_attempts=3, metrics=metrics)._tick("flaky",
-                                                                                     flaky)
+        tick = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+        await CronJobs(db, retry_delay=0.01, retry_attempts=3, metrics=metrics)._tick(
+            "flaky", flaky, tick)
     assert len(attempts) == 3
     assert [r[0] for r in sql.rows("SELECT status FROM job_runs ORDER BY id")] == \
         ["failed", "failed", "succeeded"]
@@ -163,3 +166,30 @@ def test_workspace_paths_match_the_seed(tmp_path):
     workspace.prepare()
     assert workspace.root / COMPROMISED_IPS_FILE == tmp_path / "rules" / "rules" / "compromised-ips.txt"
     assert (tmp_path / "idps_rules").is_dir() and (tmp_path / "rulefile_json").is_symlink()
+
+
+async def test_each_tick_of_a_schedule_is_taken_up_when_it_comes(settings, monkeypatch):
+    """The schedule's loop (cronsim): it waits until each tick, then hands that tick over."""
+    waits, ticks = [], []
+
+    async def waited(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) > 2:
+            await asyncio.Event().wait()  # until stopped
+
+    async def taken_up(name: str, function, tick: datetime) -> None:
+        ticks.append(tick)
+
+    monkeypatch.setattr(cron_module, "pause", waited)
+    async with open_database(settings) as db:
+        jobs = CronJobs(db, retry_delay=0.01, retry_attempts=0)
+        monkeypatch.setattr(jobs, "_tick", taken_up)
+        before = datetime.now(timezone.utc)
+        jobs.add("demo", "*/5 * * * *", lambda: None)
+        while len(ticks) < 2:
+            await asyncio.sleep(0.01)
+        await jobs.stop()
+    assert all(tick.minute % 5 == 0 and tick.second == 0 for tick in ticks)
+    assert before < ticks[0] <= before + timedelta(minutes=5)
+    assert ticks[1] - ticks[0] == timedelta(minutes=5)
+    assert abs(waits[0] - (ticks[0] - before).total_seconds()) < 1

@@ -16,10 +16,9 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
-import aiocron
 from cronsim import CronSim
 
 from server.process.background import BackgroundTasks, LoopHealth, pause, process_name
@@ -68,10 +67,6 @@ async def run_job(db: Database, name: str, function: JobFunction,
     return JobOutcome("succeeded", detail)
 
 
-def nearest_minute(moment: datetime) -> datetime:
-    return (moment + timedelta(seconds=30)).replace(second=0, microsecond=0)
-
-
 class CronJobs:
     """The server's scheduled jobs; started and stopped with the app."""
 
@@ -81,7 +76,6 @@ class CronJobs:
         self._metrics = metrics or Metrics()
         self._retry_delay = retry_delay
         self._retry_attempts = retry_attempts
-        self._crons: list[aiocron.Cron] = []
         self._schedule: list[tuple[str, str, JobFunction]] = []
         self._health: dict[str, LoopHealth] = {}
         self._runs = BackgroundTasks()
@@ -90,12 +84,14 @@ class CronJobs:
 
     def add(self, name: str, spec: str, function: JobFunction) -> None:
         self._health[name] = self._metrics.loop_health(f"job:{name}", log)
-
-        async def on_tick() -> None:
-            self._runs.spawn(self._tick(name, function), f"job-{name}")
-
-        self._crons.append(aiocron.crontab(spec, func=on_tick, start=True, tz=timezone.utc))
+        self._runs.spawn(self._every_tick(name, spec, function), f"job-{name}-schedule")
         self._schedule.append((name, spec, function))
+
+    async def _every_tick(self, name: str, spec: str, function: JobFunction) -> None:
+        """Each tick of `spec` (UTC) from now on, handled in a task of its own."""
+        for tick in CronSim(spec, datetime.now(timezone.utc)):
+            await pause((tick - datetime.now(timezone.utc)).total_seconds())
+            self._runs.spawn(self._tick(name, function, tick), f"job-{name}")
 
     def spawn(self, coroutine, name: str) -> None:
         """Another long-running task of the jobs, stopped with them."""
@@ -120,9 +116,7 @@ class CronJobs:
                      name, previous.isoformat())
             await self._tick(name, function, previous)
 
-    async def _tick(self, name: str, function: JobFunction,
-                    tick: datetime | None = None) -> None:
-        tick = tick or nearest_minute(datetime.now(timezone.utc))
+    async def _tick(self, name: str, function: JobFunction, tick: datetime) -> None:
         if self._last_tick.get(name) == tick:
             return  # taken here already (a catch-up at the minute of a tick)
         self._last_tick[name] = tick
@@ -146,6 +140,4 @@ class CronJobs:
                 return
 
     async def stop(self) -> None:
-        for cron in self._crons:
-            cron.stop()
         await self._runs.stop()

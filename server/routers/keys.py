@@ -14,7 +14,7 @@ import hmac
 import logging
 import secrets
 import time
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from aiohttp import web
 
@@ -45,7 +45,7 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 class RouterKeys:
     def __init__(self, db: Database, cache_seconds: int, metrics: Metrics,
-                 limits: FloodLimits, proxies: Sequence[Network] = ()):
+                 limits: FloodLimits, proxies: frozenset[Network] = frozenset()):
         self._db = db
         self._limits = limits
         self._proxies = proxies

@@ -78,7 +78,7 @@ class AccessLogger(AbstractAccessLogger):
     for the `aiohttp.access` logger. The path and X-ID come from the client and are escaped (`quoted`). ADDRESS is the
     client's, read through `trusted_proxies` (see access_logger_for)."""
 
-    trusted_proxies: tuple[Network, ...] = ()
+    trusted_proxies: frozenset[Network] = frozenset()
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +88,7 @@ class AccessLogger(AbstractAccessLogger):
             elapsed: float) -> None:
         version = request.version
         log_access(client_address(request, self.trusted_proxies),
-                   f"{request.method} {request.path_qs} HTTP/{version.major}.{version.minor}",
+                   f"{request.method} {request.raw_path} HTTP/{version.major}.{version.minor}",
                    response.status, response.body_length, elapsed,
                    ",".join(header_values(request.headers, "X-ID")))
 
@@ -97,7 +97,7 @@ def access_logger_for(proxies: Sequence[Network]) -> type[AccessLogger]:
     """The access logger class for a runner (aiohttp makes the instances): behind Caddy the
     connection's address is the proxy's, so the client's is read as the API reads it."""
     return type("AccessLogger", (AccessLogger,),
-                {"trusted_proxies": tuple(proxies)})
+                {"trusted_proxies": frozenset(proxies)})
 
 
 def access_logged() -> bool:

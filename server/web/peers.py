@@ -9,9 +9,10 @@ chose to send.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from aiohttp import web
 
@@ -24,7 +25,10 @@ def bearer_matches(headers: Mapping[str, str], secret: str) -> bool:
                                f"Bearer {secret}".encode())
 
 
-def _trusted(address: str, proxies: Sequence[Network]) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _trusted(address: str, proxies: frozenset[Network]) -> bool:
+    """Cached: parsing the address is most of an access line's cost, and the addresses
+    that connect are few (the proxies) or come back (the routers)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -40,7 +44,7 @@ def header_values(headers, name: str) -> list[str]:
     return [headers[name]] if name in headers else []
 
 
-def client_address(request: web.BaseRequest, proxies: Sequence[Network]) -> str:
+def client_address(request: web.BaseRequest, proxies: frozenset[Network]) -> str:
     remote = request.remote or ""
     if not proxies or not _trusted(remote, proxies):
         return remote or "-"
