@@ -23,7 +23,7 @@ from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
 from ops.telemetry import add_arguments as add_telemetry_arguments
 from ops.telemetry import telemetry
-from server.web.app import create_app
+from server.app import create_app
 from server.db.embedded import embedded_program
 from server.db.lifecycle import prepare_database
 from server.db.migrate import SchemaNotReady, release_schema_version

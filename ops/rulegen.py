@@ -21,7 +21,7 @@ from server.generation.service import (
     GenerationRefused,
     generate_once,
 )
-from server.generation.task import LeaseLost
+from server.db.generation import LeaseLost
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 

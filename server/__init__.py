@@ -1,29 +1,29 @@
 """The service: the HTTP app (router API, notification API, operations endpoints) and the
-capabilities behind it. The map:
+capabilities behind it, in layers, each importing only the layers below it (the
+`server-layers` contract of .importlinter, checked by `lint-imports` in CI):
 
-- `web/`: the HTTP application (`app.py`, the factory) and what every request passes
-  through (client address, flood limits, requests in flight, access log, the API document).
-- `handlers/`: thin HTTP handlers of the router API, the notification API and the
-  operations endpoints.
-- `polling/`: the ETag cache, the one 304 decision and the connections that answer a poll
-  as its head is parsed (the one place that uses aiohttp's private API).
-- `routers/`: router identity, registration, per-router keys, applied reports.
-- `ingest/` (streamed telemetry ingestion), `telemetry/` (telemetry at rest: compressed
-  chunks, hourly summaries, compaction, export), `generation/` (the per-router generation queue),
-  `jobs/` (cron runner, preprocess, partitions, retention and upload-keys jobs), `notify/`
-  (email notifications), `tuning/` (operators' overrides, allowlist and enrollment resets,
-  checked and recorded), `console/` (the web console for support and operators): the
-  capabilities.
-- `process/`: the supervisor, the drain on SIGTERM, background tasks and their health.
-- `db/`: the connection pool, schema, migrations and the SQL of every table.
-- Shared by all: `settings.py` (the one settings object), `typedefs.py` (app keys),
-  `errors.py` (the JSON error shape, 503s logged once in a while), `metrics.py`
-  (Prometheus), `logs.py` (logging: batched to stderr, or the operator's LOG_CONFIG),
-  `text.py` (what counts as plain text), `timestamps.py` (ISO 8601 in UTC),
-  `idempotency_key.py` (the Idempotency-Key header of sends and uploads), `status.py` (the
-  fleet at a glance, for `router-backend status` and the console).
+1. The assembly: `app.py` (settings in, the aiohttp application out: routes, middleware,
+   one cleanup context per resource) and `process/` (the supervisor of several HTTP
+   workers, serving until SIGTERM and draining).
+2. The HTTP faces: `handlers/` (router API, notification API, operations endpoints, the
+   API document) and `console/` (the web console for support and operators).
+3. `typedefs.py`: the application's typed keys.
+4. The capabilities, none importing another: `ingest/` (streamed telemetry ingestion),
+   `generation/` (the per-router generation queue), `jobs/` (cron runner, preprocess,
+   partitions, retention, compaction), `notify/` (email notifications), `polling/` (the
+   ETag cache), `tuning/` (operators' overrides, allowlist and enrollment resets),
+   `status.py` (the fleet at a glance).
+5. What capabilities share: `routers/` (router identity, registration, keys, applied
+   reports) and `telemetry/` (telemetry at rest: compressed chunks, hourly summaries,
+   compaction, export).
+6. Shared plumbing: `web/` (what every request passes through: the one middleware, client
+   address, flood limits, requests in flight, access log), `idempotency_key.py`,
+   `errors.py` (the JSON error shape), `metrics.py` (Prometheus), `logs.py`, then
+   `background.py` (the name leases are taken under, long-running tasks, their health).
+7. `db/`: the connection pool, schema, migrations and the SQL of every table.
+8. `settings.py` (the one settings object), `text.py`, `timestamps.py`.
 
-Layer: imports engine and ruledata (below it), never ops (above it); see .importlinter.
+Layer of the whole tree: imports engine and ruledata (below it), never ops (above it).
 """
 
 SERVICE_VERSION = "1.0.0"

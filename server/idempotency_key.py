@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from server.errors import BadRequest
 
@@ -15,9 +15,9 @@ MAX_CHARS = 255
 _KEY = re.compile(r"[\x20-\x7e]{1,%d}" % MAX_CHARS)  # printable ASCII
 
 
-def idempotency_key(request: web.Request) -> str | None:
+def idempotency_key(headers: CIMultiDictProxy[str]) -> str | None:
     """The request's key, None without one; BadRequest when it is not a usable key."""
-    values = request.headers.getall(HEADER, [])
+    values = headers.getall(HEADER, [])
     if not values:
         return None
     if len(values) > 1:

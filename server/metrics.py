@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from server.process.background import LoopHealth
+from server.background import LoopHealth
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -87,7 +87,7 @@ class Metrics:
                                        ["loop"], multiprocess_mode="max", registry=registry)
 
     def loop_health(self, name: str, logger) -> LoopHealth:
-        """The health reporter of one long-running loop (server/process/background.py)."""
+        """The health reporter of one long-running loop (server/background.py)."""
         return LoopHealth(name, logger, self.loop_last_success.labels(name))
 
     def observe_request(self, request: web.Request, status: int, seconds: float) -> None:

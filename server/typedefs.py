@@ -6,6 +6,7 @@ from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
+from server.ingest.ingest import Ingestion
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
@@ -18,8 +19,7 @@ from server.web.in_flight import InFlight
 
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)
-# Telemetry uploads' own pool (INGEST_DB_POOL_MAX), so they never take DATABASE's connections.
-INGEST_DATABASE = web.AppKey("ingest_database", Database)
+INGESTION = web.AppKey("ingestion", Ingestion)
 UPLOAD_SLOTS = web.AppKey("upload_slots", UploadSlots)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
 ROUTER_KEYS = web.AppKey("router_keys", RouterKeys)
@@ -31,5 +31,5 @@ SENDS = web.AppKey("sends", Sends)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
-# What this process does (server/web/app.py ROLES).
+# What this process does (server/app.py ROLES).
 ROLE = web.AppKey("role", str)

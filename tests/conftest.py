@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from server.web.app import create_app
+from server.app import create_app
 from server.db.location import DatabaseLocation
 from server.logs import default_handler
 from server.settings import Settings

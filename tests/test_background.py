@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from server.process.background import BackgroundTasks, pause
+from server.background import BackgroundTasks, pause
 
 
 async def test_a_loop_whose_cancellation_was_lost_still_stops():

@@ -19,8 +19,7 @@ from server.db.partitions import partition_name
 from server.db.router_keys import KEY_HASH
 from server.db.rules import ACTIVATE_AND_READ, PAYLOAD_CHANGED, READ_PAYLOAD
 from server.db.upload_keys import INSERT_KEY, RECORDED
-from server.generation.task import (MAX_ALERTS, RESCHEDULE, STORE_PAYLOADS,
-                                    TELEMETRY_SUMMARY)
+from server.db.generation import MAX_ALERTS, RESCHEDULE, STORE_PAYLOADS, TELEMETRY_SUMMARY
 from testkit.database import citus_workers, command_env
 
 MAC = "aa:bb:cc:00:34:01"

@@ -10,17 +10,18 @@ from datetime import timedelta
 import psycopg2
 import pytest
 
-from engine.generate import PayloadLimits
 from engine.pool import WorkerPool
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
-from server.generation import queue
+from server.db import generation as queue
 from server.generation import service as service_module
 from server.generation.service import GenerationConfig, GenerationService
-from server.generation.task import LeaseLost, RouterTask, _renew_and_summarise, generate_and_store
+from server.db.generation import LeaseLost, renew_and_summarise
+from server.generation.task import generate_and_store
 from server.jobs.preprocess import run_preprocess
 from testkit.rule_archives import ruleset_settings
 from testkit.tcp_proxy import TcpProxy
+from testkit.workers import pool_worker_pids
 from testkit.waiting import wait_for
 
 MAC = "aa:bb:cc:00:00:24"
@@ -122,7 +123,7 @@ async def test_database_lost_mid_generation_reschedules_once_it_is_back(
             return MAC in service._running
         await wait_for(lambda: generated(1), timeout=60)  # the worker is connected
         await wait_for(generating, timeout=60, interval=0.05)
-        workers = service._pool.pids
+        workers = pool_worker_pids()
         proxy.go_down() if fault == "server gone" else proxy.cut()
 
         async def failure_kept():
@@ -136,7 +137,7 @@ async def test_database_lost_mid_generation_reschedules_once_it_is_back(
             return row if row["last_error"] else None
         seen["recorded"] = await wait_for(recorded, timeout=30, interval=0.05)
         await wait_for(lambda: generated(2), timeout=60)
-        assert service._pool.pids == workers  # no worker killed for a timeout
+        assert pool_worker_pids() == workers  # no worker killed for a timeout
 
     await run_service(settings, slow_generation, cut_then_restored)
     while_down = seen["while_down"]
@@ -160,12 +161,10 @@ async def test_a_worker_statement_delivered_after_the_failure_was_recorded_claim
         await router_db.register(db, MAC)
         assert await queue.claim_due(db, owner, 10, lease) == [MAC]
         await queue.fail(db, owner, MAC, timedelta(seconds=2), "DatabaseUnavailable: cut")
-    task = RouterTask(database.dsn(), owner, MAC, "unused", "unused", lease,
-                      timedelta(days=1), 2, timedelta(seconds=2), PayloadLimits(10, 10), 5)
     conn = psycopg2.connect(database.dsn())
     try:
-        with conn, conn.cursor() as cur, pytest.raises(LeaseLost):
-            _renew_and_summarise(cur, task)  # the held statement, delivered late
+        with conn, conn.cursor() as cur, pytest.raises(LeaseLost):  # the held statement,
+            renew_and_summarise(cur, owner, MAC, lease, timedelta(days=1), 2)  # late
     finally:
         conn.close()
     row = queue_row(sql)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.web.app import exposure_warnings
+from server.app import exposure_warnings
 from server.handlers.operations import may_scrape
 from testkit.database import settings_for
 

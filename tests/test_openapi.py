@@ -12,11 +12,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from server.web.app import create_app
+from server.app import create_app
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
 from server.jobs.preprocess import run_preprocess
-from server.web.openapi import EXAMPLE_MAC, openapi_document
+from server.handlers.openapi import EXAMPLE_MAC, openapi_document
 from testkit.database import command_env
 from testkit.rule_archives import ruleset_settings
 from testkit.server import ServerRunner

@@ -18,7 +18,7 @@ from ruledata.build import read_manifest
 from ruledata.compromised import COMPROMISED_IPS_FILE
 from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
-from server.jobs import ledger
+from server.db import jobs as ledger
 from server.jobs import cron as cron_module
 from server.jobs.cron import CronJobs
 from server.metrics import Metrics

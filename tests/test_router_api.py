@@ -16,7 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from server.web.access_log import AccessLogger, access_logger_for
-from server.web.app import create_app
+from server.app import create_app
 from server.db.lifecycle import open_database
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects

@@ -12,7 +12,7 @@ import pytest
 
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
-from server.generation.task import (MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY,
+from server.db.generation import (MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY,
                                     TOP_FLOW_VALUES)
 from server.jobs.preprocess import run_preprocess
 from testkit import CORPUS

@@ -1,4 +1,4 @@
-"""The console's sub-application (mounted at /console/ by server/web/app.py): its templates,
+"""The console's sub-application (mounted at /console/ by server/app.py): its templates,
 the middleware every console request passes (listener, session, CSRF, role, HTML errors and
 the headers that keep pages from running anything a router sent), and its routes."""
 

@@ -14,7 +14,12 @@
   keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
   overrides), `tuning_changes.py` (the record of operators' changes), `reports.py` (access
   reports), `status.py` (the fleet at a glance), `console.py` (what the console reads: one
-  router's story, the fleet's hourly charts).
+  router's story, the fleet's hourly charts), `generation.py` (the generation queue's
+  leases, and the statements of a generation worker), `jobs.py` (scheduled jobs' tick
+  claims, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
+  minute).
 
-A capability's own tables are queried from its package (generation/queue.py, jobs/ledger.py).
+The SQL of the service is here, with these exceptions: retention's DDL and batched deletes,
+built from partition names (server/jobs/retention.py); the ETag cache's LISTEN and
+heartbeat; the health check's `SELECT 1`; the supervisor's max_connections check.
 """

@@ -30,11 +30,13 @@ from datetime import timedelta
 from engine.generate import PayloadLimits
 from engine.pool import WorkerPool
 from ruledata.workspace import Workspace
-from server.process.background import BackgroundTasks, pause, process_name, raise_if_cancelled
+from server.background import (BackgroundTasks, UnrecordedOutcomes, pause, process_name,
+                               raise_if_cancelled)
 from server.db import routers as router_db
 from server.db.pool import Database, DatabaseUnavailable
-from server.generation import queue
-from server.generation.task import LeaseLost, RouterGenerated, RouterTask, generate_and_store
+from server.db import generation as queue
+from server.db.generation import LeaseLost
+from server.generation.task import RouterGenerated, RouterTask, generate_and_store
 from server.metrics import Metrics
 from server.settings import Settings
 
@@ -178,7 +180,8 @@ class GenerationService:
         self._buffer: asyncio.Queue[str] = asyncio.Queue(config.capacity)
         self._held: set[str] = set()  # claimed by us: buffered or being generated
         self._running: set[str] = set()  # being generated: the claims renewed
-        self._unrecorded: dict[str, str] = {}  # failed while the database was away: reason
+        # Routers whose failure could not be recorded (the database away): the reason.
+        self._unrecorded = UnrecordedOutcomes(self._record_failure)
         self._wake = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
         self._tasks = BackgroundTasks()
@@ -233,7 +236,7 @@ class GenerationService:
                 if free > 0 and self._config.workspace.current_version_dir() is not None:
                     for mac in await queue.claim_due(self._db, self._owner, free,
                                                      CLAIM_LEASE):
-                        self._unrecorded.pop(mac, None)  # claimed again: a new outcome comes
+                        self._unrecorded.forget(mac)
                         if mac not in self._held:  # its claim ran out while buffered
                             self._held.add(mac)
                             self._buffer.put_nowait(mac)
@@ -256,17 +259,13 @@ class GenerationService:
             try:
                 await queue.renew_claims(self._db, self._owner, sorted(self._running),
                                          CLAIM_LEASE)
-                await self._record_unrecorded()
+                await self._unrecorded.record()
                 self._renew_health.succeeded()
             except DatabaseUnavailable as error:
                 self._renew_health.failed(error)
 
-    async def _record_unrecorded(self) -> None:
-        """Reschedule, now that the database answers, the routers whose failure could not be
-        recorded when it happened."""
-        for mac, reason in list(self._unrecorded.items()):
-            await queue.fail(self._db, self._owner, mac, self._config.interval, reason)
-            self._unrecorded.pop(mac, None)
+    async def _record_failure(self, mac: str, reason: str) -> None:
+        await queue.fail(self._db, self._owner, mac, self._config.interval, reason)
 
     async def _work(self) -> None:
         while True:
@@ -291,7 +290,7 @@ class GenerationService:
         except GenerationFailed as error:
             self._metrics.generations.labels("failed").inc()
             if not error.rescheduled:
-                self._unrecorded[mac] = error.reason
+                self._unrecorded.keep(mac, error.reason)
             log.warning("generation for %s failed: %s%s", mac, error.reason,
                         "" if error.rescheduled else " (recorded once the database is back)")
             return

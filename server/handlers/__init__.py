@@ -1,4 +1,4 @@
-"""HTTP handlers, thin: parse the request, call the capability, answer JSON. Router API
-(`router_api.py`), notification API (`notifications.py`, a sub-app at /api/), operations
-(`operations.py`: /metrics, /openapi.json). A rules poll may be answered 304 before any
-handler (server/polling/)."""
+"""HTTP handlers, thin: read the request into plain values, call the capability, answer
+JSON. Router API (`router_api.py`, a rules poll answered 304 from the ETag cache),
+notification API (`notifications.py`, a sub-app at /api/), operations (`operations.py`:
+/metrics, /openapi.json, whose document is `openapi.py`)."""

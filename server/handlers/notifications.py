@@ -34,7 +34,7 @@ async def _json_object(request: web.Request) -> dict:
 def send_handler(kind: NotificationType):
     async def handler(request: web.Request) -> web.Response:
         body = await _json_object(request)
-        key = idempotency_key(request)
+        key = idempotency_key(request.headers)
         user_id = text_field("userId", body.get("userId"))
         recipient = recipient_field(body.get("recipient"))
         value = text_field(kind.field, body.get(kind.field))

@@ -10,8 +10,8 @@ from aiohttp import web
 from ruledata.workspace import Workspace
 from server.db.pool import DatabaseUnavailable
 from server.errors import Forbidden, json_response
-from server.generation import queue as generation_queue
-from server.web.openapi import openapi_document
+from server.db import generation as generation_queue
+from server.handlers.openapi import openapi_document
 from server.web.peers import bearer_matches
 from server.typedefs import DATABASE, ETAG_CACHE, GENERATION, METRICS, SETTINGS
 

@@ -15,12 +15,14 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
 from server.routers.identity import mac_from_header
+from server.idempotency_key import idempotency_key
+from server.ingest.body import Body
 from server.ingest.idempotency import REPLAYED_HEADER
-from server.ingest.ingest import ingest_body
+from server.ingest.ingest import Upload
 from server.web.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
-from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, METRICS, ROUTER_KEYS,
+from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, INGESTION, METRICS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 
@@ -86,8 +88,11 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
     mac = await admitted_router(request)
     address = request.app[FLOOD_LIMITS].bucket(
         client_address(request, request.app[SETTINGS].trusted_proxies))
+    upload = Upload(request.content_type, idempotency_key(request.headers), Body(
+        request.content, request.headers.get("Content-Encoding", "identity").strip().lower(),
+        request.content_length))
     with request.app[UPLOAD_SLOTS].take(mac, address):
-        ingested = await ingest_body(request, mac, kind)
+        ingested = await request.app[INGESTION].ingest(upload, mac, kind)
     report = ingested.answer
     if ingested.replayed:
         return json_response(report, headers={REPLAYED_HEADER: "true"})

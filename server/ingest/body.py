@@ -15,9 +15,7 @@ import asyncio
 import time
 import zlib
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterator
-
-from aiohttp import web
+from typing import AsyncIterator, Iterator, Protocol
 
 from server.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 
@@ -33,22 +31,31 @@ class BodyLimits:
     max_gzip_ratio: int      # decoded bytes per received byte
 
 
-def _check_declared_length(request: web.Request, max_bytes: int) -> None:
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise PayloadTooLarge(f"body of {request.content_length} bytes exceeds the limit of "
-                              f"{max_bytes} bytes")
+class ByteStream(Protocol):
+    """The body as it arrives (aiohttp's request.content is one)."""
+
+    async def readany(self) -> bytes: ...
 
 
-async def decoded_chunks(request: web.Request, limits: BodyLimits) -> AsyncIterator[bytes]:
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("identity", "gzip", "x-gzip"):
-        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r} "
+@dataclass(frozen=True)
+class Body:
+    """A request body as the handler found it: its stream and what the headers said of it."""
+    stream: ByteStream
+    encoding: str                # Content-Encoding, lower-case; "identity" when none
+    declared_length: int | None  # Content-Length
+
+
+async def decoded_chunks(body: Body, limits: BodyLimits) -> AsyncIterator[bytes]:
+    if body.encoding not in ("identity", "gzip", "x-gzip"):
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {body.encoding!r} "
                                    "(use gzip or none)")
-    _check_declared_length(request, limits.max_bytes)
+    if body.declared_length is not None and body.declared_length > limits.max_bytes:
+        raise PayloadTooLarge(f"body of {body.declared_length} bytes exceeds the limit of "
+                              f"{limits.max_bytes} bytes")
     decoded = received = 0
-    inflate = _GzipStream() if encoding != "identity" else None
+    inflate = _GzipStream() if body.encoding != "identity" else None
     yielded_at = time.perf_counter()
-    while chunk := await _next_chunk(request, limits.idle_seconds):
+    while chunk := await _next_chunk(body.stream, limits.idle_seconds):
         received += len(chunk)
         for piece in inflate.feed(chunk) if inflate else _slices(chunk):
             decoded += len(piece)
@@ -65,11 +72,11 @@ async def decoded_chunks(request: web.Request, limits: BodyLimits) -> AsyncItera
         inflate.finish()
 
 
-async def _next_chunk(request: web.Request, idle_seconds: float) -> bytes:
+async def _next_chunk(stream: ByteStream, idle_seconds: float) -> bytes:
     """The next network chunk (b"" at the end), or RequestTimeout when none comes in time."""
     try:
         async with asyncio.timeout(idle_seconds):
-            return await request.content.readany()
+            return await stream.readany()
     except TimeoutError:
         raise RequestTimeout(f"body stalled: nothing received for {idle_seconds:g} s") from None
     except ConnectionError as error:

@@ -11,22 +11,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
-from server.process.background import BackgroundTasks, pause
-from server.db.pool import Database, DatabaseUnavailable, execute
+from server.background import BackgroundTasks, pause
+from server.db import traffic
+from server.db.pool import Database, DatabaseUnavailable
 from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.ingest")
 
 FLUSH_SECONDS = 10
-_ADD = ("INSERT INTO telemetry_minutes (minute, kind, accepted, rejected, uploads) "
-        "SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::bigint[], %s::bigint[], "
-        "%s::bigint[]) ON CONFLICT (minute, kind) DO UPDATE SET "
-        "accepted = telemetry_minutes.accepted + EXCLUDED.accepted, "
-        "rejected = telemetry_minutes.rejected + EXCLUDED.rejected, "
-        "uploads = telemetry_minutes.uploads + EXCLUDED.uploads")
-_ADD_POLLS = ("INSERT INTO poll_minutes (minute, polls) "
-              "SELECT * FROM unnest(%s::timestamptz[], %s::bigint[]) "
-              "ON CONFLICT (minute) DO UPDATE SET polls = poll_minutes.polls + EXCLUDED.polls")
 POLLS = "polls"   # the key of the polls' counts, beside the telemetry kinds
 
 
@@ -56,19 +48,11 @@ class TrafficTally:
         if not pending:
             self._health.succeeded()
             return
-        keys = [key for key in pending if key[1] != POLLS]
-        polls = [key for key in pending if key[1] == POLLS]
+        uploads = {key: counts for key, counts in pending.items() if key[1] != POLLS}
+        polls = {minute: counts[0] for (minute, kind), counts in pending.items()
+                 if kind == POLLS}
         try:
-            async with self._db.transaction() as cur:
-                if keys:
-                    await execute(cur, _ADD, ([minute for minute, _ in keys],
-                                              [kind for _, kind in keys],
-                                              [pending[key][0] for key in keys],
-                                              [pending[key][1] for key in keys],
-                                              [pending[key][2] for key in keys]))
-                if polls:
-                    await execute(cur, _ADD_POLLS, ([minute for minute, _ in polls],
-                                                    [pending[key][0] for key in polls]))
+            await traffic.add_counts(self._db, uploads, polls)
         except DatabaseUnavailable as error:  # keep them for the next flush
             for key, counts in pending.items():
                 self._count(key, *counts)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 from server.db import activation_days
 from server.db.pool import Database
-from server.jobs import ledger
+from server.db import jobs as ledger
 from server.jobs.retention import trim_table
 
 ACTIVATION_DAYS_CRON_SCHEDULE = "27 * * * *"

@@ -21,9 +21,9 @@ from typing import Awaitable, Callable
 
 from cronsim import CronSim
 
-from server.process.background import BackgroundTasks, LoopHealth, pause, process_name
+from server.background import BackgroundTasks, LoopHealth, pause, process_name
 from server.db.pool import Database
-from server.jobs import ledger
+from server.db import jobs as ledger
 from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.jobs")

@@ -14,7 +14,7 @@ import logging
 import uuid
 from datetime import timedelta
 
-from server.process.background import BackgroundTasks, pause, process_name
+from server.background import BackgroundTasks, UnrecordedOutcomes, pause, process_name
 from server.db import notification_keys
 from server.db import notifications as notification_db
 from server.db.pool import Database, DatabaseUnavailable
@@ -43,7 +43,7 @@ class Notifier:
         self._health = self._metrics.loop_health("notification-retries", log)
         # Outcomes whose recording failed (the database away): id -> None (sent) or the
         # error. Recorded by the retry loop first, so a sent mail is never sent again.
-        self._unrecorded: dict[str, str | None] = {}
+        self._unrecorded = UnrecordedOutcomes(self._store_outcome)
 
     async def deliver(self, record: dict) -> str | None:
         """Send one stored notification; record the outcome. Returns the error, or None."""
@@ -72,19 +72,20 @@ class Notifier:
         """Record a delivery's outcome (`error` None: sent); kept in memory for the retry
         loop when the database is away, and raised."""
         try:
-            if error is None:
-                await notification_db.mark_sent(self._db, notification_id)
-            else:
-                await notification_db.mark_failed(self._db, notification_id, error,
-                                                  self._base_delay, self._max_attempts)
+            await self._store_outcome(notification_id, error)
         except DatabaseUnavailable:
-            self._unrecorded[notification_id] = error
+            self._unrecorded.keep(notification_id, error)
             raise
 
+    async def _store_outcome(self, notification_id: str, error: str | None) -> None:
+        if error is None:
+            await notification_db.mark_sent(self._db, notification_id)
+        else:
+            await notification_db.mark_failed(self._db, notification_id, error,
+                                              self._base_delay, self._max_attempts)
+
     async def record_unrecorded(self) -> None:
-        for notification_id, error in list(self._unrecorded.items()):
-            del self._unrecorded[notification_id]
-            await self._record(notification_id, error)
+        await self._unrecorded.record()
 
     async def retry_due(self) -> int:
         """Deliver due retries once; returns how many were delivered. One record that fails

@@ -21,7 +21,7 @@ import logging
 
 import aiopg
 
-from server.process.background import BackgroundTasks, pause
+from server.background import BackgroundTasks, pause
 from server.db.location import DatabaseLocation
 from server.metrics import Metrics
 

@@ -21,6 +21,7 @@ from server.handlers.operations import refresh_process_gauges
 from server.handlers.operations import setup_routes as setup_operations_routes
 from server.handlers.router_api import setup_routes
 from server.routers.identity import RouterRegistry
+from server.ingest.ingest import Ingestion
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
@@ -34,7 +35,7 @@ from server.settings import Settings
 from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
-                             INGEST_DATABASE, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
+                             INGESTION, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
@@ -136,7 +137,7 @@ async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
     database = await Database.open(app[DATABASE].location, 0, settings.ingest_db_pool_max,
                                    settings.db_timeout_seconds,
                                    echo=settings.db_log_level == "info")
-    app[INGEST_DATABASE] = database
+    app[INGESTION] = Ingestion(database, app[FLOOD_LIMITS], settings)
     try:
         yield
     finally:

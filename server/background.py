@@ -1,6 +1,7 @@
 """What the background work of a server process shares: the name it takes leases and job
-ticks under, one way to start and stop its long-running tasks, and one way for each loop to
-report its health (LoopHealth)."""
+ticks under, one way to start and stop its long-running tasks, one way for each loop to
+report its health (LoopHealth), and one way to keep the outcomes of leased work that the
+database could not take when they happened (UnrecordedOutcomes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import os
 import socket
 import time
-from typing import Coroutine
+from typing import Awaitable, Callable, Coroutine, Generic, Hashable, TypeVar
 
 from prometheus_client import Gauge
 
@@ -119,3 +120,35 @@ class LoopHealth:
         lines = str(error).strip().splitlines()  # psycopg2's messages run over lines
         self._log.warning("%s: %s; retrying quietly until it works again", self.name,
                           " ".join(line.strip() for line in lines) or type(error).__name__)
+
+
+Key = TypeVar("Key", bound=Hashable)
+Outcome = TypeVar("Outcome")
+
+
+class UnrecordedOutcomes(Generic[Key, Outcome]):
+    """Outcomes of leased work whose recording failed (the database away), kept in this
+    process and recorded by the owner's loop before it claims anything more, each once: a
+    notification that was sent is never sent again, a router whose generation failed is
+    rescheduled instead of waiting out its lease. `record` stores one outcome."""
+
+    def __init__(self, record: Callable[[Key, Outcome], Awaitable[None]]) -> None:
+        self._record = record
+        self._kept: dict[Key, Outcome] = {}
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._kept
+
+    def keep(self, key: Key, outcome: Outcome) -> None:
+        self._kept[key] = outcome
+
+    def forget(self, key: Key) -> None:
+        """The work was claimed again: a new outcome will come."""
+        self._kept.pop(key, None)
+
+    async def record(self) -> None:
+        """Record what is kept, in order; what fails to record stays kept (and the error is
+        raised)."""
+        for key, outcome in list(self._kept.items()):
+            await self._record(key, outcome)
+            self._kept.pop(key, None)

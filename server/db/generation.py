@@ -1,0 +1,232 @@
+"""The generation queue's SQL: as the event loop runs it (aiopg: claim due routers, renew,
+release and reschedule claims, read the queue's state) and as a generation worker process
+runs it (psycopg2: renew the lease and read the router's summary, then store its payloads
+and reschedule it).
+
+Claims are leases: `claimed_by`/`claimed_until` set in the same statement that picks due
+routers with FOR UPDATE SKIP LOCKED. The lease's owner is a process name
+(server.background.process_name(), or `rulegen@...` for the command).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+import psycopg2
+
+from engine.generate import TelemetrySummary
+from server.db.pool import Database, execute
+from server.db.rules import PAYLOAD_CHANGED, payload_params, upsert_statement
+
+# Bounds on what the summary returns per router.
+MAX_FIRED_SIDS = 2_000
+TOP_FLOW_VALUES = 32
+MAX_ALERTS = 5_000
+OWN_ADDRESSES = 100       # newest activations (or rolled-up days) whose addresses are
+                          # never blocked
+
+
+class LeaseLost(Exception):
+    """Our lease on this router ran out (another owner may hold it now); nothing is stored."""
+
+_CLAIM_DUE = """
+UPDATE generation_queue q SET claimed_by = %(owner)s, claimed_until = now() + %(lease)s
+WHERE q.mac IN (
+    SELECT mac FROM generation_queue
+    WHERE next_due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+    ORDER BY (generated_at IS NOT NULL), next_due_at
+    LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+RETURNING q.mac::text"""
+
+# Take one router's lease, or renew it when it is already the owner's.
+CLAIM_ONE = """
+UPDATE generation_queue SET claimed_by = %(owner)s, claimed_until = now() + %(lease)s
+WHERE mac = %(mac)s
+  AND (claimed_until IS NULL OR claimed_until < now() OR claimed_by = %(owner)s)
+RETURNING mac"""
+
+# Renew the owner's live lease on one router, never take one: the worker's first statement.
+# A statement can reach the server after its sender gave up on it (a network that held it,
+# then delivered it); had it been allowed to take an unclaimed router, a worker's statement
+# held through a network cut would claim back, after the router's failure was recorded, the
+# router its worker had already given up on, for one more lease.
+RENEW_ONE = """
+UPDATE generation_queue SET claimed_until = now() + %(lease)s
+WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()
+RETURNING mac"""
+
+# Keep the claims of generations running in a living process alive; never shortens a lease,
+# never revives an expired one.
+_RENEW = """
+UPDATE generation_queue SET claimed_until = greatest(claimed_until, now() + %(lease)s)
+WHERE claimed_by = %(owner)s AND claimed_until >= now() AND mac = ANY(%(macs)s::macaddr[])"""
+
+_RELEASE = """
+UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL
+WHERE mac = %(mac)s AND claimed_by = %(owner)s"""
+
+_FAIL = """
+UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL,
+    next_due_at = now() + least(%(interval)s, interval '1 minute' * power(2, attempts)),
+    attempts = attempts + 1, last_error = %(error)s
+WHERE mac = %(mac)s AND claimed_by = %(owner)s"""
+
+_STATE = """
+SELECT count(*) FILTER (WHERE claimed_until >= now()),
+       count(*) FILTER (WHERE next_due_at <= now() AND (claimed_until IS NULL
+                                                       OR claimed_until < now())),
+       count(*) FILTER (WHERE next_due_at <= now() - interval '1 hour'),
+       count(*) FILTER (WHERE attempts > 0),
+       count(*)
+FROM generation_queue"""
+
+
+async def claim_due(db: Database, owner: str, limit: int, lease: timedelta) -> list[str]:
+    """Up to `limit` due routers, never-generated first, then by due time."""
+    async with db.cursor() as cur:
+        await execute(cur, _CLAIM_DUE, {"owner": owner, "lease": lease, "limit": limit})
+        return [row[0] for row in await cur.fetchall()]
+
+
+async def claim_router(db: Database, owner: str, mac: str, lease: timedelta) -> bool:
+    """Take (or renew) the lease on one router; False when another owner holds it."""
+    async with db.cursor() as cur:
+        await execute(cur, CLAIM_ONE, {"owner": owner, "mac": mac, "lease": lease})
+        return await cur.fetchone() is not None
+
+
+async def renew_claims(db: Database, owner: str, macs: list[str], lease: timedelta) -> int:
+    """Extend `owner`'s claims on `macs` (the routers it is generating); how many it held."""
+    if not macs:
+        return 0
+    return await db.execute(_RENEW, {"owner": owner, "macs": macs, "lease": lease})
+
+
+async def release(db: Database, owner: str, mac: str) -> None:
+    await db.execute(_RELEASE, {"owner": owner, "mac": mac})
+
+
+async def fail(db: Database, owner: str, mac: str, interval: timedelta, error: str) -> None:
+    """Retry later with backoff (1, 2, 4 ... minutes, at most the normal interval)."""
+    await db.execute(_FAIL, {"owner": owner, "mac": mac, "interval": interval,
+                             "error": error[:500]})
+
+
+async def queue_state(db: Database) -> dict[str, int]:
+    """Routers being generated now, due and waiting, due for over an hour (generation falls
+    behind), whose last generation failed, and in the queue at all."""
+    claimed, due, overdue, failing, total = await db.fetchone(_STATE)
+    return {"claimed": claimed, "due": due, "overdue": overdue, "failing": failing,
+            "total": total}
+
+
+# Both bounds, so that only the partitions of the window are read (the plans are checked by
+# tests/test_partition_pruning.py). No row is newer than now(): received_at is when its
+# request began, activated_at the database's now().
+WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
+# The hourly summaries (migration 0018) count an hour while any of it is within the window.
+HOURS_IN_WINDOW = "hour > now() - %(window)s - interval '1 hour' AND hour <= now()"
+_ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
+_FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
+
+# Two statements, so that under Citus each runs where its tables are: the lease, the
+# rollup boundary, the allowlist and the overrides are tables of the coordinator; the
+# telemetry summary and the router's addresses are the router's own (one shard).
+RENEW_AND_TUNING = f"""WITH renewed AS ({RENEW_ONE})
+SELECT
+ (SELECT count(*) FROM renewed),
+ (SELECT detail_from FROM activation_rollup),
+ (SELECT array_agg(network::text) FROM firewall_allowlist
+  WHERE mac IS NULL OR mac = %(mac)s),
+ (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
+  FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s)"""
+
+# Activations before `detail_from` (read by RENEW_AND_TUNING) are rolled up by day.
+TELEMETRY_SUMMARY = f"""WITH
+ blockable AS (SELECT * FROM {_ALERTS} AND severity <= %(severity)s),
+ pairs AS (SELECT src_ip, dest_ip, signature_id, min(severity) AS severity,
+           sum(alerts) AS n, max(last_seen) AS last_seen
+           FROM blockable GROUP BY 1, 2, 3),
+ pair_flows AS (SELECT src_ip, dest_ip, signature_id, count(DISTINCT flow_id) AS flows
+                FROM blockable, unnest(flow_ids) AS flow_id GROUP BY 1, 2, 3)
+SELECT
+ (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
+   SELECT signature_id AS sid, sum(alerts) AS n, coalesce(min(severity), 255) AS severity
+   FROM {_ALERTS} GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM {_FLOWS} AND app_proto IS NOT NULL
+   GROUP BY app_proto ORDER BY sum(flows) DESC, app_proto LIMIT %(top)s) apps),
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM {_FLOWS} AND dest_port IS NOT NULL
+   GROUP BY dest_port ORDER BY sum(flows) DESC, dest_port LIMIT %(top)s) ports),
+ (SELECT json_agg(json_build_array(src, dest, sid, severity, n, flows, expires)) FROM (
+   SELECT host(p.src_ip) AS src, host(p.dest_ip) AS dest, p.signature_id AS sid, p.severity,
+          p.n, coalesce(f.flows, 0) AS flows,
+          to_char((p.last_seen + %(window)s) AT TIME ZONE 'UTC',
+                  'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires
+   FROM pairs p LEFT JOIN pair_flows f ON f.signature_id = p.signature_id
+        AND f.src_ip IS NOT DISTINCT FROM p.src_ip AND f.dest_ip IS NOT DISTINCT FROM p.dest_ip
+   ORDER BY p.n DESC LIMIT %(alerts)s) alerts),
+ (SELECT array_agg(DISTINCT host(address)) FROM (
+   (SELECT address, activated_at AS seen FROM activations
+    WHERE mac = %(mac)s AND address IS NOT NULL AND activated_at >= %(detail_from)s
+    AND {WITHIN_WINDOW.format(time='activated_at')}
+    ORDER BY activated_at DESC LIMIT {OWN_ADDRESSES})
+   UNION ALL
+   (SELECT address, last_seen FROM activation_days
+    WHERE mac = %(mac)s AND address IS NOT NULL AND day < %(detail_from)s
+    AND day > now() - %(window)s - interval '1 day' AND day <= now()
+    ORDER BY day DESC LIMIT {OWN_ADDRESSES})
+   ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own)"""
+
+
+def renew_and_summarise(cur, owner: str, mac: str, lease: timedelta, window: timedelta,
+                        block_severity: int) -> TelemetrySummary:
+    """In a generation worker (psycopg2): renew the lease, then read what the router's
+    telemetry of the window says (its hourly summaries), where it called from, its allowlist
+    and rule overrides. LeaseLost when the lease ran out."""
+    params = {"owner": owner, "mac": mac, "lease": lease, "window": window,
+              "severity": block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
+              "alerts": MAX_ALERTS}
+    cur.execute(RENEW_AND_TUNING, params)
+    renewed, detail_from, allowlist, overrides = cur.fetchone()
+    if not renewed:
+        raise LeaseLost(f"the lease on {mac} ran out before its generation began")
+    cur.execute(TELEMETRY_SUMMARY, {**params, "detail_from": detail_from})
+    fired, apps, ports, alerts, own = cur.fetchone()
+    return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
+                            dest_ports=ports or [],
+                            alerts=[tuple(alert) for alert in alerts or []],
+                            own_addresses=own or [], allowlist=allowlist or [],
+                            overrides=[tuple(row) for row in overrides or []])
+
+
+# Reschedule, only while the lease is ours; the payloads are stored in the same transaction
+# (the row lock taken here holds the lease until the commit).
+RESCHEDULE = """
+UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
+    next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
+    attempts = 0, last_error = NULL, last_seconds = %(seconds)s
+WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()"""
+STORE_PAYLOADS = upsert_statement(("firewall", "ids"))
+
+
+def complete(cur, owner: str, mac: str, interval: timedelta,
+             payloads: dict[str, tuple[bytes, str]], seconds: float) -> None:
+    """In a generation worker: store both payloads and reschedule the router, atomically, if
+    the lease is still ours (LeaseLost if not); the servers are notified when a payload
+    changed (server/db/rules.py)."""
+    params = {**payload_params(mac, payloads), "owner": owner, "interval": interval,
+              "seconds": seconds}
+    cur.execute("BEGIN")
+    try:
+        cur.execute(RESCHEDULE, params)
+        if cur.rowcount != 1:
+            raise LeaseLost(f"lease on {mac} lost before its result was stored")
+        cur.execute(STORE_PAYLOADS, params)
+        if cur.rowcount == 1:
+            cur.execute(PAYLOAD_CHANGED, params)
+    except BaseException:
+        with contextlib.suppress(psycopg2.Error):  # a lost connection rolled back already
+            cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
