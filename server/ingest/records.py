@@ -4,7 +4,10 @@ Two framings, both fed decoded chunks as they arrive:
 
 * `NdjsonSplitter`: one record per line; blank lines are skipped.
 * `JsonArraySplitter`: a top-level JSON array; each element's bytes are cut out by tracking
-  bracket depth outside strings, so elements are parsed one at a time.
+  bracket depth outside strings, so elements are parsed one at a time. Ours rather than
+  ijson's: ijson yields parsed objects and events, never an element's bytes, and records
+  are stored as they were received (the chunks' density, the export's fidelity); nor can
+  it drop an oversized element's bytes as they stream in.
 
 Each `feed` returns `(number, raw)` pairs: `number` is the 1-based line (NDJSON) or element
 position (array); `raw` is the record's bytes, or None when the record exceeded the size limit

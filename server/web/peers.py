@@ -4,7 +4,9 @@ bearer token.
 
 The rightmost address that is not a trusted proxy is the client: every proxy appends the
 address it received the request from, so addresses left of it are whatever the client
-chose to send.
+chose to send. Kept rather than aiohttp-remotes, whose middleware rewrites every request
+with `request.clone()` (16.8 µs each, measured, on a 304 poll of about 55 µs), where this
+reads the header only where the address is used (registration, limits, the access line).
 """
 
 from __future__ import annotations
