@@ -3,8 +3,9 @@ PostgreSQL databases, embedded or a given server (`database.py`), the server as 
 process (`server.py`), the corpus and fixture rulesets (`corpus.py`, `rule_archives.py`:
 archives served over HTTP), stored payloads (`payloads.py`), a TCP proxy that can take the
 database away or cut the network (`tcp_proxy.py`), stored telemetry read back as rows
-(`telemetry.py`), waiting for a condition (`waiting.py`), and a Citus cluster of a
-coordinator and workers on this machine (`citus_cluster.py`).
+(`telemetry.py`), waiting for a condition (`waiting.py`), the pool workers a test started
+(`workers.py`), and a Citus cluster of a coordinator and workers on this machine
+(`citus_cluster.py`).
 
 Development only: not installed with the package, imported from a checkout by `tests/`
 and `ops/bench/`. May import anything; nothing shipped imports it (import-linter checks).

@@ -142,12 +142,18 @@ async def test_an_access_record_is_dated_when_its_request_was_answered(access_li
     assert 5.2 < (now.relativeCreated - record.relativeCreated) / 1000 < 5.5
 
 
-async def test_access_lines_are_queued_until_the_end_of_the_loop_iteration(access_lines):
+async def test_access_lines_are_queued_then_written_together(access_lines):
+    """Queued, then written every FLUSH_SECONDS, or at once when FLUSH_LINES are waiting."""
     access_log.log_access("192.0.2.7", "GET /health HTTP/1.1", 200, 2, 0.001, "aa:bb")
+    await asyncio.sleep(0)
     assert access_lines() == []
-    await asyncio.sleep(0)  # the access lines' flush; here (pytest's handlers are on the
-    await asyncio.sleep(0)  # way) through records, which the handler writes an iteration later
+    await asyncio.sleep(access_log.FLUSH_SECONDS * 2)  # the flush; here (pytest's handlers
+    await asyncio.sleep(0)  # are on the way) through records, written an iteration later
     assert len(access_lines()) == 1
+    for number in range(access_log.FLUSH_LINES):
+        access_log.log_access("192.0.2.7", f"GET /{number} HTTP/1.1", 200, 2, 0.001, "aa:bb")
+    await asyncio.sleep(0)
+    assert len(access_lines()) == 1 + access_log.FLUSH_LINES
 
 
 def only(logger: logging.Logger, handler: logging.Handler, monkeypatch) -> None:
