@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from server.process import background
+from server import background
 from server.generation import service as generation_service
 from server.ingest import tally as telemetry_tally
 from server.jobs.preprocess import run_preprocess

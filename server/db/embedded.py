@@ -2,13 +2,14 @@
 
 Used when DB_HOST is not set. Several processes on one DATA_DIR (the service and an
 operator's command) share one running server, which is owned by whoever uses it: each user
-holds a shared lock on `users.lock` beside the data directory while it uses the server, and
-the one that lets go last (it then gets the lock exclusively) stops it. A user that dies
+holds a shared lock on `postgres.users.lock` beside the data directory while it uses it,
+and the one that lets go last (it then gets the lock exclusively) stops it. A user that dies
 without letting go (SIGKILL) releases its lock with it, so the next user adopts the server
-still running and stops it in turn. Starting, adopting and stopping happen under an exclusive
-`gate.lock`, so a user arriving never finds a server being stopped under it. The wheel's own
-reference count (a list of pids in the data directory) keeps the pids of processes that died
-without cleaning up and then never stops the server; it is not used (cleanup_mode=None).
+still running and stops it in turn. Starting, adopting and stopping happen under an
+exclusive lock on `postgres.gate.lock`, so a user arriving never finds a server being
+stopped under it. The wheel's own reference count (a list of pids in the data directory)
+keeps the pids of processes that died without cleaning up, and then never stops the
+server; it is not used (cleanup_mode=None).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class EmbeddedPostgres:
     def __init__(self, pgdata: Path):
         self.pgdata = pgdata.resolve()
         self._server = None
-        self._users = None  # the open users.lock, shared-locked while this process uses it
+        self._users = None  # the open users' lock file, shared-locked while in use
 
     @property
     def initialised(self) -> bool:
@@ -81,7 +82,7 @@ class EmbeddedPostgres:
         log.info("starting embedded PostgreSQL in %s", self.pgdata)
         with self._gate():
             if self._users is None:
-                self._users = open(self.pgdata.parent / "users.lock", "a")
+                self._users = open(self._lock_path("users"), "a")
                 fcntl.flock(self._users, fcntl.LOCK_SH)
             # The class, not get_server(), which hands back a handle of this process's cached
             # by path, its server possibly stopped since.
@@ -134,8 +135,11 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as error:  # (the wheel logged pg_ctl's output)
             log.warning("embedded PostgreSQL was not running: %s", error)
 
+    def _lock_path(self, purpose: str) -> Path:
+        return self.pgdata.with_name(f"{self.pgdata.name}.{purpose}.lock")
+
     @contextlib.contextmanager
     def _gate(self):
-        with open(self.pgdata.parent / "gate.lock", "a") as gate:
+        with open(self._lock_path("gate"), "a") as gate:
             fcntl.flock(gate, fcntl.LOCK_EX)
             yield
