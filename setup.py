@@ -37,8 +37,8 @@ setup(
             "suricata-update>=1.3",
             "schemathesis>=4.0,<5",
             "import-linter>=2.1",
-            "selenium>=4.15",
-            "psutil>=5.9",  # the processes a test started (testkit/workers.py)  # the console in a real browser (Debian's chromium)
+            "selenium>=4.15",  # the console in a real browser (Debian's chromium)
+            "psutil>=6.0",  # the processes a test or drill started (testkit/workers.py)
         ],
     },
     entry_points={

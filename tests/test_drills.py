@@ -81,6 +81,9 @@ async def test_worker_kill_drill_quick(database, tmp_path):
     assert not result.ledger.server_errors()
     assert result.supervisor_survived and result.answered_after_last_kill > 0
     assert len(result.replaced_in) == 3 and max(result.replaced_in) < 10
+    # Only what the killed workers held fails: nothing waiting in their queues.
+    assert result.ledger.connection_errors <= result.connections_held, result.ledger
+    assert result.ok
 
 
 async def test_outage_drill_quick(tmp_path):
