@@ -18,6 +18,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from server.background import LoopHealth
 
+# A method label beyond these is "OTHER": a client chooses the method, and labels must stay few.
+HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -35,7 +37,8 @@ class Metrics:
                                          buckets=DURATION_BUCKETS, registry=registry)
         # (route, method, status) -> its labelled counter and histogram, looked up once:
         # labels() takes a lock and builds a key on every call.
-        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        # (The resource, not its label: no property chain per request; None when unmatched.)
+        self._request_children: dict[tuple[object, str, int], tuple[Counter, Histogram]] = {}
         self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
                                ["kind", "outcome"], registry=registry)
         self.generations = Counter("rule_generations", "Per-router generations run here",
@@ -91,12 +94,14 @@ class Metrics:
         return LoopHealth(name, logger, self.loop_last_success.labels(name))
 
     def observe_request(self, request: web.Request, status: int, seconds: float) -> None:
-        key = (route_label(request), request.method, status)
+        method = request.method if request.method in HTTP_METHODS else "OTHER"
+        key = (request.match_info.route.resource, method, status)
         children = self._request_children.get(key)
         if children is None:
+            route = route_label(request)
             children = self._request_children[key] = (
-                self.requests.labels(key[0], key[1], str(status)),
-                self.request_seconds.labels(key[0]))
+                self.requests.labels(route, method, str(status)),
+                self.request_seconds.labels(route))
         children[0].inc()
         children[1].observe(seconds)
 

@@ -102,3 +102,12 @@ def test_public_address_without_tokens_warns(database, tmp_path):
                            NOTIFICATION_API_TOKEN="t" * 16)
     assert exposure_warnings(guarded) == []
     assert exposure_warnings(settings_for(database, tmp_path)) == []  # loopback: fine
+
+
+async def test_methods_a_client_makes_up_share_one_label(client):
+    """The method is the client's to choose: labels (and the metrics' own lookups) must not
+    grow with it."""
+    for method in ("BREW", "PROPFIND", "X" * 40):
+        assert (await client.request(method, "/health")).status in (400, 405)
+    text = await (await client.get("/metrics")).text()
+    assert 'method="OTHER"' in text and "BREW" not in text and "PROPFIND" not in text

@@ -47,10 +47,15 @@ def header_values(headers, name: str) -> list[str]:
 
 
 def client_address(request: web.BaseRequest, proxies: frozenset[Network]) -> str:
-    remote = request.remote or ""
+    return address_from(request.remote, request.headers, proxies)
+
+
+def address_from(remote: str | None, headers, proxies: frozenset[Network]) -> str:
+    """client_address from the connection's address and the request's headers."""
+    remote = remote or ""
     if not proxies or not _trusted(remote, proxies):
         return remote or "-"
-    hops = [hop.strip() for value in header_values(request.headers, "X-Forwarded-For")
+    hops = [hop.strip() for value in header_values(headers, "X-Forwarded-For")
             for hop in value.split(",") if hop.strip()]
     for hop in reversed(hops):
         if not _trusted(hop, proxies):
