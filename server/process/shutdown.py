@@ -9,6 +9,7 @@ comes first, while the connections are still read normally.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -24,6 +25,13 @@ from server.web.in_flight import InFlight
 from server.typedefs import SETTINGS
 
 log = logging.getLogger("router_backend.http")
+
+# The cyclic garbage collector's generation thresholds while serving (Python's: 700, 10,
+# 10). A request allocates enough containers that the default ran a collection every few
+# requests: the 304 path was 7 to 9.5 % faster with these in four of five paired wrk runs
+# against the same code with the defaults (even in the fifth), peak RSS unchanged (72 MiB);
+# objects without cycles are freed at once either way.
+GC_THRESHOLDS = (50_000, 50, 50)
 
 
 @dataclass
@@ -52,6 +60,7 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                            keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
+        gc.set_threshold(*GC_THRESHOLDS)
         console = app[SETTINGS].console_listen if app[SETTINGS].console else None
         if inherited is not None:
             sites = [web.SockSite(runner, sock) for sock in inherited.api + inherited.console]
