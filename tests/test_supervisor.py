@@ -171,6 +171,10 @@ async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
         uploads = [asyncio.create_task(upload(n)) for n in range(8)]
         await asyncio.sleep(lines * delay / 3)
         supervised.process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        with pytest.raises(OSError):  # refused while the uploads drain, not queued for nobody
+            await asyncio.to_thread(socket.create_connection, ("127.0.0.1", supervised.port), 1)
+        assert not any(task.done() for task in uploads)
         accepted = await asyncio.gather(*uploads)
         status = await asyncio.to_thread(supervised.process.wait, 60)
     assert accepted == [lines] * 8 and status == 0

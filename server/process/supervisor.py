@@ -187,6 +187,11 @@ class Supervisor:
         running = [c.process for c in self._children if c.process is not None]
         log.info("supervisor %d: %s received, stopping %d processes", os.getpid(),
                  self._stop_signal, len(running))
+        # Our copies first: once the workers close theirs as their drain begins, the port
+        # refuses new connections instead of queueing them for nobody.
+        for child in self._children:
+            for sock in child.sockets:
+                sock.close()
         for process in running:
             _signal(process, signal.SIGTERM)
         deadline = time.monotonic() + self._settings.shutdown_grace_seconds + STOP_MARGIN_SECONDS
