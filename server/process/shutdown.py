@@ -52,8 +52,9 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                               inherited: Inherited | None = None) -> None:
     """`idle_timeout`: aiohttp's keep-alive timer, which runs from connecting and from each
     response until a complete request head has arrived, so it also cuts off clients that send
-    their headers a line at a time. `inherited`: the supervisor's listening sockets, shared
-    with its other HTTP workers, instead of listening on `host`:`port`."""
+    their headers a line at a time. `inherited`: the listening sockets of this HTTP worker's
+    slot, which the supervisor holds (server/process/supervisor.py), instead of listening on
+    `host`:`port`."""
     access_logger = access_logger_for(app[SETTINGS].trusted_proxies)
     runner = web.AppRunner(app, access_log_class=access_logger,
                            shutdown_timeout=grace_seconds, handle_signals=False,
