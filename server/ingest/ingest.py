@@ -26,6 +26,7 @@ from server.telemetry.extract import RecordError
 from server.telemetry.writer import TelemetryWriter
 from server.web.limits import FloodLimits
 
+
 class IngestReport:
     def __init__(self, max_errors: int):
         self.accepted = 0
@@ -62,7 +63,7 @@ class Ingestion:
     counted against each router's flood limit."""
 
     def __init__(self, db: Database, limits: FloodLimits, settings: Settings) -> None:
-        self.db = db
+        self._db = db
         self._limits = limits
         self._settings = settings
         self._body_limits = BodyLimits(settings.ingest_max_body_bytes,
@@ -76,14 +77,14 @@ class Ingestion:
                 "(use application/json for an array or application/x-ndjson)")
         key = upload.idempotency_key
         fingerprint = body_fingerprint(upload.content_type)
-        if key is not None and (earlier := await upload_keys.recorded(self.db, mac, kind, key)):
+        if key is not None and (earlier := await upload_keys.recorded(self._db, mac, kind, key)):
             async for chunk in self._decoded(upload.body):
                 fingerprint.update(chunk)
             return Ingested(replayed_answer(earlier, fingerprint.digest(), key), replayed=True)
         try:
             return Ingested(await self._store(upload, mac, kind, fingerprint))
         except KeyAlreadyUsed:  # an upload with the key committed while this one was read
-            earlier = await upload_keys.recorded(self.db, mac, kind, key)
+            earlier = await upload_keys.recorded(self._db, mac, kind, key)
             return Ingested(replayed_answer(earlier, fingerprint.digest(), key), replayed=True)
 
     async def _decoded(self, body: Body) -> AsyncIterator[bytes]:
@@ -97,7 +98,7 @@ class Ingestion:
                      fingerprint: "hashlib._Hash") -> dict:
         """Store the body's records in one transaction (with the upload's key, when given);
         the answer."""
-        settings, key, db = self._settings, upload.idempotency_key, self.db
+        settings, key, db = self._settings, upload.idempotency_key, self._db
         splitter = splitter_for(upload.content_type, settings.ingest_max_record_bytes)
         report = IngestReport(settings.ingest_max_reported_errors)
         received_at = datetime.now(timezone.utc)
