@@ -69,7 +69,9 @@ class Child:
     started: float = 0.0
     deaths: list[float] = field(default_factory=list)  # within RESTART_WINDOW_SECONDS
     restart_at: float = 0.0
-    sockets: list[socket.socket] = field(default_factory=list)  # its slot's, HTTP workers only
+    # Its slot's listening sockets (HTTP workers only): the API's, and CONSOLE_LISTEN's.
+    sockets: list[socket.socket] = field(default_factory=list)
+    console_sockets: list[socket.socket] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -85,7 +87,6 @@ class Supervisor:
         self._metrics_dir = settings.data_dir / "metrics"
         self._stopping = False
         self._stop_signal: str | None = None
-        self._api_sockets = 0  # of each HTTP worker's sockets, the first are the API's
 
     def run(self) -> int:
         connections = self.connections_needed()
@@ -109,9 +110,7 @@ class Supervisor:
                 time.sleep(POLL_SECONDS)
             self._stop_children()
         finally:
-            for child in self._children:
-                for sock in child.sockets:
-                    sock.close()
+            self._close_sockets()
             if embedded is not None:
                 embedded.stop()
         log.info("supervisor %d: stopped", os.getpid())
@@ -127,14 +126,18 @@ class Supervisor:
         return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
 
     def _listen(self) -> None:
-        """Each HTTP worker slot's listening sockets: the API's, then the console's."""
+        """Each HTTP worker slot's listening sockets."""
         settings = self._settings
         console = settings.console_listen if settings.console else None
         for child in self._children[1:]:
             child.sockets = listen(settings.listen_host, settings.listen_port)
-            self._api_sockets = len(child.sockets)
             if console is not None:
-                child.sockets += listen(*console)
+                child.console_sockets = listen(*console)
+
+    def _close_sockets(self) -> None:
+        for child in self._children:
+            for sock in child.sockets + child.console_sockets:
+                sock.close()
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._stopping = True
@@ -156,11 +159,12 @@ class Supervisor:
 
     def _start(self, child: Child, environment: dict[str, str]) -> None:
         command = [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)]
-        api, console = child.sockets[:self._api_sockets], child.sockets[self._api_sockets:]
         if child.role == "http":
-            command += ["--listen-fds", fds_argument(api), "--console-fds", fds_argument(console)]
+            command += ["--listen-fds", fds_argument(child.sockets),
+                        "--console-fds", fds_argument(child.console_sockets)]
+        inherited = [sock.fileno() for sock in child.sockets + child.console_sockets]
         child.process = subprocess.Popen(
-            command, env=environment, pass_fds=[sock.fileno() for sock in child.sockets],
+            command, env=environment, pass_fds=inherited,
             preexec_fn=functools.partial(die_with_parent, os.getpid()))
         child.started = time.monotonic()
 
@@ -189,9 +193,7 @@ class Supervisor:
                  self._stop_signal, len(running))
         # Our copies first: once the workers close theirs as their drain begins, the port
         # refuses new connections instead of queueing them for nobody.
-        for child in self._children:
-            for sock in child.sockets:
-                sock.close()
+        self._close_sockets()
         for process in running:
             _signal(process, signal.SIGTERM)
         deadline = time.monotonic() + self._settings.shutdown_grace_seconds + STOP_MARGIN_SECONDS
