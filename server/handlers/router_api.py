@@ -135,14 +135,10 @@ async def _payload(request: web.Request, kind: str) -> web.Response:
     without a query for nearly every poll (server/polling/etag_cache.py)."""
     mac = await admitted_router(request)
     cache = request.app[ETAG_CACHE]
-    current = cache.etag(mac, kind)
-    # The agent's own poll names the ETag as it was sent: nothing to parse.
-    if current is not None and request.headers.get("If-None-Match") == (
-            sent := etag_header(current)):
-        return web.Response(status=304, headers={"ETag": sent})
     known = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
-    if current is not None and not_modified(known, current):
-        return web.Response(status=304, headers={"ETag": etag_header(current)})
+    if known and (current := cache.etag(mac, kind)) is not None:
+        if not_modified(known, current):
+            return web.Response(status=304, headers={"ETag": etag_header(current)})
     token = cache.token()
     found = await rules_db.read_payload(request.app[DATABASE], mac, kind, known)
     if found is None:
