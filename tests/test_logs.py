@@ -15,6 +15,7 @@ import urllib.request
 from types import SimpleNamespace
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
 from server.logs import (LOG_FORMAT, BatchingStreamHandler, ServiceFormatter,
                          default_handler, direct_handler)
@@ -100,6 +101,21 @@ def test_the_service_formatter_writes_what_logging_formatter_writes():
         plain.format(record) for record in records]
 
 
+class Peer:
+    """A connection's transport as aiohttp asks it for the client's address."""
+
+    def get_extra_info(self, name: str, default=None):
+        return ("192.0.2.7", 40000) if name == "peername" else default
+
+
+def log_request(path: str, status: int, size: int, elapsed: float) -> None:
+    """What aiohttp does once router aa:bb's GET of `path` is answered: the access logger's
+    log() (the server's class, no trusted proxies)."""
+    request = make_mocked_request("GET", path, headers={"X-ID": "aa:bb"}, transport=Peer())
+    logger = access_log.access_logger_for(frozenset())(access_log.ACCESS_LOGGER, "")
+    logger.log(request, SimpleNamespace(status=status, body_length=size), elapsed)
+
+
 async def test_an_access_line_handed_straight_to_the_handler_is_the_records_line(
         access_lines, monkeypatch):
     """With the default handler an access line skips the LogRecord (direct_handler); a
@@ -108,10 +124,10 @@ async def test_an_access_line_handed_straight_to_the_handler_is_the_records_line
     handler = next(h for h in logger.handlers if isinstance(h, BatchingStreamHandler))
     only(logger, handler, monkeypatch)
     records = []
-    access_log.log_access("192.0.2.7", 'GET /x"y HTTP/1.1', 304, 0, 0.000123, "aa:bb")
+    log_request('/x"y', 304, 0, 0.000123)
     access_log.flush()  # as the loop does at the end of the iteration
     handler.addFilter(lambda record: records.append(record) or True)
-    access_log.log_access("192.0.2.7", 'GET /x"y HTTP/1.1', 304, 0, 0.000123, "aa:bb")
+    log_request('/x"y', 304, 0, 0.000123)
     access_log.flush()
     handler.filters.clear()
     await asyncio.sleep(0)
@@ -132,7 +148,7 @@ async def test_an_access_record_is_dated_when_its_request_was_answered(access_li
     answered = time.time() - 5.25  # the request, answered long before the flush
     with monkeypatch.context() as clock:
         clock.setattr(access_log, "time", SimpleNamespace(time=lambda: answered))
-        access_log.log_access("192.0.2.7", "GET /health HTTP/1.1", 200, 2, 0.001, "aa:bb")
+        log_request("/health", 200, 2, 0.001)
     access_log.flush()
     handler.filters.clear()
     [record] = records
@@ -144,14 +160,14 @@ async def test_an_access_record_is_dated_when_its_request_was_answered(access_li
 
 async def test_access_lines_are_queued_then_written_together(access_lines):
     """Queued, then written every FLUSH_SECONDS, or at once when FLUSH_LINES are waiting."""
-    access_log.log_access("192.0.2.7", "GET /health HTTP/1.1", 200, 2, 0.001, "aa:bb")
+    log_request("/health", 200, 2, 0.001)
     await asyncio.sleep(0)
     assert access_lines() == []
     await asyncio.sleep(access_log.FLUSH_SECONDS * 2)  # the flush; here (pytest's handlers
     await asyncio.sleep(0)  # are on the way) through records, written an iteration later
     assert len(access_lines()) == 1
     for number in range(access_log.FLUSH_LINES):
-        access_log.log_access("192.0.2.7", f"GET /{number} HTTP/1.1", 200, 2, 0.001, "aa:bb")
+        log_request(f"/{number}", 200, 2, 0.001)
     await asyncio.sleep(0)
     assert len(access_lines()) == 1 + access_log.FLUSH_LINES
 

@@ -80,7 +80,8 @@ def quiet_refused_heads() -> None:
 
 
 class AccessLogger(AbstractAccessLogger):
-    """aiohttp's hook for an access line per request (see log_access); honours the level set
+    """aiohttp's hook for an access line per request (`ADDRESS "REQUEST LINE" STATUS BYTES
+    SECONDSs "X-ID"`, made at the flush by _request_message); honours the level set
     for the `aiohttp.access` logger. The path and X-ID come from the client and are escaped
     (`quoted`). ADDRESS is the client's, read through `trusted_proxies` (see
     access_logger_for)."""
@@ -107,23 +108,16 @@ def access_logger_for(proxies: Sequence[Network]) -> type[AccessLogger]:
                 {"trusted_proxies": frozenset(proxies)})
 
 
-def log_access(remote: str | None, request_line: str, status: int, size: int,
-               elapsed: float, router: str) -> None:
-    """Queue one access line: `ADDRESS "REQUEST LINE" STATUS BYTES SECONDSs "X-ID"`."""
-    if ACCESS_LOGGER.isEnabledFor(logging.INFO):
-        _queue(_message(remote, request_line, status, size, elapsed, router))
-
-
-def _queue(line: str | tuple) -> None:
+def _queue(request_fields: tuple) -> None:
     if not _queued:
         asyncio.get_running_loop().call_later(FLUSH_SECONDS, flush)
-    _queued.append((time.time(), line))
+    _queued.append((time.time(), request_fields))
     if len(_queued) >= FLUSH_LINES:
         flush()  # (the timer then finds nothing to write)
 
 
-# (when, the message or what AccessLogger.log took of its request) of the lines not written
-_queued: list[tuple[float, str | tuple]] = []
+# (when, what AccessLogger.log took of its request) of the lines not yet written
+_queued: list[tuple[float, tuple]] = []
 
 
 def flush() -> None:
@@ -132,8 +126,7 @@ def flush() -> None:
         return
     queued = _queued[:]
     _queued.clear()
-    queued = [(created, line if type(line) is str else _request_message(*line))
-              for created, line in queued]  # (a str: queued by log_access, ready)
+    queued = [(created, _request_message(*fields)) for created, fields in queued]
     handler = direct_handler(ACCESS_LOGGER, logging.INFO)
     if handler is None:
         for created, message in queued:
@@ -146,21 +139,16 @@ def flush() -> None:
 
 def _request_message(remote: str | None, headers, proxies: frozenset[Network], method: str,
                      path: str, version, status: int, size: int, elapsed: float) -> str:
-    return _message(address_from(remote, headers, proxies),
-                    f"{method} {path} HTTP/{version.major}.{version.minor}", status, size,
-                    elapsed, ",".join(header_values(headers, "X-ID")))
+    request_line = f"{method} {path} HTTP/{version.major}.{version.minor}"
+    router = ",".join(header_values(headers, "X-ID")) or "-"
+    return (f"{address_from(remote, headers, proxies)} {quoted(request_line)} {status} {size} "
+            f"{elapsed:.6f}s {quoted(router)}")
 
 
 def _record(created: float, message: str) -> logging.LogRecord:
     """The INFO record of an access line, dated when its request was answered."""
     record = ACCESS_LOGGER.makeRecord(ACCESS_LOGGER.name, logging.INFO, __file__, 0, message,
-                                      (), None, "log_access")
+                                      (), None, "log")
     record.relativeCreated -= (record.created - created) * 1000
     record.created, record.msecs = created, float(int(created % 1 * 1000))
     return record
-
-
-def _message(remote: str | None, request_line: str, status: int, size: int, elapsed: float,
-             router: str) -> str:
-    return (f"{remote} {quoted(request_line)} {status} {size} {elapsed:.6f}s "
-            f"{quoted(router or '-')}")
