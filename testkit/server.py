@@ -55,10 +55,12 @@ class ServerRunner:
         keep the service's default flood limits (else they are raised, as a load generator's
         fleet shares one address)."""
         self.port = free_port()
+        environ = dict(os.environ)
+        if location is None:  # no DB_HOST from the caller's environment: the embedded server
+            environ.pop("DB_HOST", None)
         database = database_env(location) if location is not None else {}
         # One process unless a test or drill asks for the supervisor (HTTP_WORKERS).
-        self.env = {**{name: value for name, value in os.environ.items()
-                       if not name.startswith("DB_")}, **database, "DATA_DIR": str(data_dir),
+        self.env = {**environ, **database, "DATA_DIR": str(data_dir),
                     "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error", "HTTP_WORKERS": "1",
                     **NO_PREPROCESS_AT_START, **({} if flood_limits else NO_FLOOD_LIMITS),
                     **settings}
