@@ -35,9 +35,9 @@ class Metrics:
         self.request_seconds = Histogram("http_request_duration_seconds",
                                          "Time to answer an HTTP request", ["route"],
                                          buckets=DURATION_BUCKETS, registry=registry)
-        # (route, method, status) -> its labelled counter and histogram, looked up once:
-        # labels() takes a lock and builds a key on every call.
-        # (The resource, not its label: no property chain per request; None when unmatched.)
+        # (route's resource, method, status) -> its labelled counter and histogram, looked up
+        # once: labels() takes a lock and builds a key on every call. (The resource, not its
+        # label: no property chain per request; None when unmatched.)
         self._request_children: dict[tuple[object, str, int], tuple[Counter, Histogram]] = {}
         self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
                                ["kind", "outcome"], registry=registry)
