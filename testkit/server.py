@@ -79,9 +79,27 @@ class ServerRunner:
             self.process = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"],
                                             env=self.env, stdout=log, stderr=log,
                                             cwd=REPOSITORY, start_new_session=True)
+        deadline = time.monotonic() + timeout
         if not wait_listening(self.process, self.port, timeout):
             raise RuntimeError(f"server did not start listening: {self.log_tail()}")
+        # Under the supervisor the port listens before its HTTP workers exist: wait for them.
+        while not self.every_worker_serving():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"HTTP workers did not start serving: {self.log_tail()}")
+            time.sleep(0.1)
         return self
+
+    def every_worker_serving(self) -> bool:
+        """Every HTTP worker of HTTP_WORKERS has logged that it serves (a single process
+        serves once it listens)."""
+        workers = int(self.env["HTTP_WORKERS"])
+        if workers == 1:
+            return True
+        serving = [line for line in self.log_tail(1_000_000).splitlines()
+                   if "serving on" in line]
+        pids = self.children("http")
+        return len(pids) == workers and all(any(f"(pid {pid})" in line for line in serving)
+                                            for pid in pids)
 
     def kill(self) -> None:
         self.process.kill()

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -39,13 +38,6 @@ def metric(text: str, name: str) -> float:
     return total
 
 
-def every_worker_serving(server: ServerRunner) -> bool:
-    serving = [line for line in server.log_tail(1_000_000).splitlines() if "serving on" in line]
-    pids = server.children("http")
-    return len(pids) == WORKERS and all(any(f"(pid {pid})" in line for line in serving)
-                                        for pid in pids)
-
-
 async def scrape(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(f"{url}/metrics") as response:
         assert response.status == 200
@@ -55,10 +47,7 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> str:
 @pytest.fixture
 def supervised(database, tmp_path):
     server = ServerRunner(database, tmp_path, HTTP_WORKERS=str(WORKERS)).start()
-    deadline = time.monotonic() + 60  # the port answers once the first worker listens
-    while not every_worker_serving(server):
-        assert time.monotonic() < deadline, server.log_tail()
-        time.sleep(0.1)
+    assert server.every_worker_serving()
     yield server
     if server.process.poll() is None:
         server.stop()
