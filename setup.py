@@ -16,7 +16,6 @@ setup(
         "aiohttp>=3.14,<4",
         "aiopg>=1.4,<2",
         "psycopg2-binary>=2.9",
-        "SQLAlchemy>=2.0,<3",
         "yoyo-migrations>=8.2",
         "aiosmtplib>=3.0",
         "orjson>=3.9",

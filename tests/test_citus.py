@@ -62,7 +62,7 @@ PER_ROUTER = {
 
 # Statements of the coordinator's own tables, which no shard is involved in.
 COORDINATOR_ONLY = {"generation: reschedule": (RESCHEDULE, {
-    "owner": "t", "interval": timedelta(hours=1), "seconds": 1.0}),
+    "key": MAC, "owner": "t", "interval": timedelta(hours=1), "seconds": 1.0}),
     "payload change notification": (PAYLOAD_CHANGED, {})}
 
 

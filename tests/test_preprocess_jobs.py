@@ -20,7 +20,7 @@ from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
 from server.db import jobs as ledger
 from server.jobs import cron as cron_module
-from server.jobs.cron import CronJobs
+from server.jobs.cron import JOB_LEASE, CronJobs
 from server.metrics import Metrics
 from testkit.database import command_env
 from testkit.rule_archives import fixture_members, make_zip
@@ -117,9 +117,9 @@ async def test_cron_tick_runs_once_across_processes(settings, sql):
 
 
 async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):
-    """The claim's INSERT committed but its answer never came back (the connection failed):
-    the retry within the tick asked again, found the tick taken and left it unrun. A claim
-    is its claimant's again; another claimant still gets nothing."""
+    """The claim committed but its answer never came back (the connection failed): a later
+    claim of the same claimant takes it again; another claimant still gets nothing while the
+    lease is live."""
     runs = []
 
     async def job() -> dict:
@@ -129,13 +129,67 @@ async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):
     async with open_database(settings) as db:
         cron, other = (CronJobs(db, retry_delay=0.01, retry_attempts=1) for _ in range(2))
         tick = datetime(2026, 11, 24, 3, 17, tzinfo=timezone.utc)
-        assert await ledger.claim_tick(db, "demo", tick, cron.claimant)  # the lost answer
+        await ledger.add_tick(db, "demo", tick)
+        assert await ledger.claim_tick(db, "demo", cron.claimant, JOB_LEASE)  # answer lost
         await other._tick("demo", job, tick)
         assert runs == []
         await cron._tick("demo", job, tick)
-        await cron._tick("demo", job, tick)  # taken up here already: not run twice
+        await cron._tick("demo", job, tick)  # done already: not run twice
     assert runs == [1]
     assert sql.rows("SELECT job, status FROM job_runs") == [("demo", "succeeded")]
+    assert sql.rows("SELECT claimed_by, next_due_at FROM job_ticks") == [(None, None)]
+
+
+async def test_a_tick_whose_claimant_died_is_taken_up_by_another_process(settings, sql,
+                                                                        monkeypatch):
+    """The claimant was SIGKILLed while the job ran: its lease runs out and the next process
+    that looks for due ticks runs the tick; the dead claimant's late outcome is refused."""
+    runs = []
+
+    async def job() -> dict:
+        runs.append(1)
+        return {"ok": True}
+
+    async with open_database(settings) as db:
+        dead, alive = (CronJobs(db, retry_delay=0.01, retry_attempts=1) for _ in range(2))
+        tick = datetime(2026, 11, 24, 3, 20, tzinfo=timezone.utc)
+        await ledger.add_tick(db, "demo", tick)
+        tick_id, _ = await ledger.claim_tick(db, "demo", dead.claimant, timedelta(seconds=0.3))
+        await alive._take_up("demo", job)
+        assert runs == []  # the lease is live
+        await asyncio.sleep(0.4)
+        await alive._take_up("demo", job)
+        await ledger.finish_tick(db, tick_id, dead.claimant)  # too late: not its own
+    assert runs == [1]
+    assert sql.rows("SELECT claimed_by, next_due_at, attempts FROM job_ticks") == [
+        (None, None, 0)]
+
+
+async def test_a_job_that_keeps_failing_is_given_up_with_its_error(settings, sql):
+    attempts = []
+
+    async def broken() -> dict:
+        attempts.append(1)
+        raise ConnectionError("feed unreachable")
+
+    async with open_database(settings) as db:
+        cron = CronJobs(db, retry_delay=0.01, retry_attempts=2)
+        tick = datetime(2026, 11, 24, 3, 30, tzinfo=timezone.utc)
+        await cron._tick("broken", broken, tick)
+        await cron._take_up("broken", broken)  # given up: not due any more
+    assert len(attempts) == 3
+    assert sql.rows("SELECT attempts, last_error, next_due_at, claimed_by FROM job_ticks") == [
+        (3, "feed unreachable", None, None)]
+
+
+async def test_a_new_tick_supersedes_an_older_one_waiting_for_its_retry(settings, sql):
+    async with open_database(settings) as db:
+        first = datetime(2026, 11, 24, 3, 0, tzinfo=timezone.utc)
+        await ledger.add_tick(db, "demo", first)
+        await ledger.add_tick(db, "demo", first + timedelta(hours=1))
+    assert sql.rows("SELECT tick, next_due_at IS NULL, last_error FROM job_ticks "
+                    "ORDER BY tick") == [(first, True, "superseded by a later tick"),
+                                         (first + timedelta(hours=1), False, None)]
 
 
 async def test_failed_job_is_retried_within_the_tick(settings, sql):

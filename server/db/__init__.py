@@ -1,9 +1,9 @@
 """Database access.
 
 - The pool and its error mapping (`pool.py`), where the database is (`location.py`), bringing
-  it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema check), the
-  Core schema (`schema.py`), time partitions (`partitions.py`), the Citus mode's
-  distribution of the per-router tables (`citus.py`, docs/scaling.md).
+  it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema check), time
+  partitions (`partitions.py`), the Citus mode's distribution of the per-router tables
+  (`citus.py`, docs/scaling.md).
 - The SQL of the tables several capabilities share: `routers.py` (registrations and their
   per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
   and activations), `activation_days.py` (activations rolled up by day, the watermark),
@@ -14,9 +14,10 @@
   keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
   overrides), `tuning_changes.py` (the record of operators' changes), `reports.py` (access
   reports), `status.py` (the fleet at a glance), `console.py` (what the console reads: one
-  router's story, the fleet's hourly charts), `generation.py` (the generation queue's
-  leases, and the statements of a generation worker), `jobs.py` (scheduled jobs' tick
-  claims, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
+  router's story, the fleet's hourly charts), `leases.py` (leased work: the one mechanism of
+  claims, renewals, outcomes, backoff), `generation.py` (the generation queue's leases,
+  and the statements of a generation worker), `jobs.py` (scheduled jobs' ticks as leased
+  work, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
   minute).
 
 The SQL of the service is here, with these exceptions: retention's DDL and batched deletes,

@@ -3,8 +3,7 @@ release and reschedule claims, read the queue's state) and as a generation worke
 runs it (psycopg2: renew the lease and read the router's summary, then store its payloads
 and reschedule it).
 
-Claims are leases: `claimed_by`/`claimed_until` set in the same statement that picks due
-routers with FOR UPDATE SKIP LOCKED. The lease's owner is a process name
+Claims are leases (server/db/leases.py), owned by a process name
 (server.background.process_name(), or `rulegen@...` for the command).
 """
 
@@ -16,7 +15,10 @@ from datetime import timedelta
 import psycopg2
 
 from engine.generate import TelemetrySummary
-from server.db.pool import Database, execute
+from server.db import leases
+from server.db.leases import (Leased, claim_one_statement, claim_statement, fail_statement,
+                              finish_statement, renew_statement)
+from server.db.pool import Database
 from server.db.rules import PAYLOAD_CHANGED, payload_params, upsert_statement
 
 # Bounds on what the summary returns per router.
@@ -30,52 +32,19 @@ OWN_ADDRESSES = 100       # newest activations (or rolled-up days) whose address
 class LeaseLost(Exception):
     """Our lease on this router ran out (another owner may hold it now); nothing is stored."""
 
-_CLAIM_DUE = """
-UPDATE generation_queue q SET claimed_by = %(owner)s, claimed_until = now() + %(lease)s
-WHERE q.mac IN (
-    SELECT mac FROM generation_queue
-    WHERE next_due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
-    ORDER BY (generated_at IS NOT NULL), next_due_at
-    LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-RETURNING q.mac::text"""
 
-# Take one router's lease, or renew it when it is already the owner's.
-CLAIM_ONE = """
-UPDATE generation_queue SET claimed_by = %(owner)s, claimed_until = now() + %(lease)s
-WHERE mac = %(mac)s
-  AND (claimed_until IS NULL OR claimed_until < now() OR claimed_by = %(owner)s)
-RETURNING mac"""
+QUEUE = Leased("generation_queue", "mac", "macaddr", "next_due_at")
+# Never-generated routers first, then by due time.
+_CLAIM_DUE = claim_statement(QUEUE, order="(generated_at IS NOT NULL), next_due_at")
+CLAIM_ONE = claim_one_statement(QUEUE)
+# The worker's first statement renews the lease, never takes one: had it been allowed to
+# take an unclaimed router, a worker's statement held through a network cut would claim
+# back, after the router's failure was recorded, the router its worker had given up on.
+RENEW_ONE = renew_statement(QUEUE)
 
-# Renew the owner's live lease on one router, never take one: the worker's first statement.
-# A statement can reach the server after its sender gave up on it (a network that held it,
-# then delivered it); had it been allowed to take an unclaimed router, a worker's statement
-# held through a network cut would claim back, after the router's failure was recorded, the
-# router its worker had already given up on, for one more lease.
-RENEW_ONE = """
-UPDATE generation_queue SET claimed_until = now() + %(lease)s
-WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()
-RETURNING mac"""
-
-# Keep the claims of generations running in a living process alive; never shortens a lease,
-# never revives an expired one.
-_RENEW = """
-UPDATE generation_queue SET claimed_until = greatest(claimed_until, now() + %(lease)s)
-WHERE claimed_by = %(owner)s AND claimed_until >= now() AND mac = ANY(%(macs)s::macaddr[])"""
-
-_RELEASE = """
-UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL
-WHERE mac = %(mac)s AND claimed_by = %(owner)s"""
-
-_FAIL = """
-UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL,
-    next_due_at = now() + least(%(interval)s, interval '1 minute' * power(2, attempts)),
-    attempts = attempts + 1, last_error = %(error)s
-WHERE mac = %(mac)s AND claimed_by = %(owner)s"""
-
-_STATE = """
+_STATE = f"""
 SELECT count(*) FILTER (WHERE claimed_until >= now()),
-       count(*) FILTER (WHERE next_due_at <= now() AND (claimed_until IS NULL
-                                                       OR claimed_until < now())),
+       count(*) FILTER (WHERE {QUEUE.free}),
        count(*) FILTER (WHERE next_due_at <= now() - interval '1 hour'),
        count(*) FILTER (WHERE attempts > 0),
        count(*)
@@ -83,34 +52,29 @@ FROM generation_queue"""
 
 
 async def claim_due(db: Database, owner: str, limit: int, lease: timedelta) -> list[str]:
-    """Up to `limit` due routers, never-generated first, then by due time."""
-    async with db.cursor() as cur:
-        await execute(cur, _CLAIM_DUE, {"owner": owner, "lease": lease, "limit": limit})
-        return [row[0] for row in await cur.fetchall()]
+    return [row[0] for row in await leases.claim(db, _CLAIM_DUE, owner, lease, limit)]
 
 
 async def claim_router(db: Database, owner: str, mac: str, lease: timedelta) -> bool:
     """Take (or renew) the lease on one router; False when another owner holds it."""
-    async with db.cursor() as cur:
-        await execute(cur, CLAIM_ONE, {"owner": owner, "mac": mac, "lease": lease})
-        return await cur.fetchone() is not None
+    return await db.fetchone(CLAIM_ONE, {"owner": owner, "key": mac, "lease": lease}) is not None
 
 
 async def renew_claims(db: Database, owner: str, macs: list[str], lease: timedelta) -> int:
-    """Extend `owner`'s claims on `macs` (the routers it is generating); how many it held."""
-    if not macs:
-        return 0
-    return await db.execute(_RENEW, {"owner": owner, "macs": macs, "lease": lease})
+    return await leases.renew(db, QUEUE, owner, macs, lease)
 
 
 async def release(db: Database, owner: str, mac: str) -> None:
-    await db.execute(_RELEASE, {"owner": owner, "mac": mac})
+    await leases.release(db, QUEUE, owner, mac)
+
+
+_FAIL = fail_statement(QUEUE)
 
 
 async def fail(db: Database, owner: str, mac: str, interval: timedelta, error: str) -> None:
     """Retry later with backoff (1, 2, 4 ... minutes, at most the normal interval)."""
-    await db.execute(_FAIL, {"owner": owner, "mac": mac, "interval": interval,
-                             "error": error[:500]})
+    await db.execute(_FAIL, {"owner": owner, "key": mac, "error": error,
+                             **leases.backoff(timedelta(minutes=1), interval)})
 
 
 async def queue_state(db: Database) -> dict[str, int]:
@@ -184,7 +148,7 @@ def renew_and_summarise(cur, owner: str, mac: str, lease: timedelta, window: tim
     """In a generation worker (psycopg2): renew the lease, then read what the router's
     telemetry of the window says (its hourly summaries), where it called from, its allowlist
     and rule overrides. LeaseLost when the lease ran out."""
-    params = {"owner": owner, "mac": mac, "lease": lease, "window": window,
+    params = {"owner": owner, "mac": mac, "keys": [mac], "lease": lease, "window": window,
               "severity": block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
               "alerts": MAX_ALERTS}
     cur.execute(RENEW_AND_TUNING, params)
@@ -202,11 +166,9 @@ def renew_and_summarise(cur, owner: str, mac: str, lease: timedelta, window: tim
 
 # Reschedule, only while the lease is ours; the payloads are stored in the same transaction
 # (the row lock taken here holds the lease until the commit).
-RESCHEDULE = """
-UPDATE generation_queue SET claimed_by = NULL, claimed_until = NULL, generated_at = now(),
-    next_due_at = now() + %(interval)s, generation_count = generation_count + 1,
-    attempts = 0, last_error = NULL, last_seconds = %(seconds)s
-WHERE mac = %(mac)s AND claimed_by = %(owner)s AND claimed_until >= now()"""
+RESCHEDULE = finish_statement(QUEUE, "generated_at = now(), next_due_at = now() + %(interval)s, "
+                              "generation_count = generation_count + 1, attempts = 0, "
+                              "last_error = NULL, last_seconds = %(seconds)s")
 STORE_PAYLOADS = upsert_statement(("firewall", "ids"))
 
 
@@ -215,7 +177,7 @@ def complete(cur, owner: str, mac: str, interval: timedelta,
     """In a generation worker: store both payloads and reschedule the router, atomically, if
     the lease is still ours (LeaseLost if not); the servers are notified when a payload
     changed (server/db/rules.py)."""
-    params = {**payload_params(mac, payloads), "owner": owner, "interval": interval,
+    params = {**payload_params(mac, payloads), "key": mac, "owner": owner, "interval": interval,
               "seconds": seconds}
     cur.execute("BEGIN")
     try:

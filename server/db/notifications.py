@@ -10,6 +10,8 @@ from datetime import timedelta
 
 import orjson
 
+from server.db import leases
+from server.db.leases import Leased, claim_statement, fail_statement, finish_statement
 from server.db.pool import Database, execute
 from server.timestamps import iso_utc
 
@@ -46,66 +48,51 @@ async def create(db: Database, notification: dict) -> dict:
     return as_record(await db.fetchone(CREATE, notification))
 
 
-# Each outcome is recorded in notification_deliveries in the same statement.
-_RECORD_ATTEMPT = ("INSERT INTO notification_deliveries (notification_id, attempt, outcome, "
-                   "error) SELECT id, attempts, %(outcome)s, %(error)s FROM done")
+RETRIES = Leased("notifications", "id", "uuid", "next_attempt_at")
+
+# Each outcome is recorded in notification_deliveries in the same statement. Outcomes are
+# recorded whoever holds the lease: a first delivery (right after `create`) holds none.
+_RECORD_ATTEMPT = (" RETURNING id, attempts) INSERT INTO notification_deliveries "
+                   "(notification_id, attempt, outcome, error) "
+                   "SELECT id, attempts, %(outcome)s, %(error)s FROM done")
+_SENT = "WITH done AS (" + finish_statement(
+    RETRIES, "status = 'sent', sent_at = now(), attempts = attempts + 1, "
+    "next_attempt_at = NULL, last_error = NULL", owned=False) + _RECORD_ATTEMPT
+_FAILED = "WITH done AS (" + fail_statement(RETRIES, "status = 'failed'",
+                                            owned=False) + _RECORD_ATTEMPT
+_UNDELIVERABLE = "WITH done AS (" + finish_statement(
+    RETRIES, "status = 'failed', attempts = attempts + 1, last_error = left(%(error)s, 500), "
+    "next_attempt_at = NULL", owned=False) + _RECORD_ATTEMPT
+_CLAIM = claim_statement(RETRIES, where="AND status <> 'sent'",
+                         returning=RECORD_COLUMNS.replace("id::text", "w.id::text"))
 
 
 async def mark_sent(db: Database, notification_id: str) -> None:
-    await db.execute("WITH done AS (UPDATE notifications SET status = 'sent', sent_at = now(), "
-                     "attempts = attempts + 1, next_attempt_at = NULL, last_error = NULL, "
-                     "claimed_by = NULL "
-                     "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
-                     {"id": notification_id, "outcome": "sent", "error": None})
+    await db.execute(_SENT, {"key": notification_id, "outcome": "sent", "error": None})
 
 
 async def mark_failed(db: Database, notification_id: str, error: str, base_delay: timedelta,
                       max_attempts: int) -> None:
     """Failed: retry after base_delay × 2^(attempts), at most an hour; give up after
     max_attempts (next_attempt_at NULL, the record stays `failed`)."""
-    await db.execute(
-        "WITH done AS (UPDATE notifications SET status = 'failed', attempts = attempts + 1, "
-        "claimed_by = NULL, last_error = %(error)s, "
-        "next_attempt_at = CASE WHEN attempts + 1 >= %(max)s THEN NULL "
-        "ELSE now() + least(interval '1 hour', %(delay)s * power(2, attempts)) END "
-        "WHERE id = %(id)s RETURNING id, attempts) " + _RECORD_ATTEMPT,
-        {"error": error[:500], "max": max_attempts, "delay": base_delay, "id": notification_id,
-         "outcome": "failed"})
+    await db.execute(_FAILED, {"key": notification_id, "outcome": "failed", "error": error,
+                               **leases.backoff(base_delay, timedelta(hours=1), max_attempts)})
 
 
 async def mark_undeliverable(db: Database, notification_id: str, error: str) -> None:
     """Failed for good: no further attempt."""
-    await db.execute("WITH done AS (UPDATE notifications SET status = 'failed', "
-                     "attempts = attempts + 1, last_error = %(error)s, next_attempt_at = NULL, "
-                     "claimed_by = NULL WHERE id = %(id)s RETURNING id, attempts) "
-                     + _RECORD_ATTEMPT, {"error": error[:500], "id": notification_id,
-                      "outcome": "undeliverable"})
+    await db.execute(_UNDELIVERABLE, {"key": notification_id, "error": error,
+                                      "outcome": "undeliverable"})
 
 
 async def claim_retries(db: Database, limit: int, lease: timedelta,
                         owner: str) -> list[dict]:
     """Due failed deliveries, and pending ones left behind by a crash, taken by `owner` under
-    a lease so several processes never send one notification twice at once."""
-    statement = (
-        "UPDATE notifications SET next_attempt_at = now() + %(lease)s, claimed_by = %(owner)s"
-        " WHERE id IN (SELECT id FROM notifications WHERE status <> 'sent'"
-        " AND next_attempt_at <= now()"
-        " ORDER BY next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-        f" RETURNING {RECORD_COLUMNS}")
-    async with db.cursor() as cur:
-        await execute(cur, statement, {"lease": lease, "limit": limit, "owner": owner})
-        return [as_record(row) for row in await cur.fetchall()]
-
-
-async def release_claims(db: Database, owner: str) -> int:
-    """Make `owner`'s claims due again. Its retry loop calls this before it claims, when no
-    delivery of its own is under way, so a claim of its still standing was left by a batch
-    the database interrupted or reached the database after the loop gave up on it."""
-    async with db.cursor() as cur:
-        await execute(cur, "UPDATE notifications SET next_attempt_at = now(), "
-                      "claimed_by = NULL WHERE claimed_by = %(owner)s AND status <> 'sent'",
-                      {"owner": owner})
-        return cur.rowcount
+    a lease so several processes never send one notification twice at once. The owner's own
+    standing claims are taken again (its retry loop calls this with no delivery of its own
+    under way: such a claim was left by a batch the database interrupted)."""
+    rows = await leases.claim(db, _CLAIM, owner, lease, limit, own=True)
+    return [as_record(row) for row in rows]
 
 
 def _uuid(text: str) -> bool:

@@ -1,8 +1,7 @@
 """The aiopg connection pool and the one place that turns connectivity failures into
 `DatabaseUnavailable` (answered 503 with Retry-After by the error middleware).
 
-Queries are SQLAlchemy Core constructs compiled for psycopg2, or SQL text for the few hot
-statements built once at import time.
+Queries are SQL text with psycopg2's parameters.
 """
 
 from __future__ import annotations
@@ -14,14 +13,11 @@ from typing import Any, AsyncIterator
 
 import aiopg
 import psycopg2
-from sqlalchemy.dialects.postgresql import psycopg2 as pg_dialect
-from sqlalchemy.sql import ClauseElement
 
 from server.db.location import DatabaseLocation
 
 log = logging.getLogger("router_backend.db")
 
-DIALECT = pg_dialect.dialect()
 CONNECTIVITY_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError,
                        asyncio.TimeoutError, ConnectionError)
 
@@ -43,13 +39,6 @@ class DatabaseUnavailable(Exception):
     """The database cannot be reached now; the request is safe to retry later."""
 
     stored_unknown = False  # see server.db.telemetry.StoredUnknown
-
-
-def compile_query(query: ClauseElement | str, params: Any = None) -> tuple[str, Any]:
-    if isinstance(query, str):
-        return query, params
-    compiled = query.compile(dialect=DIALECT, compile_kwargs={"render_postcompile": True})
-    return str(compiled), compiled.params
 
 
 class Database:
@@ -120,27 +109,26 @@ class Database:
                 raise
             await cur.execute("COMMIT")
 
-    async def fetchone(self, query: ClauseElement | str, params: Any = None) -> tuple | None:
+    async def fetchone(self, query: str, params: Any = None) -> tuple | None:
         async with self.cursor() as cur:
             await execute(cur, query, params)
             return await cur.fetchone()
 
-    async def fetchall(self, query: ClauseElement | str, params: Any = None) -> list[tuple]:
+    async def fetchall(self, query: str, params: Any = None) -> list[tuple]:
         async with self.cursor() as cur:
             await execute(cur, query, params)
             return await cur.fetchall()
 
-    async def execute(self, query: ClauseElement | str, params: Any = None) -> int:
+    async def execute(self, query: str, params: Any = None) -> int:
         async with self.cursor() as cur:
             await execute(cur, query, params)
             return cur.rowcount
 
 
-async def execute(cur: aiopg.Cursor, query: ClauseElement | str, params: Any = None) -> None:
-    statement, bound = compile_query(query, params)
+async def execute(cur: aiopg.Cursor, query: str, params: Any = None) -> None:
     if log.isEnabledFor(logging.INFO):
-        log.info("SQL %s", statement[:500])
-    await cur.execute(statement, bound)
+        log.info("SQL %s", query[:500])
+    await cur.execute(query, params)
 
 
 def worker_away(error: BaseException) -> bool:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import aiopg
-import sqlalchemy as sa
 
 from server.db.pool import Database, execute
-from server.db.schema import routers
 
 
 # One statement: a new router is registered and queued for its first generation together.
@@ -95,8 +93,7 @@ async def register(db: Database, mac: str, registered_by: str = "auto") -> bool:
 
 
 async def is_registered(db: Database, mac: str) -> bool:
-    query = sa.select(sa.literal(1)).where(routers.c.mac == mac)
-    return await db.fetchone(query) is not None
+    return await db.fetchone("SELECT 1 FROM routers WHERE mac = %s", (mac,)) is not None
 
 
 async def list_subscriptions(db: Database) -> list[tuple]:

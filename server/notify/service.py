@@ -92,13 +92,9 @@ class Notifier:
         in an unforeseen way is counted as a failed attempt (with its reason) and the batch
         goes on, so it can never hold up the others. Claims of this notifier still standing
         from an earlier round (the database failed mid-batch, or a claim reached it after
-        this loop gave up on it) are made due again first, not left for RETRY_LEASE."""
+        this loop gave up on it) are taken again, not left for RETRY_LEASE."""
         delivered = 0
-        await self.record_unrecorded()  # first: the claim of a mail sent is never released
-        released = await notification_db.release_claims(self._db, self.owner)
-        if released:
-            log.warning("notification retries: %d claims lost on the way (the database "
-                        "connection failed) released", released)
+        await self.record_unrecorded()  # first: the claim of a mail sent is never taken again
         for record in await notification_db.claim_retries(self._db, RETRY_BATCH, RETRY_LEASE,
                                                           self.owner):
             try:
