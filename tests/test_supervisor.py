@@ -142,6 +142,40 @@ async def test_connections_waiting_for_a_killed_worker_are_answered_by_another(s
             os.kill(victim, signal.SIGKILL)
 
 
+async def test_new_connections_skip_a_worker_slot_in_a_crash_loop_delay(supervised):
+    """A worker killed past RESTART_BURST times in the window is restarted after a delay
+    (2 s here); its slot's sockets are closed meanwhile, so new connections are answered at
+    once by the other worker instead of waiting in the slot's queue for the restart."""
+    victim = supervised.children("http")[0]
+    for kill in range(RESTART_BURST + 2):  # the last two deaths: 1 s, then 2 s of delay
+        others = set(supervised.children("http")) - {victim}
+        os.kill(victim, signal.SIGKILL)
+        if kill == RESTART_BURST + 1:
+            break
+
+        async def replaced():
+            return set(supervised.children("http")) - others - {victim}
+
+        victim = (await wait_for(replaced, timeout=10)).pop()
+
+    async def delayed():
+        return "restarting in 2s" in supervised.log_tail(5_000)
+
+    await wait_for(delayed, timeout=5)
+    timeout = aiohttp.ClientTimeout(total=1.0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(
+            force_close=True)) as session:
+        for number in range(20):
+            async with session.get(f"{supervised.url}/health", headers={
+                    "X-ID": f"02:00:00:00:04:{number:02x}"}) as response:
+                assert response.status == 200
+
+    async def both_back():
+        return len(supervised.children("http")) == WORKERS and supervised.every_worker_serving()
+
+    await wait_for(both_back, timeout=15)
+
+
 async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
     lines, delay = 20, 0.1
 

@@ -14,7 +14,9 @@ One process that serves nothing itself and keeps the host's service running:
 - restarts a child that dies at once, unless it died more than RESTART_BURST times within
   RESTART_WINDOW_SECONDS (a crash loop: bad configuration, a poisoned request ...): then
   after a delay that doubles, 1 s up to 30 s, as long as it keeps dying that often (the
-  rule systemd applies to units, 5 starts in 10 s);
+  rule systemd applies to units, 5 starts in 10 s). An HTTP worker's slot closes its
+  sockets for that delay (the connections queued there are reset) and opens new ones at
+  the restart, so new connections go to the workers that serve instead of waiting;
 - on SIGTERM or SIGINT passes SIGTERM on, so every child drains as a single process does,
   waits for them, and exits 0;
 - collects every child's metrics in one directory (server/metrics.py), so one scrape of any
@@ -126,18 +128,21 @@ class Supervisor:
         return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
 
     def _listen(self) -> None:
-        """Each HTTP worker slot's listening sockets."""
-        settings = self._settings
-        console = settings.console_listen if settings.console else None
         for child in self._children[1:]:
-            child.sockets = listen(settings.listen_host, settings.listen_port)
-            if console is not None:
-                child.console_sockets = listen(*console)
+            self._open_sockets(child)
 
-    def _close_sockets(self) -> None:
-        for child in self._children:
+    def _open_sockets(self, child: Child) -> None:
+        """An HTTP worker slot's listening sockets."""
+        settings = self._settings
+        child.sockets = listen(settings.listen_host, settings.listen_port)
+        if settings.console and settings.console_listen is not None:
+            child.console_sockets = listen(*settings.console_listen)
+
+    def _close_sockets(self, children: list[Child] | None = None) -> None:
+        for child in self._children if children is None else children:
             for sock in child.sockets + child.console_sockets:
                 sock.close()
+            child.sockets, child.console_sockets = [], []
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._stopping = True
@@ -159,6 +164,8 @@ class Supervisor:
 
     def _start(self, child: Child, environment: dict[str, str]) -> None:
         command = [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)]
+        if child.role == "http" and not child.sockets:  # closed for a crash loop's delay
+            self._open_sockets(child)
         if child.role == "http":
             command += ["--listen-fds", fds_argument(child.sockets),
                         "--console-fds", fds_argument(child.console_sockets)]
@@ -184,6 +191,8 @@ class Supervisor:
         child.deaths = [t for t in child.deaths if now - t < RESTART_WINDOW_SECONDS] + [now]
         delay = restart_delay(len(child.deaths))
         child.restart_at = now + delay
+        if delay:
+            self._close_sockets([child])
         log.warning("%s (pid %d) exited with %s after %.1fs; restarting in %.0fs", child.name,
                     process.pid, describe_status(process.returncode), lived, delay)
 
