@@ -191,7 +191,7 @@ async def registry_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     service = app.get(GENERATION)
     app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS],
-                                  app[FLOOD_LIMITS], settings.trusted_proxies)
+                                  app[FLOOD_LIMITS])
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
         app[FLOOD_LIMITS], on_new_router=service.wake if service else lambda: None)

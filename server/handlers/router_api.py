@@ -31,11 +31,12 @@ async def admitted_router(request: web.Request) -> str:
     registration are checked (a key first: nobody spends another router's budget). A router
     this process admitted lately, with a key it trusts, is checked without an await: every
     poll passes here."""
-    mac = mac_from_header(request)
+    mac = mac_from_header(request.headers)
     app = request.app
     settings = app[SETTINGS]
     if settings.router_auth == "key" and not app[ROUTER_KEYS].trusted(request.headers, mac):
-        await app[ROUTER_KEYS].check(request, mac)
+        await app[ROUTER_KEYS].check(
+            request.headers, client_address(request, settings.trusted_proxies), mac)
     app[FLOOD_LIMITS].request(mac)
     registry = app[ROUTER_REGISTRY]
     if not registry.admitted(mac):
@@ -45,10 +46,11 @@ async def admitted_router(request: web.Request) -> str:
 
 async def enroll(request: web.Request) -> web.Response:
     """A router's key, once, against the fleet's ENROLLMENT_TOKEN."""
-    mac = mac_from_header(request)
+    mac = mac_from_header(request.headers)
     settings = request.app[SETTINGS]
     key, outcome = await request.app[ROUTER_KEYS].enroll(
-        request, mac, settings.enrollment_token, settings.registration_mode == "open")
+        request.headers, client_address(request, settings.trusted_proxies), mac,
+        settings.enrollment_token, settings.registration_mode == "open")
     if outcome.new_router:
         request.app[ROUTER_REGISTRY].note_new_router(mac)
     return json_response({"key": key}, status=201)
@@ -56,7 +58,7 @@ async def enroll(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     """Checks the header's form only: a health probe neither registers nor writes."""
-    mac_from_header(request)
+    mac_from_header(request.headers)
     try:
         await request.app[DATABASE].fetchone("SELECT 1")
     except DatabaseUnavailable as error:
@@ -116,7 +118,8 @@ async def last_updated(request: web.Request) -> web.Response:
 async def rules_applied(request: web.Request) -> web.Response:
     """What the agent loaded; answers whether those are the current payloads."""
     mac = await admitted_router(request)
-    ids_etag, firewall_etag, ok, detail = await read_report(request)
+    ids_etag, firewall_etag, ok, detail = await read_report(request.content,
+                                                            request.content_length)
     ids_current, firewall_current = await applied_db.report(
         request.app[DATABASE], mac, ids_etag, firewall_etag, ok, detail)
     return json_response({"ids_current": ids_current, "firewall_current": firewall_current})

@@ -8,7 +8,7 @@ taken as the agent got it (`W/"abc"`) or bare (`abc`); either may be null (not l
 from __future__ import annotations
 
 import orjson
-from aiohttp import web
+from aiohttp import StreamReader
 
 from server.errors import BadRequest, PayloadTooLarge
 from server.text import is_plain_text
@@ -19,10 +19,12 @@ MAX_DETAIL = 1000
 FIELDS = {"ids_etag", "firewall_etag", "ok", "detail"}
 
 
-async def read_report(request: web.Request) -> tuple[str | None, str | None, bool, str | None]:
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+async def read_report(content: StreamReader, content_length: int | None
+                      ) -> tuple[str | None, str | None, bool, str | None]:
+    """The report in a request's body (its stream and declared length)."""
+    if content_length is not None and content_length > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
+    raw = await content.read(MAX_BODY_BYTES + 1)
     if len(raw) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
     try:

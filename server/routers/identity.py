@@ -11,9 +11,10 @@ so an operator's removal takes effect within that time).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from aiohttp import web
+if TYPE_CHECKING:
+    from multidict import CIMultiDictProxy  # a request's headers (aiohttp's)
 
 from server.db import routers as router_db
 from server.db.pool import Database
@@ -25,10 +26,10 @@ HEADER = "X-ID"
 MAX_REMEMBERED = 500_000
 
 
-def mac_from_header(request: web.Request) -> str:
+def mac_from_header(headers: CIMultiDictProxy[str]) -> str:
     """The router's MAC from its one X-ID header. Two headers are refused rather than one of
     them picked: a proxy or client that adds its own would otherwise decide who is calling."""
-    values = request.headers.getall(HEADER, ())
+    values = headers.getall(HEADER, ())
     if len(values) > 1:
         raise BadRequest(f"{len(values)} {HEADER} headers; send exactly one")
     value = values[0] if values else None

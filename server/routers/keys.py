@@ -16,14 +16,12 @@ import secrets
 import time
 from typing import Mapping
 
-from aiohttp import web
 
 from server.db import router_keys as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
 from server.web.limits import FloodLimits
 from server.metrics import Metrics
-from server.web.peers import Network, client_address
 
 log = logging.getLogger("router_backend.trust")
 
@@ -45,28 +43,27 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 class RouterKeys:
     def __init__(self, db: Database, cache_seconds: int, metrics: Metrics,
-                 limits: FloodLimits, proxies: frozenset[Network] = frozenset()):
+                 limits: FloodLimits):
         self._db = db
         self._limits = limits
-        self._proxies = proxies
         self._cache_seconds = cache_seconds
         self._metrics = metrics
         self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
 
-    async def check(self, request: web.Request, mac: str) -> None:
-        """Unauthorized unless the request carries this router's current key; 429 while the
-        client's address is over its failed-credential limit."""
-        if self.trusted(request, mac):
+    async def check(self, headers: Mapping[str, str], address: str, mac: str) -> None:
+        """Unauthorized unless the request's headers carry this router's current key; 429
+        while the client's `address` is over its failed-credential limit."""
+        if self.trusted(headers, mac):
             return
-        self._limits.check_failures(client_address(request, self._proxies))
-        presented = bearer_token(request.headers)
+        self._limits.check_failures(address)
+        presented = bearer_token(headers)
         if presented is None:
-            self._refuse(request, mac, "no key")
+            self._refuse(address, mac, "no key")
             raise Unauthorized("missing router key (Authorization: Bearer <router key>)")
         digest = key_hash(presented)
         stored = await keys_db.key_hash_of(self._db, mac)
         if stored is None or not hmac.compare_digest(stored, digest):
-            self._refuse(request, mac, "wrong key" if stored else "no key issued")
+            self._refuse(address, mac, "wrong key" if stored else "no key issued")
             raise Unauthorized("invalid router key")
         if len(self._known) >= MAX_REMEMBERED:
             self._known.clear()
@@ -80,17 +77,16 @@ class RouterKeys:
         return (presented is not None and until > time.monotonic()
                 and hmac.compare_digest(known, key_hash(presented)))
 
-    async def enroll(self, request: web.Request, mac: str, token: str,
+    async def enroll(self, headers: Mapping[str, str], address: str, mac: str, token: str,
                      registration_open: bool) -> tuple[str, keys_db.Enrollment]:
         """Issue the router's key against the fleet's enrollment token: the key, and what
         the enrollment did. Unauthorized, Forbidden or Conflict when refused."""
-        address = client_address(request, self._proxies)
         self._limits.check_failures(address)
         if not token:
             self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
                         mac, address)
             raise Forbidden("enrollment is off (ENROLLMENT_TOKEN is not set)")
-        presented = bearer_token(request.headers) or ""
+        presented = bearer_token(headers) or ""
         if not hmac.compare_digest(presented.encode(), token.encode()):
             self._metrics.auth_events.labels("enroll_refused").inc()
             self._limits.credential_failed(address, f"wrong enrollment token (for {mac})")
@@ -119,7 +115,6 @@ class RouterKeys:
         self._metrics.auth_events.labels(event).inc()
         log.log(level, message, *args)
 
-    def _refuse(self, request: web.Request, mac: str, why: str) -> None:
+    def _refuse(self, address: str, mac: str, why: str) -> None:
         self._metrics.auth_events.labels("key_refused").inc()
-        self._limits.credential_failed(client_address(request, self._proxies),
-                                       f"router key refused for {mac}: {why}")
+        self._limits.credential_failed(address, f"router key refused for {mac}: {why}")
