@@ -187,6 +187,8 @@ async def test_a_new_tick_supersedes_an_older_one_waiting_for_its_retry(settings
         first = datetime(2026, 11, 24, 3, 0, tzinfo=timezone.utc)
         await ledger.add_tick(db, "demo", first)
         await ledger.add_tick(db, "demo", first + timedelta(hours=1))
+        superseded = sql.value("SELECT id FROM job_ticks WHERE tick = %s", (first,))
+        assert not await ledger.claim_again(db, superseded, "any", JOB_LEASE)  # nothing to do
     assert sql.rows("SELECT tick, next_due_at IS NULL, last_error FROM job_ticks "
                     "ORDER BY tick") == [(first, True, "superseded by a later tick"),
                                          (first + timedelta(hours=1), False, None)]

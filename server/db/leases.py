@@ -66,10 +66,11 @@ async def claim(db: Database, statement: str, owner: str, lease: timedelta, limi
 
 def claim_one_statement(work: Leased) -> str:
     """Take the lease on row %(key)s when it is free or already %(owner)s's (its lease then
-    renewed), whatever its due time; nothing when another owner's lease is live."""
+    renewed), whatever its due time; nothing when another owner's lease is live or the row
+    has nothing more to do (due NULL)."""
     return f"""
 UPDATE {work.table} SET claimed_by = %(owner)s, claimed_until = now() + %(lease)s
-WHERE {work.key} = %(key)s
+WHERE {work.key} = %(key)s AND {work.due} IS NOT NULL
   AND (claimed_until IS NULL OR claimed_until < now() OR claimed_by = %(owner)s)
 RETURNING {work.key}"""
 

@@ -11,7 +11,8 @@ A job is an async function returning a dict of details (logged and stored). It r
   run a job by hand);
 - again after JOB_RETRY_DELAY_SECONDS when it failed, up to JOB_RETRY_ATTEMPTS times, by its
   claimant, or by any process once the claimant died (its lease run out: every process
-  looks for such ticks every JOB_LEASE).
+  looks for such ticks every JOB_LEASE). A run whose outcome could not be recorded (the
+  database away at its end) is run again the same way: a tick runs at least once.
 """
 
 from __future__ import annotations
