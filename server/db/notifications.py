@@ -50,8 +50,9 @@ async def create(db: Database, notification: dict) -> dict:
 
 RETRIES = Leased("notifications", "id", "uuid", "next_attempt_at")
 
-# Each outcome is recorded in notification_deliveries in the same statement. Outcomes are
-# recorded whoever holds the lease: a first delivery (right after `create`) holds none.
+# Each outcome is recorded in notification_deliveries in the same statement (errors cut at
+# 500 characters for both). Outcomes are recorded whoever holds the lease: a first delivery
+# (right after `create`) holds none.
 _RECORD_ATTEMPT = (" RETURNING id, attempts) INSERT INTO notification_deliveries "
                    "(notification_id, attempt, outcome, error) "
                    "SELECT id, attempts, %(outcome)s, %(error)s FROM done")
@@ -75,13 +76,13 @@ async def mark_failed(db: Database, notification_id: str, error: str, base_delay
                       max_attempts: int) -> None:
     """Failed: retry after base_delay × 2^(attempts), at most an hour; give up after
     max_attempts (next_attempt_at NULL, the record stays `failed`)."""
-    await db.execute(_FAILED, {"key": notification_id, "outcome": "failed", "error": error,
+    await db.execute(_FAILED, {"key": notification_id, "outcome": "failed", "error": error[:500],
                                **leases.backoff(base_delay, timedelta(hours=1), max_attempts)})
 
 
 async def mark_undeliverable(db: Database, notification_id: str, error: str) -> None:
     """Failed for good: no further attempt."""
-    await db.execute(_UNDELIVERABLE, {"key": notification_id, "error": error,
+    await db.execute(_UNDELIVERABLE, {"key": notification_id, "error": error[:500],
                                       "outcome": "undeliverable"})
 
 
