@@ -97,13 +97,18 @@ def test_kill_at_random_moments_leaves_a_whole_ruleset(settings, tmp_path):
     assert seen <= {str(v) for v in range(100, 111)}
 
 
-async def test_cron_tick_runs_once_across_processes(settings, sql):
-    runs = []
-
+def counting_job(runs: list, seconds: float = 0.0):
+    """A job that notes each of its runs in `runs` (and takes `seconds`)."""
     async def job() -> dict:
         runs.append(1)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(seconds)
         return {"ok": True}
+    return job
+
+
+async def test_cron_tick_runs_once_across_processes(settings, sql):
+    runs = []
+    job = counting_job(runs, 0.2)
 
     async with open_database(settings) as db_a, open_database(settings) as db_b:
         schedulers = [CronJobs(db, retry_delay=0.01, retry_attempts=2) for db in (db_a, db_b)]
@@ -121,16 +126,13 @@ async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):
     claim of the same claimant takes it again; another claimant still gets nothing while the
     lease is live."""
     runs = []
-
-    async def job() -> dict:
-        runs.append(1)
-        return {"ok": True}
+    job = counting_job(runs)
 
     async with open_database(settings) as db:
         cron, other = (CronJobs(db, retry_delay=0.01, retry_attempts=1) for _ in range(2))
         tick = datetime(2026, 11, 24, 3, 17, tzinfo=timezone.utc)
         await ledger.add_tick(db, "demo", tick)
-        assert await ledger.claim_tick(db, "demo", cron.claimant, JOB_LEASE)  # answer lost
+        assert await ledger.claim_tick(db, "demo", cron.claimant, JOB_LEASE) is not None  # lost
         await other._tick("demo", job, tick)
         assert runs == []
         await cron._tick("demo", job, tick)
@@ -140,21 +142,17 @@ async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):
     assert sql.rows("SELECT claimed_by, next_due_at FROM job_ticks") == [(None, None)]
 
 
-async def test_a_tick_whose_claimant_died_is_taken_up_by_another_process(settings, sql,
-                                                                        monkeypatch):
+async def test_a_tick_whose_claimant_died_is_taken_up_by_another_process(settings, sql):
     """The claimant was SIGKILLed while the job ran: its lease runs out and the next process
     that looks for due ticks runs the tick; the dead claimant's late outcome is refused."""
     runs = []
-
-    async def job() -> dict:
-        runs.append(1)
-        return {"ok": True}
+    job = counting_job(runs)
 
     async with open_database(settings) as db:
         dead, alive = (CronJobs(db, retry_delay=0.01, retry_attempts=1) for _ in range(2))
         tick = datetime(2026, 11, 24, 3, 20, tzinfo=timezone.utc)
         await ledger.add_tick(db, "demo", tick)
-        tick_id, _ = await ledger.claim_tick(db, "demo", dead.claimant, timedelta(seconds=0.3))
+        tick_id = await ledger.claim_tick(db, "demo", dead.claimant, timedelta(seconds=0.3))
         await alive._take_up("demo", job)
         assert runs == []  # the lease is live
         await asyncio.sleep(0.4)

@@ -57,7 +57,7 @@ async def claim_due(db: Database, owner: str, limit: int, lease: timedelta) -> l
 
 async def claim_router(db: Database, owner: str, mac: str, lease: timedelta) -> bool:
     """Take (or renew) the lease on one router; False when another owner holds it."""
-    return await db.fetchone(CLAIM_ONE, {"owner": owner, "key": mac, "lease": lease}) is not None
+    return await leases.claim_one(db, CLAIM_ONE, owner, mac, lease)
 
 
 async def renew_claims(db: Database, owner: str, macs: list[str], lease: timedelta) -> int:

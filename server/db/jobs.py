@@ -27,7 +27,7 @@ WITH superseded AS (
 INSERT INTO job_ticks (job, tick, next_due_at) VALUES (%(job)s, %(tick)s, now())
 ON CONFLICT (job, tick) DO NOTHING"""
 _CLAIM = claim_statement(TICKS, where="AND job = %(job)s", order="tick DESC",
-                         returning="w.id, w.tick")
+                         returning="w.id")
 _CLAIM_ONE = claim_one_statement(TICKS)
 _FINISH = finish_statement(TICKS, "next_due_at = NULL")
 _FAIL = fail_statement(TICKS) + " RETURNING next_due_at IS NOT NULL"
@@ -43,18 +43,16 @@ async def add_tick(db: Database, job: str, tick: datetime) -> None:
     await db.execute(_ADD_TICK, {"job": job, "tick": tick})
 
 
-async def claim_tick(db: Database, job: str, owner: str,
-                     lease: timedelta) -> tuple[int, datetime] | None:
-    """The job's newest due tick (id, tick), leased to `owner`, or None. The owner's own
+async def claim_tick(db: Database, job: str, owner: str, lease: timedelta) -> int | None:
+    """The id of the job's newest due tick, leased to `owner`, or None. The owner's own
     standing claim is taken again: a claim whose answer was lost is not left unrun."""
     rows = await leases.claim(db, _CLAIM, owner, lease, 1, own=True, job=job)
-    return rows[0] if rows else None
+    return rows[0][0] if rows else None
 
 
 async def claim_again(db: Database, tick_id: int, owner: str, lease: timedelta) -> bool:
     """The tick once more for its retry, unless another process took it meanwhile."""
-    return await db.fetchone(_CLAIM_ONE, {"key": tick_id, "owner": owner,
-                                          "lease": lease}) is not None
+    return await leases.claim_one(db, _CLAIM_ONE, owner, tick_id, lease)
 
 
 async def finish_tick(db: Database, tick_id: int, owner: str) -> None:

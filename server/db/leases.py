@@ -75,6 +75,12 @@ WHERE {work.key} = %(key)s AND {work.due} IS NOT NULL
 RETURNING {work.key}"""
 
 
+async def claim_one(db: Database, statement: str, owner: str, key, lease: timedelta) -> bool:
+    """Whether `statement` (from `claim_one_statement`) took the lease on row `key`."""
+    return await db.fetchone(statement, {"owner": owner, "key": key,
+                                         "lease": lease}) is not None
+
+
 def renew_statement(work: Leased) -> str:
     """Extend %(owner)s's live leases on %(keys)s to at least %(lease)s from now: never
     shortens one, never revives one that ran out."""

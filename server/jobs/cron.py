@@ -156,9 +156,9 @@ class CronJobs:
         spent. One at a time per job in this process."""
         async with self._taking_up[name]:
             try:
-                claimed = await ledger.claim_tick(self._db, name, self.claimant, JOB_LEASE)
-                if claimed is not None:
-                    await self._attempts(name, function, claimed[0])
+                tick_id = await ledger.claim_tick(self._db, name, self.claimant, JOB_LEASE)
+                if tick_id is not None:
+                    await self._attempts(name, function, tick_id)
             except Exception as error:  # the database is away: the lease runs out, and
                 log.error("job %s: due tick not handled: %s", name, error)  # it is taken up
 

@@ -164,9 +164,9 @@ class Supervisor:
 
     def _start(self, child: Child, environment: dict[str, str]) -> None:
         command = [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)]
-        if child.role == "http" and not child.sockets:  # closed for a crash loop's delay
-            self._open_sockets(child)
         if child.role == "http":
+            if not child.sockets:  # closed for a crash loop's delay
+                self._open_sockets(child)
             command += ["--listen-fds", fds_argument(child.sockets),
                         "--console-fds", fds_argument(child.console_sockets)]
         inherited = [sock.fileno() for sock in child.sockets + child.console_sockets]

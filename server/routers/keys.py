@@ -16,7 +16,6 @@ import secrets
 import time
 from typing import Mapping
 
-
 from server.db import router_keys as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
@@ -51,10 +50,9 @@ class RouterKeys:
         self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
 
     async def check(self, headers: Mapping[str, str], address: str, mac: str) -> None:
-        """Unauthorized unless the request's headers carry this router's current key; 429
-        while the client's `address` is over its failed-credential limit."""
-        if self.trusted(headers, mac):
-            return
+        """For a request `trusted` refused: Unauthorized unless its headers carry this
+        router's current key (then trusted for a while); 429 while the client's `address` is
+        over its failed-credential limit."""
         self._limits.check_failures(address)
         presented = bearer_token(headers)
         if presented is None:
