@@ -16,8 +16,9 @@ capabilities behind it, in layers, each importing only the layers below it (the
 5. What capabilities share: `routers/` (router identity, registration, keys, applied
    reports) and `telemetry/` (telemetry at rest: compressed chunks, hourly summaries,
    compaction, export).
-6. Shared plumbing: `web/` (what every request passes through: the one middleware, client
-   address, flood limits, requests in flight, access log), `idempotency_key.py`,
+6. Shared plumbing: `web/` (what every request passes through: routes wrapped in the one
+   middleware, client address, flood limits, requests in flight, access log),
+   `idempotency_key.py`,
    `errors.py` (the JSON error shape), `metrics.py` (Prometheus), `logs.py`, then
    `background.py` (the name leases are taken under, long-running tasks, their health).
 7. `db/`: the connection pool, schema, migrations and the SQL of every table.

@@ -17,9 +17,8 @@ from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
+from server.handlers import operations, router_api
 from server.handlers.operations import refresh_process_gauges
-from server.handlers.operations import setup_routes as setup_operations_routes
-from server.handlers.router_api import setup_routes
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import Ingestion
 from server.ingest.slots import UploadSlots
@@ -34,6 +33,7 @@ from server.routers.keys import RouterKeys
 from server.settings import Settings
 from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
+from server.web.routes import add_routes
 from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
                              INGESTION, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
@@ -62,8 +62,8 @@ def create_app(settings: Settings, role: str = "all",
         quiet_refused_heads()
     metrics, in_flight = Metrics(metrics_dir), InFlight()
     errors = ErrorAnswers(settings.db_retry_after_seconds)
-    app = web.Application(middlewares=[request_middleware(in_flight, metrics, errors)],
-                          client_max_size=CLIENT_MAX_SIZE,
+    outer = request_middleware(in_flight, metrics, errors)
+    app = web.Application(client_max_size=CLIENT_MAX_SIZE,
                           # Bodies are decoded by server/ingest/body.py, which caps the output.
                           handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
@@ -78,15 +78,17 @@ def create_app(settings: Settings, role: str = "all",
                                         settings.registrations_per_minute_per_address, metrics,
                                         settings.failed_credentials_per_minute_per_address,
                                         settings.ipv6_limit_prefix)
-        setup_operations_routes(app)
         if settings.console:
-            app.add_subapp("/console/", create_console_app(settings))
+            app.add_subapp("/console/", create_console_app(settings, outer))
     if "router" in settings.services:
         add_router_service(app)
     if "notifications" in settings.services:
         app.cleanup_ctx.append(notifications_context)
         if role != "background":
-            app.add_subapp("/api/", create_notifications_app(settings))
+            app.add_subapp("/api/", create_notifications_app(settings, outer))
+    if role != "background":
+        add_routes(app, operations.ROUTES
+                   + (router_api.ROUTES if "router" in settings.services else []), outer)
     if metrics_dir:
         app.cleanup_ctx.append(gauge_refresh_context)
     return app
@@ -104,7 +106,6 @@ def add_router_service(app: web.Application) -> None:
         app.cleanup_ctx.append(traffic_tally_context)
         app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(registry_context)
-        setup_routes(app)
 
 
 def exposure_warnings(settings: Settings) -> list[str]:

@@ -20,6 +20,9 @@ from server.background import LoopHealth
 
 # A method label beyond these is "OTHER": a client chooses the method, and labels must stay few.
 HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+# The label of requests no route has; each app's last routes are named after it
+# (server/web/routes.py).
+UNMATCHED = "unmatched"
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -35,9 +38,9 @@ class Metrics:
         self.request_seconds = Histogram("http_request_duration_seconds",
                                          "Time to answer an HTTP request", ["route"],
                                          buckets=DURATION_BUCKETS, registry=registry)
-        # (route's resource, method, status) -> its labelled counter and histogram, looked up
-        # once: labels() takes a lock and builds a key on every call. (The resource, not its
-        # label: no property chain per request; None when unmatched.)
+        # (route, method, status) -> its labelled counter and histogram, looked up once:
+        # labels() takes a lock and builds a key on every call. (The route, not its label: no
+        # property chain per request.)
         self._request_children: dict[tuple[object, str, int], tuple[Counter, Histogram]] = {}
         self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
                                ["kind", "outcome"], registry=registry)
@@ -95,7 +98,7 @@ class Metrics:
 
     def observe_request(self, request: web.Request, status: int, seconds: float) -> None:
         method = request.method if request.method in HTTP_METHODS else "OTHER"
-        key = (request.match_info.route.resource, method, status)
+        key = (request.match_info.route, method, status)
         children = self._request_children.get(key)
         if children is None:
             route = route_label(request)
@@ -118,4 +121,11 @@ def route_label(request: web.Request) -> str:
     """The route's template (`/api/notifications/{notificationId}/read`), never the raw path,
     so that labels stay few."""
     resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
+    if resource is None or is_unmatched(resource):
+        return UNMATCHED
+    return resource.canonical
+
+
+def is_unmatched(resource) -> bool:
+    """One of the routes an app answers paths it has no route for with."""
+    return (resource.name or "").startswith(UNMATCHED)

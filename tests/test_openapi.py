@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from server.metrics import is_unmatched
 from server.app import create_app
 from server.db import routers as router_db
 from server.db.lifecycle import open_database
@@ -27,7 +28,8 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 def routed(app: web.Application, prefix: str = "") -> set[tuple[str, str]]:
     """(METHOD, path template) of every route, sub-applications included; HEAD routes that
-    aiohttp adds to each GET are left out."""
+    aiohttp adds to each GET, and each app's last route answering 404 and 405 for every
+    other path, are left out."""
     found = set()
     for resource in app.router.resources():
         info = resource.get_info()
@@ -35,6 +37,8 @@ def routed(app: web.Application, prefix: str = "") -> set[tuple[str, str]]:
             continue  # web pages for people, not an API (docs/console.md)
         if "app" in info:
             found |= routed(info["app"])
+            continue
+        if is_unmatched(resource):
             continue
         for route in resource:
             if route.method != "HEAD":

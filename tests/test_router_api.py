@@ -249,3 +249,24 @@ async def test_unknown_route_and_method_are_json(client):
 def test_gzip_helper_roundtrip():
     # Guards the test data helper used by the ingestion tests.
     assert gzip.decompress(gzip.compress(b"x")) == b"x"
+
+
+@pytest.mark.parametrize("method, path, allowed", [
+    ("GET", "/nope", None), ("GET", "/", None), ("GET", "/api", None), ("GET", "/api/nope", None),
+    ("POST", "/rules/ids", "GET,HEAD"), ("DELETE", "/metrics", "GET,HEAD"),
+    ("POST", "/api/notifications/0b6f3b0c-1c2d-4e5f-8a9b-0c1d2e3f4a5b", "GET,HEAD")])
+async def test_paths_and_methods_without_a_route_are_answered_in_json(client, method, path,
+                                                                      allowed):
+    """Each app's last routes (server/web/routes.py) answer what no route has, in JSON: 404,
+    or 405 naming the path's methods; a sub-application's bare prefix (/api) too."""
+    response = await client.request(method, path, headers=HEADERS)
+    assert response.status == (405 if allowed else 404)
+    assert response.headers.get("Allow") == allowed
+    assert (await response.json())["error"] == ("Method Not Allowed" if allowed else "Not Found")
+
+
+async def test_console_paths_without_a_route_ask_a_stranger_to_sign_in(client):
+    for path in ("/console", "/console/nope"):
+        response = await client.get(path, allow_redirects=False)
+        assert response.status == 303
+        assert response.headers["Location"].startswith("/console/sign-in")

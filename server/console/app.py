@@ -17,6 +17,7 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import ApiError, Forbidden, Unauthorized
 from server.settings import Settings
 from server.tuning.changes import TuningRefused
+from server.web.routes import Middleware, add_routes
 
 log = logging.getLogger("router_backend.console")
 
@@ -31,8 +32,9 @@ HEADERS = {
 OPEN_PATHS = ("/console/sign-in",)
 
 
-def create_console_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=[console_middleware])
+def create_console_app(settings: Settings, outer: Middleware) -> web.Application:
+    """`outer`: the middleware every request of the service passes first."""
+    app = web.Application()
     app[SESSIONS] = Sessions(settings)
     if settings.console_listen is not None:
         app[CONSOLE_PORT] = settings.console_listen[1]
@@ -40,7 +42,7 @@ def create_console_app(settings: Settings) -> web.Application:
         app, loader=jinja2.PackageLoader("server.console", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined)
     environment.filters["moment"] = moment
-    views.setup_routes(app)
+    add_routes(app, views.routes(), outer, console_middleware)
     return app
 
 

@@ -34,19 +34,19 @@ def _nobody() -> str:
     return hash_secret(secrets.token_urlsafe(16))
 
 
-def setup_routes(app: web.Application) -> None:
-    app.router.add_get("/sign-in", sign_in_page)
-    app.router.add_post("/sign-in", sign_in)
-    app.router.add_post("/sign-out", sign_out)
-    app.router.add_get("/", fleet_page)
-    app.router.add_get("/routers", find_router)
-    app.router.add_get("/routers/{mac}", router_page)
-    app.router.add_post("/routers/{mac}/reset", reset_enrollment)
-    app.router.add_get("/tuning", tuning_page)
-    app.router.add_post("/tuning/overrides", add_override)
-    app.router.add_post("/tuning/overrides/{id:\\d{1,18}}/remove", remove_override)
-    app.router.add_post("/tuning/allowlist", add_allowed)
-    app.router.add_post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed)
+def routes() -> list[web.RouteDef]:
+    return [web.get("/sign-in", sign_in_page),
+            web.post("/sign-in", sign_in),
+            web.post("/sign-out", sign_out),
+            web.get("/", fleet_page),
+            web.get("/routers", find_router),
+            web.get("/routers/{mac}", router_page),
+            web.post("/routers/{mac}/reset", reset_enrollment),
+            web.get("/tuning", tuning_page),
+            web.post("/tuning/overrides", add_override),
+            web.post("/tuning/overrides/{id:\\d{1,18}}/remove", remove_override),
+            web.post("/tuning/allowlist", add_allowed),
+            web.post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed)]
 
 
 def field(form, name: str) -> str:

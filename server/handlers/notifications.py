@@ -15,6 +15,7 @@ from server.notify.fields import recipient_field, text_field
 from server.notify.sends import fingerprint
 from server.notify.texts import TYPES, NotificationType
 from server.web.peers import bearer_matches
+from server.web.routes import Middleware, add_routes
 from server.settings import Settings
 from server.typedefs import DATABASE, SENDS
 
@@ -115,17 +116,19 @@ def token_middleware(token: str):
     return middleware
 
 
-def create_notifications_app(settings: Settings) -> web.Application:
-    """Errors as the seed wants them: 500 (not 503) when the database cannot be written."""
-    middlewares = [error_middleware(settings.db_retry_after_seconds, unavailable_status=500)]
+def create_notifications_app(settings: Settings, outer: Middleware) -> web.Application:
+    """Errors as the seed wants them: 500 (not 503) when the database cannot be written.
+    `outer`: the middleware every request of the service passes first."""
+    middlewares = [outer,
+                   error_middleware(settings.db_retry_after_seconds, unavailable_status=500)]
     if settings.notification_api_token:
         middlewares.append(token_middleware(settings.notification_api_token))
-    app = web.Application(middlewares=middlewares)
-    for kind in TYPES:
-        app.router.add_post(f"/notifications/{kind.path}", send_handler(kind))
-    # A UUID only, so a POST to an unknown send type stays a 404 (not a 405 of this route).
-    app.router.add_get("/notifications/{notificationId:[0-9a-fA-F-]{32,36}}", one_notification)
-    app.router.add_put("/notifications/{notificationId}/read", mark_read)
-    app.router.add_get("/workflow/users/{userId}/notifications", user_notifications)
-    app.router.add_put("/workflow/users/{userId}/notifications/read", mark_all_read)
+    app = web.Application()
+    add_routes(app, [web.post(f"/notifications/{kind.path}", send_handler(kind))
+                     for kind in TYPES] + [
+        # A UUID only, so a POST to an unknown send type stays a 404 (not a 405 of this route).
+        web.get("/notifications/{notificationId:[0-9a-fA-F-]{32,36}}", one_notification),
+        web.put("/notifications/{notificationId}/read", mark_read),
+        web.get("/workflow/users/{userId}/notifications", user_notifications),
+        web.put("/workflow/users/{userId}/notifications/read", mark_all_read)], *middlewares)
     return app

@@ -72,6 +72,4 @@ async def openapi(request: web.Request) -> web.Response:
     return json_response(await asyncio.to_thread(openapi_document))
 
 
-def setup_routes(app: web.Application) -> None:
-    app.router.add_get("/metrics", metrics_page)
-    app.router.add_get("/openapi.json", openapi)
+ROUTES = [web.get("/metrics", metrics_page), web.get("/openapi.json", openapi)]

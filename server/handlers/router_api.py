@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 
 from aiohttp import web
@@ -26,11 +27,24 @@ from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, INGESTION, METR
                              ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 
-async def admitted_router(request: web.Request) -> str:
-    """The calling router's MAC once its key (ROUTER_AUTH=key), its request budget and its
-    registration are checked (a key first: nobody spends another router's budget). A router
-    this process admitted lately, with a key it trusts, is checked without an await: every
-    poll passes here."""
+def admitted(request: web.Request) -> str | None:
+    """The calling router's MAC, its request budget taken, when this process admitted it
+    lately with a key it trusts (ROUTER_AUTH=key): no await, for every poll passes here.
+    None when the database must be asked (`admit`)."""
+    headers = request.headers
+    mac = mac_from_header(headers)
+    app = request.app
+    if app[SETTINGS].router_auth == "key" and not app[ROUTER_KEYS].trusted(headers, mac):
+        return None
+    if not app[ROUTER_REGISTRY].admitted(mac):
+        return None
+    app[FLOOD_LIMITS].request(mac)
+    return mac
+
+
+async def admit(request: web.Request) -> str:
+    """The calling router's MAC once its key, its request budget and its registration are
+    checked (a key first: nobody spends another router's budget)."""
     mac = mac_from_header(request.headers)
     app = request.app
     settings = app[SETTINGS]
@@ -87,7 +101,7 @@ async def post_cfm(request: web.Request) -> web.Response:
 
 
 async def _ingest(request: web.Request, kind: str) -> web.Response:
-    mac = await admitted_router(request)
+    mac = admitted(request) or await admit(request)
     address = request.app[FLOOD_LIMITS].bucket(
         client_address(request, request.app[SETTINGS].trusted_proxies))
     upload = Upload(request.content_type, idempotency_key(request.headers), Body(
@@ -106,7 +120,7 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
 
 
 async def last_updated(request: web.Request) -> web.Response:
-    mac = await admitted_router(request)
+    mac = admitted(request) or await admit(request)
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
         request.app[DATABASE], mac, address if address != "-" else None)
@@ -117,7 +131,7 @@ async def last_updated(request: web.Request) -> web.Response:
 
 async def rules_applied(request: web.Request) -> web.Response:
     """What the agent loaded; answers whether those are the current payloads."""
-    mac = await admitted_router(request)
+    mac = admitted(request) or await admit(request)
     ids_etag, firewall_etag, ok, detail = await read_report(request.content,
                                                             request.content_length)
     ids_current, firewall_current = await applied_db.report(
@@ -125,23 +139,19 @@ async def rules_applied(request: web.Request) -> web.Response:
     return json_response({"ids_current": ids_current, "firewall_current": firewall_current})
 
 
-async def ids_rules(request: web.Request) -> web.Response:
-    return await _payload(request, "ids")
-
-
-async def firewall_rules(request: web.Request) -> web.Response:
-    return await _payload(request, "firewall")
-
-
-async def _payload(request: web.Request, kind: str) -> web.Response:
+async def payload(request: web.Request, kind: str) -> web.Response:
     """The router's payload, or 304 when it names the current ETag: from the ETag cache
-    without a query for nearly every poll (server/polling/etag_cache.py)."""
-    mac = await admitted_router(request)
+    without a query for nearly every poll (server/polling/etag_cache.py). An agent names
+    the ETag header it was given, as it was given: that is one comparison."""
+    mac = admitted(request) or await admit(request)
     cache = request.app[ETAG_CACHE]
+    named = request.headers.get("If-None-Match")
+    current = cache.etag(mac, kind) if named is not None else None
+    if current is not None and named == etag_header(current):
+        return web.Response(status=304, headers={"ETag": named})
     known = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
-    if known and (current := cache.etag(mac, kind)) is not None:
-        if not_modified(known, current):
-            return web.Response(status=304, headers={"ETag": etag_header(current)})
+    if current is not None and not_modified(known, current):
+        return web.Response(status=304, headers={"ETag": etag_header(current)})
     token = cache.token()
     found = await rules_db.read_payload(request.app[DATABASE], mac, kind, known)
     if found is None:
@@ -168,12 +178,11 @@ def _accepts_gzip(request: web.Request) -> bool:
     return False
 
 
-def setup_routes(app: web.Application) -> None:
-    app.router.add_get("/health", health)
-    app.router.add_post("/enroll", enroll)
-    app.router.add_post("/log/events", post_events)
-    app.router.add_post("/log/cfm", post_cfm)
-    app.router.add_get("/rules/last_updated", last_updated)
-    app.router.add_post("/rules/applied", rules_applied)
-    app.router.add_get("/rules/ids", ids_rules)
-    app.router.add_get("/rules/firewall", firewall_rules)
+ROUTES = [web.get("/health", health),
+          web.post("/enroll", enroll),
+          web.post("/log/events", post_events),
+          web.post("/log/cfm", post_cfm),
+          web.get("/rules/last_updated", last_updated),
+          web.post("/rules/applied", rules_applied),
+          web.get("/rules/ids", functools.partial(payload, kind="ids")),
+          web.get("/rules/firewall", functools.partial(payload, kind="firewall"))]

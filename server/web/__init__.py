@@ -1,5 +1,6 @@
-"""What every HTTP request passes through: `middleware.py` (the one middleware: requests in
-flight, error answers, request metrics), `peers.py` (the client's address through trusted
+"""What every HTTP request passes through: `routes.py` (each handler wrapped in its app's
+middlewares at start-up, and the answers to paths no route has), `middleware.py` (the one
+middleware of every request: requests in flight, error answers, request metrics), `peers.py` (the client's address through trusted
 proxies, bearer tokens), `limits.py` (flood limits per router and per client address),
 `in_flight.py` (requests in progress, for the drain) and `access_log.py` (one line per
 request, written in batches). The app factory is server/app.py; the handlers are in

@@ -3,32 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import time
+
+DRAIN_POLL_SECONDS = 0.05
 
 
 class InFlight:
-    """Counts requests in progress (server/web/middleware.py); while draining, answers close
-    their connection."""
+    """Counts requests in progress: the request middleware (server/web/middleware.py) adds
+    and takes away from `count` itself, every request passing; while draining, its answers
+    close their connection."""
 
     def __init__(self) -> None:
         self.count = 0
         self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    def started(self) -> None:
-        self.count += 1
-        self._idle.clear()
-
-    def finished(self) -> None:
-        self.count -= 1
-        if self.count == 0:
-            self._idle.set()
 
     async def drain(self, timeout: float) -> bool:
-        """Wait until no request is in progress; False when some still were after timeout."""
+        """Wait until no request is in progress; False when some still were after timeout.
+        Polled: it happens once, at shutdown, where an event set and cleared by every
+        request would cost each of them."""
         self.draining = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        deadline = time.monotonic() + timeout
+        while self.count:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        return True

@@ -1,7 +1,8 @@
-"""The one middleware every request of the app passes through: counted in progress (for the
-drain), answered as JSON when its handler raised (server/errors.py), and counted and timed
-in the request metrics. One coroutine instead of one per concern: a 304 rules poll, the
-service's hottest path, passes through it on every poll."""
+"""The middleware every request of the service passes through first: counted in progress
+(for the drain), answered as JSON when its handler raised (server/errors.py), and counted
+and timed in the request metrics. One coroutine instead of one per concern, wrapped around
+each handler at start-up (server/web/routes.py): a 304 rules poll, the service's hottest
+path, passes through it on every poll."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500
-        in_flight.started()
+        in_flight.count += 1
         try:
             try:
                 response = await handler(request)
@@ -35,7 +36,7 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
             status = error.status
             raise
         finally:
-            in_flight.finished()
+            in_flight.count -= 1
             observe(request, status, time.perf_counter() - started)
 
     return middleware
