@@ -11,6 +11,8 @@ live in the database (the generation queue) are read when scraped.
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -23,6 +25,11 @@ HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTI
 # The label of requests no route has; each app's last routes are named after it
 # (server/web/routes.py).
 UNMATCHED = "unmatched"
+# Requests are counted and timed in the metrics in batches, at most this long after they
+# were answered (and before each scrape this process answers): the counter's and the
+# histogram's calls for each request made the 304 rules poll, the hottest path, 15 % slower
+# (paired wrk runs against the same code without them); batched, half of that is left.
+REQUEST_RECORD_SECONDS = 0.05
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -42,6 +49,8 @@ class Metrics:
         # labels() takes a lock and builds a key on every call. (The route, not its label: no
         # property chain per request.)
         self._request_children: dict[tuple[object, str, int], tuple[Counter, Histogram]] = {}
+        # (route, method, status) -> durations of the requests not yet recorded
+        self._unrecorded: dict[tuple[object, str, int], list[float]] = {}
         self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
                                ["kind", "outcome"], registry=registry)
         self.generations = Counter("rule_generations", "Per-router generations run here",
@@ -97,18 +106,34 @@ class Metrics:
         return LoopHealth(name, logger, self.loop_last_success.labels(name))
 
     def observe_request(self, request: web.Request, status: int, seconds: float) -> None:
+        """Count and time an answered request: kept here, recorded in the metrics within
+        REQUEST_RECORD_SECONDS (record_requests)."""
         method = request.method if request.method in HTTP_METHODS else "OTHER"
         key = (request.match_info.route, method, status)
-        children = self._request_children.get(key)
-        if children is None:
-            route = route_label(request)
-            children = self._request_children[key] = (
-                self.requests.labels(route, method, str(status)),
-                self.request_seconds.labels(route))
-        children[0].inc()
-        children[1].observe(seconds)
+        durations = self._unrecorded.get(key)
+        if durations is None:
+            if key not in self._request_children:
+                route = route_label(request)
+                self._request_children[key] = (
+                    self.requests.labels(route, method, str(status)),
+                    self.request_seconds.labels(route))
+            if not self._unrecorded:
+                asyncio.get_running_loop().call_later(REQUEST_RECORD_SECONDS,
+                                                      self.record_requests)
+            durations = self._unrecorded[key] = []
+        durations.append(seconds)
+
+    def record_requests(self) -> None:
+        """Record the requests observed since the last time in the metrics."""
+        unrecorded, self._unrecorded = self._unrecorded, {}
+        for key, durations in unrecorded.items():
+            counter, histogram = self._request_children[key]
+            counter.inc(len(durations))
+            for seconds in durations:
+                histogram.observe(seconds)
 
     def exposition(self) -> web.Response:
+        self.record_requests()
         registry = self.registry
         if self.multiprocess_dir:
             registry = CollectorRegistry()

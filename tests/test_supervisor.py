@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
+from server.metrics import REQUEST_RECORD_SECONDS
 from server.process.supervisor import MAX_DELAY_SECONDS, RESTART_BURST, restart_delay
 from testkit import REPOSITORY
 from testkit.database import Sql, database_env
@@ -64,10 +65,15 @@ async def test_workers_serve_and_one_scrape_reports_the_host(supervised, databas
                     "Content-Type": "application/x-ndjson"}) as response:
                 assert response.status == 200
         text = await scrape(session, supervised.url)
+
+        async def every_request_recorded():  # by each worker within REQUEST_RECORD_SECONDS
+            text = await scrape(session, supervised.url)
+            return metric(text, 'http_requests_total{method="POST",route="/log/events",'
+                                'status="200"}') == 40
+
+        await wait_for(every_request_recorded, timeout=5, interval=REQUEST_RECORD_SECONDS)
     assert metric(text, "http_worker_processes") == WORKERS
     assert metric(text, 'telemetry_records_total{kind="events",outcome="accepted"}') == 400
-    assert metric(text, 'http_requests_total{method="POST",route="/log/events",'
-                        'status="200"}') == 40
 
     async def one_generation_service():  # for the host, in the background process
         async with aiohttp.ClientSession() as session:

@@ -22,7 +22,7 @@ from server.logs import flush_logs
 from server.web.access_log import access_logger_for
 from server.web.access_log import flush as flush_access_log
 from server.web.in_flight import InFlight
-from server.typedefs import SETTINGS
+from server.typedefs import METRICS, SETTINGS
 
 log = logging.getLogger("router_backend.http")
 
@@ -84,6 +84,7 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
                         in_flight.count, grace_seconds)
     finally:
         await runner.cleanup()
+        app[METRICS].record_requests()  # (under the supervisor, for the host's next scrape)
         flush_access_log()
         flush_logs()
 
