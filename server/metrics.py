@@ -28,7 +28,7 @@ UNMATCHED = "unmatched"
 # Requests are counted and timed in the metrics in batches, at most this long after they
 # were answered (and before each scrape this process answers): the counter's and the
 # histogram's calls for each request made the 304 rules poll, the hottest path, 15 % slower
-# (paired wrk runs against the same code without them); batched, half of that is left.
+# (paired wrk runs against the same code without them); batched, a third of that is left.
 REQUEST_RECORD_SECONDS = 0.05
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
