@@ -14,6 +14,9 @@ Truncation (copytruncate): the file is read again from its start, under a new fi
 is recognised by a size below the position or, when it grew back past it before the agent
 looked, by other first bytes than those it kept.
 
+Each read's end is saved before its lines are spooled, so a crash between the two reads the
+same bytes again, not more that arrived meanwhile: the same key, replayed by the server.
+
 A last line without its newline waits for the next read. A line longer than the batch's
 byte budget is still read whole (the server rejects records over its own limit).
 """
@@ -124,16 +127,19 @@ class EveTail:
         return start.hex() == head
 
     def _read(self, path: Path) -> Chunk | None:
-        start = self.position["offset"]
+        start, until = self.position["offset"], self.position.get("until")
         try:
             with open(path, "rb") as eve:
                 stat = os.fstat(eve.fileno())
                 if stat.st_ino != self.position["inode"]:
                     return None  # replaced between the stat and the open: next time
                 eve.seek(start)
-                data = eve.read(self._max_bytes)
-                if b"\n" not in data:  # one line longer than the budget, or none complete
-                    data += _rest_of_line(eve)
+                if until is not None:  # a read the agent died spooling: its bytes exactly
+                    data = eve.read(until - start)
+                else:
+                    data = eve.read(self._max_bytes)
+                    if b"\n" not in data:  # one line longer than the budget, or none complete
+                        data += _rest_of_line(eve)
         except FileNotFoundError:
             return None
         lines = data.split(b"\n")[:-1][:self._max_lines]  # complete lines only
@@ -142,8 +148,12 @@ class EveTail:
         end = start + sum(len(line) + 1 for line in lines)
         key = f"{self.position['file_id']}-{start}-{end}"
         head = self.position.get("head") or (data[:HEAD_BYTES].hex() if start == 0 else "")
-        return Chunk(lines, key, {**self.position, "offset": end, "head": head,
-                                  "mtime_ns": stat.st_mtime_ns})
+        # Saved before the caller spools: a crash before it saves the position past these
+        # lines reads them again as they are, under this key (the file grows meanwhile).
+        self._persist({**self.position, "until": end})
+        after = {**self.position, "offset": end, "head": head, "mtime_ns": stat.st_mtime_ns}
+        after.pop("until", None)
+        return Chunk(lines, key, after)
 
     def advance(self, position: dict) -> None:
         self.position = position

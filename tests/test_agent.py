@@ -201,7 +201,9 @@ def test_tail_follows_rotation_truncation_and_waits_for_a_whole_line(tmp_path):
     assert tail.read() is None  # no file yet
     eve.write_bytes(b'{"n": 1}\n{"n": 2}\n{"n": 3')
     first = tail.read()
-    assert first.lines == [b'{"n": 1}', b'{"n": 2}'] and len(saved) == 1
+    assert first.lines == [b'{"n": 1}', b'{"n": 2}']
+    # The new file's position, then the read's end, each saved before the caller spools.
+    assert [position.get("until") for position in saved] == [None, 18]
     tail.advance(first.position)
     assert tail.read() is None  # the third line is not whole yet
     append(eve, [b""])  # its newline arrives
@@ -265,6 +267,25 @@ def test_the_same_bytes_read_again_give_the_same_key(tmp_path):
     first = EveTail(eve, None, 1000, 1 << 20, saved.append).read()
     again = EveTail(eve, saved[-1], 1000, 1 << 20, saved.append).read()
     assert (again.lines, again.key) == (first.lines, first.key)
+
+
+def test_a_read_cut_short_by_a_crash_comes_again_whole_and_alone(tmp_path):
+    """Killed after spooling a read's lines and before saving the position past them, the
+    agent reads the same bytes again however much the file grew meanwhile: the same lines
+    under the same key, which the server replays; a longer read would have been another key,
+    and its first lines stored twice (the agent drill's 40 flows stored twice)."""
+    eve = tmp_path / "eve.json"
+    eve.write_bytes(b'{"n": 1}\n{"n": 2}\n')
+    saved = []
+    first = EveTail(eve, None, 1000, 1 << 20, saved.append).read()
+    with open(eve, "ab") as more:
+        more.write(b'{"n": 3}\n')
+    again_tail = EveTail(eve, saved[-1], 1000, 1 << 20, saved.append)
+    again = again_tail.read()
+    assert (again.lines, again.key) == (first.lines, first.key)
+    again_tail.advance(again.position)
+    assert "until" not in again.position
+    assert again_tail.read().lines == [b'{"n": 3}']
 
 
 def test_backoff_honours_retry_after_and_jitters_within_its_cap():
