@@ -24,6 +24,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import aiohttp
 
@@ -66,9 +67,10 @@ async def register_and_wait(url: str, macs: list[str], timeout: float = 300) -> 
     return etags
 
 
-def row_writes(location: DatabaseLocation) -> int:
-    return int(Sql(location).value("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), "
-                                     "0) FROM pg_stat_user_tables"))
+def row_writes(location: DatabaseLocation) -> Counter:
+    """Rows inserted, updated or deleted so far, by table."""
+    return Counter(dict(Sql(location).rows(
+        "SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables")))
 
 
 def start_constant(port: int, processes: int) -> list[subprocess.Popen]:
@@ -189,7 +191,9 @@ def main() -> int:
                                  "2 constant-handler processes vs 1 (this machine's reference)")):
         print(f"{label}: {best[pair]['rate'] / best[single]['rate']:.2f}x; per busy core "
               f"{per_core(best[pair]) / per_core(best[single]):.2f}x")
-    print(f"rows written to the service's tables during the 304 runs: {writes_during_304}")
+    tables = ", ".join(f"{table} {count}" for table, count in writes_during_304.items())
+    print(f"rows written to the service's tables during the 304 runs: "
+          f"{writes_during_304.total()}{f' ({tables})' if tables else ''}")
     return 0
 
 
