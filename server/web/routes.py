@@ -23,7 +23,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[..., Awaitable[web.StreamResponse]]
 
 
-
 def add_routes(app: web.Application, routes: Iterable[web.RouteDef],
                *middlewares: Middleware) -> None:
     """Add `routes` to `app`, each handler inside `middlewares` (the first outermost), then
