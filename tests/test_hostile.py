@@ -57,15 +57,18 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
     assert (await timed_get(client, "/rules/last_updated"))[0] == 200  # OTHER is registered
     stalls = [await stalled_upload(client.host, client.port, RECORD * 20, f"aa:bb:cc:00:14:{n:02x}")
               for n in range(4)]
-    await asyncio.sleep(0.5)  # two hold a transaction with batches written; two wait for one
-    assert idle_in_transaction(sql) == 2
-    for path in ("/health", "/rules/last_updated", "/rules/ids"):
-        status, seconds = await timed_get(client, path)
-        assert status in (200, 404) and seconds < 1, (path, status, seconds)
-    for reader, writer in stalls:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
-        writer.close()
+    try:
+        await asyncio.sleep(0.5)  # two hold a transaction with batches written; two wait
+        assert idle_in_transaction(sql) == 2
+        for path in ("/health", "/rules/last_updated", "/rules/ids"):
+            status, seconds = await timed_get(client, path)
+            assert status in (200, 404) and seconds < 1, (path, status, seconds)
+        for reader, _ in stalls:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
+    finally:  # a failure above leaves no socket for the next test to find unclosed
+        for _, writer in stalls:
+            writer.close()
     assert count(sql) == 0 and idle_in_transaction(sql) == 0
     status, _ = await timed_get(client, "/rules/last_updated")
     response = await client.post("/log/events", data=RECORD, headers=NDJSON)

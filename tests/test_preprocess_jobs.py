@@ -20,9 +20,9 @@ from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
 from server.db import jobs as ledger
 from server.jobs import cron as cron_module
-from server.jobs.cron import JOB_LEASE, CronJobs
+from server.jobs.cron import JOB_LEASE, CronJobs, run_job
 from server.metrics import Metrics
-from testkit.database import command_env
+from testkit.database import command_env, settings_for
 from testkit.rule_archives import fixture_members, make_zip
 
 
@@ -119,6 +119,29 @@ async def test_cron_tick_runs_once_across_processes(settings, sql):
     assert len(runs) == 1
     assert sql.rows("SELECT job, status FROM job_runs") == [("demo", "succeeded")]
     assert sql.value("SELECT count(*) FROM job_ticks WHERE job = 'demo'") == 1
+
+
+async def test_jobs_running_at_once_leave_the_pool_to_requests(database, tmp_path, sql):
+    """A running job held a pool connection idle for its advisory lock: jobs falling due
+    together on a pool of three waited for a fourth connection until they failed, and a
+    health check waited 4.5 s behind them (CI). The lock has a connection of its own now."""
+    settings = settings_for(database, tmp_path, DB_POOL_MAX="1", DB_TIMEOUT_SECONDS="2")
+
+    async with open_database(settings) as db:
+        async def job() -> dict:
+            await db.fetchone("SELECT 1")
+            await asyncio.sleep(0.6)  # holding its lock, no pool connection
+            return {"ok": True}
+
+        runs = asyncio.gather(*(run_job(db, f"demo-{n}", job) for n in range(3)))
+        await asyncio.sleep(0.3)
+        started = time.perf_counter()
+        assert await db.fetchone("SELECT 1") == (1,)
+        request_seconds = time.perf_counter() - started
+        outcomes = await runs
+    assert [outcome.status for outcome in outcomes] == ["succeeded"] * 3
+    assert request_seconds < 0.3
+    assert sql.value("SELECT count(*) FROM job_runs WHERE status = 'succeeded'") == 3
 
 
 async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):

@@ -83,8 +83,8 @@ async def installed_at(db: Database) -> datetime:
 @contextlib.asynccontextmanager
 async def exclusive(db: Database, job: str) -> AsyncIterator[bool]:
     """Hold the job's advisory lock for the block; yields False when another process has it.
-    The lock lives in a session, so a crashed holder releases it."""
-    async with db.cursor() as cur:
+    The lock lives in a session (outside the pool), so a crashed holder releases it."""
+    async with db.session() as cur:
         await execute(cur, "SELECT pg_try_advisory_lock(%s)", (lock_key(job),))
         acquired = (await cur.fetchone())[0]
         try:

@@ -97,6 +97,21 @@ class Database:
             await self.pool.release(conn)
 
     @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[aiopg.Cursor]:
+        """A cursor on a connection of its own, outside the pool, for session state held
+        while its holder's statements take pool connections (a job's advisory lock): jobs
+        holding pool connections idle while they wait for more starved the pool, and
+        requests with it."""
+        try:
+            conn = await aiopg.connect(self.location.dsn(), timeout=self.pool.timeout,
+                                       enable_hstore=False, enable_json=False,
+                                       enable_uuid=False)
+        except CONNECTIVITY_ERRORS as error:
+            raise DatabaseUnavailable(_describe(error)) from error
+        async with conn, conn.cursor() as cur:
+            yield cur
+
+    @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiopg.Cursor]:
         """BEGIN ... COMMIT; any exception rolls back (by closing the connection if need be)."""
         async with self.cursor() as cur:
