@@ -20,7 +20,9 @@ from ruledata.workspace import Workspace
 from server.db.lifecycle import open_database
 from server.db import jobs as ledger
 from server.jobs import cron as cron_module
+from server.jobs import MOST_JOBS
 from server.jobs.cron import JOB_LEASE, CronJobs, run_job
+from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics
 from testkit.database import command_env, settings_for
 from testkit.rule_archives import fixture_members, make_zip
@@ -142,6 +144,15 @@ async def test_jobs_running_at_once_leave_the_pool_to_requests(database, tmp_pat
     assert [outcome.status for outcome in outcomes] == ["succeeded"] * 3
     assert request_seconds < 0.3
     assert sql.value("SELECT count(*) FROM job_runs WHERE status = 'succeeded'") == 3
+
+
+async def test_the_supervisor_counts_a_lock_connection_for_every_job(database, tmp_path):
+    settings = settings_for(database, tmp_path, DATA_RETENTION_ENABLED="true",
+                            RULE_PREPROCESS_AT_START="false")
+    async with open_database(settings) as db:
+        jobs = scheduled_jobs(db, settings, Metrics())
+        await jobs.stop()
+    assert len(jobs.names) == MOST_JOBS
 
 
 async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):

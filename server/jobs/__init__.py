@@ -2,8 +2,8 @@
 
 - `cron.py`: cron ticks in the server's event loop, one run per tick across processes, one
   log line and one `job_runs` row per run, retries after a failure; `run_job` for the
-  commands that run a job by hand (exclusive with the scheduled runs).
-- `ledger.py`: the bookkeeping in the database (tick claims, advisory locks, run records).
+  commands that run a job by hand (exclusive with the scheduled runs). Their bookkeeping
+  in the database (tick claims, advisory locks, run records) is `server/db/jobs.py`.
 - `preprocess.py`: the rule preprocess job (ruledata's pipeline with a pool of parsers);
   `first_ruleset.py`: a fresh install's first ruleset, soon after start-up.
 - `partitions.py`: the hourly job that creates the coming days' time partitions.
@@ -14,3 +14,7 @@
 
 Imports: server.db, engine (process pools), ruledata; nothing from ops.
 """
+
+# The most jobs `scheduled_jobs` adds (retention on); each running job holds a connection of
+# its own, outside the pool, for its lock.
+MOST_JOBS = 6

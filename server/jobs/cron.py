@@ -91,6 +91,10 @@ class CronJobs:
         self._taking_up: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # per job
         self.claimant = f"{process_name()}:{uuid.uuid4().hex[:8]}"  # of its tick claims
 
+    @property
+    def names(self) -> list[str]:
+        return list(self._schedule)
+
     def add(self, name: str, spec: str, function: JobFunction) -> None:
         self._health[name] = self._metrics.loop_health(f"job:{name}", log)
         self._runs.spawn(self._every_tick(name, spec, function), f"job-{name}-schedule")

@@ -49,6 +49,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from engine.processes import die_with_parent
 from server.db.lifecycle import prepare_database
 from server.db.location import DatabaseLocation
+from server.jobs import MOST_JOBS
 from server.settings import Settings
 
 log = logging.getLogger("router_backend.supervisor")
@@ -120,11 +121,12 @@ class Supervisor:
 
     def connections_needed(self) -> int:
         """The most connections the host's processes open: each HTTP worker's two pools and
-        its ETag LISTEN connection, the background process's pool and its generation
-        workers' connections, and a few for operators' commands."""
+        its ETag LISTEN connection, the background process's pool, its generation workers'
+        connections and its running jobs' locks, and a few for operators' commands."""
         settings = self._settings
         http = settings.db_pool_max + settings.ingest_db_pool_max + 1
-        background = settings.db_pool_max + settings.rule_generation_max_concurrent + 1
+        background = (settings.db_pool_max + settings.rule_generation_max_concurrent + 1
+                      + MOST_JOBS)
         return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
 
     def _listen(self) -> None:
