@@ -156,7 +156,7 @@ async def traffic_tally_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
-    cache = EtagCache(app[DATABASE].location, app[SETTINGS].db_timeout_seconds,
+    cache = EtagCache(app[DATABASE], app[SETTINGS].db_timeout_seconds,
                       app[METRICS])
     app[ETAG_CACHE] = cache
     cache.start()

@@ -19,10 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import aiopg
-
 from server.background import BackgroundTasks, pause
-from server.db.location import DatabaseLocation
+from server.db.pool import Database
 from server.metrics import Metrics
 
 log = logging.getLogger("router_backend.etag_cache")
@@ -59,8 +57,8 @@ def not_modified(wanted: frozenset[str], current: str) -> bool:
 
 
 class EtagCache:
-    def __init__(self, location: DatabaseLocation, connect_timeout: float, metrics: Metrics):
-        self._location = location
+    def __init__(self, db: Database, connect_timeout: float, metrics: Metrics):
+        self._db = db
         self._timeout = connect_timeout
         self._health = metrics.loop_health("etag-cache", log)
         self._etags: dict[tuple[str, str], str] = {}
@@ -119,11 +117,8 @@ class EtagCache:
         vanished without closing it (a network cut) would deliver nothing and raise nothing,
         so when no notification arrives for HEARTBEAT_SECONDS a query checks it, within the
         connect timeout: the cache is dropped within both of a cut."""
-        async with aiopg.connect(self._location.dsn(), timeout=self._timeout,
-                                 enable_hstore=False, enable_json=False,
-                                 enable_uuid=False) as conn:
-            async with conn.cursor() as cur:
-                await cur.execute(f"LISTEN {CHANNEL}")
+        async with self._db.session() as cur:
+            await cur.execute(f"LISTEN {CHANNEL}")
             self._etags.clear()  # changes made while nobody listened are unknown
             self._changes += 1
             self.listening = True
@@ -134,17 +129,16 @@ class EtagCache:
             # (its inner get has taken the item), and the router's old ETag then stayed in
             # the cache, answering 304 for a payload no longer current (agent and fault
             # drills in CI).
-            reading = asyncio.ensure_future(conn.notifies.get())
+            reading = asyncio.ensure_future(cur.connection.notifies.get())
             try:
                 while True:
                     done, _ = await asyncio.wait({reading}, timeout=HEARTBEAT_SECONDS)
                     if not done:
-                        async with conn.cursor() as cur:
-                            await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
+                        await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
                         self._health.succeeded()
                         continue
                     notification = reading.result()
-                    reading = asyncio.ensure_future(conn.notifies.get())
+                    reading = asyncio.ensure_future(cur.connection.notifies.get())
                     self.forget(notification.payload)
             finally:
                 reading.cancel()
