@@ -34,6 +34,9 @@ WORKER_AWAY_MESSAGES = ("failure on connection marked as essential",
 
 ACQUIRE_ATTEMPTS = 5
 
+# Values come back as psycopg2 gives them (json as text, no hstore or uuid set-up per connection).
+CONNECTION_OPTIONS = {"enable_hstore": False, "enable_json": False, "enable_uuid": False}
+
 
 class DatabaseUnavailable(Exception):
     """The database cannot be reached now; the request is safe to retry later."""
@@ -53,8 +56,7 @@ class Database:
                    timeout: float, echo: bool = False) -> "Database":
         """`echo`: aiopg logs every statement (logger `aiopg`, level INFO)."""
         pool = await aiopg.create_pool(location.dsn(), minsize=minsize, maxsize=maxsize,
-                                       timeout=timeout, enable_hstore=False, enable_json=False,
-                                       enable_uuid=False, echo=echo)
+                                       timeout=timeout, echo=echo, **CONNECTION_OPTIONS)
         return cls(pool, location)
 
     async def close(self) -> None:
@@ -101,15 +103,15 @@ class Database:
         """A cursor on a connection of its own, outside the pool, for session state held
         while its holder's statements take pool connections (a job's advisory lock): jobs
         holding pool connections idle while they wait for more starved the pool, and
-        requests with it."""
+        requests with it. Connectivity failures, at connect or later, are DatabaseUnavailable
+        as from `cursor`."""
         try:
             conn = await aiopg.connect(self.location.dsn(), timeout=self.pool.timeout,
-                                       enable_hstore=False, enable_json=False,
-                                       enable_uuid=False)
+                                       **CONNECTION_OPTIONS)
+            async with conn, conn.cursor() as cur:
+                yield cur
         except CONNECTIVITY_ERRORS as error:
             raise DatabaseUnavailable(_describe(error)) from error
-        async with conn, conn.cursor() as cur:
-            yield cur
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiopg.Cursor]:
