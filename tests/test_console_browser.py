@@ -23,6 +23,7 @@ from testkit.waiting import generated_after
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
@@ -138,8 +139,24 @@ def sign_in(driver, console: str, who: tuple[str, str]) -> None:
     driver.find_element(By.NAME, "name").send_keys(who[0])
     driver.find_element(By.NAME, "secret").send_keys(who[1])
     driver.find_element(By.CSS_SELECTOR, "form[action='/console/sign-in'] button").click()
-    WebDriverWait(driver, 10).until(expected_conditions.text_to_be_present_in_element(
-        (By.TAG_NAME, "header"), f"{who[0]} ("))
+    WebDriverWait(driver, 10).until(text_shown((By.TAG_NAME, "header"), f"{who[0]} ("))
+
+
+def text_shown(locator: tuple[str, str], text: str):
+    """selenium's text_to_be_present_in_element, also while a click's navigation replaces the
+    page: Chromium reports an element found in the page being left as not belonging to the
+    document (CI), where selenium expects it stale and waits on."""
+    present = expected_conditions.text_to_be_present_in_element(locator, text)
+
+    def shown(driver) -> bool:
+        try:
+            return present(driver)
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return False
+            raise
+
+    return shown
 
 
 def arrived(driver, path: str) -> None:
@@ -201,8 +218,7 @@ async def test_an_operator_disables_a_rule_and_the_next_payload_lacks_it(served,
     form.find_element(By.NAME, "note").send_keys("a lab scanner")
     moment = sql.value("SELECT now()")
     form.find_element(By.TAG_NAME, "button").click()
-    WebDriverWait(browser, 10).until(expected_conditions.text_to_be_present_in_element(
-        (By.ID, "changes"), f"disable {FIRED_SID}"))
+    WebDriverWait(browser, 10).until(text_shown((By.ID, "changes"), f"disable {FIRED_SID}"))
     assert browser.current_url.endswith(f"/console/routers/{MAC}")
     changes = section(browser, "changes")
     assert "console:olga" in changes and f"disable {FIRED_SID}" in changes
