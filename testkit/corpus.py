@@ -1,5 +1,5 @@
-"""The corpus (../shared/corpus: the ET Open archive, real EVE output) as tests and
-benchmarks use it."""
+"""The real corpus (the ET Open archive, real EVE output: tests/corpus, or ../shared/corpus
+beside a checkout) as tests and benchmarks use it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from server.db.location import DatabaseLocation
 from testkit import CORPUS, REPOSITORY
@@ -19,11 +17,8 @@ CORPUS_ARCHIVE = CORPUS_RULES / "emerging.rules.zip"
 
 
 def corpus_path(*parts: str) -> Path:
-    """A corpus file; the calling test is skipped when it is absent (the corpus is optional)."""
-    path = CORPUS.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"corpus file {path} is absent (../shared/corpus is optional)")
-    return path
+    """A corpus file (always there: the repository keeps its own copy)."""
+    return CORPUS.joinpath(*parts)
 
 
 def corpus_rule_settings(rule_data_dir: Path) -> dict[str, str]:

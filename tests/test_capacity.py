@@ -1,7 +1,7 @@
 """Quick versions of the capacity benchmarks (ops/bench/partitions.py, ops/bench/storage.py):
 retention by partition drop against the batched delete of the same rows, and the disk each
-router and each record takes. The storage one needs the corpus (../shared/corpus) for real
-rules and records."""
+router and each record takes. The storage one runs on the real corpus
+(tests/corpus) for its rules and records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import psycopg2
 
 from ops.bench.partitions import PLAIN_TABLES, retention_figures
 from ops.bench.storage import BUDGET_BYTES, measure
-from testkit.corpus import corpus_path
 from testkit.database import partitions_for_history
 
 DAYS = 10
@@ -36,8 +35,6 @@ def test_retention_by_partition_drop_writes_far_less_wal(database):
 
 
 def test_storage_per_router_within_budget():
-    corpus_path("eve")
-    corpus_path("et-open-2020", "emerging.rules.zip")
     footprints, per_record, activation = measure(routers=20, records=2_000)
     before, after = footprints.values()
     assert after.per_router <= BUDGET_BYTES < before.per_router

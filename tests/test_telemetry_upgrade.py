@@ -11,7 +11,6 @@ from datetime import datetime, timedelta, timezone
 
 import orjson
 import psycopg2
-import pytest
 
 from migrations import read_schema_migrations
 from server.telemetry.extract import EVENT_COLUMNS, event_row
@@ -83,8 +82,6 @@ def command(settings, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_filled_database_upgraded_keeps_every_record(pg_server, tmp_path):
-    if not (CORPUS / "eve").is_dir():
-        pytest.skip("corpus absent (../shared/corpus is optional)")
     with migrated_database(pg_server, "rb_upgrade", distributed=False) as location:
         migrate(location, CHUNKS, "rollback")  # the schema of the release before
         expected = fill_rows(location)

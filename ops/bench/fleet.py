@@ -4,7 +4,7 @@ what a real agent does, and a ledger of every batch the server acknowledged.
     python -m ops.bench.fleet [--routers 200] [--seconds 30] [--servers 1]
 
 Each router, in a loop: posts a batch of EVE alert records to /log/events and of flow records
-to /log/cfm (replayed from ../shared/corpus/eve/ with fresh timestamps; NDJSON or a JSON array,
+to /log/cfm (replayed from the corpus's eve/ with fresh timestamps; NDJSON or a JSON array,
 sometimes gzip-compressed), calls /rules/last_updated, and fetches /rules/ids and
 /rules/firewall with If-None-Match. Every record carries a unique `flow_id`, so the ledger can
 be checked against the database: every acknowledged record stored exactly once, and every

@@ -343,9 +343,6 @@ def main() -> int:
     parser.add_argument("--routers", type=int, default=1_000)
     parser.add_argument("--records", type=int, default=50_000)
     args = parser.parse_args()
-    if not CORPUS_ARCHIVE.exists() or not (CORPUS / "eve").is_dir():
-        print(f"the corpus ({CORPUS}) is needed", file=sys.stderr)
-        return 2
     footprints, per_record, activation = measure(args.routers, args.records)
     for name, footprint in footprints.items():
         print(f"{name:27} {footprint.describe()}")
