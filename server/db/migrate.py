@@ -2,8 +2,9 @@
 start-up and `router-backend migrate`), or only check that the schema is the one this
 release expects (every other command, which must write nothing).
 
-Blocking (psycopg2); callers run it in a thread. Safe when several processes start at once:
-migrations are applied under a PostgreSQL advisory lock, which a crashed holder releases.
+Blocking (psycopg2); callers run it in a thread. Safe when several processes start at once
+(migrations are applied under a PostgreSQL advisory lock, which a crashed holder releases)
+and when one is killed at any point (each migration commits with its record).
 """
 
 from __future__ import annotations
@@ -107,7 +108,14 @@ def ensure_database(location: DatabaseLocation) -> None:
 
 
 def apply_migrations(location: DatabaseLocation) -> list[str]:
-    """Apply pending migrations; return the ids applied (empty when up to date)."""
+    """Apply pending migrations; return the ids applied (empty when up to date).
+
+    Each migration's steps and yoyo's record of it commit in one transaction (yoyo's own
+    `apply_one` commits them in two, on two connections, and a process killed between them
+    left a migration applied but not recorded, which cannot run again). One left so by an
+    earlier release is recognised and recorded (`_record_if_applied`). The advisory lock is
+    the one that serialises migrators: it ends with its session, so a killed migrator never
+    holds it; yoyo's lock row, which a killed migrator leaves behind, is cleared under it."""
     lock_conn = psycopg2.connect(**location.connect_kwargs())
     try:
         lock_conn.autocommit = True
@@ -115,15 +123,109 @@ def apply_migrations(location: DatabaseLocation) -> list[str]:
             cur.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         backend = get_backend(location.yoyo_url())
         try:
+            _clear_stale_yoyo_lock(backend)
+            backend.ensure_internal_schema_updated()
             pending = backend.to_apply(read_schema_migrations())
+            for migration in pending:
+                _apply_one(backend, migration)
             if pending:
-                backend.apply_migrations(pending)
                 log.warning("applied migrations: %s", ", ".join(m.id for m in pending))
             return [m.id for m in pending]
         finally:
             backend.connection.close()
     finally:
         lock_conn.close()  # closing the session releases the advisory lock
+
+
+def _clear_stale_yoyo_lock(backend) -> None:
+    """yoyo takes its lock row (table yoyo_lock) while it creates its own tables; a row left
+    there by a killed process would make every later start wait and fail. Under our advisory
+    lock no other migrator runs, so any row there is stale."""
+    with backend.transaction():
+        cursor = backend.execute("SELECT to_regclass('yoyo_lock') IS NOT NULL")
+        present = cursor.fetchone()[0]
+    if present:
+        backend.break_lock()
+
+
+def _apply_one(backend, migration) -> None:
+    """The migration's steps and its record, committed together."""
+    try:
+        with backend.transaction():
+            migration.process_steps(backend, "apply")
+            _record(backend, migration)
+    except backend.DatabaseError:
+        if not _applied_unrecorded(backend, migration):
+            raise
+        with backend.transaction():
+            _record(backend, migration)
+        log.warning("migration %s was found applied but not recorded (an interrupted start "
+                    "of an earlier release): recorded", migration.id)
+
+
+def _record(backend, migration) -> None:
+    backend.log_migration(migration, "apply")
+    backend.mark_one(migration, log=False)
+
+
+def _applied_unrecorded(backend, migration) -> bool:
+    """Whether the schema already is what `migration` makes, though yoyo has no record of it.
+    Its steps committed atomically, so the schema is either the one before it or the one
+    after it: the one after it is the one its rollback script and then its steps turn back
+    into itself. Tried in a transaction that is always rolled back."""
+    try:
+        with backend.transaction(rollback_on_exit=True):
+            before = _schema_fingerprint(backend)
+            migration.process_steps(backend, "rollback")
+            migration.process_steps(backend, "apply")
+            return _schema_fingerprint(backend) == before
+    except backend.DatabaseError:
+        return False
+
+
+# Every table (partitions aside: the partition job makes those), column, index, constraint,
+# function and trigger of the schema, as one digest; columns by name, so a column a rollback
+# dropped and re-added compares equal.
+SCHEMA_FINGERPRINT_SQL = """
+SELECT md5(string_agg(item, E'\n' ORDER BY item)) FROM (
+    SELECT 'rel ' || c.relname || ' ' || c.relkind::text
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = current_schema() AND NOT c.relispartition
+       AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+    UNION ALL
+    SELECT 'col ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+           || ' ' || a.attnotnull || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+     WHERE n.nspname = current_schema() AND NOT c.relispartition AND a.attnum > 0
+       AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm')
+    UNION ALL
+    SELECT 'idx ' || pg_get_indexdef(i.indexrelid)
+      FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = current_schema() AND NOT c.relispartition
+    UNION ALL
+    SELECT 'con ' || c.relname || ' ' || pg_get_constraintdef(k.oid)
+      FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = current_schema() AND NOT c.relispartition
+    UNION ALL
+    SELECT 'fn ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') '
+           || md5(p.prosrc)
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+     WHERE n.nspname = current_schema()
+    UNION ALL
+    SELECT 'trg ' || pg_get_triggerdef(t.oid)
+      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND NOT c.relispartition
+) items(item)
+"""
+
+
+def _schema_fingerprint(backend) -> str:
+    return backend.execute(SCHEMA_FINGERPRINT_SQL).fetchone()[0]
 
 
 def prepare_schema(location: DatabaseLocation, partition_days: int) -> None:
