@@ -26,6 +26,7 @@ setup(
         "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
         "aiohttp-jinja2>=1.6",  # the console's pages (server/console/)
         "itsdangerous>=2.1",  # the console's signed session cookies
+        "psutil>=6.0",  # is a postmaster.pid's server alive (server/db/embedded.py); drills
     ],
     extras_require={
         "test": [
@@ -37,12 +38,11 @@ setup(
             "schemathesis>=4.0,<5",
             "import-linter>=2.1",
             "selenium>=4.15",  # the console in a real browser (Debian's chromium)
-            "psutil>=6.0",  # the processes a test or drill started (testkit/workers.py)
         ],
     },
     entry_points={
         "console_scripts": [
-            "router-backend=ops.cli:main",
+            "router-backend=ops.entry:main",
             "rulepreprocess=ops.rulepreprocess:main",
             "rulegen=ops.rulegen:main",
             "routeraccessreport=ops.routeraccessreport:main",

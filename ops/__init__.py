@@ -3,7 +3,7 @@
 - `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
   `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
   `console.py` (console sign-ins), `citus.py` (the Citus mode: distribute);
-  `__main__.py` runs it),
+  `__main__.py` and `entry.py`, the installed command, run it),
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
   `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->
   database -> the command's function -> exit code;

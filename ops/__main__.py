@@ -1,5 +1,5 @@
 import sys
 
-from ops.cli import main
+from ops.entry import main
 
 sys.exit(main())

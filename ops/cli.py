@@ -32,6 +32,7 @@ from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings
 from server.logs import configure_logging
+from server.process.instance import only_service_on
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
 from server.process.supervisor import Supervisor
 from server.typedefs import IN_FLIGHT
@@ -41,10 +42,18 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     """One process doing everything (HTTP_WORKERS=1), the supervisor of HTTP_WORKERS workers,
     or (`--role`, as the supervisor starts them) one of its children."""
     role = getattr(args, "role", None)
-    workers = getattr(args, "workers", None) or settings.http_workers
-    if role is None and workers > 1:
-        return Supervisor(settings, workers, [sys.executable, "-m", "ops.cli", "serve"]).run()
-    role = role or "all"
+    if role is not None:  # a child of the supervisor, which holds DATA_DIR
+        return serve_role(settings, args, role)
+    with only_service_on(settings):
+        workers = getattr(args, "workers", None) or settings.http_workers
+        if workers > 1:
+            return Supervisor(settings, workers, [sys.executable, "-m", "ops.cli",
+                                                  "serve"]).run()
+        return serve_role(settings, args, "all")
+
+
+def serve_role(settings: Settings, args: argparse.Namespace, role: str) -> int:
+    """One process of the service: all of it, or one of the supervisor's children."""
     inherited = Inherited.from_fds(args.listen_fds, args.console_fds) if role == "http" else None
     app = create_app(settings, role, getattr(args, "metrics_dir", None))
     if role == "background":
@@ -178,9 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     except SchemaNotReady as error:
         print(f"router-backend: {error}", file=sys.stderr)
         return 1
-    except OSError as error:  # the database unreachable, the port taken ...
+    except OSError as error:  # the database unreachable, the port taken, DATA_DIR in use ...
         print(f"router-backend: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before the service's own handler is in place
+        print("router-backend: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

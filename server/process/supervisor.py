@@ -172,8 +172,10 @@ class Supervisor:
             command += ["--listen-fds", fds_argument(child.sockets),
                         "--console-fds", fds_argument(child.console_sockets)]
         inherited = [sock.fileno() for sock in child.sockets + child.console_sockets]
+        # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which stops
+        # its children in order (SIGTERM) rather than each of them dying mid-start.
         child.process = subprocess.Popen(
-            command, env=environment, pass_fds=inherited,
+            command, env=environment, pass_fds=inherited, start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, os.getpid()))
         child.started = time.monotonic()
 
