@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shutil
 import sys
@@ -30,12 +31,14 @@ from server.db.migrate import SchemaNotReady, release_schema_version
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
-from server.settings import Settings, SettingsError, load_settings
+from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
 from server.logs import configure_logging
 from server.process.instance import only_service_on
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
 from server.process.supervisor import Supervisor
 from server.typedefs import IN_FLIGHT
+
+log = logging.getLogger("router_backend.settings")
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -180,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
         configure_logging(settings.log_config)
+        if getattr(args, "role", None) is None:  # (the supervisor's children: said once)
+            for warning in unrecognised_settings():
+                log.warning("%s", warning)
         return COMMANDS[args.command or "serve"](settings, args)
     except SettingsError as error:
         print(f"router-backend: {error}", file=sys.stderr)

@@ -13,7 +13,7 @@ from server.db.lifecycle import open_database
 from server.db.migrate import SchemaNotReady
 from server.db.pool import Database, DatabaseUnavailable
 from server.routers.mac import InvalidMac, normalise_mac
-from server.settings import Settings, SettingsError, load_settings
+from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
 from server.tuning.changes import TuningRefused
 
 EXIT_FAILED = 1
@@ -50,6 +50,8 @@ def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
         except SettingsError as error:
             print(f"{prog}: {error}", file=sys.stderr)
             return EXIT_USAGE
+        for warning in unrecognised_settings():
+            print(f"{prog}: warning: {warning}", file=sys.stderr)
 
     async def main() -> int:
         async with open_database(settings) as db:

@@ -10,6 +10,7 @@ No other module reads the environment: it is given a ``Settings`` object instead
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import json
 import os
@@ -439,6 +440,39 @@ Settings = dataclasses.make_dataclass(
     "Settings", [(setting.attribute, setting.parse.__annotations__.get("return", Any))
                  for setting in SETTINGS], bases=(_Derived,), frozen=True)
 Settings.__module__ = __name__
+
+
+# Environment variables starting with one of these are taken as meant for the service (the
+# first word of two or more settings; HTTP_ is left out, as HTTP_PROXY is everybody's).
+SERVICE_PREFIXES = tuple(sorted(
+    {setting.name.split("_")[0] + "_" for setting in SETTINGS
+     if sum(other.name.startswith(setting.name.split("_")[0] + "_") for other in SETTINGS) > 1}
+    - {"HTTP_"}))
+CLOSE_NAME_CUTOFF = 0.85  # difflib's ratio: RETENTON_DAYS to RETENTION_DAYS is 0.96
+
+
+def unrecognised_settings(environ: Mapping[str, str] | None = None,
+                          env_file: Path | None = Path(".env")) -> list[str]:
+    """One warning for each name that looks meant for the service but names no setting (so
+    is ignored): every name of the `.env` file, and each environment variable that starts with
+    one of the service's prefixes or is close to a setting's name; each with the closest
+    setting's name when there is one."""
+    environ = os.environ if environ is None else environ
+    known = [setting.name for setting in SETTINGS]
+    candidates = {name: "the environment" for name in environ
+                  if name.startswith(SERVICE_PREFIXES)
+                  or difflib.get_close_matches(name, known, 1, CLOSE_NAME_CUTOFF)}
+    if env_file is not None and env_file.is_file():
+        candidates.update({name: str(env_file) for name in read_env_file(env_file)})
+    warnings = []
+    for name, source in sorted(candidates.items()):
+        if name in known:
+            continue
+        closest = difflib.get_close_matches(name, known, 1, 0.6)
+        hint = f"; did you mean {closest[0]}?" if closest else ""
+        warnings.append(f"{name} (in {source}) is no setting of this service and is "
+                        f"ignored{hint}")
+    return warnings
 
 
 def read_env_file(path: Path) -> dict[str, str]:

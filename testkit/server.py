@@ -55,6 +55,7 @@ class ServerRunner:
         keep the service's default flood limits (else they are raised, as a load generator's
         fleet shares one address)."""
         self.port = free_port()
+        data_dir.mkdir(parents=True, exist_ok=True)
         environ = dict(os.environ)
         if location is None:  # no DB_HOST from the caller's environment: the embedded server
             environ.pop("DB_HOST", None)

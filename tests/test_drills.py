@@ -17,6 +17,8 @@ from ops.bench.citus_drill import citus_drill
 from ops.bench.crash_drill import crash_drill
 from ops.bench.fault_drill import fault_drill, report
 from ops.bench.hostile import hostile
+from ops.bench.interrupt_drill import interrupt_drill
+from ops.bench.interrupt_drill import report as interrupt_report
 from ops.bench.outage_drill import outage_drill
 from ops.bench.stall_drill import stall_round
 from ops.bench.two_servers import two_servers
@@ -155,6 +157,15 @@ async def test_agent_drill_quick(tmp_path):
     assert set(result.faults.values()) == {1} and len(result.faults) == 5
     assert result.written["alert"] > 0 and result.written["flow"] > 0 and result.rotations
     assert result.ok, agent_report(result)
+
+
+def test_interrupt_drill_quick(tmp_path):
+    """Issue 43: a SIGKILL at three points of a first start and three of an upgrade from 0001
+    of a filled database (the service's process alone, or its group): each next start is clean
+    and keeps every record."""
+    result = interrupt_drill(tmp_path, points=3)
+    assert len(result.rounds) == 6 and result.records > 1000
+    assert result.ok, interrupt_report(result)
 
 
 @pytest.mark.skipif(not citus_installed(), reason="the citus extension is not installed for "

@@ -78,9 +78,11 @@ async def test_a_missed_tick_runs_once_at_the_next_start(database, tmp_path, sql
     now = datetime.now(timezone.utc)
     sql.rows("INSERT INTO job_ticks (job, tick, claimed_by) VALUES ('rulepreprocess', %s, 'x')",
              (now - timedelta(days=2),))
-    servers = [server_for(database, settings, tmp_path, RULE_PREPROCESS_AT_START="false",
+    # Two hosts (a DATA_DIR each) on one database: the missed tick runs once.
+    servers = [server_for(database, settings, tmp_path / f"host-{n}",
+                          RULE_PREPROCESS_AT_START="false",
                           RULE_PREPROCESS_CRON_SCHEDULE="0 3 * * *").start()
-               for _ in range(2)]  # two processes: the missed tick runs once
+               for n in range(2)]
     try:
         async def ran():
             return sql.value("SELECT count(*) FROM job_runs WHERE status = 'succeeded' "

@@ -293,8 +293,8 @@ def main() -> int:
     with throwaway_database() as (location, workdir):
         settings = ({"RULE_GENERATION_ENABLED": "false"} if args.no_rules
                     else publish_corpus_ruleset(location, workdir))
-        servers = [ServerRunner(location, workdir, **settings).start()
-                   for _ in range(args.servers)]
+        servers = [ServerRunner(location, workdir / f"host-{n}", **settings).start()
+                   for n in range(args.servers)]
         try:
             fleet = Fleet([s.url for s in servers], args.routers, args.batch_records,
                           args.pause)

@@ -127,7 +127,7 @@ def main() -> int:
         quiet = {"TELEMETRY_COMPACT_CRON_SCHEDULE": "0 0 1 1 *", **ruleset}
         server = ServerRunner(location, workdir, RULE_GENERATION_MAX_CONCURRENT="2",
                               **quiet).start()
-        workers = ServerRunner(location, workdir, HTTP_WORKERS="2",
+        workers = ServerRunner(location, workdir / "workers", HTTP_WORKERS="2",
                                RULE_GENERATION_ENABLED="false", **quiet).start()
         port, port_x2 = free_port(), free_port()
         constants: list[subprocess.Popen] = []

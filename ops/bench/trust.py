@@ -160,7 +160,7 @@ def main() -> int:
         finally:
             generator.stop()
         keys = issue_keys(location, macs)
-        servers = {mode: ServerRunner(location, workdir, ROUTER_AUTH=mode,
+        servers = {mode: ServerRunner(location, workdir / mode, ROUTER_AUTH=mode,
                                       RULE_GENERATION_ENABLED="false", **ruleset).start()
                    for mode in ("mac", "key")}
         try:

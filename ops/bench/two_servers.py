@@ -63,7 +63,8 @@ async def two_servers(location: DatabaseLocation, workdir: Path, seconds: float 
     settings = {**server_settings(location, workdir), "RULE_GENERATION_INTERVAL_SECONDS": "5",
                 "RULE_GENERATION_POLL_SECONDS": "1",
                 "RULE_PREPROCESS_CRON_SCHEDULE": "* * * * *"}
-    servers = [ServerRunner(location, workdir, **settings) for _ in range(2)]
+    # Two hosts: a DATA_DIR each (one service per DATA_DIR), one database.
+    servers = [ServerRunner(location, workdir / f"host-{n}", **settings) for n in range(2)]
     since = Sql(location).value("SELECT now()")
     await asyncio.gather(*(asyncio.to_thread(server.start) for server in servers))
     result = TwoServersResult()
