@@ -18,6 +18,7 @@ from server.settings import (
     SettingsError,
     load_settings,
     read_env_file,
+    unrecognised_settings,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,30 @@ def test_bad_setting_stops_startup_with_one_line(tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "RULE_PREPROCESS_CRON_SCHEDULE" in lines[0]
+
+
+def test_unrecognised_names_are_warned_with_the_closest_setting(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("RETENTION_DAYS=5\nLISTEN_PROT=9000\nSOMETHING_ELSE=1\n")
+    environ = {"RETENTON_DAYS": "5", "DB_HOTS": "db", "SMTP_HOST": "mail", "PATH": "/bin",
+               "HTTP_PROXY": "http://proxy", "TEST_DB_HOST": "x"}
+    assert unrecognised_settings(environ, env_file) == [
+        "DB_HOTS (in the environment) is no setting of this service and is ignored; did you "
+        "mean DB_HOST?",
+        f"LISTEN_PROT (in {env_file}) is no setting of this service and is ignored; did you "
+        "mean LISTEN_PORT?",
+        "RETENTON_DAYS (in the environment) is no setting of this service and is ignored; "
+        "did you mean RETENTION_DAYS?",
+        f"SOMETHING_ELSE (in {env_file}) is no setting of this service and is ignored"]
+
+
+def test_a_misspelled_setting_is_reported_at_start_up(tmp_path):
+    """The service's own start (and any operator command) says so, once, on stderr."""
+    env = {**os.environ, "RETENTON_DAYS": "5", "DATA_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "ops", "status"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.stderr.count("RETENTON_DAYS") == 1
+    assert "did you mean RETENTION_DAYS?" in result.stderr
 
 
 def test_settings_page_tables_are_current():
