@@ -11,6 +11,7 @@ import sys
 
 from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
+from ops.backup import add_backup_arguments, add_restore_arguments, backup, restore
 from ops.citus import add_arguments as add_citus_arguments
 from ops.citus import citus
 from ops.command import CommandError, run_command
@@ -164,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
         "console", help="console sign-ins: make a CONSOLE_USERS entry"))
     add_citus_arguments(commands.add_parser(
         "citus", help="Citus mode: distribute the per-router tables over the workers"))
+    add_backup_arguments(commands.add_parser(
+        "backup", help="a consistent copy of the database (pg_dump), while the service runs"))
+    add_restore_arguments(commands.add_parser(
+        "restore", help="put a backup back into an empty database (the service stopped)"))
     commands.add_parser("dbshell", help="open psql on the service's database; further "
                         "arguments go to psql, e.g. -c 'SELECT count(*) FROM routers'")
     return parser
@@ -172,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
             "rules": rules, "telemetry": telemetry, "console": console,
-            "citus": citus}
+            "citus": citus, "backup": backup, "restore": restore}
 
 
 def main(argv: list[str] | None = None) -> int:

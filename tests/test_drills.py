@@ -13,6 +13,8 @@ import pytest
 
 from ops.bench.agent_drill import agent_drill
 from ops.bench.agent_drill import report as agent_report
+from ops.bench.backup_drill import backup_drill
+from ops.bench.backup_drill import report as backup_report
 from ops.bench.citus_drill import citus_drill
 from ops.bench.crash_drill import crash_drill
 from ops.bench.fault_drill import fault_drill, report
@@ -157,6 +159,14 @@ async def test_agent_drill_quick(tmp_path):
     assert set(result.faults.values()) == {1} and len(result.faults) == 5
     assert result.written["alert"] > 0 and result.written["flow"] > 0 and result.rotations
     assert result.ok, agent_report(result)
+
+
+async def test_backup_drill_quick(tmp_path):
+    """Issue 43: a backup while 10 routers upload, restored onto a fresh DATA_DIR: every
+    record acknowledged before it began is there once, and the restored service starts."""
+    result = await backup_drill(tmp_path, routers=10, fill_seconds=6, after_seconds=1)
+    assert result.records_before > 0 and result.rate_during > 0
+    assert result.ok, backup_report(result)
 
 
 def test_interrupt_drill_quick(tmp_path):

@@ -40,6 +40,29 @@ def configure_db_logging(settings: Settings) -> None:
         logging.INFO if settings.db_log_level == "info" else logging.CRITICAL + 1)
 
 
+def reach_server(settings: Settings, connections: int | None = None
+                 ) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
+    """Blocking: the database server answering (the embedded one started, with room for at
+    least `connections` clients, when DB_HOST is unset); where the service's database is
+    (it may not exist yet) and the embedded server to stop later."""
+    configure_db_logging(settings)
+    embedded = None
+    host = settings.db_host
+    if settings.embedded_database:
+        embedded = EmbeddedPostgres(settings.data_dir / "postgres")
+        host = embedded.start()
+    try:
+        if embedded is not None and connections is not None:
+            host = embedded.ensure_max_connections(connections)
+        location = DatabaseLocation.from_settings(settings, host=host)
+        wait_until_reachable(location, STARTUP_WAIT_SECONDS)
+    except BaseException:
+        if embedded is not None:
+            embedded.stop()
+        raise
+    return location, embedded
+
+
 def prepare_database(settings: Settings, connections: int | None = None, migrate: bool = False
                      ) -> tuple[DatabaseLocation, EmbeddedPostgres | None]:
     """Blocking: start the embedded server when DB_HOST is unset (with room for at least
@@ -47,20 +70,12 @@ def prepare_database(settings: Settings, connections: int | None = None, migrate
     migrations and create the time partitions ahead; without, SchemaNotReady unless the
     database is there at this release's schema. Returns where to connect and the embedded
     server to stop later."""
-    configure_db_logging(settings)
-    embedded = None
-    host = settings.db_host
-    if settings.embedded_database:
-        embedded = EmbeddedPostgres(settings.data_dir / "postgres")
-        if not migrate and not embedded.initialised:
-            raise SchemaNotReady(f"no embedded database in {embedded.pgdata}: start the "
-                                 "service or run `router-backend migrate` first")
-        host = embedded.start()
+    if settings.embedded_database and not migrate and \
+            not EmbeddedPostgres(settings.data_dir / "postgres").initialised:
+        raise SchemaNotReady(f"no embedded database in {settings.data_dir / 'postgres'}: start "
+                             "the service or run `router-backend migrate` first")
+    location, embedded = reach_server(settings, connections)
     try:
-        if embedded is not None and connections is not None:
-            host = embedded.ensure_max_connections(connections)
-        location = DatabaseLocation.from_settings(settings, host=host)
-        wait_until_reachable(location, STARTUP_WAIT_SECONDS)
         if migrate:
             ensure_database(location)
             prepare_schema(location, settings.telemetry_partition_days)

@@ -21,7 +21,9 @@ class AlreadyRunning(OSError):
 
 
 @contextlib.contextmanager
-def only_service_on(settings: Settings) -> Iterator[None]:
+def only_service_on(settings: Settings, doing: str | None = None) -> Iterator[None]:
+    """Hold DATA_DIR for the service, or for a command that must run alone on it (`doing`
+    says what it does, for the message a start meanwhile prints)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     path = settings.data_dir / "service.lock"
     with open(path, "a+") as lock:  # not inherited by children (Python's default)
@@ -30,13 +32,14 @@ def only_service_on(settings: Settings) -> Iterator[None]:
         except BlockingIOError:
             raise AlreadyRunning(_running_one(path, settings.data_dir)) from None
         lock.truncate(0)
-        lock.write(f"{os.getpid()} {settings.listen_host}:{settings.listen_port}\n")
+        lock.write(f"{os.getpid()} "
+                   f"{doing or f'listening on {settings.listen_host}:{settings.listen_port}'}\n")
         lock.flush()
         yield
 
 
 def _running_one(path: Path, data_dir: Path) -> str:
-    pid, _, address = path.read_text().strip().partition(" ")
-    return (f"another service (pid {pid or '?'}, listening on {address or '?'}) runs on "
+    pid, _, doing = path.read_text().strip().partition(" ")
+    return (f"another service (pid {pid or '?'}, {doing or 'starting'}) runs on "
             f"DATA_DIR {data_dir.resolve()}: stop it first, or give this one a DATA_DIR of "
             "its own")

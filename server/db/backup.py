@@ -1,0 +1,128 @@
+"""Backups of the service's database with PostgreSQL's own tools, for `router-backend backup`
+and `router-backend restore`.
+
+A backup is `pg_dump` in its custom format: one consistent snapshot (one repeatable-read
+transaction) taken while the service runs, its writes going on beside it. A restore is
+`pg_restore` in one transaction into an empty database, then the migrations of this release
+(a backup of an older release comes up to date like a database does at an upgrade).
+
+The programs are the server's own: with the embedded server, the wheel's, of its version;
+with a configured server, those on PATH, refused with a clear line when older than the server
+(pg_dump cannot read a server newer than itself).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg2
+from psycopg2 import sql
+
+from server.db.embedded import embedded_program
+from server.db.location import DatabaseLocation
+
+
+class BackupError(OSError):
+    """A backup or restore could not be made; the message says why and what to do."""
+
+
+def program(name: str, embedded: bool, location: DatabaseLocation) -> str:
+    """The path of pg_dump or pg_restore to use against `location`."""
+    if embedded:
+        return embedded_program(name)
+    path = shutil.which(name)
+    if path is None:
+        raise BackupError(f"{name} not found on PATH: install PostgreSQL's client programs "
+                          "(Debian: postgresql-client) of the server's version or newer")
+    own = _major(subprocess.run([path, "--version"], capture_output=True, text=True,
+                                check=True).stdout)
+    server = server_major(location)
+    if own < server:
+        raise BackupError(f"{path} is of PostgreSQL {own}, the server of {server}: install the "
+                          f"client programs of {server} or newer (postgresql-client-{server})")
+    return path
+
+
+def server_major(location: DatabaseLocation) -> int:
+    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('server_version_num')::int / 10000")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _major(version_line: str) -> int:
+    match = re.search(r"(\d+)(?:\.\d+)?", version_line)
+    if match is None:
+        raise BackupError(f"cannot read a PostgreSQL version in {version_line!r}")
+    return int(match.group(1))
+
+
+def _environment(location: DatabaseLocation) -> dict[str, str]:
+    """libpq's variables for the client programs (the password never on a command line)."""
+    return {**os.environ, "PGHOST": location.host, "PGPORT": str(location.port),
+            "PGUSER": location.user, "PGDATABASE": location.name,
+            "PGSSLMODE": location.sslmode, "PGPASSWORD": location.password}
+
+
+def dump(location: DatabaseLocation, pg_dump: str, target: Path) -> None:
+    """A consistent backup of the database into `target`, written aside and renamed into place
+    once complete and on disk, so `target` is never a partial backup."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    result = subprocess.run([pg_dump, "--format=custom", "--no-owner", f"--file={partial}"],
+                            env=_environment(location), capture_output=True, text=True)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise BackupError(f"pg_dump failed: {result.stderr.strip()}")
+    with open(partial, "rb") as written:
+        os.fsync(written.fileno())
+    partial.rename(target)
+
+
+def database_has_tables(location: DatabaseLocation) -> bool | None:
+    """None when the database does not exist; else whether it holds any table."""
+    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
+            if cur.fetchone() is None:
+                return None
+    finally:
+        conn.close()
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = "
+                        "current_schema())")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def recreate_database(location: DatabaseLocation) -> None:
+    """Drop the database (ending its sessions) and create it empty."""
+    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            name = sql.Identifier(location.name)
+            cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+            cur.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    finally:
+        conn.close()
+
+
+def load(location: DatabaseLocation, pg_restore: str, source: Path) -> None:
+    """Restore a backup into the (empty) database, in one transaction: all of it or nothing."""
+    result = subprocess.run([pg_restore, "--single-transaction", "--exit-on-error",
+                             "--no-owner", f"--dbname={location.name}", str(source)],
+                            env=_environment(location), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BackupError(f"pg_restore failed, nothing restored: {result.stderr.strip()}")

@@ -1,0 +1,77 @@
+"""`router-backend backup` and `restore` as an operator runs them: on the embedded server with
+its own programs, on a configured server with those on PATH (refused with one clear line when
+older than the server), never over a service that runs or a database that holds data unless
+told to. The drill (tests/test_drills.py) restores under load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from server.db.backup import server_major
+from testkit import REPOSITORY
+from testkit.database import Sql, command_env
+from testkit.server import ServerRunner
+
+MAC = "aa:bb:cc:00:43:02"
+
+
+def router_backend(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops", *args], env=env, cwd=REPOSITORY,
+                          capture_output=True, text=True, timeout=300)
+
+
+def embedded_env(data_dir) -> dict[str, str]:
+    env = {**os.environ, "DATA_DIR": str(data_dir), "DB_LOG_LEVEL": "error"}
+    env.pop("DB_HOST", None)
+    return env
+
+
+def test_restore_refuses_a_running_service_and_a_database_with_data(tmp_path):
+    server = ServerRunner(None, tmp_path).start(timeout=120)
+    env = embedded_env(tmp_path)
+    try:
+        made = router_backend(env, "backup", "--output", str(tmp_path / "b.dump"))
+        assert made.returncode == 0, made.stderr
+        assert made.stdout.startswith(f"router-backend backup: {tmp_path / 'b.dump'} (")
+        refused = router_backend(env, "restore", str(tmp_path / "b.dump"))
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines() == [
+            f"router-backend: another service (pid {server.process.pid}, listening on "
+            f"127.0.0.1:{server.port}) runs on DATA_DIR {tmp_path.resolve()}: stop it first, "
+            "or give this one a DATA_DIR of its own"]
+    finally:
+        server.stop()
+    refused = router_backend(env, "restore", str(tmp_path / "b.dump"))
+    assert refused.returncode == 1 and "is not empty" in refused.stderr
+    assert "--replace" in refused.stderr
+    replaced = router_backend(env, "restore", "--replace", str(tmp_path / "b.dump"))
+    assert replaced.returncode == 0, replaced.stderr
+    missing = router_backend(env, "restore", str(tmp_path / "nothing.dump"))
+    assert missing.returncode == 1 and "no such backup file" in missing.stderr
+
+
+def test_backup_and_restore_on_a_configured_server(database, settings, tmp_path):
+    """The suite's server (DB_HOST set): pg_dump from PATH when it is as new as the server;
+    else one line naming the client to install."""
+    Sql(database).rows("INSERT INTO routers (mac) VALUES (%s)", (MAC,))
+    env = command_env(settings)
+    made = router_backend(env, "backup", "--output", str(tmp_path / "b.dump"))
+    pg_dump = shutil.which("pg_dump")
+    client = int(subprocess.run([pg_dump, "--version"], capture_output=True, text=True)
+                 .stdout.split()[2].split(".")[0]) if pg_dump else 0
+    server = server_major(database)
+    if client < server:
+        assert made.returncode == 1
+        assert f"the server of {server}: install the client programs of {server}" in \
+            made.stderr or "not found on PATH" in made.stderr
+        return
+    assert made.returncode == 0, made.stderr
+    Sql(database).rows("DELETE FROM routers")
+    refused = router_backend(env, "restore", str(tmp_path / "b.dump"))
+    assert refused.returncode == 1 and "is not empty" in refused.stderr
+    restored = router_backend(env, "restore", "--replace", str(tmp_path / "b.dump"))
+    assert restored.returncode == 0, restored.stderr
+    assert Sql(database).rows("SELECT mac::text FROM routers") == [(MAC,)]
