@@ -35,9 +35,11 @@ class PreprocessError(Exception):
 
 @dataclass(frozen=True)
 class RuleSource:
-    """Where the open ruleset comes from: the archive (zip or tar.gz) and its version stamp."""
+    """Where the open ruleset comes from: the archive (zip or tar.gz) and its version stamp,
+    or the version itself (an archive given by hand, offline)."""
     archive_url: str
-    version_url: str
+    version_url: str = ""
+    version: str | None = None
 
 
 @dataclass
@@ -98,8 +100,10 @@ async def preprocess(rule_data_dir: Path, source: RuleSource,
     workspace.clear_staging()
     try:
         async with aiohttp.ClientSession() as session:
-            progress(f"fetching version stamp {source.version_url}")
-            version = await fetch_version(session, source.version_url)
+            version = source.version
+            if version is None:
+                progress(f"fetching version stamp {source.version_url}")
+                version = await fetch_version(session, source.version_url)
             if version == current_version(workspace):
                 return PreprocessResult("unchanged", version)
             staged = workspace.new_staging()

@@ -64,6 +64,35 @@ def test_command_publishes_then_reports_unchanged_then_fails_clearly(settings, t
     assert read_manifest(settings.rule_data_path / "rulefile_json")["version"] == "7"
 
 
+def test_a_local_archive_is_published_offline(settings, tmp_path):
+    """`rulepreprocess --archive FILE`: the feed's URLs (here a port nothing listens on) are
+    not asked; the version is --version's, or the archive's digest (so a second run with the
+    same file publishes nothing)."""
+    archive = tmp_path / "rules.zip"
+    archive.write_bytes(make_zip(fixture_members()))
+    env = command_env(settings, RULE_PREPROCESS_VERSION_URL="http://127.0.0.1:9/version.txt",
+                      RULE_PREPROCESS_ARCHIVE_URL="http://127.0.0.1:9/archive.zip")
+
+    def offline(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ops.rulepreprocess", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    named = offline("--archive", str(archive), "--version", "20200616")
+    assert named.returncode == 0, named.stderr
+    assert "ruleset 20200616 published: 14 rules" in named.stdout
+    assert "127.0.0.1:9" not in named.stderr
+    digested = offline("--archive", str(archive))
+    assert digested.returncode == 0, digested.stderr
+    assert "ruleset local-" in digested.stdout and "published" in digested.stdout
+    again = offline("--archive", str(archive))
+    assert "already in use" in again.stdout
+    assert read_manifest(settings.rule_data_path / "rulefile_json")["version"].startswith("local-")
+    missing = offline("--archive", str(tmp_path / "absent.zip"))
+    assert missing.returncode == 1 and "no such archive file" in missing.stderr
+    usage = offline("--version", "1")
+    assert usage.returncode == 2 and "--version goes with --archive" in usage.stderr
+
+
 def ruleset_is_whole(root) -> str:
     """The ruleset in use is complete: its manifest and every file it lists parse."""
     manifest = read_manifest(root / "rulefile_json")

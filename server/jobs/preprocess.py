@@ -18,12 +18,15 @@ def rule_source(settings: Settings) -> RuleSource:
 
 
 async def run_preprocess(settings: Settings, start_method: str | None = None,
-                         progress: Callable[[str], None] = lambda _: None) -> PreprocessResult:
-    """One run. With a start method (`fork` for a command, `spawn` in the server, which has
-    threads), files are parsed in a pool of processes, one per core (at most 8); without
-    one, in a thread of this process."""
+                         progress: Callable[[str], None] = lambda _: None,
+                         source: RuleSource | None = None) -> PreprocessResult:
+    """One run, from the settings' feed unless another `source` is given. With a start
+    method (`fork` for a command, `spawn` in the server, which has threads), files are parsed
+    in a pool of processes, one per core (at most 8); without one, in a thread of this
+    process."""
+    source = source or rule_source(settings)
     if start_method is None:
-        return await preprocess(settings.rule_data_path, rule_source(settings), progress)
+        return await preprocess(settings.rule_data_path, source, progress)
     workers = max(1, min(os.cpu_count() or 1, MAX_PARSE_WORKERS))
     with process_pool(workers, start_method) as pool:
-        return await preprocess(settings.rule_data_path, rule_source(settings), progress, pool)
+        return await preprocess(settings.rule_data_path, source, progress, pool)
