@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import shutil
 import sys
 
@@ -27,8 +28,8 @@ from ops.telemetry import add_arguments as add_telemetry_arguments
 from ops.telemetry import telemetry
 from server.app import create_app
 from server.db.embedded import embedded_program
-from server.db.lifecycle import prepare_database
-from server.db.migrate import SchemaNotReady, release_schema_version
+from server.db.lifecycle import prepare_database, reach_server
+from server.db.migrate import SchemaNotReady, release_schema_version, roll_back_migrations
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
@@ -72,7 +73,10 @@ def serve_role(settings: Settings, args: argparse.Namespace, role: str) -> int:
 def migrate(settings: Settings, args: argparse.Namespace) -> int:
     """Create the database when missing and apply pending migrations, then exit: for
     deployments that migrate as a step of their own before starting the new release (`serve`
-    also does it at start-up). Every other command only checks the schema."""
+    also does it at start-up). Every other command only checks the schema. With `--down-to N`,
+    roll back instead to schema N, for the release before an upgrade (the service stopped)."""
+    if args.down_to is not None:
+        return roll_back(settings, args.down_to)
     location, embedded = prepare_database(settings, migrate=True)
     try:
         print(f"router-backend migrate: database {location.name!r} on {location.describe()} "
@@ -81,6 +85,25 @@ def migrate(settings: Settings, args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+def roll_back(settings: Settings, down_to: str) -> int:
+    with only_service_on(settings, doing="rolling back migrations"):
+        location, embedded = reach_server(settings)
+        try:
+            rolled_back = roll_back_migrations(location, down_to)
+        finally:
+            if embedded is not None:
+                embedded.stop()
+    print(f"router-backend migrate: rolled back {', '.join(rolled_back) or 'nothing'}; "
+          f"database {location.name!r} is at schema {down_to}")
+    return 0
+
+
+def schema_number(text: str) -> str:
+    if not re.fullmatch(r"\d{4}", text):
+        raise argparse.ArgumentTypeError(f"expected a schema number such as 0021, got {text!r}")
+    return text
 
 
 def dbshell(settings: Settings, args: argparse.Namespace) -> int:
@@ -146,8 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
     serve_parser.add_argument("--console-fds", default="", help=argparse.SUPPRESS)
-    commands.add_parser("migrate", help="create the database when missing and apply pending "
-                        "migrations, then exit (serve does it too; other commands only check)")
+    migrate_parser = commands.add_parser(
+        "migrate", help="create the database when missing and apply pending migrations, then "
+                        "exit (serve does it too; other commands only check)")
+    migrate_parser.add_argument("--down-to", type=schema_number, default=None,
+                                help="roll back to this schema (e.g. 0021) instead, for the "
+                                     "release before an upgrade; the service stopped")
     commands.add_parser("retention", help="delete telemetry older than RETENTION_DAYS and "
                         "activations older than ACTIVATION_RETENTION_DAYS, now")
     add_subscription_arguments(commands.add_parser(

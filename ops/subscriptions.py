@@ -1,6 +1,6 @@
 """`router-backend subscriptions list|add MAC [--note TEXT]|remove MAC|rotate-key MAC|reset MAC`:
 the routers allowed to call in closed registration mode (REGISTRATION_MODE=closed), with
-their last contact, and their keys (ROUTER_AUTH=key). `add` prints a new router's key in key
+their last activation record and telemetry upload, and their keys (ROUTER_AUTH=key). `add` prints a new router's key in key
 mode, `rotate-key` replaces it, `remove` revokes it with the router, `reset` revokes it so
 that the router can enroll again (a factory-reset router) within
 ENROLLMENT_RESET_WINDOW_MINUTES and only then: nobody else holding the fleet token can enroll
@@ -26,7 +26,8 @@ log = logging.getLogger("router_backend.trust")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="every registered router and its last contact")
+    actions.add_parser("list", help="every registered router, its last activation record "
+                       "and its last telemetry upload")
     add = actions.add_parser("add", help="subscribe a router")
     add.add_argument("mac")
     add.add_argument("--note", help="free text kept with the subscription")
@@ -42,10 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
     if args.action == "list":
         rows = await router_db.list_subscriptions(db)
-        print("mac\tregistered_at\tregistered_by\tlast_contact\tnote")
-        for mac, registered_at, registered_by, note, last in rows:
+        print("mac\tregistered_at\tregistered_by\tlast_activation\tlast_upload\tnote")
+        for mac, registered_at, registered_by, note, activation, upload in rows:
             print(f"{mac}\t{iso_utc(registered_at)}\t{registered_by}\t"
-                  f"{iso_utc(last) or 'never'}\t{note or ''}")
+                  f"{iso_utc(activation) or 'never'}\t{iso_utc(upload) or 'never'}\t"
+                  f"{note or ''}")
         return 0
     mac = mac_argument(args.mac)
     if args.action == "add":

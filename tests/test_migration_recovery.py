@@ -12,7 +12,8 @@ import pytest
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
-from server.db.migrate import SCHEMA_FINGERPRINT_SQL, apply_migrations, ensure_database
+from server.db.migrate import (SCHEMA_FINGERPRINT_SQL, apply_migrations, ensure_database,
+                               roll_back_migrations)
 from testkit.database import Sql, admin_execute
 
 
@@ -83,3 +84,15 @@ def test_a_lock_left_by_a_killed_migrator_is_cleared(single_server_database):
     sql.rows("INSERT INTO yoyo_lock (locked, ctime, pid) VALUES (1, now(), 999999)")
     assert apply_migrations(single_server_database) == []
     assert sql.value("SELECT count(*) FROM yoyo_lock") == 0
+
+
+def test_rolled_back_to_a_schema_and_forward_again(single_server_database):
+    """`router-backend migrate --down-to N`: the rollback the release before an upgrade
+    needs, each migration's rollback committed with its record's removal."""
+    migrated = fingerprint(single_server_database)
+    newer = [m.id for m in read_schema_migrations() if m.id > "0020"]
+    assert roll_back_migrations(single_server_database, "0020") == sorted(newer, reverse=True)
+    assert recorded(single_server_database)[-1].startswith("0020")
+    assert roll_back_migrations(single_server_database, "0020") == []
+    assert apply_migrations(single_server_database) == newer
+    assert fingerprint(single_server_database) == migrated

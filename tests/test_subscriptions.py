@@ -31,7 +31,14 @@ async def test_add_list_remove_with_closed_mode(database, tmp_path, make_client,
     listed = command(settings, "list")
     assert listed.returncode == 0
     line = [l for l in listed.stdout.splitlines() if l.startswith(MAC)][0].split("\t")
-    assert line[2] == "operator" and line[3] != "never" and line[4] == "lab router"
+    assert line[2] == "operator" and line[3] != "never" and line[4] == "never"
+    assert line[5] == "lab router"
+    upload = await client.post("/log/events", data=b'{"event_type": "alert"}\n',
+                               headers={**headers, "Content-Type": "application/x-ndjson"})
+    assert upload.status == 200
+    listed = command(settings, "list")
+    line = [l for l in listed.stdout.splitlines() if l.startswith(MAC)][0].split("\t")
+    assert line[4] != "never"
 
     removed = command(settings, "remove", MAC)
     assert removed.returncode == 0

@@ -9,6 +9,7 @@ and when one is killed at any point (each migration commits with its record).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -113,9 +114,38 @@ def apply_migrations(location: DatabaseLocation) -> list[str]:
     Each migration's steps and yoyo's record of it commit in one transaction (yoyo's own
     `apply_one` commits them in two, on two connections, and a process killed between them
     left a migration applied but not recorded, which cannot run again). One left so by an
-    earlier release is recognised and recorded (`_record_if_applied`). The advisory lock is
-    the one that serialises migrators: it ends with its session, so a killed migrator never
-    holds it; yoyo's lock row, which a killed migrator leaves behind, is cleared under it."""
+    earlier release is recognised and recorded (`_applied_unrecorded`)."""
+    with _migrator(location) as backend:
+        pending = backend.to_apply(read_schema_migrations())
+        for migration in pending:
+            _apply_one(backend, migration)
+        if pending:
+            log.warning("applied migrations: %s", ", ".join(m.id for m in pending))
+        return [m.id for m in pending]
+
+
+def roll_back_migrations(location: DatabaseLocation, down_to: str) -> list[str]:
+    """Roll back every applied migration numbered above `down_to` (a number such as 0021),
+    newest first, each with its rollback script and the removal of its record in one
+    transaction; return the ids rolled back. Under the advisory lock, as migrating is."""
+    with _migrator(location) as backend:
+        newer = read_schema_migrations().filter(lambda m: m.id.split(".")[0] > down_to)
+        rolled_back = []
+        for migration in backend.to_rollback(newer):
+            with backend.transaction():
+                migration.process_steps(backend, "rollback")
+                backend.log_migration(migration, "rollback")
+                backend.unmark_one(migration, log=False)
+            rolled_back.append(migration.id)
+        if rolled_back:
+            log.warning("rolled back migrations: %s", ", ".join(rolled_back))
+        return rolled_back
+
+
+@contextlib.contextmanager
+def _migrator(location: DatabaseLocation):
+    """yoyo's backend on the database, under the advisory lock that serialises migrators (it
+    ends with its session, so a killed migrator never holds it), yoyo's own tables made."""
     lock_conn = psycopg2.connect(**location.connect_kwargs())
     try:
         lock_conn.autocommit = True
@@ -125,12 +155,7 @@ def apply_migrations(location: DatabaseLocation) -> list[str]:
         try:
             _clear_stale_yoyo_lock(backend)
             backend.ensure_internal_schema_updated()
-            pending = backend.to_apply(read_schema_migrations())
-            for migration in pending:
-                _apply_one(backend, migration)
-            if pending:
-                log.warning("applied migrations: %s", ", ".join(m.id for m in pending))
-            return [m.id for m in pending]
+            yield backend
         finally:
             backend.connection.close()
     finally:

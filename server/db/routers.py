@@ -65,13 +65,19 @@ async def register_from(db: Database, mac: str, bucket: str, limit: int) -> Regi
     return Registration(new, known, max(1, int(wait or 1)))
 
 
-# A router's last contact: its newest activation, or (silent for longer than activations are
-# kept one by one) its newest rolled-up day's last one.
+# A router's last activation: its newest, or (silent for longer than activations are kept one
+# by one) its newest rolled-up day's last one. Its last upload: its newest telemetry chunk of
+# either kind (each read backwards along the key, stopping at the first). Polls, 304s
+# included, write nothing, so no read can say when a router last polled.
 SUBSCRIPTIONS = (
     "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, "
     "coalesce(last.activated_at, (SELECT max(last_seen) FROM activation_days d "
     "WHERE d.mac = r.mac AND d.day = (SELECT max(day) FROM activation_days "
-    "WHERE mac = r.mac))) "
+    "WHERE mac = r.mac))), "
+    "greatest((SELECT received_at FROM telemetry_chunks c WHERE c.mac = r.mac "
+    "AND c.kind = 'events' ORDER BY c.received_at DESC LIMIT 1), "
+    "(SELECT received_at FROM telemetry_chunks c WHERE c.mac = r.mac "
+    "AND c.kind = 'cfm' ORDER BY c.received_at DESC LIMIT 1)) "
     "FROM routers r LEFT JOIN LATERAL (SELECT activated_at FROM activations a "
     "WHERE a.mac = r.mac ORDER BY a.activated_at DESC LIMIT 1) last ON true ORDER BY r.mac")
 
@@ -97,9 +103,9 @@ async def is_registered(db: Database, mac: str) -> bool:
 
 
 async def list_subscriptions(db: Database) -> list[tuple]:
-    """(mac, registered_at, registered_by, note, last contact) for every router; the last
-    contact is its newest activation, read newest-first from the primary key (mac,
-    activated_at, id) of the newest partitions first, stopping at the first found."""
+    """(mac, registered_at, registered_by, note, last activation, last upload) for every
+    router; each read newest-first from a primary key of the newest partitions first,
+    stopping at the first found."""
     return await db.fetchall(SUBSCRIPTIONS)
 
 
