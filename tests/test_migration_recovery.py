@@ -90,7 +90,7 @@ def test_rolled_back_to_a_schema_and_forward_again(single_server_database):
     """`router-backend migrate --down-to N`: the rollback the release before an upgrade
     needs, each migration's rollback committed with its record's removal."""
     migrated = fingerprint(single_server_database)
-    newer = [m.id for m in read_schema_migrations() if m.id > "0020"]
+    newer = [m.id for m in read_schema_migrations() if m.id.split(".")[0] > "0020"]
     assert roll_back_migrations(single_server_database, "0020") == sorted(newer, reverse=True)
     assert recorded(single_server_database)[-1].startswith("0020")
     assert roll_back_migrations(single_server_database, "0020") == []
