@@ -23,9 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
-import os
 import shutil
-import signal
 import subprocess
 import time
 import warnings
@@ -43,6 +41,7 @@ log = logging.getLogger("router_backend.db")
 # later; crash recovery after a SIGKILL can take longer.
 START_TIMEOUT_SECONDS = 60
 START_POLL_SECONDS = 0.2
+DISCARD_ATTEMPTS = 25  # removing a half-made directory, START_POLL_SECONDS apart
 
 
 def _import_wheel():
@@ -254,19 +253,27 @@ def _complete_cluster(pgdata: Path) -> bool:
 
 
 def _discard(directory: Path) -> None:
-    """Remove a half-made cluster directory, stopping a server left running on it first."""
-    if directory.exists():
-        log.warning("removing %s, left by an interrupted first start", directory)
-        _discard_server(directory)
-        shutil.rmtree(directory)
+    """Remove a half-made cluster directory, stopping first what still works on it."""
+    if not directory.exists():
+        return
+    log.warning("removing %s, left by an interrupted first start", directory)
+    _discard_server(directory)
+    for attempt in range(DISCARD_ATTEMPTS):  # a bootstrap backend may still be writing
+        try:
+            shutil.rmtree(directory)
+            return
+        except OSError:
+            if attempt == DISCARD_ATTEMPTS - 1:
+                raise
+            time.sleep(START_POLL_SECONDS)
 
 
 def _discard_server(directory: Path) -> None:
-    """Stop at once (SIGQUIT: immediate shutdown) a server running on `directory`."""
-    if _postmaster_status(directory) is None:
-        return
-    pid = int((directory / "postmaster.pid").read_text().split()[0])
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGQUIT)
-    with contextlib.suppress(psutil.NoSuchProcess):
-        psutil.Process(pid).wait(timeout=START_TIMEOUT_SECONDS)
+    """Kill what works on `directory`: a server started there, and an initdb whose starter
+    was killed (it goes on by itself unless its process group went with it)."""
+    workers = [process for process in psutil.process_iter(["cmdline"])
+               if str(directory) in (process.info["cmdline"] or ())]
+    for process in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(workers, timeout=START_TIMEOUT_SECONDS)
