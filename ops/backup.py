@@ -3,23 +3,30 @@ PostgreSQL's own tools while the service runs, and put back (server/db/backup.py
 
     router-backend backup [--output FILE]
     router-backend restore FILE [--replace]
+    router-backend backup --base [--output DIR]                # embedded server
+    router-backend restore --base DIR [--until TIME] [--replace]
 
 A backup goes to DATA_DIR/backups/ by default, named by its time and schema. A restore needs
 the service stopped (on this host it refuses while one holds DATA_DIR, and holds it itself so
-none starts meanwhile), an empty or missing database (`--replace` drops the one there), and
-then brings the restored schema up to this release.
+none starts meanwhile), an empty or missing database (`--replace` drops the one there; with
+--base, moves DATA_DIR/postgres aside), and then brings the restored schema up to this
+release. With --base, the embedded cluster is backed up whole, and restored with the WAL
+archived since (DB_WAL_ARCHIVE_DIR) replayed up to TIME, or to the end of the archive.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from server.db.backup import (BackupError, database_has_tables, dump, load, program,
-                              recreate_database)
-from server.db.lifecycle import prepare_database, reach_server
+from server.db.backup import (BackupError, base_backup, database_has_tables, dump, load,
+                              program, recover, recreate_database)
+from server.db.embedded import EmbeddedPostgres
+from server.db.lifecycle import configure_db_logging, prepare_database, reach_server
+from server.db.location import DatabaseLocation
 from server.db.migrate import prepare_schema, release_schema_version
 from server.process.instance import only_service_on
 from server.settings import Settings
@@ -30,34 +37,72 @@ PROG = "router-backend"
 def add_backup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=None,
                         help="the backup file (default: DATA_DIR/backups/"
-                             "router-backend-TIME-schemaN.dump)")
+                             "router-backend-TIME-schemaN.dump, or ...-base for --base)")
+    parser.add_argument("--base", action="store_true",
+                        help="a base backup of the embedded cluster, for point-in-time recovery")
 
 
 def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="a file `router-backend backup` made")
+    parser.add_argument("file", type=Path, help="a file (or with --base, a directory) "
+                                                "`router-backend backup` made")
     parser.add_argument("--replace", action="store_true",
-                        help="drop the database there first (every record in it is lost)")
+                        help="drop the database there first (every record in it is lost); "
+                             "with --base, move DATA_DIR/postgres aside")
+    parser.add_argument("--base", action="store_true",
+                        help="FILE is a base backup: recover the embedded cluster from it and "
+                             "the WAL archive (DB_WAL_ARCHIVE_DIR)")
+    parser.add_argument("--until", type=moment, default=None,
+                        help="with --base: replay the archive up to this time (ISO 8601; "
+                             "UTC when it names no zone), not to its end")
+
+
+def moment(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a time such as 2026-11-25T14:30:00Z, "
+                                         f"got {text!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def backup_name(settings: Settings, suffix: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return settings.data_dir / "backups" / f"router-backend-{stamp}-{suffix}"
 
 
 def backup(settings: Settings, args: argparse.Namespace) -> int:
+    if args.base and not settings.embedded_database:
+        raise BackupError("--base is for the embedded server; with DB_HOST set, back the server "
+                          "up with its own tools (pgBackRest, WAL-G: docs/operations.md)")
     location, embedded = prepare_database(settings)
     try:
-        pg_dump = program("pg_dump", embedded is not None, location)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        target = args.output or (settings.data_dir / "backups" /
-                                 f"router-backend-{stamp}-schema{release_schema_version()}.dump")
         began = time.monotonic()
-        dump(location, pg_dump, target)
+        if args.base:
+            target = args.output or backup_name(settings, "base")
+            base_backup(location, program("pg_basebackup", True, location), target)
+        else:
+            target = args.output or backup_name(
+                settings, f"schema{release_schema_version()}.dump")
+            dump(location, program("pg_dump", embedded is not None, location), target)
         took = time.monotonic() - began
     finally:
         if embedded is not None:
             embedded.stop()
-    print(f"{PROG} backup: {target} ({target.stat().st_size / 1e6:.1f} MB, schema "
-          f"{release_schema_version()}) in {took:.1f} s")
+    size = sum(p.stat().st_size for p in target.iterdir()) if target.is_dir() else \
+        target.stat().st_size
+    print(f"{PROG} backup: {target} ({size / 1e6:.1f} MB, schema {release_schema_version()}) "
+          f"in {took:.1f} s")
+    if args.base and settings.db_wal_archive_dir is None:
+        print(f"{PROG} backup: DB_WAL_ARCHIVE_DIR is unset: this base backup restores the "
+              "moment it was made, no later one", file=sys.stderr)
     return 0
 
 
 def restore(settings: Settings, args: argparse.Namespace) -> int:
+    if args.base:
+        return restore_base(settings, args)
+    if args.until is not None:
+        raise BackupError("--until goes with --base (a dump restores the moment it was made)")
     if not args.file.is_file():
         raise BackupError(f"{args.file}: no such backup file")
     with only_service_on(settings, doing="restoring a backup"):
@@ -78,4 +123,34 @@ def restore(settings: Settings, args: argparse.Namespace) -> int:
                 embedded.stop()
     print(f"{PROG} restore: {args.file} restored into {location.name!r} on "
           f"{location.describe()} (now at schema {release_schema_version()}) in {took:.1f} s")
+    return 0
+
+
+def restore_base(settings: Settings, args: argparse.Namespace) -> int:
+    archive = settings.db_wal_archive_dir
+    if not settings.embedded_database or archive is None:
+        raise BackupError("restore --base is for the embedded server with DB_WAL_ARCHIVE_DIR "
+                          "set (the archive whose WAL is replayed)")
+    configure_db_logging(settings)
+    with only_service_on(settings, doing="restoring a backup"):
+        embedded = EmbeddedPostgres(settings.data_dir / "postgres")
+        if embedded.pgdata.exists():
+            if not args.replace:
+                raise BackupError(f"{embedded.pgdata} exists: restore into a new DATA_DIR, or "
+                                  "give --replace to move it aside")
+            aside = embedded.pgdata.with_name(
+                f"postgres.before-restore-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+            embedded.pgdata.rename(aside)
+            print(f"{PROG} restore: {embedded.pgdata} moved to {aside}", file=sys.stderr)
+        began = time.monotonic()
+        socket_dir = recover(embedded, args.file, archive, args.until)
+        try:
+            location = DatabaseLocation.from_settings(settings, host=socket_dir)
+            prepare_schema(location, settings.telemetry_partition_days)
+        finally:
+            embedded.stop()
+    print(f"{PROG} restore: {args.file} and the WAL archive replayed "
+          f"{'to ' + args.until.isoformat() if args.until else 'to its end'} in "
+          f"{time.monotonic() - began:.1f} s; database {location.name!r} at schema "
+          f"{release_schema_version()}")
     return 0

@@ -246,6 +246,10 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service "
                 "starts its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
         Setting("DB_PORT", "5432", "PostgreSQL port.", _integer(1, 65535)),
+        Setting("DB_WAL_ARCHIVE_DIR", "", "Embedded PostgreSQL only: a directory (best on another "
+                "disk) where the server archives every WAL segment, at least once a minute, for "
+                "point-in-time recovery from a `router-backend backup --base` "
+                "(docs/operations.md). Empty: no archiving.", _optional_path),
         Setting("DB_NAME", "router_backend", "Database name; created when it does not exist.",
                 _text),
         Setting("DB_USER", "postgres", "Database user.", _text),

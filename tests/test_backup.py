@@ -75,3 +75,39 @@ def test_backup_and_restore_on_a_configured_server(database, settings, tmp_path)
     restored = router_backend(env, "restore", "--replace", str(tmp_path / "b.dump"))
     assert restored.returncode == 0, restored.stderr
     assert Sql(database).rows("SELECT mac::text FROM routers") == [(MAC,)]
+
+
+def test_point_in_time_recovery_of_the_embedded_server(tmp_path):
+    """DB_WAL_ARCHIVE_DIR archives the WAL; `backup --base`, then rows written before and
+    after a moment; `restore --base --until` that moment into a new DATA_DIR has the first
+    and not the second, and serves; the original DATA_DIR is refused without --replace."""
+    archive = tmp_path / "wal"
+    source = {**embedded_env(tmp_path / "source"), "DB_WAL_ARCHIVE_DIR": str(archive)}
+    assert router_backend(source, "migrate").returncode == 0
+
+    def psql(env, statement: str) -> str:
+        result = router_backend(env, "dbshell", "-tAc", statement)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert psql(source, "SHOW archive_mode").strip() == "on"
+    psql(source, "INSERT INTO routers (mac) VALUES ('aa:bb:cc:00:43:10')")
+    made = router_backend(source, "backup", "--base", "--output", str(tmp_path / "base"))
+    assert made.returncode == 0, made.stderr
+    psql(source, "INSERT INTO routers (mac) VALUES ('aa:bb:cc:00:43:11')")
+    moment = psql(source, "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', "
+                          "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')").strip()
+    psql(source, "INSERT INTO routers (mac) VALUES ('aa:bb:cc:00:43:12')")
+    psql(source, "SELECT pg_switch_wal()")  # (archive_timeout would within a minute)
+
+    refused = router_backend(source, "restore", "--base", str(tmp_path / "base"))
+    assert refused.returncode == 1 and "--replace" in refused.stderr
+    target = {**embedded_env(tmp_path / "target"), "DB_WAL_ARCHIVE_DIR": str(archive)}
+    restored = router_backend(target, "restore", "--base", str(tmp_path / "base"),
+                              "--until", moment)
+    assert restored.returncode == 0, restored.stderr
+    assert psql(target, "SELECT mac FROM routers ORDER BY mac").split() == [
+        "aa:bb:cc:00:43:10", "aa:bb:cc:00:43:11"]
+    assert psql(target, "SHOW restore_command").strip() == ""
+    server = ServerRunner(None, tmp_path / "target").start(timeout=120)
+    assert server.stop() == 0

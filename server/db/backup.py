@@ -6,6 +6,10 @@ transaction) taken while the service runs, its writes going on beside it. A rest
 `pg_restore` in one transaction into an empty database, then the migrations of this release
 (a backup of an older release comes up to date like a database does at an upgrade).
 
+With the embedded server, point-in-time recovery too: a base backup of the cluster
+(`pg_basebackup`) and the WAL the server archives continuously (DB_WAL_ARCHIVE_DIR),
+replayed into a new cluster up to a moment.
+
 The programs are the server's own: with the embedded server, the wheel's, of its version;
 with a configured server, those on PATH, refused with a clear line when older than the server
 (pg_dump cannot read a server newer than itself).
@@ -15,14 +19,18 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import tarfile
+import time
+from datetime import datetime
 from pathlib import Path
 
 import psycopg2
 from psycopg2 import sql
 
-from server.db.embedded import embedded_program
+from server.db.embedded import EmbeddedPostgres, embedded_program
 from server.db.location import DatabaseLocation
 
 
@@ -126,3 +134,78 @@ def load(location: DatabaseLocation, pg_restore: str, source: Path) -> None:
                             env=_environment(location), capture_output=True, text=True)
     if result.returncode != 0:
         raise BackupError(f"pg_restore failed, nothing restored: {result.stderr.strip()}")
+
+
+# Point-in-time recovery of the embedded server: a base backup (pg_basebackup) and the WAL
+# archived since (DB_WAL_ARCHIVE_DIR) replayed up to a moment.
+
+RECOVERY_WAIT_SECONDS = 3600
+RECOVERY_SETTINGS = ("restore_command", "recovery_target_time", "recovery_target_action")
+
+
+def base_backup(location: DatabaseLocation, pg_basebackup: str, target: Path) -> None:
+    """A base backup of the whole embedded cluster into the directory `target` (base.tar.gz
+    and the WAL it needs, pg_wal.tar.gz), made aside and renamed into place once complete."""
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    result = subprocess.run([pg_basebackup, f"--pgdata={partial}", "--format=tar", "--gzip",
+                             "--wal-method=stream", "--checkpoint=fast"],
+                            env=_environment(location), capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise BackupError(f"pg_basebackup failed: {result.stderr.strip()}")
+    partial.rename(target)
+
+
+def recover(embedded: EmbeddedPostgres, backup: Path, archive: Path,
+            until: datetime | None) -> str:
+    """Make `embedded`'s (new) cluster the base backup's, replay the archived WAL up to
+    `until` (or all of it), and open it for writing; returns the socket directory."""
+    for member in ("base.tar.gz", "pg_wal.tar.gz"):
+        if not (backup / member).is_file():
+            raise BackupError(f"{backup} is no base backup (no {member}): make one with "
+                              "`router-backend backup --base`")
+    embedded.start()  # a new cluster: its owner, as the wheel made it
+    embedded.stop()
+    pgdata, owner = embedded.pgdata, embedded.pgdata.stat()
+    for child in pgdata.iterdir():
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    with tarfile.open(backup / "base.tar.gz") as tar:
+        tar.extractall(pgdata, filter="tar")
+    with tarfile.open(backup / "pg_wal.tar.gz") as tar:
+        tar.extractall(pgdata / "pg_wal", filter="tar")
+    (pgdata / "recovery.signal").touch()
+    target = {"restore_command": f"cp {shlex.quote(str(archive))}/%f %p",
+              "recovery_target_action": "promote"}
+    if until is not None:
+        target["recovery_target_time"] = until.isoformat()
+    with open(pgdata / "postgresql.auto.conf", "a") as conf:
+        for name, value in target.items():
+            conf.write(f"{name} = '{value}'\n")
+    for path in [pgdata, *pgdata.rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid)
+    socket_dir = embedded.start()
+    _wait_out_of_recovery(socket_dir)
+    return socket_dir
+
+
+def _wait_out_of_recovery(socket_dir: str) -> None:
+    """Until the server has replayed what it was asked and been promoted (it accepts
+    read-only connections before that); then its recovery settings are removed."""
+    deadline = time.monotonic() + RECOVERY_WAIT_SECONDS
+    conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT pg_is_in_recovery()")
+                if not cur.fetchone()[0]:
+                    break
+                if time.monotonic() > deadline:
+                    raise BackupError(f"still recovering after {RECOVERY_WAIT_SECONDS} s")
+                time.sleep(0.5)
+            for name in RECOVERY_SETTINGS:
+                cur.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        conn.close()

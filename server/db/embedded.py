@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import psutil
 import psycopg2
+from psycopg2 import sql
 
 log = logging.getLogger("router_backend.db")
 
@@ -41,6 +44,7 @@ log = logging.getLogger("router_backend.db")
 # later; crash recovery after a SIGKILL can take longer.
 START_TIMEOUT_SECONDS = 60
 START_POLL_SECONDS = 0.2
+ARCHIVE_TIMEOUT_SECONDS = 60  # a quiet server still archives its WAL at least this often
 DISCARD_ATTEMPTS = 25  # removing a half-made directory, START_POLL_SECONDS apart
 
 
@@ -209,6 +213,39 @@ class EmbeddedPostgres:
         self.stop()  # stops it unless another process uses it
         return self.start()
 
+    def ensure_wal_archive(self, archive: Path | None) -> str:
+        """Continuous archiving of the WAL into `archive` (DB_WAL_ARCHIVE_DIR), or none,
+        written with ALTER SYSTEM; turning archive_mode on or off takes a restart, made when
+        this process is the server's only user. Returns the socket directory."""
+        socket_dir = str(self._server.get_postmaster_info().socket_dir)
+        if archive is not None:
+            archive.mkdir(parents=True, exist_ok=True)
+            owner = self.pgdata.stat()  # the server's user (the wheel's own, as root)
+            os.chown(archive, owner.st_uid, owner.st_gid)
+        wanted = {"archive_mode": "on" if archive else "off",
+                  "archive_command": archive_command(archive) if archive else "",
+                  "archive_timeout": str(ARCHIVE_TIMEOUT_SECONDS) if archive else "0"}
+        conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                            (list(wanted),))
+                changed = {name: value for name, value in wanted.items()
+                           if dict(cur.fetchall()).get(name) != value}
+                for name, value in changed.items():
+                    cur.execute(sql.SQL("ALTER SYSTEM SET {} = %s").format(
+                        sql.Identifier(name)), (value,))
+                cur.execute("SELECT pg_reload_conf()")
+        finally:
+            conn.close()
+        if "archive_mode" not in changed:
+            return socket_dir
+        log.warning("embedded PostgreSQL: WAL archiving %s, from its next start",
+                    f"into {archive}" if archive else "off")
+        self.stop()  # stops it unless another process uses it
+        return self.start()
+
     def stop(self) -> None:
         """Let go of the server; stop it when no other process uses it."""
         if self._users is None:
@@ -241,6 +278,13 @@ class EmbeddedPostgres:
         with open(self._lock_path("gate"), "a") as gate:
             fcntl.flock(gate, fcntl.LOCK_EX)
             yield
+
+
+def archive_command(archive: Path) -> str:
+    """Copy a segment into the archive under a temporary name, then rename it: the archive
+    never holds a partial segment, and one already there is never overwritten."""
+    final = shlex.quote(str(archive)) + "/%f"
+    return f"test ! -f {final} && cp %p {final}.part && mv {final}.part {final}"
 
 
 def _complete_cluster(pgdata: Path) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import AsyncIterator
 
@@ -76,6 +77,11 @@ def prepare_database(settings: Settings, connections: int | None = None, migrate
                              "the service or run `router-backend migrate` first")
     location, embedded = reach_server(settings, connections)
     try:
+        # By the service and `migrate` only: a command run with another environment must not
+        # turn archiving off.
+        if embedded is not None and migrate:
+            location = dataclasses.replace(location, host=embedded.ensure_wal_archive(
+                settings.db_wal_archive_dir))
         if migrate:
             ensure_database(location)
             prepare_schema(location, settings.telemetry_partition_days)
