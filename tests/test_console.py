@@ -6,6 +6,8 @@ tests/test_console_browser.py."""
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 
 import aiohttp
 import orjson
@@ -14,6 +16,7 @@ import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from server.console.auth import COOKIE, hash_secret
+from testkit.server import ServerRunner, free_port
 
 SUPPORT, OPERATOR = ("sam", "s" * 20), ("olga", "o" * 20)
 SECRET = "k" * 40
@@ -211,3 +214,28 @@ async def test_what_the_database_would_refuse_is_refused_first(console, sql):
     answer = await console.post("/console/tuning/allowlist", data=form, allow_redirects=False)
     assert answer.status == 403
     assert unchanged(sql)
+
+
+def test_the_console_listener_is_matched_by_address_and_port(tmp_path):
+    """LISTEN_HOST on every address and CONSOLE_LISTEN on loopback, one port: the console
+    answers on 127.0.0.1 only, not on another address of the host (127.0.0.2 stands for the
+    public one), where the routers' API still answers."""
+    port = free_port()
+    server = ServerRunner(None, tmp_path, HTTP_WORKERS="2", LISTEN_HOST="0.0.0.0",
+                          LISTEN_PORT=str(port), CONSOLE_LISTEN=f"127.0.0.1:{port}")
+    server.port = port
+    server.start(timeout=120)
+    try:
+        def status(address: str, path: str) -> int:
+            request = urllib.request.Request(f"http://{address}:{port}{path}",
+                                             headers={"X-ID": "aa:bb:cc:00:44:01"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    return answer.status
+            except urllib.error.HTTPError as error:
+                return error.code
+        assert status("127.0.0.1", "/console/sign-in") == 200
+        assert status("127.0.0.2", "/console/sign-in") == 404
+        assert status("127.0.0.2", "/health") == 200
+    finally:
+        server.stop()

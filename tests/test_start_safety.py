@@ -126,3 +126,20 @@ def test_a_half_made_cluster_is_made_anew(tmp_path):
     finally:
         server.stop()
     assert processes_on(pgdata) == []
+
+
+def test_a_port_another_service_listens_on_is_refused(tmp_path):
+    """Even from another DATA_DIR: the supervisor's SO_REUSEPORT sockets would otherwise share
+    the port with the first service and take some of its connections."""
+    first = ServerRunner(None, tmp_path / "first", HTTP_WORKERS="2").start(timeout=120)
+    try:
+        second = ServerRunner(None, tmp_path / "second", HTTP_WORKERS="2",
+                              LISTEN_PORT=str(first.port))
+        result = subprocess.run([sys.executable, "-m", "ops", "serve"], env=second.env,
+                                cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"router-backend: cannot listen on 127.0.0.1:{first.port}: Address already in use")
+        assert health(first.url) == 200
+    finally:
+        first.stop()

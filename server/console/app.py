@@ -4,7 +4,9 @@ the headers that keep pages from running anything a router sent), and its routes
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 from datetime import datetime, timezone
 
 import aiohttp_jinja2
@@ -21,7 +23,8 @@ from server.web.routes import Middleware, add_routes
 
 log = logging.getLogger("router_backend.console")
 
-CONSOLE_PORT = web.AppKey("console_port", int)
+# CONSOLE_LISTEN's addresses (None: every address, a wildcard) and port.
+CONSOLE_LISTENER = web.AppKey("console_listener", tuple)
 # Pages run no script at all: even a record that slipped past escaping could not execute.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -37,7 +40,8 @@ def create_console_app(settings: Settings, outer: Middleware) -> web.Application
     app = web.Application()
     app[SESSIONS] = Sessions(settings)
     if settings.console_listen is not None:
-        app[CONSOLE_PORT] = settings.console_listen[1]
+        host, port = settings.console_listen
+        app[CONSOLE_LISTENER] = (listener_addresses(host), port)
     environment = aiohttp_jinja2.setup(
         app, loader=jinja2.PackageLoader("server.console", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined)
@@ -76,8 +80,8 @@ async def console_middleware(request: web.Request, handler) -> web.StreamRespons
 
 
 async def _checked(request: web.Request, handler) -> web.StreamResponse:
-    port = request.app.get(CONSOLE_PORT)
-    if port is not None and _local_port(request) != port:
+    listener = request.app.get(CONSOLE_LISTENER)
+    if listener is not None and not _accepted_on(request, *listener):
         raise web.HTTPNotFound()   # the console has a listener of its own (CONSOLE_LISTEN)
     user = request.app[SESSIONS].user_of(request.cookies.get(COOKIE))
     request[USER] = user
@@ -100,9 +104,25 @@ async def _checked(request: web.Request, handler) -> web.StreamResponse:
     return await handler(request)
 
 
-def _local_port(request: web.Request) -> int | None:
+def listener_addresses(host: str) -> frozenset | None:
+    """The addresses CONSOLE_LISTEN's host names (None for a wildcard: every address)."""
+    addresses = {_address(info[4][0])
+                 for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    return None if any(a.is_unspecified for a in addresses) else frozenset(addresses)
+
+
+def _accepted_on(request: web.Request, addresses: frozenset | None, port: int) -> bool:
+    """Whether the connection came in on the console's listener: its port, and its address
+    too (LISTEN_HOST may listen on the same port at another address)."""
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    return sockname[1] if sockname else None
+    if not sockname or sockname[1] != port:
+        return False
+    return addresses is None or _address(sockname[0]) in addresses
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    address = ipaddress.ip_address(text.split("%")[0])
+    return address.ipv4_mapped or address if address.version == 6 else address
 
 
 def _error_page(request: web.Request, status: int, message: str,

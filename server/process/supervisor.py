@@ -130,6 +130,12 @@ class Supervisor:
         return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
 
     def _listen(self) -> None:
+        settings = self._settings
+        addresses = [(settings.listen_host, settings.listen_port)]
+        if settings.console and settings.console_listen is not None:
+            addresses.append(settings.console_listen)
+        for host, port in addresses:
+            refuse_taken(host, port)
         for child in self._children[1:]:
             self._open_sockets(child)
 
@@ -241,6 +247,23 @@ def check_connections(location: DatabaseLocation, needed: int) -> None:
         log.warning("the database allows %d connections and the workers may open %d: raise "
                     "its max_connections, or lower DB_POOL_MAX, INGEST_DB_POOL_MAX or "
                     "HTTP_WORKERS", allowed, needed)
+
+
+def refuse_taken(host: str, port: int) -> None:
+    """OSError when another process listens on the address, even with SO_REUSEPORT (which
+    would otherwise let a second service share the port and take some of its connections):
+    a socket without it cannot bind there then."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                raise OSError(f"cannot listen on {host}:{port}: "
+                              f"{error.strerror or error}") from None
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
