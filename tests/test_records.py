@@ -100,3 +100,31 @@ def test_random_bodies_match_whole_parse():
         body = json.dumps(records, indent=rng.choice([None, 1])).encode()
         got = run(JsonArraySplitter(10_000), body, rng.randint(1, 40))
         assert [orjson.loads(raw) for _, raw in got] == records
+
+
+def reference_lines(body: bytes, limit: int) -> list:
+    """What the NDJSON splitter must give: every line numbered, blank ones left out."""
+    return [(number, None if len(line) > limit else line)
+            for number, line in enumerate(body.split(b"\n"), start=1)
+            if len(line) > limit or line.strip()]
+
+
+def test_ndjson_random_bodies_with_runs_of_blank_lines_match_the_reference():
+    rng = random.Random(46)
+    pieces = [b"\n", b"\n" * 5, b"{}", b"rec", b" ", b"\r", b"x" * 30, b"\n\n"]
+    for _ in range(2000):
+        body = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40)))
+        splitter = NdjsonSplitter(20)
+        got, position = [], 0
+        while position < len(body):
+            step = rng.randrange(1, 12)
+            got += splitter.feed(body[position:position + step])
+            position += step
+        got += splitter.close()
+        assert got == reference_lines(body, 20), body
+
+
+def test_ndjson_too_many_whitespace_lines_are_refused():
+    splitter = NdjsonSplitter(1024)
+    with pytest.raises(BodyError, match="lines of nothing but whitespace"):
+        splitter.feed(b"{}\n" + b" \n" * 10_001)

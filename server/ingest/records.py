@@ -2,7 +2,10 @@
 
 Two framings, both fed decoded chunks as they arrive:
 
-* `NdjsonSplitter`: one record per line; blank lines are skipped.
+* `NdjsonSplitter`: one record per line; blank lines are skipped: runs of empty lines at C
+  speed (a regular expression finds them; a gzip body of nothing but newlines costs what its
+  decoding does), other lines of only whitespace one by one, at most
+  MAX_WHITESPACE_LINES of them in a body (refused beyond: no agent writes them).
 * `JsonArraySplitter`: a top-level JSON array; each element's bytes are cut out by tracking
   bracket depth outside strings, so elements are parsed one at a time. Ours rather than
   ijson's: ijson yields parsed objects and events, never an element's bytes, and records
@@ -20,6 +23,9 @@ import re
 
 RawRecord = tuple[int, bytes | None]
 
+MAX_WHITESPACE_LINES = 10_000
+_EMPTY_LINES = re.compile(rb"\n\n+")  # a single-byte repeat: sre scans it in C
+
 
 class BodyError(ValueError):
     """The body cannot be read as the announced framing; the whole request is refused."""
@@ -31,21 +37,45 @@ class NdjsonSplitter:
         self._pending = bytearray()
         self._oversized = False
         self._line = 0
+        self._whitespace_lines = 0
 
     def feed(self, data: bytes) -> list[RawRecord]:
         out: list[RawRecord] = []
-        lines = data.split(b"\n")
-        if len(lines) > 1:
-            self._complete(lines[0], out)
-            limit = self._max
-            for line in lines[1:-1]:  # the common case, kept tight
-                self._line += 1
-                if len(line) > limit:
-                    out.append((self._line, None))
-                elif line and not line.isspace():
-                    out.append((self._line, line))
-        self._append(lines[-1])
+        first = data.find(b"\n")
+        if first < 0:
+            self._append(data)
+            return out
+        self._complete(data[:first], out)
+        last = data.rfind(b"\n")
+        # The complete lines between: split around each run of empty lines, which is counted.
+        start = first + 1
+        for run in _EMPTY_LINES.finditer(data, first, last + 1):
+            self._lines(data[start:run.start()], out)
+            self._line += run.end() - max(start, run.start() + 1)
+            start = run.end()
+        self._lines(data[start:last], out)
+        self._append(data[last + 1:])
         return out
+
+    def _lines(self, text: bytes, out: list[RawRecord]) -> None:
+        """Lines separated by single newlines (the last without its own)."""
+        if not text:
+            return
+        limit = self._max
+        for line in text.split(b"\n"):  # the common case, kept tight
+            self._line += 1
+            if len(line) > limit:
+                out.append((self._line, None))
+            elif not line or line.isspace():
+                self._whitespace_line()
+            else:
+                out.append((self._line, line))
+
+    def _whitespace_line(self) -> None:
+        self._whitespace_lines += 1
+        if self._whitespace_lines > MAX_WHITESPACE_LINES:
+            raise BodyError(f"more than {MAX_WHITESPACE_LINES} lines of nothing but "
+                            "whitespace")
 
     def close(self) -> list[RawRecord]:
         out: list[RawRecord] = []
