@@ -5,6 +5,9 @@ tests/test_console_browser.py."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import asyncio
 import re
 import urllib.error
 import urllib.request
@@ -239,3 +242,21 @@ def test_the_console_listener_is_matched_by_address_and_port(tmp_path):
         assert status("127.0.0.2", "/health") == 200
     finally:
         server.stop()
+
+
+async def test_concurrent_wrong_secrets_are_checked_no_more_than_the_allowance(make_client,
+                                                                               settings):
+    """Issue 44: 100 wrong secrets sent together from one address: 10 are checked (401),
+    90 get 429 before any hashing; before, all 100 were checked."""
+    console = await make_client(console_settings(
+        settings, failed_credentials_per_minute_per_address=10))
+    page = await console.get("/console/sign-in")
+    token = re.search(r'name="token" value="([^"]+)"', await page.text()).group(1)
+
+    async def guess(n: int) -> int:
+        async with console.post("/console/sign-in", data={
+                "token": token, "name": SUPPORT[0], "secret": f"{n:020d}"},
+                allow_redirects=False) as answer:
+            return answer.status
+    statuses = Counter(await asyncio.gather(*(guess(n) for n in range(100))))
+    assert statuses == {401: 10, 429: 90}, statuses

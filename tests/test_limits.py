@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 import subprocess
 import sys
 
@@ -182,3 +183,30 @@ async def test_failed_credentials_are_throttled_and_logged_once_a_minute(
     # The router with its key, from its own address, is not affected.
     assert (await client.get("/rules/last_updated", headers={
         "X-ID": OTHER, "Authorization": f"Bearer {key}", **honest})).status == 200
+
+
+async def test_concurrent_wrong_keys_are_checked_no_more_than_the_allowance(
+        make_client, database, tmp_path):
+    """Issue 44: 300 wrong router keys from one address at once. Each guess takes its place
+    in the allowance before its key is looked up, so 10 are checked (401) and the rest get
+    429; before, every guess in flight passed the same check (68 of 300 checked)."""
+    settings = settings_for(database, tmp_path, ROUTER_AUTH="key",
+                            ENROLLMENT_TOKEN="fleet-token-0123456789",
+                            TRUSTED_PROXIES="127.0.0.1/32",
+                            FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS="10")
+    client = await make_client(settings)
+    enrolled = await client.post("/enroll", headers={
+        "X-ID": OTHER, "Authorization": "Bearer fleet-token-0123456789"})
+    assert enrolled.status == 201
+
+    async def status(method: str, path: str, mac: str, n: int, address: str) -> int:
+        async with client.request(method, path, headers={
+                "X-ID": mac, "Authorization": f"Bearer guess-{n}",
+                "X-Forwarded-For": address}) as answer:
+            return answer.status
+    keys = Counter(await asyncio.gather(*(
+        status("GET", "/rules/last_updated", OTHER, n, "203.0.113.67") for n in range(300))))
+    assert keys == {401: 10, 429: 290}, keys
+    tokens = Counter(await asyncio.gather(*(
+        status("POST", "/enroll", FLOODER, n, "203.0.113.68") for n in range(100))))
+    assert tokens == {401: 10, 429: 90}, tokens

@@ -102,18 +102,26 @@ async def sign_in_page(request: web.Request, message: str | None = None,
 async def sign_in(request: web.Request) -> web.StreamResponse:
     flood = request.config_dict[FLOOD_LIMITS]
     address = client_address(request, request.config_dict[SETTINGS].trusted_proxies)
-    flood.check_failures(address)
-    form = await request.post()
-    sent, expected = field(form, "token"), request.cookies.get(SIGN_IN_COOKIE, "")
-    if not expected or not secrets.compare_digest(sent.encode(), expected.encode()):
+    flood.begin_attempt(address)  # before the form is read: its place is taken at once
+    try:
+        form = await request.post()
+        sent, expected = field(form, "token"), request.cookies.get(SIGN_IN_COOKIE, "")
+        stale = not expected or not secrets.compare_digest(sent.encode(), expected.encode())
+        sessions = request.app[SESSIONS]
+        name, secret = field(form, "name")[:64], field(form, "secret")
+        credential = sessions.credential_of(name)
+        matches = not stale and await asyncio.to_thread(secret_matches, secret,
+                                                        credential or _nobody())
+    except BaseException:
+        flood.attempt_succeeded(address)  # no secret was checked
+        raise
+    if stale:
+        flood.attempt_succeeded(address)
         return await sign_in_page(request, "The sign-in form was stale: try again.", 403)
-    sessions = request.app[SESSIONS]
-    name, secret = field(form, "name")[:64], field(form, "secret")
-    credential = sessions.credential_of(name)
-    matches = await asyncio.to_thread(secret_matches, secret, credential or _nobody())
     if credential is None or not matches:
         flood.credential_failed(address, f"console sign-in as {name!r}")
         return await sign_in_page(request, "Wrong name or secret.", 401)
+    flood.attempt_succeeded(address)
     response = web.HTTPSeeOther(_back(field(form, "next")))
     response.set_cookie(COOKIE, sessions.cookie_for(name), path="/console/", httponly=True,
                         samesite="Strict", secure=_secure(request), max_age=sessions.max_age)

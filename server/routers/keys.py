@@ -52,17 +52,22 @@ class RouterKeys:
     async def check(self, headers: Mapping[str, str], address: str, mac: str) -> None:
         """For a request `trusted` refused: Unauthorized unless its headers carry this
         router's current key (then trusted for a while); 429 while the client's `address` is
-        over its failed-credential limit."""
-        self._limits.check_failures(address)
+        over its failed-credential limit (the attempt counted before the key is looked up)."""
+        self._limits.begin_attempt(address)
         presented = bearer_token(headers)
         if presented is None:
             self._refuse(address, mac, "no key")
             raise Unauthorized("missing router key (Authorization: Bearer <router key>)")
         digest = key_hash(presented)
-        stored = await keys_db.key_hash_of(self._db, mac)
+        try:
+            stored = await keys_db.key_hash_of(self._db, mac)
+        except BaseException:  # not a wrong key: the database is away (503)
+            self._limits.attempt_succeeded(address)
+            raise
         if stored is None or not hmac.compare_digest(stored, digest):
             self._refuse(address, mac, "wrong key" if stored else "no key issued")
             raise Unauthorized("invalid router key")
+        self._limits.attempt_succeeded(address)
         if len(self._known) >= MAX_REMEMBERED:
             self._known.clear()
         self._known[mac] = (stored, time.monotonic() + self._cache_seconds)
@@ -79,8 +84,9 @@ class RouterKeys:
                      registration_open: bool) -> tuple[str, keys_db.Enrollment]:
         """Issue the router's key against the fleet's enrollment token: the key, and what
         the enrollment did. Unauthorized, Forbidden or Conflict when refused."""
-        self._limits.check_failures(address)
+        self._limits.begin_attempt(address)
         if not token:
+            self._limits.attempt_succeeded(address)
             self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
                         mac, address)
             raise Forbidden("enrollment is off (ENROLLMENT_TOKEN is not set)")
@@ -89,6 +95,7 @@ class RouterKeys:
             self._metrics.auth_events.labels("enroll_refused").inc()
             self._limits.credential_failed(address, f"wrong enrollment token (for {mac})")
             raise Unauthorized("wrong enrollment token")
+        self._limits.attempt_succeeded(address)
         key = new_key()
         bucket = self._limits.bucket(address)
         outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open, bucket,

@@ -5,8 +5,11 @@
   refused whole, 429, and stores nothing),
 - new registrations and enrollments per client address (open registration mode), counted in
   the database across processes (server/db/routers.py): here only the number and the 429;
-- failed credentials (wrong router keys, wrong enrollment tokens) per client address: past
-  the limit, 429 before any key is checked, and one log line per address a minute.
+- failed credentials (wrong router keys, wrong enrollment tokens, wrong console secrets) per
+  client address: each attempt takes its place in the allowance before its (slow) check and
+  gives it back only when the credential was right, so guesses sent together are checked no
+  more than the allowance; past it, 429 before any check, and one log line per address a
+  minute.
 
 Client addresses are counted per address for IPv4 and per /IPV6_LIMIT_PREFIX network (64 by
 default: what one subscriber gets) for IPv6, so one host cannot multiply its allowance by
@@ -74,6 +77,9 @@ class Buckets:
             return 0.0
         return (min(count, self.capacity) - tokens) / self._rate
 
+    def give_back(self, key: str, count: float, now: float) -> None:
+        self._buckets[key] = (min(self.capacity, self.available(key, now) + count), now)
+
     def _prune(self, now: float) -> None:
         self._buckets = {key: (tokens, at) for key, (tokens, at) in self._buckets.items()
                          if tokens + (now - at) * self._rate < self.capacity}
@@ -106,22 +112,26 @@ class FloodLimits:
         return TooManyRequests(f"too many new routers from {bucket}: the limit is "
                                f"{self.registrations_per_minute} a minute", wait_seconds)
 
-    def check_failures(self, address: str) -> None:
-        """TooManyRequests while the address's bucket is over its failed-credential limit:
-        checked before any key or token, so guessing cannot go faster than the limit."""
+    def begin_attempt(self, address: str) -> None:
+        """Take a credential attempt's place in the address's allowance, before the check;
+        TooManyRequests when none is left. `attempt_succeeded` gives it back."""
         bucket = self.bucket(address)
         now = time.monotonic()
-        if self.failures.available(bucket, now) < 1:
+        wait = self.failures.take(bucket, 1, now)
+        if wait:
             self._metrics.limited.labels("failed_credentials").inc()
-            wait = (1 - self.failures.available(bucket, now)) * 60 / self.failures.capacity
             raise TooManyRequests(f"too many failed credentials from {bucket}: the limit is "
                                   f"{self.failures.capacity:g} a minute", _seconds(wait))
 
+    def attempt_succeeded(self, address: str) -> None:
+        """The credential was right (or never checked): its place is given back."""
+        self.failures.give_back(self.bucket(address), 1, time.monotonic())
+
     def credential_failed(self, address: str, what: str) -> None:
-        """Count a failure; log the first of a minute at once, the rest with the next line."""
+        """The attempt's place stays taken; log the first failure of a minute at once, the
+        rest with the next line."""
         bucket = self.bucket(address)
         now = time.monotonic()
-        self.failures.take(bucket, 1, now)
         at, unlogged = self._failures_logged.get(bucket, (float("-inf"), 0))
         if now - at < LOG_EVERY_SECONDS:
             self._failures_logged[bucket] = (at, unlogged + 1)
