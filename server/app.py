@@ -104,8 +104,8 @@ def add_router_service(app: web.Application) -> None:
                                         settings.ingest_max_uploads_per_address)
         app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(traffic_tally_context)
-        app.cleanup_ctx.append(etag_cache_context)
         app.cleanup_ctx.append(registry_context)
+        app.cleanup_ctx.append(etag_cache_context)
 
 
 def exposure_warnings(settings: Settings) -> list[str]:
@@ -159,6 +159,8 @@ async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
     cache = EtagCache(app[DATABASE], app[SETTINGS].db_timeout_seconds,
                       app[METRICS])
     app[ETAG_CACHE] = cache
+    keys = app[ROUTER_KEYS]  # its LISTEN connection also tells of keys changed elsewhere
+    cache.follow("router_keys", keys.forget, keys.forget_all)
     cache.start()
     try:
         yield

@@ -211,7 +211,9 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "(others get 403).", _choice("open", "closed")),
         Setting("ROUTER_CACHE_SECONDS", "30", "How long a server process trusts its memory of a "
                 "router's registration (closed mode; open mode registers once) or of its key "
-                "before asking the database again.", _integer(0)),
+                "before asking the database again (a key rotated or revoked is forgotten at "
+                "once, by notification; this bounds it while notifications are down).",
+                _integer(0)),
         Setting("ROUTER_AUTH", "mac", "`mac`: a router is whoever sends its MAC in X-ID (the "
                 "seed's behaviour). `key`: every router endpoint but /health also needs "
                 "`Authorization: Bearer <router key>` (see docs/security.md).",

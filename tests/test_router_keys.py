@@ -4,12 +4,17 @@ registers nothing."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
 from testkit.database import command_env, settings_for
+from testkit.server import ServerRunner
 from testkit.telemetry import stored_count
 
 VICTIM, ATTACKER = "aa:bb:cc:00:12:01", "aa:bb:cc:00:12:02"
@@ -191,3 +196,48 @@ def test_short_enrollment_token_stops_start_up(database, tmp_path):
                                             ENROLLMENT_TOKEN="short"),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "ENROLLMENT_TOKEN" in result.stderr
+
+
+def test_key_changes_reach_every_worker_at_once(database, tmp_path):
+    """Issue 44: two HTTP workers that trust a router's key (ROUTER_CACHE_SECONDS at its
+    default, 30); `rotate-key`, then `reset`, then `remove`: within a second of each, the
+    old key gets 401 from both workers (before: 200 for up to 30 s)."""
+    server = ServerRunner(database, tmp_path, HTTP_WORKERS="2", ROUTER_AUTH="key",
+                          ENROLLMENT_TOKEN=TOKEN, RULE_GENERATION_ENABLED="false")
+    server.start(timeout=120)
+    settings = settings_for(database, tmp_path, ROUTER_AUTH="key")
+
+    def statuses(key: str, polls: int = 16) -> set[int]:
+        """Each poll on a connection of its own: the kernel spreads them over the workers."""
+        seen = set()
+        for _ in range(polls):
+            request = urllib.request.Request(f"{server.url}/rules/last_updated", headers={
+                "X-ID": VICTIM, "Authorization": f"Bearer {key}", "Connection": "close"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    seen.add(answer.status)
+            except urllib.error.HTTPError as error:
+                seen.add(error.code)
+        return seen
+
+    def within_a_second(key: str) -> set[int]:
+        time.sleep(1)
+        return statuses(key)
+
+    try:
+        first = issued_key(command(settings, "add", VICTIM))
+        assert statuses(first) == {200}   # both workers now trust it
+        second = issued_key(command(settings, "rotate-key", VICTIM))
+        assert within_a_second(first) == {401}
+        assert statuses(second) == {200}
+        assert command(settings, "reset", VICTIM).returncode == 0
+        assert within_a_second(second) == {401}
+        enrolled = urllib.request.Request(f"{server.url}/enroll", method="POST", headers={
+            "X-ID": VICTIM, "Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(enrolled, timeout=10) as answer:
+            third = json.loads(answer.read())["key"]
+        assert statuses(third) == {200}
+        assert command(settings, "remove", VICTIM).returncode == 0
+        assert within_a_second(third) == {401}
+    finally:
+        server.stop()

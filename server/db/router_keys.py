@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from server.db.pool import Database, execute
-from server.db.routers import BUCKET_WAIT, LOCK_BUCKET, UNDER_LIMIT, bucket_params
+from server.db.routers import BUCKET_WAIT, KEY_CHANGED, LOCK_BUCKET, UNDER_LIMIT, bucket_params
 from server.db.tuning_changes import record
 
 
@@ -69,12 +69,17 @@ async def enroll(db: Database, mac: str, digest: bytes, registration_open: bool,
 async def set_key(db: Database, mac: str, digest: bytes, replace: bool) -> bool:
     """Issue (or, with `replace`, rotate) an operator key for a registered router; False
     when it has one already (issue) or has none to replace (rotate), or is not registered."""
-    if replace:
-        return await db.execute("UPDATE router_keys SET key_hash = %s, issued_at = now(), "
-                                "issued_by = 'operator' WHERE mac = %s", (digest, mac)) == 1
-    return await db.execute(
-        "INSERT INTO router_keys (mac, key_hash, issued_by) SELECT mac, %s, 'operator' "
-        "FROM routers WHERE mac = %s ON CONFLICT (mac) DO NOTHING", (digest, mac)) == 1
+    statement = (
+        "UPDATE router_keys SET key_hash = %(hash)s, issued_at = now(), issued_by = 'operator' "
+        "WHERE mac = %(mac)s" if replace else
+        "INSERT INTO router_keys (mac, key_hash, issued_by) SELECT mac, %(hash)s, 'operator' "
+        "FROM routers WHERE mac = %(mac)s ON CONFLICT (mac) DO NOTHING")
+    async with db.transaction() as cur:
+        await execute(cur, statement, {"hash": digest, "mac": mac})
+        if cur.rowcount != 1:
+            return False
+        await execute(cur, KEY_CHANGED, {"mac": mac})
+        return True
 
 
 _RESET = """
@@ -92,6 +97,8 @@ async def reset(db: Database, mac: str, window: timedelta, made_by: str) -> tupl
     async with db.transaction() as cur:
         await execute(cur, _RESET, {"mac": mac, "window": window})
         revoked, registered = await cur.fetchone()
+        if revoked:
+            await execute(cur, KEY_CHANGED, {"mac": mac})
         if registered:
             await record(cur, made_by, "enrollment reset",
                          f"key {'revoked' if revoked else 'none'}; may enroll until "

@@ -117,6 +117,13 @@ async def subscribe(db: Database, mac: str, note: str | None) -> bool:
     return new
 
 
+# Sent in the transaction that replaces or revokes a router's key (delivered at its commit):
+# every server process LISTENs on this channel and forgets the key it trusted
+# (server/routers/keys.py). A statement without a table, as PAYLOAD_CHANGED, so that under
+# Citus it runs on the coordinator, where the listeners are.
+KEY_CHANGED = "SELECT pg_notify('router_keys', %(mac)s::text)"
+
+
 async def unsubscribe(db: Database, mac: str) -> bool:
     """Remove the router, its place in the generation queue, its allowlist entries and rule
     overrides; its telemetry stays until retention removes it. False when it was not
@@ -127,4 +134,7 @@ async def unsubscribe(db: Database, mac: str) -> bool:
         await execute(cur, "DELETE FROM firewall_allowlist WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
-        return cur.rowcount == 1
+        if cur.rowcount != 1:
+            return False
+        await execute(cur, KEY_CHANGED, {"mac": mac})  # its key went with it
+        return True

@@ -12,12 +12,16 @@ notification, when a poll may still get 304; the router picks the change up on i
 A connection cut without being closed (the network between us and the database) is found by
 a heartbeat query after HEARTBEAT_SECONDS of silence, within the connect timeout; a change
 committed by another server in that time is seen once listening resumes.
+
+The same connection carries the other per-router changes a process keeps in memory (`follow`:
+router keys rotated or revoked, `router_keys`), so each process holds one LISTEN connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from server.background import BackgroundTasks, pause
 from server.db.pool import Database
@@ -65,6 +69,14 @@ class EtagCache:
         self._changes = 0  # notifications seen (and listening starts and stops)
         self.listening = False
         self._tasks = BackgroundTasks()
+        # channel -> (forget one router, forget every router)
+        self._followers: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {}
+
+    def follow(self, channel: str, forget: Callable[[str], None],
+               forget_all: Callable[[], None]) -> None:
+        """Also listen on `channel`: call `forget` with each notified MAC, and `forget_all`
+        whenever listening stops or starts (what changed meanwhile is unknown)."""
+        self._followers[channel] = (forget, forget_all)
 
     def __len__(self) -> int:
         return len(self._etags)
@@ -118,8 +130,10 @@ class EtagCache:
         so when no notification arrives for HEARTBEAT_SECONDS a query checks it, within the
         connect timeout: the cache is dropped within both of a cut."""
         async with self._db.session() as cur:
-            await cur.execute(f"LISTEN {CHANNEL}")
+            for channel in (CHANNEL, *self._followers):
+                await cur.execute(f"LISTEN {channel}")
             self._etags.clear()  # changes made while nobody listened are unknown
+            self._forget_followed()
             self._changes += 1
             self.listening = True
             self._health.succeeded()
@@ -139,7 +153,10 @@ class EtagCache:
                         continue
                     notification = reading.result()
                     reading = asyncio.ensure_future(cur.connection.notifies.get())
-                    self.forget(notification.payload)
+                    if notification.channel == CHANNEL:
+                        self.forget(notification.payload)
+                    else:
+                        self._followers[notification.channel][0](notification.payload)
             finally:
                 reading.cancel()
 
@@ -147,3 +164,8 @@ class EtagCache:
         self.listening = False
         self._changes += 1
         self._etags.clear()
+        self._forget_followed()
+
+    def _forget_followed(self) -> None:
+        for _, forget_all in self._followers.values():
+            forget_all()

@@ -4,7 +4,11 @@ A key is 256 random bits, shown once; only its SHA-256 is stored and kept in mem
 process remembers a router's key hash for ROUTER_CACHE_SECONDS, so a poll costs one hash of
 a short string and a constant-time comparison; a key that does not match the remembered hash
 is checked against the database once more before it is refused (it may just have been
-rotated elsewhere). A rotated or revoked key stops working within ROUTER_CACHE_SECONDS.
+rotated elsewhere). A rotated or revoked key stops working at once in every process: the
+statement that changes it notifies channel `router_keys` in its transaction, and each
+process's LISTEN connection (server/polling/etag_cache.py) makes it forget the key
+(`forget`). While that connection is down, a remembered key is trusted for at most
+ROUTER_CACHE_SECONDS.
 """
 
 from __future__ import annotations
@@ -48,6 +52,17 @@ class RouterKeys:
         self._cache_seconds = cache_seconds
         self._metrics = metrics
         self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
+        self._changes = 0  # key changes notified: a key read before one is not remembered
+
+    def forget(self, mac: str) -> None:
+        """The router's key was replaced or revoked (notified by the database, channel
+        `router_keys`, to every process): trust it no more."""
+        self._changes += 1
+        self._known.pop(mac, None)
+
+    def forget_all(self) -> None:
+        self._changes += 1
+        self._known.clear()
 
     async def check(self, headers: Mapping[str, str], address: str, mac: str) -> None:
         """For a request `trusted` refused: Unauthorized unless its headers carry this
@@ -59,6 +74,7 @@ class RouterKeys:
             self._refuse(address, mac, "no key")
             raise Unauthorized("missing router key (Authorization: Bearer <router key>)")
         digest = key_hash(presented)
+        changes = self._changes
         try:
             stored = await keys_db.key_hash_of(self._db, mac)
         except BaseException:  # not a wrong key: the database is away (503)
@@ -68,6 +84,8 @@ class RouterKeys:
             self._refuse(address, mac, "wrong key" if stored else "no key issued")
             raise Unauthorized("invalid router key")
         self._limits.attempt_succeeded(address)
+        if changes != self._changes:  # a key changed while this one was read: not kept
+            return
         if len(self._known) >= MAX_REMEMBERED:
             self._known.clear()
         self._known[mac] = (stored, time.monotonic() + self._cache_seconds)
