@@ -224,9 +224,12 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("ENROLLMENT_RESET_WINDOW_MINUTES", "60", "After `router-backend subscriptions "
                 "reset MAC`, how long that router may enroll again; later enrollment of it is 409 "
                 "until the next reset.", _integer(1)),
-        Setting("TRUSTED_PROXIES", "127.0.0.1/32,::1/128", "Comma-separated addresses or networks "
-                "of the reverse proxies in front (Caddy): for their requests the client address is "
-                "read from X-Forwarded-For. Empty: the connection's address always.", _networks),
+        Setting("TRUSTED_PROXIES", "", "Comma-separated addresses or networks of the reverse "
+                "proxies in front (Caddy): for their requests the client address is read from "
+                "X-Forwarded-For. Empty (the default): the connection's address always, so no "
+                "client, not even a local one, chooses the address its limits count against; "
+                "the shipped deployments name their proxy (127.0.0.1/32,::1/128 for Caddy on "
+                "the same host).", _networks),
         Setting("ROUTER_REQUESTS_PER_MINUTE", "120", "Requests one router may make per minute (a "
                 "minute's worth at once, then this rate), per server process; beyond: 429 with "
                 "Retry-After. /health and /enroll are not counted.", _integer(1)),

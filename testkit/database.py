@@ -214,6 +214,9 @@ NO_FLOOD_LIMITS = {"ROUTER_REQUESTS_PER_MINUTE": "1000000000",
                    "ROUTER_RECORDS_PER_MINUTE": "1000000000",
                    "REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "1000000000",
                    "FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS": "1000000000"}
+# The tests stand for a proxy on loopback (the shipped Caddy on the same host) when they send
+# X-Forwarded-For; the service's own default trusts no proxy.
+LOOPBACK_PROXY = {"TRUSTED_PROXIES": "127.0.0.1/32,::1/128"}
 # No ruleset download at start-up (the default archive is on the internet) unless a test
 # asks for it with a local archive (tests/test_first_start.py).
 NO_PREPROCESS_AT_START = {"RULE_PREPROCESS_AT_START": "false"}
@@ -224,7 +227,7 @@ def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -
     timeouts, no generation queue unless asked for, flood limits raised."""
     environ = {**database_env(location), "DATA_DIR": str(data_dir), "DB_TIMEOUT_SECONDS": "5",
                "RULE_GENERATION_ENABLED": "false", **NO_FLOOD_LIMITS, **NO_PREPROCESS_AT_START,
-               **overrides}
+               **LOOPBACK_PROXY, **overrides}
     return load_settings(environ, env_file=None)
 
 

@@ -13,7 +13,8 @@ from typing import Iterator
 
 from server.db.location import DatabaseLocation
 from testkit import REPOSITORY
-from testkit.database import NO_FLOOD_LIMITS, NO_PREPROCESS_AT_START, database_env
+from testkit.database import (LOOPBACK_PROXY, NO_FLOOD_LIMITS, NO_PREPROCESS_AT_START,
+                              database_env)
 
 
 def free_port() -> int:
@@ -63,7 +64,8 @@ class ServerRunner:
         # One process unless a test or drill asks for the supervisor (HTTP_WORKERS).
         self.env = {**environ, **database, "DATA_DIR": str(data_dir),
                     "LISTEN_PORT": str(self.port), "DB_LOG_LEVEL": "error", "HTTP_WORKERS": "1",
-                    **NO_PREPROCESS_AT_START, **({} if flood_limits else NO_FLOOD_LIMITS),
+                    **NO_PREPROCESS_AT_START, **LOOPBACK_PROXY,
+                    **({} if flood_limits else NO_FLOOD_LIMITS),
                     **settings}
         # A file: an unread pipe would fill and stall the server.
         self.log_path = data_dir / f"server-{self.port}.log"

@@ -10,6 +10,7 @@ from collections import Counter
 import subprocess
 import sys
 
+from server.settings import SETTINGS
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
 
@@ -72,7 +73,11 @@ async def test_new_registrations_per_client_address(make_client, database, tmp_p
 
 async def test_forwarded_address_ignored_without_trusted_proxies(make_client, database,
                                                                  tmp_path, sql):
-    client = await make_client(settings_for(database, tmp_path, TRUSTED_PROXIES="",
+    """Issue 44: the default trusts no proxy, loopback included (a local client rotated its
+    apparent address past every per-address limit)."""
+    default = next(s.default for s in SETTINGS if s.name == "TRUSTED_PROXIES")
+    assert default == ""
+    client = await make_client(settings_for(database, tmp_path, TRUSTED_PROXIES=default,
                                             REGISTRATIONS_PER_MINUTE_PER_ADDRESS="2"))
     statuses = [await poll(client, f"aa:bb:cc:00:1d:{n:02x}",
                            **{"X-Forwarded-For": f"198.51.100.{n}"}) for n in range(3)]
