@@ -25,7 +25,6 @@ setup(
         "pebble>=5.0",  # generation workers: a wall-clock limit per call (engine/pool.py)
         "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
         "aiohttp-jinja2>=1.6",  # the console's pages (server/console/)
-        "itsdangerous>=2.1",  # the console's signed session cookies
         "psutil>=6.0",  # is a postmaster.pid's server alive (server/db/embedded.py); drills
     ],
     extras_require={

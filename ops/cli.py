@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_telemetry_arguments(commands.add_parser(
         "telemetry", help="a router's stored records (export, sql) and the compaction job"))
     add_console_arguments(commands.add_parser(
-        "console", help="console sign-ins: make a CONSOLE_USERS entry"))
+        "console", help="console sign-ins: make a CONSOLE_USERS entry; list or end sessions"))
     add_citus_arguments(commands.add_parser(
         "citus", help="Citus mode: distribute the per-router tables over the workers"))
     add_backup_arguments(commands.add_parser(

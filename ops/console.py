@@ -1,17 +1,25 @@
 """`router-backend console credential NAME ROLE [--password]`: a console sign-in. Prints a
 new random secret (or, with --password, takes one typed twice, at least 16 characters) and
 the CONSOLE_USERS entry holding its scrypt hash; only the hash goes into settings. With
-CONSOLE_USERS unset until now, CONSOLE_SECRET needs setting too: one is printed to use."""
+CONSOLE_USERS unset until now, CONSOLE_SECRET needs setting too: one is printed to use.
+
+`router-backend console sessions [end NAME]`: who is signed in, since when, from where; or
+end every session of NAME at once (in every process: sessions live in the database)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import re
 import secrets
 import sys
 
+from ops.command import run_command
 from server.console.auth import MIN_SECRET, hash_secret
+from server.db import console_sessions as sessions_db
+from server.db.pool import Database
+from server.timestamps import iso_utc
 from server.settings import CONSOLE_ROLES, Settings
 
 NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
@@ -27,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     credential.add_argument("--password", action="store_true",
                             help=f"type a secret (at least {MIN_SECRET} characters) instead "
                                  "of getting a random one")
+    sessions = actions.add_parser("sessions", help="who is signed in; `end NAME` signs them "
+                                  "out everywhere")
+    ending = sessions.add_subparsers(dest="sessions_action")
+    end = ending.add_parser("end", help="end every session of NAME now")
+    end.add_argument("name")
 
 
 def _typed_secret() -> str:
@@ -37,6 +50,9 @@ def _typed_secret() -> str:
 
 
 def console(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "sessions":
+        return run_command("router-backend console", functools.partial(
+            _sessions, end=getattr(args, "name", None)), settings=settings)
     if not NAME.fullmatch(args.name):
         print(f"router-backend console: not a name: {args.name!r}", file=sys.stderr)
         return 2
@@ -52,4 +68,15 @@ def console(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.console_secret:
         print(f"\nand set CONSOLE_SECRET, the same in every process of the host:\n"
               f"{secrets.token_urlsafe(36)}")
+    return 0
+
+
+async def _sessions(settings: Settings, db: Database, end: str | None) -> int:
+    if end is not None:
+        ended = await sessions_db.end_all_of(db, end)
+        print(f"{ended} session{'s' if ended != 1 else ''} of {end} ended")
+        return 0
+    print("name\tstarted_at\tlast_seen_at\taddress\texpires_at")
+    for name, started, seen, address, expires in await sessions_db.live(db):
+        print(f"{name}\t{iso_utc(started)}\t{iso_utc(seen)}\t{address}\t{iso_utc(expires)}")
     return 0

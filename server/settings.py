@@ -408,9 +408,9 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "overrides, the allowlist and enrollments), HASH as `router-backend console "
                 "credential NAME ROLE` prints it (scrypt of a secret of at least 16 characters). "
                 "Empty: nobody can sign in.", _console_users),
-        Setting("CONSOLE_SECRET", "", "Signs the console's session cookies (at least 32 random "
-                "characters, the same in every process of the host); needed when CONSOLE_USERS is "
-                "set. Changing it signs everybody out.", _secret(32)),
+        Setting("CONSOLE_SECRET", "", "Keys the hash under which console session ids are stored "
+                "(at least 32 random characters, the same in every process and host); needed "
+                "when CONSOLE_USERS is set. Changing it signs everybody out.", _secret(32)),
         Setting("CONSOLE_SESSION_MINUTES", "480", "How long a console sign-in lasts.",
                 _integer(1, 7 * 24 * 60)),
         Setting("CONSOLE_LISTEN", "", "HOST:PORT of a listener of the console's own (for example "

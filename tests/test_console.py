@@ -5,20 +5,20 @@ tests/test_console_browser.py."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import asyncio
 import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from collections import Counter
 
 import aiohttp
 import orjson
-
 import pytest
-from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from server.console.auth import COOKIE, hash_secret
+from testkit.database import command_env
 from testkit.server import ServerRunner, free_port
 
 SUPPORT, OPERATOR = ("sam", "s" * 20), ("olga", "o" * 20)
@@ -139,31 +139,81 @@ async def test_an_operator_change_is_stored_and_recorded(console, sql):
     assert sql.value("SELECT count(*) FROM firewall_allowlist") == 1
 
 
-async def test_an_expired_or_forged_session_is_refused(console, sql):
-    class Yesterday(TimestampSigner):
-        def get_timestamp(self) -> int:
-            return super().get_timestamp() - 86_400
+def session_cookie(client) -> str:
+    return client.session.cookie_jar.filter_cookies(client.make_url("/console/"))[COOKIE].value
 
+
+async def refused_everywhere(client, csrf: str) -> None:
+    """A page sends the browser to sign in; every form is refused, nothing changed."""
+    page = await client.get("/console/tuning", allow_redirects=False)
+    assert page.status == 303 and "/console/sign-in" in page.headers["Location"]
+    for path, data in FORMS:
+        answer = await client.post(path, data={**data, "csrf": csrf}, allow_redirects=False)
+        assert answer.status == 401 and "sign in again" in await answer.text(), path
+
+
+async def test_an_expired_or_forged_session_is_refused(console, sql):
     await sign_in(console, OPERATOR)
     csrf = await csrf_of(console)
-    cookies = console.session.cookie_jar.filter_cookies(console.make_url("/console/"))
-    session = URLSafeTimedSerializer(SECRET, salt="console-session").loads(
-        cookies[COOKIE].value)
-    expired = URLSafeTimedSerializer(SECRET, salt="console-session",
-                                     signer=Yesterday).dumps(session)
-    console.session.cookie_jar.clear()
-    console.session.cookie_jar.update_cookies({COOKIE: expired})
-    page = await console.get("/console/tuning", allow_redirects=False)
-    assert page.status == 303 and "expired=1" in page.headers["Location"]
-    for path, data in FORMS:
-        answer = await console.post(path, data={**data, "csrf": csrf}, allow_redirects=False)
-        assert answer.status == 401 and "sign in again" in await answer.text(), path
-    forged = URLSafeTimedSerializer("f" * 40, salt="console-session").dumps(session)
-    console.session.cookie_jar.clear()
-    console.session.cookie_jar.update_cookies({COOKIE: forged})
-    assert (await console.post("/console/tuning/allowlist", data={
-        "csrf": csrf, "network": "192.0.2.1"}, allow_redirects=False)).status == 401
+    sql.rows("UPDATE console_sessions SET expires_at = now() - interval '1 second'")
+    await refused_everywhere(console, csrf)
+    console.session.cookie_jar.update_cookies({COOKIE: "f" * 43})
+    await refused_everywhere(console, csrf)
     assert unchanged(sql)
+
+
+async def test_the_cookie_holds_nothing_readable(console, sql):
+    """Issue 44: an opaque random id (before: base64 JSON of the name, the credential's
+    fingerprint and the CSRF token); the database keeps only its keyed hash."""
+    await sign_in(console, OPERATOR)
+    cookie = session_cookie(console)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", cookie)
+    csrf = await csrf_of(console)
+    assert csrf not in cookie and OPERATOR[0] not in cookie
+    stored = sql.rows("SELECT id_hash, name, address FROM console_sessions")
+    assert len(stored) == 1 and stored[0][1:] == (OPERATOR[0], "127.0.0.1")
+    assert cookie.encode() not in bytes(stored[0][0])
+
+
+async def test_signing_out_ends_the_session_for_a_replayed_cookie(console, sql):
+    """Issue 44: after sign-out, the old cookie replayed opened the tuning page and added an
+    allowlist entry."""
+    await sign_in(console, OPERATOR)
+    csrf, cookie = await csrf_of(console), session_cookie(console)
+    out = await console.post("/console/sign-out", data={"csrf": csrf}, allow_redirects=False)
+    assert out.status == 303
+    console.session.cookie_jar.update_cookies({COOKIE: cookie})
+    await refused_everywhere(console, csrf)
+    assert unchanged(sql) and sql.value("SELECT count(*) FROM console_sessions") == 0
+
+
+async def test_sessions_listed_and_ended_by_the_command_and_by_leaving_console_users(
+        make_client, settings, sql):
+    first = await make_client(console_settings(settings))
+    second = await make_client(console_settings(settings))
+    await sign_in(first, OPERATOR)
+    await sign_in(second, SUPPORT)
+    csrf = await csrf_of(first)
+    listed = console_command(settings, "sessions")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
+    assert sorted(row[0] for row in rows) == [OPERATOR[0], SUPPORT[0]]
+    assert all(row[3] == "127.0.0.1" for row in rows)
+    ended = console_command(settings, "sessions", "end", OPERATOR[0])
+    assert ended.returncode == 0 and ended.stdout.strip() == f"1 session of {OPERATOR[0]} ended"
+    await refused_everywhere(first, csrf)
+    assert (await second.get("/console/tuning")).status == 200
+    # The support user taken out of CONSOLE_USERS: refused at once, by a process started so.
+    users = tuple(u for u in console_settings(settings).console_users if u[0] != SUPPORT[0])
+    without = await make_client(console_settings(settings).replace(console_users=users))
+    without.session.cookie_jar.update_cookies({COOKIE: session_cookie(second)})
+    assert (await without.get("/console/tuning", allow_redirects=False)).status == 303
+    assert unchanged(sql)
+
+
+def console_command(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ops", "console", *args],
+                          env=command_env(settings), capture_output=True, text=True, timeout=60)
 
 
 async def test_redirects_stay_on_the_console(console):

@@ -19,6 +19,7 @@ from server.db.pool import DatabaseUnavailable
 from server.errors import ApiError, Forbidden, Unauthorized
 from server.settings import Settings
 from server.tuning.changes import TuningRefused
+from server.typedefs import DATABASE
 from server.web.routes import Middleware, add_routes
 
 log = logging.getLogger("router_backend.console")
@@ -83,7 +84,8 @@ async def _checked(request: web.Request, handler) -> web.StreamResponse:
     listener = request.app.get(CONSOLE_LISTENER)
     if listener is not None and not _accepted_on(request, *listener):
         raise web.HTTPNotFound()   # the console has a listener of its own (CONSOLE_LISTEN)
-    user = request.app[SESSIONS].user_of(request.cookies.get(COOKIE))
+    user = await request.app[SESSIONS].user_of(request.config_dict[DATABASE],
+                                               request.cookies.get(COOKIE))
     request[USER] = user
     if request.path in OPEN_PATHS:
         return await handler(request)

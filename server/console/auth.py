@@ -1,7 +1,12 @@
 """Who is signed in to the console. Credentials are scrypt hashes from CONSOLE_USERS
-(`router-backend console credential` makes them); a session is a cookie signed with
-CONSOLE_SECRET by itsdangerous, carrying the user's name, a hash of their credential (so a
-changed credential ends its sessions) and the CSRF token every form must send back."""
+(`router-backend console credential` makes them). A session lives on the server (table
+`console_sessions`): the cookie holds only an opaque random id (nothing readable), stored as
+its HMAC under CONSOLE_SECRET; the row holds the name, a fingerprint of the credential it
+was made with (so a changed credential ends it), the CSRF token every form must send back,
+where it signed in from, and when it expires. Signing out deletes the row, and so does
+`router-backend console sessions end NAME`; a person removed from CONSOLE_USERS has no
+session any more. Every process reads the row at each request, so an ended session is
+refused at once everywhere."""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from aiohttp import web
-from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from server.db import console_sessions as sessions_db
+from server.db.pool import Database
 from server.settings import Settings
 
 MIN_SECRET = 16
@@ -56,8 +63,8 @@ class User:
 class Sessions:
     def __init__(self, settings: Settings):
         self._users = {name: (role, digest) for name, role, digest in settings.console_users}
-        self._signer = URLSafeTimedSerializer(settings.console_secret or "unused",
-                                              salt="console-session")
+        self._key = (settings.console_secret or "unused").encode()
+        self._lifetime = timedelta(minutes=settings.console_session_minutes)
         self.max_age = settings.console_session_minutes * 60
 
     @property
@@ -69,25 +76,35 @@ class Sessions:
         entry = self._users.get(name)
         return None if entry is None else entry[1]
 
-    def cookie_for(self, name: str) -> str:
-        """A new session of `name` (whose secret was just checked), with a new CSRF token."""
-        return self._signer.dumps({"u": name, "k": _fingerprint(self._users[name][1]),
-                                   "c": secrets.token_urlsafe(24)})
+    async def start(self, db: Database, name: str, address: str) -> str:
+        """A new session of `name` (whose secret was just checked), with a new CSRF token;
+        returns the cookie's value."""
+        session_id = secrets.token_urlsafe(32)
+        await sessions_db.start(db, self._id_hash(session_id), name,
+                                _fingerprint(self._users[name][1]), secrets.token_urlsafe(24),
+                                address, self._lifetime)
+        return session_id
 
-    def user_of(self, cookie: str | None) -> User | None:
-        """The signed-in user, or None (no cookie, a forged or expired one, a user gone or
-        whose credential changed since)."""
-        if not cookie:
+    async def user_of(self, db: Database, cookie: str | None) -> User | None:
+        """The signed-in user, or None (no cookie, an unknown, ended or expired session, a user
+        gone or whose credential changed since)."""
+        if not cookie or len(cookie) > 100:
             return None
-        try:
-            session = self._signer.loads(cookie, max_age=self.max_age)
-            name, fingerprint, csrf = session["u"], session["k"], session["c"]
-        except (BadSignature, KeyError, TypeError):
+        found = await sessions_db.find(db, self._id_hash(cookie))
+        if found is None:
             return None
+        name, fingerprint, csrf = found
         entry = self._users.get(name)
         if entry is None or not hmac.compare_digest(fingerprint, _fingerprint(entry[1])):
             return None
         return User(name, entry[0], csrf)
+
+    async def end(self, db: Database, cookie: str | None) -> None:
+        if cookie and len(cookie) <= 100:
+            await sessions_db.end(db, self._id_hash(cookie))
+
+    def _id_hash(self, session_id: str) -> bytes:
+        return hmac.new(self._key, session_id.encode(), hashlib.sha256).digest()
 
 
 SESSIONS = web.AppKey("console_sessions", Sessions)

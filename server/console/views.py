@@ -122,14 +122,16 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         flood.credential_failed(address, f"console sign-in as {name!r}")
         return await sign_in_page(request, "Wrong name or secret.", 401)
     flood.attempt_succeeded(address)
+    session = await sessions.start(request.config_dict[DATABASE], name, address)
     response = web.HTTPSeeOther(_back(field(form, "next")))
-    response.set_cookie(COOKIE, sessions.cookie_for(name), path="/console/", httponly=True,
+    response.set_cookie(COOKIE, session, path="/console/", httponly=True,
                         samesite="Strict", secure=_secure(request), max_age=sessions.max_age)
     response.del_cookie(SIGN_IN_COOKIE, path="/console/")
     raise response
 
 
 async def sign_out(request: web.Request) -> web.StreamResponse:
+    await request.app[SESSIONS].end(request.config_dict[DATABASE], request.cookies.get(COOKIE))
     response = web.HTTPSeeOther("/console/sign-in")
     response.del_cookie(COOKIE, path="/console/")
     raise response
