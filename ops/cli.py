@@ -35,6 +35,7 @@ from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
 from server.logs import configure_logging
+from server.exposure import refuse_unchosen
 from server.process.instance import only_service_on
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
 from server.process.supervisor import Supervisor
@@ -49,6 +50,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     role = getattr(args, "role", None)
     if role is not None:  # a child of the supervisor, which holds DATA_DIR
         return serve_role(settings, args, role)
+    refuse_unchosen(settings)
     with only_service_on(settings):
         workers = getattr(args, "workers", None) or settings.http_workers
         if workers > 1:

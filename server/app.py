@@ -12,6 +12,7 @@ from aiohttp import web
 from server.web.access_log import quiet_refused_heads
 from server.console.app import create_console_app
 from server.db.lifecycle import open_database
+from server.exposure import chosen_risks
 from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
@@ -57,8 +58,8 @@ def create_app(settings: Settings, role: str = "all",
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
     if role != "background":
-        for warning in exposure_warnings(settings):
-            log.warning("%s", warning)
+        for risk in chosen_risks(settings):
+            log.warning("%s", risk)
         quiet_refused_heads()
     metrics, in_flight = Metrics(metrics_dir), InFlight()
     errors = ErrorAnswers(settings.db_retry_after_seconds)
@@ -106,23 +107,6 @@ def add_router_service(app: web.Application) -> None:
         app.cleanup_ctx.append(traffic_tally_context)
         app.cleanup_ctx.append(registry_context)
         app.cleanup_ctx.append(etag_cache_context)
-
-
-def exposure_warnings(settings: Settings) -> list[str]:
-    """What this configuration exposes to whoever reaches the listening address."""
-    warnings = []
-    public = settings.listen_host not in ("127.0.0.1", "::1", "localhost")
-    if public and "notifications" in settings.services and not settings.notification_api_token:
-        warnings.append(
-            f"the notification API is served on {settings.listen_host} without "
-            "NOTIFICATION_API_TOKEN: anyone who reaches it can send email with their own text "
-            "to any address and read any user's feed; set the token, or SERVICES=router")
-    if public and "router" in settings.services and settings.router_auth == "mac":
-        warnings.append(
-            f"routers are served on {settings.listen_host} with ROUTER_AUTH=mac: anyone who "
-            "knows a router's MAC can read its payloads and post telemetry for it; consider "
-            "ROUTER_AUTH=key")
-    return warnings
 
 
 async def database_context(app: web.Application) -> AsyncIterator[None]:

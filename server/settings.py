@@ -444,10 +444,13 @@ class _Derived:
 
 
 # One immutable field per setting, named as its variable in lower case and typed as its
-# parser returns: a setting is declared once, by its row in SECTIONS.
+# parser returns: a setting is declared once, by its row in SECTIONS. Beside them, `chosen`:
+# the names given a value (the environment, the .env file) rather than left at their default.
 Settings = dataclasses.make_dataclass(
     "Settings", [(setting.attribute, setting.parse.__annotations__.get("return", Any))
-                 for setting in SETTINGS], bases=(_Derived,), frozen=True)
+                 for setting in SETTINGS]
+    + [("chosen", frozenset, dataclasses.field(default=frozenset()))],
+    bases=(_Derived,), frozen=True)
 Settings.__module__ = __name__
 
 
@@ -533,4 +536,4 @@ def load_settings(environ: Mapping[str, str] | None = None,
     if values["console_users"] and not values["console_secret"]:
         raise SettingsError("invalid CONSOLE_SECRET: needed (at least 32 characters) when "
                             "CONSOLE_USERS is set")
-    return Settings(**values)
+    return Settings(**values, chosen=frozenset(s.name for s in SETTINGS if s.name in merged))

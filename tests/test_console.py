@@ -275,7 +275,8 @@ def test_the_console_listener_is_matched_by_address_and_port(tmp_path):
     public one), where the routers' API still answers."""
     port = free_port()
     server = ServerRunner(None, tmp_path, HTTP_WORKERS="2", LISTEN_HOST="0.0.0.0",
-                          LISTEN_PORT=str(port), CONSOLE_LISTEN=f"127.0.0.1:{port}")
+                          LISTEN_PORT=str(port), CONSOLE_LISTEN=f"127.0.0.1:{port}",
+                          ROUTER_AUTH="mac", SERVICES="router")
     server.port = port
     server.start(timeout=120)
     try:

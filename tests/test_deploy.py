@@ -18,6 +18,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from server.exposure import unchosen
+from server.settings import load_settings
 from testkit.server import free_port, running_server, wait_listening
 
 DEPLOY = Path(__file__).resolve().parents[1] / "ops" / "deploy"
@@ -142,6 +144,63 @@ def test_caddy_exposes_the_notification_api_only_with_a_token(database, tmp_path
             assert status == 401 and b"bearer token" in body  # the service's answer
             status, body = _get(public + feed, Authorization=f"Bearer {token}")
             assert status == 404 and b"no notifications" in body
+
+
+def shipped_container_environment() -> dict[str, str]:
+    """The app container's settings as shipped: the Dockerfile's ENV, then compose's
+    environment (its required variables filled in)."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    block = re.search(r"^ENV (.*?)(?=^\S)", dockerfile, re.M | re.S).group(1)
+    environment = dict(re.findall(r"(\w+)=(\S+)", block.replace("\\\n", " ")))
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    for name, value in compose["services"]["app"]["environment"].items():
+        environment[name] = re.sub(r"\$\{\w+:\?[^}]*\}", "0123456789abcdef-" + name, str(value))
+    return environment
+
+
+def test_the_shipped_deployments_choose_every_exposure():
+    """Issue 44: the image listens on every address of its container, so it must start as
+    shipped with each exposure chosen, and safely: router keys with enrollment, a token, the
+    console on a private listener. The unit listens on loopback behind Caddy, and chooses the
+    same; Caddy hides the console."""
+    shipped = shipped_container_environment()
+    settings = load_settings({**shipped, "DB_HOST": "db"}, env_file=None)
+    assert unchosen(settings) == []
+    assert settings.router_auth == "key" and settings.enrollment_token
+    assert settings.notification_api_token and settings.console_listen[0] == "127.0.0.1"
+    unit = (DEPLOY / "router-backend.service").read_text()
+    for line in ("Environment=ROUTER_AUTH=key", "Environment=CONSOLE_LISTEN=127.0.0.1:8081",
+                 "Environment=TRUSTED_PROXIES=127.0.0.1/32,::1/128"):
+        assert re.search(rf"^{re.escape(line)}$", unit, re.M), line
+    assert re.search(r"^\s*respond /console\* 404$", (DEPLOY / "Caddyfile").read_text(), re.M)
+
+
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed")
+def test_the_shipped_configuration_serves_routers_with_keys_through_caddy(database, tmp_path):
+    """The image's and compose's settings (docker itself is not on this machine: the
+    service runs them as a process, on 0.0.0.0 reached on loopback) behind the shipped
+    Caddyfile: a router enrolls and polls with its key through Caddy; without it, 401; the
+    console is 404 through Caddy and on the public address, and served on its listener."""
+    shipped = shipped_container_environment()
+    console_port = free_port()
+    keep = {name: value for name, value in shipped.items() if name in (
+        "LISTEN_HOST", "ROUTER_AUTH", "ENROLLMENT_TOKEN", "NOTIFICATION_API_TOKEN")}
+    with running_server(database, tmp_path, RULE_GENERATION_ENABLED="false",
+                        CONSOLE_LISTEN=f"127.0.0.1:{console_port}", **keep) as server:
+        with caddy_in_front(server.port, tmp_path,
+                            NOTIFICATION_API_TOKEN=keep["NOTIFICATION_API_TOKEN"]) as public:
+            mac = "aa:bb:cc:00:44:10"
+            request = urllib.request.Request(public + "/enroll", method="POST", headers={
+                "X-ID": mac, "Authorization": f"Bearer {keep['ENROLLMENT_TOKEN']}"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 201
+                key = json.loads(answer.read())["key"]
+            assert _get(public + "/rules/last_updated", **{
+                "X-ID": mac, "Authorization": f"Bearer {key}"})[0] == 200
+            assert _get(public + "/rules/last_updated", **{"X-ID": mac})[0] == 401
+            assert _get(public + "/console/sign-in")[0] == 404
+        assert _get(f"http://127.0.0.2:{server.port}/console/sign-in")[0] == 404
+        assert _get(f"http://127.0.0.1:{console_port}/console/sign-in")[0] == 200
 
 
 ALERTS = DEPLOY / "prometheus-alerts.yml"

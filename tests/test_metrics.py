@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.app import exposure_warnings
 from server.handlers.operations import may_scrape
 from testkit.database import settings_for
 
@@ -91,23 +90,3 @@ async def test_metrics_only_for_local_scrapers_or_the_token(make_client, databas
 ])
 def test_who_may_scrape(remote, headers, token, allowed):
     assert may_scrape(remote, headers, token) is allowed
-
-
-def test_public_address_without_tokens_warns(database, tmp_path):
-    exposed = settings_for(database, tmp_path, LISTEN_HOST="0.0.0.0")
-    warnings = exposure_warnings(exposed)
-    assert len(warnings) == 2
-    assert "NOTIFICATION_API_TOKEN" in warnings[0] and "ROUTER_AUTH=key" in warnings[1]
-    guarded = settings_for(database, tmp_path, LISTEN_HOST="0.0.0.0", ROUTER_AUTH="key",
-                           NOTIFICATION_API_TOKEN="t" * 16)
-    assert exposure_warnings(guarded) == []
-    assert exposure_warnings(settings_for(database, tmp_path)) == []  # loopback: fine
-
-
-async def test_methods_a_client_makes_up_share_one_label(client):
-    """The method is the client's to choose: labels (and the metrics' own lookups) must not
-    grow with it."""
-    for method in ("BREW", "PROPFIND", "X" * 40):
-        assert (await client.request(method, "/health")).status in (400, 405)
-    text = await (await client.get("/metrics")).text()
-    assert 'method="OTHER"' in text and "BREW" not in text and "PROPFIND" not in text
