@@ -4,6 +4,7 @@
   `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
   `console.py` (console sign-ins), `citus.py` (the Citus mode: distribute);
   `__main__.py` and `entry.py`, the installed command, run it),
+  `backup.py` (backup and restore),
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
   `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->
   database -> the command's function -> exit code;

@@ -19,7 +19,8 @@ capabilities behind it, in layers, each importing only the layers below it (the
 6. Shared plumbing: `web/` (what every request passes through: routes wrapped in the one
    middleware, client address, flood limits, requests in flight, access log),
    `idempotency_key.py`,
-   `errors.py` (the JSON error shape), `metrics.py` (Prometheus), `logs.py`, then
+   `errors.py` (the JSON error shape), `metrics.py` (Prometheus), `logs.py`,
+   `exposure.py` (a public listener starts only with each exposure chosen), then
    `background.py` (the name leases are taken under, long-running tasks, their health).
 7. `db/`: the connection pool, schema, migrations and the SQL of every table.
 8. `settings.py` (the one settings object), `text.py`, `timestamps.py`.

@@ -3,7 +3,8 @@
 - The pool and its error mapping (`pool.py`), where the database is (`location.py`), bringing
   it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema check), time
   partitions (`partitions.py`), the Citus mode's distribution of the per-router tables
-  (`citus.py`, docs/scaling.md).
+  (`citus.py`, docs/scaling.md), backups and their restore with PostgreSQL's own programs
+  (`backup.py`).
 - The SQL of the tables several capabilities share: `routers.py` (registrations and their
   per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
   and activations), `activation_days.py` (activations rolled up by day, the watermark),
@@ -14,7 +15,7 @@
   keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
   overrides), `tuning_changes.py` (the record of operators' changes), `reports.py` (access
   reports), `status.py` (the fleet at a glance), `console.py` (what the console reads: one
-  router's story, the fleet's hourly charts), `leases.py` (leased work: the one mechanism of
+  router's story, the fleet's hourly charts), `console_sessions.py` (who is signed in), `leases.py` (leased work: the one mechanism of
   claims, renewals, outcomes, backoff), `generation.py` (the generation queue's leases,
   and the statements of a generation worker), `jobs.py` (scheduled jobs' ticks as leased
   work, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
