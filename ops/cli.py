@@ -31,11 +31,11 @@ from server.db.embedded import embedded_program
 from server.db.lifecycle import prepare_database, reach_server
 from server.db.migrate import SchemaNotReady, release_schema_version, roll_back_migrations
 from server.db.pool import Database
+from server.exposure import refuse_unchosen
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
 from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
 from server.logs import configure_logging
-from server.exposure import refuse_unchosen
 from server.process.instance import only_service_on
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
 from server.process.supervisor import Supervisor
