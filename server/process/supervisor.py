@@ -253,22 +253,20 @@ def refuse_taken(host: str, port: int) -> None:
     """OSError when another process listens on the address, even with SO_REUSEPORT (which
     would otherwise let a second service share the port and take some of its connections):
     a socket without it cannot bind there then."""
-    for family, kind, proto, _, address in socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                probe.bind(address)
-            except OSError as error:
-                raise OSError(f"cannot listen on {host}:{port}: "
-                              f"{error.strerror or error}") from None
+    for probe in _bound(host, port, backlog=None):
+        probe.close()
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
     """A SO_REUSEPORT listening socket on every address of `host`, as aiohttp's TCPSite would
     open them; a port already taken stops the start with one clear error."""
+    return _bound(host, port, backlog=LISTEN_BACKLOG)
+
+
+def _bound(host: str, port: int, backlog: int | None) -> list[socket.socket]:
+    """A socket bound on every address of `host`: with a `backlog`, SO_REUSEPORT and
+    listening; without, a plain bind (a probe). OSError naming the address when one cannot
+    be (every socket made so far closed)."""
     sockets = []
     try:
         for family, kind, proto, _, address in socket.getaddrinfo(
@@ -276,11 +274,13 @@ def listen(host: str, port: int) -> list[socket.socket]:
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if backlog is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
-            sock.listen(LISTEN_BACKLOG)
+            if backlog is not None:
+                sock.listen(backlog)
     except OSError as error:
         for sock in sockets:
             sock.close()
