@@ -30,8 +30,9 @@ from pathlib import Path
 import psycopg2
 from psycopg2 import sql
 
-from server.db.embedded import EmbeddedPostgres, embedded_program
+from server.db.embedded import EmbeddedPostgres, admin_cursor, embedded_program
 from server.db.location import DatabaseLocation
+from server.db.migrate import database_exists
 
 
 class BackupError(OSError):
@@ -94,16 +95,10 @@ def dump(location: DatabaseLocation, pg_dump: str, target: Path) -> None:
     partial.rename(target)
 
 
-def database_has_tables(location: DatabaseLocation) -> bool | None:
-    """None when the database does not exist; else whether it holds any table."""
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
-            if cur.fetchone() is None:
-                return None
-    finally:
-        conn.close()
+def database_has_tables(location: DatabaseLocation) -> bool:
+    """Whether the database exists and holds any table."""
+    if not database_exists(location):
+        return False
     conn = psycopg2.connect(**location.connect_kwargs())
     try:
         with conn.cursor() as cur:
@@ -193,19 +188,14 @@ def _wait_out_of_recovery(socket_dir: str) -> None:
     """Until the server has replayed what it was asked and been promoted (it accepts
     read-only connections before that); then its recovery settings are removed."""
     deadline = time.monotonic() + RECOVERY_WAIT_SECONDS
-    conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            while True:
-                cur.execute("SELECT pg_is_in_recovery()")
-                if not cur.fetchone()[0]:
-                    break
-                if time.monotonic() > deadline:
-                    raise BackupError(f"still recovering after {RECOVERY_WAIT_SECONDS} s")
-                time.sleep(0.5)
-            for name in RECOVERY_SETTINGS:
-                cur.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
-            cur.execute("SELECT pg_reload_conf()")
-    finally:
-        conn.close()
+    with admin_cursor(socket_dir) as cur:
+        while True:
+            cur.execute("SELECT pg_is_in_recovery()")
+            if not cur.fetchone()[0]:
+                break
+            if time.monotonic() > deadline:
+                raise BackupError(f"still recovering after {RECOVERY_WAIT_SECONDS} s")
+            time.sleep(0.5)
+        for name in RECOVERY_SETTINGS:
+            cur.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+        cur.execute("SELECT pg_reload_conf()")

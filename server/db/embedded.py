@@ -197,22 +197,15 @@ class EmbeddedPostgres:
         ALTER SYSTEM, so it stays), restarting the server when this process is its only user.
         Returns the socket directory (a restart may move it)."""
         socket_dir = str(self._server.get_postmaster_info().socket_dir)
-        conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute("SELECT current_setting('max_connections')::int, "
-                            "current_setting('superuser_reserved_connections')::int")
-                current, reserved = cur.fetchone()
-                if current - reserved >= needed:
-                    return socket_dir
-                cur.execute(f"ALTER SYSTEM SET max_connections = {int(needed) + reserved}")
-        finally:
-            conn.close()
-        log.warning("embedded PostgreSQL: max_connections %d -> %d for the HTTP workers, from "
-                    "its next start", current, needed + reserved)
-        self.stop()  # stops it unless another process uses it
-        return self.start()
+        with admin_cursor(socket_dir) as cur:
+            cur.execute("SELECT current_setting('max_connections')::int, "
+                        "current_setting('superuser_reserved_connections')::int")
+            current, reserved = cur.fetchone()
+            if current - reserved >= needed:
+                return socket_dir
+            cur.execute(f"ALTER SYSTEM SET max_connections = {int(needed) + reserved}")
+        return self._restart(f"max_connections {current} -> {needed + reserved} for the HTTP "
+                             "workers")
 
     def ensure_wal_archive(self, archive: Path | None) -> str:
         """Continuous archiving of the WAL into `archive` (DB_WAL_ARCHIVE_DIR), or none,
@@ -226,25 +219,24 @@ class EmbeddedPostgres:
         wanted = {"archive_mode": "on" if archive else "off",
                   "archive_command": archive_command(archive) if archive else "",
                   "archive_timeout": str(ARCHIVE_TIMEOUT_SECONDS) if archive else "0"}
-        conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-                            (list(wanted),))
-                current = dict(cur.fetchall())
-                changed = {name: value for name, value in wanted.items()
-                           if current.get(name) != value}
-                for name, value in changed.items():
-                    cur.execute(sql.SQL("ALTER SYSTEM SET {} = %s").format(
-                        sql.Identifier(name)), (value,))
-                cur.execute("SELECT pg_reload_conf()")
-        finally:
-            conn.close()
+        with admin_cursor(socket_dir) as cur:
+            cur.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                        (list(wanted),))
+            current = dict(cur.fetchall())
+            changed = {name: value for name, value in wanted.items()
+                       if current.get(name) != value}
+            for name, value in changed.items():
+                cur.execute(sql.SQL("ALTER SYSTEM SET {} = %s").format(sql.Identifier(name)),
+                            (value,))
+            cur.execute("SELECT pg_reload_conf()")
         if "archive_mode" not in changed:
             return socket_dir
-        log.warning("embedded PostgreSQL: WAL archiving %s, from its next start",
-                    f"into {archive}" if archive else "off")
+        return self._restart(f"WAL archiving {f'into {archive}' if archive else 'off'}")
+
+    def _restart(self, change: str) -> str:
+        """For a setting that takes a restart (written with ALTER SYSTEM): stop the server
+        unless another process uses it, and start it again; returns the socket directory."""
+        log.warning("embedded PostgreSQL: %s, from its next start", change)
         self.stop()  # stops it unless another process uses it
         return self.start()
 
@@ -280,6 +272,18 @@ class EmbeddedPostgres:
         with open(self._lock_path("gate"), "a") as gate:
             fcntl.flock(gate, fcntl.LOCK_EX)
             yield
+
+
+@contextlib.contextmanager
+def admin_cursor(socket_dir: str):
+    """A cursor of the superuser on the maintenance database, autocommitting."""
+    conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            yield cur
+    finally:
+        conn.close()
 
 
 def archive_command(archive: Path) -> str:

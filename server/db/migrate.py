@@ -40,17 +40,21 @@ def release_schema_version() -> str:
     return schema_version({migration.id for migration in read_schema_migrations()})
 
 
-def check_schema(location: DatabaseLocation) -> None:
-    """Read-only: SchemaNotReady unless the database exists with exactly this release's
-    migrations applied."""
+def database_exists(location: DatabaseLocation) -> bool:
+    """Whether the database is there (asked of the server's maintenance database)."""
     conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
-            exists = cur.fetchone() is not None
+            return cur.fetchone() is not None
     finally:
         conn.close()
-    if not exists:
+
+
+def check_schema(location: DatabaseLocation) -> None:
+    """Read-only: SchemaNotReady unless the database exists with exactly this release's
+    migrations applied."""
+    if not database_exists(location):
         raise SchemaNotReady(
             f"database {location.name!r} does not exist on {location.describe()}: check "
             "DB_NAME, or create it with `router-backend migrate`")
