@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import re
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -456,10 +457,9 @@ Settings.__module__ = __name__
 
 # Environment variables starting with one of these are taken as meant for the service (the
 # first word of two or more settings; HTTP_ is left out, as HTTP_PROXY is everybody's).
-SERVICE_PREFIXES = tuple(sorted(
-    {setting.name.split("_")[0] + "_" for setting in SETTINGS
-     if sum(other.name.startswith(setting.name.split("_")[0] + "_") for other in SETTINGS) > 1}
-    - {"HTTP_"}))
+_FIRST_WORDS = Counter(setting.name.split("_")[0] for setting in SETTINGS)
+SERVICE_PREFIXES = tuple(sorted(f"{word}_" for word, settings in _FIRST_WORDS.items()
+                                if settings > 1 and word != "HTTP"))
 CLOSE_NAME_CUTOFF = 0.85  # difflib's ratio: RETENTON_DAYS to RETENTION_DAYS is 0.96
 
 
