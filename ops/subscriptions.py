@@ -1,10 +1,12 @@
 """`router-backend subscriptions list|add MAC [--note TEXT]|remove MAC|rotate-key MAC|reset MAC`:
 the routers allowed to call in closed registration mode (REGISTRATION_MODE=closed), with
-their last activation record and telemetry upload, and their keys (ROUTER_AUTH=key). `add` prints a new router's key in key
-mode, `rotate-key` replaces it, `remove` revokes it with the router, `reset` revokes it so
-that the router can enroll again (a factory-reset router) within
-ENROLLMENT_RESET_WINDOW_MINUTES and only then: nobody else holding the fleet token can enroll
-it later on. A key is printed once: only its hash is stored. Server processes notice a removal or rotation within ROUTER_CACHE_SECONDS."""
+their last activation record and telemetry upload, and their keys (ROUTER_AUTH=key). `add`
+prints a new router's key in key mode, `rotate-key` replaces it, `remove` revokes it with the
+router, `reset` revokes it so that the router can enroll again (a factory-reset router)
+within ENROLLMENT_RESET_WINDOW_MINUTES and only then: nobody else holding the fleet token can
+enroll it later on. A key is printed once: only its hash is stored. Every server process
+forgets a rotated or revoked key at once (notified by the database); a removed router's
+registration within ROUTER_CACHE_SECONDS."""
 
 from __future__ import annotations
 

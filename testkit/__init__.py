@@ -1,10 +1,11 @@
 """What the tests and the benchmarks share to run the service for real: throw-away
 PostgreSQL databases, embedded or a given server (`database.py`), the server as a child
-process (`server.py`), the real corpus (`tests/corpus`, or `../shared/corpus` beside a checkout) and fixture rulesets (`corpus.py`, `rule_archives.py`:
-archives served over HTTP), stored payloads (`payloads.py`), a TCP proxy that can take the
+process (`server.py`, with the operator's command and a GET), the real corpus
+(`tests/corpus`, or `../shared/corpus` beside a checkout) and fixture rulesets (`corpus.py`,
+`rule_archives.py`: archives served over HTTP), stored payloads (`payloads.py`), a TCP proxy that can take the
 database away or cut the network (`tcp_proxy.py`), stored telemetry read back as rows
-(`telemetry.py`), waiting for a condition (`waiting.py`), the pool workers a test started
-(`workers.py`), and a Citus cluster of a coordinator and workers on this machine
+(`telemetry.py`), waiting for a condition (`waiting.py`), the pool workers a test started and
+the processes working on a directory (`workers.py`), and a Citus cluster of a coordinator and workers on this machine
 (`citus_cluster.py`).
 
 Development only: not installed with the package, imported from a checkout by `tests/`

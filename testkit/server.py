@@ -8,8 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from server.db.location import DatabaseLocation
 from testkit import REPOSITORY
@@ -36,6 +38,30 @@ def wait_listening(process: subprocess.Popen, port: int, timeout: float = 60) ->
                 return False
             time.sleep(0.05)
     return False
+
+
+def embedded_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    """The environment of an operator's command on the embedded server of `data_dir` (a
+    DB_HOST of the caller's environment left out)."""
+    env = {**os.environ, "DATA_DIR": str(data_dir), "DB_LOG_LEVEL": "error", **settings}
+    env.pop("DB_HOST", None)
+    return env
+
+
+def router_backend(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess:
+    """`router-backend ARGS` as an operator runs it, in `env`; its output as text."""
+    return subprocess.run([sys.executable, "-m", "ops", *args], env=dict(env), cwd=REPOSITORY,
+                          capture_output=True, text=True, timeout=600)
+
+
+def http_get(url: str, **headers: str) -> tuple[int, bytes]:
+    """GET on a connection of its own: the status and the body, an error status included."""
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
 
 
 def memory_kib(pid: int, field: str) -> int:

@@ -1,7 +1,9 @@
-"""The worker processes this process started for a pool (spawned by multiprocessing), as the
-operating system sees them."""
+"""Processes as the operating system sees them: the worker processes this process started for
+a pool (spawned by multiprocessing), and whatever runs on a directory (a server, an initdb)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import psutil
 
@@ -17,3 +19,11 @@ def pool_worker_pids() -> set[int]:
         except psutil.NoSuchProcess:
             continue
     return pids
+
+
+def processes_on(directory: Path) -> list[psutil.Process]:
+    """Every process whose command line names `directory` (an embedded server on its data
+    directory, an initdb, a service with its DATA_DIR)."""
+    return [process for process in psutil.process_iter(["cmdline"])
+            if process.info["cmdline"]
+            and str(directory) in " ".join(process.info["cmdline"])]

@@ -5,28 +5,14 @@ told to. The drill (tests/test_drills.py) restores under load."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 
 from server.db.backup import server_major
-from testkit import REPOSITORY
 from testkit.database import Sql, command_env
-from testkit.server import ServerRunner
+from testkit.server import ServerRunner, embedded_env, router_backend
 
 MAC = "aa:bb:cc:00:43:02"
-
-
-def router_backend(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops", *args], env=env, cwd=REPOSITORY,
-                          capture_output=True, text=True, timeout=300)
-
-
-def embedded_env(data_dir) -> dict[str, str]:
-    env = {**os.environ, "DATA_DIR": str(data_dir), "DB_LOG_LEVEL": "error"}
-    env.pop("DB_HOST", None)
-    return env
 
 
 def test_restore_refuses_a_running_service_and_a_database_with_data(tmp_path):

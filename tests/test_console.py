@@ -9,8 +9,6 @@ import asyncio
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections import Counter
 
 import aiohttp
@@ -19,7 +17,7 @@ import pytest
 
 from server.console.auth import COOKIE, hash_secret
 from testkit.database import command_env
-from testkit.server import ServerRunner, free_port
+from testkit.server import ServerRunner, free_port, http_get
 
 SUPPORT, OPERATOR = ("sam", "s" * 20), ("olga", "o" * 20)
 SECRET = "k" * 40
@@ -281,13 +279,7 @@ def test_the_console_listener_is_matched_by_address_and_port(tmp_path):
     server.start(timeout=120)
     try:
         def status(address: str, path: str) -> int:
-            request = urllib.request.Request(f"http://{address}:{port}{path}",
-                                             headers={"X-ID": "aa:bb:cc:00:44:01"})
-            try:
-                with urllib.request.urlopen(request, timeout=10) as answer:
-                    return answer.status
-            except urllib.error.HTTPError as error:
-                return error.code
+            return http_get(f"http://{address}:{port}{path}", **{"X-ID": "aa:bb:cc:00:44:01"})[0]
         assert status("127.0.0.1", "/console/sign-in") == 200
         assert status("127.0.0.2", "/console/sign-in") == 404
         assert status("127.0.0.2", "/health") == 200

@@ -22,6 +22,7 @@ from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
 from testkit.database import Sql, admin_execute, command_env, settings_for
 from testkit.server import ServerRunner
+from testkit.workers import processes_on
 
 
 async def test_embedded_database_started_used_and_stopped(tmp_path):
@@ -30,9 +31,7 @@ async def test_embedded_database_started_used_and_stopped(tmp_path):
     async with open_database(settings, migrate=True) as db:
         assert await db.fetchone("SELECT count(*) FROM routers") == (0,)
         assert (tmp_path / "postgres" / "PG_VERSION").exists()
-    running = [p for p in psutil.process_iter(["cmdline"])
-               if p.info["cmdline"] and str(tmp_path / "postgres") in " ".join(p.info["cmdline"])]
-    assert running == []
+    assert processes_on(tmp_path / "postgres") == []
 
 
 def test_a_start_slower_than_the_wheels_timeout_is_waited_for_and_adopted(tmp_path, caplog):
@@ -57,12 +56,7 @@ def test_a_start_slower_than_the_wheels_timeout_is_waited_for_and_adopted(tmp_pa
         assert answer.stdout.strip() == "42"
     finally:
         server.stop()
-    assert _postmasters(pgdata) == []
-
-
-def _postmasters(pgdata: Path) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and str(pgdata) in " ".join(p.info["cmdline"])]
+    assert processes_on(pgdata) == []
 
 
 def test_concurrent_migrations_apply_once(pg_server):
@@ -109,9 +103,7 @@ def test_dbshell_runs_psql_on_the_embedded_database(tmp_path):
     failed = subprocess.run([sys.executable, "-m", "ops.cli", "dbshell", "-c", "SELECT nope"],
                             env=env, capture_output=True, text=True, timeout=120)
     assert failed.returncode != 0 and "nope" in failed.stderr
-    running = [p for p in psutil.process_iter(["cmdline"])
-               if p.info["cmdline"] and str(tmp_path / "postgres") in " ".join(p.info["cmdline"])]
-    assert running == []
+    assert processes_on(tmp_path / "postgres") == []
 
 
 def test_dbshell_reaches_a_configured_server(settings, sql):

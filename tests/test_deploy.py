@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from server.exposure import unchosen
 from server.settings import load_settings
-from testkit.server import free_port, running_server, wait_listening
+from testkit.server import free_port, http_get, running_server, wait_listening
 
 DEPLOY = Path(__file__).resolve().parents[1] / "ops" / "deploy"
 ROOT = DEPLOY.parents[1]
@@ -114,15 +113,6 @@ def caddy_in_front(upstream_port: int, workdir: Path, **env: str):
         process.wait(10)
 
 
-def _get(url: str, **headers: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed")
 def test_caddy_exposes_the_notification_api_only_with_a_token(database, tmp_path):
     """Issue 12: with the defaults, anyone reaching the public address could send mail and
@@ -131,18 +121,18 @@ def test_caddy_exposes_the_notification_api_only_with_a_token(database, tmp_path
     feed = "/api/workflow/users/nobody/notifications"
     with running_server(database, tmp_path, RULE_GENERATION_ENABLED="false") as server:
         with caddy_in_front(server.port, tmp_path) as public:
-            assert _get(public + feed) == (404, b"")  # Caddy's own answer: not proxied
-            assert _get(public + "/metrics")[0] == 404
-            status, body = _get(public + "/health", **{"X-ID": "aa:bb:cc:00:12:50"})
+            assert http_get(public + feed) == (404, b"")  # Caddy's own answer: not proxied
+            assert http_get(public + "/metrics")[0] == 404
+            status, body = http_get(public + "/health", **{"X-ID": "aa:bb:cc:00:12:50"})
             assert status == 200 and b'"ok"' in body
-        assert _get(server.url + "/metrics")[0] == 200  # a local scraper, no proxy
+        assert http_get(server.url + "/metrics")[0] == 200  # a local scraper, no proxy
     token = "api-token-0123456789"
     with running_server(database, tmp_path, RULE_GENERATION_ENABLED="false",
                         NOTIFICATION_API_TOKEN=token) as server:
         with caddy_in_front(server.port, tmp_path, NOTIFICATION_API_TOKEN=token) as public:
-            status, body = _get(public + feed)
+            status, body = http_get(public + feed)
             assert status == 401 and b"bearer token" in body  # the service's answer
-            status, body = _get(public + feed, Authorization=f"Bearer {token}")
+            status, body = http_get(public + feed, Authorization=f"Bearer {token}")
             assert status == 404 and b"no notifications" in body
 
 
@@ -195,12 +185,12 @@ def test_the_shipped_configuration_serves_routers_with_keys_through_caddy(databa
             with urllib.request.urlopen(request, timeout=10) as answer:
                 assert answer.status == 201
                 key = json.loads(answer.read())["key"]
-            assert _get(public + "/rules/last_updated", **{
+            assert http_get(public + "/rules/last_updated", **{
                 "X-ID": mac, "Authorization": f"Bearer {key}"})[0] == 200
-            assert _get(public + "/rules/last_updated", **{"X-ID": mac})[0] == 401
-            assert _get(public + "/console/sign-in")[0] == 404
-        assert _get(f"http://127.0.0.2:{server.port}/console/sign-in")[0] == 404
-        assert _get(f"http://127.0.0.1:{console_port}/console/sign-in")[0] == 200
+            assert http_get(public + "/rules/last_updated", **{"X-ID": mac})[0] == 401
+            assert http_get(public + "/console/sign-in")[0] == 404
+        assert http_get(f"http://127.0.0.2:{server.port}/console/sign-in")[0] == 404
+        assert http_get(f"http://127.0.0.1:{console_port}/console/sign-in")[0] == 200
 
 
 ALERTS = DEPLOY / "prometheus-alerts.yml"

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 from server.exposure import chosen_risks, unchosen
 from server.settings import load_settings
 from testkit import REPOSITORY
-from testkit.server import ServerRunner, free_port
+from testkit.server import ServerRunner, free_port, http_get
 
 TOKEN = "t" * 16
 
@@ -75,14 +73,8 @@ def test_a_public_start_with_the_safe_choices_serves_and_hides_the_console(tmp_p
                           NOTIFICATION_API_TOKEN=TOKEN, CONSOLE_LISTEN=f"127.0.0.1:{free_port()}")
     server.start(timeout=120)
     try:
-        def status(path: str) -> int:
-            request = urllib.request.Request(f"http://127.0.0.2:{server.port}{path}")
-            try:
-                with urllib.request.urlopen(request, timeout=10) as answer:
-                    return answer.status
-            except urllib.error.HTTPError as error:
-                return error.code
-        assert status("/console/sign-in") == 404
-        assert status("/api/notifications?user=x") == 401
+        public = f"http://127.0.0.2:{server.port}"
+        assert http_get(public + "/console/sign-in")[0] == 404
+        assert http_get(public + "/api/notifications?user=x")[0] == 401
     finally:
         server.stop()

@@ -8,13 +8,12 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 import pytest
 
 from testkit.database import command_env, settings_for
-from testkit.server import ServerRunner
+from testkit.server import ServerRunner, http_get
 from testkit.telemetry import stored_count
 
 VICTIM, ATTACKER = "aa:bb:cc:00:12:01", "aa:bb:cc:00:12:02"
@@ -209,16 +208,9 @@ def test_key_changes_reach_every_worker_at_once(database, tmp_path):
 
     def statuses(key: str, polls: int = 16) -> set[int]:
         """Each poll on a connection of its own: the kernel spreads them over the workers."""
-        seen = set()
-        for _ in range(polls):
-            request = urllib.request.Request(f"{server.url}/rules/last_updated", headers={
-                "X-ID": VICTIM, "Authorization": f"Bearer {key}", "Connection": "close"})
-            try:
-                with urllib.request.urlopen(request, timeout=10) as answer:
-                    seen.add(answer.status)
-            except urllib.error.HTTPError as error:
-                seen.add(error.code)
-        return seen
+        return {http_get(f"{server.url}/rules/last_updated", **{
+            "X-ID": VICTIM, "Authorization": f"Bearer {key}", "Connection": "close"})[0]
+            for _ in range(polls)}
 
     def within_a_second(key: str) -> set[int]:
         time.sleep(1)

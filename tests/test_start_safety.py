@@ -10,28 +10,20 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
 
 from server.db.embedded import EmbeddedPostgres
 from testkit import REPOSITORY
-from testkit.server import ServerRunner, free_port
+from testkit.server import ServerRunner, free_port, http_get
+from testkit.workers import processes_on
 
 MAC = "aa:bb:cc:00:43:01"
 
 
-def processes_on(directory: Path) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any(str(directory) in part for part in p.info["cmdline"] or ())]
-
-
 def health(url: str) -> int:
-    request = urllib.request.Request(f"{url}/health", headers={"X-ID": MAC})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return answer.status
+    return http_get(f"{url}/health", **{"X-ID": MAC})[0]
 
 
 def test_a_second_service_on_the_same_data_dir_is_refused(tmp_path):

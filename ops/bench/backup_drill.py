@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +25,7 @@ from pathlib import Path
 from ops.bench.fleet import Fleet, Ledger, check_ledger
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
-from testkit import REPOSITORY
-from testkit.server import ServerRunner
+from testkit.server import ServerRunner, embedded_env, router_backend
 
 
 @dataclass
@@ -47,13 +44,6 @@ class BackupResult:
     def ok(self) -> bool:
         return (not self.failure and self.records_before > 0 and self.missing == 0
                 and self.duplicated == 0 and self.restored_serves)
-
-
-def router_backend(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATA_DIR": str(data_dir), "DB_LOG_LEVEL": "error"}
-    env.pop("DB_HOST", None)
-    return subprocess.run([sys.executable, "-m", "ops", *args], env=env, cwd=REPOSITORY,
-                          capture_output=True, text=True, timeout=600)
 
 
 async def count_at(ledger: Ledger, seconds: float) -> tuple[int, float]:
@@ -77,8 +67,8 @@ async def backup_drill(workdir: Path, routers: int = 40, fill_seconds: float = 2
         acknowledged_before = copy.deepcopy(fleet.ledger.acknowledged)
         result.records_before = fleet.ledger.records_acknowledged
         began = time.monotonic()
-        made = await asyncio.to_thread(router_backend, source, "backup", "--output",
-                                       str(backup_file))
+        made = await asyncio.to_thread(router_backend, embedded_env(source), "backup",
+                                       "--output", str(backup_file))
         result.backup_seconds = time.monotonic() - began
         result.rate_during = ((fleet.ledger.records_acknowledged - result.records_before)
                               / result.backup_seconds)
@@ -92,7 +82,7 @@ async def backup_drill(workdir: Path, routers: int = 40, fill_seconds: float = 2
         return result
     result.backup_bytes = backup_file.stat().st_size
     restored = workdir / "restored"
-    done = router_backend(restored, "restore", str(backup_file))
+    done = router_backend(embedded_env(restored), "restore", str(backup_file))
     if done.returncode != 0:
         result.failure = f"restore: {done.stderr[-400:]}"
         return result

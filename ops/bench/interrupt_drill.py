@@ -37,7 +37,8 @@ from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database
 from testkit import CORPUS, REPOSITORY
 from testkit.database import migrate
-from testkit.server import ServerRunner
+from testkit.server import ServerRunner, embedded_env, router_backend
+from testkit.workers import processes_on
 
 ROUTERS = [f"02:00:00:00:1e:{n:02x}" for n in range(4)]
 DB_NAME = "router_backend"
@@ -64,13 +65,6 @@ class DrillResult:
     @property
     def ok(self) -> bool:
         return bool(self.rounds) and not self.failures
-
-
-def router_backend(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATA_DIR": str(data_dir), "DB_LOG_LEVEL": "error"}
-    env.pop("DB_HOST", None)
-    return subprocess.run([sys.executable, "-m", "ops", *args], env=env, cwd=REPOSITORY,
-                          capture_output=True, timeout=300)
 
 
 def timed_start(data_dir: Path) -> float:
@@ -117,9 +111,9 @@ def clean_start_failure(data_dir: Path) -> str:
     finally:
         runner.stop()
     for command in (("migrate",), ("status",)):
-        result = router_backend(data_dir, *command)
+        result = router_backend(embedded_env(data_dir), *command)
         if result.returncode != 0:
-            return f"{command[0]}: {result.stderr.decode()[-400:]}"
+            return f"{command[0]}: {result.stderr[-400:]}"
     return ""
 
 
@@ -169,16 +163,16 @@ def canonical(record: dict) -> bytes:
 def records_failure(data_dir: Path, expected: dict[str, list[bytes]]) -> str:
     """Compaction moves the rows of 0001 into chunks; then each router's export must be what
     it had, each record once."""
-    result = router_backend(data_dir, "telemetry", "compact", "--all")
+    result = router_backend(embedded_env(data_dir), "telemetry", "compact", "--all")
     if result.returncode != 0:
-        return f"compact: {result.stderr.decode()[-400:]}"
+        return f"compact: {result.stderr[-400:]}"
     for mac, records in expected.items():
-        result = router_backend(data_dir, "telemetry", "export", "--mac", mac)
+        result = router_backend(embedded_env(data_dir), "telemetry", "export", "--mac", mac)
         exported = sorted(canonical(orjson.loads(line))
                           for line in result.stdout.splitlines() if line.strip())
         if result.returncode != 0 or exported != sorted(records):
             return (f"{mac}: {len(exported)} records exported, {len(records)} expected "
-                    f"{result.stderr.decode()[-200:]}")
+                    f"{result.stderr[-200:]}")
     return ""
 
 
@@ -190,10 +184,9 @@ def copy_data_dir(source: Path, target: Path) -> None:
 
 def discard(data_dir: Path) -> None:
     """Remove a round's DATA_DIR, and any server a failed round left running on it."""
-    for process in psutil.process_iter(["cmdline"]):
-        if any(str(data_dir) in part for part in process.info["cmdline"] or ()):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
+    for process in processes_on(data_dir):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
     shutil.rmtree(data_dir, ignore_errors=True)
 
 

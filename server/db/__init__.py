@@ -15,8 +15,8 @@
   keys), `allowlist.py` and `overrides.py` (the operators' firewall allowlist and rule
   overrides), `tuning_changes.py` (the record of operators' changes), `reports.py` (access
   reports), `status.py` (the fleet at a glance), `console.py` (what the console reads: one
-  router's story, the fleet's hourly charts), `console_sessions.py` (who is signed in), `leases.py` (leased work: the one mechanism of
-  claims, renewals, outcomes, backoff), `generation.py` (the generation queue's leases,
+  router's story, the fleet's hourly charts), `console_sessions.py` (who is signed in),
+  `leases.py` (leased work: the one mechanism of claims, renewals, outcomes, backoff), `generation.py` (the generation queue's leases,
   and the statements of a generation worker), `jobs.py` (scheduled jobs' ticks as leased
   work, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
   minute).
