@@ -69,12 +69,15 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
             sites = [web.TCPSite(runner, host, port)]
             if console is not None:  # the console's own listener (CONSOLE_LISTEN)
                 sites.append(web.TCPSite(runner, *console))
+        # Before listening: a SIGTERM that comes once a client may see the port stops the
+        # process in order, never by the default action (killed, nothing logged or drained).
+        stopping = stop_requested()
         for site in sites:
             await site.start()
         log.info("serving on %s:%s (pid %d)", host, port, os.getpid())
         if console is not None:
             log.info("console on %s:%s (pid %d)", *console, os.getpid())
-        await stop_signal()
+        await stopping.wait()
         log.info("stopping: refusing new connections, finishing %d requests in progress",
                  in_flight.count)
         for site in sites:
@@ -96,16 +99,16 @@ async def run_until_stopped(app: web.Application) -> None:
     try:
         await runner.setup()
         log.info("background services running (pid %d)", os.getpid())
-        await stop_signal()
+        await stop_requested().wait()
         log.info("stopping background services")
     finally:
         await runner.cleanup()
 
 
-async def stop_signal() -> None:
-    """Return at the first SIGTERM or SIGINT."""
+def stop_requested() -> asyncio.Event:
+    """An event set at the first SIGTERM or SIGINT from now on."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
+    return stop
