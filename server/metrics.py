@@ -94,6 +94,14 @@ class Metrics:
         self.http_workers = Gauge("http_worker_processes", "Processes serving HTTP requests on "
                                   "this host (live ones)", multiprocess_mode="livesum",
                                   registry=registry)
+        self.fleet_entries = Gauge("fleet_list_entries", "Entries of the fleet's lists as the "
+                                   "fleet job last stored them: attackers and outbreaks (kept "
+                                   "in every IDS payload); served: entries of the document "
+                                   "GET /rules/fleet serves (the allowlist's vetoes out)", ["list"],
+                                   multiprocess_mode="mostrecent", registry=registry)
+        self.fleet_job_seconds = Gauge("fleet_job_duration_seconds", "Time the fleet job's "
+                                       "last run took", multiprocess_mode="mostrecent",
+                                       registry=registry)
         self.loop_last_success = Gauge("background_loop_last_success_timestamp_seconds",
                                        "When each long-running loop last did its work "
                                        "(generation dispatch and renewal, ETag cache, "

@@ -342,6 +342,9 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("RULE_GENERATION_FIRED_PERCENT", "50", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
                 "percent, that rules kept because they fired for the router may take (most severe "
                 "and most alerted first); the rest is sampled.", _integer(0, 100)),
+        Setting("RULE_GENERATION_FLEET_PERCENT", "10", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
+                "percent, that rules kept because they fire across the fleet (outbreaks) may take, "
+                "after the router's own fired rules.", _integer(0, 100)),
         Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
                 "firewall payload.", _integer(1)),
         Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules.gz", "Name of each router's rule "
@@ -418,6 +421,26 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "127.0.0.1:8081, or a private address): the console is then answered there only, "
                 "not on LISTEN_HOST:LISTEN_PORT where routers call. Empty: the console shares the "
                 "routers' listener.", _listener),
+    )),
+    ("Fleet defence", (
+        Setting("FLEET_ENABLED", "true", "Run the `fleet` job: the external addresses that alerted "
+                "at routers of FLEET_MIN_NETWORKS networks are served to every router (GET "
+                "/rules/fleet), and the signatures that fired at as many are kept in every IDS "
+                "payload (docs/rules.md, \"The fleet\").", _boolean),
+        Setting("FLEET_CRON_SCHEDULE", "*/5 * * * *", "Cron spec of the fleet job.", _cron),
+        Setting("FLEET_WINDOW_HOURS", "24", "Hours of alerts the fleet job counts; an entry "
+                "expires this long after the last hour it was reported in.", _integer(1, 24 * 30)),
+        Setting("FLEET_MIN_NETWORKS", "5", "Distinct reporter networks (the /24 or /48 each "
+                "router polls from) an address or a signature needs to be listed for the fleet: "
+                "routers behind one network count once.", _integer(2)),
+        Setting("FLEET_MIN_ROUTER_AGE_HOURS", "72", "Routers registered more recently do not "
+                "count toward the fleet's lists (nor, in key mode, routers without a key).",
+                _integer(0)),
+        Setting("FLEET_MAX_ENTRIES", "10000", "Most addresses in the fleet's list (the most widely "
+                "reported first).", _integer(1)),
+        Setting("SERVICE_ADDRESSES", "", "Comma-separated addresses or networks at which routers "
+                "reach this service (its public addresses): never listed by the fleet, like "
+                "LISTEN_HOST and TRUSTED_PROXIES.", _networks),
     )),
 )
 

@@ -10,11 +10,12 @@
 - `retention.py`: the telemetry retention job.
 - `upload_keys.py`: the hourly job that deletes expired Idempotency-Keys of uploads.
 - `activation_days.py`: the hourly job that rolls activations older than a week up by day.
+- `fleet.py`: the fleet's attackers and outbreaks, counted over every router's alerts.
 - `schedule.py`: which jobs a server process schedules, from the settings.
 
 Imports: server.db, engine (process pools), ruledata; nothing from ops.
 """
 
-# The most jobs `scheduled_jobs` adds (retention on); each running job holds a connection of
+# The most jobs `scheduled_jobs` adds (fleet and retention on); each running job holds a connection of
 # its own, outside the pool, for its lock.
-MOST_JOBS = 6
+MOST_JOBS = 7

@@ -8,6 +8,7 @@ from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
 from server.jobs.cron import CronJobs, JobFailed
 from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
+from server.jobs.fleet import run_fleet
 from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
 from server.jobs.partitions import PARTITIONS_CRON_SCHEDULE, create_partitions_ahead
@@ -22,7 +23,7 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
     """Rule preprocessing always (and at once when no ruleset was ever published); time
     partitions created ahead and expired upload keys deleted every hour; small telemetry
     chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
-    by day every hour; retention when
+    by day every hour; the fleet's lists on FLEET_CRON_SCHEDULE (FLEET_ENABLED); retention when
     DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once at
     start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
@@ -55,6 +56,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
              telemetry_compaction)
     jobs.add("activation-days", ACTIVATION_DAYS_CRON_SCHEDULE,
              lambda: roll_up_activations(db))
+    if settings.fleet_enabled:
+        jobs.add("fleet", settings.fleet_cron_schedule, lambda: run_fleet(db, settings, metrics))
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
     jobs.catch_up()
