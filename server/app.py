@@ -11,11 +11,13 @@ from aiohttp import web
 
 from server.web.access_log import quiet_refused_heads
 from server.console.app import create_console_app
+from server.db import fleet as fleet_db
 from server.db.lifecycle import open_database
 from server.exposure import chosen_risks
 from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
+from server.polling.fleet_list import FleetList
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
 from server.handlers import operations, router_api
@@ -35,8 +37,8 @@ from server.settings import Settings
 from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
 from server.web.routes import add_routes
-from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, GENERATION, IN_FLIGHT,
-                             INGESTION, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
+from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, FLOOD_LIMITS, GENERATION,
+                             IN_FLIGHT, INGESTION, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
@@ -145,6 +147,9 @@ async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
     app[ETAG_CACHE] = cache
     keys = app[ROUTER_KEYS]  # its LISTEN connection also tells of keys changed elsewhere
     cache.follow("router_keys", keys.forget, keys.forget_all)
+    fleet = app[FLEET_LIST] = FleetList(app[DATABASE], lambda: cache.listening, app[METRICS],
+                                        app[SETTINGS].fleet_enabled)
+    cache.follow(fleet_db.CHANNEL, fleet.changed, fleet.changed)  # ... and the fleet's list
     cache.start()
     try:
         yield

@@ -4,6 +4,7 @@ from aiohttp import web
 
 from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
+from server.polling.fleet_list import FleetList
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import Ingestion
@@ -31,5 +32,6 @@ SENDS = web.AppKey("sends", Sends)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
+FLEET_LIST = web.AppKey("fleet_list", FleetList)
 # What this process does (server/app.py ROLES).
 ROLE = web.AppKey("role", str)

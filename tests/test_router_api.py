@@ -180,7 +180,10 @@ async def test_closed_mode_refuses_unsubscribed_routers(make_client, database, t
 async def test_last_updated_records_an_activation_per_call(client, sql):
     for expected in (1, 2, 3):
         response = await client.get("/rules/last_updated", headers=HEADERS)
-        assert await response.json() == {"ids_updated_at": None, "firewall_updated_at": None}
+        answer = await response.json()
+        assert answer == {"ids_updated_at": None, "firewall_updated_at": None,
+                          "fleet_etag": answer["fleet_etag"]}
+        assert answer["fleet_etag"].startswith('W/"')
         assert sql.value("SELECT count(*) FROM activations WHERE mac = %s", (MAC,)) == expected
 
 

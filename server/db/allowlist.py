@@ -1,9 +1,12 @@
 """The firewall allowlist (table `firewall_allowlist`): networks never blocked, for the whole
 fleet or for one router. A change makes the routers it concerns due for generation now, so
-their firewall payloads lose the address at the queue's pace instead of at their next turn."""
+their firewall payloads lose the address at the queue's pace instead of at their next turn;
+and every server process is told, so the fleet's shared list loses it at once
+(server/polling/fleet_list.py)."""
 
 from __future__ import annotations
 
+from server.db.fleet import FLEET_CHANGED
 from server.db.pool import Database, execute
 from server.db.routers import make_due
 from server.db.tuning_changes import record
@@ -24,6 +27,7 @@ async def add(db: Database, network: str, mac: str | None, note: str | None, mad
             return None, 0
         await record(cur, made_by, "allowlist entry added",
                      f"{row[0]}: {network}" + (f" ({note})" if note else ""), mac)
+        await execute(cur, FLEET_CHANGED)
         return row[0], await make_due(cur, mac)
 
 
@@ -35,6 +39,7 @@ async def remove(db: Database, entry_id: int, made_by: str) -> bool:
         if row is None:
             return False
         await record(cur, made_by, "allowlist entry removed", f"{entry_id}: {row[0]}", row[1])
+        await execute(cur, FLEET_CHANGED)
         return True
 
 

@@ -106,7 +106,7 @@ def _telemetry(summary: str) -> dict:
                       **_router_errors(403, 408, 413, 415, 422)}}}
 
 
-def _rules(kind: str, schema: str) -> dict:
+def _rules(kind: str, schema: str, found: bool = True) -> dict:
     etag = {"ETag": {"description": "weak validator of the content",
                      "schema": {"type": "string"}}}
     return {"get": {
@@ -117,7 +117,7 @@ def _rules(kind: str, schema: str) -> dict:
         "responses": {"200": _json(_ref(schema), "the payload (gzip-encoded when accepted)",
                                    etag),
                       "304": {"description": "unchanged since the given ETag", "headers": etag},
-                      **_router_errors(403, 404)}}}
+                      **_router_errors(403, *((404,) if found else ()))}}}
 
 
 def _send(kind) -> dict:
@@ -194,6 +194,8 @@ def _paths() -> dict:
                           **_router_errors(403, 413)}}},
         "/rules/ids": _rules("IDS", "IdsPayload"),
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
+        "/rules/fleet": _rules("fleet's shared block list (the same for every router, "
+                               "less its own allowlist)", "FleetList", found=False),
         "/metrics": {"get": {
             "summary": "Prometheus metrics of this process",
             "responses": {"200": {"description": "text exposition format",
@@ -285,9 +287,12 @@ def _schemas() -> dict:
                                  "properties": {"line": {"type": "integer", "minimum": 1},
                                                 "error": {"type": "string"}}}}}},
         "LastUpdated": {"type": "object",
-                        "required": ["ids_updated_at", "firewall_updated_at"],
+                        "required": ["ids_updated_at", "firewall_updated_at", "fleet_etag"],
                         "properties": {"ids_updated_at": nullable_timestamp,
-                                       "firewall_updated_at": nullable_timestamp}},
+                                       "firewall_updated_at": nullable_timestamp,
+                                       "fleet_etag": {"type": "string", "description":
+                                                      "the ETag GET /rules/fleet answers "
+                                                      "now"}}},
         "IdsPayload": {"type": "object", "required": ["version", "rule_count", "rules"],
                        "properties": {
                            "version": {"type": "string"}, "rule_count": {"type": "integer"},
@@ -301,8 +306,11 @@ def _schemas() -> dict:
                                    "classtype": {"type": "string", "nullable": True},
                                    "weight": {"type": "number"},
                                    "reason": {"type": "string",
-                                              "enum": ["override", "fired", "sampled",
-                                                       "flowbits"]},
+                                              "enum": ["override", "fired", "fleet",
+                                                       "sampled", "flowbits"]},
+                                   "fleet_networks": {"type": "integer", "description":
+                                                      "reason fleet: the networks whose "
+                                                      "routers it fired at"},
                                    "override": {"type": "integer",
                                                 "description": "the rule override that "
                                                                "put the rule in"},
@@ -333,6 +341,26 @@ def _schemas() -> dict:
                                                 "severity": {"type": "integer"},
                                                 "count": {"type": "integer"},
                                                 "flows": {"type": "integer"}}}}}}}}},
+        "FleetList": {"type": "object", "required": ["entry_count", "entries"],
+                      "properties": {
+                          "entry_count": {"type": "integer"},
+                          "entries": {"type": "array", "items": {
+                              "type": "object",
+                              "required": ["address", "family", "reasons", "expires_at",
+                                           "fleet"],
+                              "properties": {
+                                  "address": {"type": "string"},
+                                  "family": {"type": "integer", "enum": [4, 6]},
+                                  "reasons": {"type": "array", "items": {
+                                      "type": "string", "enum": ["fleet"]}},
+                                  "expires_at": timestamp,
+                                  "fleet": {"type": "object", "properties": {
+                                      "routers": {"type": "integer"},
+                                      "networks": {"type": "integer"},
+                                      "signatures": {"type": "array",
+                                                     "items": {"type": "integer"}},
+                                      "first_seen": timestamp,
+                                      "last_seen": timestamp}}}}}}},
         "Field": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD,
                   "pattern": plain_text_pattern(),
                   "description": "Plain text: no control, format, private-use or unassigned "

@@ -23,8 +23,9 @@ from server.ingest.ingest import Upload
 from server.web.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
-from server.typedefs import (DATABASE, ETAG_CACHE, FLOOD_LIMITS, INGESTION, METRICS, ROUTER_KEYS,
-                             ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
+from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, FLOOD_LIMITS, INGESTION, METRICS,
+                             ROUTER_KEYS, ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY,
+                             UPLOAD_SLOTS)
 
 
 def admitted(request: web.Request) -> str | None:
@@ -125,8 +126,10 @@ async def last_updated(request: web.Request) -> web.Response:
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
         request.app[DATABASE], mac, address if address != "-" else None)
     request.app[TRAFFIC_TALLY].poll()
+    fleet = await request.app[FLEET_LIST].served(mac)
     return json_response({"ids_updated_at": iso_utc(ids_at),
-                          "firewall_updated_at": iso_utc(firewall_at)})
+                          "firewall_updated_at": iso_utc(firewall_at),
+                          "fleet_etag": fleet.header})
 
 
 async def rules_applied(request: web.Request) -> web.Response:
@@ -160,6 +163,22 @@ async def payload(request: web.Request, kind: str) -> web.Response:
     cache.remember(mac, kind, etag, token)
     if packed is None or not_modified(known, etag):  # (None: the database saw it is known)
         return web.Response(status=304, headers={"ETag": etag_header(etag)})
+    return _packed_response(request, etag, packed)
+
+
+async def fleet(request: web.Request) -> web.Response:
+    """The fleet's shared block list (server/polling/fleet_list.py), or 304 when it names
+    the document's ETag: from memory, no query."""
+    mac = admitted(request) or await admit(request)
+    served = await request.app[FLEET_LIST].served(mac)
+    named = request.headers.get("If-None-Match")
+    if named is not None and (named == served.header or not_modified(
+            wanted_etags(",".join(request.headers.getall("If-None-Match"))), served.etag)):
+        return web.Response(status=304, headers={"ETag": served.header})
+    return _packed_response(request, served.etag, served.packed)
+
+
+def _packed_response(request: web.Request, etag: str, packed: bytes) -> web.Response:
     headers = {"ETag": etag_header(etag), "Cache-Control": "no-cache",
                "Vary": "Accept-Encoding"}
     if _accepts_gzip(request):
@@ -185,4 +204,5 @@ ROUTES = [web.get("/health", health),
           web.get("/rules/last_updated", last_updated),
           web.post("/rules/applied", rules_applied),
           web.get("/rules/ids", functools.partial(payload, kind="ids")),
-          web.get("/rules/firewall", functools.partial(payload, kind="firewall"))]
+          web.get("/rules/firewall", functools.partial(payload, kind="firewall")),
+          web.get("/rules/fleet", fleet)]
