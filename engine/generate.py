@@ -8,6 +8,9 @@ IDS payload (operators' overrides first: engine/overrides.py)
 1. Eligible rules whose sid fired for this router (in the summary window) are kept, most
    severe and most alerted first, up to FIRED share of the budget (with their flowbit
    setters): posting alerts with chosen sids cannot crowd the sample out.
+   Then eligible rules whose sid fires across the fleet (outbreaks, engine/fleet.py) are
+   kept, most severe and most widely first, up to FLEET share of the budget (reason
+   `fleet`): a router that has not met an outbreak yet carries its rule.
 2. The other eligible rules are drawn by weight without replacement (Efraimidis–Spirakis:
    key = u^(1/w), largest keys first), with the weight raised for what the router's flows
    show: ×APP_PROTO_BOOST when the rule inspects an application protocol seen in its flows,
@@ -38,6 +41,8 @@ PORT_BOOST = 2.0
 
 # A sid that fired for the router: (sid, alert count, most severe severity).
 FiredRow = tuple[int, int, int]
+# A sid that fires across the fleet: (sid, reporter networks, most severe severity).
+OutbreakRow = tuple[int, int, int]
 
 
 @dataclass
@@ -51,6 +56,7 @@ class TelemetrySummary:
     own_addresses: list[str] = field(default_factory=list)  # where the router called from
     allowlist: list[str] = field(default_factory=list)      # networks, fleet's and its own
     overrides: list[OverrideRow] = field(default_factory=list)  # the fleet's and its own
+    outbreaks: list[OutbreakRow] = field(default_factory=list)  # the fleet's (not its own)
 
 
 @dataclass
@@ -59,6 +65,7 @@ class PayloadLimits:
     firewall_max_entries: int
     fired_share: float = 0.5     # of sample_count, at most, for rules that fired
     block_min_alerts: int = 3    # alerts an address needs before it is blocked
+    fleet_share: float = 0.1     # of sample_count, at most, for the fleet's outbreaks
 
 
 def seed_for(mac: str, version: str) -> int:
@@ -84,11 +91,12 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
         Exemptions.of(summary.allowlist, summary.own_addresses))
     firewall = {"version": ruleset.version, "entry_count": len(entries),
                 "truncated": truncated, "entries": entries}
-    counts = {"override": 0, "fired": 0, "sampled": 0, "flowbits": 0}
+    counts = {"override": 0, "fired": 0, "fleet": 0, "sampled": 0, "flowbits": 0}
     for rule in rules:
         counts[reasons[id(rule)]] += 1
     stats = {"rules": len(rules), "from_overrides": counts["override"],
-             "from_alerts": counts["fired"], "sampled": counts["sampled"],
+             "from_alerts": counts["fired"], "from_fleet": counts["fleet"],
+             "sampled": counts["sampled"],
              "flowbit_setters": counts["flowbits"], "firewall_entries": len(entries),
              "firewall_from_alerts": sum(1 for e in entries if "alert" in e["reasons"])}
     return Generated(ids, firewall, stats)
@@ -96,7 +104,7 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
 
 def _payload_rule(rule: dict, reason: str, why: dict) -> dict:
     """A payload entry; `why` adds the reason's evidence: `override` (its id), `alerts` (how
-    often it fired), `boosts` (what raised its sampling weight), `setter_for` (the sid whose
+    often it fired), `fleet_networks` (how many networks' routers it fired at), `boosts` (what raised its sampling weight), `setter_for` (the sid whose
     flowbit check brought it)."""
     return {"gid": rule["gid"], "sid": rule["sid"], "rev": rule["rev"],
             "action": rule["action"], "msg": rule["msg"], "classtype": rule["classtype"],
@@ -140,6 +148,11 @@ def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLi
         if (rule := ruleset.by_sid.get(sid)) is not None:
             selection.take(selection.group_for(rule, ruleset), "fired", fired_limit,
                            {"alerts": count})
+    fleet_limit = min(budget, len(selection.chosen) + int(budget * limits.fleet_share))
+    for sid, networks, _ in sorted(summary.outbreaks, key=lambda row: (row[2], -row[1], row[0])):
+        if (rule := ruleset.by_sid.get(sid)) is not None:
+            selection.take(selection.group_for(rule, ruleset), "fleet", fleet_limit,
+                           {"fleet_networks": networks})
     order, boosts = _weighted_order(ruleset, set(summary.app_protos), set(summary.dest_ports),
                                     rng)
     for index in order:

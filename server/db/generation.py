@@ -95,7 +95,8 @@ _ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 _FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 
 # Two statements, so that under Citus each runs where its tables are: the lease, the
-# rollup boundary, the allowlist and the overrides are tables of the coordinator; the
+# rollup boundary, the allowlist, the overrides and the fleet's outbreaks are tables of the
+# coordinator; the
 # telemetry summary and the router's addresses are the router's own (one shard).
 RENEW_AND_TUNING = f"""WITH renewed AS ({RENEW_ONE})
 SELECT
@@ -104,7 +105,9 @@ SELECT
  (SELECT array_agg(network::text) FROM firewall_allowlist
   WHERE mac IS NULL OR mac = %(mac)s),
  (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
-  FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s)"""
+  FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s),
+ (SELECT json_agg(json_build_array(sid, networks, severity) ORDER BY sid)
+  FROM fleet_outbreaks)"""
 
 # Activations before `detail_from` (read by RENEW_AND_TUNING) are rolled up by day.
 TELEMETRY_SUMMARY = f"""WITH
@@ -152,7 +155,7 @@ def renew_and_summarise(cur, owner: str, mac: str, lease: timedelta, window: tim
               "severity": block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
               "alerts": MAX_ALERTS}
     cur.execute(RENEW_AND_TUNING, params)
-    renewed, detail_from, allowlist, overrides = cur.fetchone()
+    renewed, detail_from, allowlist, overrides, outbreaks = cur.fetchone()
     if not renewed:
         raise LeaseLost(f"the lease on {mac} ran out before its generation began")
     cur.execute(TELEMETRY_SUMMARY, {**params, "detail_from": detail_from})
@@ -161,7 +164,8 @@ def renew_and_summarise(cur, owner: str, mac: str, lease: timedelta, window: tim
                             dest_ports=ports or [],
                             alerts=[tuple(alert) for alert in alerts or []],
                             own_addresses=own or [], allowlist=allowlist or [],
-                            overrides=[tuple(row) for row in overrides or []])
+                            overrides=[tuple(row) for row in overrides or []],
+                            outbreaks=[tuple(row) for row in outbreaks or []])
 
 
 # Reschedule, only while the lease is ours; the payloads are stored in the same transaction

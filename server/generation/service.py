@@ -106,7 +106,8 @@ class GenerationConfig:
             limits=PayloadLimits(settings.rule_generation_sample_count,
                                  settings.rule_generation_firewall_max_entries,
                                  settings.rule_generation_fired_percent / 100,
-                                 settings.rule_generation_block_min_alerts),
+                                 settings.rule_generation_block_min_alerts,
+                                 settings.rule_generation_fleet_percent / 100),
             rules_filename=settings.rule_generation_rules_filename,
             workspace=Workspace(settings.rule_data_path),
             db_timeout=settings.db_timeout_seconds)
