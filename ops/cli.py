@@ -12,6 +12,8 @@ import sys
 
 from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
+from ops.fleet import add_arguments as add_fleet_arguments
+from ops.fleet import fleet
 from ops.backup import add_backup_arguments, add_restore_arguments, backup, restore
 from ops.citus import add_arguments as add_citus_arguments
 from ops.citus import citus
@@ -188,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         "rules", help="rule overrides: keep rules off or always on, fleet-wide or per router"))
     add_allowlist_arguments(commands.add_parser(
         "allowlist", help="networks never blocked by a router's firewall payload"))
+    add_fleet_arguments(commands.add_parser(
+        "fleet", help="what the fleet sees together: its attackers and outbreaks, with evidence"))
     add_telemetry_arguments(commands.add_parser(
         "telemetry", help="a router's stored records (export, sql) and the compaction job"))
     add_console_arguments(commands.add_parser(
@@ -206,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
             "rules": rules, "telemetry": telemetry, "console": console,
-            "citus": citus, "backup": backup, "restore": restore}
+            "citus": citus, "backup": backup, "restore": restore, "fleet": fleet}
 
 
 def main(argv: list[str] | None = None) -> int:

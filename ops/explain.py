@@ -1,6 +1,7 @@
 """`rulegen --mac MAC --explain`: why each rule and firewall entry of a router's payloads is
 there, from the payloads' own evidence (`reason` and its fields) and, for sampled rules, the
-factors of their weight as ruledata/weights.py computes them."""
+factors of their weight as ruledata/weights.py computes them; and the entries the router
+gets from the fleet's shared list, with the fleet's evidence."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def _rule_line(entry: dict, published: dict, newest, window_days: int) -> str:
         return head + f"forced by override {entry['override']}"
     if reason == "fired":
         return head + f"fired {entry['alerts']} times in the last {window_days} days"
+    if reason == "fleet":
+        return head + (f"firing across the fleet: at routers of {entry['fleet_networks']} "
+                       "networks")
     if reason == "flowbits":
         return head + f"flowbit setter for {entry['setter_for']}"
     rule = published.get((entry["gid"], entry["sid"]))
@@ -71,7 +75,20 @@ def _last_alert(entry: dict, window_days: int) -> str:
     return iso_utc(expires - timedelta(days=window_days))
 
 
-def explain(ids_gz: bytes, firewall_gz: bytes, version_dir: Path, window_days: int) -> str:
+def fleet_line(entry: dict) -> str:
+    """One entry of the fleet's list with the operators' evidence (server/db/fleet.py)."""
+    reporters = ", ".join(f"{mac} ({network}) ×{alerts}"
+                          for mac, network, alerts in entry["reporters"][:5])
+    more = entry["routers"] - min(entry["routers"], 5)
+    sids = ", ".join(str(sid) for sid in entry["signatures"][:10])
+    return (f"  {entry['address']}: reported by {entry['routers']} routers of "
+            f"{entry['networks']} networks, {entry['alerts']} alerts (sids {sids}), "
+            f"{entry['first_seen']} to {entry['last_seen']}; blocked until "
+            f"{entry['expires_at']}; by {reporters}" + (f" and {more} more" if more else ""))
+
+
+def explain(ids_gz: bytes, firewall_gz: bytes, version_dir: Path, window_days: int,
+            fleet: list[dict] = ()) -> str:
     ids = orjson.loads(gzip.decompress(ids_gz))
     firewall = orjson.loads(gzip.decompress(firewall_gz))
     published = published_rules(version_dir)
@@ -81,4 +98,6 @@ def explain(ids_gz: bytes, firewall_gz: bytes, version_dir: Path, window_days: i
     lines.append(f"Firewall entries ({firewall['entry_count']}"
                  f"{', truncated' if firewall['truncated'] else ''}):")
     lines += [_firewall_line(entry, window_days) for entry in firewall["entries"]]
+    lines.append(f"Fleet entries ({len(fleet)}, the shared list GET /rules/fleet serves it):")
+    lines += [fleet_line(entry) for entry in fleet]
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from server.generation.service import (
     generate_once,
 )
 from server.db.generation import LeaseLost
+from server.db import fleet as fleet_db
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 
@@ -39,7 +40,8 @@ async def generate_now(settings: Settings, db: Database, mac: str, explained: bo
     stats = result.stats
     print(f"{mac}: {stats['rules']} IDS rules from ruleset {result.version} "
           f"({stats['from_overrides']} from overrides, "
-          f"{stats['from_alerts']} from its own alerts, {stats['sampled']} sampled, "
+          f"{stats['from_alerts']} from its own alerts, {stats['from_fleet']} from the fleet's "
+          f"outbreaks, {stats['sampled']} sampled, "
           f"{stats['flowbit_setters']} flowbit setters), {stats['firewall_entries']} firewall "
           f"entries ({stats['firewall_from_alerts']} from its alerts), "
           f"in {time.perf_counter() - started:.2f}s")
@@ -47,7 +49,8 @@ async def generate_now(settings: Settings, db: Database, mac: str, explained: bo
         payloads = [(await rules_db.read_payload(db, mac, kind, frozenset()))[1]
                     for kind in ("ids", "firewall")]
         version_dir = Workspace(settings.rule_data_path).current_version_dir()
-        print(explain(*payloads, version_dir, settings.rule_generation_telemetry_days))
+        print(explain(*payloads, version_dir, settings.rule_generation_telemetry_days,
+                      await fleet_db.for_router(db, mac)))
     return 0
 
 

@@ -1,0 +1,79 @@
+"""`router-backend fleet attackers | outbreaks | run [--json]`: the fleet's lists as the `fleet`
+job last stored them (server/jobs/fleet.py), with their evidence; `run` runs the job now
+(exclusively with the scheduled runs) and prints what it found."""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+
+from ops.command import CommandError, run_command
+from server.db import fleet as fleet_db
+from server.db.pool import Database
+from server.jobs.cron import run_job
+from server.jobs.fleet import run_fleet
+from server.settings import Settings
+
+PROG = "router-backend fleet"
+REPORTERS_SHOWN = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    for name, text in (("attackers", "addresses reported from enough networks: every router "
+                                     "blocks them (GET /rules/fleet)"),
+                       ("outbreaks", "signatures firing at enough networks: kept in every "
+                                     "IDS payload")):
+        listing = actions.add_parser(name, help=text)
+        listing.add_argument("--json", action="store_true", help="one JSON document, every "
+                             "field (the reporters kept: at most 50 per entry)")
+    actions.add_parser("run", help="count the fleet's lists now")
+
+
+def _reporters(entry: dict) -> str:
+    shown = ", ".join(f"{mac} ({network}) ×{alerts}"
+                      for mac, network, alerts in entry["reporters"][:REPORTERS_SHOWN])
+    more = entry["routers"] - min(entry["routers"], REPORTERS_SHOWN)
+    return shown + (f" and {more} more" if more else "")
+
+
+def attacker_lines(entries: list[dict]) -> list[str]:
+    lines = ["address\trouters\tnetworks\talerts\tsignatures\tfirst_seen\tlast_seen\t"
+             "expires_at\treporters"]
+    for entry in entries:
+        sids = ",".join(str(sid) for sid in entry["signatures"][:10])
+        lines.append(f"{entry['address']}\t{entry['routers']}\t{entry['networks']}\t"
+                     f"{entry['alerts']}\t{sids}\t{entry['first_seen']}\t{entry['last_seen']}\t"
+                     f"{entry['expires_at']}\t{_reporters(entry)}")
+    return lines
+
+
+def outbreak_lines(entries: list[dict]) -> list[str]:
+    lines = ["sid\tseverity\trouters\tnetworks\talerts\tfirst_seen\tlast_seen\treporters"]
+    for entry in entries:
+        lines.append(f"{entry['sid']}\t{entry['severity']}\t{entry['routers']}\t"
+                     f"{entry['networks']}\t{entry['alerts']}\t{entry['first_seen']}\t"
+                     f"{entry['last_seen']}\t{_reporters(entry)}")
+    return lines
+
+
+async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> int:
+    if args.action == "run":
+        outcome = await run_job(db, "fleet", lambda: run_fleet(db, settings))
+        if outcome.status != "succeeded":
+            raise CommandError(outcome.error or "the fleet job is running in another process")
+        print(" ".join(f"{name}={value}" for name, value in outcome.detail.items()))
+        return 0
+    read, lines = ((fleet_db.attackers, attacker_lines) if args.action == "attackers"
+                   else (fleet_db.outbreaks, outbreak_lines))
+    entries = await read(db)
+    if args.json:
+        print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print("\n".join(lines(entries)))
+    return 0
+
+
+def fleet(settings: Settings, args: argparse.Namespace) -> int:
+    return run_command(PROG, lambda settings, db: _run(settings, args, db), settings=settings)

@@ -1,0 +1,291 @@
+"""The fleet defends each router (issue 46): an address reported by routers of enough networks
+reaches every router's GET /rules/fleet after the fleet job, with evidence; poisoning is
+resisted (one network counts once, young or unkeyed routers do not count, the rails hold);
+outbreaks are kept in IDS payloads. Real ET alerts (the corpus's scans) over HTTP, a real
+PostgreSQL, the real job."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from engine.firewall import Exemptions
+from engine.fleet import fleet_attackers, fleet_document
+from engine.generate import PayloadLimits, TelemetrySummary, generate
+from engine.ruleset import Ruleset
+from server.db.generation import renew_and_summarise
+from server.jobs.fleet import run_fleet
+from server.typedefs import DATABASE
+from testkit.database import command_env, settings_for
+from testkit.fleet import attack_body, sids
+
+ATTACKER = "45.33.32.156"
+
+
+def mac(n: int) -> str:
+    return f"aa:bb:cc:46:{n // 256:02x}:{n % 256:02x}"
+
+
+def network_address(n: int) -> str:
+    """A poll address in a /24 of its own for each n."""
+    return f"81.{n // 200 + 2}.{n % 200}.7"
+
+
+async def poll(client, router: str, address: str) -> dict:
+    response = await client.get("/rules/last_updated", headers={
+        "X-ID": router, "X-Forwarded-For": address})
+    assert response.status == 200
+    return await response.json()
+
+
+async def report(client, router: str, address: str, attacker: str = ATTACKER) -> None:
+    """A router polls (its poll address is recorded) and uploads the scan alerts."""
+    await poll(client, router, address)
+    response = await client.post("/log/events", data=attack_body(attacker), headers={
+        "X-ID": router, "X-Forwarded-For": address, "Content-Type": "application/x-ndjson"})
+    assert response.status == 200 and (await response.json())["rejected"] == 0
+
+
+async def fleet_list(client, router: str, **headers: str) -> tuple[int, dict | None, str]:
+    response = await client.get("/rules/fleet", headers={"X-ID": router, **headers})
+    body = await response.read()
+    return response.status, orjson.loads(body) if body else None, response.headers.get("ETag")
+
+
+def listed(document: dict) -> dict[str, dict]:
+    return {entry["address"]: entry for entry in document["entries"]}
+
+
+@pytest.fixture
+def fleet_settings(database, tmp_path):
+    return settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0")
+
+
+async def run_job(client, settings) -> dict:
+    return await run_fleet(client.app[DATABASE], settings)
+
+
+async def test_an_attacker_of_enough_networks_reaches_every_router_with_evidence(
+        make_client, fleet_settings, sql):
+    client = await make_client(fleet_settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    bystander = mac(99)
+    await poll(client, bystander, network_address(99))
+    status, before, etag_before = await fleet_list(client, bystander)
+    assert status == 200 and before == {"entry_count": 0, "entries": []}
+    detail = await run_job(client, fleet_settings)
+    assert detail["attackers"] == 1
+    status, document, etag = await fleet_list(client, bystander)
+    entry = listed(document)[ATTACKER]
+    assert entry["reasons"] == ["fleet"] and entry["family"] == 4
+    assert entry["fleet"]["routers"] == 5 and entry["fleet"]["networks"] == 5
+    assert set(entry["fleet"]["signatures"]) <= sids() and entry["fleet"]["signatures"]
+    assert entry["expires_at"] > entry["fleet"]["last_seen"]
+    assert etag != etag_before
+    # The document names no router: no MAC, no reporter's address.
+    text = orjson.dumps(document).decode()
+    assert "aa:bb:cc" not in text and "81." not in text
+    # Its ETag answers 304 (from memory), and /rules/last_updated names it.
+    assert (await fleet_list(client, bystander, **{"If-None-Match": etag}))[0] == 304
+    assert (await poll(client, bystander, network_address(99)))["fleet_etag"] == etag
+    # The operators' evidence names the reporters and their networks.
+    reporters = sql.value("SELECT reporters FROM fleet_attackers WHERE address = %s",
+                          (ATTACKER,))
+    assert sorted(r[0] for r in reporters) == [mac(n) for n in range(5)]
+    assert {r[1] for r in reporters} == {f"{network_address(n).rsplit('.', 1)[0]}.0/24"
+                                         for n in range(5)}
+
+
+async def test_routers_behind_one_network_count_once(make_client, fleet_settings):
+    client = await make_client(fleet_settings)
+    for n in range(20):  # one /24, twenty routers
+        await report(client, mac(n), f"81.9.9.{n + 1}")
+    for n in range(20, 23):  # three more networks: four in all
+        await report(client, mac(n), network_address(n))
+    detail = await run_job(client, fleet_settings)
+    assert detail["attackers"] == 0 and detail["addresses_at_threshold"] == 0
+    await report(client, mac(30), network_address(30))  # a fifth network
+    assert (await run_job(client, fleet_settings))["attackers"] == 1
+    entry = listed((await fleet_list(client, mac(0)))[1])[ATTACKER]
+    assert entry["fleet"]["routers"] == 24 and entry["fleet"]["networks"] == 5
+
+
+async def test_young_routers_do_not_count(make_client, database, tmp_path, sql):
+    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="72")
+    client = await make_client(settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    assert (await run_job(client, settings))["attackers"] == 0
+    sql.rows("UPDATE routers SET registered_at = now() - interval '73 hours' "
+             "WHERE mac <> %s", (mac(4),))
+    assert (await run_job(client, settings))["attackers"] == 0  # four old enough
+    sql.rows("UPDATE routers SET registered_at = now() - interval '73 hours'")
+    assert (await run_job(client, settings))["attackers"] == 1
+
+
+async def test_in_key_mode_only_keyed_routers_count(make_client, fleet_settings, sql):
+    client = await make_client(fleet_settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    keyed = fleet_settings.replace(router_auth="key")
+    for n in range(4):
+        sql.rows("INSERT INTO router_keys (mac, key_hash, issued_by) "
+                 "VALUES (%s, '\\x00', 'operator')", (mac(n),))
+    assert (await run_job(client, keyed))["attackers"] == 0
+    sql.rows("INSERT INTO router_keys (mac, key_hash, issued_by) VALUES (%s, '\\x00', 'operator')",
+             (mac(4),))
+    assert (await run_job(client, keyed))["attackers"] == 1
+
+
+@pytest.mark.parametrize("attacker", ["10.1.2.3", "203.0.113.5", "::ffff:10.0.0.1",
+                                      "81.2.0.7", "198.18.0.1"])
+async def test_rails_keep_private_reserved_and_poll_addresses_off_the_list(
+        make_client, fleet_settings, attacker):
+    """81.2.0.7 is where router 0 polls from (network_address(0))."""
+    client = await make_client(fleet_settings)
+    for n in range(6):
+        await report(client, mac(n), network_address(n), attacker=attacker)
+    assert (await run_job(client, fleet_settings))["attackers"] == 0
+    assert (await fleet_list(client, mac(0)))[1]["entries"] == []
+
+
+async def test_the_service_own_addresses_are_never_listed(make_client, database, tmp_path):
+    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0",
+                            SERVICE_ADDRESSES="45.33.32.0/24")
+    client = await make_client(settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    detail = await run_job(client, settings)
+    assert detail["attackers"] == 0 and detail["not_listed"] == 1
+
+
+async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_for_it_alone(
+        make_client, fleet_settings):
+    client = await make_client(fleet_settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    await run_job(client, fleet_settings)
+    own = await client.app[DATABASE].fetchone(
+        "INSERT INTO firewall_allowlist (network, mac) VALUES ('45.33.32.0/24', %s) "
+        "RETURNING id", (mac(1),))
+    await asyncio_pause()
+    assert ATTACKER not in listed((await fleet_list(client, mac(1)))[1])  # its own entry
+    status, shared, etag = await fleet_list(client, mac(2))
+    assert ATTACKER in listed(shared)
+    assert (await fleet_list(client, mac(1), **{"If-None-Match": etag}))[0] == 200
+    from server.db import allowlist as allowlist_db
+    await allowlist_db.remove(client.app[DATABASE], own[0], "test")
+    await allowlist_db.add(client.app[DATABASE], ATTACKER, None, "ours", "test")
+    await asyncio_pause()
+    # The veto holds before the job runs again, and after.
+    assert (await fleet_list(client, mac(2)))[1]["entries"] == []
+    assert (await run_job(client, fleet_settings))["attackers"] == 0
+
+
+async def asyncio_pause(seconds: float = 0.5) -> None:
+    """Time for a notification to reach the app's listening connection."""
+    import asyncio
+    await asyncio.sleep(seconds)
+
+
+async def test_fleet_list_needs_what_other_router_endpoints_need(make_client, database,
+                                                                 tmp_path):
+    closed = settings_for(database, tmp_path, REGISTRATION_MODE="closed")
+    client = await make_client(closed)
+    assert (await fleet_list(client, mac(1)))[0] == 403
+    assert (await client.get("/rules/fleet")).status == 401
+    keyed = settings_for(database, tmp_path, ROUTER_AUTH="key", ENROLLMENT_TOKEN="t" * 32)
+    client = await make_client(keyed)
+    assert (await fleet_list(client, mac(1)))[0] == 401
+
+
+async def test_the_fleet_job_finds_outbreaks_and_generation_reads_them(
+        make_client, fleet_settings, database):
+    client = await make_client(fleet_settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    detail = await run_job(client, fleet_settings)
+    assert detail["outbreaks"] == len(sids())
+    import psycopg2
+    conn = psycopg2.connect(**database.connect_kwargs())
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO generation_queue (mac, claimed_by, claimed_until) "
+                        "VALUES (%s, 'me', now() + interval '1 minute') ON CONFLICT (mac) DO "
+                        "UPDATE SET claimed_by = 'me', claimed_until = now() + interval "
+                        "'1 minute'", (mac(99),))
+            from datetime import timedelta
+            summary = renew_and_summarise(cur, "me", mac(99), timedelta(minutes=1),
+                                          timedelta(days=7), 2)
+    finally:
+        conn.close()
+    assert {row[0] for row in summary.outbreaks} == sids()
+    assert all(row[1] == 5 for row in summary.outbreaks)
+
+
+def test_the_fleet_commands_print_the_lists_with_their_reporters(fleet_settings):
+    env = command_env(fleet_settings)
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "fleet", "attackers"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("address\trouters\tnetworks")
+
+
+# The engine alone: the rails, order and cap, and generation with outbreaks.
+
+def found(address: str, networks: int, routers: int | None = None) -> dict:
+    return {"address": address, "routers": routers or networks, "networks": networks,
+            "alerts": 10, "severity": 2, "signatures": [2010935], "first_seen":
+            "2026-11-26T01:00:00Z", "last_seen": "2026-11-26T02:00:00Z", "reporters": []}
+
+
+def test_attackers_are_ordered_capped_and_expire_a_window_after_their_last_hour():
+    entries = fleet_attackers([found("1.1.1.9", 5), found("8.8.8.9", 9), found("9.9.9.9", 5, 7),
+                               found("192.168.0.1", 50)], Exemptions(), 2, 24)
+    assert [e["address"] for e in entries] == ["8.8.8.9", "9.9.9.9"]
+    assert entries[0]["expires_at"] == "2026-11-27T03:00:00Z"
+
+
+def test_the_document_is_the_same_bytes_for_the_same_inputs_and_drops_exemptions():
+    entries = fleet_attackers([found("1.1.1.9", 5), found("2001:4860::9", 6)], Exemptions(),
+                              10, 24)
+    first = orjson.dumps(fleet_document(entries), option=orjson.OPT_SORT_KEYS)
+    assert first == orjson.dumps(fleet_document(list(entries)), option=orjson.OPT_SORT_KEYS)
+    mine = fleet_document(entries, Exemptions.of(["1.1.0.0/16"], []))
+    assert [e["address"] for e in mine["entries"]] == ["2001:4860::9"]
+    assert mine["entries"][0]["family"] == 6
+
+
+def _ruleset(count: int) -> Ruleset:
+    rules = [{"gid": 1, "sid": 1000 + n, "rev": 1, "action": "alert", "msg": f"rule {n}",
+              "classtype": "misc-attack", "weight": 1.0, "raw": f"alert ip any any -> any any "
+              f"(msg:\"rule {n}\"; sid:{1000 + n}; rev:1;)", "flowbits": {}, "file":
+              "x.rules", "app_proto": None, "dst_port": "any", "noalert": False,
+              "eligible": True} for n in range(count)]
+    return Ruleset("v1", Path("."), rules, {rule["sid"]: rule for rule in rules})
+
+
+def test_outbreaks_are_kept_within_their_share_and_change_nothing_when_absent():
+    ruleset = _ruleset(200)
+    limits = PayloadLimits(sample_count=20, firewall_max_entries=10, fleet_share=0.1)
+    plain = generate(ruleset, TelemetrySummary(), [], limits, 7)
+    also = generate(ruleset, TelemetrySummary(outbreaks=[]), [], limits, 7)
+    assert plain.ids == also.ids and plain.firewall == also.firewall
+    outbreaks = [(1000 + n, 10 - n % 5, 1 + n % 3) for n in range(50, 60)]
+    kept = generate(ruleset, TelemetrySummary(outbreaks=outbreaks), [], limits, 7)
+    fleet = [rule for rule in kept.ids["rules"] if rule["reason"] == "fleet"]
+    assert len(fleet) == 2 and kept.stats["from_fleet"] == 2 and kept.ids["rule_count"] == 20
+    # the most severe, then the most widely seen: severity 1 holds n = 51, 54, 57 (9, 6
+    # and 8 networks)
+    assert {rule["sid"]: rule["fleet_networks"] for rule in fleet} == {1051: 9, 1057: 8}
+    again = generate(ruleset, TelemetrySummary(outbreaks=list(reversed(outbreaks))), [],
+                     limits, 7)
+    assert gzip.compress(orjson.dumps(again.ids), mtime=0) == gzip.compress(
+        orjson.dumps(kept.ids), mtime=0)
