@@ -1,6 +1,7 @@
 """The agent's one configuration file (INI, section [agent]); agent/router-agent.example.ini
 documents every option. Commands are split like a shell would (no shell runs them) and may
-name {rules_file} and {firewall_file}."""
+name {rules_file} and {firewall_file} (for the fleet's list, the firewall commands run with
+{firewall_file} naming fleet_file)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ class AgentConfig:
     nft_table: str = "inet filter"
     nft_set_v4: str = "router_backend_block_v4"
     nft_set_v6: str = "router_backend_block_v6"
+    fleet_list: bool = True                 # apply the fleet's shared block list too
+    fleet_file: Path | None = None          # default: beside firewall_file, "-fleet" added
+    nft_set_fleet_v4: str = "router_backend_fleet_v4"
+    nft_set_fleet_v6: str = "router_backend_fleet_v6"
     alert_types: tuple[str, ...] = ("alert",)
     flow_types: tuple[str, ...] = ("flow", "netflow")
     upload_seconds: float = 10.0
@@ -47,8 +52,14 @@ class AgentConfig:
     def key_path(self) -> Path:
         return self.key_file or self.state_dir / "key"
 
-    def command(self, name: str) -> list[str]:
-        return [part.format(rules_file=self.rules_file, firewall_file=self.firewall_file)
+    @property
+    def fleet_path(self) -> Path:
+        firewall = self.firewall_file
+        return self.fleet_file or firewall.with_name(f"{firewall.stem}-fleet{firewall.suffix}")
+
+    def command(self, name: str, firewall_file: Path | None = None) -> list[str]:
+        return [part.format(rules_file=self.rules_file,
+                            firewall_file=firewall_file or self.firewall_file)
                 for part in getattr(self, name)]
 
 
@@ -88,6 +99,10 @@ def _parse(path: Path, name: str, raw: str, kind: str):
             return tuple(shlex.split(raw))
         if name in _LISTS:
             return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if kind == "bool":
+            if raw.lower() not in ("true", "false", "yes", "no", "on", "off", "1", "0"):
+                raise ValueError(f"expected true or false, got {raw!r}")
+            return raw.lower() in ("true", "yes", "on", "1")
         if kind == "float":
             return float(raw)
         if kind == "int":

@@ -1,6 +1,7 @@
 """The router's IDS rules and firewall block list, kept up to date and never lost.
 
-Each poll asks GET /rules/last_updated; a kind whose time moved is fetched with
+Each poll asks GET /rules/last_updated; a kind whose time moved (for the fleet's shared list,
+whose ETag moved) is fetched with
 If-None-Match (the ETag applied, and one that failed to load, so a payload that failed is not
 tried again until it changes). A new payload is written atomically over the file (the file
 it replaces kept as FILE.prev), checked with the test command and loaded with the reload
@@ -45,15 +46,19 @@ class RuleUpdater:
         self._config = config
         self._state = state
         self._client = client
-        self._files = {"ids": config.rules_file, "firewall": config.firewall_file}
+        self._files = {"ids": config.rules_file, "firewall": config.firewall_file,
+                       "fleet": config.fleet_path}
         self._commands = {"ids": ("test_command", "reload_command"),
-                          "firewall": ("firewall_test_command", "firewall_reload_command")}
+                          "firewall": ("firewall_test_command", "firewall_reload_command"),
+                          "fleet": ("firewall_test_command", "firewall_reload_command")}
 
     def poll(self) -> bool | None:
         """One poll: None when nothing changed, else whether every new payload loaded."""
         updated = self._client.request("GET", "/rules/last_updated").json()
+        if self._config.fleet_list:  # the fleet's document moves with its ETag
+            updated["fleet_updated_at"] = updated.get("fleet_etag")
         outcomes = []
-        for kind in ("ids", "firewall"):
+        for kind in ("ids", "firewall", "fleet"):
             updated_at = updated.get(f"{kind}_updated_at")
             applied = self._state.values["applied"].get(kind, {})
             if updated_at is None or (applied.get("updated_at") == updated_at
@@ -112,7 +117,7 @@ class RuleUpdater:
         if had_previous:
             write_atomically(previous, target.read_bytes())
         write_atomically(target, content)
-        test, reload = (self._config.command(name) for name in self._commands[kind])
+        test, reload = (self._config.command(name, target) for name in self._commands[kind])
         try:
             _run(test, "test")
             _run(reload, "reload")
@@ -161,7 +166,13 @@ def plain_text(text: str) -> str:
 
 
 def render(kind: str, payload: dict, config: AgentConfig) -> bytes:
-    return ids_file(payload) if kind == "ids" else nft_file(payload, config)
+    if kind == "ids":
+        return ids_file(payload)
+    if kind == "fleet":
+        return nft_file(payload, config.nft_table, {4: config.nft_set_fleet_v4,
+                                                    6: config.nft_set_fleet_v6}, "fleet list")
+    return nft_file(payload, config.nft_table, {4: config.nft_set_v4, 6: config.nft_set_v6},
+                    f"block list, ruleset {payload.get('version')}")
 
 
 def ids_file(payload: dict) -> bytes:
@@ -175,7 +186,7 @@ def ids_file(payload: dict) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def nft_file(payload: dict, config: AgentConfig) -> bytes:
+def nft_file(payload: dict, table: str, sets: dict[int, str], title: str) -> bytes:
     families: dict[int, list[str]] = {4: [], 6: []}
     for entry in payload["entries"]:
         try:
@@ -183,12 +194,10 @@ def nft_file(payload: dict, config: AgentConfig) -> bytes:
         except (ValueError, TypeError):
             raise PayloadError(f"not an IP address: {entry.get('address')!r}") from None
         families[address.version].append(str(address))
-    sets = {4: config.nft_set_v4, 6: config.nft_set_v6}
-    lines = [f"# router-backend block list, ruleset {payload.get('version')}: "
-             f"{len(payload['entries'])} entries"]
+    lines = [f"# router-backend {title}: {len(payload['entries'])} entries"]
     for family, addresses in families.items():
-        lines.append(f"flush set {config.nft_table} {sets[family]}")
+        lines.append(f"flush set {table} {sets[family]}")
         if addresses:
-            lines.append(f"add element {config.nft_table} {sets[family]} "
+            lines.append(f"add element {table} {sets[family]} "
                          f"{{ {', '.join(addresses)} }}")
     return ("\n".join(lines) + "\n").encode()

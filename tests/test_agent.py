@@ -24,6 +24,7 @@ from agent.cli import EX_TEMPFAIL, Agent, status
 from agent.client import Backoff
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.tail import EveTail
+from server.db import fleet as fleet_db
 from server.db.lifecycle import open_database
 from server.typedefs import ETAG_CACHE
 from testkit.corpus import corpus_path
@@ -324,7 +325,9 @@ async def test_rules_are_written_tested_reloaded_reported_and_restored_on_failur
                         reload_command=recorder(tmp_path, "reload"),
                         firewall_test_command=recorder(tmp_path, "nft-check"),
                         firewall_reload_command=recorder(tmp_path, "nft-load"))
-    assert (await run_round(config))[0] == 0  # registers; nothing generated yet
+    assert (await run_round(config))[0] == 0  # registers; the fleet's (empty) list applied
+    assert (tmp_path / "calls").read_text().split() == ["nft-check", "nft-load"]
+    (tmp_path / "calls").unlink()
     async with open_database(settings) as db:
         await store_payload_objects(db, MAC, {
             "ids": ids_payload('alert tcp any any -> any 22 (msg:"one"; sid:9000000;)'),
@@ -358,6 +361,43 @@ async def test_rules_are_written_tested_reloaded_reported_and_restored_on_failur
     assert calls[4:] == ["test", "reload"]  # tested, then the previous one reloaded
     assert (await run_round(config))[0] == 0  # the failed payload is not tried again
     assert len((tmp_path / "calls").read_text().split()) == 6
+
+
+def fleet_entry(address: str) -> dict:
+    return {"address": address, "routers": 8, "networks": 8, "alerts": 96, "severity": 2,
+            "signatures": [2010935], "first_seen": "2026-11-26T01:00:00Z",
+            "last_seen": "2026-11-26T02:00:00Z", "expires_at": "2026-11-27T03:00:00Z",
+            "reporters": []}
+
+
+async def test_the_fleet_list_is_applied_beside_the_router_own_with_the_same_fallback(
+        client, settings, tmp_path):
+    config = config_for(tmp_path, url_of(client),
+                        firewall_test_command=recorder(tmp_path, "nft-check", "check-fails"),
+                        firewall_reload_command=recorder(tmp_path, "nft-load"))
+    async with open_database(settings) as db:
+        await fleet_db.replace(db, [fleet_entry("45.33.32.156"), fleet_entry("2a00:1450::1")],
+                               [])
+    await asyncio.sleep(0.3)  # the notification reaches the server's listener
+    assert (await run_round(config))[0] == 0
+    fleet_file = config.fleet_path
+    assert fleet_file.name == "block-fleet.nft" and not config.firewall_file.exists()
+    assert fleet_file.read_text().splitlines()[1:] == [
+        "flush set inet filter router_backend_fleet_v4",
+        "add element inet filter router_backend_fleet_v4 { 45.33.32.156 }",
+        "flush set inet filter router_backend_fleet_v6",
+        "add element inet filter router_backend_fleet_v6 { 2a00:1450::1 }"]
+    calls = (tmp_path / "calls").read_text().split()
+    assert calls == ["nft-check", "nft-load"]
+    assert (await run_round(config))[0] == 0  # the same ETag: nothing fetched or run
+    assert (tmp_path / "calls").read_text().split() == calls
+    (tmp_path / "check-fails").touch()  # a list the router cannot load: the last one stays
+    async with open_database(settings) as db:
+        await fleet_db.replace(db, [fleet_entry("45.33.32.157")], [])
+    await asyncio.sleep(0.3)
+    assert (await run_round(config))[0] == 0
+    assert "45.33.32.156" in fleet_file.read_text()
+    assert "fleet" in status(config)["failed"]
 
 
 @pytest.mark.parametrize("payloads", [
