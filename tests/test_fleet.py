@@ -6,23 +6,28 @@ PostgreSQL, the real job."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
+import psycopg2
 import pytest
 
 from engine.firewall import Exemptions
 from engine.fleet import fleet_attackers, fleet_document
 from engine.generate import PayloadLimits, TelemetrySummary, generate
 from engine.ruleset import Ruleset
+from server.db import allowlist as allowlist_db
 from server.db.generation import renew_and_summarise
 from server.jobs.fleet import run_fleet
 from server.typedefs import DATABASE
 from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
+from tests.test_console import SUPPORT, console_settings, sign_in
 
 ATTACKER = "45.33.32.156"
 
@@ -67,7 +72,11 @@ def fleet_settings(database, tmp_path):
 
 
 async def run_job(client, settings) -> dict:
-    return await run_fleet(client.app[DATABASE], settings)
+    """The job, then time for its notification to reach the app's listening connection (a
+    poll in between is answered from the list before)."""
+    detail = await run_fleet(client.app[DATABASE], settings)
+    await asyncio_pause()
+    return detail
 
 
 async def test_an_attacker_of_enough_networks_reaches_every_router_with_evidence(
@@ -179,7 +188,6 @@ async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_fo
     status, shared, etag = await fleet_list(client, mac(2))
     assert ATTACKER in listed(shared)
     assert (await fleet_list(client, mac(1), **{"If-None-Match": etag}))[0] == 200
-    from server.db import allowlist as allowlist_db
     await allowlist_db.remove(client.app[DATABASE], own[0], "test")
     await allowlist_db.add(client.app[DATABASE], ATTACKER, None, "ours", "test")
     await asyncio_pause()
@@ -190,7 +198,6 @@ async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_fo
 
 async def asyncio_pause(seconds: float = 0.5) -> None:
     """Time for a notification to reach the app's listening connection."""
-    import asyncio
     await asyncio.sleep(seconds)
 
 
@@ -212,7 +219,6 @@ async def test_the_fleet_job_finds_outbreaks_and_generation_reads_them(
         await report(client, mac(n), network_address(n))
     detail = await run_job(client, fleet_settings)
     assert detail["outbreaks"] == len(sids())
-    import psycopg2
     conn = psycopg2.connect(**database.connect_kwargs())
     conn.autocommit = True
     try:
@@ -221,7 +227,6 @@ async def test_the_fleet_job_finds_outbreaks_and_generation_reads_them(
                         "VALUES (%s, 'me', now() + interval '1 minute') ON CONFLICT (mac) DO "
                         "UPDATE SET claimed_by = 'me', claimed_until = now() + interval "
                         "'1 minute'", (mac(99),))
-            from datetime import timedelta
             summary = renew_and_summarise(cur, "me", mac(99), timedelta(minutes=1),
                                           timedelta(days=7), 2)
     finally:
@@ -230,12 +235,28 @@ async def test_the_fleet_job_finds_outbreaks_and_generation_reads_them(
     assert all(row[1] == 5 for row in summary.outbreaks)
 
 
-def test_the_fleet_commands_print_the_lists_with_their_reporters(fleet_settings):
-    env = command_env(fleet_settings)
-    result = subprocess.run([sys.executable, "-m", "ops.cli", "fleet", "attackers"], env=env,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("address\trouters\tnetworks")
+async def test_commands_and_console_show_the_lists_with_their_evidence(make_client,
+                                                                        fleet_settings):
+    client = await make_client(console_settings(fleet_settings))
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    env = command_env(fleet_settings, FLEET_MIN_ROUTER_AGE_HOURS="0")
+
+    def command(*args: str) -> str:
+        result = subprocess.run([sys.executable, "-m", "ops.cli", "fleet", *args], env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+    assert command("attackers").splitlines()[1:] == []
+    assert "attackers=1" in command("run")
+    line = command("attackers").splitlines()[1].split("\t")
+    assert line[:3] == [ATTACKER, "5", "5"] and mac(0) in line[-1]
+    assert {entry["sid"] for entry in orjson.loads(command("outbreaks", "--json"))} == sids()
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await (await client.get(f"/console/routers/{mac(99 - 98)}")).text()
+    assert "From the fleet's list (1)" in page and ATTACKER in page
+    fleet_page = await (await client.get("/console/")).text()
+    assert "The fleet's attackers (1)" in fleet_page and f"Outbreaks ({len(sids())})" in fleet_page
 
 
 # The engine alone: the rails, order and cap, and generation with outbreaks.

@@ -1,5 +1,6 @@
 """One router's whole story, as its console page shows it: registration and key, last poll,
-the payloads it has now (with the evidence of each firewall entry), what its agent reported
+the payloads it has now (with the evidence of each firewall entry), the entries it gets from
+the fleet's list (with the fleet's evidence), what its agent reported
 applied, its generation state, its telemetry of the last day and week, its overrides, its
 allowlist and the changes operators made for it."""
 
@@ -11,6 +12,7 @@ from collections import Counter
 import orjson
 
 from server.db import console as console_db
+from server.db import fleet as fleet_db
 from server.db import tuning_changes
 from server.db.pool import Database
 from server.telemetry.chunks import decompress
@@ -46,6 +48,7 @@ async def router_story(db: Database, mac: str) -> dict | None:
                        in await console_db.signatures(db, mac)],
         "recent_alerts": alerts, "overrides": await console_db.overrides(db, mac),
         "allowed": await console_db.allowed(db, mac),
+        "fleet": await fleet_db.for_router(db, mac),
         "changes": await tuning_changes.recent(db, mac)}
 
 
