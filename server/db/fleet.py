@@ -2,12 +2,13 @@
 router's hourly alert summaries (`telemetry_alerts`), the tables it replaces
 (`fleet_attackers`, `fleet_outbreaks`, migration 0024) and what reads them.
 
-The counting is one statement per list, so that the rows never leave the database: each
-alert row is joined to its router when that router may report (a poll address known,
-registered at least `min_age` ago, keyed when `keyed`), its reporter network is the /24 or
-/48 of that address, and only keys (addresses, signatures) seen from at least `min_networks`
-networks come back, with their evidence. Under Citus the join runs on every shard (the
-tables are co-located by `mac`) and the grouping by address or signature on the coordinator.
+The counting stays in the database: the window's alerts of blocking severity are read once
+into a temporary table, each joined to its router when that router may report (a poll
+address known, registered at least `min_age` ago, keyed when `keyed`) with its reporter
+network (the /24 or /48 of that address); then one statement per list groups them by
+address and by signature, and only the keys seen from at least `min_networks` networks come
+back, with their evidence. Under Citus the join runs on every shard (the tables are
+co-located by `mac`) and its rows are gathered on the coordinator, where the grouping runs.
 """
 
 from __future__ import annotations
@@ -48,79 +49,89 @@ def _hour(column: str) -> str:
 
 def _reporters(keyed: bool) -> str:
     key = " AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else ""
-    return f"""reporters AS (
-  SELECT r.mac, network(set_masklen(r.poll_address,
+    return f"""SELECT r.mac, network(set_masklen(r.poll_address,
                                     CASE family(r.poll_address) WHEN 4 THEN 24 ELSE 48 END))
                 AS network
   FROM routers r
-  WHERE r.poll_address IS NOT NULL AND r.registered_at <= now() - %(min_age)s{key})"""
+  WHERE r.poll_address IS NOT NULL AND r.registered_at <= now() - %(min_age)s{key}"""
 
 
-_WINDOW = "a.hour > now() - %(window)s - interval '1 hour' AND a.hour <= now()"
 _EXTERNAL = "{0} IS NOT NULL AND NOT {0} <<= ANY(%(not_global)s::inet[])"
+# The external endpoint of an alert as engine/firewall.py blocks it: the source when it is
+# external, else the destination (NULL: an alert between two local addresses).
+_ENDPOINT = (f"CASE WHEN {_EXTERNAL.format('a.src_ip')} THEN a.src_ip "
+             f"WHEN {_EXTERNAL.format('a.dest_ip')} THEN a.dest_ip END")
 
 
-def _counted(key: str, shown: str, seen: str) -> str:
-    """From `seen` (key, mac, network, sid, severity, alerts, hour): the keys seen from enough
-    networks, with their evidence; `shown` is how the key is returned."""
-    return f"""{seen},
- listed AS (SELECT {key} FROM seen GROUP BY {key}
-            HAVING count(DISTINCT network) >= %(min)s),
- mine AS (SELECT seen.* FROM seen JOIN listed USING ({key})),
- per_router AS (SELECT {key}, mac, network, sum(alerts) AS n FROM mine GROUP BY 1, 2, 3),
- per_sid AS (SELECT {key}, sid, sum(alerts) AS n FROM mine GROUP BY 1, 2)
-SELECT {shown}, r.routers, r.networks, r.alerts, t.severity, s.sids,
-       {_hour('t.first')}, {_hour('t.last')}, r.reporters
-FROM (SELECT {key}, count(*) AS routers, count(DISTINCT network) AS networks,
-             sum(n) AS alerts,
-             to_jsonb((array_agg(json_build_array(mac::text, network::text, n)
-                                 ORDER BY n DESC, mac))[1:%(kept)s]) AS reporters
-      FROM per_router GROUP BY {key}) r
-JOIN (SELECT {key}, array_agg(sid ORDER BY n DESC, sid) AS sids FROM per_sid GROUP BY {key}) s
-  USING ({key})
-JOIN (SELECT {key}, coalesce(min(severity), 255) AS severity, min(hour) AS first,
-             max(hour) AS last FROM mine GROUP BY {key}) t USING ({key})"""
+def seen_statement(keyed: bool) -> str:
+    """The window's alerts of blocking severity from the routers that may report, each with
+    its endpoint and its reporter's network: read once, counted twice (by address, by
+    signature)."""
+    return f"""CREATE TEMPORARY TABLE fleet_seen ON COMMIT DROP AS
+SELECT {_ENDPOINT} AS address, a.mac, r.network, a.signature_id AS sid, a.severity, a.alerts,
+       a.hour
+FROM telemetry_alerts a JOIN ({_reporters(keyed)}) r USING (mac)
+WHERE a.hour > now() - %(window)s - interval '1 hour' AND a.hour <= now()
+  AND a.severity <= %(severity)s"""
 
 
-def attackers_statement(keyed: bool) -> str:
-    """The external endpoint of each alert (the source when it is external, else the
-    destination), as engine/firewall.py blocks it, counted per address."""
-    endpoint = (f"CASE WHEN {_EXTERNAL.format('a.src_ip')} THEN a.src_ip "
-                f"WHEN {_EXTERNAL.format('a.dest_ip')} THEN a.dest_ip END")
-    seen = f"""WITH {_reporters(keyed)},
- seen AS (SELECT * FROM (
-   SELECT {endpoint} AS address, a.mac, r.network, a.signature_id AS sid, a.severity,
-          a.alerts, a.hour
-   FROM telemetry_alerts a JOIN reporters r USING (mac)
-   WHERE {_WINDOW} AND a.severity <= %(severity)s) endpoints WHERE address IS NOT NULL)"""
-    return _counted("address", "host(address)", seen)
-
-
-def outbreaks_statement(keyed: bool) -> str:
-    seen = f"""WITH {_reporters(keyed)},
- seen AS (SELECT a.signature_id AS sid_key, a.mac, r.network, a.signature_id AS sid,
-                 a.severity, a.alerts, a.hour
-          FROM telemetry_alerts a JOIN reporters r USING (mac) WHERE {_WINDOW})"""
-    return _counted("sid_key", "sid_key", seen)
+def counted_statement(key: str) -> str:
+    """From fleet_seen: the keys (`address` or `sid`) seen from at least %(min)s networks,
+    each with its evidence. Every step a hash aggregate but the reporters' ranking, which
+    sorts only the listed keys' routers."""
+    source = "fleet_seen WHERE address IS NOT NULL" if key == "address" else "fleet_seen"
+    shown = "host(r.address)" if key == "address" else "r.sid"
+    sids, with_sids = "NULL::bigint[]", ""
+    if key == "address":
+        sids = "s.sids"
+        with_sids = """
+JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
+      FROM (SELECT address, sid, sum(alerts) AS n FROM seen JOIN listed USING (address)
+            GROUP BY address, sid) per_sid
+      GROUP BY address) s USING (address)"""
+    return f"""WITH
+ seen AS (SELECT * FROM {source}),
+ listed AS (SELECT {key}, count(*) AS networks
+            FROM (SELECT {key}, network FROM seen GROUP BY {key}, network) pairs
+            GROUP BY {key} HAVING count(*) >= %(min)s),
+ per_router AS (SELECT {key}, mac, network, sum(alerts) AS n, min(severity) AS severity,
+                       min(hour) AS first, max(hour) AS last
+                FROM seen JOIN listed USING ({key}) GROUP BY {key}, mac, network),
+ ranked AS (SELECT *, row_number() OVER (PARTITION BY {key} ORDER BY n DESC, mac) AS rank
+            FROM per_router)
+SELECT {shown}, r.routers, l.networks, r.alerts, r.severity, {sids},
+       {_hour('r.first')}, {_hour('r.last')}, r.reporters
+FROM (SELECT {key}, count(*) AS routers, sum(n)::bigint AS alerts,
+             coalesce(min(severity), 255) AS severity, min(first) AS first,
+             max(last) AS last,
+             jsonb_agg(jsonb_build_array(mac::text, network::text, n) ORDER BY rank)
+                 FILTER (WHERE rank <= %(kept)s) AS reporters
+      FROM ranked GROUP BY {key}) r
+JOIN listed l USING ({key}){with_sids}"""
 
 
 _FIELDS = ("routers", "networks", "alerts", "severity", "signatures", "first_seen",
            "last_seen", "reporters")
 
 
-async def count_attackers(db: Database, counting: Counting) -> list[dict]:
-    rows = await db.fetchall(attackers_statement(counting.keyed), counting.params())
-    return [{"address": row[0], **dict(zip(_FIELDS, row[1:]))} for row in rows]
-
-
-async def count_outbreaks(db: Database, counting: Counting) -> list[dict]:
-    rows = await db.fetchall(outbreaks_statement(counting.keyed), counting.params())
+async def count(db: Database, counting: Counting) -> tuple[list[dict], list[dict]]:
+    """(the addresses, the signatures) seen from enough networks, with their evidence: one
+    read of the window's alerts, in one transaction."""
+    params = counting.params()
+    async with db.transaction() as cur:
+        await execute(cur, seen_statement(counting.keyed), params)
+        await execute(cur, "ANALYZE fleet_seen")  # a temporary table has no statistics
+        await execute(cur, counted_statement("address"), params)
+        addresses = await cur.fetchall()
+        await execute(cur, counted_statement("sid"), params)
+        signatures = await cur.fetchall()
+    attackers = [{"address": row[0], **dict(zip(_FIELDS, row[1:]))} for row in addresses]
     outbreaks = []
-    for row in rows:
+    for row in signatures:
         entry = {"sid": row[0], **dict(zip(_FIELDS, row[1:]))}
         del entry["signatures"]
         outbreaks.append(entry)
-    return outbreaks
+    return attackers, outbreaks
 
 
 async def polled_from(db: Database, addresses: list[str]) -> list[str]:
@@ -142,14 +153,19 @@ async def own_allowlists(db: Database) -> dict[str, list[str]]:
     return {mac: networks for mac, networks in rows}
 
 
-_INSERT_ATTACKER = """INSERT INTO fleet_attackers (address, routers, networks, alerts,
-    severity, signatures, first_seen, last_seen, expires_at, reporters)
-VALUES (%(address)s, %(routers)s, %(networks)s, %(alerts)s, %(severity)s, %(signatures)s,
-        %(first_seen)s, %(last_seen)s, %(expires_at)s, %(reporters)s)"""
-_INSERT_OUTBREAK = """INSERT INTO fleet_outbreaks (sid, severity, routers, networks, alerts,
-    first_seen, last_seen, reporters)
-VALUES (%(sid)s, %(severity)s, %(routers)s, %(networks)s, %(alerts)s, %(first_seen)s,
-        %(last_seen)s, %(reporters)s)"""
+# Each list written in one statement from one JSON document: a round trip per list, not per
+# entry (10,000 entries).
+_INSERT_ATTACKERS = """INSERT INTO fleet_attackers
+SELECT address, routers, networks, alerts, severity, signatures, first_seen, last_seen,
+       expires_at, reporters
+FROM jsonb_to_recordset(%s::jsonb) AS x(address inet, routers integer, networks integer,
+    alerts bigint, severity smallint, signatures bigint[], first_seen timestamptz,
+    last_seen timestamptz, expires_at timestamptz, reporters jsonb)"""
+_INSERT_OUTBREAKS = """INSERT INTO fleet_outbreaks
+SELECT sid, severity, routers, networks, alerts, first_seen, last_seen, reporters
+FROM jsonb_to_recordset(%s::jsonb) AS x(sid bigint, severity smallint, routers integer,
+    networks integer, alerts bigint, first_seen timestamptz, last_seen timestamptz,
+    reporters jsonb)"""
 
 
 async def replace(db: Database, attackers: list[dict], outbreaks: list[dict]) -> None:
@@ -157,12 +173,8 @@ async def replace(db: Database, attackers: list[dict], outbreaks: list[dict]) ->
     async with db.transaction() as cur:
         await execute(cur, "DELETE FROM fleet_attackers")
         await execute(cur, "DELETE FROM fleet_outbreaks")
-        for entry in attackers:
-            await execute(cur, _INSERT_ATTACKER,
-                          {**entry, "reporters": json.dumps(entry["reporters"])})
-        for entry in outbreaks:
-            await execute(cur, _INSERT_OUTBREAK,
-                          {**entry, "reporters": json.dumps(entry["reporters"])})
+        await execute(cur, _INSERT_ATTACKERS, (json.dumps(attackers),))
+        await execute(cur, _INSERT_OUTBREAKS, (json.dumps(outbreaks),))
         await execute(cur, FLEET_CHANGED)
 
 

@@ -45,14 +45,13 @@ def service_networks(settings: Settings) -> list[str]:
 
 async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = None) -> dict:
     started = time.monotonic()
-    count = counting(settings)
-    found = await fleet_db.count_attackers(db, count)
+    found, outbreaks_found = await fleet_db.count(db, counting(settings))
     polled = await fleet_db.polled_from(db, [entry["address"] for entry in found])
     allowlist = await fleet_db.fleet_allowlist(db)
     exemptions = Exemptions.of(allowlist + service_networks(settings), polled)
     attackers = fleet_attackers(found, exemptions, settings.fleet_max_entries,
                                 settings.fleet_window_hours)
-    outbreaks = fleet_outbreaks(await fleet_db.count_outbreaks(db, count), MAX_OUTBREAKS)
+    outbreaks = fleet_outbreaks(outbreaks_found, MAX_OUTBREAKS)
     await fleet_db.replace(db, attackers, outbreaks)
     seconds = time.monotonic() - started
     if metrics is not None:
