@@ -18,6 +18,7 @@ from ops.bench.backup_drill import report as backup_report
 from ops.bench.citus_drill import citus_drill
 from ops.bench.crash_drill import crash_drill
 from ops.bench.fault_drill import fault_drill, report
+from ops.bench.fleet_drill import fleet_drill
 from ops.bench.hostile import hostile
 from ops.bench.interrupt_drill import interrupt_drill
 from ops.bench.interrupt_drill import report as interrupt_report
@@ -167,6 +168,14 @@ async def test_backup_drill_quick(tmp_path):
     result = await backup_drill(tmp_path, routers=10, fill_seconds=6, after_seconds=1)
     assert result.records_before > 0 and result.rate_during > 0
     assert result.ok, backup_report(result)
+
+
+def test_fleet_drill(database, tmp_path):
+    """Issue 46: an attacker reported by 8 routers of 8 networks reaches every router at its
+    next poll; one /24's crowd, young routers, the allowlist and a router's poll address
+    list nothing; an operator's veto empties every router's list at its next poll."""
+    checks = fleet_drill(database, tmp_path, routers=30)
+    assert all(passed for _, passed in checks), checks
 
 
 def test_interrupt_drill_quick(tmp_path):
