@@ -118,7 +118,7 @@ async def test_routers_behind_one_network_count_once(make_client, fleet_settings
     for n in range(20, 23):  # three more networks: four in all
         await report(client, mac(n), network_address(n))
     detail = await run_job(client, fleet_settings)
-    assert detail["attackers"] == 0 and detail["addresses_at_threshold"] == 0
+    assert detail["attackers"] == 0 and detail["addresses_counted"] == 0
     await report(client, mac(30), network_address(30))  # a fifth network
     assert (await run_job(client, fleet_settings))["attackers"] == 1
     entry = listed((await fleet_list(client, mac(0)))[1])[ATTACKER]
@@ -171,7 +171,7 @@ async def test_the_service_own_addresses_are_never_listed(make_client, database,
     for n in range(5):
         await report(client, mac(n), network_address(n))
     detail = await run_job(client, settings)
-    assert detail["attackers"] == 0 and detail["not_listed"] == 1
+    assert detail["attackers"] == 0 and detail["addresses_counted"] == 0
 
 
 async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_for_it_alone(

@@ -19,14 +19,19 @@ from server.metrics import Metrics
 from server.settings import Settings
 
 MAX_OUTBREAKS = 1_000  # generation takes at most RULE_GENERATION_FLEET_PERCENT of a payload
+# Addresses counted beyond FLEET_MAX_ENTRIES, for those the rails then drop (a router's poll
+# address, one is_external judges not global after the query's first cut).
+RAILS_SLACK = 100
 
 
-def counting(settings: Settings) -> fleet_db.Counting:
+def counting(settings: Settings, exempt: list[str]) -> fleet_db.Counting:
     return fleet_db.Counting(window=timedelta(hours=settings.fleet_window_hours),
                              severity=settings.rule_generation_block_severity,
                              min_networks=settings.fleet_min_networks,
                              min_age=timedelta(hours=settings.fleet_min_router_age_hours),
-                             keyed=settings.router_auth == "key")
+                             keyed=settings.router_auth == "key",
+                             max_addresses=settings.fleet_max_entries + RAILS_SLACK,
+                             max_signatures=MAX_OUTBREAKS, exempt=tuple(exempt))
 
 
 def service_networks(settings: Settings) -> list[str]:
@@ -45,10 +50,10 @@ def service_networks(settings: Settings) -> list[str]:
 
 async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = None) -> dict:
     started = time.monotonic()
-    found, outbreaks_found = await fleet_db.count(db, counting(settings))
+    exempt = await fleet_db.fleet_allowlist(db) + service_networks(settings)
+    found, outbreaks_found = await fleet_db.count(db, counting(settings, exempt))
     polled = await fleet_db.polled_from(db, [entry["address"] for entry in found])
-    allowlist = await fleet_db.fleet_allowlist(db)
-    exemptions = Exemptions.of(allowlist + service_networks(settings), polled)
+    exemptions = Exemptions.of(exempt, polled)
     attackers = fleet_attackers(found, exemptions, settings.fleet_max_entries,
                                 settings.fleet_window_hours)
     outbreaks = fleet_outbreaks(outbreaks_found, MAX_OUTBREAKS)
@@ -59,6 +64,6 @@ async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = 
         metrics.fleet_entries.labels("outbreaks").set(len(outbreaks))
         metrics.fleet_job_seconds.set(seconds)
     return {"attackers": len(attackers), "outbreaks": len(outbreaks),
-            "addresses_at_threshold": len(found),
+            "addresses_counted": len(found),  # at the threshold, FLEET_MAX_ENTRIES + slack
             "not_listed": len(found) - len(attackers),  # the rails, or FLEET_MAX_ENTRIES
             "seconds": round(seconds, 3)}
