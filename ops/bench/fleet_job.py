@@ -46,6 +46,7 @@ SCANNERS = 100_000
 SIGNATURES = 60
 
 FILL = """
+SELECT setseed(0.46);  -- the same fleet in every run
 INSERT INTO routers (mac, registered_at, poll_address)
 SELECT ('02:00:' || lpad(to_hex(n >> 24), 2, '0') || ':' || lpad(to_hex((n >> 16) & 255), 2, '0')
         || ':' || lpad(to_hex((n >> 8) & 255), 2, '0') || ':' || lpad(to_hex(n & 255), 2, '0')
