@@ -30,6 +30,8 @@ from testkit.server import free_port
 
 SETTINGS = {"shared_preload_libraries": "'citus'", "listen_addresses": "'127.0.0.1'",
             "max_connections": "300", "max_prepared_transactions": "300",
+            # Citus's default (online) shard move replicates logically (docs/scaling.md).
+            "wal_level": "logical",
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
             # Nodes talk over loopback: no TLS between them (nor any client certificate
             # looked for in a home directory that is not the server user's).
@@ -60,12 +62,16 @@ class CitusCluster:
     settings (what the benchmarks compare a cluster with)."""
 
     def __init__(self, directory: Path, workers: int = 2, port: int | None = None,
-                 citus: bool = True):
+                 citus: bool = True, spare: int = 0):
+        """`spare`: nodes started with the extension but not added to the cluster (the
+        workers a scale-out adds), after the workers' ports."""
         self.directory = directory
         self.citus = citus
         workers = workers if citus else 0
-        self.ports = ([free_port() for _ in range(workers + 1)] if port is None
-                      else [port + n for n in range(workers + 1)])
+        self.workers = workers
+        nodes = workers + 1 + (spare if citus else 0)
+        self.ports = ([free_port() for _ in range(nodes)] if port is None
+                      else [port + n for n in range(nodes)])
         self.bindir = pg_bindir()
         self.user = "postgres" if os.geteuid() == 0 else None
 
@@ -110,10 +116,14 @@ class CitusCluster:
             admin_execute(self.node(index), "CREATE EXTENSION IF NOT EXISTS citus")
         admin_execute(self.coordinator, "SELECT citus_set_coordinator_host(%s, %s)",
                       ("127.0.0.1", self.ports[0]))
-        for index in range(1, len(self.ports)):
+        for index in range(1, self.workers + 1):
             admin_execute(self.coordinator, "SELECT citus_add_node(%s, %s)",
                           ("127.0.0.1", self.ports[index]))
         return self
+
+    @property
+    def spare_nodes(self) -> list[DatabaseLocation]:
+        return [self.node(index) for index in range(self.workers + 1, len(self.ports))]
 
     def start_node(self, index: int) -> None:
         self._run("pg_ctl", "-D", str(self._data(index)), "-w", "-t", "120",

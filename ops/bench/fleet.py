@@ -73,6 +73,8 @@ class Ledger:
     stored_unknown: int = 0   # 503 "stored": "unknown": the commit's outcome could not be known
     requests: int = 0
     records_acknowledged: int = 0
+    # Every upload's (mac, when it began on the monotonic clock, seconds, status; 0: no answer)
+    uploads: list[tuple[str, float, float, int]] = field(default_factory=list)
 
     def acknowledge(self, mac: str, kind: str, flow_ids: list[int]) -> None:
         self.acknowledged.setdefault(mac, {}).setdefault(kind, []).extend(flow_ids)
@@ -124,12 +126,16 @@ class Router:
     async def post(self, session: aiohttp.ClientSession, base: str, kind: str) -> None:
         flow_ids, body, headers = self.batch(kind)
         path = f"/log/{kind}"
+        started = time.monotonic()
         try:
             async with session.post(base + path, data=body, headers=headers) as response:
                 reply = await response.read()
                 self.fleet.ledger.statuses[(path, response.status)] += 1
                 self.fleet.ledger.answers_by_server[base] += 1
+                self.fleet.ledger.uploads.append((self.mac, started, time.monotonic() - started,
+                                                  response.status))
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            self.fleet.ledger.uploads.append((self.mac, started, time.monotonic() - started, 0))
             self.fleet.ledger.connection_errors += 1
             self.fleet.ledger.unanswered.append((self.mac, kind, flow_ids))
             return

@@ -9,10 +9,14 @@ after a migration that adds a per-router table: it distributes only what is not 
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from dataclasses import dataclass
+
 import psycopg2
 
 from server.db.location import DatabaseLocation
-from server.db.migrate import MIGRATION_LOCK_KEY
+from server.db.migrate import MIGRATION_LOCK_KEY, ensure_database
 from server.db.pool import Database
 
 # `routers` first: the others are co-located with it, and their foreign keys to it need it
@@ -40,7 +44,8 @@ WHERE groupid <> 0 AND isactive AND noderole = 'primary' ORDER BY nodename, node
 
 
 class CitusNotReady(Exception):
-    """The database cannot be distributed yet; the message says what to do."""
+    """The database cannot be distributed (or its shards moved) yet; the message says what
+    to do."""
 
 
 def distribute(location: DatabaseLocation, shard_count: int) -> list[str]:
@@ -112,3 +117,86 @@ async def distributed_tables(db: Database) -> set[str]:
                               "IS NOT NULL"))[0]:
         return set()
     return {name for (name,) in await db.fetchall(DISTRIBUTED)}
+
+
+def _run(location: DatabaseLocation, statement: str, params: tuple = ()) -> list[tuple]:
+    conn = psycopg2.connect(**location.connect_kwargs())
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def add_node(location: DatabaseLocation, host: str, port: int) -> int:
+    """Make host:port a worker of the service's database: the database and the citus
+    extension made on it (as the service's user) when missing, then the node added on the
+    coordinator, which copies Citus's metadata and the schema's objects to it. Its node id;
+    idempotent. No shard moves to it until a rebalance."""
+    node = dataclasses.replace(location, host=host, port=port)
+    ensure_database(node)
+    _run(node, "CREATE EXTENSION IF NOT EXISTS citus")
+    return _run(location, "SELECT citus_add_node(%s, %s)", (host, port))[0][0]
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    job_id: int            # 0: nothing to move
+    state: str             # scheduled, running, finished, cancelled, failed ...
+    done: int              # moves finished
+    total: int             # moves in the job
+    errors: tuple[str, ...] = ()
+
+    @property
+    def over(self) -> bool:
+        return self.job_id == 0 or self.state in ("finished", "cancelled", "failed")
+
+
+_RUNNING = re.compile(r"already running as job (\d+)")
+
+
+def nodes_without_logical_wal(location: DatabaseLocation) -> list[str]:
+    """The nodes (coordinator included) whose wal_level is not `logical`, which the online
+    shard move needs (it replicates each shard logically while it copies)."""
+    rows = _run(location, "SELECT nodename, nodeport, result FROM run_command_on_all_nodes("
+                          "'SHOW wal_level') JOIN pg_dist_node USING (nodeid)")
+    return [f"{host}:{port}" for host, port, level in rows if level != "logical"]
+
+
+def start_rebalance(location: DatabaseLocation) -> int:
+    """Start Citus's background rebalance in its default transfer mode (logical replication:
+    the shards' tables stay writable while they move); the job's id, that of the one already
+    running if there is one, 0 when nothing needs to move. CitusNotReady when a node's
+    wal_level is not `logical`."""
+    if not_logical := nodes_without_logical_wal(location):
+        raise CitusNotReady(
+            f"wal_level is not logical on {', '.join(not_logical)}: the online shard move "
+            "replicates logically; set wal_level = logical in postgresql.conf on every node "
+            "and restart it (docs/scaling.md)")
+    try:
+        return _run(location, "SELECT citus_rebalance_start()")[0][0] or 0
+    except psycopg2.Error as error:
+        running = _RUNNING.search(str(error))
+        if running is None:
+            raise
+        return int(running.group(1))
+
+
+def rebalance_status(location: DatabaseLocation, job_id: int) -> Rebalance:
+    if job_id == 0:
+        return Rebalance(0, "finished", 0, 0)
+    rows = _run(location, "SELECT state::text, details FROM citus_job_status(%s)", (job_id,))
+    state, details = rows[0]
+    counts = details.get("task_state_counts") or {}
+    # A failed move is retried by Citus with a backoff; its last error stays on the task.
+    errors = tuple(task["message"] for task in details.get("tasks", ()) if task.get("message"))
+    return Rebalance(job_id, state, counts.get("done", 0), sum(counts.values()), errors)
+
+
+def drain_and_remove(location: DatabaseLocation, host: str, port: int) -> None:
+    """Move every shard off host:port (in the default transfer mode, as a rebalance does),
+    then remove the node from the cluster."""
+    _run(location, "SELECT citus_drain_node(%s, %s)", (host, port))
+    _run(location, "SELECT citus_remove_node(%s, %s)", (host, port))
