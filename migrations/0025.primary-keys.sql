@@ -33,3 +33,15 @@ UPDATE activation_days SET id = hashtextextended(coalesce(host(address), ''), 0)
 ALTER TABLE activation_days ALTER COLUMN id SET NOT NULL;
 ALTER TABLE activation_days ADD PRIMARY KEY (mac, day, id);
 ALTER SEQUENCE activation_days_id_seq OWNED BY activation_days.id;
+
+-- The merge of an alert summary row's distinct flow ids (at most `most`), as ingestion's
+-- ON CONFLICT DO UPDATE needs it: a function, because Citus refuses a subquery within an
+-- INSERT that it plans onto one shard (server/db/chunks.py), and runs a function there.
+CREATE FUNCTION merged_flow_ids(kept text[], added text[], most integer) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    IF cardinality(kept) >= most THEN
+        RETURN kept;
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT f FROM unnest(kept || added) AS f LIMIT most);
+END $$;

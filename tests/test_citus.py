@@ -12,12 +12,13 @@ from datetime import datetime, timedelta, timezone
 import psycopg2
 import pytest
 
-from server.db.applied import REPORT
-from server.db.chunks import ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, store_statement
+from server.db.applied import CURRENT, STORE_REPORT
+from server.db.chunks import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
 from server.db.citus import DISTRIBUTED_TABLES
 from server.db.partitions import partition_name
 from server.db.router_keys import KEY_HASH
-from server.db.rules import ACTIVATE_AND_READ, PAYLOAD_CHANGED, READ_PAYLOAD
+from server.db.rules import (MOVE_POLL_ADDRESS, PAYLOAD_CHANGED, PAYLOAD_TIMES, READ_PAYLOAD,
+                             RECORD_ACTIVATION)
 from server.db.upload_keys import INSERT_KEY, RECORDED
 from server.db.generation import MAX_ALERTS, RESCHEDULE, STORE_PAYLOADS, TELEMETRY_SUMMARY
 from testkit.database import citus_workers, command_env
@@ -27,21 +28,24 @@ NOW = datetime.now(timezone.utc)
 
 CHUNK = {"kind": "events", "received_at": NOW, "first_received_at": NOW, "records": 2,
          "upload_times": [NOW], "upload_records": [2], "body": b"\x28\xb5\x2f\xfd"}
-SUMMARY = {"hour": NOW.replace(minute=0, second=0, microsecond=0), "summarised_at": NOW,
-           "alerts": '[{"sid": 1, "src": "10.0.0.1", "dest": "10.0.0.2", "severity": 1, '
-                     '"alerts": 3, "flow_ids": ["1"], "last_seen": null}]',
-           "flows": '[{"app_proto": "dns", "dest_port": 53, "flows": 2}]',
-           "flow_ids_kept": 64}
+SUMMARY = {"mac": MAC, "hour": NOW.replace(minute=0, second=0, microsecond=0),
+           "summarised_at": NOW, "flow_ids_kept": 64,
+           "alerts": [{"sid": 1, "src": "10.0.0.1", "dest": "10.0.0.2", "severity": 1,
+                       "alerts": 3, "flow_ids": ["1"], "last_seen": None},
+                      {"sid": 2, "src": None, "dest": "10.0.0.2", "severity": None,
+                       "alerts": 1, "flow_ids": [], "last_seen": NOW.isoformat()}],
+           "flows": [{"app_proto": "dns", "dest_port": None, "flows": 2},
+                     {"app_proto": None, "dest_port": 53, "flows": 2}]}
+(ALERTS, ALERT_PARAMS), (FLOWS, FLOW_PARAMS) = summary_statements(SUMMARY)
 KEY = {"kind": "events", "key": "k-1", "fingerprint": b"\x00" * 32, "answer": "{}"}
 PAYLOADS = {"ids_gz": b"x", "ids_etag": "e1", "firewall_gz": b"y", "firewall_etag": "e2"}
 
-# What a router's requests and its generation run against the database, with parameters:
-# each must be planned onto the router's one shard.
+# What a router's requests, its generation and its console page run against the database,
+# with parameters: each must be planned onto the router's one shard, all the way down.
 PER_ROUTER = {
-    "ingestion: chunk": (store_statement(True, False, False), CHUNK),
-    "ingestion: chunk, summary and idempotency key": (
-        store_statement(True, True, True), {**CHUNK, **SUMMARY, **KEY}),
-    "ingestion: summary": (store_statement(False, True, False), SUMMARY),
+    "ingestion: chunk": (INSERT_CHUNK, CHUNK),
+    "ingestion: alert summary rows": (ALERTS, ALERT_PARAMS),
+    "ingestion: flow summary rows": (FLOWS, FLOW_PARAMS),
     "idempotency key: record": (INSERT_KEY, KEY),
     "idempotency key: recorded answer": (RECORDED, KEY),
     "generation: summary": (TELEMETRY_SUMMARY, {
@@ -49,8 +53,12 @@ PER_ROUTER = {
         "sids": 10, "top": 10, "alerts": MAX_ALERTS}),
     "generation: payloads stored": (STORE_PAYLOADS, PAYLOADS),
     "payload read": (READ_PAYLOAD["ids"], {"known": ["e1"]}),
-    "activation and payload times": (ACTIVATE_AND_READ, {"address": "192.0.2.1"}),
-    "applied report": (REPORT, {"ids": "e1", "firewall": "e2", "ok": True, "detail": None}),
+    "activation": (RECORD_ACTIVATION, {"address": "192.0.2.1"}),
+    "poll address moved": (MOVE_POLL_ADDRESS, {"address": "192.0.2.1"}),
+    "payload times": (PAYLOAD_TIMES, {}),
+    "applied report: stored": (STORE_REPORT, {"ids": "e1", "firewall": "e2", "ok": True,
+                                              "detail": None}),
+    "applied report: current": (CURRENT, {"ids": "e1", "firewall": "e2"}),
     "router key": (KEY_HASH, {}),
     "export": (ROUTER_CHUNKS, {"kind": None, "since": NOW - timedelta(days=1),
                                "until": NOW}),
@@ -87,11 +95,34 @@ def task_counts(text: str) -> list[int]:
     return [int(count) for count in re.findall(r"Task Count: (\d+)", text)]
 
 
+# What a single-shard statement's plan never holds, at any depth: a subplan Citus runs first
+# (its result pulled to the coordinator and sent on), an INSERT ... SELECT pulled through
+# the coordinator or repartitioned, a step on several shards. Each of these takes locks on
+# other routers' shard groups (issue 45: uploads stalled behind a shard move they had no
+# part in).
+NOT_SINGLE_SHARD = re.compile(r"Distributed Subplan|pull to coordinator|repartition"
+                              r"|Task Count: (?!1\b)\d+", re.IGNORECASE)
+
+
+def single_shard(text: str) -> bool:
+    return bool(task_counts(text)) and NOT_SINGLE_SHARD.search(text) is None
+
+
 @pytest.mark.parametrize("name", PER_ROUTER)
-def test_per_router_statement_runs_on_one_shard(citus, database, name):
+def test_per_router_statement_runs_on_one_shard_all_the_way_down(citus, database, name):
     statement, params = PER_ROUTER[name]
     text = plan(database, statement, params)
-    assert task_counts(text) and set(task_counts(text)) == {1}, text
+    assert single_shard(text), text
+
+
+def test_the_check_sees_subplans_pulled_to_the_coordinator(citus, database):
+    """The upload statement of before (data-modifying CTEs, INSERT ... SELECT from a
+    function) planned with Task Count 1 at its top, and pulled its parts through the
+    coordinator."""
+    text = plan(database, "WITH stored AS (INSERT INTO router_applied (mac, ok) "
+                          "SELECT %(mac)s, true FROM generate_series(1, 1) "
+                          "ON CONFLICT (mac) DO NOTHING) SELECT 1", {})
+    assert not single_shard(text), text
 
 
 @pytest.mark.parametrize("name", COORDINATOR_ONLY)

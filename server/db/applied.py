@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from server.db.pool import Database
 
-# Store the report and say whether the reported ETags are the current payloads', in one
-# round trip.
-REPORT = """
-WITH stored AS (
-    INSERT INTO router_applied (mac, ids_etag, firewall_etag, ok, detail)
-    VALUES (%(mac)s, %(ids)s, %(firewall)s, %(ok)s, %(detail)s)
-    ON CONFLICT (mac) DO UPDATE SET ids_etag = EXCLUDED.ids_etag,
-        firewall_etag = EXCLUDED.firewall_etag, ok = EXCLUDED.ok, detail = EXCLUDED.detail,
-        reported_at = EXCLUDED.reported_at)
-SELECT coalesce(ids_etag = %(ids)s, false), coalesce(firewall_etag = %(firewall)s, false)
-FROM (SELECT 1) one LEFT JOIN router_rules ON mac = %(mac)s"""
+# Store the report and say whether the reported ETags are the current payloads': two
+# statements sent together (one round trip), each planned by Citus onto the router's shard
+# (a data-modifying CTE would be pulled through the coordinator: issue 45).
+STORE_REPORT = """INSERT INTO router_applied (mac, ids_etag, firewall_etag, ok, detail)
+VALUES (%(mac)s, %(ids)s, %(firewall)s, %(ok)s, %(detail)s)
+ON CONFLICT (mac) DO UPDATE SET ids_etag = EXCLUDED.ids_etag,
+    firewall_etag = EXCLUDED.firewall_etag, ok = EXCLUDED.ok, detail = EXCLUDED.detail,
+    reported_at = EXCLUDED.reported_at"""
+CURRENT = """SELECT coalesce(bool_or(ids_etag = %(ids)s), false),
+       coalesce(bool_or(firewall_etag = %(firewall)s), false)
+FROM router_rules WHERE mac = %(mac)s"""
+REPORT = f"{STORE_REPORT};\n{CURRENT}"
 
 
 async def report(db: Database, mac: str, ids_etag: str | None, firewall_etag: str | None,

@@ -7,48 +7,59 @@ server/telemetry/chunks.py) and a summary's (Summary.params in server/telemetry/
 
 from __future__ import annotations
 
-from server.db.upload_keys import INSERT_KEY
+import functools
 
-# Each INSERT ... SELECT ends in `{guard}`: empty, or a WHERE that stores nothing unless
-# the upload's Idempotency-Key was new (see store_statement).
-_INSERT_CHUNK = """INSERT INTO telemetry_chunks (mac, kind, received_at, first_received_at,
+# One statement per table, each a plain INSERT ... VALUES naming the router's MAC: under Citus
+# each is planned onto the router's one shard and run there whole (an INSERT ... SELECT from
+# a function, or data-modifying CTEs, are pulled through the coordinator and lock every
+# shard group: issue 45). A request's statements share its transaction.
+INSERT_CHUNK = """INSERT INTO telemetry_chunks (mac, kind, received_at, first_received_at,
     records, upload_times, upload_records, body)
-SELECT %(mac)s, %(kind)s, %(received_at)s, %(first_received_at)s, %(records)s,
-    %(upload_times)s::timestamptz[], %(upload_records)s::integer[], %(body)s {guard}"""
+VALUES (%(mac)s, %(kind)s, %(received_at)s, %(first_received_at)s, %(records)s,
+    %(upload_times)s::timestamptz[], %(upload_records)s::integer[], %(body)s)"""
 
+_ALERT_FIELDS = ("sid", "src", "dest", "severity", "alerts", "flow_ids", "last_seen")
+_ALERT_VALUES = ("(%(mac)s, %(hour)s, %({p}src)s::inet, %({p}dest)s::inet, %({p}sid)s, "
+                 "%({p}severity)s, %({p}alerts)s, "
+                 "coalesce(%({p}last_seen)s::timestamptz, %(summarised_at)s), "
+                 "%({p}flow_ids)s::text[])")
 _ADD_ALERTS = """INSERT INTO telemetry_alerts AS t (mac, hour, src_ip, dest_ip, signature_id,
     severity, alerts, last_seen, flow_ids)
-SELECT %(mac)s, %(hour)s, a.src::inet, a.dest::inet, a.sid, a.severity, a.alerts,
-    coalesce(a.last_seen, %(summarised_at)s), a.flow_ids
-FROM jsonb_to_recordset(%(alerts)s::jsonb) AS a(sid bigint, src text, dest text,
-    severity smallint, alerts integer, flow_ids text[], last_seen timestamptz) {guard}
+VALUES {values}
 ON CONFLICT (mac, hour, signature_id, src_ip, dest_ip, severity) DO UPDATE SET
     alerts = t.alerts + excluded.alerts, last_seen = greatest(t.last_seen, excluded.last_seen),
-    flow_ids = CASE WHEN cardinality(t.flow_ids) >= %(flow_ids_kept)s THEN t.flow_ids ELSE
-        ARRAY(SELECT DISTINCT f FROM unnest(t.flow_ids || excluded.flow_ids) f
-              LIMIT %(flow_ids_kept)s) END"""
+    flow_ids = merged_flow_ids(t.flow_ids, excluded.flow_ids, %(flow_ids_kept)s)"""
 
+_FLOW_FIELDS = ("app_proto", "dest_port", "flows")
+_FLOW_VALUES = "(%(mac)s, %(hour)s, %({p}app_proto)s, %({p}dest_port)s, %({p}flows)s)"
 _ADD_FLOWS = """INSERT INTO telemetry_flows AS t (mac, hour, app_proto, dest_port, flows)
-SELECT %(mac)s, %(hour)s, f.app_proto, f.dest_port, f.flows
-FROM jsonb_to_recordset(%(flows)s::jsonb) AS f(app_proto text, dest_port integer,
-    flows integer) {guard}
+VALUES {values}
 ON CONFLICT (mac, hour, app_proto, dest_port) DO UPDATE SET flows = t.flows + excluded.flows"""
 
-_KEY_IS_NEW = "WHERE EXISTS (SELECT 1 FROM key)"
+
+@functools.lru_cache(maxsize=512)
+def _rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
+    return template.format(values=", ".join(row.format(p=f"{prefix}{n}_")
+                                            for n in range(rows)))
 
 
-def store_statement(chunk: bool, summary: bool, key: bool) -> str:
-    """One statement writing a chunk, a summary and an upload key, each when asked for; with
-    the key, the rest only when the key was new. It returns one row: the keys recorded."""
-    guard = _KEY_IS_NEW if key else ""
-    parts = [f"key AS ({INSERT_KEY})"] if key else []
-    if chunk:
-        parts.append(f"chunk AS ({_INSERT_CHUNK.format(guard=guard)})")
-    if summary:
-        parts.append(f"alerts AS ({_ADD_ALERTS.format(guard=guard)})")
-        parts.append(f"flows AS ({_ADD_FLOWS.format(guard=guard)})")
-    keys = "(SELECT count(*) FROM key)" if key else "1"
-    return f"WITH {', '.join(parts)} SELECT {keys}"
+def _row_params(rows: list[dict], fields: tuple[str, ...], prefix: str) -> dict:
+    return {f"{prefix}{n}_{name}": row[name] for n, row in enumerate(rows) for name in fields}
+
+
+def summary_statements(params: dict) -> list[tuple[str, dict]]:
+    """The statements adding a summary (Summary.params, with the router's `mac`): its alert
+    rows into telemetry_alerts, its flow rows into telemetry_flows, each table one statement
+    (none for a table without rows)."""
+    shared = {name: params[name] for name in ("mac", "hour", "summarised_at", "flow_ids_kept")}
+    statements = []
+    if alerts := params["alerts"]:
+        statements.append((_rows_statement(_ADD_ALERTS, _ALERT_VALUES, len(alerts), "a"),
+                           {**shared, **_row_params(alerts, _ALERT_FIELDS, "a")}))
+    if flows := params["flows"]:
+        statements.append((_rows_statement(_ADD_FLOWS, _FLOW_VALUES, len(flows), "f"),
+                           {**shared, **_row_params(flows, _FLOW_FIELDS, "f")}))
+    return statements
 
 
 # A router's chunks (of one kind, or both), oldest first, that may hold records received in
@@ -82,11 +93,3 @@ FROM {table} ORDER BY mac, received_at, id LIMIT %(rows)s"""
 TAKE_LEGACY_ROWS = """DELETE FROM {table} WHERE (mac, received_at, id) IN (
     SELECT * FROM unnest(%(macs)s::macaddr[], %(times)s::timestamptz[], %(ids)s::bigint[]))
 RETURNING mac::text, received_at, id, record::text"""
-
-
-def insert_chunk_statement() -> str:
-    return store_statement(chunk=True, summary=False, key=False)
-
-
-def insert_summary_statement() -> str:
-    return store_statement(chunk=False, summary=True, key=False)

@@ -8,20 +8,24 @@ from datetime import datetime
 from server.db.pool import Database, execute
 
 
-# The router's poll address is written only when it moved (the fleet job counts reporters by
-# it: server/db/fleet.py); most polls only read its row.
-ACTIVATE_AND_READ = (
-    "WITH activation AS (INSERT INTO activations (mac, address) "
-    "VALUES (%(mac)s, %(address)s)), "
-    "moved AS (UPDATE routers SET poll_address = %(address)s WHERE mac = %(mac)s "
-    "AND %(address)s::inet IS NOT NULL AND poll_address IS DISTINCT FROM %(address)s::inet) "
-    "SELECT ids_updated_at, firewall_updated_at FROM router_rules WHERE mac = %(mac)s")
+# Three statements sent together (one round trip, one implicit transaction), each planned
+# by Citus onto the router's shard (data-modifying CTEs would be pulled through the
+# coordinator: issue 45). The router's poll address is written only when it moved (the
+# fleet job counts reporters by it: server/db/fleet.py); most polls only read its row.
+RECORD_ACTIVATION = "INSERT INTO activations (mac, address) VALUES (%(mac)s, %(address)s)"
+MOVE_POLL_ADDRESS = ("UPDATE routers SET poll_address = %(address)s WHERE mac = %(mac)s "
+                     "AND %(address)s::inet IS NOT NULL "
+                     "AND poll_address IS DISTINCT FROM %(address)s::inet")
+PAYLOAD_TIMES = ("SELECT ids_updated_at, firewall_updated_at FROM router_rules "
+                 "WHERE mac = %(mac)s")
+ACTIVATE_AND_READ = f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n{PAYLOAD_TIMES}"
 
 
 async def activate_and_read_timestamps(db: Database, mac: str, address: str | None
                                        ) -> tuple[datetime | None, datetime | None]:
     """Record an activation (with the address the router called from, so that its firewall
-    never blocks it, nor the fleet's list) and return (ids_updated_at, firewall_updated_at), one round trip."""
+    never blocks it, nor the fleet's list) and return (ids_updated_at,
+    firewall_updated_at), one round trip."""
     async with db.cursor() as cur:
         await execute(cur, ACTIVATE_AND_READ, {"mac": mac, "address": address})
         row = await cur.fetchone()

@@ -1,9 +1,10 @@
 """Idempotency keys of telemetry uploads (migration 0016): what a router's upload with a key
 stored, so that a retry is answered the same without storing again.
 
-The key's row is written by the upload's last statement, in the transaction of its records
-(TelemetryWriter.commit), with ON CONFLICT DO NOTHING: a second upload with the key finds it
-(after waiting for the first's transaction, when that is still open) and stores nothing.
+The key's row is written first among the upload's last statements, in the transaction of its
+records (TelemetryWriter.commit): a second upload with the key fails on its primary key
+(after waiting for the first's transaction, when that is still open), which rolls back
+everything it wrote, and is answered from the key's row.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from server.db.pool import Database
 BATCH_ROWS = 5_000
 PAUSE_SECONDS = 0.01  # between batches of the expiry: lets ingestion's statements through
 
-# Run as a statement of its own, or as the CTE `key` of the statement that stores a
-# request's last batch of rows (which then stores them only WHERE EXISTS (SELECT FROM key)).
+# The first of the statements that store a request's last batch (sent together: one round
+# trip). A key recorded before fails it with a unique violation of KEY_CONSTRAINT.
 INSERT_KEY = """INSERT INTO upload_keys (mac, kind, key, fingerprint, answer)
-VALUES (%(mac)s, %(kind)s, %(key)s, %(fingerprint)s, %(answer)s)
-ON CONFLICT DO NOTHING RETURNING 1"""
+VALUES (%(mac)s, %(kind)s, %(key)s, %(fingerprint)s, %(answer)s)"""
+KEY_CONSTRAINT = "upload_keys_pkey"
 
 RECORDED = """SELECT fingerprint, answer FROM upload_keys
 WHERE mac = %(mac)s AND kind = %(kind)s AND key = %(key)s"""

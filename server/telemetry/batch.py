@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from server.db.chunks import insert_chunk_statement, insert_summary_statement
+from server.db.chunks import INSERT_CHUNK, summary_statements
 from server.telemetry import extract
 from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
 from server.telemetry.summary import Summary, hour_of
@@ -31,10 +31,11 @@ def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
             counts.append(len(records))
             _summarise(summaries, mac, kind, received_at, records)
         for piece in split(Chunk(lines, times, counts), chunk_records):
-            chunks.append((insert_chunk_statement(), {
+            chunks.append((INSERT_CHUNK, {
                 "mac": mac, "kind": kind, **piece.params(compress(piece.lines, level))}))
-    return chunks + [(insert_summary_statement(), {"mac": mac, **summary.params(newest)})
-                     for (mac, _), (summary, newest) in sorted(summaries.items())]
+    return chunks + [statement for (mac, _), (summary, newest) in sorted(summaries.items())
+                     for statement in summary_statements({"mac": mac,
+                                                          **summary.params(newest)})]
 
 
 def _utc(moment: datetime) -> datetime:

@@ -22,7 +22,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from server.db.chunks import SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS, insert_chunk_statement
+from server.db.chunks import INSERT_CHUNK, SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
@@ -85,7 +85,7 @@ async def _merge(db: Database, partition: str, params: dict, chunk_records: int,
                 raise _Alone
             pieces = await asyncio.to_thread(_recut, taken, chunk_records)
             for piece, body in pieces:
-                await execute(cur, insert_chunk_statement(),
+                await execute(cur, INSERT_CHUNK,
                               {"mac": params["mac"], "kind": params["kind"],
                                **piece.params(body)})
     except _Alone:

@@ -107,8 +107,7 @@ class Summary:
         """The summary statement's values (server/db/chunks.py) for an upload received at
         `received_at` (or the newest of several)."""
         return {"hour": hour_of(received_at), "summarised_at": received_at,
-                "alerts": orjson.dumps(self.alert_rows()).decode(),
-                "flows": orjson.dumps(self.flow_rows()).decode(),
+                "alerts": self.alert_rows(), "flows": self.flow_rows(),
                 "flow_ids_kept": FLOW_IDS_KEPT}
 
     def alert_rows(self) -> list[dict]:

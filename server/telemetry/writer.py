@@ -10,11 +10,12 @@ import contextlib
 from datetime import datetime
 
 import aiopg
+import psycopg2
 
-from server.db.chunks import store_statement
+from server.db.chunks import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
-from server.db.upload_keys import UploadKey
+from server.db.upload_keys import INSERT_KEY, KEY_CONSTRAINT, UploadKey
 from server.telemetry.chunks import Chunk, compress, one_line
 from server.telemetry.extract import ROW_OF, validate
 from server.telemetry.summary import Summary
@@ -26,8 +27,9 @@ SUMMARY_ROWS = 10_000  # a summary this large is written with the next chunk (bo
 class TelemetryWriter:
     """Collects an upload's records, writes them in chunks inside one transaction, opened at
     the first full chunk, and its summary with the last one. An upload that fits one chunk
-    is written by a single autocommit statement. Leaving the context with an exception
-    rolls everything back.
+    is written by one request of statements at commit (an implicit transaction). Each write
+    is one statement per table, so that under Citus each runs on the router's shard alone. Leaving the context with an
+    exception rolls everything back.
 
     Pipelined: a full chunk is compressed (in a thread: zstd lets go of the GIL) and sent
     while the caller goes on reading and parsing the next one, with at most one chunk in
@@ -84,8 +86,8 @@ class TelemetryWriter:
         """Write what is left (records, summary) and `key` with it, and commit.
         KeyAlreadyUsed when `key` was recorded by another upload (nothing is stored; leaving
         the context rolls back). CommitInDoubt when the connection fails during the write
-        that commits (a lone statement in autocommit, or COMMIT); a failure before it leaves
-        nothing stored and is raised as it is."""
+        that commits (the statements of an upload that fits one chunk, or COMMIT); a failure
+        before it leaves nothing stored and is raised as it is."""
         pid = None
         try:
             chunk, summary = self._take_chunk(), self._take_summary()
@@ -127,15 +129,24 @@ class TelemetryWriter:
 
     async def _send(self, cur: aiopg.Cursor, chunk: Chunk | None, summary: Summary | None,
                     key: UploadKey | None) -> None:
-        params = dict(self._params)
-        if chunk is not None:
-            body = await asyncio.to_thread(compress, chunk.lines)
-            params.update(chunk.params(body))
-        if summary is not None:
-            params.update(summary.params(self._received_at))
+        """One statement per table (server/db/chunks.py), sent together: one round trip, and
+        outside a transaction one implicit transaction (all or nothing). The key first: one
+        recorded by another upload fails it, and nothing is written."""
+        statements, params = [], dict(self._params)
         if key is not None:
+            statements.append(INSERT_KEY)
             params.update(key.params())
-        statement = store_statement(chunk is not None, summary is not None, key is not None)
-        await execute(cur, statement, params)
-        if key is not None and (await cur.fetchone())[0] == 0:
-            raise KeyAlreadyUsed(key.key)
+        if chunk is not None:
+            statements.append(INSERT_CHUNK)
+            params.update(chunk.params(await asyncio.to_thread(compress, chunk.lines)))
+        if summary is not None:
+            for statement, summary_params in summary_statements(
+                    {**self._params, **summary.params(self._received_at)}):
+                statements.append(statement)
+                params.update(summary_params)
+        try:
+            await execute(cur, ";\n".join(statements), params)
+        except psycopg2.errors.UniqueViolation as error:
+            if key is not None and error.diag.constraint_name == KEY_CONSTRAINT:
+                raise KeyAlreadyUsed(key.key) from None
+            raise
