@@ -15,6 +15,7 @@ import pytest
 from server.db.applied import CURRENT, STORE_REPORT
 from server.db.chunks import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
 from server.db.citus import DISTRIBUTED_TABLES
+from server.db.console import ROUTER_PAGE_ON_ITS_SHARD, ROUTER_PAGE_ON_THE_COORDINATOR
 from server.db.partitions import partition_name
 from server.db.router_keys import KEY_HASH
 from server.db.rules import (MOVE_POLL_ADDRESS, PAYLOAD_CHANGED, PAYLOAD_TIMES, READ_PAYLOAD,
@@ -68,8 +69,12 @@ PER_ROUTER = {
         {"kind": "events", "settled": NOW, "size": 1000, "chunks": 10}),
 }
 
+PER_ROUTER.update({f"console's router page: {name}": (statement, {})
+                   for name, statement in ROUTER_PAGE_ON_ITS_SHARD.items()})
+
 # Statements of the coordinator's own tables, which no shard is involved in.
-COORDINATOR_ONLY = {"generation: reschedule": (RESCHEDULE, {
+COORDINATOR_ONLY = {**{f"console's router page: {name}": (statement, {})
+                       for name, statement in ROUTER_PAGE_ON_THE_COORDINATOR.items()},"generation: reschedule": (RESCHEDULE, {
     "key": MAC, "owner": "t", "interval": timedelta(hours=1), "seconds": 1.0}),
     "payload change notification": (PAYLOAD_CHANGED, {})}
 

@@ -66,6 +66,15 @@ SELECT id, network::text, mac::text, note, created_at FROM firewall_allowlist
 WHERE mac = %(mac)s OR mac IS NULL ORDER BY mac NULLS FIRST, network, id"""
 
 
+# The router page's statements by where Citus runs them: on the router's shard, or on the
+# coordinator's own tables (tests/test_citus.py checks both).
+ROUTER_PAGE_ON_ITS_SHARD = {"registration": _ROUTER, "last poll": _LAST_POLL,
+                            "payloads": _PAYLOADS, "applied": _APPLIED, "records": _RECORDS,
+                            "signatures": _SIGNATURES, "newest alerts": _NEWEST_EVENTS}
+ROUTER_PAGE_ON_THE_COORDINATOR = {"generation": _GENERATION, "overrides": _OVERRIDES,
+                                  "allowlist": _ALLOWED}
+
+
 async def router(db: Database, mac: str) -> tuple | None:
     """(mac, registered_at, registered_by, note, registered_from, key issued_at, key
     issued_by, enrollment open_until), or None when the router is not registered."""
