@@ -32,7 +32,7 @@ WORK_MEM = "256MB"
 @dataclass(frozen=True)
 class Counting:
     window: timedelta
-    severity: int          # attackers: alerts of this severity or more severe
+    severity: int          # alerts of this severity or more severe count
     min_networks: int
     min_age: timedelta
     keyed: bool            # only routers with a key count (ROUTER_AUTH=key)
