@@ -24,9 +24,11 @@ from engine.ruleset import Ruleset
 from server.db import allowlist as allowlist_db
 from server.db.generation import renew_and_summarise
 from server.jobs.fleet import run_fleet
+from server.jobs.preprocess import run_preprocess
 from server.typedefs import DATABASE
 from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
+from testkit.rule_archives import ruleset_settings
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 ATTACKER = "45.33.32.156"
@@ -310,3 +312,30 @@ def test_outbreaks_are_kept_within_their_share_and_change_nothing_when_absent():
                      limits, 7)
     assert gzip.compress(orjson.dumps(again.ids), mtime=0) == gzip.compress(
         orjson.dumps(kept.ids), mtime=0)
+
+
+async def test_rulegen_explains_what_a_router_gets_from_the_fleet(database, tmp_path,
+                                                                  make_client, sql):
+    settings = ruleset_settings("fixture", database, tmp_path).replace(
+        rule_generation_sample_count=8, fleet_min_router_age_hours=0)
+    await run_preprocess(settings)
+    client = await make_client(settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    await run_job(client, settings)
+    sql.rows("INSERT INTO fleet_outbreaks VALUES (9000001, 1, 9, 7, 40, now(), now(), '[]')")
+    await poll(client, mac(99), network_address(99))
+    result = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", mac(99),
+                             "--explain"], env=command_env(
+                                settings, RULE_GENERATION_SAMPLE_COUNT="8",
+                                RULE_GENERATION_FLEET_PERCENT="50"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "1 from the fleet's outbreaks" in lines[0]
+    assert any(line.startswith("  1:9000001 ") and line.endswith(
+        "firing across the fleet: at routers of 7 networks") for line in lines), lines
+    fleet = lines[lines.index(next(line for line in lines if line.startswith("Fleet entries"))):]
+    assert fleet[0].startswith("Fleet entries (1,")
+    assert fleet[1].startswith(f"  {ATTACKER}: reported by 5 routers of 5 networks")
+    assert mac(0) in fleet[1] and "blocked until 20" in fleet[1]
