@@ -1,7 +1,8 @@
 """Rule generation and the worker processes CPU-bound work runs in.
 
 - `generate.py`: the pure pipeline for one router (sampling, flowbits), `firewall.py`: which
-  addresses it blocks and why, `payloads.py`: canonical JSON, ETag, stored gzip;
+  addresses it blocks and why, `payloads.py`: canonical JSON, ETag, stored gzip; `fleet.py`: the fleet's
+  attackers and outbreaks from many routers' reports, and the shared list routers get;
 - `ruleset.py`: the published ruleset loaded once per worker process; `worker.py`: one
   router's generation as a worker runs it; `overrides.py` and `selectors.py`: operators'
   rule overrides and the suricata-update-style selectors they use;

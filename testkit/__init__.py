@@ -5,8 +5,8 @@ process (`server.py`, with the operator's command and a GET), the real corpus
 `rule_archives.py`: archives served over HTTP), stored payloads (`payloads.py`), a TCP proxy that can take the
 database away or cut the network (`tcp_proxy.py`), stored telemetry read back as rows
 (`telemetry.py`), waiting for a condition (`waiting.py`), the pool workers a test started and
-the processes working on a directory (`workers.py`), and a Citus cluster of a coordinator and workers on this machine
-(`citus_cluster.py`).
+the processes working on a directory (`workers.py`), a Citus cluster of a coordinator and workers on this machine
+(`citus_cluster.py`), and real ET alerts as many routers report one attacker (`fleet.py`).
 
 Development only: not installed with the package, imported from a checkout by `tests/`
 and `ops/bench/`. May import anything; nothing shipped imports it (import-linter checks).
