@@ -75,7 +75,3 @@ def fleet_document(attackers: list[dict], exemptions: Exemptions = Exemptions())
     entries = router_entries(attackers, exemptions)
     return {"entry_count": len(entries), "entries": entries}
 
-
-def fleet_sids(outbreaks: list[dict]) -> list[tuple[int, int, int]]:
-    """What generation takes from the outbreaks: (sid, networks, severity)."""
-    return [(entry["sid"], entry["networks"], entry["severity"]) for entry in outbreaks]

@@ -189,10 +189,6 @@ async def replace(db: Database, attackers: list[dict], outbreaks: list[dict]) ->
         await execute(cur, FLEET_CHANGED)
 
 
-async def notify_changed(db: Database) -> None:
-    await db.execute(FLEET_CHANGED)
-
-
 _ATTACKERS = f"""SELECT host(address), routers, networks, alerts, severity, signatures,
     {_hour('first_seen')}, {_hour('last_seen')}, reporters, {_hour('expires_at')}
 FROM fleet_attackers ORDER BY networks DESC, routers DESC, address"""

@@ -15,7 +15,6 @@ UNHEARD_RELOAD_SECONDS.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -40,9 +39,6 @@ class Served:
     @property
     def header(self) -> str:
         return etag_header(self.etag)
-
-    def plain(self) -> bytes:
-        return gzip.decompress(self.packed)
 
 
 def _served(document: dict) -> Served:
