@@ -77,10 +77,12 @@ class FleetList:
                     await self._load()
         if mac not in self._own:
             return self._shared
-        if (variant := self._variants.get(mac)) is None:
+        variants = self._variants  # a rebuild meanwhile replaces it: this one is not kept
+        if (variant := variants.get(mac)) is None:
             exemptions = Exemptions.of(self._fleet_allowlist + self._own[mac], [])
-            variant = self._variants[mac] = _served(fleet_document(self._attackers,
-                                                                   exemptions))
+            variant = await asyncio.to_thread(_served, fleet_document(self._attackers,
+                                                                      exemptions))
+            variants[mac] = variant
         return variant
 
     def _outdated(self) -> bool:
@@ -95,7 +97,9 @@ class FleetList:
             attackers = await fleet_db.attackers(self._db)
             fleet_allowlist = await fleet_db.fleet_allowlist(self._db)
             own = await fleet_db.own_allowlists(self._db)
-        self._shared = _served(fleet_document(attackers, Exemptions.of(fleet_allowlist, [])))
+        # Packed in a thread (gzip lets go of the GIL): 10,000 entries take tens of ms.
+        self._shared = await asyncio.to_thread(
+            _served, fleet_document(attackers, Exemptions.of(fleet_allowlist, [])))
         self._attackers, self._fleet_allowlist, self._own = attackers, fleet_allowlist, own
         self._variants = {}
         self._seen, self._loaded_at = changes, time.monotonic()
