@@ -10,9 +10,11 @@ everything it wrote, and is answered from the key's row.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 
 import orjson
+import psycopg2.errors
 
 from server.db.pool import Database
 
@@ -24,6 +26,19 @@ PAUSE_SECONDS = 0.01  # between batches of the expiry: lets ingestion's statemen
 INSERT_KEY = """INSERT INTO upload_keys (mac, kind, key, fingerprint, answer)
 VALUES (%(mac)s, %(kind)s, %(key)s, %(fingerprint)s, %(answer)s)"""
 KEY_CONSTRAINT = "upload_keys_pkey"
+
+
+_CONSTRAINT_NAMED = re.compile(r'unique constraint "([^"]+)"')
+
+
+def key_recorded_before(error: psycopg2.errors.UniqueViolation) -> bool:
+    """Whether the violation is INSERT_KEY's: the key's constraint, or under Citus its
+    shard's (`upload_keys_pkey_<shard id>`), which Citus names only in the message (the
+    error it relays from a worker carries no constraint field)."""
+    name = error.diag.constraint_name
+    if name is None and (named := _CONSTRAINT_NAMED.search(str(error))):
+        name = named.group(1)
+    return name is not None and (name == KEY_CONSTRAINT or name.startswith(f"{KEY_CONSTRAINT}_"))
 
 RECORDED = """SELECT fingerprint, answer FROM upload_keys
 WHERE mac = %(mac)s AND kind = %(kind)s AND key = %(key)s"""

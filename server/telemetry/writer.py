@@ -15,7 +15,7 @@ import psycopg2
 from server.db.chunks import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
-from server.db.upload_keys import INSERT_KEY, KEY_CONSTRAINT, UploadKey
+from server.db.upload_keys import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
 from server.telemetry.extract import ROW_OF, validate
 from server.telemetry.summary import Summary
@@ -147,6 +147,6 @@ class TelemetryWriter:
         try:
             await execute(cur, ";\n".join(statements), params)
         except psycopg2.errors.UniqueViolation as error:
-            if key is not None and error.diag.constraint_name == KEY_CONSTRAINT:
+            if key is not None and key_recorded_before(error):
                 raise KeyAlreadyUsed(key.key) from None
             raise
