@@ -37,10 +37,23 @@ VALUES {values}
 ON CONFLICT (mac, hour, app_proto, dest_port) DO UPDATE SET flows = t.flows + excluded.flows"""
 
 
-@functools.lru_cache(maxsize=512)
+CACHED_ROWS = 64  # statements of up to this many rows are kept, the common sizes; a larger
+                 # one is built each time (a client choosing many large sizes must not fill
+                 # memory with their texts)
+
+
 def _rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
+    if rows <= CACHED_ROWS:
+        return _cached_rows_statement(template, row, rows, prefix)
+    return _build_rows_statement(template, row, rows, prefix)
+
+
+def _build_rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
     return template.format(values=", ".join(row.format(p=f"{prefix}{n}_")
                                             for n in range(rows)))
+
+
+_cached_rows_statement = functools.lru_cache(maxsize=2 * CACHED_ROWS)(_build_rows_statement)
 
 
 def _row_params(rows: list[dict], fields: tuple[str, ...], prefix: str) -> dict:
