@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 
 from engine.ruleset import published_manifest, usable_rules
+from ops.fleet import reporters_text
 from ruledata.build import newest_update
 from ruledata.weights import weight_factors
 from server.timestamps import iso_utc
@@ -77,14 +78,11 @@ def _last_alert(entry: dict, window_days: int) -> str:
 
 def fleet_line(entry: dict) -> str:
     """One entry of the fleet's list with the operators' evidence (server/db/fleet.py)."""
-    reporters = ", ".join(f"{mac} ({network}) ×{alerts}"
-                          for mac, network, alerts in entry["reporters"][:5])
-    more = entry["routers"] - min(entry["routers"], 5)
     sids = ", ".join(str(sid) for sid in entry["signatures"][:10])
     return (f"  {entry['address']}: reported by {entry['routers']} routers of "
             f"{entry['networks']} networks, {entry['alerts']} alerts (sids {sids}), "
             f"{entry['first_seen']} to {entry['last_seen']}; blocked until "
-            f"{entry['expires_at']}; by {reporters}" + (f" and {more} more" if more else ""))
+            f"{entry['expires_at']}; by {reporters_text(entry)}")
 
 
 def explain(ids_gz: bytes, firewall_gz: bytes, version_dir: Path, window_days: int,

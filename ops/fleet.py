@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_parser("run", help="count the fleet's lists now")
 
 
-def _reporters(entry: dict) -> str:
+def reporters_text(entry: dict) -> str:
+    """The first reporters (MAC, network, alerts) of an entry, and how many more."""
     shown = ", ".join(f"{mac} ({network}) ×{alerts}"
                       for mac, network, alerts in entry["reporters"][:REPORTERS_SHOWN])
     more = entry["routers"] - min(entry["routers"], REPORTERS_SHOWN)
@@ -45,7 +46,7 @@ def attacker_lines(entries: list[dict]) -> list[str]:
         sids = ",".join(str(sid) for sid in entry["signatures"][:10])
         lines.append(f"{entry['address']}\t{entry['routers']}\t{entry['networks']}\t"
                      f"{entry['alerts']}\t{sids}\t{entry['first_seen']}\t{entry['last_seen']}\t"
-                     f"{entry['expires_at']}\t{_reporters(entry)}")
+                     f"{entry['expires_at']}\t{reporters_text(entry)}")
     return lines
 
 
@@ -54,7 +55,7 @@ def outbreak_lines(entries: list[dict]) -> list[str]:
     for entry in entries:
         lines.append(f"{entry['sid']}\t{entry['severity']}\t{entry['routers']}\t"
                      f"{entry['networks']}\t{entry['alerts']}\t{entry['first_seen']}\t"
-                     f"{entry['last_seen']}\t{_reporters(entry)}")
+                     f"{entry['last_seen']}\t{reporters_text(entry)}")
     return lines
 
 

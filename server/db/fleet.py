@@ -19,6 +19,7 @@ from datetime import timedelta
 
 from engine.firewall import Exemptions
 from engine.fleet import NOT_GLOBAL
+from server.db.generation import HOURS_IN_WINDOW
 from server.db.pool import Database, execute
 
 CHANNEL = "fleet_list"  # notified when the lists (or the fleet's allowlist) change
@@ -77,8 +78,7 @@ def seen_statement(keyed: bool) -> str:
 SELECT {_ENDPOINT} AS address, a.mac, r.network, a.signature_id AS sid, a.severity, a.alerts,
        a.hour
 FROM telemetry_alerts a JOIN ({_reporters(keyed)}) r USING (mac)
-WHERE a.hour > now() - %(window)s - interval '1 hour' AND a.hour <= now()
-  AND a.severity <= %(severity)s"""
+WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s"""
 
 
 def counted_statement(key: str) -> str:
@@ -136,13 +136,22 @@ async def count(db: Database, counting: Counting) -> tuple[list[dict], list[dict
         addresses = await cur.fetchall()
         await execute(cur, counted_statement("sid"), {**params, "limit": counting.max_signatures})
         signatures = await cur.fetchall()
-    attackers = [{"address": row[0], **dict(zip(_FIELDS, row[1:]))} for row in addresses]
-    outbreaks = []
-    for row in signatures:
-        entry = {"sid": row[0], **dict(zip(_FIELDS, row[1:]))}
-        del entry["signatures"]
-        outbreaks.append(entry)
-    return attackers, outbreaks
+    return [_attacker(row) for row in addresses], [_outbreak(row) for row in signatures]
+
+
+def _attacker(row: tuple) -> dict:
+    """A row of _FIELDS after the address (and the expiry, when stored) as an entry."""
+    entry = {"address": row[0], **dict(zip(_FIELDS, row[1:9]))}
+    if len(row) > 9:
+        entry["expires_at"] = row[9]
+    return entry
+
+
+def _outbreak(row: tuple) -> dict:
+    """A row of _FIELDS after the sid (its signatures column empty) as an entry."""
+    entry = {"sid": row[0], **dict(zip(_FIELDS, row[1:9]))}
+    del entry["signatures"]
+    return entry
 
 
 async def polled_from(db: Database, addresses: list[str]) -> list[str]:
@@ -199,22 +208,17 @@ FROM fleet_outbreaks ORDER BY networks DESC, routers DESC, sid"""
 
 async def attackers(db: Database) -> list[dict]:
     """The fleet's attackers as the job stored them, most widely reported first."""
-    return [{"address": row[0], **dict(zip(_FIELDS, row[1:9])), "expires_at": row[9]}
-            for row in await db.fetchall(_ATTACKERS)]
+    return [_attacker(row) for row in await db.fetchall(_ATTACKERS)]
 
 
 async def for_router(db: Database, mac: str) -> list[dict]:
     """The fleet's attackers this router gets (the allowlist's, fleet-wide and its own, out),
     with the operators' evidence."""
-    allowlist = await fleet_allowlist(db) + (await own_allowlists(db)).get(mac, [])
+    allowlist = [row[0] for row in await db.fetchall(
+        "SELECT network::text FROM firewall_allowlist WHERE mac IS NULL OR mac = %s", (mac,))]
     exempt = Exemptions.of(allowlist, []).exempt
     return [entry for entry in await attackers(db) if not exempt(entry["address"])]
 
 
 async def outbreaks(db: Database) -> list[dict]:
-    found = []
-    for row in await db.fetchall(_OUTBREAKS):
-        entry = {"sid": row[0], **dict(zip(_FIELDS, row[1:9]))}
-        del entry["signatures"]
-        found.append(entry)
-    return found
+    return [_outbreak(row) for row in await db.fetchall(_OUTBREAKS)]
