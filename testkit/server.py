@@ -54,6 +54,14 @@ def router_backend(env: Mapping[str, str], *args: str) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=600)
 
 
+def router_backend_output(env: Mapping[str, str], *args: str) -> str:
+    """router_backend's standard output; RuntimeError with its error output when it fails."""
+    done = router_backend(env, *args)
+    if done.returncode != 0:
+        raise RuntimeError(f"router-backend {' '.join(args)}: {done.stderr or done.stdout}")
+    return done.stdout
+
+
 def http_get(url: str, **headers: str) -> tuple[int, bytes]:
     """GET on a connection of its own: the status and the body, an error status included."""
     request = urllib.request.Request(url, headers=headers)

@@ -29,6 +29,7 @@ from server.typedefs import DATABASE
 from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
 from testkit.rule_archives import ruleset_settings
+from testkit.server import router_backend_output
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 ATTACKER = "45.33.32.156"
@@ -245,10 +246,7 @@ async def test_commands_and_console_show_the_lists_with_their_evidence(make_clie
     env = command_env(fleet_settings, FLEET_MIN_ROUTER_AGE_HOURS="0")
 
     def command(*args: str) -> str:
-        result = subprocess.run([sys.executable, "-m", "ops.cli", "fleet", *args], env=env,
-                                capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+        return router_backend_output(env, "fleet", *args)
     assert command("attackers").splitlines()[1:] == []
     assert "attackers=1" in command("run")
     line = command("attackers").splitlines()[1].split("\t")

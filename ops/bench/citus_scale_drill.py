@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,10 +32,9 @@ from pathlib import Path
 from ops.bench.fleet import Fleet, check_ledger
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database
-from testkit import REPOSITORY
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import Sql, admin_execute, database_env
-from testkit.server import running_server
+from testkit.server import router_backend_output, running_server
 
 SHARDS_OF = """SELECT r.mac::text, s.nodeport FROM unnest(%s::macaddr[]) AS r(mac)
 JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column('routers', r.mac)
@@ -66,14 +64,6 @@ class ScaleResult:
                 and self.ledger_after_restart and "finished" in self.rebalance_output)
 
 
-def command(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "ops.cli", *args], env=env, cwd=REPOSITORY,
-                          capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {done.stderr or done.stdout}")
-    return done.stdout
-
-
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000 if ordered else 0.0
@@ -87,9 +77,9 @@ def set_up(cluster: CitusCluster, location: DatabaseLocation, env: dict[str, str
     admin_execute(location, "SELECT citus_set_coordinator_host(%s, %s)",
                   (location.host, location.port))
     for index in range(1, cluster.workers + 1):
-        command(env, "citus", "add-node", f"127.0.0.1:{cluster.ports[index]}")
-    command(env, "migrate")
-    command(env, "citus", "distribute", "--shard-count", str(shards))
+        router_backend_output(env, "citus", "add-node", f"127.0.0.1:{cluster.ports[index]}")
+    router_backend_output(env, "migrate")
+    router_backend_output(env, "citus", "distribute", "--shard-count", str(shards))
 
 
 async def scale_out(cluster: CitusCluster, location: DatabaseLocation, env: dict[str, str],
@@ -103,8 +93,8 @@ async def scale_out(cluster: CitusCluster, location: DatabaseLocation, env: dict
     spare = cluster.spare_nodes[0]
     size = sql.value("SELECT sum(shard_size) FROM citus_shards")
     started = time.monotonic()
-    await asyncio.to_thread(command, env, "citus", "add-node", f"{spare.host}:{spare.port}")
-    result.rebalance_output = await asyncio.to_thread(command, env, "citus", "rebalance")
+    await asyncio.to_thread(router_backend_output, env, "citus", "add-node", f"{spare.host}:{spare.port}")
+    result.rebalance_output = await asyncio.to_thread(router_backend_output, env, "citus", "rebalance")
     finished = time.monotonic()
     result.seconds_to_move = finished - started
     await asyncio.sleep(3)

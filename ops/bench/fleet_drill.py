@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from server.db.location import DatabaseLocation
 
 from testkit.database import Sql, database_env, throwaway_database
 from testkit.fleet import attack_body, sids
-from testkit.server import ServerRunner
+from testkit.server import ServerRunner, router_backend_output
 
 TOKEN = "fleet-drill-enrollment-token-0123456789"
 A, B, C, D = "45.33.32.156", "45.33.32.157", "45.33.32.158", "45.33.32.159"
@@ -93,14 +92,6 @@ class Router:
             assert response.status == 200 and answer["rejected"] == 0, answer
 
 
-def command(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "ops.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {done.stderr}")
-    return done.stdout
-
-
 async def drill(url: str, env: dict[str, str], sql: Sql, routers: int) -> list[tuple[str, bool]]:
     checks = []
     async with aiohttp.ClientSession() as session:
@@ -112,7 +103,7 @@ async def drill(url: str, env: dict[str, str], sql: Sql, routers: int) -> list[t
             await router.poll()
         sql.rows("UPDATE routers SET registered_at = now() - interval '10 days' "
                  "WHERE mac <> ALL(%s::macaddr[])", ([router.mac for router in young],))
-        command(env, "allowlist", "add", D, "--note", "fleet drill: a partner")
+        router_backend_output(env, "allowlist", "add", D, "--note", "fleet drill: a partner")
         reporters = fleet[:REPORTERS]
         for router in reporters:
             for attacker in (A, D, fleet[10].address):
@@ -121,7 +112,7 @@ async def drill(url: str, env: dict[str, str], sql: Sql, routers: int) -> list[t
             await router.report(B)
         for router in young:
             await router.report(C)
-        detail = command(env, "fleet", "run")
+        detail = router_backend_output(env, "fleet", "run")
         print(f"fleet job: {detail.strip()}")
         finished = time.monotonic()
         polls = await asyncio.gather(*(router.poll() for router in fleet))
@@ -141,10 +132,10 @@ async def drill(url: str, env: dict[str, str], sql: Sql, routers: int) -> list[t
                                ("5. E, a router's own poll address", fleet[10].address)):
             checks.append((f"{label}: listed for none",
                            not any(address in entries for entries in got)))
-        operators_view = command(env, "fleet", "attackers")
+        operators_view = router_backend_output(env, "fleet", "attackers")
         checks.append(("   the operators' view names A's reporters",
                        all(router.mac in operators_view for router in reporters[:5])))
-        command(env, "allowlist", "add", A, "--note", "fleet drill: vetoed")
+        router_backend_output(env, "allowlist", "add", A, "--note", "fleet drill: vetoed")
         await asyncio.sleep(0.5)
         vetoed = await asyncio.gather(*(router.poll() for router in fleet))
         checks.append(("6. A vetoed by the allowlist: gone at every router's next poll, "
