@@ -104,8 +104,9 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
 
 def _payload_rule(rule: dict, reason: str, why: dict) -> dict:
     """A payload entry; `why` adds the reason's evidence: `override` (its id), `alerts` (how
-    often it fired), `fleet_networks` (how many networks' routers it fired at), `boosts` (what raised its sampling weight), `setter_for` (the sid whose
-    flowbit check brought it)."""
+    often it fired), `fleet_networks` (how many networks' routers it fired at), `boosts`
+    (what raised its sampling weight), `setter_for` (the sid whose flowbit check brought
+    it)."""
     return {"gid": rule["gid"], "sid": rule["sid"], "rev": rule["rev"],
             "action": rule["action"], "msg": rule["msg"], "classtype": rule["classtype"],
             "weight": rule["weight"], "reason": reason, **why, "raw": rule["raw"]}

@@ -74,9 +74,11 @@ PER_ROUTER.update({f"console's router page: {name}": (statement, {})
 
 # Statements of the coordinator's own tables, which no shard is involved in.
 COORDINATOR_ONLY = {**{f"console's router page: {name}": (statement, {})
-                       for name, statement in ROUTER_PAGE_ON_THE_COORDINATOR.items()},"generation: reschedule": (RESCHEDULE, {
-    "key": MAC, "owner": "t", "interval": timedelta(hours=1), "seconds": 1.0}),
-    "payload change notification": (PAYLOAD_CHANGED, {})}
+                       for name, statement in ROUTER_PAGE_ON_THE_COORDINATOR.items()},
+                    "generation: reschedule": (RESCHEDULE, {
+                        "key": MAC, "owner": "t", "interval": timedelta(hours=1),
+                        "seconds": 1.0}),
+                    "payload change notification": (PAYLOAD_CHANGED, {})}
 
 
 @pytest.fixture

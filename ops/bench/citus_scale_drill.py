@@ -93,8 +93,10 @@ async def scale_out(cluster: CitusCluster, location: DatabaseLocation, env: dict
     spare = cluster.spare_nodes[0]
     size = sql.value("SELECT sum(shard_size) FROM citus_shards")
     started = time.monotonic()
-    await asyncio.to_thread(router_backend_output, env, "citus", "add-node", f"{spare.host}:{spare.port}")
-    result.rebalance_output = await asyncio.to_thread(router_backend_output, env, "citus", "rebalance")
+    await asyncio.to_thread(router_backend_output, env, "citus", "add-node",
+                            f"{spare.host}:{spare.port}")
+    result.rebalance_output = await asyncio.to_thread(router_backend_output, env, "citus",
+                                                      "rebalance")
     finished = time.monotonic()
     result.seconds_to_move = finished - started
     await asyncio.sleep(3)

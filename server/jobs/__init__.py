@@ -16,6 +16,6 @@
 Imports: server.db, engine (process pools), ruledata; nothing from ops.
 """
 
-# The most jobs `scheduled_jobs` adds (fleet and retention on); each running job holds a connection of
-# its own, outside the pool, for its lock.
+# The most jobs `scheduled_jobs` adds (fleet and retention on); each running job holds a
+# connection of its own, outside the pool, for its lock.
 MOST_JOBS = 7

@@ -28,8 +28,8 @@ class TelemetryWriter:
     """Collects an upload's records, writes them in chunks inside one transaction, opened at
     the first full chunk, and its summary with the last one. An upload that fits one chunk
     is written by one request of statements at commit (an implicit transaction). Each write
-    is one statement per table, so that under Citus each runs on the router's shard alone. Leaving the context with an
-    exception rolls everything back.
+    is one statement per table, so that under Citus each runs on the router's shard alone.
+    Leaving the context with an exception rolls everything back.
 
     Pipelined: a full chunk is compressed (in a thread: zstd lets go of the GIL) and sent
     while the caller goes on reading and parsing the next one, with at most one chunk in
