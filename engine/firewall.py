@@ -8,11 +8,11 @@ else the destination when that is (e.g. an outbound connection to a command-and-
 server); an alert between two local addresses blocks nothing.
 
 Safety rails, so the block list cannot be turned against its router:
-- an address is never blocked when it is not globally routable unicast, when it is on the
-  allowlist (fleet-wide or the router's own), or when the router itself calls from it; an
-  IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:0:0/96`, NAT64 `64:ff9b::/96`,
-  6to4 `2002::/16`, IPv4-compatible `::/96`) is judged by that IPv4 address, so
-  `::ffff:8.8.4.4` is on an allowlist holding 8.8.0.0/16 and `64:ff9b::7f00:1` is loopback;
+- an address is never blocked when it is not public (engine/addresses.py: IANA's
+  special-purpose ranges, an explicit table), when it is on the allowlist (fleet-wide or the
+  router's own), or when the router itself calls from it; an IPv6 address that carries an
+  IPv4 one is judged by that IPv4 address, so `::ffff:8.8.4.4` is on an allowlist holding
+  8.8.0.0/16 and `64:ff9b::7f00:1` is loopback;
 - an address is blocked for the router's alerts only after `min_alerts` alerts from at least
   two signatures or two flows (one spoofed packet that trips a rule blocks nothing), and
   such an entry carries `expires_at`: its last alert plus the telemetry window. Entries from
@@ -21,38 +21,14 @@ Safety rails, so the block list cannot be turned against its router:
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 from dataclasses import dataclass
+
+from engine.addresses import carried, canonical_network, is_public
 
 # One row of the telemetry summary: (src_ip, dest_ip, signature id, severity, alert count,
 # distinct flows, expires_at as ISO 8601 UTC).
 AlertRow = tuple[str | None, str | None, int, int, int, int, str]
-
-
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
-IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
-
-
-def canonical(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address
-              ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The address the rails judge: the IPv4 address an IPv6 form carries, else itself."""
-    ip = ipaddress.ip_address(address)
-    if ip.version == 4:
-        return ip
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip in NAT64 or (ip in IPV4_COMPATIBLE and int(ip) > 1):  # not :: or ::1
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip
-
-
-@functools.lru_cache(maxsize=65536)
-def is_external(address: str) -> bool:
-    ip = canonical(address)
-    return ip.is_global and not ip.is_multicast
 
 
 @dataclass(frozen=True)
@@ -63,15 +39,15 @@ class Exemptions:
 
     @classmethod
     def of(cls, allowlist: list[str], own_addresses: list[str]) -> "Exemptions":
-        return cls(tuple(ipaddress.ip_network(n, strict=False) for n in allowlist),
-                   frozenset(canonical(a) for a in own_addresses))
+        return cls(tuple(canonical_network(n) for n in allowlist),
+                   frozenset(carried(a) for a in own_addresses))
 
     def exempt(self, address: str) -> bool:
-        if not is_external(address):
+        if not is_public(address):
             return True
         if not self.networks and not self.own:
             return False
-        ip, written = canonical(address), ipaddress.ip_address(address)
+        ip, written = carried(address), ipaddress.ip_address(address)
         return ip in self.own or written in self.own or any(
             ip in network or written in network for network in self.networks)
 
@@ -88,7 +64,7 @@ def alert_evidence(alerts: list[AlertRow], exemptions: Exemptions) -> dict[str, 
     """Per blockable external address: its alerts (per signature), count, flows, expiry."""
     evidence: dict[str, _Evidence] = {}
     for src, dest, sid, severity, count, flows, expires_at in alerts:
-        address = next((a for a in (src, dest) if a and is_external(a)), None)
+        address = next((a for a in (src, dest) if a and is_public(a)), None)
         if address is None or exemptions.exempt(address):
             continue
         entry = evidence.setdefault(address, _Evidence([]))

@@ -3,38 +3,43 @@ fleet's attackers, blocked by every router) and the signatures that fired at eno
 (outbreaks, kept in every router's IDS payload). Pure functions of what the server's query
 counted (server/db/fleet.py); no database, no clock.
 
-Poisoning is resisted by counting networks, not routers: each reporting router counts once
-per address, and reporters are grouped by the network they poll from (an IPv4 /24, an IPv6
-/48), so many routers behind one network count as one toward the threshold. Which routers
-may report at all (keyed ones in key mode, none younger than the set age, none whose poll
-address is unknown) is decided by the query, which also counts. The rails of a router's own
-block list hold for the fleet's (engine/firewall.py), here: never an address that is not
-globally routable unicast, never one on the fleet's allowlist, never one a router of the
-fleet polls from, never the service's own.
+Poisoning is resisted by counting networks, not routers: each alert counts for the network
+its upload came from (an IPv4 /24, an IPv6 /48, at most a few per IPv6 /32:
+engine/addresses.py), each router for one network per address, so many routers behind one
+network count as one toward the threshold. Which routers may report at all (keyed ones in
+key mode, none younger than the set age by registration or key) is decided by the query,
+which also counts and applies every rail before its limit. The rails of a router's own
+block list hold for the fleet's (engine/firewall.py), judged again here: never an address
+that is not public, never one on the fleet's allowlist, never one a router of the fleet
+polls from, never the service's own.
+
+The routers' document names what a router blocks and until when, nothing that changes
+while an attack goes on (counts, reporters, last seen are for operators): its ETag moves
+when an address joins or leaves the list, or when an expiry moves to its next
+EXPIRY_STEP_HOURS boundary, so every router re-fetches it a few times a day at most.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import math
+from datetime import datetime, timedelta, timezone
 
-from engine.firewall import Exemptions, is_external
+from engine.addresses import is_public
+from engine.firewall import Exemptions
 
-# The IANA special-purpose ranges that are not globally routable, plus multicast: the query's
-# cheap first cut of the endpoints it counts (is_external, exact, judges what it returns).
-# IPv4-mapped and other IPv6 forms of IPv4 addresses are left to is_external.
-NOT_GLOBAL = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-              "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16",
-              "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/3",
-              "::/127", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8")
-
-SIGNATURES_SHOWN = 10  # per address in the routers' document (operators see every one)
 HOUR_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+EXPIRY_STEP_HOURS = 6
 
 
 def expires_at(last_hour: str, window_hours: int) -> str:
-    """The end of the last hour reported, plus the window."""
-    moment = datetime.strptime(last_hour, HOUR_FORMAT) + timedelta(hours=1 + window_hours)
-    return moment.strftime(HOUR_FORMAT)
+    """The end of the last hour reported, plus the window, rounded up to the next
+    EXPIRY_STEP_HOURS boundary (UTC): a running attack moves it four times a day, not
+    hourly."""
+    moment = datetime.strptime(last_hour, HOUR_FORMAT).replace(tzinfo=timezone.utc) \
+        + timedelta(hours=1 + window_hours)
+    step = EXPIRY_STEP_HOURS * 3600
+    rounded = math.ceil(moment.timestamp() / step) * step
+    return datetime.fromtimestamp(rounded, timezone.utc).strftime(HOUR_FORMAT)
 
 
 def fleet_attackers(found: list[dict], exemptions: Exemptions, max_entries: int,
@@ -44,7 +49,7 @@ def fleet_attackers(found: list[dict], exemptions: Exemptions, max_entries: int,
     reporters): the rails applied, most networks (then routers) first, at most
     `max_entries`, each with its expiry."""
     kept = [entry for entry in found
-            if is_external(entry["address"]) and not exemptions.exempt(entry["address"])]
+            if is_public(entry["address"]) and not exemptions.exempt(entry["address"])]
     kept.sort(key=lambda entry: (-entry["networks"], -entry["routers"], entry["address"]))
     return [{**entry, "expires_at": expires_at(entry["last_seen"], window_hours)}
             for entry in kept[:max_entries]]
@@ -58,20 +63,17 @@ def fleet_outbreaks(found: list[dict], max_entries: int) -> list[dict]:
 
 def router_entries(attackers: list[dict], exemptions: Exemptions = Exemptions()) -> list[dict]:
     """The fleet's entries as a router gets them (GET /rules/fleet): what its block list
-    needs and evidence that names no router; minus what `exemptions` holds (a router's own
-    allowlist)."""
-    return [{"address": entry["address"], "family": 6 if ":" in entry["address"] else 4,
-             "reasons": ["fleet"], "expires_at": entry["expires_at"],
-             "fleet": {"routers": entry["routers"], "networks": entry["networks"],
-                       "signatures": entry["signatures"][:SIGNATURES_SHOWN],
-                       "first_seen": entry["first_seen"], "last_seen": entry["last_seen"]}}
-            for entry in attackers if not exemptions.exempt(entry["address"])]
+    needs, minus what `exemptions` holds (a router's own allowlist), in the order of their
+    addresses (not of their counts, which move while an attack goes on)."""
+    entries = [{"address": entry["address"], "family": 6 if ":" in entry["address"] else 4,
+                "reasons": ["fleet"], "expires_at": entry["expires_at"]}
+               for entry in attackers if not exemptions.exempt(entry["address"])]
+    return sorted(entries, key=lambda entry: (entry["family"], entry["address"]))
 
 
 def fleet_document(attackers: list[dict], exemptions: Exemptions = Exemptions()) -> dict:
     """The shared document: no time of its own, so equal inputs give equal bytes and its ETag
-    moves only when what a router blocks (or why) changes. Hours, not seconds, so a running
-    attack changes it at most hourly, unless routers or networks join."""
+    moves only when what a router blocks (or until when) changes."""
     entries = router_entries(attackers, exemptions)
     return {"entry_count": len(entries), "entries": entries}
 

@@ -150,10 +150,14 @@ def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLi
             selection.take(selection.group_for(rule, ruleset), "fired", fired_limit,
                            {"alerts": count})
     fleet_limit = min(budget, len(selection.chosen) + int(budget * limits.fleet_share))
-    for sid, networks, _ in sorted(summary.outbreaks, key=lambda row: (row[2], -row[1], row[0])):
-        if (rule := ruleset.by_sid.get(sid)) is not None:
-            selection.take(selection.group_for(rule, ruleset), "fleet", fleet_limit,
-                           {"fleet_networks": networks})
+    # Ranked by the ruleset's own weight of the rule (its severity, class priority and
+    # confidence), then by networks: never by the severity its reporters claimed.
+    outbreaks = [(ruleset.by_sid[sid], networks) for sid, networks, _ in summary.outbreaks
+                 if sid in ruleset.by_sid]
+    for rule, networks in sorted(outbreaks, key=lambda pair: (-pair[0]["weight"], -pair[1],
+                                                              pair[0]["sid"])):
+        selection.take(selection.group_for(rule, ruleset), "fleet", fleet_limit,
+                       {"fleet_networks": networks})
     order, boosts = _weighted_order(ruleset, set(summary.app_protos), set(summary.dest_ports),
                                     rng)
     for index in order:

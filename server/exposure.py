@@ -13,33 +13,21 @@ On loopback nothing is asked: README's first run needs no configuration.
 
 from __future__ import annotations
 
-import ipaddress
-
+from engine.addresses import is_loopback, is_private
 from server.settings import Settings, SettingsError
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: whatever it resolves to may be public
-
-
-def is_private(host: str) -> bool:
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return is_loopback(host)
-    return address.is_loopback or (address.is_private and not address.is_unspecified)
-
-
 def unchosen(settings: Settings) -> list[str]:
-    """What the public listener would expose that nobody chose, each with what to set."""
-    if is_loopback(settings.listen_host):
-        return []
+    """What a public listener would expose that nobody chose, each with what to set. The
+    console's own listener (CONSOLE_LISTEN) is judged on its own, whatever LISTEN_HOST is."""
     missing = []
+    if settings.console and settings.console_listen is not None \
+            and not is_private(settings.console_listen[0]) and "CONSOLE" not in settings.chosen:
+        missing.append(f"CONSOLE_LISTEN on a loopback or private address (it is "
+                       f"{settings.console_listen[0]}), or CONSOLE=true to serve the console "
+                       "there (behind TLS)")
+    if is_loopback(settings.listen_host):
+        return missing
     if "router" in settings.services and "ROUTER_AUTH" not in settings.chosen:
         missing.append("ROUTER_AUTH (key: routers need their own key, from ENROLLMENT_TOKEN "
                        "or `router-backend subscriptions add`; mac: whoever knows a MAC acts "
@@ -47,9 +35,7 @@ def unchosen(settings: Settings) -> list[str]:
     if "notifications" in settings.services and not settings.notification_api_token:
         missing.append("NOTIFICATION_API_TOKEN (or SERVICES=router to serve no "
                        "notification API)")
-    console_public = settings.console_listen is None or not is_private(
-        settings.console_listen[0])
-    if settings.console and console_public and "CONSOLE" not in settings.chosen:
+    if settings.console and settings.console_listen is None and "CONSOLE" not in settings.chosen:
         missing.append("CONSOLE_LISTEN on a loopback or private address (e.g. "
                        "127.0.0.1:8081), or CONSOLE=false, or CONSOLE=true to serve the console "
                        "on the public address (behind TLS)")
@@ -60,9 +46,11 @@ def refuse_unchosen(settings: Settings) -> None:
     """SettingsError (the start refused, one line) unless every exposure was chosen."""
     missing = unchosen(settings)
     if missing:
-        raise SettingsError(
-            f"LISTEN_HOST {settings.listen_host} is not loopback, so what is served there "
-            f"must be chosen; set {'; '.join(missing)} (docs/security.md)")
+        where = (f"LISTEN_HOST {settings.listen_host} is not loopback"
+                 if not is_loopback(settings.listen_host)
+                 else f"CONSOLE_LISTEN {settings.console_listen[0]} is not private")
+        raise SettingsError(f"{where}, so what is served there must be chosen; set "
+                            f"{'; '.join(missing)} (docs/security.md)")
 
 
 def chosen_risks(settings: Settings) -> list[str]:
@@ -77,4 +65,9 @@ def chosen_risks(settings: Settings) -> list[str]:
     if settings.console and settings.console_listen is None:
         risks.append(f"the console is served on {settings.listen_host}: sign-ins cross the "
                      "network, so put it behind TLS (ops/deploy/Caddyfile)")
+    if settings.fleet_enabled and not settings.service_addresses:
+        risks.append("the fleet's list is on and SERVICE_ADDRESSES is unset: the public "
+                     f"address routers reach this service at (other than {settings.listen_host}"
+                     ") could be listed, and every router would block it; set "
+                     "SERVICE_ADDRESSES")
     return risks

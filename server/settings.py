@@ -430,12 +430,21 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("FLEET_CRON_SCHEDULE", "*/5 * * * *", "Cron spec of the fleet job.", _cron),
         Setting("FLEET_WINDOW_HOURS", "24", "Hours of alerts the fleet job counts; an entry "
                 "expires this long after the last hour it was reported in.", _integer(1, 24 * 30)),
-        Setting("FLEET_MIN_NETWORKS", "5", "Distinct reporter networks (the /24 or /48 each "
-                "router polls from) an address or a signature needs to be listed for the fleet: "
-                "routers behind one network count once.", _integer(2)),
-        Setting("FLEET_MIN_ROUTER_AGE_HOURS", "72", "Routers registered more recently do not "
-                "count toward the fleet's lists (nor, in key mode, routers without a key).",
-                _integer(0)),
+        Setting("FLEET_MIN_NETWORKS", "5", "Distinct reporter networks an address or a signature "
+                "needs to be listed for the fleet: each alert counts for the network its upload "
+                "came from (an IPv4 /24, an IPv6 /48, at most 3 of one IPv6 /32), each router "
+                "for one network, so routers behind one network count once.", _integer(2)),
+        Setting("FLEET_MIN_ROUTER_AGE_HOURS", "72", "Routers registered, or given their current "
+                "key, more recently do not count toward the fleet's lists (nor, in key mode, "
+                "routers without a key).", _integer(0)),
+        Setting("FLEET_MAX_PER_ROUTER", "1000", "Most addresses, and most signatures, one router "
+                "counts for in the fleet's window (its most alerted; the rest are counted in the "
+                "job's result, not listed): one router's flood cannot grow the job.",
+                _integer(1)),
+        Setting("FLEET_ATTACKERS_IN_MAC_MODE", "false", "With ROUTER_AUTH=mac, whoever knows a "
+                "MAC uploads as that router, so the fleet's attackers list is empty unless this "
+                "is true (outbreaks are still counted): set it only on a network where every "
+                "router is yours (docs/rules.md).", _boolean),
         Setting("FLEET_MAX_ENTRIES", "10000", "Most addresses in the fleet's list (the most widely "
                 "reported first).", _integer(1)),
         Setting("SERVICE_ADDRESSES", "", "Comma-separated addresses or networks at which routers "

@@ -7,8 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from server.exposure import chosen_risks, unchosen
-from server.settings import load_settings
+import pytest
+
+from server.exposure import chosen_risks, refuse_unchosen, unchosen
+from server.settings import SettingsError, load_settings
 from testkit import REPOSITORY
 from testkit.server import ServerRunner, free_port, http_get
 
@@ -45,7 +47,25 @@ def test_a_public_listener_needs_every_exposure_chosen():
 def test_chosen_risks_are_warned():
     risks = chosen_risks(settings(LISTEN_HOST="0.0.0.0", ROUTER_AUTH="mac", CONSOLE="true",
                                   NOTIFICATION_API_TOKEN=TOKEN))
-    assert len(risks) == 2 and "ROUTER_AUTH=mac" in risks[0] and "TLS" in risks[1]
+    assert len(risks) == 3 and "ROUTER_AUTH=mac" in risks[0] and "TLS" in risks[1]
+    assert "SERVICE_ADDRESSES" in risks[2]  # the fleet could list the service's own address
+    assert len(chosen_risks(settings(LISTEN_HOST="0.0.0.0", ROUTER_AUTH="mac", CONSOLE="true",
+                                     NOTIFICATION_API_TOKEN=TOKEN,
+                                     SERVICE_ADDRESSES="198.51.100.7"))) == 2
+
+
+def test_a_console_listener_is_judged_whatever_listen_host_is():
+    """Issue 50: with a loopback LISTEN_HOST, CONSOLE_LISTEN=0.0.0.0:P started unrefused."""
+    for host in ("0.0.0.0", "[::]", "203.0.113.5", "console.example.net"):
+        missing = unchosen(settings(LISTEN_HOST="127.0.0.1", CONSOLE_LISTEN=f"{host}:8081"))
+        assert len(missing) == 1 and missing[0].startswith("CONSOLE_LISTEN"), host
+        with pytest.raises(SettingsError, match="CONSOLE_LISTEN"):
+            refuse_unchosen(settings(LISTEN_HOST="127.0.0.1", CONSOLE_LISTEN=f"{host}:8081"))
+    assert unchosen(settings(LISTEN_HOST="127.0.0.1", CONSOLE_LISTEN="0.0.0.0:8081",
+                             CONSOLE="true")) == []
+    for private in ("127.0.0.1", "10.1.2.3", "192.168.1.1", "[fd00::1]", "[::1]"):
+        assert unchosen(settings(LISTEN_HOST="127.0.0.1",
+                                 CONSOLE_LISTEN=f"{private}:8081")) == [], private
 
 
 def serve(tmp_path, **environ: str) -> subprocess.CompletedProcess:

@@ -71,7 +71,8 @@ def listed(document: dict) -> dict[str, dict]:
 
 @pytest.fixture
 def fleet_settings(database, tmp_path):
-    return settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0")
+    return settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0",
+                        FLEET_ATTACKERS_IN_MAC_MODE="true")
 
 
 async def run_job(client, settings) -> dict:
@@ -95,10 +96,12 @@ async def test_an_attacker_of_enough_networks_reaches_every_router_with_evidence
     assert detail["attackers"] == 1
     status, document, etag = await fleet_list(client, bystander)
     entry = listed(document)[ATTACKER]
-    assert entry["reasons"] == ["fleet"] and entry["family"] == 4
-    assert entry["fleet"]["routers"] == 5 and entry["fleet"]["networks"] == 5
-    assert set(entry["fleet"]["signatures"]) <= sids() and entry["fleet"]["signatures"]
-    assert entry["expires_at"] > entry["fleet"]["last_seen"]
+    assert entry == {"address": ATTACKER, "family": 4, "reasons": ["fleet"],
+                     "expires_at": entry["expires_at"]}  # nothing that moves while it attacks
+    stored = sql.rows("SELECT routers, networks, signatures, last_seen FROM fleet_attackers "
+                     "WHERE address = %s", (ATTACKER,))[0]
+    assert stored[:2] == (5, 5) and set(stored[2]) <= sids() and stored[2]
+    assert entry["expires_at"] > stored[3].strftime("%Y-%m-%dT%H:%M:%SZ")
     assert etag != etag_before
     # The document names no router: no MAC, no reporter's address.
     text = orjson.dumps(document).decode()
@@ -114,22 +117,24 @@ async def test_an_attacker_of_enough_networks_reaches_every_router_with_evidence
                                          for n in range(5)}
 
 
-async def test_routers_behind_one_network_count_once(make_client, fleet_settings):
+async def test_routers_behind_one_network_count_once(make_client, fleet_settings, sql):
     client = await make_client(fleet_settings)
     for n in range(20):  # one /24, twenty routers
         await report(client, mac(n), f"81.9.9.{n + 1}")
     for n in range(20, 23):  # three more networks: four in all
         await report(client, mac(n), network_address(n))
     detail = await run_job(client, fleet_settings)
-    assert detail["attackers"] == 0 and detail["addresses_counted"] == 0
+    assert detail["attackers"] == 0
     await report(client, mac(30), network_address(30))  # a fifth network
     assert (await run_job(client, fleet_settings))["attackers"] == 1
-    entry = listed((await fleet_list(client, mac(0)))[1])[ATTACKER]
-    assert entry["fleet"]["routers"] == 24 and entry["fleet"]["networks"] == 5
+    assert ATTACKER in listed((await fleet_list(client, mac(0)))[1])
+    assert sql.rows("SELECT routers, networks FROM fleet_attackers WHERE address = %s",
+                    (ATTACKER,)) == [(24, 5)]
 
 
 async def test_young_routers_do_not_count(make_client, database, tmp_path, sql):
-    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="72")
+    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="72",
+                            FLEET_ATTACKERS_IN_MAC_MODE="true")
     client = await make_client(settings)
     for n in range(5):
         await report(client, mac(n), network_address(n))
@@ -169,12 +174,12 @@ async def test_rails_keep_private_reserved_and_poll_addresses_off_the_list(
 
 async def test_the_service_own_addresses_are_never_listed(make_client, database, tmp_path):
     settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0",
-                            SERVICE_ADDRESSES="45.33.32.0/24")
+                            SERVICE_ADDRESSES="45.33.32.0/24", FLEET_ATTACKERS_IN_MAC_MODE="true")
     client = await make_client(settings)
     for n in range(5):
         await report(client, mac(n), network_address(n))
     detail = await run_job(client, settings)
-    assert detail["attackers"] == 0 and detail["addresses_counted"] == 0
+    assert detail["attackers"] == 0 and detail["not_listed"] == 0
 
 
 async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_for_it_alone(
@@ -243,7 +248,8 @@ async def test_commands_and_console_show_the_lists_with_their_evidence(make_clie
     client = await make_client(console_settings(fleet_settings))
     for n in range(5):
         await report(client, mac(n), network_address(n))
-    env = command_env(fleet_settings, FLEET_MIN_ROUTER_AGE_HOURS="0")
+    env = command_env(fleet_settings, FLEET_MIN_ROUTER_AGE_HOURS="0",
+                      FLEET_ATTACKERS_IN_MAC_MODE="true")
 
     def command(*args: str) -> str:
         return router_backend_output(env, "fleet", *args)
@@ -271,7 +277,8 @@ def test_attackers_are_ordered_capped_and_expire_a_window_after_their_last_hour(
     entries = fleet_attackers([found("1.1.1.9", 5), found("8.8.8.9", 9), found("9.9.9.9", 5, 7),
                                found("192.168.0.1", 50)], Exemptions(), 2, 24)
     assert [e["address"] for e in entries] == ["8.8.8.9", "9.9.9.9"]
-    assert entries[0]["expires_at"] == "2026-11-27T03:00:00Z"
+    # 02:00 + 1 h + 24 h = 03:00, rounded up to the next 6-hour boundary
+    assert entries[0]["expires_at"] == "2026-11-27T06:00:00Z"
 
 
 def test_the_document_is_the_same_bytes_for_the_same_inputs_and_drops_exemptions():
@@ -299,13 +306,15 @@ def test_outbreaks_are_kept_within_their_share_and_change_nothing_when_absent():
     plain = generate(ruleset, TelemetrySummary(), [], limits, 7)
     also = generate(ruleset, TelemetrySummary(outbreaks=[]), [], limits, 7)
     assert plain.ids == also.ids and plain.firewall == also.firewall
+    for n in (53, 55):  # the ruleset weighs these two higher than the rest
+        ruleset.by_sid[1000 + n]["weight"] = 2.0
     outbreaks = [(1000 + n, 10 - n % 5, 1 + n % 3) for n in range(50, 60)]
     kept = generate(ruleset, TelemetrySummary(outbreaks=outbreaks), [], limits, 7)
     fleet = [rule for rule in kept.ids["rules"] if rule["reason"] == "fleet"]
     assert len(fleet) == 2 and kept.stats["from_fleet"] == 2 and kept.ids["rule_count"] == 20
-    # the most severe, then the most widely seen: severity 1 holds n = 51, 54, 57 (9, 6
-    # and 8 networks)
-    assert {rule["sid"]: rule["fleet_networks"] for rule in fleet} == {1051: 9, 1057: 8}
+    # the ruleset's weight first, then the most widely seen; the severity the reporters
+    # claimed (1 for n = 51, 54, 57) counts for nothing (issue 50)
+    assert {rule["sid"]: rule["fleet_networks"] for rule in fleet} == {1053: 7, 1055: 10}
     again = generate(ruleset, TelemetrySummary(outbreaks=list(reversed(outbreaks))), [],
                      limits, 7)
     assert gzip.compress(orjson.dumps(again.ids), mtime=0) == gzip.compress(
@@ -315,7 +324,8 @@ def test_outbreaks_are_kept_within_their_share_and_change_nothing_when_absent():
 async def test_rulegen_explains_what_a_router_gets_from_the_fleet(database, tmp_path,
                                                                   make_client, sql):
     settings = ruleset_settings("fixture", database, tmp_path).replace(
-        rule_generation_sample_count=8, fleet_min_router_age_hours=0)
+        rule_generation_sample_count=8, fleet_min_router_age_hours=0,
+        fleet_attackers_in_mac_mode=True)
     await run_preprocess(settings)
     client = await make_client(settings)
     for n in range(5):
@@ -326,7 +336,8 @@ async def test_rulegen_explains_what_a_router_gets_from_the_fleet(database, tmp_
     result = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", mac(99),
                              "--explain"], env=command_env(
                                 settings, RULE_GENERATION_SAMPLE_COUNT="8",
-                                RULE_GENERATION_FLEET_PERCENT="50"),
+                                RULE_GENERATION_FLEET_PERCENT="50",
+                                FLEET_ATTACKERS_IN_MAC_MODE="true"),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

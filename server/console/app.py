@@ -13,6 +13,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
+from engine.addresses import canonical
 from server.console import views
 from server.console.auth import COOKIE, SESSIONS, USER, Sessions, csrf_matches
 from server.db.pool import DatabaseUnavailable
@@ -123,8 +124,7 @@ def _accepted_on(request: web.Request, addresses: frozenset | None, port: int) -
 
 
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    address = ipaddress.ip_address(text.split("%")[0])
-    return address.ipv4_mapped or address if address.version == 6 else address
+    return canonical(text.split("%")[0])  # a listener's own link-local address has a zone
 
 
 def _error_page(request: web.Request, status: int, message: str,

@@ -22,13 +22,16 @@ _ALERT_FIELDS = ("sid", "src", "dest", "severity", "alerts", "flow_ids", "last_s
 _ALERT_VALUES = ("(%(mac)s, %(hour)s, %({p}src)s::inet, %({p}dest)s::inet, %({p}sid)s, "
                  "%({p}severity)s, %({p}alerts)s, "
                  "coalesce(%({p}last_seen)s::timestamptz, %(summarised_at)s), "
-                 "%({p}flow_ids)s::text[])")
+                 "%({p}flow_ids)s::text[], %(network)s::cidr)")
+# `network`: the upload's reporter network (migration 0026), the last upload's on a row that
+# several added to; what the fleet credits the row's alerts to.
 _ADD_ALERTS = """INSERT INTO telemetry_alerts AS t (mac, hour, src_ip, dest_ip, signature_id,
-    severity, alerts, last_seen, flow_ids)
+    severity, alerts, last_seen, flow_ids, network)
 VALUES {values}
 ON CONFLICT (mac, hour, signature_id, src_ip, dest_ip, severity) DO UPDATE SET
     alerts = t.alerts + excluded.alerts, last_seen = greatest(t.last_seen, excluded.last_seen),
-    flow_ids = merged_flow_ids(t.flow_ids, excluded.flow_ids, %(flow_ids_kept)s)"""
+    flow_ids = merged_flow_ids(t.flow_ids, excluded.flow_ids, %(flow_ids_kept)s),
+    network = coalesce(excluded.network, t.network)"""
 
 _FLOW_FIELDS = ("app_proto", "dest_port", "flows")
 _FLOW_VALUES = "(%(mac)s, %(hour)s, %({p}app_proto)s, %({p}dest_port)s, %({p}flows)s)"
@@ -63,8 +66,9 @@ def _row_params(rows: list[dict], fields: tuple[str, ...], prefix: str) -> dict:
 def summary_statements(params: dict) -> list[tuple[str, dict]]:
     """The statements adding a summary (Summary.params, with the router's `mac`): its alert
     rows into telemetry_alerts, its flow rows into telemetry_flows, each table one statement
-    (none for a table without rows)."""
+    (none for a table without rows); `network`, when given, the upload's reporter network."""
     shared = {name: params[name] for name in ("mac", "hour", "summarised_at", "flow_ids_kept")}
+    shared["network"] = params.get("network")
     statements = []
     if alerts := params["alerts"]:
         statements.append((_rows_statement(_ADD_ALERTS, _ALERT_VALUES, len(alerts), "a"),

@@ -2,13 +2,21 @@
 router's hourly alert summaries (`telemetry_alerts`), the tables it replaces
 (`fleet_attackers`, `fleet_outbreaks`, migration 0024) and what reads them.
 
-The counting stays in the database: the window's alerts of blocking severity are read once
-into a temporary table, each joined to its router when that router may report (a poll
-address known, registered at least `min_age` ago, keyed when `keyed`) with its reporter
-network (the /24 or /48 of that address); then one statement per list groups them by
-address and by signature, and only the keys seen from at least `min_networks` networks come
-back, with their evidence. Under Citus the join runs on every shard (the tables are
-co-located by `mac`) and its rows are gathered on the coordinator, where the grouping runs.
+The counting stays in the database, every rail before any limit:
+- the window's alerts of blocking severity are read once into a temporary table, from the
+  routers that may report: registered, and holding their current key, at least `min_age`
+  ago (the later of the two counts, so a reset or a new enrollment starts again), keyed
+  when `keyed`. Each alert counts for the network its upload came from (`network`, written
+  with the summary at ingestion, migration 0026), never for where the router polls from;
+- each router's pairs (address or signature, router) are summed, each router giving one
+  network per key and at most `per_router` keys (its most alerted; the rest are counted in
+  the job's result, not listed); an address counts only when it is public
+  (engine/addresses.py's table, in SQL), on no allowlist and no router's poll address;
+- a key's networks are its distinct reporter networks, at most `per_allocation` of them
+  per IPv6 /32, and only keys of at least `min_networks` come back, the most first, with
+  their evidence.
+Under Citus the first read runs on every shard (the tables are co-located by `mac`) and its
+rows are gathered on the coordinator, where the rest runs.
 """
 
 from __future__ import annotations
@@ -17,8 +25,8 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 
+from engine.addresses import ALLOCATION_PREFIX, NOT_PUBLIC, PER_ALLOCATION
 from engine.firewall import Exemptions
-from engine.fleet import NOT_GLOBAL
 from server.db.generation import HOURS_IN_WINDOW
 from server.db.pool import Database, execute
 
@@ -39,12 +47,14 @@ class Counting:
     keyed: bool            # only routers with a key count (ROUTER_AUTH=key)
     max_addresses: int     # the most widely reported first
     max_signatures: int
+    per_router: int        # keys (addresses, signatures) one router counts for, per window
     exempt: tuple[str, ...] = ()  # networks never listed (the allowlist, the service's own)
 
     def params(self) -> dict:
         return {"window": self.window, "severity": self.severity, "min": self.min_networks,
-                "min_age": self.min_age, "not_global": list(NOT_GLOBAL),
-                "kept": REPORTERS_KEPT, "exempt": list(self.exempt)}
+                "min_age": self.min_age, "not_public": list(NOT_PUBLIC),
+                "kept": REPORTERS_KEPT, "exempt": list(self.exempt),
+                "per_router": self.per_router, "per_allocation": PER_ALLOCATION}
 
 
 _ISO = "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'"
@@ -55,88 +65,120 @@ def _hour(column: str) -> str:
 
 
 def _reporters(keyed: bool) -> str:
-    key = " AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else ""
-    return f"""SELECT r.mac, network(set_masklen(r.poll_address,
-                                    CASE family(r.poll_address) WHEN 4 THEN 24 ELSE 48 END))
-                AS network
-  FROM routers r
-  WHERE r.poll_address IS NOT NULL AND r.registered_at <= now() - %(min_age)s{key}"""
+    """The routers that may report: old enough by registration and by their current key."""
+    key_is_old = ("EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac "
+                  "AND k.issued_at <= now() - %(min_age)s)")
+    key_is_new = ("NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac "
+                  "AND k.issued_at > now() - %(min_age)s)")
+    return f"""SELECT r.mac FROM routers r
+  WHERE r.registered_at <= now() - %(min_age)s AND {key_is_old if keyed else key_is_new}"""
 
 
-_EXTERNAL = "{0} IS NOT NULL AND NOT {0} <<= ANY(%(not_global)s::inet[])"
+_PUBLIC = "{0} IS NOT NULL AND NOT {0} <<= ANY(%(not_public)s::inet[])"
 # The external endpoint of an alert as engine/firewall.py blocks it: the source when it is
-# external, else the destination (NULL: an alert between two local addresses).
-_ENDPOINT = (f"CASE WHEN {_EXTERNAL.format('a.src_ip')} THEN a.src_ip "
-             f"WHEN {_EXTERNAL.format('a.dest_ip')} THEN a.dest_ip END")
+# public, else the destination (NULL: an alert between two local addresses).
+_ENDPOINT = (f"CASE WHEN {_PUBLIC.format('a.src_ip')} THEN a.src_ip "
+             f"WHEN {_PUBLIC.format('a.dest_ip')} THEN a.dest_ip END")
 
 
 def seen_statement(keyed: bool) -> str:
     """The window's alerts of blocking severity from the routers that may report, each with
-    its endpoint and its reporter's network: read once, counted twice (by address, by
-    signature)."""
+    its endpoint and the network its upload came from: read once, counted twice."""
     return f"""CREATE TEMPORARY TABLE fleet_seen ON COMMIT DROP AS
-SELECT {_ENDPOINT} AS address, a.mac, r.network, a.signature_id AS sid, a.severity, a.alerts,
+SELECT {_ENDPOINT} AS address, a.mac, a.network, a.signature_id AS sid, a.severity, a.alerts,
        a.hour
 FROM telemetry_alerts a JOIN ({_reporters(keyed)}) r USING (mac)
-WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s"""
+WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s AND a.network IS NOT NULL"""
+
+
+POLLED_STATEMENT = """CREATE TEMPORARY TABLE fleet_polled ON COMMIT DROP AS
+SELECT DISTINCT poll_address AS address FROM routers WHERE poll_address IS NOT NULL"""
+
+_RAILS = {"address": """address IS NOT NULL AND NOT address <<= ANY(%(exempt)s::inet[])
+      AND NOT EXISTS (SELECT 1 FROM fleet_polled p WHERE p.address = s.address)""",
+          "sid": "true"}
+
+
+def pairs_statement(key: str) -> str:
+    """fleet_<key>s: per (key, router) what it reported, its one network (the lowest of those
+    its uploads came from), and its rank among the router's keys by alerts."""
+    return f"""CREATE TEMPORARY TABLE fleet_{key}s ON COMMIT DROP AS
+SELECT *, row_number() OVER (PARTITION BY mac ORDER BY n DESC, {key}) AS rank
+FROM (SELECT {key}, mac, min(network) AS network, sum(alerts) AS n,
+             min(severity) AS severity, min(hour) AS first, max(hour) AS last
+      FROM fleet_seen s WHERE {_RAILS[key]} GROUP BY {key}, mac) per_router"""
+
+
+def over_bound_statement(key: str) -> str:
+    return f"SELECT count(*) FROM fleet_{key}s WHERE rank > %(per_router)s"
 
 
 def counted_statement(key: str) -> str:
-    """From fleet_seen: the keys (`address` or `sid`) seen from at least %(min)s networks,
-    at most %(limit)s of them (the most networks first; addresses in %(exempt)s left out
-    first), each with its evidence. Every step a hash aggregate but the reporters' ranking,
-    which sorts only the listed keys' routers."""
-    source = ("fleet_seen WHERE address IS NOT NULL AND NOT address <<= ANY(%(exempt)s::inet[])"
-              if key == "address" else "fleet_seen")
+    """From fleet_<key>s: the keys seen from at least %(min)s networks (at most
+    %(per_allocation)s per IPv6 /32), at most %(limit)s of them, the most networks first,
+    each with its evidence."""
     shown = "host(r.address)" if key == "address" else "r.sid"
     sids, with_sids = "NULL::bigint[]", ""
     if key == "address":
         sids = "s.sids"
         with_sids = """
 JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
-      FROM (SELECT address, sid, sum(alerts) AS n FROM seen JOIN listed USING (address)
+      FROM (SELECT address, sid, sum(alerts) AS n FROM fleet_seen JOIN listed USING (address)
             GROUP BY address, sid) per_sid
       GROUP BY address) s USING (address)"""
     return f"""WITH
- seen AS (SELECT * FROM {source}),
- listed AS (SELECT {key}, count(*) AS networks
-            FROM (SELECT {key}, network FROM seen GROUP BY {key}, network) pairs
-            GROUP BY {key} HAVING count(*) >= %(min)s
+ pairs AS (SELECT * FROM fleet_{key}s WHERE rank <= %(per_router)s),
+ listed AS (SELECT {key}, sum(least(networks, %(per_allocation)s))::integer AS networks
+            FROM (SELECT {key}, count(DISTINCT network) AS networks FROM pairs
+                  GROUP BY {key}, CASE WHEN family(network) = 6
+                      THEN set_masklen(network, {ALLOCATION_PREFIX}) ELSE network END
+                 ) per_allocation
+            GROUP BY {key} HAVING sum(least(networks, %(per_allocation)s)) >= %(min)s
             ORDER BY networks DESC, {key} LIMIT %(limit)s),
- per_router AS (SELECT {key}, mac, network, sum(alerts) AS n, min(severity) AS severity,
-                       min(hour) AS first, max(hour) AS last
-                FROM seen JOIN listed USING ({key}) GROUP BY {key}, mac, network),
- ranked AS (SELECT *, row_number() OVER (PARTITION BY {key} ORDER BY n DESC, mac) AS rank
-            FROM per_router)
+ ranked AS (SELECT pairs.*, row_number() OVER (PARTITION BY {key} ORDER BY n DESC, mac)
+                AS reporter_rank
+            FROM pairs JOIN listed USING ({key}))
 SELECT {shown}, r.routers, l.networks, r.alerts, r.severity, {sids},
        {_hour('r.first')}, {_hour('r.last')}, r.reporters
 FROM (SELECT {key}, count(*) AS routers, sum(n)::bigint AS alerts,
              coalesce(min(severity), 255) AS severity, min(first) AS first,
              max(last) AS last,
-             jsonb_agg(jsonb_build_array(mac::text, network::text, n) ORDER BY rank)
-                 FILTER (WHERE rank <= %(kept)s) AS reporters
+             jsonb_agg(jsonb_build_array(mac::text, network::text, n) ORDER BY reporter_rank)
+                 FILTER (WHERE reporter_rank <= %(kept)s) AS reporters
       FROM ranked GROUP BY {key}) r
 JOIN listed l USING ({key}){with_sids}"""
+
+
+@dataclass
+class Counted:
+    attackers: list[dict]
+    outbreaks: list[dict]
+    over_bound: int  # (key, router) pairs past a router's per-window bound: not counted
 
 
 _FIELDS = ("routers", "networks", "alerts", "severity", "signatures", "first_seen",
            "last_seen", "reporters")
 
 
-async def count(db: Database, counting: Counting) -> tuple[list[dict], list[dict]]:
-    """(the addresses, the signatures) seen from enough networks, with their evidence: one
-    read of the window's alerts, in one transaction."""
+async def count(db: Database, counting: Counting, attackers: bool = True) -> Counted:
+    """The addresses (unless `attackers` is False) and the signatures seen from enough
+    networks, with their evidence: one read of the window's alerts, in one transaction."""
     params = counting.params()
+    found, over_bound = {}, 0
     async with db.transaction() as cur:
         await execute(cur, f"SET LOCAL work_mem = '{WORK_MEM}'")
         await execute(cur, seen_statement(counting.keyed), params)
         await execute(cur, "ANALYZE fleet_seen")  # a temporary table has no statistics
-        await execute(cur, counted_statement("address"),
-                      {**params, "limit": counting.max_addresses})
-        addresses = await cur.fetchall()
-        await execute(cur, counted_statement("sid"), {**params, "limit": counting.max_signatures})
-        signatures = await cur.fetchall()
-    return [_attacker(row) for row in addresses], [_outbreak(row) for row in signatures]
+        await execute(cur, POLLED_STATEMENT)
+        keys = (("address", counting.max_addresses),) if attackers else ()
+        for key, limit in keys + (("sid", counting.max_signatures),):
+            await execute(cur, pairs_statement(key), params)
+            await execute(cur, over_bound_statement(key), params)
+            over_bound += (await cur.fetchone())[0]
+            await execute(cur, counted_statement(key), {**params, "limit": limit})
+            found[key] = await cur.fetchall()
+    return Counted([_attacker(row) for row in found.get("address", [])],
+                   [_outbreak(row) for row in found["sid"]], over_bound)
 
 
 def _attacker(row: tuple) -> dict:
@@ -152,13 +194,6 @@ def _outbreak(row: tuple) -> dict:
     entry = {"sid": row[0], **dict(zip(_FIELDS, row[1:9]))}
     del entry["signatures"]
     return entry
-
-
-async def polled_from(db: Database, addresses: list[str]) -> list[str]:
-    """Which of `addresses` a router of the fleet polls from."""
-    rows = await db.fetchall("SELECT DISTINCT host(poll_address) FROM routers "
-                             "WHERE poll_address = ANY(%s::inet[])", (addresses,))
-    return [row[0] for row in rows]
 
 
 async def fleet_allowlist(db: Database) -> list[str]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 
 from aiohttp import web
 
+from engine.addresses import is_loopback
 from ruledata.workspace import Workspace
 from server.db.pool import DatabaseUnavailable
 from server.errors import Forbidden, json_response
@@ -27,10 +27,7 @@ def may_scrape(remote: str | None, headers, token: str) -> bool:
         return True
     if not remote or any(name in headers for name in PROXY_HEADERS):
         return False
-    try:
-        return ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(remote)
 
 
 async def metrics_page(request: web.Request) -> web.Response:

@@ -103,11 +103,11 @@ async def post_cfm(request: web.Request) -> web.Response:
 
 async def _ingest(request: web.Request, kind: str) -> web.Response:
     mac = admitted(request) or await admit(request)
-    address = request.app[FLOOD_LIMITS].bucket(
-        client_address(request, request.app[SETTINGS].trusted_proxies))
+    client = client_address(request, request.app[SETTINGS].trusted_proxies)
+    address = request.app[FLOOD_LIMITS].bucket(client)
     upload = Upload(request.content_type, idempotency_key(request.headers), Body(
         request.content, request.headers.get("Content-Encoding", "identity").strip().lower(),
-        request.content_length))
+        request.content_length), client)
     with request.app[UPLOAD_SLOTS].take(mac, address):
         ingested = await request.app[INGESTION].ingest(upload, mac, kind)
     report = ingested.answer

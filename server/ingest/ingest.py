@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from engine.addresses import network_of
 from server.db.pool import Database, DatabaseUnavailable
 from server.db import upload_keys
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, was_committed
@@ -49,6 +50,7 @@ class Upload:
     content_type: str
     idempotency_key: str | None
     body: Body
+    address: str = "-"  # the client's (server/web/peers.py): its network is credited
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ class Ingestion:
         splitter = splitter_for(upload.content_type, settings.ingest_max_record_bytes)
         report = IngestReport(settings.ingest_max_reported_errors)
         received_at = datetime.now(timezone.utc)
-        async with TelemetryWriter(db, mac, kind, received_at,
-                                   settings.ingest_batch_rows) as writer:
+        async with TelemetryWriter(db, mac, kind, received_at, settings.ingest_batch_rows,
+                                   _network(upload.address)) as writer:
 
             async def take(records: list[RawRecord]) -> None:
                 self._limits.records_arrived(mac, len(records))
@@ -138,3 +140,11 @@ class Ingestion:
                                            doubt, report.accepted):
                     raise DatabaseUnavailable(f"nothing stored: {doubt}") from None
         return report.as_json()
+
+
+def _network(address: str) -> str | None:
+    """The reporter network of an upload's address; None when it has none (a Unix socket)."""
+    try:
+        return network_of(address)
+    except ValueError:
+        return None

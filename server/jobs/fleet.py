@@ -7,10 +7,10 @@ makes. No router's payload is regenerated for it."""
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from datetime import timedelta
 
+from engine.addresses import canonical, canonical_network
 from engine.firewall import Exemptions
 from engine.fleet import fleet_attackers, fleet_outbreaks
 from server.db import fleet as fleet_db
@@ -19,9 +19,6 @@ from server.metrics import Metrics
 from server.settings import Settings
 
 MAX_OUTBREAKS = 1_000  # generation takes at most RULE_GENERATION_FLEET_PERCENT of a payload
-# Addresses counted beyond FLEET_MAX_ENTRIES, for those the rails then drop (a router's poll
-# address, one is_external judges not global after the query's first cut).
-RAILS_SLACK = 100
 
 
 def counting(settings: Settings, exempt: list[str]) -> fleet_db.Counting:
@@ -30,8 +27,15 @@ def counting(settings: Settings, exempt: list[str]) -> fleet_db.Counting:
                              min_networks=settings.fleet_min_networks,
                              min_age=timedelta(hours=settings.fleet_min_router_age_hours),
                              keyed=settings.router_auth == "key",
-                             max_addresses=settings.fleet_max_entries + RAILS_SLACK,
-                             max_signatures=MAX_OUTBREAKS, exempt=tuple(exempt))
+                             max_addresses=settings.fleet_max_entries,
+                             max_signatures=MAX_OUTBREAKS,
+                             per_router=settings.fleet_max_per_router,
+                             exempt=tuple(str(canonical_network(n)) for n in exempt))
+
+
+def attackers_on(settings: Settings) -> bool:
+    """In mac mode anyone may upload as any router: no attackers list unless chosen."""
+    return settings.router_auth == "key" or settings.fleet_attackers_in_mac_mode
 
 
 def service_networks(settings: Settings) -> list[str]:
@@ -42,7 +46,7 @@ def service_networks(settings: Settings) -> list[str]:
                                       if settings.console_listen else [])
     for host in hosts:
         try:
-            networks.append(str(ipaddress.ip_address(host)))
+            networks.append(str(canonical(host.strip("[]"))))
         except ValueError:
             pass  # a name, or every address (0.0.0.0): nothing to keep out
     return networks
@@ -51,12 +55,12 @@ def service_networks(settings: Settings) -> list[str]:
 async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = None) -> dict:
     started = time.monotonic()
     exempt = await fleet_db.fleet_allowlist(db) + service_networks(settings)
-    found, outbreaks_found = await fleet_db.count(db, counting(settings, exempt))
-    polled = await fleet_db.polled_from(db, [entry["address"] for entry in found])
-    exemptions = Exemptions.of(exempt, polled)
-    attackers = fleet_attackers(found, exemptions, settings.fleet_max_entries,
-                                settings.fleet_window_hours)
-    outbreaks = fleet_outbreaks(outbreaks_found, MAX_OUTBREAKS)
+    counted = await fleet_db.count(db, counting(settings, exempt), attackers_on(settings))
+    # The query applied every rail before its limit; judged again here, exactly, so that no
+    # difference between SQL's comparison and Python's can list an address.
+    attackers = fleet_attackers(counted.attackers, Exemptions.of(exempt, []),
+                                settings.fleet_max_entries, settings.fleet_window_hours)
+    outbreaks = fleet_outbreaks(counted.outbreaks, MAX_OUTBREAKS)
     await fleet_db.replace(db, attackers, outbreaks)
     seconds = time.monotonic() - started
     if metrics is not None:
@@ -64,6 +68,7 @@ async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = 
         metrics.fleet_entries.labels("outbreaks").set(len(outbreaks))
         metrics.fleet_job_seconds.set(seconds)
     return {"attackers": len(attackers), "outbreaks": len(outbreaks),
-            "addresses_counted": len(found),  # at the threshold, FLEET_MAX_ENTRIES + slack
-            "not_listed": len(found) - len(attackers),  # the rails, or FLEET_MAX_ENTRIES
+            "attackers_counted": attackers_on(settings),
+            "not_listed": len(counted.attackers) - len(attackers),  # 0 unless SQL and Python differ
+            "over_router_bound": counted.over_bound,
             "seconds": round(seconds, 3)}

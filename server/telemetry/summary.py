@@ -11,10 +11,11 @@ are records with `alert.signature_id` sent to /log/events; flows are records wit
 from __future__ import annotations
 
 import hashlib
-import socket
 from datetime import datetime, timezone
 
 import orjson
+
+from engine.addresses import canonical_text
 
 FLOW_IDS_KEPT = 64   # distinct flows remembered per summary row; the firewall needs 2
 FLOW_ID_CHARS = 40
@@ -30,11 +31,9 @@ def hour_of(moment: datetime) -> datetime:
 
 
 def canonical_ip(value: str | None) -> str | None:
-    """One spelling per address, so one address is one summary key (as one inet value)."""
-    if value is None:
-        return None
-    family = socket.AF_INET6 if ":" in value else socket.AF_INET
-    return socket.inet_ntop(family, socket.inet_pton(family, value))
+    """One spelling per address (engine/addresses.py), so one address is one summary key (as
+    one inet value) and `::ffff:10.0.0.1` is 10.0.0.1 wherever it is compared."""
+    return None if value is None else canonical_text(value)
 
 
 def flow_id_text(value: object) -> str | None:

@@ -37,9 +37,12 @@ class TelemetryWriter:
     transaction still stores all or nothing."""
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
-                 batch_rows: int):
+                 batch_rows: int, network: str | None = None):
+        """`network`: where the upload came from (engine/addresses.network_of), written with
+        its summary rows for the fleet to count."""
         self._db = db
         self._params = {"mac": mac, "kind": kind}
+        self._network = network
         self._row_of = ROW_OF[kind]
         self._received_at = received_at
         self._batch_rows = batch_rows
@@ -141,7 +144,8 @@ class TelemetryWriter:
             params.update(chunk.params(await asyncio.to_thread(compress, chunk.lines)))
         if summary is not None:
             for statement, summary_params in summary_statements(
-                    {**self._params, **summary.params(self._received_at)}):
+                    {**self._params, **summary.params(self._received_at),
+                     "network": self._network}):
                 statements.append(statement)
                 params.update(summary_params)
         try:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from dataclasses import dataclass
 from datetime import timedelta
 
+from engine.addresses import canonical_network
 from engine.ruleset import load_ruleset
 from engine.selectors import Selector, matching
 from ruledata.workspace import Workspace
@@ -107,7 +107,7 @@ async def remove_override(db: Database, override_id: int, made_by: str) -> int:
 
 def network(text: str) -> str:
     try:
-        return str(ipaddress.ip_network(text.strip(), strict=False))
+        return str(canonical_network(text.strip()))
     except ValueError:
         raise TuningRefused(f"not an address or network: {text[:64]!r}") from None
 

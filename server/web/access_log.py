@@ -25,7 +25,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
 from server.logs import direct_handler
-from server.web.peers import Network, address_from, header_values
+from server.web.peers import BadForwardedAddress, Network, address_from, header_values
 
 
 MAX_QUOTED = 256  # characters of a client-chosen value (path, X-ID) kept in a log line
@@ -141,7 +141,11 @@ def _request_message(remote: str | None, headers, proxies: frozenset[Network], m
                      path: str, version, status: int, size: int, elapsed: float) -> str:
     request_line = f"{method} {path} HTTP/{version.major}.{version.minor}"
     router = ",".join(header_values(headers, "X-ID")) or "-"
-    return (f"{address_from(remote, headers, proxies)} {quoted(request_line)} {status} {size} "
+    try:
+        client = address_from(remote, headers, proxies)
+    except BadForwardedAddress:
+        client = remote or "-"  # the request was answered 400; its line names the proxy
+    return (f"{client} {quoted(request_line)} {status} {size} "
             f"{elapsed:.6f}s {quoted(router)}")
 
 

@@ -29,6 +29,7 @@ import logging
 import math
 import time
 
+from engine.addresses import carried
 from server.errors import TooManyRequests
 from server.metrics import Metrics
 
@@ -39,13 +40,12 @@ LOG_EVERY_SECONDS = 60.0
 
 
 def address_bucket(address: str, ipv6_prefix: int) -> str:
-    """The key an address is counted under: itself (IPv4), or its /ipv6_prefix network."""
+    """The key an address is counted under: the IPv4 address it carries (engine/addresses.py:
+    a 6to4 or Teredo client is its IPv4 NAT), or its /ipv6_prefix network."""
     try:
-        ip = ipaddress.ip_address(address)
+        ip = carried(address)
     except ValueError:
         return address
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
     if ip.version == 6:
         return str(ipaddress.ip_network(f"{ip}/{ipv6_prefix}", strict=False))
     return str(ip)

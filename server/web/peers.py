@@ -18,6 +18,9 @@ from typing import Mapping
 
 from aiohttp import web
 
+from engine.addresses import canonical_text
+from server.errors import BadRequest
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -46,8 +49,28 @@ def header_values(headers, name: str) -> list[str]:
     return [headers[name]] if name in headers else []
 
 
+class BadForwardedAddress(ValueError):
+    """A trusted proxy passed on an X-Forwarded-For hop that is not an address (a zone, a
+    name): the client's own doing, since proxies append what they received."""
+
+
 def client_address(request: web.BaseRequest, proxies: frozenset[Network]) -> str:
-    return address_from(request.remote, request.headers, proxies)
+    """The client's address in its canonical form (engine/addresses.py); BadRequest when the
+    forwarded one is not an address."""
+    try:
+        address = address_from(request.remote, request.headers, proxies)
+    except BadForwardedAddress as error:
+        raise BadRequest(f"X-Forwarded-For names {str(error)[:64]!r}, which is not an "
+                         "address") from None
+    return _canonical_remote(address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_remote(address: str) -> str:
+    try:
+        return canonical_text(address)
+    except ValueError:
+        return address  # "-", or a Unix socket's peer: no address to judge
 
 
 def address_from(remote: str | None, headers, proxies: frozenset[Network]) -> str:
@@ -60,7 +83,7 @@ def address_from(remote: str | None, headers, proxies: frozenset[Network]) -> st
     for hop in reversed(hops):
         if not _trusted(hop, proxies):
             try:
-                return str(ipaddress.ip_address(hop))
+                return canonical_text(hop)
             except ValueError:
-                return remote  # a proxy would not write this: do not believe the header
+                raise BadForwardedAddress(hop) from None
     return remote

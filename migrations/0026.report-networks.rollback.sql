@@ -1,0 +1,1 @@
+ALTER TABLE telemetry_alerts DROP COLUMN network;
