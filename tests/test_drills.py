@@ -22,6 +22,7 @@ from ops.bench.citus_scale_drill import report as scale_report
 from ops.bench.crash_drill import crash_drill
 from ops.bench.fault_drill import fault_drill, report
 from ops.bench.fleet_drill import fleet_drill
+from ops.bench.fleet_hostile_drill import hostile_drill
 from ops.bench.hostile import hostile
 from ops.bench.interrupt_drill import interrupt_drill
 from ops.bench.interrupt_drill import report as interrupt_report
@@ -212,3 +213,10 @@ def test_citus_scale_drill_quick(tmp_path):
     tmp_path.chmod(0o755)  # the nodes run as the postgres user
     result = citus_scale_drill(tmp_path, argparse.Namespace(routers=10, shards=8, before=5))
     assert result.ok, scale_report(result)
+
+
+def test_fleet_hostile_drill(database, tmp_path):
+    """Issue 50: each bypass of the fleet's consensus tried by hostile members against the
+    running service lists nothing, and the real attacker is still listed everywhere."""
+    checks = hostile_drill(database, tmp_path, honest=6, flood=600)
+    assert all(passed for _, passed in checks), checks

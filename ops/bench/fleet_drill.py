@@ -4,12 +4,12 @@
 
 The real server in key mode behind a trusted proxy (loopback; each router's address sent
 as X-Forwarded-For), --routers routers enrolled with the fleet's token, each polling from a
-/24 of its own and registered days ago (the age is set in the database). Reports are the
+/24 of its own and registered and keyed days ago (the ages are set in the database). Reports are the
 corpus's real ET SCAN alerts (testkit/fleet.py) with the attacker's address. Then:
 
 1. 8 routers report attacker A: after the fleet job, every one of the routers gets A from
    GET /rules/fleet at its next poll (its /rules/last_updated names a new ETag), with the
-   evidence (8 routers, 8 networks, the alerts' signatures);
+   evidence for operators (8 routers, 8 networks, the alerts' signatures);
 2. attacker B reported by 20 more routers, all behind one /24: listed for none;
 3. attacker C reported by 8 routers younger than FLEET_MIN_ROUTER_AGE_HOURS: listed for none;
 4. attacker D, on the fleet's allowlist, reported by the 8 of case 1: listed for none;
@@ -103,6 +103,8 @@ async def drill(url: str, env: dict[str, str], sql: Sql, routers: int) -> list[t
             await router.poll()
         sql.rows("UPDATE routers SET registered_at = now() - interval '10 days' "
                  "WHERE mac <> ALL(%s::macaddr[])", ([router.mac for router in young],))
+        sql.rows("UPDATE router_keys SET issued_at = now() - interval '10 days' "
+                 "WHERE mac <> ALL(%s::macaddr[])", ([router.mac for router in young],))
         router_backend_output(env, "allowlist", "add", D, "--note", "fleet drill: a partner")
         reporters = fleet[:REPORTERS]
         for router in reporters:
@@ -122,10 +124,11 @@ async def drill(url: str, env: dict[str, str], sql: Sql, routers: int) -> list[t
         checks.append((f"1. A reported by {REPORTERS} routers of {REPORTERS} networks reached "
                        f"all {routers} routers at their next poll ({reached:.2f} s after the "
                        "job)", all(A in entries for entries in got)))
-        evidence = entry.get("fleet", {})
-        checks.append((f"   with evidence: {evidence}", evidence.get("routers") == REPORTERS
-                       and evidence.get("networks") == REPORTERS
-                       and set(evidence.get("signatures", ())) <= sids()))
+        evidence = sql.rows("SELECT routers, networks, signatures FROM fleet_attackers "
+                            "WHERE address = %s", (A,))
+        checks.append((f"   with evidence for operators: {evidence}", bool(evidence)
+                       and evidence[0][:2] == (REPORTERS, REPORTERS)
+                       and set(evidence[0][2]) <= sids() and bool(entry)))
         for label, address in (("2. B, 20 routers behind one /24", B),
                                ("3. C, 8 routers younger than the set age", C),
                                ("4. D, on the fleet's allowlist", D),

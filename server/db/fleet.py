@@ -91,11 +91,24 @@ FROM telemetry_alerts a JOIN ({_reporters(keyed)}) r USING (mac)
 WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s AND a.network IS NOT NULL"""
 
 
-POLLED_STATEMENT = """CREATE TEMPORARY TABLE fleet_polled ON COMMIT DROP AS
-SELECT DISTINCT poll_address AS address FROM routers WHERE poll_address IS NOT NULL"""
+# What a router's poll address protects: the address itself; for an IPv4 address its 6to4
+# site too (2002:AABB:CCDD::/48 is that router's own IPv6 network); for an IPv6 address its
+# /64. An alert's endpoint is looked up by the same key (_POLL_KEY), one hash lookup each.
+_SIXTOFOUR_SITE = ("('2002:' || to_hex((poll_address - '0.0.0.0'::inet) >> 16) || ':' "
+                   "|| to_hex((poll_address - '0.0.0.0'::inet) & 65535) || '::/48')::inet")
+POLLED_STATEMENT = f"""CREATE TEMPORARY TABLE fleet_polled ON COMMIT DROP AS
+SELECT DISTINCT key FROM (
+  SELECT CASE family(poll_address) WHEN 4 THEN poll_address
+              ELSE network(set_masklen(poll_address, 64))::inet END AS key
+  FROM routers WHERE poll_address IS NOT NULL
+  UNION ALL
+  SELECT {_SIXTOFOUR_SITE} FROM routers WHERE family(poll_address) = 4) keys"""
+_POLL_KEY = """CASE WHEN family(s.address) = 4 THEN s.address
+     WHEN s.address <<= '2002::/16' THEN network(set_masklen(s.address, 48))::inet
+     ELSE network(set_masklen(s.address, 64))::inet END"""
 
-_RAILS = {"address": """address IS NOT NULL AND NOT address <<= ANY(%(exempt)s::inet[])
-      AND NOT EXISTS (SELECT 1 FROM fleet_polled p WHERE p.address = s.address)""",
+_RAILS = {"address": f"""address IS NOT NULL AND NOT address <<= ANY(%(exempt)s::inet[])
+      AND NOT EXISTS (SELECT 1 FROM fleet_polled p WHERE p.key = {_POLL_KEY})""",
           "sid": "true"}
 
 
@@ -131,7 +144,7 @@ JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
  listed AS (SELECT {key}, sum(least(networks, %(per_allocation)s))::integer AS networks
             FROM (SELECT {key}, count(DISTINCT network) AS networks FROM pairs
                   GROUP BY {key}, CASE WHEN family(network) = 6
-                      THEN set_masklen(network, {ALLOCATION_PREFIX}) ELSE network END
+                      THEN network(set_masklen(network, {ALLOCATION_PREFIX})) ELSE network END
                  ) per_allocation
             GROUP BY {key} HAVING sum(least(networks, %(per_allocation)s)) >= %(min)s
             ORDER BY networks DESC, {key} LIMIT %(limit)s),
