@@ -5,7 +5,9 @@ told to. The drill (tests/test_drills.py) restores under load."""
 
 from __future__ import annotations
 
+import io
 import shutil
+import tarfile
 import subprocess
 
 from server.db.backup import server_major
@@ -55,6 +57,7 @@ def test_backup_and_restore_on_a_configured_server(database, settings, tmp_path)
             made.stderr or "not found on PATH" in made.stderr
         return
     assert made.returncode == 0, made.stderr
+    assert (tmp_path / "b.dump").stat().st_mode & 0o777 == 0o600  # issue 50: raw telemetry
     Sql(database).rows("DELETE FROM routers")
     refused = router_backend(env, "restore", str(tmp_path / "b.dump"))
     assert refused.returncode == 1 and "is not empty" in refused.stderr
@@ -80,6 +83,8 @@ def test_point_in_time_recovery_of_the_embedded_server(tmp_path):
     psql(source, "INSERT INTO routers (mac) VALUES ('aa:bb:cc:00:43:10')")
     made = router_backend(source, "backup", "--base", "--output", str(tmp_path / "base"))
     assert made.returncode == 0, made.stderr
+    assert tmp_path.joinpath("base").stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in tmp_path.joinpath("base").iterdir()} == {0o600}
     psql(source, "INSERT INTO routers (mac) VALUES ('aa:bb:cc:00:43:11')")
     moment = psql(source, "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', "
                           "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')").strip()
@@ -89,11 +94,37 @@ def test_point_in_time_recovery_of_the_embedded_server(tmp_path):
     refused = router_backend(source, "restore", "--base", str(tmp_path / "base"))
     assert refused.returncode == 1 and "--replace" in refused.stderr
     target = {**embedded_env(tmp_path / "target"), "DB_WAL_ARCHIVE_DIR": str(archive)}
-    restored = router_backend(target, "restore", "--base", str(tmp_path / "base"),
-                              "--until", moment)
+    # Beside the running service (issue 50: the backup carried its socket's lock file).
+    running = ServerRunner(None, tmp_path / "source", DB_WAL_ARCHIVE_DIR=str(archive)).start(
+        timeout=120)
+    try:
+        restored = router_backend(target, "restore", "--base", str(tmp_path / "base"),
+                                  "--until", moment)
+    finally:
+        assert running.stop() == 0
     assert restored.returncode == 0, restored.stderr
     assert psql(target, "SELECT mac FROM routers ORDER BY mac").split() == [
         "aa:bb:cc:00:43:10", "aa:bb:cc:00:43:11"]
     assert psql(target, "SHOW restore_command").strip() == ""
     server = ServerRunner(None, tmp_path / "target").start(timeout=120)
     assert server.stop() == 0
+
+
+def test_a_base_backup_with_a_link_out_of_the_data_folder_is_refused(tmp_path):
+    """Issue 50: `restore --base` (root, changing owners) never follows a link in the
+    archive."""
+    base = tmp_path / "base"
+    base.mkdir()
+    with tarfile.open(base / "base.tar.gz", "w:gz") as tar:
+        link = tarfile.TarInfo("global")
+        link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path / "outside")
+        tar.addfile(link)
+        member = tarfile.TarInfo("global/pg_control")
+        member.size = 4
+        tar.addfile(member, io.BytesIO(b"evil"))
+    with tarfile.open(base / "pg_wal.tar.gz", "w:gz"):
+        pass
+    target = {**embedded_env(tmp_path / "target"), "DB_WAL_ARCHIVE_DIR": str(tmp_path / "wal")}
+    refused = router_backend(target, "restore", "--base", str(base))
+    assert refused.returncode == 1 and "outside the data folder" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "outside").exists()

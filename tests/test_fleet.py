@@ -348,3 +348,74 @@ async def test_rulegen_explains_what_a_router_gets_from_the_fleet(database, tmp_
     assert fleet[0].startswith("Fleet entries (1,")
     assert fleet[1].startswith(f"  {ATTACKER}: reported by 5 routers of 5 networks")
     assert mac(0) in fleet[1] and "blocked until 20" in fleet[1]
+
+
+async def test_in_mac_mode_the_attackers_list_is_off_unless_chosen(make_client, database,
+                                                                   tmp_path):
+    """Issue 50: in mac mode anyone uploads as any router, so no attackers list by default
+    (outbreaks are still counted)."""
+    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0")
+    client = await make_client(settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    detail = await run_job(client, settings)
+    assert detail["attackers"] == 0 and not detail["attackers_counted"]
+    assert detail["outbreaks"] == len(sids())
+    chosen = settings.replace(fleet_attackers_in_mac_mode=True)
+    assert (await run_job(client, chosen))["attackers"] == 1
+
+
+async def test_age_counts_from_the_current_key(make_client, fleet_settings, sql):
+    """Issue 50: a router registered long ago whose key was issued today (a reset and a new
+    enrollment) does not count yet, in key mode and in mac mode alike."""
+    client = await make_client(fleet_settings)
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    sql.rows("UPDATE routers SET registered_at = now() - interval '10 days'")
+    for n in range(5):
+        sql.rows("INSERT INTO router_keys (mac, key_hash, issued_by, issued_at) "
+                 "VALUES (%s, '\\x00', 'enrollment', now() - interval '10 days')", (mac(n),))
+    aged = fleet_settings.replace(fleet_min_router_age_hours=72)
+    for mode in ("key", "mac"):
+        assert (await run_job(client, aged.replace(router_auth=mode)))["attackers"] == 1
+    sql.rows("UPDATE router_keys SET issued_at = now() WHERE mac = %s", (mac(0),))
+    for mode in ("key", "mac"):
+        assert (await run_job(client, aged.replace(router_auth=mode)))["attackers"] == 0
+
+
+async def test_uploads_count_for_the_network_they_came_from(make_client, fleet_settings):
+    """Issue 50: five routers that polled from five /24s and upload from one address are one
+    network; a poll address says nothing of where the alerts came from."""
+    client = await make_client(fleet_settings)
+    for n in range(5):
+        await poll(client, mac(n), network_address(n))
+        response = await client.post("/log/events", data=attack_body(ATTACKER), headers={
+            "X-ID": mac(n), "X-Forwarded-For": "83.99.1.7",
+            "Content-Type": "application/x-ndjson"})
+        assert response.status == 200
+    assert (await run_job(client, fleet_settings))["attackers"] == 0
+
+
+@pytest.mark.parametrize("spelling", ["::ffff:81.2.0.7", "::81.2.0.7", "64:ff9b::5102:7",
+                                      "2002:5102:7::1"])
+async def test_a_poll_address_is_protected_in_every_spelling(make_client, fleet_settings,
+                                                             spelling):
+    """81.2.0.7 is where router 0 polls from; the others report it in another form."""
+    client = await make_client(fleet_settings)
+    await poll(client, mac(0), network_address(0))
+    for n in range(1, 7):
+        await report(client, mac(n), network_address(n), attacker=spelling)
+    assert (await run_job(client, fleet_settings))["attackers"] == 0
+
+
+def test_the_special_purpose_table_holds_every_spelling():
+    """One module decides what is public (engine/addresses.py), not the running Python."""
+    from engine.addresses import is_public
+    for address in ("64:ff9b:1::808:808", "3fff::1", "5f00::1", "fec0::1", "100:0:0:1::1",
+                    "2001:0:4136:e378:8000:63bf:3fff:fdd2", "2002:a00:1::1", "::ffff:10.0.0.1",
+                    "64:ff9b::a00:1", "::10.0.0.1", "192.88.99.1", "2620:4f:8000::1",
+                    "fe80::1", "ff02::1", "240.0.0.1", "192.0.0.9"):
+        assert not is_public(address), address
+    for address in ("8.8.8.8", "2606:4700::1", "2002:808:808::1", "64:ff9b::808:808",
+                    "2001:470:1::1"):
+        assert is_public(address), address

@@ -83,8 +83,11 @@ def _environment(location: DatabaseLocation) -> dict[str, str]:
 def dump(location: DatabaseLocation, pg_dump: str, target: Path) -> None:
     """A consistent backup of the database into `target`, written aside and renamed into place
     once complete and on disk, so `target` is never a partial backup."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(target.parent)
     partial = target.with_name(target.name + ".partial")
+    # Created 0600 before pg_dump opens it (it keeps the mode): raw telemetry, notifications
+    # and key hashes are readable by the service's user alone.
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     result = subprocess.run([pg_dump, "--format=custom", "--no-owner", f"--file={partial}"],
                             env=_environment(location), capture_output=True, text=True)
     if result.returncode != 0:
@@ -141,6 +144,7 @@ RECOVERY_SETTINGS = ("restore_command", "recovery_target_time", "recovery_target
 def base_backup(location: DatabaseLocation, pg_basebackup: str, target: Path) -> None:
     """A base backup of the whole embedded cluster into the directory `target` (base.tar.gz
     and the WAL it needs, pg_wal.tar.gz), made aside and renamed into place once complete."""
+    private_folder(target.parent)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     result = subprocess.run([pg_basebackup, f"--pgdata={partial}", "--format=tar", "--gzip",
@@ -149,7 +153,18 @@ def base_backup(location: DatabaseLocation, pg_basebackup: str, target: Path) ->
     if result.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
         raise BackupError(f"pg_basebackup failed: {result.stderr.strip()}")
+    partial.chmod(0o700)
+    for member in partial.iterdir():
+        member.chmod(0o600)
     partial.rename(target)
+
+
+def private_folder(folder: Path) -> None:
+    """`folder` made, readable by the service's user alone (0700), when missing; an existing
+    one is the operator's and left as it is (the backups in it are private themselves)."""
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        folder.chmod(0o700)
 
 
 def recover(embedded: EmbeddedPostgres, backup: Path, archive: Path,
@@ -165,10 +180,21 @@ def recover(embedded: EmbeddedPostgres, backup: Path, archive: Path,
     pgdata, owner = embedded.pgdata, embedded.pgdata.stat()
     for child in pgdata.iterdir():
         shutil.rmtree(child) if child.is_dir() else child.unlink()
-    with tarfile.open(backup / "base.tar.gz") as tar:
-        tar.extractall(pgdata, filter="tar")
-    with tarfile.open(backup / "pg_wal.tar.gz") as tar:
-        tar.extractall(pgdata / "pg_wal", filter="tar")
+    # The data filter: no member is written outside the folder, through a link, or as a
+    # device, whatever the archive holds.
+    try:
+        with tarfile.open(backup / "base.tar.gz") as tar:
+            tar.extractall(pgdata, filter="data")
+        with tarfile.open(backup / "pg_wal.tar.gz") as tar:
+            tar.extractall(pgdata / "pg_wal", filter="data")
+    except tarfile.FilterError as error:
+        raise BackupError(f"{backup} holds a member that would land outside the data "
+                          f"folder ({error}): not restored") from None
+    # The socket's lock of the server that was backed up (its socket is in its data
+    # folder): left in, the recovered server would refuse to start while that one runs.
+    for stale in [*pgdata.glob(".s.PGSQL.*"), pgdata / "postmaster.pid"]:
+        stale.unlink(missing_ok=True)
+    pgdata.chmod(0o700)
     (pgdata / "recovery.signal").touch()
     target = {"restore_command": f"cp {shlex.quote(str(archive))}/%f %p",
               "recovery_target_action": "promote"}
@@ -178,7 +204,7 @@ def recover(embedded: EmbeddedPostgres, backup: Path, archive: Path,
         for name, value in target.items():
             conf.write(f"{name} = '{value}'\n")
     for path in [pgdata, *pgdata.rglob("*")]:
-        os.chown(path, owner.st_uid, owner.st_gid)
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
     socket_dir = embedded.start()
     _wait_out_of_recovery(socket_dir)
     return socket_dir
