@@ -437,10 +437,10 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("FLEET_MIN_ROUTER_AGE_HOURS", "72", "Routers registered, or given their current "
                 "key, more recently do not count toward the fleet's lists (nor, in key mode, "
                 "routers without a key).", _integer(0)),
-        Setting("FLEET_MAX_PER_ROUTER", "1000", "Most addresses, and most signatures, one router "
-                "counts for in the fleet's window (its most alerted; the rest are counted in the "
-                "job's result, not listed): one router's flood cannot grow the job.",
-                _integer(1)),
+        Setting("FLEET_MAX_PER_ROUTER", "1000", "Most alert summary rows (address, signature, "
+                "hour) one router counts for in the fleet's window: its most alerted; the rest "
+                "are counted in the job's result, not listed, so one router's flood cannot grow "
+                "the job.", _integer(1)),
         Setting("FLEET_ATTACKERS_IN_MAC_MODE", "false", "With ROUTER_AUTH=mac, whoever knows a "
                 "MAC uploads as that router, so the fleet's attackers list is empty unless this "
                 "is true (outbreaks are still counted): set it only on a network where every "

@@ -8,9 +8,11 @@ The counting stays in the database, every rail before any limit:
   ago (the later of the two counts, so a reset or a new enrollment starts again), keyed
   when `keyed`. Each alert counts for the network its upload came from (`network`, written
   with the summary at ingestion, migration 0026), never for where the router polls from;
+- a router with more than `per_router` summary rows in the window gives only its most
+  alerted `per_router` (so at most that many addresses and signatures; the rest are counted
+  in the job's result, not listed), found by an index-only count before any row's work;
 - each router's pairs (address or signature, router) are summed, each router giving one
-  network per key and at most `per_router` keys (its most alerted; the rest are counted in
-  the job's result, not listed); an address counts only when it is public
+  network per key; an address counts only when it is public
   (engine/addresses.py's table, in SQL), on no allowlist and no router's poll address;
 - a key's networks are its distinct reporter networks, at most `per_allocation` of them
   per IPv6 /32, and only keys of at least `min_networks` come back, the most first, with
@@ -81,14 +83,35 @@ _ENDPOINT = (f"CASE WHEN {_PUBLIC.format('a.src_ip')} THEN a.src_ip "
              f"WHEN {_PUBLIC.format('a.dest_ip')} THEN a.dest_ip END")
 
 
+_SEEN_FROM = f"""FROM telemetry_alerts a JOIN ({{reporters}}) r USING (mac)
+WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s AND a.network IS NOT NULL"""
+
+
+def over_bound_statement(keyed: bool) -> str:
+    """The routers with more than %(per_router)s summary rows in the window, and by how many:
+    an index-only count, before any row's work."""
+    return f"""SELECT a.mac::text, count(*) - %(per_router)s
+{_SEEN_FROM.format(reporters=_reporters(keyed))}
+GROUP BY a.mac HAVING count(*) > %(per_router)s"""
+
+
 def seen_statement(keyed: bool) -> str:
-    """The window's alerts of blocking severity from the routers that may report, each with
-    its endpoint and the network its upload came from: read once, counted twice."""
+    """The window's alerts of blocking severity from the routers that may report, but those
+    past the bound (%(over)s), each with its endpoint and the network its upload came from:
+    read once, counted twice."""
     return f"""CREATE TEMPORARY TABLE fleet_seen ON COMMIT DROP AS
 SELECT {_ENDPOINT} AS address, a.mac, a.network, a.signature_id AS sid, a.severity, a.alerts,
        a.hour
-FROM telemetry_alerts a JOIN ({_reporters(keyed)}) r USING (mac)
-WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s AND a.network IS NOT NULL"""
+{_SEEN_FROM.format(reporters=_reporters(keyed))} AND a.mac <> ALL(%(over)s::macaddr[])"""
+
+
+def bounded_seen_statement(keyed: bool) -> str:
+    """A router past the bound: its %(per_router)s most alerted rows (so at most that many
+    addresses and signatures), on its one shard under Citus."""
+    return f"""INSERT INTO fleet_seen
+SELECT {_ENDPOINT}, a.mac, a.network, a.signature_id, a.severity, a.alerts, a.hour
+{_SEEN_FROM.format(reporters=_reporters(keyed))} AND a.mac = %(mac)s
+ORDER BY a.alerts DESC, a.hour DESC LIMIT %(per_router)s"""
 
 
 # What a router's poll address protects: the address itself; for an IPv4 address its 6to4
@@ -113,17 +136,12 @@ _RAILS = {"address": f"""address IS NOT NULL AND NOT address <<= ANY(%(exempt)s:
 
 
 def pairs_statement(key: str) -> str:
-    """fleet_<key>s: per (key, router) what it reported, its one network (the lowest of those
-    its uploads came from), and its rank among the router's keys by alerts."""
+    """fleet_<key>s: per (key, router) what it reported and its one network (the lowest of
+    those its uploads came from)."""
     return f"""CREATE TEMPORARY TABLE fleet_{key}s ON COMMIT DROP AS
-SELECT *, row_number() OVER (PARTITION BY mac ORDER BY n DESC, {key}) AS rank
-FROM (SELECT {key}, mac, min(network) AS network, sum(alerts) AS n,
-             min(severity) AS severity, min(hour) AS first, max(hour) AS last
-      FROM fleet_seen s WHERE {_RAILS[key]} GROUP BY {key}, mac) per_router"""
-
-
-def over_bound_statement(key: str) -> str:
-    return f"SELECT count(*) FROM fleet_{key}s WHERE rank > %(per_router)s"
+SELECT {key}, mac, min(network) AS network, sum(alerts) AS n, min(severity) AS severity,
+       min(hour) AS first, max(hour) AS last
+FROM fleet_seen s WHERE {_RAILS[key]} GROUP BY {key}, mac"""
 
 
 def counted_statement(key: str) -> str:
@@ -140,7 +158,7 @@ JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
             GROUP BY address, sid) per_sid
       GROUP BY address) s USING (address)"""
     return f"""WITH
- pairs AS (SELECT * FROM fleet_{key}s WHERE rank <= %(per_router)s),
+ pairs AS (SELECT * FROM fleet_{key}s),
  listed AS (SELECT {key}, sum(least(networks, %(per_allocation)s))::integer AS networks
             FROM (SELECT {key}, count(DISTINCT network) AS networks FROM pairs
                   GROUP BY {key}, CASE WHEN family(network) = 6
@@ -166,7 +184,7 @@ JOIN listed l USING ({key}){with_sids}"""
 class Counted:
     attackers: list[dict]
     outbreaks: list[dict]
-    over_bound: int  # (key, router) pairs past a router's per-window bound: not counted
+    over_bound: dict[str, int]  # router -> its summary rows past the bound: not counted
 
 
 _FIELDS = ("routers", "networks", "alerts", "severity", "signatures", "first_seen",
@@ -177,17 +195,19 @@ async def count(db: Database, counting: Counting, attackers: bool = True) -> Cou
     """The addresses (unless `attackers` is False) and the signatures seen from enough
     networks, with their evidence: one read of the window's alerts, in one transaction."""
     params = counting.params()
-    found, over_bound = {}, 0
+    found = {}
     async with db.transaction() as cur:
         await execute(cur, f"SET LOCAL work_mem = '{WORK_MEM}'")
-        await execute(cur, seen_statement(counting.keyed), params)
+        await execute(cur, over_bound_statement(counting.keyed), params)
+        over_bound = dict(await cur.fetchall())
+        await execute(cur, seen_statement(counting.keyed), {**params, "over": list(over_bound)})
+        for mac in over_bound:
+            await execute(cur, bounded_seen_statement(counting.keyed), {**params, "mac": mac})
         await execute(cur, "ANALYZE fleet_seen")  # a temporary table has no statistics
         await execute(cur, POLLED_STATEMENT)
         keys = (("address", counting.max_addresses),) if attackers else ()
         for key, limit in keys + (("sid", counting.max_signatures),):
             await execute(cur, pairs_statement(key), params)
-            await execute(cur, over_bound_statement(key), params)
-            over_bound += (await cur.fetchone())[0]
             await execute(cur, counted_statement(key), {**params, "limit": limit})
             found[key] = await cur.fetchall()
     return Counted([_attacker(row) for row in found.get("address", [])],

@@ -70,5 +70,6 @@ async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = 
     return {"attackers": len(attackers), "outbreaks": len(outbreaks),
             "attackers_counted": attackers_on(settings),
             "not_listed": len(counted.attackers) - len(attackers),  # 0 unless SQL and Python differ
-            "over_router_bound": counted.over_bound,
+            "over_router_bound": sum(counted.over_bound.values()),  # summary rows not counted
+            "routers_over_bound": len(counted.over_bound),
             "seconds": round(seconds, 3)}
