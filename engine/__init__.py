@@ -1,5 +1,7 @@
 """Rule generation and the worker processes CPU-bound work runs in.
 
+- `addresses.py`: addresses in one canonical form, which are public (an explicit table of
+  IANA's special-purpose ranges) and which reporter network each counts for;
 - `generate.py`: the pure pipeline for one router (sampling, flowbits), `firewall.py`: which
   addresses it blocks and why, `payloads.py`: canonical JSON, ETag, stored gzip; `fleet.py`: the fleet's
   attackers and outbreaks from many routers' reports, and the shared list routers get;

@@ -120,10 +120,14 @@ def is_public(address: str | IPAddress) -> bool:
 
 
 def _within(address: str, networks: tuple) -> bool:
+    """Judged as written (an IPv4-mapped address is its IPv4 one: a dual-stack socket's
+    spelling): 64:ff9b::7f00:1 is a NAT64 address, not this host's loopback."""
     try:
-        ip = canonical(address.strip("[]"))
+        ip = ipaddress.ip_address(address.strip("[]"))
     except ValueError:
         return False
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
     return any(ip in network for network in networks if network.version == ip.version)
 
 

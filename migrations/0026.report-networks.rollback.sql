@@ -1,1 +1,2 @@
+DROP TABLE fleet_polled_kept;
 ALTER TABLE telemetry_alerts DROP COLUMN network;

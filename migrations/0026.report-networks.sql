@@ -13,3 +13,11 @@ UPDATE routers SET poll_address = '0.0.0.0'::inet + (poll_address - '64:ff9b::':
 WHERE family(poll_address) = 6 AND poll_address <<= '64:ff9b::/96';
 UPDATE routers SET poll_address = '0.0.0.0'::inet + (poll_address - '::'::inet)
 WHERE family(poll_address) = 6 AND poll_address <<= '::/96' AND poll_address > '::1';
+
+-- What routers' poll addresses kept off the fleet's list, remembered for the window: a
+-- router moving between two addresses cannot make the list change at every run. A table of
+-- the coordinator under Citus, like the lists.
+CREATE TABLE fleet_polled_kept (
+    key         inet         PRIMARY KEY,  -- an IPv4 address, or an IPv6 /64
+    kept_until  timestamptz  NOT NULL
+);

@@ -98,3 +98,13 @@ def test_a_public_start_with_the_safe_choices_serves_and_hides_the_console(tmp_p
         assert http_get(public + "/api/notifications?user=x")[0] == 401
     finally:
         server.stop()
+
+
+def test_ipv6_spellings_of_loopback_and_private_addresses_are_not_taken_for_them():
+    """Found by the hostile review of issue 50: NAT64 and IPv4-compatible addresses are
+    other hosts' addresses, not this one's loopback or a private network."""
+    for host in ("64:ff9b::7f00:1", "::7f00:1"):
+        assert unchosen(settings(LISTEN_HOST=host)), host
+    for host in ("[64:ff9b::a00:1]", "[::c0a8:101]"):
+        assert unchosen(settings(LISTEN_HOST="127.0.0.1", CONSOLE_LISTEN=f"{host}:8081")), host
+    assert unchosen(settings(LISTEN_HOST="::ffff:127.0.0.1")) == []  # a dual-stack spelling

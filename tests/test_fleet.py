@@ -419,3 +419,52 @@ def test_the_special_purpose_table_holds_every_spelling():
     for address in ("8.8.8.8", "2606:4700::1", "2002:808:808::1", "64:ff9b::808:808",
                     "2001:470:1::1"):
         assert is_public(address), address
+
+
+@pytest.mark.parametrize("reported", ["2002:5db8:d822:1::5", "2002:5db8:d822:1::99",
+                                      "93.184.216.34", "2002:5db8:d822::1"])
+async def test_a_6to4_poll_address_protects_its_site_and_its_ipv4(make_client, fleet_settings,
+                                                                 reported):
+    """Found by the hostile-member review of issue 50: a router polling from a 6to4 address
+    could have it (or the IPv4 address it carries) listed."""
+    client = await make_client(fleet_settings)
+    await poll(client, mac(0), "2002:5db8:d822:1::5")
+    for n in range(1, 7):
+        await report(client, mac(n), network_address(n), attacker=reported)
+    assert (await run_job(client, fleet_settings))["attackers"] == 0
+
+
+async def test_6to4_forms_of_an_allowlisted_network_cannot_push_attackers_out(
+        make_client, database, tmp_path):
+    """Found by the same review: such forms passed the query's rails, took the places
+    before its limit and were dropped after it, so the real attacker went unlisted."""
+    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0",
+                            FLEET_ATTACKERS_IN_MAC_MODE="true", FLEET_MAX_ENTRIES="3")
+    client = await make_client(settings)
+    assert (await client.app[DATABASE].fetchone(
+        "INSERT INTO firewall_allowlist (network, note) "
+        "VALUES ('93.184.216.0/24', 'partner') RETURNING 1")) is not None
+    for n in range(5):
+        await report(client, mac(n), network_address(n))
+    for n in range(10, 16):
+        for form in ("2002:5db8:d800::1", "2002:5db8:d801::2", "2002:5db8:d802::3"):
+            await report(client, mac(n), network_address(n), attacker=form)
+    detail = await run_job(client, settings)
+    assert detail["attackers"] == 1 and detail["not_listed"] == 0
+
+
+async def test_a_router_moving_its_poll_address_cannot_flip_the_list(make_client,
+                                                                     fleet_settings):
+    """Found by the same review: polling from the reported address before one run and from
+    another before the next flipped the list (and every router's ETag) at every run."""
+    client = await make_client(fleet_settings)
+    target = "85.6.1.8"
+    for n in range(5):
+        await report(client, mac(n), network_address(n), attacker=target)
+    mover = mac(50)
+    etags = set()
+    for address in (target, "85.6.1.7", target, "85.6.1.7"):
+        await poll(client, mover, address)
+        assert (await run_job(client, fleet_settings))["attackers"] == 0
+        etags.add((await poll(client, mac(0), network_address(0)))["fleet_etag"])
+    assert len(etags) == 1

@@ -114,24 +114,52 @@ SELECT {_ENDPOINT}, a.mac, a.network, a.signature_id, a.severity, a.alerts, a.ho
 ORDER BY a.alerts DESC, a.hour DESC LIMIT %(per_router)s"""
 
 
-# What a router's poll address protects: the address itself; for an IPv4 address its 6to4
-# site too (2002:AABB:CCDD::/48 is that router's own IPv6 network); for an IPv6 address its
-# /64. An alert's endpoint is looked up by the same key (_POLL_KEY), one hash lookup each.
-_SIXTOFOUR_SITE = ("('2002:' || to_hex((poll_address - '0.0.0.0'::inet) >> 16) || ':' "
-                   "|| to_hex((poll_address - '0.0.0.0'::inet) & 65535) || '::/48')::inet")
-POLLED_STATEMENT = f"""CREATE TEMPORARY TABLE fleet_polled ON COMMIT DROP AS
-SELECT DISTINCT key FROM (
-  SELECT CASE family(poll_address) WHEN 4 THEN poll_address
-              ELSE network(set_masklen(poll_address, 64))::inet END AS key
-  FROM routers WHERE poll_address IS NOT NULL
-  UNION ALL
-  SELECT {_SIXTOFOUR_SITE} FROM routers WHERE family(poll_address) = 4) keys"""
-_POLL_KEY = """CASE WHEN family(s.address) = 4 THEN s.address
-     WHEN s.address <<= '2002::/16' THEN network(set_masklen(s.address, 48))::inet
-     ELSE network(set_masklen(s.address, 64))::inet END"""
+def _ipv4_at(column: str, offset: int, invert: bool = False) -> str:
+    """The IPv4 address in four bytes of an IPv6 address (inet_send's form: four bytes of
+    header, then the address), inverted for Teredo's client."""
+    octets = [f"get_byte(inet_send({column}), {offset + n})" for n in range(4)]
+    if invert:
+        octets = [f"(255 - {octet})" for octet in octets]
+    value = " | ".join(f"({octet}::bigint << {24 - 8 * n})" for n, octet in enumerate(octets))
+    return f"('0.0.0.0'::inet + ({value}))"
 
+
+def carried(column: str) -> str:
+    """SQL of engine/addresses.carried on a canonical address: the IPv4 address a 6to4
+    (2002::/16) or Teredo (2001::/32) address carries, else the address."""
+    return (f"CASE WHEN {column} <<= '2002::/16' THEN {_ipv4_at(column, 6)} "
+            f"WHEN {column} <<= '2001::/32' THEN {_ipv4_at(column, 16, invert=True)} "
+            f"ELSE {column} END")
+
+
+def poll_key(column: str) -> str:
+    """What a poll address protects, and an alert's endpoint is looked up by: the IPv4
+    address it carries (so an IPv4 poll address protects its 6to4 site and Teredo clients,
+    and a 6to4 one the IPv4 address and its whole site), else its IPv6 /64."""
+    return (f"CASE WHEN family({carried(column)}) = 4 THEN {carried(column)} "
+            f"ELSE network(set_masklen({column}, 64))::inet END")
+
+
+# The keys the current poll addresses protect, and those kept from earlier runs: a key that
+# once kept an address off the list keeps it off for the window (POLLED_KEPT), so a router
+# moving its poll address back and forth cannot make the list, and every router's copy of
+# it, change at each run.
+POLLED_STATEMENT = f"""CREATE TEMPORARY TABLE fleet_polled ON COMMIT DROP AS
+SELECT {poll_key('poll_address')} AS key FROM routers WHERE poll_address IS NOT NULL
+UNION SELECT key FROM fleet_polled_kept WHERE kept_until > now()"""
+POLLED_KEPT = f"""INSERT INTO fleet_polled_kept (key, kept_until)
+SELECT DISTINCT p.key, now() + %(window)s
+FROM (SELECT DISTINCT address FROM fleet_seen WHERE address IS NOT NULL) s
+JOIN fleet_polled p ON p.key = {poll_key('s.address')}
+ON CONFLICT (key) DO UPDATE SET kept_until = excluded.kept_until"""
+FORGET_POLLED = "DELETE FROM fleet_polled_kept WHERE kept_until <= now()"
+
+# The rails, as engine/firewall.py's Exemptions judges them (the address as written and the
+# IPv4 address it carries), so that nothing the Python check would drop takes a place
+# before the limit.
 _RAILS = {"address": f"""address IS NOT NULL AND NOT address <<= ANY(%(exempt)s::inet[])
-      AND NOT EXISTS (SELECT 1 FROM fleet_polled p WHERE p.key = {_POLL_KEY})""",
+      AND NOT {carried('address')} <<= ANY(%(exempt)s::inet[])
+      AND NOT EXISTS (SELECT 1 FROM fleet_polled p WHERE p.key = {poll_key('s.address')})""",
           "sid": "true"}
 
 
@@ -204,7 +232,9 @@ async def count(db: Database, counting: Counting, attackers: bool = True) -> Cou
         for mac in over_bound:
             await execute(cur, bounded_seen_statement(counting.keyed), {**params, "mac": mac})
         await execute(cur, "ANALYZE fleet_seen")  # a temporary table has no statistics
+        await execute(cur, FORGET_POLLED)
         await execute(cur, POLLED_STATEMENT)
+        await execute(cur, POLLED_KEPT, params)
         keys = (("address", counting.max_addresses),) if attackers else ()
         for key, limit in keys + (("sid", counting.max_signatures),):
             await execute(cur, pairs_statement(key), params)
