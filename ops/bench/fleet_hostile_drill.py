@@ -17,7 +17,8 @@ before allowed:
    5f00::/16, fec0::/10 ...), --flood sources in all, with FLEET_MAX_ENTRIES 50: none is
    listed and A still is (the rails run before the limit);
 4. the same routers report an honest router's poll address as ::ffff:, 64:ff9b::, ::a.b.c.d
-   and its 6to4 site: none is listed;
+   and its 6to4 site, and the IPv4 address and site of a router polling over 6to4: none is
+   listed;
 5. six routers on 6to4 addresses inside one IPv4 /24 report X3 (one network), five on /48s
    of one tunnel broker's /32 report X4 (three), and one of the first with the five X5
    (four): none listed;
@@ -121,6 +122,7 @@ async def drill(url: str, env: dict[str, str], sql: Sql, honest_count: int, floo
         broker = await make(session, url, sql, 500,
                             [f"2001:470:{n + 1:x}::1" for n in range(5)])
         flooder = (await make(session, url, sql, 600, ["87.1.1.7"]))[0]
+        await make(session, url, sql, 700, ["2002:5db8:d822:1::5"])  # polls over 6to4
         for router in honest:
             await router.report(A)
         for router in one_address:  # polled from five /24s, uploads from one address
@@ -135,7 +137,8 @@ async def drill(url: str, env: dict[str, str], sql: Sql, honest_count: int, floo
         victim = honest[1].address
         spellings = [f"::ffff:{victim}", f"::{victim}",
                      "64:ff9b::{:02x}{:02x}:{:02x}{:02x}".format(*map(int, victim.split("."))),
-                     "2002:{:02x}{:02x}:{:02x}{:02x}::1".format(*map(int, victim.split(".")))]
+                     "2002:{:02x}{:02x}:{:02x}{:02x}::1".format(*map(int, victim.split("."))),
+                     "93.184.216.34", "2002:5db8:d822:7::1"]  # the 6to4 poller's IPv4, site
         specials = special_sources(flood)
         for router in hostile:
             await upload(router, flood_body(specials + spellings))
