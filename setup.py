@@ -32,6 +32,7 @@ setup(
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.5",  # the default tier in parallel (pytest.ini)
             "aiosmtpd>=1.4",
             "suricata-update>=1.3",
             "schemathesis>=4.0,<5",

@@ -5,6 +5,8 @@ told to. The drill (tests/test_drills.py) restores under load."""
 
 from __future__ import annotations
 
+import pytest
+
 import io
 import shutil
 import tarfile
@@ -66,6 +68,7 @@ def test_backup_and_restore_on_a_configured_server(database, settings, tmp_path)
     assert Sql(database).rows("SELECT mac::text FROM routers") == [(MAC,)]
 
 
+@pytest.mark.drill  # two embedded servers and a service
 def test_point_in_time_recovery_of_the_embedded_server(tmp_path):
     """DB_WAL_ARCHIVE_DIR archives the WAL; `backup --base`, then rows written before and
     after a moment; `restore --base --until` that moment into a new DATA_DIR has the first

@@ -16,6 +16,8 @@ import pytest
 
 from testkit import REPOSITORY
 
+pytestmark = pytest.mark.drill  # benchmarks under load (wrk)
+
 
 def run_benchmark(*arguments: str) -> str:
     completed = subprocess.run([sys.executable, "-m", *arguments], capture_output=True,

@@ -5,6 +5,8 @@ router and each record takes. The storage one runs on the real corpus
 
 from __future__ import annotations
 
+import pytest
+
 import psycopg2
 
 from ops.bench.partitions import PLAIN_TABLES, retention_figures
@@ -34,6 +36,7 @@ def test_retention_by_partition_drop_writes_far_less_wal(database):
     assert figures.delete_wal > 10 * figures.drop_wal
 
 
+@pytest.mark.drill  # a storage benchmark
 def test_storage_per_router_within_budget():
     footprints, per_record, activation = measure(routers=20, records=2_000)
     before, after = footprints.values()

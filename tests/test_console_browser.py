@@ -30,9 +30,9 @@ from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.drill, pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER),
-    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)")]
 
 MAC = "aa:bb:cc:00:35:02"
 TYPED_MAC = "AA-BB-CC-00-35-02"   # as a subscriber reads it off the label

@@ -3,6 +3,8 @@ once even when several processes start together."""
 
 from __future__ import annotations
 
+import pytest
+
 import logging
 import os
 import signal
@@ -34,6 +36,7 @@ async def test_embedded_database_started_used_and_stopped(tmp_path):
     assert processes_on(tmp_path / "postgres") == []
 
 
+@pytest.mark.drill  # an embedded server started slowly on purpose
 def test_a_start_slower_than_the_wheels_timeout_is_waited_for_and_adopted(tmp_path, caplog):
     """The wheel gives `pg_ctl start -w` 10 s. A postmaster slower than that to be ready (an
     archive recovery whose first restore takes 12 s, as a crash recovery on a loaded machine
@@ -124,6 +127,7 @@ def postmasters(pgdata: Path) -> list[psutil.Process]:
             and str(pgdata) in " ".join(process.info["cmdline"])]
 
 
+@pytest.mark.drill  # embedded servers started, killed, adopted
 def test_an_embedded_server_left_by_a_crash_is_adopted_and_stopped_with_its_last_user(
         tmp_path):
     """The service's process group SIGKILLed: its PostgreSQL (a session of its own) keeps

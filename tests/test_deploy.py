@@ -113,6 +113,7 @@ def caddy_in_front(upstream_port: int, workdir: Path, **env: str):
         process.wait(10)
 
 
+@pytest.mark.drill  # Caddy in front
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed")
 def test_caddy_exposes_the_notification_api_only_with_a_token(database, tmp_path):
     """Issue 12: with the defaults, anyone reaching the public address could send mail and
@@ -165,6 +166,7 @@ def test_the_shipped_deployments_choose_every_exposure():
     assert re.search(r"^\s*respond /console\* 404$", (DEPLOY / "Caddyfile").read_text(), re.M)
 
 
+@pytest.mark.drill  # Caddy in front
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed")
 def test_the_shipped_configuration_serves_routers_with_keys_through_caddy(database, tmp_path):
     """The image's and compose's settings (docker itself is not on this machine: the

@@ -35,6 +35,8 @@ from testkit.database import Sql
 from testkit.server import ServerRunner
 from testkit.telemetry import stored_count
 
+pytestmark = pytest.mark.drill  # the ops/bench drills, quick runs (README.md, "Tests")
+
 UPLOADS, LINES, LINE_DELAY = 8, 20, 0.1
 
 

@@ -5,6 +5,8 @@ start."""
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import shutil
 from datetime import datetime, timedelta, timezone
@@ -33,6 +35,7 @@ async def get_json(session, url: str) -> tuple[int, dict]:
         return response.status, await response.json()
 
 
+@pytest.mark.drill  # a whole first start, ruleset and generation
 async def test_fresh_install_serves_ids_payloads_without_an_operator(database, tmp_path, sql):
     settings = ruleset_settings("fixture", database, tmp_path)
     archive = settings.rule_preprocess_archive_url.removeprefix("file://")

@@ -105,6 +105,7 @@ async def proxied_settings(database, tmp_path):
     await proxy.close()
 
 
+@pytest.mark.drill  # the database cut and restarted
 @pytest.mark.parametrize("fault", ["server gone", "network cut"])
 async def test_database_lost_mid_generation_reschedules_once_it_is_back(
         proxied_settings, sql, monkeypatch, fault):

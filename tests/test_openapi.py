@@ -5,6 +5,8 @@ one accepted."""
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import subprocess
 import sys
@@ -66,6 +68,7 @@ async def test_the_service_serves_the_document(client):
     assert document["openapi"].startswith("3.")
 
 
+@pytest.mark.drill  # a minute of generated requests
 async def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(database,
                                                                                tmp_path):
     # The documented example router has real payloads, so the 200 and 304 answers of the

@@ -19,6 +19,8 @@ from testkit import REPOSITORY
 from testkit.server import ServerRunner, free_port, http_get
 from testkit.workers import processes_on
 
+pytestmark = pytest.mark.drill  # whole service starts, each with its own embedded PostgreSQL
+
 MAC = "aa:bb:cc:00:43:01"
 
 
