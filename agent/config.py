@@ -39,6 +39,9 @@ class AgentConfig:
     nft_set_fleet_v6: str = "router_backend_fleet_v6"
     alert_types: tuple[str, ...] = ("alert",)
     flow_types: tuple[str, ...] = ("flow", "netflow")
+    # Sent to /log/cfm with the flows and stored as sent: what the fleet's hunt indexes
+    # (domains, TLS fingerprints, files; docs/agent.md).
+    meta_types: tuple[str, ...] = ("dns", "tls", "http", "fileinfo", "smb", "ssh")
     upload_seconds: float = 10.0
     poll_seconds: float = 60.0
     batch_records: int = 5000
@@ -66,7 +69,7 @@ class AgentConfig:
 _REQUIRED = ("server_url", "mac", "state_dir", "eve_json", "rules_file", "firewall_file")
 _COMMANDS = ("test_command", "reload_command", "firewall_test_command",
              "firewall_reload_command")
-_LISTS = ("alert_types", "flow_types")
+_LISTS = ("alert_types", "flow_types", "meta_types")
 
 
 def load_config(path: Path) -> AgentConfig:

@@ -102,7 +102,7 @@ class Uploader:
             return None  # not a JSON object: the server would reject it too
         if event_type in self._config.alert_types:
             return "events"
-        if event_type in self._config.flow_types:
+        if event_type in self._config.flow_types or event_type in self._config.meta_types:
             return "cfm"
         return None
 

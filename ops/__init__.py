@@ -3,7 +3,8 @@
 - `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
   `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
   `console.py` (console sign-ins), `citus.py` (the Citus mode: distribute, add a node,
-  rebalance, remove a node), `fleet.py` (the fleet's attackers and outbreaks);
+  rebalance, remove a node), `fleet.py` (the fleet's attackers and outbreaks), `hunt.py`
+  (which routers saw an indicator, and the hunts made);
   `__main__.py` and `entry.py`, the installed command, run it),
   `backup.py` (backup and restore),
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),

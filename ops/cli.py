@@ -14,6 +14,8 @@ from ops.allowlist import add_arguments as add_allowlist_arguments
 from ops.allowlist import allowlist
 from ops.fleet import add_arguments as add_fleet_arguments
 from ops.fleet import fleet
+from ops.hunt import add_arguments as add_hunt_arguments
+from ops.hunt import hunt
 from ops.backup import add_backup_arguments, add_restore_arguments, backup, restore
 from ops.citus import add_arguments as add_citus_arguments
 from ops.citus import citus
@@ -131,7 +133,8 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
     asked), exclusively with the scheduled runs."""
     async def body(settings: Settings, db: Database) -> int:
         outcome = await run_job(db, "retention", lambda: run_retention(
-            db, settings.retention_days, settings.activation_retention_days))
+            db, settings.retention_days, settings.activation_retention_days,
+            hunt_days=settings.hunt_retention_days))
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "another retention run is in progress")
         detail = outcome.detail
@@ -140,7 +143,8 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
                 ("telemetry_alerts", "alert summaries", detail["cutoff"]),
                 ("telemetry_flows", "flow summaries", detail["cutoff"]),
                 ("activations", "activations", detail["activation_cutoff"]),
-                ("activation_days", "activation days", detail["activation_cutoff"])):
+                ("activation_days", "activation days", detail["activation_cutoff"]),
+                ("hunt_postings", "hunt index", detail["hunt_cutoff"])):
             removed = detail["removed"][table]
             dropped = removed["partitions_dropped"]
             print(f"retention: {label} before {cutoff}: {len(dropped)} partitions dropped "
@@ -192,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
         "allowlist", help="networks never blocked by a router's firewall payload"))
     add_fleet_arguments(commands.add_parser(
         "fleet", help="what the fleet sees together: its attackers and outbreaks, with evidence"))
+    add_hunt_arguments(commands.add_parser(
+        "hunt", help="which routers saw an address, a domain, a TLS fingerprint, a signature "
+                     "or a file, and since when (recorded)"))
     add_telemetry_arguments(commands.add_parser(
         "telemetry", help="a router's stored records (export, sql) and the compaction job"))
     add_console_arguments(commands.add_parser(
@@ -210,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention": retention,
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
             "rules": rules, "telemetry": telemetry, "console": console,
-            "citus": citus, "backup": backup, "restore": restore, "fleet": fleet}
+            "citus": citus, "backup": backup, "restore": restore, "fleet": fleet,
+            "hunt": hunt}
 
 
 def main(argv: list[str] | None = None) -> int:

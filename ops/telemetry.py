@@ -20,6 +20,8 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import orjson
+
 from ops.command import CommandError, mac_argument, run_command
 from server.db.embedded import embedded_program
 from server.db.pool import Database
@@ -27,6 +29,7 @@ from server.jobs.cron import run_job
 from server.settings import Settings
 from server.telemetry.compaction import compact
 from server.telemetry.export import ndjson, stored_records
+from server.telemetry.indicators import IndicatorError, carries, match_argument
 from server.telemetry.sql_tables import write_session
 
 PROG = "router-backend telemetry"
@@ -53,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="records sent to /log/events or /log/cfm (default: both)")
         action.add_argument("--since", type=_moment, help="received at or after this time")
         action.add_argument("--until", type=_moment, help="received before this time")
+        if name == "export":
+            action.add_argument("--match", metavar="KIND:VALUE",
+                                help="only the records carrying it (kinds as `hunt`'s: ip, "
+                                     "domain (and names under it), ja3, ja4, sid, sha256)")
     compact_parser = actions.add_parser(
         "compact", help="merge small chunks now (and move rows of before migration 0018)")
     compact_parser.add_argument("--all", action="store_true",
@@ -61,13 +68,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _export(settings: Settings, args: argparse.Namespace, db: Database) -> int:
     mac = mac_argument(args.mac)
+    wanted = None
+    if args.match is not None:
+        try:
+            wanted = match_argument(args.match)
+        except IndicatorError as error:
+            raise CommandError(f"--match: {error}") from None
 
     def write() -> int:
         out = sys.stdout.buffer
         count = 0
-        for records, text in ndjson(db.location, mac, args.kind, args.since, args.until):
-            out.write(text)
-            count += records
+        if wanted is not None:
+            for stored in stored_records(db.location, mac, args.kind, args.since, args.until):
+                if carries(orjson.loads(stored.line), wanted):
+                    out.write(stored.line + b"\n")
+                    count += 1
+        else:
+            for records, text in ndjson(db.location, mac, args.kind, args.since, args.until):
+                out.write(text)
+                count += records
         out.flush()
         return count
 

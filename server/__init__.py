@@ -12,6 +12,7 @@ capabilities behind it, in layers, each importing only the layers below it (the
    `generation/` (the per-router generation queue), `jobs/` (cron runner, preprocess,
    partitions, retention, compaction), `notify/` (email notifications), `polling/` (the
    ETag cache), `tuning/` (operators' overrides, allowlist and enrollment resets),
+   `hunt/` (which routers saw an indicator across the fleet, each hunt recorded),
    `status.py` (the fleet at a glance).
 5. What capabilities share: `routers/` (router identity, registration, keys, applied
    reports) and `telemetry/` (telemetry at rest: compressed chunks, hourly summaries,

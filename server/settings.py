@@ -389,6 +389,11 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
                 "retention job (long enough for monthly and yearly access reports); after 8 days "
                 "they are kept rolled up, one row per router, day and address.", _integer(1)),
+        Setting("HUNT_RETENTION_DAYS", "400", "Days the hunt index (which routers saw which "
+                "address, domain, TLS fingerprint, signature or file, per day) is kept by the "
+                "retention job: longer than the records themselves (RETENTION_DAYS), so a hunt "
+                "still names routers and days after the records are gone (docs/security.md).",
+                _integer(1)),
         Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
         Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations per partition "
                 "(by receive or activation time, UTC). Retention drops whole partitions; a change "

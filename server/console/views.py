@@ -14,6 +14,7 @@ from aiohttp import web
 
 from server.console.auth import (COOKIE, SESSIONS, USER, cookie_secure, hash_secret,
                                   secret_matches)
+from server.console import hunting
 from server.console.charts import bars
 from server.console.story import router_story
 from server.db import allowlist as allowlist_db
@@ -47,7 +48,8 @@ def routes() -> list[web.RouteDef]:
             web.post("/tuning/overrides", add_override),
             web.post("/tuning/overrides/{id:\\d{1,18}}/remove", remove_override),
             web.post("/tuning/allowlist", add_allowed),
-            web.post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed)]
+            web.post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed),
+            *hunting.routes()]
 
 
 def field(form, name: str) -> str:

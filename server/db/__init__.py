@@ -19,7 +19,8 @@
   `leases.py` (leased work: the one mechanism of claims, renewals, outcomes, backoff), `generation.py` (the generation queue's leases,
   and the statements of a generation worker), `jobs.py` (scheduled jobs' ticks as leased
   work, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
-  minute), `fleet.py` (the fleet job's counting over every router's alerts, its lists).
+  minute), `fleet.py` (the fleet job's counting over every router's alerts, its lists),
+  `hunt.py` (the hunt index's postings, the hunts that read them, the record of hunts).
 
 The SQL of the service is here, with these exceptions: retention's DDL and batched deletes,
 built from partition names (server/jobs/retention.py); the ETag cache's LISTEN and

@@ -45,7 +45,7 @@ CACHED_ROWS = 64  # statements of up to this many rows are kept, the common size
                  # memory with their texts)
 
 
-def _rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
+def rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
     if rows <= CACHED_ROWS:
         return _cached_rows_statement(template, row, rows, prefix)
     return _build_rows_statement(template, row, rows, prefix)
@@ -71,10 +71,10 @@ def summary_statements(params: dict) -> list[tuple[str, dict]]:
     shared["network"] = params.get("network")
     statements = []
     if alerts := params["alerts"]:
-        statements.append((_rows_statement(_ADD_ALERTS, _ALERT_VALUES, len(alerts), "a"),
+        statements.append((rows_statement(_ADD_ALERTS, _ALERT_VALUES, len(alerts), "a"),
                            {**shared, **_row_params(alerts, _ALERT_FIELDS, "a")}))
     if flows := params["flows"]:
-        statements.append((_rows_statement(_ADD_FLOWS, _FLOW_VALUES, len(flows), "f"),
+        statements.append((rows_statement(_ADD_FLOWS, _FLOW_VALUES, len(flows), "f"),
                            {**shared, **_row_params(flows, _FLOW_FIELDS, "f")}))
     return statements
 

@@ -23,7 +23,8 @@ from server.db.pool import Database
 # distributed already.
 DISTRIBUTED_TABLES = ("routers", "router_rules", "router_keys", "enrollment_windows",
                       "upload_keys", "router_applied", "telemetry_chunks",
-                      "telemetry_alerts", "telemetry_flows", "activations", "activation_days")
+                      "telemetry_alerts", "telemetry_flows", "activations", "activation_days",
+                      "hunt_postings")
 
 # Foreign keys from tables that stay on the coordinator to `routers`, which Citus refuses
 # (from a local table to a distributed one): their ON DELETE CASCADE is done by

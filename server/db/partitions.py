@@ -24,7 +24,7 @@ from server.db.location import DatabaseLocation
 
 TIME_COLUMNS = {"telemetry_chunks": "received_at", "telemetry_alerts": "hour",
                 "telemetry_flows": "hour", "activations": "activated_at",
-                "activation_days": "day"}
+                "activation_days": "day", "hunt_postings": "day"}
 TELEMETRY_TABLES = ("telemetry_chunks", "telemetry_alerts", "telemetry_flows")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 AHEAD = timedelta(days=7)        # partitions exist at least this far ahead of now

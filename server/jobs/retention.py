@@ -38,16 +38,20 @@ DETACH_PAUSE_SECONDS = 2.0
 
 
 async def run_retention(db: Database, days: int, activation_days: int,
-                        batch_rows: int = BATCH_ROWS, now: datetime | None = None) -> dict:
+                        batch_rows: int = BATCH_ROWS, now: datetime | None = None,
+                        hunt_days: int | None = None) -> dict:
+    """`hunt_days`: the hunt index's days (HUNT_RETENTION_DAYS); by default `days`."""
     now = now or datetime.now(timezone.utc)
     cutoffs = {table: now - timedelta(days=days) for table in TIME_COLUMNS}
     for table in ("activations", "activation_days"):
         cutoffs[table] = now - timedelta(days=activation_days)
+    cutoffs["hunt_postings"] = now - timedelta(days=hunt_days or days)
     removed = {}
     for table, cutoff in cutoffs.items():
         removed[table] = await trim_table(db, table, cutoff, batch_rows)
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
-            "activation_cutoff": cutoffs["activations"].isoformat(), "removed": removed}
+            "activation_cutoff": cutoffs["activations"].isoformat(),
+            "hunt_cutoff": cutoffs["hunt_postings"].isoformat(), "removed": removed}
 
 
 async def trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int = BATCH_ROWS
@@ -129,7 +133,8 @@ _BATCH_KEYS = {"telemetry_chunks": ("mac, kind, received_at, id", True),
                "activations": ("mac, activated_at, id", True),
                "telemetry_alerts": ("mac, hour", False),
                "telemetry_flows": ("mac, hour", False),
-               "activation_days": ("mac, day", False)}
+               "activation_days": ("mac, day", False),
+               "hunt_postings": ("mac, day", False)}
 
 
 def batch_statement(table: str, partition: str) -> str:

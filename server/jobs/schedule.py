@@ -36,7 +36,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
 
     async def retention() -> dict:
         return await run_retention(db, settings.retention_days,
-                                   settings.activation_retention_days)
+                                   settings.activation_retention_days,
+                                   hunt_days=settings.hunt_retention_days)
 
     async def partitions() -> dict:
         return await create_partitions_ahead(db, settings.telemetry_partition_days)

@@ -1,6 +1,7 @@
 """Transactional writes of a telemetry upload while its body streams in: its records in
-chunks (chunks.py) of at most `batch_rows` records or BATCH_BYTES, and its summary rows
-(summary.py), all in one transaction with its Idempotency-Key (SQL: server/db/chunks.py).
+chunks (chunks.py) of at most `batch_rows` records or BATCH_BYTES, its summary rows
+(summary.py) and its postings in the hunt index (postings.py), all in one transaction with
+its Idempotency-Key (SQL: server/db/chunks.py, server/db/hunt.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
 from server.db.upload_keys import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
+from server.db.hunt import postings_statement
 from server.telemetry.extract import ROW_OF, validate
+from server.telemetry.postings import POSTINGS_KEPT, Postings
 from server.telemetry.summary import Summary
 
 BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
@@ -49,6 +52,7 @@ class TelemetryWriter:
         self._lines: list[bytes] = []
         self._pending_bytes = 0
         self.summary = Summary()
+        self.postings = Postings()
         self._stack = contextlib.AsyncExitStack()
         self._cursor: aiopg.Cursor | None = None
         self._in_flight: asyncio.Task | None = None
@@ -71,6 +75,7 @@ class TelemetryWriter:
         per chunk)."""
         values, record = validate(raw, self._row_of)
         self.summary.add(self._params["kind"], values, record)
+        self.postings.add(record)
         line = one_line(raw)
         self._lines.append(line)
         self._pending_bytes += len(line)
@@ -82,8 +87,9 @@ class TelemetryWriter:
             self._cursor = await self._stack.enter_async_context(self._db.transaction())
         await self._settle()
         summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
+        postings = self._take_postings() if len(self.postings) >= POSTINGS_KEPT else None
         self._in_flight = asyncio.ensure_future(
-            self._send(self._cursor, self._take_chunk(), summary, None))
+            self._send(self._cursor, self._take_chunk(), summary, None, postings))
 
     async def commit(self, key: UploadKey | None = None) -> None:
         """Write what is left (records, summary) and `key` with it, and commit.
@@ -94,15 +100,16 @@ class TelemetryWriter:
         pid = None
         try:
             chunk, summary = self._take_chunk(), self._take_summary()
+            postings = self._take_postings()
             if self._cursor is None:
-                if chunk or summary or key is not None:
+                if chunk or summary or key is not None or postings:
                     async with self._db.cursor() as cur:
                         pid = backend_pid(cur)
-                        await self._send(cur, chunk, summary, key)
+                        await self._send(cur, chunk, summary, key, postings)
                 return
             await self._settle()
-            if chunk or summary or key is not None:
-                await self._send(self._cursor, chunk, summary, key)
+            if chunk or summary or key is not None or postings:
+                await self._send(self._cursor, chunk, summary, key, postings)
             pid = backend_pid(self._cursor)
             await self._stack.aclose()  # COMMIT
         except DatabaseUnavailable as error:
@@ -124,6 +131,12 @@ class TelemetryWriter:
         self._pending_bytes = 0
         return chunk
 
+    def _take_postings(self) -> Postings | None:
+        if not len(self.postings):
+            return None
+        postings, self.postings = self.postings, Postings()
+        return postings
+
     def _take_summary(self) -> Summary | None:
         if not len(self.summary):
             return None
@@ -131,7 +144,7 @@ class TelemetryWriter:
         return summary
 
     async def _send(self, cur: aiopg.Cursor, chunk: Chunk | None, summary: Summary | None,
-                    key: UploadKey | None) -> None:
+                    key: UploadKey | None, postings: Postings | None = None) -> None:
         """One statement per table (server/db/chunks.py), sent together: one round trip, and
         outside a transaction one implicit transaction (all or nothing). The key first: one
         recorded by another upload fails it, and nothing is written."""
@@ -148,6 +161,11 @@ class TelemetryWriter:
                      "network": self._network}):
                 statements.append(statement)
                 params.update(summary_params)
+        if postings is not None:
+            statement, posting_params = postings_statement(
+                {"mac": self._params["mac"], **postings.params(self._received_at)})
+            statements.append(statement)
+            params.update(posting_params)
         try:
             await execute(cur, ";\n".join(statements), params)
         except psycopg2.errors.UniqueViolation as error:

@@ -1,0 +1,2 @@
+DROP TABLE hunt_log;
+DROP TABLE hunt_postings;

@@ -1,0 +1,115 @@
+"""`router-backend hunt`: which routers' records carried an address, a domain (or a name
+under it), a TLS fingerprint, a signature or a file, over the last --days days, from the
+hunt index (server/hunt/); `hunt --log` lists the hunts made. Every hunt is recorded with the
+operator's login name (docs/security.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from ops.command import EXIT_USAGE, operator, run_command
+from server.db.pool import Database
+from server.telemetry.indicators import Indicator, IndicatorError, from_line, indicator
+from server.hunt.search import MATCHES_SHOWN, Hunt, hunt_log, run_hunt
+from server.settings import Settings
+
+PROG = "router-backend hunt"
+OPTIONS = (("ip", "ADDR", "an IPv4 or IPv6 address (source or destination of any record)"),
+           ("domain", "NAME", "a DNS name, TLS SNI or HTTP host, and every name under it"),
+           ("ja3", "MD5", "a JA3 or JA3S hash"), ("ja4", "FP", "a JA4 fingerprint"),
+           ("sid", "N", "an alert's signature id"), ("sha256", "HEX", "a file's SHA-256"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for kind, metavar, text in OPTIONS:
+        parser.add_argument(f"--{kind}", metavar=metavar, action="append", default=[],
+                            help=f"{text} (repeatable)")
+    parser.add_argument("--file", type=Path, action="append", default=[],
+                        help="indicators, one a line: KIND VALUE, or a bare address, domain "
+                             "name or SHA-256; # starts a comment")
+    parser.add_argument("--days", type=int, default=30,
+                        help="days back, by when records were received (default 30)")
+    parser.add_argument("--limit", type=int, default=MATCHES_SHOWN,
+                        help=f"matches shown at most (default {MATCHES_SHOWN}); the count is "
+                             "always whole")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    parser.add_argument("--log", action="store_true",
+                        help="list the latest hunts (who, when, what, how many matches)")
+
+
+class UsageError(Exception):
+    """A malformed argument: one line, exit status 2."""
+
+
+def indicators_of(args: argparse.Namespace) -> list[Indicator]:
+    """Every indicator the arguments name; UsageError for a malformed one."""
+    found = []
+    try:
+        for kind, _, _ in OPTIONS:
+            found += [indicator(kind, value) for value in getattr(args, kind)]
+        for path in args.file:
+            try:
+                lines = path.read_text().splitlines()
+            except OSError as error:
+                raise UsageError(f"--file {path}: {error.strerror}") from None
+            for number, line in enumerate(lines, 1):
+                try:
+                    if (parsed := from_line(line)) is not None:
+                        found.append(parsed)
+                except IndicatorError as error:
+                    raise UsageError(f"--file {path}:{number}: {error}") from None
+    except IndicatorError as error:
+        raise UsageError(str(error)) from None
+    return list(dict.fromkeys(found))
+
+
+def table(answer: dict) -> str:
+    searched = answer["searched"]
+    lines = [f"{answer['match_count']} match(es) from {searched['from']} to {searched['to']}"
+             + (f", the first {answer['shown']} shown" if answer["shown"] < answer["match_count"]
+                else ""),
+             "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_kept"]
+    for match in answer["matches"]:
+        lines.append(f"{match['mac']}\t{match['kind']}\t{match['indicator']}\t"
+                     f"{match['first_seen']}\t{match['last_seen']}\t{match['records']}\t"
+                     f"{len(match['days'])}\t{'no' if match['records_expired'] else 'yes'}")
+    return "\n".join(lines)
+
+
+async def _run(settings: Settings, args: argparse.Namespace, db: Database,
+               indicators: list[Indicator]) -> int:
+    if args.log:
+        entries = await hunt_log(db)
+        if args.json:
+            print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())
+        else:
+            print("at\tasked_by\tvia\tfrom\tto\tmatches\tindicators")
+            for e in entries:
+                what = ", ".join(f"{i['kind']} {i['value']}" for i in e["indicators"])
+                print(f"{e['at']}\t{e['asked_by']}\t{e['via']}\t{e['from']}\t{e['to']}\t"
+                      f"{e['matches']}\t{what}")
+        return 0
+    answer = await run_hunt(db, Hunt(tuple(indicators), args.days, args.limit),
+                            operator(), "command", settings.retention_days)
+    print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
+          else table(answer))
+    return 0
+
+
+def hunt(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        indicators = indicators_of(args)
+        if not args.log and not indicators:
+            raise UsageError("name at least one indicator (--ip, --domain, --ja3, --ja4, "
+                             "--sid, --sha256 or --file)")
+        if not 1 <= args.days <= 3660 or not 1 <= args.limit <= 100_000:
+            raise UsageError("--days is 1 to 3660 and --limit 1 to 100000")
+    except UsageError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_command(PROG, lambda settings, db: _run(settings, args, db, indicators),
+                       settings=settings)

@@ -1,0 +1,11 @@
+"""The hunt: which routers' records carried an indicator (an address, a domain or a name under
+it, a TLS fingerprint, a signature, a file), across the fleet and over the index's horizon
+(HUNT_RETENTION_DAYS, longer than the records').
+
+- `search.py`: a hunt asked of the index and shaped once for the command
+  (`router-backend hunt`, ops/hunt.py) and the console (server/console/hunting.py), and the
+  record of every hunt.
+
+What a record carries and how each value is stored is server/telemetry/indicators.py; the
+postings are written with each upload (server/telemetry/postings.py, server/db/hunt.py).
+"""

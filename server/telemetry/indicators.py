@@ -1,0 +1,194 @@
+"""What is hunted, one place: the kinds of indicator, the one form each value is stored and
+asked in, and the values a record carries.
+
+| kind     | from a record                                                        | stored as      |
+|----------|----------------------------------------------------------------------|----------------|
+| `ip`     | `src_ip`, `dest_ip` of every record type                             | canonical (engine/addresses.py) |
+| `domain` | DNS query and answer names (and CNAME targets), TLS SNI, HTTP hostname | lower case, no trailing dot, labels reversed (`com.example.www`) so that a name and every name under it are one range of the index |
+| `ja3`    | `tls.ja3.hash`, `tls.ja3s.hash`                                      | 32 hex digits, lower case |
+| `ja4`    | `tls.ja4`                                                            | as written, lower case |
+| `sid`    | `alert.signature_id`                                                 | decimal        |
+| `sha256` | `fileinfo.sha256`                                                    | 64 hex digits, lower case |
+
+A value a record carries that is not well formed for its kind is not indexed; one a user
+asks for is refused (IndicatorError) with what is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from engine.addresses import canonical_text
+
+# Stored as one byte ("char") per posting.
+CODES = {"ip": "i", "domain": "d", "ja3": "3", "ja4": "4", "sid": "s", "sha256": "h"}
+KINDS = {code: kind for kind, code in CODES.items()}
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_JA4 = re.compile(r"^[a-z0-9]{10}_[0-9a-f]{12}_[0-9a-f]{12}$")
+MAX_SID = 2**63 - 1
+
+
+class IndicatorError(ValueError):
+    """A value that is not an indicator of its kind; the message says why."""
+
+
+@dataclass(frozen=True)
+class Indicator:
+    kind: str     # ip, domain, ja3, ja4, sid, sha256
+    value: str    # as the user wrote it (normalised for display)
+    stored: str   # as the index holds it
+
+    @property
+    def code(self) -> str:
+        return CODES[self.kind]
+
+
+def _domain(text: str) -> str | None:
+    """A DNS name's stored form (labels reversed), None when it is not one."""
+    name = text.strip().lower().rstrip(".")
+    if not name or len(name) > 253:
+        return None
+    labels = name.split(".")
+    if not all(_LABEL.match(label) for label in labels):
+        return None
+    return ".".join(reversed(labels))
+
+
+# Cached: a router's uploads carry the same few addresses and names over and over, and this
+# runs for each value of each record at ingestion.
+@functools.lru_cache(maxsize=65536)
+def _stored(kind: str, text: str) -> str | None:
+    """`text` in its stored form for `kind`, or None when it is not one."""
+    if kind == "ip":
+        try:
+            return canonical_text(text.strip())
+        except ValueError:
+            return None
+    if kind == "domain":
+        return _domain(text)
+    lowered = text.strip().lower()
+    if kind == "ja3":
+        return lowered if _HEX32.match(lowered) else None
+    if kind == "ja4":
+        return lowered if _JA4.match(lowered) else None
+    if kind == "sha256":
+        return lowered if _HEX64.match(lowered) else None
+    if kind == "sid":
+        return str(int(lowered)) if lowered.isdigit() and 0 < int(lowered) <= MAX_SID else None
+    raise IndicatorError(f"unknown kind {kind!r} (one of {', '.join(CODES)})")
+
+
+def indicator(kind: str, text: str) -> Indicator:
+    """A user's indicator; IndicatorError naming what is wrong."""
+    stored = _stored(kind, text)
+    if stored is None:
+        raise IndicatorError(f"{text[:80]!r} is not {_WHAT[kind]}")
+    shown = ".".join(reversed(stored.split("."))) if kind == "domain" else stored
+    return Indicator(kind, shown, stored)
+
+
+_WHAT = {"ip": "an IP address", "domain": "a domain name", "ja3": "a JA3 hash (32 hex digits)",
+         "ja4": "a JA4 fingerprint (such as t13d1516h2_8daaf6152771_b186095e22b6)",
+         "sid": "a signature id (a positive integer)", "sha256": "a SHA-256 (64 hex digits)"}
+
+
+def guessed(text: str) -> Indicator:
+    """A bare value whose kind is plain: an address, a 64-hex SHA-256, a domain name."""
+    value = text.strip()
+    for kind in ("ip", "sha256", "domain"):
+        if _stored(kind, value) is not None and (kind != "domain" or "." in value):
+            return indicator(kind, value)
+    raise IndicatorError(f"{value[:80]!r}: give its kind (KIND VALUE: "
+                         f"{', '.join(CODES)}); only an address, a SHA-256 or a domain name "
+                         "is recognised alone")
+
+
+def from_line(line: str) -> Indicator | None:
+    """One line of an indicator file: `KIND VALUE` or a bare value; None for a blank line or
+    a comment (#)."""
+    text = line.strip()
+    if not text or text.startswith("#"):
+        return None
+    parts = text.split(None, 1)
+    if len(parts) == 2 and parts[0].lower() in CODES:
+        return indicator(parts[0].lower(), parts[1])
+    return guessed(text)
+
+
+def _names(dns: dict) -> list:
+    """The names of a DNS record, in every EVE layout Suricata writes (v1: one rrname per
+    record; v2 and v3: queries and answers lists; grouped CNAME answers)."""
+    names = [dns.get("rrname")]
+    for section in ("queries", "answers", "authorities"):
+        entries = dns.get(section)
+        if isinstance(entries, list):
+            for entry in entries:
+                if isinstance(entry, dict):
+                    names.append(entry.get("rrname"))
+                    if entry.get("rrtype") == "CNAME":
+                        names.append(entry.get("rdata"))
+    if dns.get("rrtype") == "CNAME":
+        names.append(dns.get("rdata"))
+    grouped = dns.get("grouped")
+    if isinstance(grouped, dict) and isinstance(grouped.get("CNAME"), list):
+        names.extend(grouped["CNAME"])
+    return names
+
+
+def carried(record: dict) -> list[tuple[str, str]]:
+    """The (code, stored value) pairs `record` carries, repeats included."""
+    found = []
+
+    def add(kind: str, value: object) -> None:
+        if isinstance(value, str) and len(value) <= 300:
+            stored = _stored(kind, value)
+            if stored is not None:
+                found.append((CODES[kind], stored))
+        elif kind == "sid" and isinstance(value, int) and not isinstance(value, bool) \
+                and 0 < value <= MAX_SID:
+            found.append((CODES[kind], str(value)))
+
+    add("ip", record.get("src_ip"))
+    add("ip", record.get("dest_ip"))
+    alert = record.get("alert")
+    if isinstance(alert, dict):
+        add("sid", alert.get("signature_id"))
+    dns = record.get("dns")
+    if isinstance(dns, dict):
+        for name in _names(dns):
+            add("domain", name)
+    tls = record.get("tls")
+    if isinstance(tls, dict):
+        add("domain", tls.get("sni"))
+        for field in ("ja3", "ja3s"):
+            if isinstance(tls.get(field), dict):
+                add("ja3", tls[field].get("hash"))
+        add("ja4", tls.get("ja4"))
+    http = record.get("http")
+    if isinstance(http, dict):
+        add("domain", http.get("hostname"))
+    fileinfo = record.get("fileinfo")
+    if isinstance(fileinfo, dict):
+        add("sha256", fileinfo.get("sha256"))
+    return found
+
+
+def carries(record: dict, wanted: Indicator) -> bool:
+    """Whether `record` carries the indicator (for a domain: it or a name under it)."""
+    under = wanted.stored + "."
+    return any(code == wanted.code and (value == wanted.stored or (
+        wanted.kind == "domain" and value.startswith(under))) for code, value in carried(record))
+
+
+def match_argument(text: str) -> Indicator:
+    """`KIND:VALUE` (the drill-down's form); IndicatorError naming what is wrong."""
+    kind, sep, value = text.partition(":")
+    if not sep or kind.lower() not in CODES:
+        raise IndicatorError(f"{text[:80]!r}: expected KIND:VALUE, KIND one of "
+                             f"{', '.join(CODES)}")
+    return indicator(kind.lower(), value)
