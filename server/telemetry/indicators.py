@@ -140,41 +140,53 @@ def _names(dns: dict) -> list:
     return names
 
 
-def carried(record: dict) -> list[tuple[str, str]]:
-    """The (code, stored value) pairs `record` carries, repeats included."""
-    found = []
+@functools.lru_cache(maxsize=65536)
+def _address(text: str) -> str | None:
+    try:
+        return canonical_text(text)
+    except ValueError:
+        return None
 
-    def add(kind: str, value: object) -> None:
-        if isinstance(value, str) and len(value) <= 300:
+
+def _text_values(kind: str, values) -> list[tuple[str, str]]:
+    code = CODES[kind]
+    found = []
+    for value in values:
+        if value.__class__ is str and len(value) <= 300:
             stored = _stored(kind, value)
             if stored is not None:
-                found.append((CODES[kind], stored))
-        elif kind == "sid" and isinstance(value, int) and not isinstance(value, bool) \
-                and 0 < value <= MAX_SID:
-            found.append((CODES[kind], str(value)))
+                found.append((code, stored))
+    return found
 
-    add("ip", record.get("src_ip"))
-    add("ip", record.get("dest_ip"))
-    alert = record.get("alert")
-    if isinstance(alert, dict):
-        add("sid", alert.get("signature_id"))
-    dns = record.get("dns")
-    if isinstance(dns, dict):
-        for name in _names(dns):
-            add("domain", name)
-    tls = record.get("tls")
-    if isinstance(tls, dict):
-        add("domain", tls.get("sni"))
+
+def carried(record: dict) -> list[tuple[str, str]]:
+    """The (code, stored value) pairs `record` carries, repeats included. Written out for
+    speed: it runs for every record at ingestion, where most records are flows and alerts
+    that carry only addresses and a signature."""
+    get = record.get
+    found = []
+    for field in ("src_ip", "dest_ip"):
+        value = get(field)
+        if value.__class__ is str and (stored := _address(value)) is not None:
+            found.append(("i", stored))
+    alert = get("alert")
+    if alert.__class__ is dict:
+        sid = alert.get("signature_id")
+        if sid.__class__ is int and 0 < sid <= MAX_SID:
+            found.append(("s", str(sid)))
+    dns, tls, http, fileinfo = get("dns"), get("tls"), get("http"), get("fileinfo")
+    if dns.__class__ is dict:
+        found += _text_values("domain", _names(dns))
+    if tls.__class__ is dict:
+        found += _text_values("domain", (tls.get("sni"),))
         for field in ("ja3", "ja3s"):
-            if isinstance(tls.get(field), dict):
-                add("ja3", tls[field].get("hash"))
-        add("ja4", tls.get("ja4"))
-    http = record.get("http")
-    if isinstance(http, dict):
-        add("domain", http.get("hostname"))
-    fileinfo = record.get("fileinfo")
-    if isinstance(fileinfo, dict):
-        add("sha256", fileinfo.get("sha256"))
+            if tls.get(field).__class__ is dict:
+                found += _text_values("ja3", (tls[field].get("hash"),))
+        found += _text_values("ja4", (tls.get("ja4"),))
+    if http.__class__ is dict:
+        found += _text_values("domain", (http.get("hostname"),))
+    if fileinfo.__class__ is dict:
+        found += _text_values("sha256", (fileinfo.get("sha256"),))
     return found
 
 
