@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import re
 import shutil
+import socket
 import sys
 
 from ops.allowlist import add_arguments as add_allowlist_arguments
@@ -30,20 +32,24 @@ from ops.subscriptions import add_arguments as add_subscription_arguments
 from ops.subscriptions import subscriptions
 from ops.telemetry import add_arguments as add_telemetry_arguments
 from ops.telemetry import telemetry
+from server import SERVICE_VERSION
 from server.app import create_app
 from server.db.embedded import embedded_program
 from server.db.lifecycle import prepare_database, reach_server
 from server.db.migrate import SchemaNotReady, release_schema_version, roll_back_migrations
+from server.db import service_settings
+from server.db.service_settings import CONSOLE_SECRET_SET
 from server.db.pool import Database
 from server.exposure import refuse_unchosen
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
-from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
+from server.settings import (Settings, SettingsError, load_settings, shared_with_commands,
+                             unrecognised_settings)
 from server.logs import configure_logging
 from server.process.instance import only_service_on
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
-from server.process.supervisor import Supervisor
-from server.typedefs import IN_FLIGHT
+from server.process.supervisor import Supervisor, refuse_taken_listeners
+from server.typedefs import DATABASE, IN_FLIGHT
 
 log = logging.getLogger("router_backend.settings")
 
@@ -56,6 +62,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
         return serve_role(settings, args, role)
     refuse_unchosen(settings)
     with only_service_on(settings):
+        refuse_taken_listeners(settings)  # before the database is made or touched
         workers = getattr(args, "workers", None) or settings.http_workers
         if workers > 1:
             return Supervisor(settings, workers, [sys.executable, "-m", "ops.cli",
@@ -63,10 +70,20 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
         return serve_role(settings, args, "all")
 
 
+async def record_settings(settings: Settings, app) -> None:
+    """The settings this start runs with, for the operator commands (ops/command.py)."""
+    values = {name: value for name, value in settings.given if shared_with_commands(name)}
+    if settings.console_secret:  # that it is set, never what it is
+        values[CONSOLE_SECRET_SET] = "true"
+    await service_settings.record(app[DATABASE], values, f"{socket.gethostname()}:{os.getpid()}")
+
+
 def serve_role(settings: Settings, args: argparse.Namespace, role: str) -> int:
     """One process of the service: all of it, or one of the supervisor's children."""
     inherited = Inherited.from_fds(args.listen_fds, args.console_fds) if role == "http" else None
     app = create_app(settings, role, getattr(args, "metrics_dir", None))
+    if role != "http":  # the one process that runs the jobs: recorded once a start
+        app.on_startup.append(functools.partial(record_settings, settings))
     if role == "background":
         asyncio.run(run_until_stopped(app))
     else:
@@ -167,6 +184,8 @@ def positive_integer(value: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="router-backend",
                                      description="Router IDS backend and notification service.")
+    parser.add_argument("--version", action="version",
+                        version=f"router-backend {SERVICE_VERSION}")
     commands = parser.add_subparsers(dest="command")
     serve_parser = commands.add_parser("serve", help="run the HTTP service (the default)")
     serve_parser.add_argument("--workers", type=positive_integer, default=None,

@@ -13,8 +13,10 @@ from server.db.lifecycle import open_database
 from server.db.migrate import SchemaNotReady
 from server.db.pool import Database, DatabaseUnavailable
 from server.routers.mac import InvalidMac, normalise_mac
-from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
-from server.tuning.changes import TuningRefused
+from server.db import service_settings
+from server.settings import (Settings, SettingsError, load_settings, unrecognised_settings,
+                             with_service_settings)
+from server.tuning.changes import BadInput, TuningRefused
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -24,12 +26,16 @@ class CommandError(Exception):
     """A failure the command reports as one clear line (exit status 1)."""
 
 
+class UsageError(CommandError):
+    """A bad argument, found once the command runs: one line, exit status 2, as argparse's."""
+
+
 def mac_argument(text: str) -> str:
-    """A MAC address given on the command line, normalised; CommandError when it is none."""
+    """A MAC address given on the command line, normalised; UsageError when it is none."""
     try:
         return normalise_mac(text)
     except InvalidMac as error:
-        raise CommandError(str(error)) from None
+        raise UsageError(str(error)) from None
 
 
 def operator() -> str:
@@ -38,6 +44,20 @@ def operator() -> str:
         return f"shell:{getpass.getuser()}"
     except (KeyError, OSError):  # no login name for this uid (a container)
         return "shell"
+
+
+async def acting_settings(prog: str, settings: Settings, db: Database) -> Settings:
+    """The command's settings acting with the running service's (recorded at its start:
+    server/db/service_settings.py) where it gave none of its own; one line on stderr names
+    those it gave otherwise, as they change what the command does."""
+    service = await service_settings.recorded(db)
+    if not service:
+        return settings
+    acting, differing = with_service_settings(settings, service)
+    if differing:
+        print(f"{prog}: warning: acting with {', '.join(differing)}, not as the running "
+              "service does; unset these to act with the service's settings", file=sys.stderr)
+    return acting
 
 
 def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
@@ -55,10 +75,13 @@ def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
 
     async def main() -> int:
         async with open_database(settings) as db:
-            return await body(settings, db)
+            return await body(await acting_settings(prog, settings, db), db)
 
     try:
         return asyncio.run(main())
+    except (UsageError, InvalidMac, BadInput) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except (CommandError, TuningRefused, ConnectionError, DatabaseUnavailable,
             SchemaNotReady) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)

@@ -18,6 +18,8 @@ import sys
 from ops.command import run_command
 from server.console.auth import MIN_SECRET, hash_secret
 from server.db import console_sessions as sessions_db
+from server.db import service_settings
+from server.db.service_settings import CONSOLE_SECRET_SET
 from server.db.pool import Database
 from server.timestamps import iso_utc
 from server.settings import CONSOLE_ROLES, Settings
@@ -34,7 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="support reads; operator reads and changes")
     credential.add_argument("--password", action="store_true",
                             help=f"type a secret (at least {MIN_SECRET} characters) instead "
-                                 "of getting a random one")
+                                 "of getting a random one (twice; on a pipe, two lines)")
+    credential.add_argument("--rotate-secret", action="store_true",
+                            help="print a new CONSOLE_SECRET even though the service has one "
+                                 "(signs every session out once it is set)")
     sessions = actions.add_parser("sessions", help="who is signed in; `end NAME` signs them "
                                   "out everywhere")
     ending = sessions.add_subparsers(dest="sessions_action")
@@ -43,8 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _typed_secret() -> str:
-    secret = getpass.getpass("secret: ")
-    if secret != getpass.getpass("again: "):
+    try:
+        secret = getpass.getpass("secret: ")
+        again = getpass.getpass("again: ")
+    except EOFError:
+        raise ValueError("the secret is asked twice: type it twice, or pipe two lines") from None
+    if secret != again:
         raise ValueError("the two secrets differ")
     return secret
 
@@ -58,16 +67,30 @@ def console(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     try:
         secret = _typed_secret() if args.password else secrets.token_urlsafe(18)
+        if len(secret) < MIN_SECRET:
+            raise ValueError(f"a secret has at least {MIN_SECRET} characters")
         entry = f"{args.name}:{args.role}:{hash_secret(secret)}"
     except ValueError as error:
         print(f"router-backend console: {error}", file=sys.stderr)
-        return 1
+        return 2
     if not args.password:
         print(f"secret for {args.name} (shown once, only its hash is kept):\n{secret}\n")
     print(f"add to CONSOLE_USERS (entries separated by commas):\n{entry}")
-    if not settings.console_secret:
-        print(f"\nand set CONSOLE_SECRET, the same in every process of the host:\n"
+    return run_command("router-backend console", functools.partial(
+        _console_secret, rotate=args.rotate_secret), settings=settings)
+
+
+async def _console_secret(settings: Settings, db: Database, rotate: bool) -> int:
+    """A CONSOLE_SECRET to set, the first time only: not when this command's settings or the
+    running service's (server/db/service_settings.py) have one, unless asked to rotate."""
+    service_has = (await service_settings.service_setting(db, CONSOLE_SECRET_SET)) == "true"
+    if rotate or not (settings.console_secret or service_has):
+        print(f"\nand set CONSOLE_SECRET, the same in every process of the host"
+              f"{' (replacing the one set: every session ends)' if rotate else ''}:\n"
               f"{secrets.token_urlsafe(36)}")
+    else:
+        print("\nCONSOLE_SECRET is set for the service: keep it (--rotate-secret prints a new "
+              "one)")
     return 0
 
 

@@ -8,11 +8,13 @@ import argparse
 
 import orjson
 
+from engine.addresses import canonical_text
 from ops.command import CommandError, run_command
 from server.db import fleet as fleet_db
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.fleet import run_fleet
+from server.jobs.fleet_explain import stories, story_lines, summary_line
 from server.settings import Settings
 
 PROG = "router-backend fleet"
@@ -28,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         listing = actions.add_parser(name, help=text)
         listing.add_argument("--json", action="store_true", help="one JSON document, every "
                              "field (the reporters kept: at most 50 per entry)")
+        if name == "attackers":
+            listing.add_argument("--why", metavar="ADDR", type=_address,
+                                 help="one address's story: who reported it, what counted, "
+                                      "which rule kept it out or listed it")
     actions.add_parser("run", help="count the fleet's lists now")
 
 
@@ -66,14 +72,29 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> in
             raise CommandError(outcome.error or "the fleet job is running in another process")
         print(" ".join(f"{name}={value}" for name, value in outcome.detail.items()))
         return 0
+    if args.action == "attackers" and args.why is not None:
+        found = await stories(db, settings, args.why)
+        print("\n".join(story_lines(found[0], settings)) if found else
+              f"{args.why}: not reported in the last {settings.fleet_window_hours} h at "
+              f"severity {settings.rule_generation_block_severity} or worse")
+        return 0
     read, lines = ((fleet_db.attackers, attacker_lines) if args.action == "attackers"
                    else (fleet_db.outbreaks, outbreak_lines))
     entries = await read(db)
     if args.json:
         print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())
-    else:
-        print("\n".join(lines(entries)))
+        return 0
+    print("\n".join(lines(entries)))
+    if args.action == "attackers":  # an empty list explains itself
+        print(summary_line(await stories(db, settings), settings))
     return 0
+
+
+def _address(text: str) -> str:
+    try:
+        return canonical_text(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP address: {text!r}") from None
 
 
 def fleet(settings: Settings, args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from ops.command import EXIT_USAGE, operator, run_command
+from ops.command import EXIT_USAGE, UsageError, operator, run_command
 from server.db.pool import Database
 from server.telemetry.indicators import Indicator, IndicatorError, from_line, indicator
 from server.hunt.search import MATCHES_SHOWN, Hunt, hunt_log, run_hunt
@@ -39,10 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.add_argument("--log", action="store_true",
                         help="list the latest hunts (who, when, what, how many matches)")
-
-
-class UsageError(Exception):
-    """A malformed argument: one line, exit status 2."""
 
 
 def indicators_of(args: argparse.Namespace) -> list[Indicator]:

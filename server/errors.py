@@ -45,6 +45,7 @@ class ApiError(Exception):
     status = 400
     headers: dict[str, str] | None = None
     close_connection = False  # the rest of the request will not be read
+    details: dict | None = None  # more fields of the answer, beside "error"
 
     def __init__(self, message: str, retry_after_seconds: int | None = None):
         """`retry_after_seconds`: when trying again may succeed (a Retry-After header)."""
@@ -87,6 +88,16 @@ class Unprocessable(ApiError):
     status = 422
 
 
+class NothingStored(ApiError):
+    """422: an upload none of whose records could be stored (the answer carries its first
+    errors and a hint)."""
+    status = 422
+
+    def __init__(self, message: str, details: dict):
+        super().__init__(message)
+        self.details = details
+
+
 class PayloadTooLarge(ApiError):
     status = 413
 
@@ -124,7 +135,8 @@ class ErrorAnswers:
     def answer(self, request: web.Request, error: Exception) -> web.StreamResponse:
         """The response for `error`; an aiohttp redirect or 304 is raised again."""
         if isinstance(error, ApiError):
-            response = error_response(error.status, error.message, error.headers)
+            response = json_response({"error": error.message, **(error.details or {})},
+                                     error.status, error.headers)
             if error.close_connection:
                 response.force_close()
             return response

@@ -483,11 +483,13 @@ class _Derived:
 
 # One immutable field per setting, named as its variable in lower case and typed as its
 # parser returns: a setting is declared once, by its row in SECTIONS. Beside them, `chosen`:
-# the names given a value (the environment, the .env file) rather than left at their default.
+# the names given a value (the environment, the .env file) rather than left at their default,
+# and `given`: those values as written, (name, text) pairs.
 Settings = dataclasses.make_dataclass(
     "Settings", [(setting.attribute, setting.parse.__annotations__.get("return", Any))
                  for setting in SETTINGS]
-    + [("chosen", frozenset, dataclasses.field(default=frozenset()))],
+    + [("chosen", frozenset, dataclasses.field(default=frozenset())),
+       ("given", tuple, dataclasses.field(default=()))],
     bases=(_Derived,), frozen=True)
 Settings.__module__ = __name__
 
@@ -573,4 +575,31 @@ def load_settings(environ: Mapping[str, str] | None = None,
     if values["console_users"] and not values["console_secret"]:
         raise SettingsError("invalid CONSOLE_SECRET: needed (at least 32 characters) when "
                             "CONSOLE_USERS is set")
-    return Settings(**values, chosen=frozenset(s.name for s in SETTINGS if s.name in merged))
+    given = tuple((s.name, merged[s.name]) for s in SETTINGS if s.name in merged)
+    return Settings(**values, chosen=frozenset(name for name, _ in given), given=given)
+
+
+# Each process's own: where its database is and its data directory (a command on another
+# host reaches the same database by other means), and secrets, never written anywhere.
+_OWN_PREFIXES = ("DB_",)
+_OWN_NAMES = frozenset({"DATA_DIR", "CONSOLE_USERS"})
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD")
+
+
+def shared_with_commands(name: str) -> bool:
+    """Whether a setting the service runs with is recorded for its commands to act with
+    (server/db/service_settings.py): every one but the process's own and the secrets."""
+    return not (name.startswith(_OWN_PREFIXES) or name in _OWN_NAMES
+                or any(word in name for word in _SECRET_WORDS))
+
+
+def with_service_settings(settings: "Settings", service: Mapping[str, str]
+                          ) -> tuple["Settings", list[str]]:
+    """A command's settings acting with the running service's (`service`: what it recorded
+    at start): each setting the command did not give itself takes the service's value. Also
+    the names the command gave otherwise than the service, each `NAME=here (service: there)`."""
+    own = dict(settings.given)
+    differing = [f"{name}={own[name]} (service: {value})" for name, value in service.items()
+                 if name in own and own[name] != value and shared_with_commands(name)]
+    adopted = {name: value for name, value in service.items() if shared_with_commands(name)}
+    return load_settings({**adopted, **own}, env_file=None), differing

@@ -253,10 +253,17 @@ async def test_commands_and_console_show_the_lists_with_their_evidence(make_clie
 
     def command(*args: str) -> str:
         return router_backend_output(env, "fleet", *args)
-    assert command("attackers").splitlines()[1:] == []
+    before = command("attackers").splitlines()
+    assert len(before) == 2 and before[1].startswith("1 address(es) reported in the last 24 h; "
+                                                     "0 listed; kept out: 1 enough networks")
     assert "attackers=1" in command("run")
-    line = command("attackers").splitlines()[1].split("\t")
+    lines = command("attackers").splitlines()
+    line = lines[1].split("\t")
     assert line[:3] == [ATTACKER, "5", "5"] and mac(0) in line[-1]
+    assert lines[2].startswith("1 address(es) reported in the last 24 h; 1 listed")
+    why = command("attackers", "--why", ATTACKER).splitlines()
+    assert why[0].startswith(f"{ATTACKER}: listed; 5 network(s) counted of 5 needed")
+    assert sum("counts" in line for line in why[1:]) == 5
     assert {entry["sid"] for entry in orjson.loads(command("outbreaks", "--json"))} == sids()
     assert (await sign_in(client, SUPPORT)).status == 303
     page = await (await client.get(f"/console/routers/{mac(99 - 98)}")).text()
@@ -468,3 +475,26 @@ async def test_a_router_moving_its_poll_address_cannot_flip_the_list(make_client
         assert (await run_job(client, fleet_settings))["attackers"] == 0
         etags.add((await poll(client, mac(0), network_address(0)))["fleet_etag"])
     assert len(etags) == 1
+
+
+async def test_an_empty_list_says_which_rule_kept_each_address_out(make_client, database,
+                                                                   tmp_path):
+    """Issue 54: `fleet attackers` said nothing when the list was empty."""
+    settings = settings_for(database, tmp_path, FLEET_MIN_ROUTER_AGE_HOURS="0",
+                            FLEET_ATTACKERS_IN_MAC_MODE="true")
+    client = await make_client(settings)
+    for n in range(3):
+        await report(client, mac(n), network_address(n))
+    for n in range(3, 6):
+        await report(client, mac(n), network_address(n), attacker="10.9.9.9")
+    assert (await run_job(client, settings))["attackers"] == 0
+    env = command_env(settings, FLEET_MIN_ROUTER_AGE_HOURS="0",
+                      FLEET_ATTACKERS_IN_MAC_MODE="true")
+    lines = router_backend_output(env, "fleet", "attackers").splitlines()
+    assert lines[-1] == ("2 address(es) reported in the last 24 h; 0 listed; kept out: "
+                         "1 not public, 1 below the networks threshold (FLEET_MIN_NETWORKS 5)")
+    why = router_backend_output(env, "fleet", "attackers", "--why", ATTACKER).splitlines()
+    assert why[0] == (f"{ATTACKER}: below the networks threshold; 3 network(s) counted of 5 "
+                      "needed, 3 report(s)")
+    nothing = router_backend_output(env, "fleet", "attackers", "--why", "198.51.100.1")
+    assert "not reported in the last 24 h" in nothing

@@ -152,7 +152,8 @@ def test_a_port_another_service_listens_on_is_refused(tmp_path):
                                 cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
         assert result.returncode == 1
         assert result.stderr.strip().splitlines()[-1] == (
-            f"router-backend: cannot listen on 127.0.0.1:{first.port}: Address already in use")
+            f"router-backend: cannot listen on 127.0.0.1:{first.port}: Address already in use "
+            "(another service listens there: stop it, or set LISTEN_PORT)")
         assert health(first.url) == 200
     finally:
         first.stop()

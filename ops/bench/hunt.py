@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg2
 
 from server.db.hunt import hunt_statement
-from testkit.database import Sql, throwaway_database
+from testkit.database import partitions_for_history, throwaway_database
 
 POOL = 100_000
 PER_ROUTER_DAY = {"i": 29, "d": 14, "s": 8, "3": 5, "4": 5, "h": 1}  # the corpus's sensor day
@@ -36,13 +36,13 @@ RECORDS_PER_POSTING = 8
 
 FILL_DAY = """
 INSERT INTO hunt_postings (day, kind, value, mac, first_seen, last_seen, records)
-SELECT %(day)s, k.kind, k.kind || '-' || floor(%(pool)s * random() ^ 3)::int, r.mac,
+SELECT %(day)s, k.kind, k.kind::text || '-' || floor(%(pool)s * random() ^ 3)::int, r.mac,
        %(day)s + interval '1 hour', %(day)s + interval '20 hours', %(records)s
 FROM (SELECT ('02:52:' || lpad(to_hex(n >> 24), 2, '0') || ':' || lpad(to_hex((n >> 16) & 255), 2, '0')
               || ':' || lpad(to_hex((n >> 8) & 255), 2, '0') || ':' || lpad(to_hex(n & 255), 2, '0'))::macaddr
               AS mac FROM generate_series(1, %(routers)s) AS n) r
 CROSS JOIN unnest(%(kinds)s::"char"[], %(counts)s::int[]) AS k(kind, count)
-CROSS JOIN LATERAL generate_series(1, k.count * %(scale)s + 0 * length(r.mac::text)) AS g
+CROSS JOIN LATERAL generate_series(1, k.count * %(scale)s) AS g
 ON CONFLICT DO NOTHING"""
 
 
@@ -69,7 +69,7 @@ def reference_copy(conn) -> float:
     with conn.cursor() as cur:
         cur.execute("CREATE TEMPORARY TABLE copied (LIKE hunt_postings)")
         data = io.BytesIO()
-        cur.copy_expert("COPY hunt_postings TO STDOUT", data)
+        cur.copy_expert("COPY (SELECT * FROM hunt_postings) TO STDOUT", data)
         data.seek(0)
         started = time.monotonic()
         cur.copy_expert("COPY copied FROM STDIN", data)
@@ -118,7 +118,7 @@ def size_of(conn) -> int:
 
 def one_size(routers: int, days: int, scale: int) -> dict:
     with throwaway_database() as (location, _):
-        Sql(location).rows("SELECT 1")
+        partitions_for_history(location, days)  # a partition a day, as the service keeps
         conn = psycopg2.connect(**location.connect_kwargs())
         try:
             build_seconds, postings = build(conn, routers, days, scale)

@@ -320,3 +320,36 @@ async def for_router(db: Database, mac: str) -> list[dict]:
 
 async def outbreaks(db: Database) -> list[dict]:
     return [_outbreak(row) for row in await db.fetchall(_OUTBREAKS)]
+
+
+def reports_statement(keyed: bool) -> str:
+    """Every address reported in the window, with each reporting router, its network and
+    whether it may count (old enough, keyed when `keyed`): what explains the list."""
+    endpoint = (f"CASE WHEN {_PUBLIC.format('a.src_ip')} THEN a.src_ip "
+                f"WHEN {_PUBLIC.format('a.dest_ip')} THEN a.dest_ip ELSE a.src_ip END")
+    return f"""SELECT host(address), mac::text, network::text, bool_or(may_count)
+FROM (SELECT {endpoint} AS address, a.mac, a.network, r.mac IS NOT NULL AS may_count
+      FROM telemetry_alerts a LEFT JOIN ({_reporters(keyed)}) r USING (mac)
+      WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s
+        AND coalesce(a.src_ip, a.dest_ip) IS NOT NULL
+        AND (%(address)s::inet IS NULL OR {endpoint} = %(address)s::inet)) reported
+GROUP BY address, mac, network"""
+
+
+async def reports(db: Database, counting: Counting, address: str | None = None
+                  ) -> list[tuple[str, str, str | None, bool]]:
+    """(address, router, its upload network or None, whether it may count) for every
+    report of the window (of `address` alone when given)."""
+    return await db.fetchall(reports_statement(counting.keyed),
+                             {**counting.params(), "address": address})
+
+
+async def polled_addresses(db: Database, addresses: list[str]) -> set[str]:
+    """Which of `addresses` a poll address protects (as the job's rail judges: by the
+    IPv4 address it carries, an IPv6 /64)."""
+    rows = await db.fetchall(f"""SELECT host(a) FROM unnest(%s::inet[]) AS a
+WHERE EXISTS (SELECT 1 FROM routers WHERE poll_address IS NOT NULL
+              AND {poll_key('poll_address')} = {poll_key('a')})
+   OR EXISTS (SELECT 1 FROM fleet_polled_kept WHERE kept_until > now()
+              AND key = {poll_key('a')})""", (addresses,))
+    return {row[0] for row in rows}

@@ -18,7 +18,7 @@ from server.db.pool import Database, DatabaseUnavailable
 from server.db import upload_keys
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, was_committed
 from server.db.upload_keys import UploadKey
-from server.errors import BadRequest, UnsupportedMediaType
+from server.errors import BadRequest, NothingStored, UnsupportedMediaType
 from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
@@ -33,6 +33,7 @@ class IngestReport:
         self.accepted = 0
         self.rejected = 0
         self.errors: list[dict] = []
+        self.unread: dict | None = None
         self._max_errors = max_errors
 
     def reject(self, number: int, message: str) -> None:
@@ -41,7 +42,40 @@ class IngestReport:
             self.errors.append({"line": number, "error": message})
 
     def as_json(self) -> dict:
-        return {"accepted": self.accepted, "rejected": self.rejected, "errors": self.errors}
+        answer = {"accepted": self.accepted, "rejected": self.rejected, "errors": self.errors}
+        if self.unread:
+            answer["unread"] = self.unread
+        return answer
+
+
+OTHER_ENDPOINT = {"events": "/log/cfm", "cfm": "/log/events"}
+READS = {"events": "alerts", "cfm": "flows and the protocol records the hunt indexes"}
+
+
+def unread_answer(unread: dict[str, int], kind: str) -> dict:
+    """Records stored as sent that this endpoint does not read, by event_type."""
+    return {"records": sum(unread.values()), "event_types": unread,
+            "hint": f"stored as sent, but this endpoint reads {READS[kind]} only: "
+                    f"send the others to {OTHER_ENDPOINT[kind]} (flows), or not at all"}
+
+
+def nothing_stored(report: IngestReport, kind: str) -> NothingStored:
+    """The 422 of an upload none of whose records could be stored, with a hint at the
+    usual cause."""
+    messages = " ".join(error["error"] for error in report.errors)
+    if report.rejected == 0:
+        hint = "the body holds no record: one JSON object per line, or a JSON array"
+    elif "unexpected content after document" in messages or "trailing" in messages:
+        hint = ("several records on one line: send one JSON object per line (curl -d strips "
+                "newlines; use --data-binary @FILE)")
+    elif "not valid UTF-8" in messages:
+        hint = ("the body is not UTF-8 JSON text: compressed with something else than gzip, "
+                "or binary")
+    else:
+        hint = "no record could be stored: see the errors"
+    return NothingStored(f"nothing stored: {report.rejected} record(s) rejected, none "
+                         f"accepted ({hint})",
+                         {**report.as_json(), "hint": hint, "endpoint": f"/log/{kind}"})
 
 
 @dataclass(frozen=True)
@@ -131,6 +165,10 @@ class Ingestion:
                 await take(splitter.close())
             except BodyError as error:
                 raise BadRequest(f"unreadable body: {error}") from None
+            if report.accepted == 0:
+                raise nothing_stored(report, kind)
+            if writer.unread:
+                report.unread = unread_answer(writer.unread, kind)
             uploaded = None if key is None else UploadKey(mac, kind, key, fingerprint.digest(),
                                                           report.as_json())
             try:

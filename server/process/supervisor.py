@@ -130,12 +130,7 @@ class Supervisor:
         return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
 
     def _listen(self) -> None:
-        settings = self._settings
-        addresses = [(settings.listen_host, settings.listen_port)]
-        if settings.console and settings.console_listen is not None:
-            addresses.append(settings.console_listen)
-        for host, port in addresses:
-            refuse_taken(host, port)
+        refuse_taken_listeners(self._settings)
         for child in self._children[1:]:
             self._open_sockets(child)
 
@@ -255,6 +250,20 @@ def refuse_taken(host: str, port: int) -> None:
     a socket without it cannot bind there then."""
     for probe in _bound(host, port, backlog=None):
         probe.close()
+
+
+def refuse_taken_listeners(settings: Settings) -> None:
+    """OSError naming the setting when the service's address (LISTEN_HOST:LISTEN_PORT) or its
+    console's (CONSOLE_LISTEN) is taken: checked before the database is touched."""
+    listeners = [((settings.listen_host, settings.listen_port), "LISTEN_PORT")]
+    if settings.console and settings.console_listen is not None:
+        listeners.append((settings.console_listen, "CONSOLE_LISTEN"))
+    for (host, port), setting in listeners:
+        try:
+            refuse_taken(host, port)
+        except OSError as error:
+            raise OSError(f"{error} (another service listens there: stop it, or set "
+                          f"{setting})") from None
 
 
 def listen(host: str, port: int) -> list[socket.socket]:

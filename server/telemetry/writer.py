@@ -21,9 +21,15 @@ from server.telemetry.chunks import Chunk, compress, one_line
 from server.db.hunt import postings_statement
 from server.telemetry.extract import ROW_OF, validate
 from server.telemetry.postings import POSTINGS_KEPT, Postings
-from server.telemetry.summary import Summary
+from server.telemetry.summary import FLOW_TYPES, Summary
 
 BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
+# What each endpoint reads of what it stores: generation reads alerts from /log/events and
+# flows from /log/cfm, the hunt the protocol records; other records are stored as sent and
+# counted apart in the answer (`unread`), so an agent can see it posts to the wrong place.
+READ_TYPES = {"events": frozenset({"alert"}),
+              "cfm": FLOW_TYPES | {"dns", "tls", "http", "fileinfo", "smb", "ssh"}}
+UNREAD_TYPES_NAMED = 20  # in an answer; the rest counted as "(other)"
 SUMMARY_ROWS = 10_000  # a summary this large is written with the next chunk (bounded memory)
 
 
@@ -53,6 +59,8 @@ class TelemetryWriter:
         self._pending_bytes = 0
         self.summary = Summary()
         self.postings = Postings()
+        self._reads = READ_TYPES[kind]
+        self.unread: dict[str, int] = {}  # event_type -> records stored, not read
         self._stack = contextlib.AsyncExitStack()
         self._cursor: aiopg.Cursor | None = None
         self._in_flight: asyncio.Task | None = None
@@ -76,6 +84,12 @@ class TelemetryWriter:
         values, record = validate(raw, self._row_of)
         self.summary.add(self._params["kind"], values, record)
         self.postings.add(record)
+        if (event_type := record.get("event_type")) not in self._reads:
+            name = event_type if isinstance(event_type, str) else "(none)"
+            if name in self.unread or len(self.unread) < UNREAD_TYPES_NAMED:
+                self.unread[name] = self.unread.get(name, 0) + 1
+            else:
+                self.unread["(other)"] = self.unread.get("(other)", 0) + 1
         line = one_line(raw)
         self._lines.append(line)
         self._pending_bytes += len(line)

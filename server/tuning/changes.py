@@ -28,6 +28,11 @@ class TuningRefused(Exception):
     """The change cannot be made as asked; the message says why."""
 
 
+class BadInput(TuningRefused):
+    """What was given is not a MAC, an address or a network: the operator's to fix (a
+    command exits 2, as for any bad argument)."""
+
+
 @dataclass(frozen=True)
 class OverrideAdded:
     id: int
@@ -43,7 +48,7 @@ def router_mac(text: str) -> str:
     try:
         return normalise_mac(text)
     except InvalidMac as error:
-        raise TuningRefused(str(error)) from None
+        raise BadInput(str(error)) from None
 
 
 async def registered_router(db: Database, text: str | None) -> str | None:
@@ -109,7 +114,7 @@ def network(text: str) -> str:
     try:
         return str(canonical_network(text.strip()))
     except ValueError:
-        raise TuningRefused(f"not an address or network: {text[:64]!r}") from None
+        raise BadInput(f"not an address or network: {text[:64]!r}") from None
 
 
 async def add_allowed(db: Database, network_text: str, mac_text: str | None,

@@ -1,0 +1,100 @@
+"""Why the fleet's list holds what it holds: every address reported in the window with the
+first rule that kept it out, or listed; the story of one address (`router-backend fleet
+attackers`, `--why ADDR`). The rules are the job's (server/db/fleet.py), in its order."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from dataclasses import dataclass, field
+
+from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION, is_public
+from engine.firewall import Exemptions
+from server.db import fleet as fleet_db
+from server.db.pool import Database
+from server.jobs.fleet import attackers_on, counting, service_networks
+from server.settings import Settings
+
+RULES = ("listed", "not public", "on the allowlist or the service's own",
+         "a router's poll address", "no router that may count (too young, no key, or "
+         "summarised before the upgrade)", "below the networks threshold",
+         "enough networks, not listed at the job's last run (reported since, or past "
+         "FLEET_MAX_ENTRIES)", "the attackers list is off (mac mode)")
+
+
+@dataclass
+class Story:
+    address: str
+    routers: list[tuple[str, str | None, bool]] = field(default_factory=list)
+    networks: int = 0
+    verdict: str = ""
+
+
+def _networks(reporters: list[tuple[str, str | None, bool]]) -> int:
+    """The job's count: one network per router (its lowest), at most PER_ALLOCATION per
+    IPv6 /32."""
+    per_router = {}
+    for mac, network, may_count in reporters:
+        if may_count and network is not None:
+            per_router[mac] = min(per_router.get(mac, network), network)
+    allocations: dict[str, set[str]] = {}
+    for network in per_router.values():
+        net = ipaddress.ip_network(network)
+        key = str(net.supernet(new_prefix=ALLOCATION_PREFIX)) if net.version == 6 else network
+        allocations.setdefault(key, set()).add(network)
+    return sum(min(len(nets), PER_ALLOCATION) for nets in allocations.values())
+
+
+async def stories(db: Database, settings: Settings, address: str | None = None
+                  ) -> list[Story]:
+    counted = counting(settings, await fleet_db.fleet_allowlist(db)
+                       + service_networks(settings))
+    by_address: dict[str, Story] = {}
+    for reported, mac, network, may_count in await fleet_db.reports(db, counted, address):
+        story = by_address.setdefault(reported, Story(reported))
+        story.routers.append((mac, network, may_count))
+    polled = await fleet_db.polled_addresses(db, list(by_address))
+    listed = {entry["address"] for entry in await fleet_db.attackers(db)}
+    exemptions = Exemptions.of(list(counted.exempt), [])
+    for story in by_address.values():
+        story.networks = _networks(story.routers)
+        story.verdict = _verdict(story, settings, listed, polled, exemptions)
+    return sorted(by_address.values(), key=lambda s: (-s.networks, s.address))
+
+
+def _verdict(story: Story, settings: Settings, listed: set[str], polled: set[str],
+             exemptions: Exemptions) -> str:
+    if story.address in listed:
+        return RULES[0]
+    if not is_public(story.address):
+        return RULES[1]
+    if exemptions.exempt(story.address):
+        return RULES[2]
+    if story.address in polled:
+        return RULES[3]
+    if not attackers_on(settings):
+        return RULES[7]
+    if not any(may and network for _, network, may in story.routers):
+        return RULES[4]
+    if story.networks < settings.fleet_min_networks:
+        return RULES[5]
+    return RULES[6]
+
+
+def summary_line(found: list[Story], settings: Settings) -> str:
+    verdicts = Counter(story.verdict for story in found)
+    kept_out = ", ".join(f"{verdicts[rule]} {rule}" for rule in RULES[1:] if verdicts[rule])
+    return (f"{len(found)} address(es) reported in the last {settings.fleet_window_hours} h; "
+            f"{verdicts[RULES[0]]} listed" + (f"; kept out: {kept_out}" if kept_out else "")
+            + f" (FLEET_MIN_NETWORKS {settings.fleet_min_networks})")
+
+
+def story_lines(story: Story, settings: Settings) -> list[str]:
+    lines = [f"{story.address}: {story.verdict}; {story.networks} network(s) counted of "
+             f"{settings.fleet_min_networks} needed, {len(story.routers)} report(s)"]
+    for mac, network, may_count in story.routers[:50]:
+        why = ("counts" if may_count and network else
+               "does not count: no upload network (summarised before the upgrade)"
+               if may_count else "does not count: too young, or no key in key mode")
+        lines.append(f"  {mac} from {network or '-'}: {why}")
+    return lines
