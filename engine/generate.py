@@ -9,7 +9,8 @@ IDS payload (operators' overrides first: engine/overrides.py)
    severe and most alerted first, up to FIRED share of the budget (with their flowbit
    setters): posting alerts with chosen sids cannot crowd the sample out.
    Then eligible rules whose sid fires across the fleet (outbreaks, engine/fleet.py) are
-   kept, most severe and most widely first, up to FLEET share of the budget (reason
+   kept, the ruleset's own weight first (never the severity reporters claim), then the most
+   widely seen, up to FLEET share of the budget (reason
    `fleet`): a router that has not met an outbreak yet carries its rule.
 2. The other eligible rules are drawn by weight without replacement (Efraimidis–Spirakis:
    key = u^(1/w), largest keys first), with the weight raised for what the router's flows

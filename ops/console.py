@@ -48,9 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _typed_secret() -> str:
+    """Typed twice at a terminal; from a pipe, its first two lines."""
     try:
-        secret = getpass.getpass("secret: ")
-        again = getpass.getpass("again: ")
+        if sys.stdin.isatty():
+            secret, again = getpass.getpass("secret: "), getpass.getpass("again: ")
+        else:
+            secret, again = sys.stdin.readline(), sys.stdin.readline()
+            if not again:
+                raise EOFError
+            secret, again = secret.rstrip("\n"), again.rstrip("\n")
     except EOFError:
         raise ValueError("the secret is asked twice: type it twice, or pipe two lines") from None
     if secret != again:

@@ -6,6 +6,7 @@ gets from the fleet's shared list, with the fleet's evidence."""
 from __future__ import annotations
 
 import gzip
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -83,6 +84,28 @@ def fleet_line(entry: dict) -> str:
             f"{entry['networks']} networks, {entry['alerts']} alerts (sids {sids}), "
             f"{entry['first_seen']} to {entry['last_seen']}; blocked until "
             f"{entry['expires_at']}; by {reporters_text(entry)}")
+
+
+def summary(ids_gz: bytes, firewall_gz: bytes, fleet: list[dict] = ()) -> str:
+    """--explain --summary: how many rules for each reason, of which classtypes, and the
+    entries by reason, in a dozen lines instead of one a rule."""
+    ids = orjson.loads(gzip.decompress(ids_gz))
+    firewall = orjson.loads(gzip.decompress(firewall_gz))
+    reasons = Counter(entry["reason"] for entry in ids["rules"])
+    classtypes = Counter(entry["classtype"] or "(none)" for entry in ids["rules"])
+    entry_reasons = Counter(reason for entry in firewall["entries"]
+                            for reason in entry.get("reasons", []))
+    lines = [f"IDS rules ({ids['rule_count']}, ruleset {ids['version']}) by reason: "
+             + ", ".join(f"{reason} {count}" for reason, count in reasons.most_common()),
+             "  by classtype: " + ", ".join(f"{name} {count}"
+                                            for name, count in classtypes.most_common(8)),
+             f"Firewall entries ({firewall['entry_count']}"
+             f"{', truncated' if firewall['truncated'] else ''}) by reason: "
+             + (", ".join(f"{reason} {count}" for reason, count in entry_reasons.most_common())
+                or "none"),
+             f"Fleet entries: {len(fleet)}",
+             "(rulegen --explain without --summary: one line a rule)"]
+    return "\n".join(lines)
 
 
 def explain(ids_gz: bytes, firewall_gz: bytes, version_dir: Path, window_days: int,

@@ -11,7 +11,7 @@ import sys
 import time
 
 from ops.command import EXIT_USAGE, CommandError, run_command
-from ops.explain import explain
+from ops.explain import explain, summary
 from ruledata.workspace import Workspace
 from server.db import rules as rules_db
 from server.db.pool import Database
@@ -29,7 +29,8 @@ from server.settings import Settings
 PROG = "rulegen"
 
 
-async def generate_now(settings: Settings, db: Database, mac: str, explained: bool) -> int:
+async def generate_now(settings: Settings, db: Database, mac: str, explained: bool,
+                       summarised: bool = False) -> int:
     started = time.perf_counter()
     try:
         result = await generate_once(db, GenerationConfig.from_settings(settings), mac)
@@ -48,9 +49,13 @@ async def generate_now(settings: Settings, db: Database, mac: str, explained: bo
     if explained:
         payloads = [(await rules_db.read_payload(db, mac, kind, frozenset()))[1]
                     for kind in ("ids", "firewall")]
-        version_dir = Workspace(settings.rule_data_path).current_version_dir()
-        print(explain(*payloads, version_dir, settings.rule_generation_telemetry_days,
-                      await fleet_db.for_router(db, mac)))
+        fleet = await fleet_db.for_router(db, mac)
+        if summarised:
+            print(summary(*payloads, fleet))
+        else:
+            version_dir = Workspace(settings.rule_data_path).current_version_dir()
+            print(explain(*payloads, version_dir, settings.rule_generation_telemetry_days,
+                          fleet))
     return 0
 
 
@@ -59,13 +64,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mac", required=True, help="the router's MAC address")
     parser.add_argument("--explain", action="store_true",
                         help="say why each rule and firewall entry is there")
+    parser.add_argument("--summary", action="store_true",
+                        help="with --explain: the rules and entries counted by reason, in a "
+                             "few lines")
     args = parser.parse_args(argv)
     try:
         mac = normalise_mac(args.mac)
     except InvalidMac as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    return run_command(PROG, lambda settings, db: generate_now(settings, db, mac, args.explain))
+    if args.summary and not args.explain:
+        parser.error("--summary goes with --explain")
+    return run_command(PROG, lambda settings, db: generate_now(settings, db, mac, args.explain,
+                                                               args.summary))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from ops.command import CommandError, mac_argument, run_command
+from ops.command import CommandError, UsageError, mac_argument, run_command
 from server.db.embedded import embedded_program
 from server.db.pool import Database
 from server.jobs.cron import run_job
@@ -73,7 +73,7 @@ async def _export(settings: Settings, args: argparse.Namespace, db: Database) ->
         try:
             wanted = match_argument(args.match)
         except IndicatorError as error:
-            raise CommandError(f"--match: {error}") from None
+            raise UsageError(f"--match: {error}") from None
 
     def write() -> int:
         out = sys.stdout.buffer

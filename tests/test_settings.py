@@ -35,7 +35,7 @@ def test_defaults_build_settings():
 
 
 def test_every_setting_is_a_field_and_every_field_a_setting():
-    assert {s.attribute for s in SETTINGS} | {"chosen"} == set(Settings.__dataclass_fields__)
+    assert {s.attribute for s in SETTINGS} | {"chosen", "given"} == set(Settings.__dataclass_fields__)
 
 
 @pytest.mark.parametrize("name,value,expected", [

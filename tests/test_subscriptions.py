@@ -46,4 +46,4 @@ async def test_add_list_remove_with_closed_mode(database, tmp_path, make_client,
     again = command(settings, "remove", MAC)
     assert again.returncode == 1 and "not registered" in again.stderr
     bad = command(settings, "add", "nonsense")
-    assert bad.returncode == 1 and "not a MAC address" in bad.stderr
+    assert bad.returncode == 2 and "not a MAC address" in bad.stderr  # bad argument: 2

@@ -157,7 +157,7 @@ async def test_export_command_streams_records_oldest_first(client, sql, settings
                                      "--until", times[1].isoformat())
     assert result.stdout == record(1) + b"\n" + record(2) + b"\n"
     result = await asyncio.to_thread(run_command, settings, "export", "--mac", "nonsense")
-    assert result.returncode == 1 and b"MAC" in result.stderr
+    assert result.returncode == 2 and b"MAC" in result.stderr  # a bad argument (issue 54)
 
 
 async def test_sql_command_gives_the_row_tables_of_before(client, sql, settings):

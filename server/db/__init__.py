@@ -20,7 +20,8 @@
   and the statements of a generation worker), `jobs.py` (scheduled jobs' ticks as leased
   work, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
   minute), `fleet.py` (the fleet job's counting over every router's alerts, its lists),
-  `hunt.py` (the hunt index's postings, the hunts that read them, the record of hunts).
+  `hunt.py` (the hunt index's postings, the hunts that read them, the record of hunts),
+  `service_settings.py` (the settings the running service started with, for its commands).
 
 The SQL of the service is here, with these exceptions: retention's DDL and batched deletes,
 built from partition names (server/jobs/retention.py); the ETag cache's LISTEN and

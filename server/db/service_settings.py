@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import json
 
-from server.db.pool import Database
+from server.db.pool import Database, execute
 
 # Not a setting: that the service has a CONSOLE_SECRET (its value is never recorded), so that
 # `console credential` does not print a new one for a service that has one.
 CONSOLE_SECRET_SET = "console_secret_set"
 
-# One statement: the start's settings replace the last start's, whole.
-_RECORD = """WITH gone AS (DELETE FROM service_settings)
-INSERT INTO service_settings (name, value, recorded_by)
+_INSERT = """INSERT INTO service_settings (name, value, recorded_by)
 SELECT key, value, %s FROM jsonb_each_text(%s::jsonb)"""
 
 
 async def record(db: Database, values: dict[str, str], by: str) -> None:
-    await db.execute(_RECORD, (by, json.dumps(values)))
+    """The start's settings replace the last start's, whole, in one transaction."""
+    async with db.transaction() as cur:
+        await execute(cur, "DELETE FROM service_settings")
+        await execute(cur, _INSERT, (by, json.dumps(values)))
 
 
 async def recorded(db: Database) -> dict[str, str]:

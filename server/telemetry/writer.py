@@ -175,11 +175,14 @@ class TelemetryWriter:
                      "network": self._network}):
                 statements.append(statement)
                 params.update(summary_params)
-        if postings is not None:
+        posting_rows = postings.params(self._received_at) if postings is not None else None
+        if posting_rows and posting_rows["rows"]:  # records without any value carry none
             statement, posting_params = postings_statement(
-                {"mac": self._params["mac"], **postings.params(self._received_at)})
+                {"mac": self._params["mac"], **posting_rows})
             statements.append(statement)
             params.update(posting_params)
+        if not statements:  # postings of records that carried no value, and nothing else
+            return
         try:
             await execute(cur, ";\n".join(statements), params)
         except psycopg2.errors.UniqueViolation as error:
