@@ -50,8 +50,9 @@ def _router_errors(*statuses: int) -> dict:
         413: "body larger than INGEST_MAX_BODY_BYTES after decoding, or gzip expanding more "
              "than INGEST_MAX_GZIP_RATIO times",
         415: "unsupported Content-Type or Content-Encoding",
-        422: "the Idempotency-Key was used for another body (a new batch needs a new key); "
-             "nothing stored",
+        422: "the Idempotency-Key was used for another body (a new batch needs a new key), "
+             "or no record of the body could be stored (the answer adds the first errors and "
+             "a hint: records on one line, not UTF-8 text, an empty body); nothing stored",
         429: "a flood limit: the router's requests or records a minute, new routers from "
              "this address, or INGEST_MAX_UPLOADS_PER_ROUTER uploads in progress; nothing "
              "stored",
@@ -285,7 +286,18 @@ def _schemas() -> dict:
                              "errors": {"type": "array", "items": {
                                  "type": "object", "required": ["line", "error"],
                                  "properties": {"line": {"type": "integer", "minimum": 1},
-                                                "error": {"type": "string"}}}}}},
+                                                "error": {"type": "string"}}}},
+                             "unread": {
+                                 "type": "object",
+                                 "description": "records stored as sent that this endpoint "
+                                                "does not read, by event_type",
+                                 "required": ["records", "event_types", "hint"],
+                                 "properties": {
+                                     "records": {"type": "integer", "minimum": 1},
+                                     "event_types": {"type": "object",
+                                                     "additionalProperties": {
+                                                         "type": "integer"}},
+                                     "hint": {"type": "string"}}}}},
         "LastUpdated": {"type": "object",
                         "required": ["ids_updated_at", "firewall_updated_at", "fleet_etag"],
                         "properties": {"ids_updated_at": nullable_timestamp,
