@@ -47,7 +47,7 @@ def test_the_first_session_works_without_the_shared_corpus(tmp_path):
         server.terminate()
         server.wait(60)
         log.close()
-    health, stored, updated, exported, rows = outputs
+    health, stored, updated, exported, rows, hunted = outputs
     assert '"status": "ok"' in health or '"status":"ok"' in health
     assert '"accepted":7' in stored.replace(" ", "") and '"rejected":0' in stored.replace(" ",
                                                                                       "")
@@ -55,3 +55,4 @@ def test_the_first_session_works_without_the_shared_corpus(tmp_path):
     sample = (REPOSITORY / "tests" / "fixtures" / "eve-sample.ndjson").read_text()
     assert exported.splitlines() == sample.splitlines()[:3]  # as sent, oldest first
     assert "(5 rows)" in rows and "203.0.113.50" in rows  # psql's rows of the stored records
+    assert hunted.startswith("1 match(es)") and "aa:bb:cc:dd:ee:ff\tsid\t2001219" in hunted
