@@ -48,15 +48,16 @@ class IngestReport:
         return answer
 
 
-OTHER_ENDPOINT = {"events": "/log/cfm", "cfm": "/log/events"}
-READS = {"events": "alerts", "cfm": "flows and the protocol records the hunt indexes"}
+UNREAD_HINT = {
+    "events": "stored as sent, but /log/events reads alerts only: send flows and protocol "
+              "records (dns, tls, http, fileinfo) to /log/cfm, and others not at all",
+    "cfm": "stored as sent, but /log/cfm reads flows and protocol records only: send alerts "
+           "to /log/events, and others not at all"}
 
 
 def unread_answer(unread: dict[str, int], kind: str) -> dict:
     """Records stored as sent that this endpoint does not read, by event_type."""
-    return {"records": sum(unread.values()), "event_types": unread,
-            "hint": f"stored as sent, but this endpoint reads {READS[kind]} only: "
-                    f"send the others to {OTHER_ENDPOINT[kind]} (flows), or not at all"}
+    return {"records": sum(unread.values()), "event_types": unread, "hint": UNREAD_HINT[kind]}
 
 
 def nothing_stored(report: IngestReport, kind: str) -> NothingStored:
