@@ -20,16 +20,14 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import orjson
-
 from ops.command import CommandError, UsageError, mac_argument, run_command
 from server.db.embedded import embedded_program
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.settings import Settings
 from server.telemetry.compaction import compact
-from server.telemetry.export import ndjson, stored_records
-from server.telemetry.indicators import IndicatorError, carries, match_argument
+from server.telemetry.export import ndjson, records_carrying, stored_records
+from server.telemetry.indicators import IndicatorError, match_argument
 from server.telemetry.sql_tables import write_session
 
 PROG = "router-backend telemetry"
@@ -79,10 +77,10 @@ async def _export(settings: Settings, args: argparse.Namespace, db: Database) ->
         out = sys.stdout.buffer
         count = 0
         if wanted is not None:
-            for stored in stored_records(db.location, mac, args.kind, args.since, args.until):
-                if carries(orjson.loads(stored.line), wanted):
-                    out.write(stored.line + b"\n")
-                    count += 1
+            for stored in records_carrying(db.location, mac, wanted, args.kind, args.since,
+                                           args.until):
+                out.write(stored.line + b"\n")
+                count += 1
         else:
             for records, text in ndjson(db.location, mac, args.kind, args.since, args.until):
                 out.write(text)

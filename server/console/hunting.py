@@ -8,14 +8,13 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 
 import aiohttp_jinja2
-import orjson
 from aiohttp import web
 
 from server.console.auth import USER
 from server.db import hunt as hunt_db
-from server.telemetry.indicators import IndicatorError, carries, from_line, match_argument
 from server.hunt.search import Hunt, hunt_log, run_hunt
-from server.telemetry.export import stored_records
+from server.telemetry.export import records_carrying
+from server.telemetry.indicators import IndicatorError, from_line, match_argument
 from server.tuning import changes as tuning
 from server.typedefs import DATABASE, SETTINGS
 
@@ -87,10 +86,10 @@ def _records(location, mac: str, wanted, days: list[datetime]) -> list[tuple[str
     """The router's records carrying `wanted`, read day by day from the days named."""
     found = []
     for day in days:
-        for stored in stored_records(location, mac, None, day, day + timedelta(days=1)):
-            if carries(orjson.loads(stored.line), wanted):
-                found.append((stored.received_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                              stored.line.decode("utf-8", "replace")))
-                if len(found) >= RECORDS_SHOWN:
-                    return found
+        for stored in records_carrying(location, mac, wanted, None, day,
+                                       day + timedelta(days=1)):
+            found.append((stored.received_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                          stored.line.decode("utf-8", "replace")))
+            if len(found) >= RECORDS_SHOWN:
+                return found
     return found

@@ -42,9 +42,9 @@ def postings_statement(params: dict) -> tuple[str, dict]:
     return rows_statement(_ADD_POSTINGS, _POSTING_VALUES, len(rows), "h"), values
 
 
-def _condition(codes_and_values: list[tuple[str, str, bool]]) -> tuple[str, dict]:
-    """WHERE text and parameters for indicators: (code, stored value, under) each; `under`
-    also matches every domain under the name."""
+def _matches(codes_and_values: list[tuple[str, str, bool]]) -> tuple[list[str], dict]:
+    """The SQL condition of each indicator, (code, stored value, under), and their
+    parameters; `under` also matches every domain under the name."""
     parts, params = [], {}
     for n, (code, value, under) in enumerate(codes_and_values):
         params[f"c{n}"], params[f"v{n}"] = code, value
@@ -54,6 +54,12 @@ def _condition(codes_and_values: list[tuple[str, str, bool]]) -> tuple[str, dict
                          f"(value > %(v{n})s || '.' AND value < %(u{n})s)))")
         else:
             parts.append(f"(kind = %(c{n})s AND value = %(v{n})s)")
+    return parts, params
+
+
+def _condition(codes_and_values: list[tuple[str, str, bool]]) -> tuple[str, dict]:
+    """WHERE text and parameters matching any of the indicators."""
+    parts, params = _matches(codes_and_values)
     return " OR ".join(parts), params
 
 
@@ -62,11 +68,9 @@ def hunt_statement(codes_and_values: list[tuple[str, str, bool]]) -> tuple[str, 
     matched (names under a domain), most recently seen first, at most %(limit)s of them; and
     in every row the number of such pairs in all (a window count over the groups: one pass).
     Parameters: %(since)s, %(until)s (days), %(limit)s."""
-    condition, params = _condition(codes_and_values)
-    asked = " ".join(f"WHEN kind = %(c{n})s AND (value = %(v{n})s"
-                     + (f" OR (value > %(v{n})s || '.' AND value < %(u{n})s)" if under else "")
-                     + f") THEN {n}"
-                     for n, (_, _, under) in enumerate(codes_and_values))
+    parts, params = _matches(codes_and_values)
+    condition = " OR ".join(parts)
+    asked = " ".join(f"WHEN {part} THEN {n}" for n, part in enumerate(parts))
     statement = f"""SELECT mac::text, asked, min(first_seen), max(last_seen), sum(records)::bigint,
        array_agg(DISTINCT day ORDER BY day), (array_agg(DISTINCT value))[1:10],
        count(*) OVER ()

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import orjson
 import psycopg2
 
 from server.db.chunks import ROUTER_CHUNKS
 from server.db.location import DatabaseLocation
 from server.telemetry.chunks import Chunk, decompress
+from server.telemetry.indicators import Indicator, carries
 
 BEGINNING = datetime(1, 1, 1, tzinfo=timezone.utc)
 END = datetime(9999, 12, 31, tzinfo=timezone.utc)
@@ -73,3 +75,13 @@ def ndjson(location: DatabaseLocation, mac: str, kind: str | None = None,
                     if low <= moment < high]
         if kept:
             yield len(kept), b"\n".join(kept) + b"\n"
+
+
+def records_carrying(location: DatabaseLocation, mac: str, wanted: Indicator,
+                     kind: str | None = None, since: datetime | None = None,
+                     until: datetime | None = None) -> Iterator[StoredRecord]:
+    """The router's stored records in [since, until) that carry `wanted` (the drill-down of
+    a hunt: `telemetry export --match`, the console's records page)."""
+    for stored in stored_records(location, mac, kind, since, until):
+        if carries(orjson.loads(stored.line), wanted):
+            yield stored
