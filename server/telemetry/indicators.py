@@ -59,16 +59,22 @@ def _domain(text: str) -> str | None:
     return ".".join(reversed(labels))
 
 
-# Cached: a router's uploads carry the same few addresses and names over and over, and this
-# runs for each value of each record at ingestion.
+# Cached: a router's uploads carry the same few addresses and names over and over, and these
+# run for each value of each record at ingestion.
+@functools.lru_cache(maxsize=65536)
+def _address(text: str) -> str | None:
+    """An address's stored form (its canonical one), None when it is not an address."""
+    try:
+        return canonical_text(text)
+    except ValueError:
+        return None
+
+
 @functools.lru_cache(maxsize=65536)
 def _stored(kind: str, text: str) -> str | None:
     """`text` in its stored form for `kind`, or None when it is not one."""
     if kind == "ip":
-        try:
-            return canonical_text(text.strip())
-        except ValueError:
-            return None
+        return _address(text.strip())
     if kind == "domain":
         return _domain(text)
     lowered = text.strip().lower()
@@ -138,14 +144,6 @@ def _names(dns: dict) -> list:
     if isinstance(grouped, dict) and isinstance(grouped.get("CNAME"), list):
         names.extend(grouped["CNAME"])
     return names
-
-
-@functools.lru_cache(maxsize=65536)
-def _address(text: str) -> str | None:
-    try:
-        return canonical_text(text)
-    except ValueError:
-        return None
 
 
 def _text_values(kind: str, values) -> list[tuple[str, str]]:
