@@ -14,8 +14,8 @@ setup(
                   "server.console": ["templates/*.html"]},
     install_requires=[
         "aiohttp>=3.14,<4",
-        "aiopg>=1.4,<2",
-        "psycopg2-binary>=2.9",
+        "psycopg[binary]>=3.2",  # one driver for the event loop and blocking code (README)
+        "psycopg-pool>=3.2",
         "yoyo-migrations>=8.2",
         "aiosmtplib>=3.0",
         "orjson>=3.9",

@@ -29,6 +29,18 @@ from engine.firewall import Exemptions
 
 HOUR_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 EXPIRY_STEP_HOURS = 6
+TIMES = ("first_seen", "last_seen", "expires_at")  # an entry's times (an outbreak: two)
+
+
+def times_written(entry: dict) -> dict:
+    """An entry as the database reads it (its times datetimes), its times written as the
+    lists carry them (HOUR_FORMAT, UTC): what the rails below take, what the job stores as
+    JSON, the routers' document and what operators see."""
+    return {**entry, **{name: _written(entry[name]) for name in TIMES if name in entry}}
+
+
+def _written(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(timezone.utc).strftime(HOUR_FORMAT)
 
 
 def expires_at(last_hour: str, window_hours: int) -> str:

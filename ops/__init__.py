@@ -3,10 +3,11 @@
 - `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
   `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
   `console.py` (console sign-ins), `citus.py` (the Citus mode: distribute, add a node,
-  rebalance, remove a node), `fleet.py` (the fleet's attackers and outbreaks), `hunt.py`
-  (which routers saw an indicator, and the hunts made);
+  rebalance, remove a node; `citus_nodes.py` does each to the cluster), `fleet.py` (the
+  fleet's attackers and outbreaks), `hunt.py` (which routers saw an indicator, and the hunts
+  made);
   `__main__.py` and `entry.py`, the installed command, run it),
-  `backup.py` (backup and restore),
+  `backup.py` (backup and restore, with `pg_backup.py`, PostgreSQL's own programs run),
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
   `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->
   database -> the command's function -> exit code;

@@ -1,5 +1,5 @@
 """`router-backend backup` and `router-backend restore`: the service's database copied with
-PostgreSQL's own tools while the service runs, and put back (server/db/backup.py).
+PostgreSQL's own tools while the service runs, and put back (ops/pg_backup.py).
 
     router-backend backup [--output FILE]
     router-backend restore FILE [--replace]
@@ -22,8 +22,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from server.db.backup import (BackupError, base_backup, database_has_tables, dump, load,
-                              program, recover, recreate_database)
+from ops.pg_backup import (BackupError, base_backup, database_has_tables, dump, load, program,
+                           recover, recreate_database)
 from server.db.embedded import EmbeddedPostgres
 from server.db.lifecycle import configure_db_logging, prepare_database, reach_server
 from server.db.location import DatabaseLocation

@@ -19,9 +19,9 @@ import argparse
 import sys
 import time
 
-import psycopg2
+import psycopg
 
-from server.db.citus import (DISTRIBUTED_TABLES, CitusNotReady, add_node, distribute,
+from ops.citus_nodes import (DISTRIBUTED_TABLES, CitusNotReady, add_node, distribute,
                              drain_and_remove, rebalance_status, start_rebalance)
 from server.db.lifecycle import prepare_database, reach_server
 from server.settings import Settings
@@ -81,7 +81,7 @@ def citus(settings: Settings, args: argparse.Namespace) -> int:
     except CitusNotReady as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 1
-    except psycopg2.Error as error:
+    except psycopg.Error as error:
         print(f"{PROG}: {str(error).strip()}", file=sys.stderr)
         return 1
 

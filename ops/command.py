@@ -4,8 +4,9 @@ length of the command, and one mapping of failures to messages and exit codes.""
 from __future__ import annotations
 
 import asyncio
-import getpass
 import logging
+import os
+import pwd
 import sys
 from typing import Awaitable, Callable
 
@@ -40,10 +41,10 @@ def mac_argument(text: str) -> str:
 
 def operator() -> str:
     """Who made a change from a shell, as the record of changes (`tuning_changes`) names it."""
-    try:
-        return f"shell:{getpass.getuser()}"
-    except (KeyError, OSError):  # no login name for this uid (a container)
-        return "shell"
+    try:  # by uid: getpass.getuser() takes LOGNAME or USER, which anybody sets
+        return f"shell:{pwd.getpwuid(os.getuid()).pw_name}"
+    except KeyError:  # no login name for this uid (a container)
+        return f"shell:uid {os.getuid()}"
 
 
 async def acting_settings(prog: str, settings: Settings, db: Database) -> Settings:

@@ -10,10 +10,10 @@ import orjson
 
 from engine.addresses import canonical_text
 from ops.command import CommandError, run_command
-from server.db import fleet as fleet_db
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.jobs.fleet import run_fleet
+from server.jobs import fleet_lists
 from server.jobs.fleet_explain import stories, story_lines, summary_line
 from server.settings import Settings
 
@@ -78,8 +78,8 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> in
               f"{args.why}: not reported in the last {settings.fleet_window_hours} h at "
               f"severity {settings.rule_generation_block_severity} or worse")
         return 0
-    read, lines = ((fleet_db.attackers, attacker_lines) if args.action == "attackers"
-                   else (fleet_db.outbreaks, outbreak_lines))
+    read, lines = ((fleet_lists.attackers, attacker_lines) if args.action == "attackers"
+                   else (fleet_lists.outbreaks, outbreak_lines))
     entries = await read(db)
     if args.json:
         print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import date
 from pathlib import Path
 
 import orjson
@@ -14,7 +15,8 @@ import orjson
 from ops.command import EXIT_USAGE, UsageError, operator, run_command
 from server.db.pool import Database
 from server.telemetry.indicators import Indicator, IndicatorError, from_line, indicator
-from server.hunt.search import MATCHES_SHOWN, Hunt, hunt_log, run_hunt
+from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
+                                hunt_log, records_kept_days, run_hunt)
 from server.settings import Settings
 
 PROG = "router-backend hunt"
@@ -32,13 +34,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="indicators, one a line: KIND VALUE, or a bare address, domain "
                              "name or SHA-256; # starts a comment")
     parser.add_argument("--days", type=int, default=30,
-                        help="days back, by when records were received (default 30)")
-    parser.add_argument("--limit", type=int, default=MATCHES_SHOWN,
+                        help="days back, by when records were received (default 30, at most "
+                             "HUNT_RETENTION_DAYS)")
+    parser.add_argument("--until", type=_day, metavar="YYYY-MM-DD",
+                        help="the last day searched (default today): past a count that "
+                             "stopped at the hunt's bound, the days before the one it counted "
+                             "from")
+    parser.add_argument("--limit", type=int,
                         help=f"matches shown at most (default {MATCHES_SHOWN}); the count is "
-                             "always whole")
+                             "whole up to the hunt's bound")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.add_argument("--log", action="store_true",
-                        help="list the latest hunts (who, when, what, how many matches)")
+                        help="list the hunts and drill-downs made, newest first (who, when, "
+                             "what, how many matches): --limit of them (default "
+                             f"{LOG_SHOWN}), after --skip")
+    parser.add_argument("--skip", type=int, default=0, help="with --log: newest left out")
+
+
+def _day(text: str) -> date:
+    """--until's day (argparse says what is wrong when it is not one)."""
+    try:
+        return day_asked(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def indicators_of(args: argparse.Namespace) -> list[Indicator]:
@@ -49,9 +67,12 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
             found += [indicator(kind, value) for value in getattr(args, kind)]
         for path in args.file:
             try:
-                lines = path.read_text().splitlines()
+                lines = path.read_text(encoding="utf-8").splitlines()
             except OSError as error:
                 raise UsageError(f"--file {path}: {error.strerror}") from None
+            except UnicodeDecodeError as error:
+                raise UsageError(f"--file {path}: not UTF-8 text (byte {error.start})") \
+                    from None
             for number, line in enumerate(lines, 1):
                 try:
                     if (parsed := from_line(line)) is not None:
@@ -65,7 +86,7 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
 
 def table(answer: dict) -> str:
     searched = answer["searched"]
-    lines = [f"{answer['match_count']} match(es) from {searched['from']} to {searched['to']}"
+    lines = [f"{count_text(answer)} match(es) from {searched['from']} to {searched['to']}"
              + (f", the first {answer['shown']} shown" if answer["shown"] < answer["match_count"]
                 else ""),
              "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_kept"]
@@ -79,18 +100,19 @@ def table(answer: dict) -> str:
 async def _run(settings: Settings, args: argparse.Namespace, db: Database,
                indicators: list[Indicator]) -> int:
     if args.log:
-        entries = await hunt_log(db)
+        entries = await hunt_log(db, args.limit or LOG_SHOWN, args.skip)
         if args.json:
             print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())
         else:
-            print("at\tasked_by\tvia\tfrom\tto\tmatches\tindicators")
+            print("at\tasked_by\tvia\tfrom\tto\tmatches\trouter\tindicators")
             for e in entries:
                 what = ", ".join(f"{i['kind']} {i['value']}" for i in e["indicators"])
+                matches = f"{'' if e['matches_exact'] else '>='}{e['matches']}"
                 print(f"{e['at']}\t{e['asked_by']}\t{e['via']}\t{e['from']}\t{e['to']}\t"
-                      f"{e['matches']}\t{what}")
+                      f"{matches}\t{e['router'] or '-'}\t{what}")
         return 0
-    answer = await run_hunt(db, Hunt(tuple(indicators), args.days, args.limit),
-                            operator(), "command", settings.retention_days)
+    hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, until=args.until)
+    answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings))
     print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
           else table(answer))
     return 0
@@ -102,8 +124,11 @@ def hunt(settings: Settings, args: argparse.Namespace) -> int:
         if not args.log and not indicators:
             raise UsageError("name at least one indicator (--ip, --domain, --ja3, --ja4, "
                              "--sid, --sha256 or --file)")
-        if not 1 <= args.days <= 3660 or not 1 <= args.limit <= 100_000:
-            raise UsageError("--days is 1 to 3660 and --limit 1 to 100000")
+        if not 1 <= args.days <= settings.hunt_retention_days:
+            raise UsageError(f"--days is 1 to {settings.hunt_retention_days} (the index's "
+                             "HUNT_RETENTION_DAYS)")
+        if args.limit is not None and not 1 <= args.limit <= 100_000 or args.skip < 0:
+            raise UsageError("--limit is 1 to 100000, --skip 0 or more")
     except UsageError as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return EXIT_USAGE

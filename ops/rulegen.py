@@ -22,7 +22,7 @@ from server.generation.service import (
     generate_once,
 )
 from server.db.generation import LeaseLost
-from server.db import fleet as fleet_db
+from server.jobs import fleet_lists
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 
@@ -49,7 +49,7 @@ async def generate_now(settings: Settings, db: Database, mac: str, explained: bo
     if explained:
         payloads = [(await rules_db.read_payload(db, mac, kind, frozenset()))[1]
                     for kind in ("ids", "firewall")]
-        fleet = await fleet_db.for_router(db, mac)
+        fleet = await fleet_lists.for_router(db, mac)
         if summarised:
             print(summary(*payloads, fleet))
         else:

@@ -122,8 +122,7 @@ async def database_context(app: web.Application) -> AsyncIterator[None]:
 async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     database = await Database.open(app[DATABASE].location, 0, settings.ingest_db_pool_max,
-                                   settings.db_timeout_seconds,
-                                   echo=settings.db_log_level == "info")
+                                   settings.db_timeout_seconds)
     app[INGESTION] = Ingestion(database, app[FLOOD_LIMITS], settings)
     try:
         yield

@@ -27,10 +27,10 @@ def process_name() -> str:
 
 async def pause(seconds: float) -> None:
     """`asyncio.sleep` for the loops of background tasks, which also ends a task whose
-    cancellation was lost. On Python 3.11, `asyncio.wait_for` (which aiopg awaits every
-    statement with) returns the result of a statement that completes as the task is cancelled
-    and drops the cancellation; a loop around such a statement would then go on forever and
-    its stop() with it (seen as a test run that hung in teardown)."""
+    cancellation was lost. On Python 3.11, `asyncio.wait_for` (which server/db/pool.py awaits
+    every statement with) returns the result of a statement that completes as the task is
+    cancelled and drops the cancellation; a loop around such a statement would then go on
+    forever and its stop() with it (seen as a test run that hung in teardown)."""
     raise_if_cancelled()
     await asyncio.sleep(seconds)
 
@@ -117,7 +117,7 @@ class LoopHealth:
         if self._quiet:
             return
         self.outages += 1
-        lines = str(error).strip().splitlines()  # psycopg2's messages run over lines
+        lines = str(error).strip().splitlines()  # the driver's messages run over lines
         self._log.warning("%s: %s; retrying quietly until it works again", self.name,
                           " ".join(line.strip() for line in lines) or type(error).__name__)
 

@@ -272,7 +272,9 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "take the connections that polls, health checks and generation need; further "
                 "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.", _integer(1)),
         Setting("DB_TIMEOUT_SECONDS", "30", "Longest wait for a connection or one statement before "
-                "the request fails with 503.", _integer(1)),
+                "the request fails with 503; a statement that outlasts it is cancelled on the "
+                "server first (up to 10 s more when the server does not answer).",
+                _integer(1)),
         Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
                 "unreachable.", _integer(1)),
     )),

@@ -30,6 +30,10 @@ from testkit.server import free_port
 
 SETTINGS = {"shared_preload_libraries": "'citus'", "listen_addresses": "'127.0.0.1'",
             "max_connections": "300", "max_prepared_transactions": "300",
+            # A maintenance daemon (a background worker) for each database using Citus: the
+            # tests' many databases at once outnumber the default 8 ("could not start
+            # maintenance background worker", and no 2PC recovery there).
+            "max_worker_processes": "64",
             # Citus's default (online) shard move replicates logically (docs/scaling.md).
             "wal_level": "logical",
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",

@@ -18,12 +18,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator, Mapping
 
-import psycopg2
-from psycopg2 import sql as pgsql
+import psycopg
+from psycopg import sql as pgsql
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
-from server.db.citus import distribute, workers
+from ops.citus_nodes import distribute, workers
+from server.db.connect import connect
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database, prepare_schema
@@ -59,9 +60,9 @@ CITUS_TEST_SHARDS = 4
 def citus_workers(server: DatabaseLocation) -> tuple[DatabaseLocation, ...]:
     """The workers of a Citus coordinator, as its maintenance database lists them (added with
     citus_add_node there); none on plain PostgreSQL."""
-    conn = psycopg2.connect(**server.connect_kwargs())
+    conn = connect(server)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.cursor() as cur:
             cur.execute("SELECT to_regclass('pg_catalog.pg_dist_node') IS NOT NULL")
             if not cur.fetchone()[0]:
                 return ()
@@ -78,7 +79,7 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     """A new database on `server`, migrated (or cloned from a migrated `template`), dropped
     afterwards. A clone gets the partitions its own day needs, as the service does at start:
     the template may have been made before midnight. On a Citus coordinator the database
-    is made on every node and distributed (server/db/citus.py), unless not `distributed`
+    is made on every node and distributed (ops/citus_nodes.py), unless not `distributed`
     (a single server's database on the coordinator: for migrations rolled back and forth);
     a clone is cloned on every node, shards and Citus's metadata with it."""
     location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
@@ -100,7 +101,7 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
         yield location
     finally:
         if workers:  # transactions a worker's stop left prepared there (a drill's)
-            with contextlib.suppress(psycopg2.Error):
+            with contextlib.suppress(psycopg.Error):
                 admin_execute(location, "SELECT recover_prepared_transactions()")
         for node in nodes:
             _retried_while_in_use(node, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
@@ -113,7 +114,22 @@ def _add_workers(location: DatabaseLocation, workers: tuple[DatabaseLocation, ..
     admin_execute(location, "SELECT citus_set_coordinator_host(%s, %s)",
                   (location.host, location.port))
     for worker in workers:
-        admin_execute(location, "SELECT citus_add_node(%s, %s)", (worker.host, worker.port))
+        _add_node(location, worker)
+
+
+def _add_node(location: DatabaseLocation, worker: DatabaseLocation, attempts: int = 5) -> None:
+    """citus_add_node, tried again when the worker failed it: its metadata sync can fail
+    on a busy shared cluster (one CI run: "failure on connection marked as essential", the
+    worker's own error only in a warning, now added to the error). Adding a node that is
+    already there changes nothing, so a retry is safe."""
+    for attempt in range(attempts):
+        try:
+            admin_execute(location, "SELECT citus_add_node(%s, %s)", (worker.host, worker.port))
+            return
+        except psycopg.errors.InternalError_:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _clone(server: DatabaseLocation, template: str, name: str) -> None:
@@ -136,7 +152,7 @@ def _retried_while_in_use(server: DatabaseLocation, statement, database: str | N
         try:
             admin_execute(server, statement)
             return
-        except psycopg2.errors.ObjectInUse:
+        except psycopg.errors.ObjectInUse:
             if attempt == 19:
                 raise
             time.sleep(0.2)
@@ -167,12 +183,20 @@ def partitions_for_history(location: DatabaseLocation, days: int) -> None:
 
 
 def admin_execute(location: DatabaseLocation, statement, params=None) -> None:
-    """One statement outside a transaction (CREATE/DROP DATABASE ...)."""
-    conn = psycopg2.connect(**location.connect_kwargs())
+    """One statement outside a transaction (CREATE/DROP DATABASE ...). The server's
+    warnings are added to the error it raises (Citus names a worker's own error only in
+    one)."""
+    conn = connect(location, autocommit=True)
+    notices: list[str] = []
+    conn.add_notice_handler(lambda notice: notices.append(
+        f"{notice.severity}: {notice.message_primary} {notice.message_detail or ''}"))
     try:
-        conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute(statement, params)
+    except psycopg.Error as error:
+        for notice in notices:
+            error.add_note(notice)
+        raise
     finally:
         conn.close()
 
@@ -184,11 +208,13 @@ class Sql:
         self.location = location
 
     def rows(self, statement: str, params=None) -> list[tuple]:
-        conn = psycopg2.connect(**self.location.connect_kwargs())
+        conn = connect(self.location)
         try:
-            with conn, conn.cursor() as cur:
+            with conn.transaction(), conn.cursor() as cur:
                 self.prepare(cur)
                 cur.execute(statement, params)
+                while cur.nextset():  # several statements: the last one's rows
+                    pass
                 return cur.fetchall() if cur.description else []
         finally:
             conn.close()

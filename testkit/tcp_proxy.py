@@ -25,6 +25,7 @@ class TcpProxy:
         # One gate per direction of each open connection; `_held`: those closed for now.
         self._gates: dict[str, set[asyncio.Event]] = {"to_server": set(), "to_client": set()}
         self._held: set[asyncio.Event] = set()
+        self._lose_after: tuple[bytes, str] | None = None
 
     async def start(self) -> "TcpProxy":
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -68,7 +69,16 @@ class TcpProxy:
             gate.clear()
             self._held.add(gate)
 
+    def lose_when_sent(self, marker: bytes, direction: str) -> None:
+        """From now on, on a connection whose client sends bytes holding `marker`, what goes
+        `direction` waits from then until restore(): `to_server`, that statement never
+        arrives; `to_client`, it runs (and commits) but its answer never arrives. Unlike
+        hold_open_connections, the exchanges before it (a pool's check of the connection)
+        pass."""
+        self._lose_after = (marker, direction)
+
     def restore(self) -> None:
+        self._lose_after = None
         self._flowing.set()
         for gate in self._held:
             gate.set()
@@ -101,7 +111,7 @@ class TcpProxy:
         for direction, gate in gates.items():
             gate.set()
             self._gates[direction].add(gate)
-        await asyncio.gather(self._pipe(reader, target_writer, gates["to_server"]),
+        await asyncio.gather(self._pipe(reader, target_writer, gates["to_server"], gates),
                              self._pipe(target_reader, writer, gates["to_client"]),
                              return_exceptions=True)
         for direction, gate in gates.items():
@@ -111,9 +121,14 @@ class TcpProxy:
             w.transport.abort()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    gate: asyncio.Event) -> None:
+                    gate: asyncio.Event, watched: dict[str, asyncio.Event] | None = None
+                    ) -> None:
+        """`watched`: the connection's gates, on the client's side, for lose_when_sent."""
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             while data := await reader.read(65536):
+                if watched is not None and self._lose_after and self._lose_after[0] in data:
+                    watched[self._lose_after[1]].clear()
+                    self._held.add(watched[self._lose_after[1]])
                 await self._flowing.wait()
                 await gate.wait()
                 writer.write(data)

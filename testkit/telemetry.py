@@ -28,8 +28,8 @@ def load_record_tables(cur, location: DatabaseLocation) -> None:
             copies[record.kind].write(copy_line(mac, record))
     for kind, (table, _, _) in TABLES.items():
         cur.execute(create_statement(kind))
-        copies[kind].seek(0)
-        cur.copy_expert(f"COPY {table} FROM STDIN", copies[kind])
+        with cur.copy(f"COPY {table} FROM STDIN") as copy:
+            copy.write(copies[kind].getvalue())
 
 
 def store_uploads(cur, kind: str, uploads: list[Upload], chunk_records: int) -> None:

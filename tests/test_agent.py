@@ -26,7 +26,7 @@ from agent.config import AgentConfig, ConfigError, load_config
 from agent.tail import EveTail
 from server.db import fleet as fleet_db
 from server.db.lifecycle import open_database
-from server.typedefs import ETAG_CACHE
+from server.typedefs import ETAG_CACHE, FLEET_LIST
 from testkit.corpus import corpus_path
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects
@@ -374,15 +374,30 @@ def fleet_entry(address: str) -> dict:
             "reporters": []}
 
 
+async def fleet_served(client, entries: int) -> None:
+    """Wait until the server's fleet document holds `entries` entries (a loaded machine
+    delivers the change's notification in its own time)."""
+    fleet = client.app[FLEET_LIST]
+    await wait_for(lambda: _holds(fleet, entries), timeout=10, interval=0.05)
+
+
+async def _holds(fleet, entries: int) -> bool:
+    return (await fleet.served(MAC)).entries == entries
+
+
 async def test_the_fleet_list_is_applied_beside_the_router_own_with_the_same_fallback(
-        client, settings, tmp_path):
+        make_client, database, tmp_path):
+    # The fleet job would replace the lists below with its own count (none): at a tick,
+    # or at start for one missed since the database was made (the suite's template).
+    settings = settings_for(database, tmp_path, FLEET_CRON_SCHEDULE="0 0 1 1 *")
+    client = await make_client(settings)
     config = config_for(tmp_path, url_of(client),
                         firewall_test_command=recorder(tmp_path, "nft-check", "check-fails"),
                         firewall_reload_command=recorder(tmp_path, "nft-load"))
     async with open_database(settings) as db:
         await fleet_db.replace(db, [fleet_entry("45.33.32.156"), fleet_entry("2a00:1450::1")],
                                [])
-    await asyncio.sleep(0.3)  # the notification reaches the server's listener
+    await fleet_served(client, entries=2)  # the notification has reached the server
     assert (await run_round(config))[0] == 0
     fleet_file = config.fleet_path
     assert fleet_file.name == "block-fleet.nft" and not config.firewall_file.exists()
@@ -398,7 +413,7 @@ async def test_the_fleet_list_is_applied_beside_the_router_own_with_the_same_fal
     (tmp_path / "check-fails").touch()  # a list the router cannot load: the last one stays
     async with open_database(settings) as db:
         await fleet_db.replace(db, [fleet_entry("45.33.32.157")], [])
-    await asyncio.sleep(0.3)
+    await fleet_served(client, entries=1)
     assert (await run_round(config))[0] == 0
     assert "45.33.32.156" in fleet_file.read_text()
     assert "fleet" in status(config)["failed"]

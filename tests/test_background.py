@@ -1,5 +1,5 @@
 """Background tasks stop when asked, even when a cancellation is lost on its way (Python
-3.11's asyncio.wait_for, inside aiopg, drops one that arrives as its result does)."""
+3.11's asyncio.wait_for, around every statement, drops one that arrives as its result does)."""
 
 from __future__ import annotations
 

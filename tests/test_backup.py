@@ -12,7 +12,7 @@ import shutil
 import tarfile
 import subprocess
 
-from server.db.backup import server_major
+from ops.pg_backup import server_major
 from testkit.database import Sql, command_env
 from testkit.server import ServerRunner, embedded_env, router_backend
 

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-import psycopg2
 
 from ops.bench.partitions import PLAIN_TABLES, retention_figures
 from ops.bench.storage import BUDGET_BYTES, measure
+from server.db.connect import connect
 from testkit.database import partitions_for_history
 
 DAYS = 10
 
 
+@pytest.mark.drill  # the server's WAL position counts every session's writes: one at a time
 def test_retention_by_partition_drop_writes_far_less_wal(database):
     partitions_for_history(database, DAYS)
-    conn = psycopg2.connect(**database.connect_kwargs())
+    conn = connect(database)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-import psycopg2
 import pytest
 
+from ops.citus_nodes import DISTRIBUTED_TABLES
+from server.db.connect import connect
 from server.db.applied import CURRENT, STORE_REPORT
 from server.db.chunks import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
-from server.db.citus import DISTRIBUTED_TABLES
 from server.db.console import ROUTER_PAGE_ON_ITS_SHARD, ROUTER_PAGE_ON_THE_COORDINATOR
 from server.db.partitions import partition_name
 from server.db.router_keys import KEY_HASH
@@ -88,9 +88,9 @@ def citus(pg_server):
 
 
 def plan(database, statement: str, params: dict) -> str:
-    conn = psycopg2.connect(**database.connect_kwargs())
+    conn = connect(database)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.cursor() as cur:
             cur.execute("EXPLAIN (COSTS OFF) " + statement, {"mac": MAC, **params})
             return "\n".join(row[0] for row in cur.fetchall())
     finally:

@@ -2,7 +2,8 @@
 server, on a listener of its own (CONSOLE_LISTEN), with the corpus ruleset and real EVE
 records: support finds a router by MAC and reads its story, records carrying HTML and script
 are shown as text and run nothing, an operator disables a rule that fired and the router's
-next IDS payload lacks it. A screenshot of each page goes to test-output/console/."""
+next IDS payload lacks it; support hunts a signature across the fleet and reads the records
+that carry it. A screenshot of each page goes to test-output/console/."""
 
 from __future__ import annotations
 
@@ -230,3 +231,28 @@ async def test_an_operator_disables_a_rule_and_the_next_payload_lacks_it(served,
     browser.get(console + "/console/tuning")
     screenshot(browser, "tuning-operator")
     assert "a lab scanner" in section(browser, "overrides")
+
+
+async def test_support_hunts_a_signature_and_reads_the_records_that_carry_it(served, browser):
+    """The Hunt page (issue 52): the router that saw the signature is listed and linked; its
+    records page shows the records that carry it, what the router sent as text only; both
+    the hunt and the reading are recorded."""
+    _, console, sql = served
+    sign_in(browser, console, SUPPORT)
+    browser.get(console + "/console/hunt")
+    browser.find_element(By.NAME, "indicators").send_keys("sid 9000001")
+    browser.find_element(By.CSS_SELECTOR, "form[action='/console/hunt'] button").click()
+    WebDriverWait(browser, 10).until(text_shown((By.ID, "matches"), "1 match"))
+    screenshot(browser, "hunt")
+    assert browser.find_elements(By.CSS_SELECTOR, f"#matches a[href='/console/routers/{MAC}']")
+    assert "drill-downs made" not in browser.find_element(By.TAG_NAME, "main").text  # operators'
+    browser.find_element(By.LINK_TEXT, "records").click()
+    arrived(browser, f"/console/routers/{MAC}/records?match=sid%3A9000001")
+    screenshot(browser, "hunt-records")
+    shown = browser.find_element(By.TAG_NAME, "main").text
+    assert HOSTILE in shown and "9000001" in shown
+    assert browser.execute_script("return window.pwned") is None
+    assert browser.execute_script("return document.images.length") == 0
+    assert sql.rows("SELECT asked_by, via, matches, router::text FROM hunt_log "
+                    "ORDER BY id") == [(f"console:{SUPPORT[0]}", "console", 1, None),
+                                       (f"console:{SUPPORT[0]}", "console", 1, MAC)]

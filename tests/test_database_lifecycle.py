@@ -78,11 +78,11 @@ async def test_db_log_level_info_logs_statements_and_silent_logs_nothing(databas
     caplog.set_level(logging.DEBUG)
     async with open_database(settings_for(database, tmp_path, DB_LOG_LEVEL="info")) as db:
         await db.fetchone("SELECT 41 + 1")
-    assert any("SELECT 41 + 1" in r.getMessage() for r in caplog.records if r.name == "aiopg")
+    assert any("SELECT 41 + 1" in r.getMessage() for r in caplog.records if r.name == "router_backend.db")
     caplog.clear()
     async with open_database(settings_for(database, tmp_path, DB_LOG_LEVEL="silent")) as db:
         await db.fetchone("SELECT 41 + 1")
-    assert not [r for r in caplog.records if r.name in ("aiopg", "router_backend.db")]
+    assert not [r for r in caplog.records if r.name in ("psycopg", "router_backend.db")]
 
 
 def test_dbshell_runs_psql_on_the_embedded_database(tmp_path):
@@ -149,3 +149,37 @@ def test_an_embedded_server_left_by_a_crash_is_adopted_and_stopped_with_its_last
         server.stop()
         for process in postmasters(pgdata):
             process.kill()
+
+
+@pytest.mark.parametrize("first_start", [True, False])
+def test_an_interrupted_start_leaves_no_server_running(tmp_path, monkeypatch, first_start):
+    """Ctrl-C reaches `pg_ctl start` (the terminal's process group) but not the postmaster it
+    launched (a session of its own): a start interrupted once the postmaster runs stops it,
+    unless another process uses it. (CI, issue 53's submission: one postmaster left after a
+    Ctrl-C at 2.5 s into a first start with two HTTP workers.)"""
+    pgdata = tmp_path / "postgres"
+    if not first_start:
+        created = embedded.EmbeddedPostgres(pgdata)
+        created.start()
+        created.stop()
+    real_open_server = embedded._open_server
+
+    def open_then_interrupted(directory):
+        real_open_server(directory)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embedded, "_open_server", open_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        embedded.EmbeddedPostgres(pgdata).start()
+    assert postmasters(pgdata) == [] and postmasters(pgdata.with_name("postgres.creating")) == []
+    monkeypatch.setattr(embedded, "_open_server", real_open_server)
+    other_user = embedded.EmbeddedPostgres(pgdata)
+    other_user.start()  # (a cluster left by the interrupted creation is made anew)
+    try:
+        monkeypatch.setattr(embedded, "_open_server", open_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            embedded.EmbeddedPostgres(pgdata).start()
+        assert len(postmasters(pgdata)) == 1  # the other user's, still serving it
+    finally:
+        other_user.stop()
+    assert postmasters(pgdata) == []

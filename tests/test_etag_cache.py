@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-import psycopg2
 
 from engine.payloads import pack
+from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.db.rules import store_payloads
 from server.typedefs import ETAG_CACHE
@@ -78,8 +78,9 @@ async def test_a_lost_listener_empties_the_cache_until_it_listens_again(client, 
 async def test_only_a_changed_payload_is_written_and_notified(settings, sql, database):
     """The writers send the notification (migration 0021 dropped the trigger): once per
     change, never for content stored again unchanged, which is not even written."""
-    listener = psycopg2.connect(**database.connect_kwargs())
-    listener.autocommit = True
+    listener = connect(database, autocommit=True)
+    notes = []
+    listener.add_notify_handler(notes.append)
     try:
         with listener.cursor() as cur:
             cur.execute("LISTEN router_rules")
@@ -93,12 +94,12 @@ async def test_only_a_changed_payload_is_written_and_notified(settings, sql, dat
                              (MAC,)) == version
             assert await store_payloads(db, MAC, second)
         deadline = time.monotonic() + 5  # delivered after each commit, not at once
-        while len(listener.notifies) < 2 and time.monotonic() < deadline:
-            listener.poll()
+        while len(notes) < 2 and time.monotonic() < deadline:
+            listener.execute("SELECT 1")  # reads what has arrived
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.2)  # time for a third, which must not come
-        listener.poll()
-        assert [note.payload for note in listener.notifies] == [MAC, MAC]
+        listener.execute("SELECT 1")
+        assert [note.payload for note in notes] == [MAC, MAC]
         assert sql.value("SELECT ids_etag FROM router_rules WHERE mac = %s",
                          (MAC,)) == second["ids"][1]
     finally:

@@ -14,13 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import orjson
-import psycopg2
 import pytest
 
 from engine.firewall import Exemptions
 from engine.fleet import fleet_attackers, fleet_document
 from engine.generate import PayloadLimits, TelemetrySummary, generate
 from engine.ruleset import Ruleset
+from server.db.connect import connect_async
 from server.db import allowlist as allowlist_db
 from server.db.generation import renew_and_summarise
 from server.jobs.fleet import run_fleet
@@ -227,18 +227,13 @@ async def test_the_fleet_job_finds_outbreaks_and_generation_reads_them(
         await report(client, mac(n), network_address(n))
     detail = await run_job(client, fleet_settings)
     assert detail["outbreaks"] == len(sids())
-    conn = psycopg2.connect(**database.connect_kwargs())
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute("INSERT INTO generation_queue (mac, claimed_by, claimed_until) "
-                        "VALUES (%s, 'me', now() + interval '1 minute') ON CONFLICT (mac) DO "
-                        "UPDATE SET claimed_by = 'me', claimed_until = now() + interval "
-                        "'1 minute'", (mac(99),))
-            summary = renew_and_summarise(cur, "me", mac(99), timedelta(minutes=1),
-                                          timedelta(days=7), 2)
-    finally:
-        conn.close()
+    async with await connect_async(database, 5) as conn, conn.cursor() as cur:
+        await cur.execute("INSERT INTO generation_queue (mac, claimed_by, claimed_until) "
+                          "VALUES (%s, 'me', now() + interval '1 minute') ON CONFLICT (mac) "
+                          "DO UPDATE SET claimed_by = 'me', claimed_until = now() + interval "
+                          "'1 minute'", (mac(99),))
+        summary = await renew_and_summarise(cur, "me", mac(99), timedelta(minutes=1),
+                                            timedelta(days=7), 2)
     assert {row[0] for row in summary.outbreaks} == sids()
     assert all(row[1] == 5 for row in summary.outbreaks)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-import psycopg2
 import pytest
 
 from engine.pool import WorkerPool
@@ -16,6 +15,7 @@ from server.db.lifecycle import open_database
 from server.db import generation as queue
 from server.generation import service as service_module
 from server.generation.service import GenerationConfig, GenerationService
+from server.db.connect import connect_async
 from server.db.generation import LeaseLost, renew_and_summarise
 from server.generation.task import generate_and_store
 from server.jobs.preprocess import run_preprocess
@@ -162,11 +162,8 @@ async def test_a_worker_statement_delivered_after_the_failure_was_recorded_claim
         await router_db.register(db, MAC)
         assert await queue.claim_due(db, owner, 10, lease) == [MAC]
         await queue.fail(db, owner, MAC, timedelta(seconds=2), "DatabaseUnavailable: cut")
-    conn = psycopg2.connect(database.dsn())
-    try:
-        with conn, conn.cursor() as cur, pytest.raises(LeaseLost):  # the held statement,
-            renew_and_summarise(cur, owner, MAC, lease, timedelta(days=1), 2)  # late
-    finally:
-        conn.close()
+    async with await connect_async(database, 5) as conn, conn.cursor() as cur:
+        with pytest.raises(LeaseLost):  # the held statement, late
+            await renew_and_summarise(cur, owner, MAC, lease, timedelta(days=1), 2)
     row = queue_row(sql)
     assert row["claimed_by"] is None and row["last_error"] == "DatabaseUnavailable: cut"

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
+import pwd
 import random
 import re
+
+from datetime import datetime, timedelta, timezone
 
 import orjson
 import pytest
 
+from server.console.hunting import HUNTS_PER_MINUTE, HuntGate, HuntRefused
+from server.hunt.search import Hunt, run_hunt
 from server.jobs.retention import run_retention
+from server.telemetry.indicators import NAMES_PER_RECORD, indicator
+from server.telemetry.postings import POSTINGS_FREE, POSTINGS_PER_RECORD
 from server.typedefs import DATABASE
 from testkit.corpus import corpus_path
 from testkit.database import command_env
@@ -107,8 +115,9 @@ async def fleet(make_client, settings):
     return settings, client, held
 
 
-def hunt(settings, *args: str) -> dict:
-    done = router_backend(command_env(settings), "hunt", *args, "--json", "--limit", "5000")
+def hunt(settings, *args: str, **env: str) -> dict:
+    done = router_backend(command_env(settings, **env), "hunt", *args, "--json", "--limit",
+                          "5000")
     assert done.returncode == 0, done.stderr
     return orjson.loads(done.stdout)
 
@@ -145,8 +154,6 @@ async def test_a_domain_finds_every_name_under_it_and_nothing_beside_it(fleet):
              for router in counts}
     answer = hunt(settings, "--domain", "Tracker.Example.NET.")
     assert {m["mac"] for m in answer["matches"]} == under and under
-    names = {name for m in answer["matches"] for name in m["names"]}
-    assert names and all(name.endswith(".tracker.example.net") for name in names)
     assert hunt(settings, "--domain", "racker.example.net")["match_count"] == 0
 
 
@@ -174,7 +181,11 @@ async def test_indicators_combine_and_the_answer_is_one_object(fleet, tmp_path):
 
 @pytest.mark.parametrize("args", [("--ip", "10.0.0.300"), ("--domain", "exa mple.com"),
                                   ("--ja3", "xyz"), ("--sha256", "ab"), ("--sid", "-4"),
-                                  ("--ja4", "nope"), ("--ip", "fe80::1%eth0"), ()])
+                                  ("--ja4", "nope"), ("--ip", "fe80::1%eth0"), (),
+                                  ("--sid", "\u00b2"), ("--sid", "9" * 5000),
+                                  ("--domain", "evil\n.example.com"),
+                                  ("--domain", "\u212aelvin.example.com"),
+                                  ("--sid", "1", "--days", "401")])
 def test_a_malformed_indicator_exits_2_with_one_line(settings, args):
     done = router_backend(command_env(settings), "hunt", *args)
     assert done.returncode == 2, done.stderr
@@ -210,9 +221,12 @@ async def test_the_index_outlives_the_records(fleet, sql, distributed):
     assert detail["removed"]["telemetry_chunks"]["rows_deleted"] > 0
     assert sql.value("SELECT count(*) FROM telemetry_chunks") == 0
     assert hunt(settings, "--sid", sid)["match_count"] == 0  # the last 30 days
-    answer = hunt(settings, "--sid", sid, "--days", "60")
+    kept = {"DATA_RETENTION_ENABLED": "true"}  # (while it is off, no record expires)
+    answer = hunt(settings, "--sid", sid, "--days", "60", **kept)
     assert {m["mac"] for m in answer["matches"]} == routers
     assert all(m["records_expired"] for m in answer["matches"])
+    assert not any(m["records_expired"] for m in hunt(settings, "--sid", sid, "--days",
+                                                        "60")["matches"])
     exported = router_backend(command_env(settings), "telemetry", "export", "--mac",
                               sorted(routers)[0], "--match", f"sid:{sid}")
     assert exported.returncode == 0 and exported.stdout == ""
@@ -250,14 +264,191 @@ async def test_the_console_hunts_for_signed_in_users_and_records_them(make_clien
                                                       f"ip {address}", "days": "30"})
     text = await answer.text()
     assert answer.status == 200 and f"/console/routers/{mac(0)}" in text
-    assert "Hunts made" not in text  # the record is for operators
+    assert "drill-downs made" not in text  # the record is for operators
     assert sql.rows("SELECT asked_by, via FROM hunt_log") == [(f"console:{SUPPORT[0]}",
                                                                 "console")]
     records = await client.get(f"/console/routers/{mac(0)}/records?match=ip:{address}")
     assert records.status == 200 and address in await records.text()
+    assert sql.rows("SELECT asked_by, router::text, matches > 0 FROM hunt_log "
+                    "ORDER BY id DESC LIMIT 1") == [(f"console:{SUPPORT[0]}", mac(0), True)]
     refused = await client.post("/console/hunt", data={"csrf": token, "indicators": "nonsense",
                                                        "days": "30"})
     assert refused.status == 400 and "give its kind" in await refused.text()
+    for days in ("\u00b2", "0", "401", "9" * 40):
+        answer = await client.post("/console/hunt", data={"csrf": token, "indicators": "sid 1",
+                                                          "days": days})
+        assert answer.status == 400 and "days back is 1 to 400" in await answer.text(), days
+    for bad in ("colour:blue", "ip:999.1.1.1", "", "sid:" + "9" * 40, "sid:\u00b2",
+                "domain:evil\n.example.com"):
+        answer = await client.get(f"/console/routers/{mac(0)}/records", params={"match": bad})
+        assert answer.status == 400 and "Traceback" not in await answer.text(), bad
     await client.post("/console/sign-out", data={"csrf": token})
     assert (await sign_in(client, OPERATOR)).status == 303
-    assert "Hunts made" in await (await client.get("/console/hunt")).text()
+    assert "drill-downs made" in await (await client.get("/console/hunt")).text()
+
+
+async def test_a_value_at_very_many_routers_reads_a_bounded_number_of_postings(make_client,
+                                                                               settings, sql):
+    """Past its postings bound a hunt reads the newest days first, says its count is a lower
+    bound and from which day it is whole, and still gives each match shown its whole window."""
+    client = await make_client(settings)
+    sql.rows("""INSERT INTO hunt_postings (day, kind, value, mac, first_seen, last_seen, records)
+        SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - back * interval '1 day',
+               's', '2013028', ('02:00:00:00:' || lpad(to_hex(n / 256), 2, '0') || ':'
+                                || lpad(to_hex(n % 256), 2, '0'))::macaddr,
+               now() - back * interval '1 day', now() - back * interval '1 day', 2
+        FROM generate_series(0, 4) AS back, generate_series(1, 100) AS n""")
+    wanted = indicator("sid", "2013028")
+    bounded = Hunt((wanted,), days=30, limit=10, reads_at_most=250)
+    answer = await run_hunt(client.app[DATABASE], bounded, "test", "command", 30)
+    today = datetime.now(timezone.utc).date()
+    assert answer["match_count"] == 100 and not answer["match_count_exact"]
+    assert answer["counted_from"] == (today - timedelta(days=1)).isoformat()
+    assert answer["shown"] == 10
+    assert all(len(m["days"]) == 5 and m["records"] == 10 for m in answer["matches"])
+    whole = await run_hunt(client.app[DATABASE], Hunt((wanted,), days=30, limit=10),
+                           "test", "command", 30)
+    assert whole["match_count"] == 100 and whole["match_count_exact"]
+    assert [m["mac"] for m in whole["matches"]] == [m["mac"] for m in answer["matches"]]
+
+
+def dns(name: str) -> dict:
+    return {"event_type": "dns", "src_ip": "192.168.1.20", "dest_ip": "192.0.2.53",
+            "dns": {"type": "query", "rrname": name, "rrtype": "A"}}
+
+
+async def test_one_router_looking_up_many_names_under_a_domain_hides_no_other(make_client,
+                                                                              settings):
+    """A hostile router looks up a thousand names under a domain (review of issue 52: 20,001
+    of them used up a hunt's postings and the routers that saw the domain went missing). A
+    domain posts once a day per router however many names it looked up under it, so a hunt
+    reading only 50 postings still finds every router, the count exact."""
+    client = await make_client(settings)
+    await upload(client, mac(40), [dns(f"a{n:06d}.c2.evil.example") for n in range(1000)])
+    honest = {mac(41): "c2.evil.example", mac(42): "C2.Evil.Example.",
+              mac(43): "www.c2.evil.example", mac(44): "x.y.www.c2.evil.example"}
+    for router, name in honest.items():
+        await upload(client, router, [dns(name)])
+    await upload(client, mac(45), [dns("c2.evil.example.net"), dns("notc2.evil.example")])
+    bounded = Hunt((indicator("domain", "c2.evil.example"),), days=30, reads_at_most=50)
+    answer = await run_hunt(client.app[DATABASE], bounded, "test", "command", None)
+    assert answer["match_count_exact"] and answer["match_count"] == 5
+    records = {m["mac"]: m["records"] for m in answer["matches"]}
+    assert records == {mac(40): 1000, **{router: 1 for router in honest}}
+    deep = await run_hunt(client.app[DATABASE], Hunt((indicator("domain", "www.c2.evil.example"),),
+                                                     days=30), "test", "command", None)
+    assert {m["mac"] for m in deep["matches"]} == {mac(43), mac(44)}
+
+
+async def test_overlapping_indicators_each_find_their_routers_in_any_order(make_client,
+                                                                           settings):
+    client = await make_client(settings)
+    await upload(client, mac(50), [dns("www.shop.example")])
+    await upload(client, mac(51), [dns("shop.example")])
+    wide, narrow = indicator("domain", "shop.example"), indicator("domain", "www.shop.example")
+    for order in ((wide, narrow), (narrow, wide)):
+        answer = await run_hunt(client.app[DATABASE], Hunt(order, days=30), "test", "command",
+                                None)
+        assert sorted((m["indicator"], m["mac"]) for m in answer["matches"]) == [
+            ("shop.example", mac(50)), ("shop.example", mac(51)),
+            ("www.shop.example", mac(50))]
+        assert answer["match_count"] == 3
+
+
+async def test_the_hunt_log_names_the_login_and_pages(fleet, tmp_path):
+    """The shell's name comes from the uid, not LOGNAME or USER (which anybody sets); the log
+    pages past its newest entries; an indicator file that is not UTF-8 is one line, exit 2."""
+    settings, _, _ = fleet
+    forged = command_env(settings, LOGNAME="olga\nconsole:sam", USER="olga")
+    for n in range(3):
+        assert router_backend(forged, "hunt", "--sid", str(n + 1)).returncode == 0
+    log = router_backend(command_env(settings), "hunt", "--log", "--json", "--limit", "2",
+                         "--skip", "1")
+    entries = orjson.loads(log.stdout)
+    assert [e["indicators"][0]["value"] for e in entries] == ["2", "1"]
+    assert {e["asked_by"] for e in entries} == {f"shell:{pwd.getpwuid(os.getuid()).pw_name}"}
+    binary = tmp_path / "iocs.txt"
+    binary.write_bytes(b"sid 1\n\xff\xfe\n")
+    done = router_backend(command_env(settings), "hunt", "--file", str(binary))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "UTF-8" in done.stderr
+
+
+async def test_a_console_user_hunts_at_most_so_often(make_client, settings):
+    client = await make_client(console_settings(settings))
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await client.get("/console/hunt")
+    token = re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
+    statuses = [(await client.post("/console/hunt", data={
+        "csrf": token, "indicators": f"sid {n + 1}", "days": "30"})).status
+        for n in range(HUNTS_PER_MINUTE + 1)]
+    assert statuses == [200] * HUNTS_PER_MINUTE + [429]
+    refused = await client.get(f"/console/routers/{mac(0)}/records?match=sid:1")
+    assert refused.status == 429 and "hunts a minute" in await refused.text()
+
+
+async def test_a_record_of_thousands_of_names_adds_a_few_postings(make_client, settings, sql):
+    """Review of issue 52: one DNS record of 14,500 deep names added 116,004 postings and
+    half a gigabyte to a worker. A record's first NAMES_PER_RECORD names are indexed, and an
+    upload adds at most POSTINGS_FREE + POSTINGS_PER_RECORD a record distinct values; every
+    record is stored, and the next upload is indexed as usual."""
+    client = await make_client(settings)
+    hostile = [{**dns("decoy.example"), "dns": {"type": "answer", "rrname": "decoy.example",
+                                                 "answers": [{"rrname": f"x.x.x.x.x.x.x.n{r}-{i}.com",
+                                                              "rrtype": "A"} for i in range(300)]}}
+               for r in range(50)]
+    await upload(client, mac(60), hostile)
+    postings = sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(60),))
+    assert postings <= POSTINGS_FREE + 50 * POSTINGS_PER_RECORD
+    assert sql.value("SELECT sum(records) FROM telemetry_chunks WHERE mac = %s",
+                     (mac(60),)) == 50
+    assert NAMES_PER_RECORD < 300
+    await upload(client, mac(60), [dns("later.example")])
+    answer = await run_hunt(client.app[DATABASE], Hunt((indicator("domain", "later.example"),),
+                                                       days=30), "test", "command", None)
+    assert [m["mac"] for m in answer["matches"]] == [mac(60)]
+
+
+async def test_a_hunt_can_end_before_today(make_client, settings, sql):
+    """Past a count stopped at the bound (many routers saw a value lately), the older days
+    are read by a hunt ending before them."""
+    client = await make_client(settings)
+    today = datetime.now(timezone.utc).date()
+    old_day = datetime.combine(today - timedelta(days=12), datetime.min.time(), timezone.utc)
+    seen = old_day + timedelta(hours=9)
+    sql.rows("INSERT INTO hunt_postings (day, kind, value, mac, first_seen, last_seen, "
+             "records) VALUES (%s, 'd', 'example.old', %s, %s, %s, 1)",
+             (old_day, mac(70), seen, seen))  # (as an upload 12 days ago wrote it)
+    await upload(client, mac(71), [dns("old.example")])
+    wanted = (indicator("domain", "old.example"),)
+    recent = await run_hunt(client.app[DATABASE], Hunt(wanted, 5), "test", "command", None)
+    assert [m["mac"] for m in recent["matches"]] == [mac(71)]
+    before = Hunt(wanted, 30, until=today - timedelta(days=5))
+    older = await run_hunt(client.app[DATABASE], before, "test", "command", None)
+    assert [m["mac"] for m in older["matches"]] == [mac(70)]
+    assert older["searched"]["to"] == (today - timedelta(days=5)).isoformat()
+    done = router_backend(command_env(settings), "hunt", "--domain", "old.example", "--until",
+                          (today - timedelta(days=5)).isoformat(), "--json")
+    assert [m["mac"] for m in orjson.loads(done.stdout)["matches"]] == [mac(70)]
+
+
+async def test_one_console_user_holds_one_place_and_long_records_are_cut(make_client,
+                                                                         settings):
+    gate = HuntGate()
+    async with gate.place("sue"):
+        with pytest.raises(HuntRefused, match="still under way"):
+            async with gate.place("sue"):
+                pass
+        async with gate.place("olga"):
+            with pytest.raises(HuntRefused, match="other hunts"):
+                async with gate.place("sam"):
+                    pass
+    async with gate.place("sue"):
+        pass
+    gate.threads.shutdown()
+    client = await make_client(console_settings(settings))
+    record = {**dns("long.example"), "note": "<" * 100_000}
+    await upload(client, mac(80), [record])
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await client.get(f"/console/routers/{mac(80)}/records?match=domain:long.example")
+    text = await page.text()
+    assert page.status == 200 and "bytes in all" in text and len(text) < 60_000

@@ -316,7 +316,7 @@ async def test_commit_whose_answer_was_lost_is_answered_as_stored(one_connection
     answers 200, so the router does not send them again."""
     client, proxy = one_connection_proxied
     assert (await post(client, SAMPLE))[0] == 200  # the pool's one connection is open
-    proxy.hold_open_connections("to_client")
+    proxy.lose_when_sent(b"INSERT INTO telemetry_chunks", "to_client")
     status, body = await post(client, SAMPLE)
     assert (status, body["accepted"]) == (200, 7)
     proxy.restore()
@@ -329,7 +329,7 @@ async def test_commit_that_never_arrived_is_answered_as_not_stored_and_never_lan
     it is ended first, so it cannot commit after the answer when the network heals."""
     client, proxy = one_connection_proxied
     assert (await post(client, SAMPLE))[0] == 200
-    proxy.hold_open_connections("to_server")
+    proxy.lose_when_sent(b"INSERT INTO telemetry_chunks", "to_server")
     status, body = await post(client, SAMPLE)
     assert status == 503 and "stored" not in body
     proxy.restore()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 
-import psycopg2
+import psycopg
 import pytest
 from yoyo import get_backend
 
@@ -70,7 +70,7 @@ def test_a_migration_that_truly_fails_is_not_recorded(pg_server):
     with blank_database(pg_server) as database:
         apply_with_yoyo(database, "0009.notification-keys-and-deliveries")
         Sql(database).rows("CREATE TABLE router_keys (something text)")
-        with pytest.raises(psycopg2.errors.DuplicateTable):
+        with pytest.raises(psycopg.errors.DuplicateTable):
             apply_migrations(database)
         assert recorded(database)[-1] < "0010"
         Sql(database).rows("DROP TABLE router_keys")

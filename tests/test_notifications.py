@@ -132,7 +132,8 @@ async def test_unknown_type_is_404_json(api):
     assert response.status == 404 and "error" in await response.json()
 
 
-async def store(db, user: str, type_: str, title: str, recipient: str) -> dict:
+async def store(db, user: str, type_: str, title: str,
+                recipient: str) -> notification_db.NotificationRow:
     """A pending record stored directly, as a crash or another service would leave it."""
     return await notification_db.create(db, notification_db.new_notification(
         user, type_, title, "m", recipient, {}, timedelta(minutes=1)))
@@ -307,12 +308,12 @@ async def test_a_record_no_mail_can_carry_fails_alone_and_the_batch_goes_on(smtp
         sql.rows("UPDATE notifications SET next_attempt_at = now() - interval '1 second' "
                  "WHERE next_attempt_at IS NOT NULL")
         assert await notifier.retry_due() == 0  # the poisoned one is not claimed again
-    assert caplog.text.count(poisoned["id"]) == 1
+    assert caplog.text.count(poisoned.id) == 1
     assert sorted(recipients for _, recipients, _ in inbox.messages) == \
         [["u10@example.org"], ["u11@example.org"]]
     status, next_attempt, error = sql.rows(
         "SELECT status, next_attempt_at, last_error FROM notifications WHERE id = %s",
-        (poisoned["id"],))[0]
+        (poisoned.id,))[0]
     assert (status, next_attempt) == ("failed", None)
     assert "cannot be sent as email" in error and "linefeed" in error
 

@@ -8,9 +8,9 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import orjson
-import psycopg2
 import pytest
 
+from server.db.connect import connect
 from server.db.partitions import grid_floor
 from server.db.reports import ACCESS_DAYS, DAILY_ACTIVITY
 from server.db.routers import SUBSCRIPTIONS
@@ -28,7 +28,7 @@ def daily_partitions(database, sql):
     """The test database with daily partitions for the last HISTORY_DAYS days and the next
     week, in place of the (empty) legacy partition; returns a connection to it."""
     partitions_for_history(database, HISTORY_DAYS)
-    conn = psycopg2.connect(**database.connect_kwargs())
+    conn = connect(database)
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute("INSERT INTO routers (mac) VALUES (%s)", (MAC,))

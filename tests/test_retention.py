@@ -11,9 +11,10 @@ import time
 from datetime import datetime, timedelta
 
 import orjson
-import psycopg2
+import psycopg
 import pytest
 
+from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.jobs import retention
@@ -121,7 +122,7 @@ async def test_dropping_partitions_never_blocks_ingestion(settings, sql, databas
     # concurrently. Another upload meanwhile is not held up, and the detach finishes once the
     # open transaction ends.
     first = first_daily_partition(sql)
-    upload = psycopg2.connect(**database.connect_kwargs())
+    upload = connect(database)
     try:
         with upload.cursor() as cur:
             cur.execute("INSERT INTO telemetry_chunks (mac, kind, received_at, "
@@ -152,8 +153,8 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql, distribut
     first = first_daily_partition(sql)
     name = f"{CHUNKS}_p{first:%Y%m%d}"
     # A DETACH CONCURRENTLY cancelled in its second phase leaves the partition pending.
-    conn = psycopg2.connect(**sql.location.connect_kwargs())
-    blocker = psycopg2.connect(**sql.location.connect_kwargs())
+    conn = connect(sql.location)
+    blocker = connect(sql.location)
     try:
         conn.autocommit = True
         with blocker.cursor() as cur:
@@ -162,7 +163,7 @@ async def test_finishes_a_detach_interrupted_by_a_crash(settings, sql, distribut
             cur.execute("SET statement_timeout = '500ms'")
             try:
                 cur.execute(f"ALTER TABLE {CHUNKS} DETACH PARTITION {name} CONCURRENTLY")
-            except psycopg2.errors.QueryCanceled:
+            except psycopg.errors.QueryCanceled:
                 pass
     finally:
         blocker.close()
@@ -234,7 +235,7 @@ async def test_a_locking_detach_gives_up_in_bounded_time_while_uploads_hold_the_
     run (tried here on plain PostgreSQL, where the same lock rules hold)."""
     monkeypatch.setattr(retention, "DETACH_PAUSE_SECONDS", 0.1)
     partition = partitions_from_rows(sql.rows(LIST_PARTITIONS, {"table": CHUNKS}))[1]
-    upload = psycopg2.connect(**database.connect_kwargs())
+    upload = connect(database)
     try:
         with upload.cursor() as cur:  # an upload's transaction, still open
             cur.execute("INSERT INTO telemetry_chunks (mac, kind, received_at, "

@@ -3,10 +3,10 @@ leaves is the one the migrations build in one go."""
 
 from __future__ import annotations
 
-import psycopg2
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
+from server.db.connect import connect
 
 # Columns (type, nullable) and primary keys of the tables; time partitions are their
 # parents' business.
@@ -27,9 +27,9 @@ GROUP BY 1 ORDER BY 1"""
 
 
 def describe_database(location) -> dict:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.cursor() as cur:
             cur.execute(COLUMNS)
             columns = cur.fetchall()
             cur.execute(PRIMARY_KEYS)

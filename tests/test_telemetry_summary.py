@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg2
 
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
+from server.db.connect import connect
 from server.db.generation import (MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY,
                                     TOP_FLOW_VALUES)
 from server.jobs.preprocess import run_preprocess
@@ -34,9 +34,9 @@ def corpus_bodies(kind: str, size: int) -> list[bytes]:
 
 
 def summaries(location) -> tuple[list, list]:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.cursor() as cur:
             cur.execute(TELEMETRY_SUMMARY, PARAMS)
             now = list(cur.fetchone()[0:4])
             load_record_tables(cur, location)

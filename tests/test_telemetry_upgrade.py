@@ -10,9 +10,9 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import orjson
-import psycopg2
 
 from migrations import read_schema_migrations
+from server.db.connect import connect
 from server.telemetry.extract import EVENT_COLUMNS, event_row
 from testkit import CORPUS
 from testkit.database import Sql, command_env, migrate, migrated_database, settings_for
@@ -53,9 +53,9 @@ def fill_rows(location) -> dict[str, list]:
                 expected[mac].append(record)
     columns = ", ".join(("mac", "received_at") + EVENT_COLUMNS + ("record",))
     marks = ", ".join(["%s"] * (len(EVENT_COLUMNS) + 3))
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.executemany(f"INSERT INTO ids_events ({columns}) VALUES ({marks})", events)
             flow_columns = columns.replace(", signature_id, severity", "")
             cur.executemany(f"INSERT INTO cfm_records ({flow_columns}) VALUES "

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import psycopg2
 
 from ops.bench.fleet import Fleet, check_ledger
 from ops.bench.outage_drill import POLL, UPLOAD
 from ops.bench.outage_drill import probe as outage_probe
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import migrated_database
@@ -76,9 +76,8 @@ def recover_prepared(location: DatabaseLocation) -> int:
     """What Citus's maintenance daemon does every citus.recover_2pc_interval (a minute):
     commit on the workers the transactions the coordinator committed but a worker held
     prepared when it stopped. The number recovered."""
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location, autocommit=True)
     try:
-        conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute("SELECT recover_prepared_transactions()")
             return cur.fetchone()[0]
@@ -89,7 +88,7 @@ def recover_prepared(location: DatabaseLocation) -> int:
 def probe_macs(location: DatabaseLocation, away_port: int) -> tuple[str, str]:
     """A MAC whose shard is on the worker at `away_port`, and one whose shard is not."""
     found: dict[bool, str] = {}
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur:
             for number in range(1, 256):

@@ -27,11 +27,11 @@ from datetime import datetime, timedelta, timezone
 from http.cookiejar import CookieJar
 
 import orjson
-import psycopg2
 
 from ops.bench.polling import start_constant
 from ops.bench.wrk import available, run_wrk
 from server.console.auth import hash_secret
+from server.db.connect import connect
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import Sql, throwaway_database
 from testkit.server import ServerRunner, free_port
@@ -69,9 +69,9 @@ def history(days: int) -> tuple[list, list]:
 
 def store_history(location, days: int) -> int:
     events, flows = history(days)
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute("INSERT INTO routers (mac) VALUES (%s)", (MAC,))
             cur.execute("INSERT INTO generation_queue (mac) VALUES (%s)", (MAC,))
             store_uploads(cur, "events", events, 1_000)
@@ -85,9 +85,9 @@ def store_history(location, days: int) -> int:
 
 
 def store_fleet(location, routers: int) -> None:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute("INSERT INTO routers (mac) SELECT ('02:00:' || lpad(to_hex(n >> 24), 2, "
                         "'0') || ':' || lpad(to_hex((n >> 16) & 255), 2, '0') || ':' || "
                         "lpad(to_hex((n >> 8) & 255), 2, '0') || ':' || "

@@ -23,10 +23,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import psycopg2
-
 from ops.bench.storage import record_stream
 from ops.bench.ingest import copy_rows, copy_text
+from server.db.connect import connect
 from testkit.database import database_env, throwaway_database
 from testkit.telemetry import store_uploads
 
@@ -37,9 +36,9 @@ def store(location, lines: list[bytes]) -> None:
     start = datetime.now(timezone.utc) - timedelta(hours=12)
     uploads = [(MAC, start + timedelta(seconds=n // 1_000), lines[n:n + 1_000])
                for n in range(0, len(lines), 1_000)]
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             store_uploads(cur, "events", uploads, 1_000)
             copy_rows(cur, copy_text(lines, start.isoformat(), MAC))
     finally:
@@ -56,12 +55,14 @@ def time_export(location, workdir: Path, out: Path) -> float:
 
 
 def time_copy(location, out: Path) -> float:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur, out.open("wb") as sink:
             started = time.perf_counter()
-            cur.copy_expert("COPY (SELECT record FROM copy_reference WHERE mac = "
-                            f"'{MAC}' ORDER BY received_at) TO STDOUT", sink)
+            with cur.copy("COPY (SELECT record FROM copy_reference WHERE mac = "
+                          f"'{MAC}' ORDER BY received_at) TO STDOUT") as copy:
+                for data in copy:
+                    sink.write(data)
             return time.perf_counter() - started
     finally:
         conn.close()

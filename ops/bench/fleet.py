@@ -31,8 +31,8 @@ from urllib.parse import urlparse
 
 import aiohttp
 import orjson
-import psycopg2
 
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from testkit import CORPUS, FIXTURES
 from testkit.corpus import publish_corpus_ruleset
@@ -237,7 +237,7 @@ def check_ledger(location: DatabaseLocation, ledger: Ledger) -> LedgerCheck:
     """Compare the ledger with what the database holds for the fleet's routers (its records
     read back into temporary row tables, testkit/telemetry.py)."""
     check = LedgerCheck()
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur:
             load_record_tables(cur, location)

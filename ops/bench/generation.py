@@ -22,9 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
-import psycopg2
 
 from engine.ruleset import load_ruleset
+from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.db import generation as queue
 from server.generation.service import GenerationConfig, generate_router, generation_pool
@@ -74,9 +74,9 @@ def fill_telemetry(location, macs: list[str], sids: list[int]) -> None:
         flows.append((mac, received_at, [orjson.dumps({
             "event_type": "flow", "app_proto": rng.choice(APPS), "dest_port": rng.choice(PORTS)})
             for _ in range(FLOWS_PER_ROUTER)]))
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             store_uploads(cur, "events", events, 1_000)
             store_uploads(cur, "cfm", flows, 1_000)
             cur.executemany("INSERT INTO routers (mac) VALUES (%s)", [(m,) for m in macs])
@@ -87,9 +87,9 @@ def fill_telemetry(location, macs: list[str], sids: list[int]) -> None:
 
 
 def reset_queue(location) -> None:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute("UPDATE generation_queue SET next_due_at = now(), generated_at = NULL, "
                         "generation_count = 0, claimed_by = NULL, claimed_until = NULL")
             cur.execute("DELETE FROM router_rules")

@@ -7,7 +7,7 @@ records into a row table.
 Starts the real server (`python -m ops.cli serve`) as a subprocess on an embedded PostgreSQL
 (or the server named by DB_HOST/DB_PORT/DB_USER/DB_PASSWORD), posts N records (stored in
 compressed chunks with their hourly summaries), and in the same run COPYs the same records
-with psycopg2 into `copy_reference (mac, received_at, record jsonb)` with a (mac,
+with psycopg into `copy_reference (mac, received_at, record jsonb)` with a (mac,
 received_at) index: one row per record, the least a row store does. Prints records/s of
 both, their ratio, the same uploads with an Idempotency-Key per body against those without,
 and the peak resident memory (VmHWM) of the serving process (each HTTP worker's with
@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import sys
 import time
 from datetime import datetime, timezone
 
 import aiohttp
 import orjson
-import psycopg2
 
 from ops.bench.fleet import corpus_records
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from testkit.database import Sql, throwaway_database
 from testkit.server import memory_kib, running_server
@@ -68,16 +67,16 @@ def copy_text(lines: list[bytes], received_at: str, mac: str = MAC) -> bytes:
 def copy_rows(cur, data: bytes) -> None:
     """`data` (copy_text) into the reference table, made when missing."""
     cur.execute(REFERENCE_TABLE)
-    cur.copy_expert("COPY copy_reference (mac, received_at, record) FROM STDIN",
-                    io.BytesIO(data))
+    with cur.copy("COPY copy_reference (mac, received_at, record) FROM STDIN") as copy:
+        copy.write(data)
 
 
 def run_copy(location: DatabaseLocation, data: bytes) -> float:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute(REFERENCE_TABLE)
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             started = time.perf_counter()
             copy_rows(cur, data)
         return time.perf_counter() - started
@@ -114,9 +113,9 @@ async def run_http(port: int, bodies: list[bytes], concurrency: int,
 
 
 def truncate(location: DatabaseLocation) -> None:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute(REFERENCE_TABLE)
             cur.execute("TRUNCATE telemetry_chunks, telemetry_alerts, telemetry_flows, "
                         "copy_reference")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import orjson
 import psutil
-import psycopg2
 
+from server.db.connect import connect
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database
@@ -136,9 +136,9 @@ def _insert_records(location: DatabaseLocation) -> dict[str, list[bytes]]:
     expected: dict[str, list[bytes]] = {mac: [] for mac in ROUTERS}
     lines = [line for path in sorted((CORPUS / "eve").glob("*.json"))
              for line in path.read_bytes().splitlines() if line.strip()]
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.executemany("INSERT INTO routers (mac) VALUES (%s)", [(mac,) for mac in ROUTERS])
             for n, line in enumerate(lines):
                 record = orjson.loads(line)

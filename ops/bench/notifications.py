@@ -10,7 +10,7 @@ Runs the real server (notification API only) as a subprocess on an embedded Post
    keyless run (rounds alternate, best of each kept);
 3. fills one user's feed with 100,000 notifications (a third of them read) and times listing
    pages, with the `unread` count, over HTTP at offsets spread through the feed, against the
-   same queries run directly with psycopg2; prints listing p50/p99 of both.
+   same queries run directly with psycopg; prints listing p50/p99 of both.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from email.message import EmailMessage
 
 import aiohttp
 import aiosmtplib
-import psycopg2
 from aiosmtpd.controller import Controller
 
+from server.db.connect import connect
 from server.db.notifications import COUNTS, PAGE_STATEMENTS
 from testkit.database import throwaway_database
 from testkit.server import free_port, running_server
@@ -86,9 +86,9 @@ async def smtp_direct(port: int, count: int, concurrency: int) -> float:
 
 
 def fill_feed(location, user: str, count: int) -> None:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO notifications (id, user_id, type, title, message, recipient, "
                 "status, created_at) SELECT gen_random_uuid(), %s, 'scan_failed', "
@@ -118,7 +118,7 @@ async def list_http(port: int, user: str, offsets: list[int]) -> list[float]:
 
 
 def list_direct(location, user: str, offsets: list[int]) -> list[float]:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     latencies = []
     try:
         with conn.cursor() as cur:

@@ -29,8 +29,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-import psycopg2
-
+from server.db.connect import connect
 from server.db.partitions import ensure_partitions, grid_floor
 from server.db.pool import Database
 from server.db.reports import ACCESS_DAYS
@@ -61,12 +60,6 @@ PLAIN_DELETE = ("DELETE FROM plain_activations WHERE (mac, id) IN (SELECT mac, i
 
 MAC = ("('02:00:00:00:' || lpad(to_hex((n %% {routers}) >> 8), 2, '0') || ':' || "
        "lpad(to_hex((n %% {routers}) & 255), 2, '0'))::macaddr").format(routers=ROUTERS)
-
-
-def connect(location):
-    conn = psycopg2.connect(**location.connect_kwargs())
-    conn.autocommit = True
-    return conn
 
 
 def fill_activations(cur, rows: int, start: datetime, days: int) -> None:
@@ -204,7 +197,7 @@ def main() -> int:
     args = parser.parse_args()
     with throwaway_database() as (location, _):
         partitions_for_history(location, args.days)
-        conn = connect(location)
+        conn = connect(location, autocommit=True)
         try:
             with conn.cursor() as cur:
                 cur.execute(PLAIN_TABLES)

@@ -17,9 +17,8 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-import psycopg2
-
 from ops.bench.ingest import MAC, count_rows, make_lines, ndjson_bodies, run_http, truncate
+from server.db.connect import connect
 from server.db.pool import Database
 from server.jobs.retention import run_retention
 from testkit.database import throwaway_database
@@ -44,9 +43,9 @@ async def ingest_during_retention(location, port: int,
 
 def store_old(location, lines: list[bytes], received_at: datetime) -> None:
     uploads = [(MAC, received_at, lines[n:n + 2_000]) for n in range(0, len(lines), 2_000)]
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             store_uploads(cur, "events", uploads, 2_000)
     finally:
         conn.close()

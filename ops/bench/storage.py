@@ -32,12 +32,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
-import psycopg2
 import zstandard
 
 from engine.ruleset import load_ruleset
 from ops.bench.generation import fill_telemetry, run_round
 from ops.bench.ingest import copy_rows, copy_text
+from server.db.connect import connect
 from server.db.partitions import TELEMETRY_TABLES
 from server.db.pool import Database
 from server.jobs.activation_days import DETAIL_DAYS
@@ -85,9 +85,9 @@ def allocated_bytes(folder: Path) -> int:
 
 
 def reset(location, idps_rules: Path) -> None:
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             cur.execute("TRUNCATE router_rules")
             cur.execute("UPDATE generation_queue SET next_due_at = now(), generated_at = NULL, "
                         "generation_count = 0, claimed_by = NULL, claimed_until = NULL")
@@ -104,7 +104,7 @@ def router_footprint(settings: Settings, location, macs: list[str]) -> RouterFoo
     idps_rules = settings.rule_data_path / "idps_rules"
     reset(location, idps_rules)
     asyncio.run(run_round(settings, macs, workers=2))
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur:
             tables = {table: total_size(cur, table) for table in ROUTER_TABLES}
@@ -212,8 +212,7 @@ def record_footprint(location, records: int) -> RecordFootprint:
     # Yesterday (UTC): every simulated upload settled, whatever the hour of the run.
     start = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=0, minute=0, second=0,
                                                                      microsecond=0)
-    conn = psycopg2.connect(**location.connect_kwargs())
-    conn.autocommit = True
+    conn = connect(location, autocommit=True)
     try:
         with conn.cursor() as cur:
             for body in BODY_SIZES:
@@ -271,8 +270,7 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
 
 def row_table_bytes(location, stream: list[tuple[str, bytes]]) -> float:
     """Bytes per record of the same records in the ingestion benchmark's reference table."""
-    conn = psycopg2.connect(**location.connect_kwargs())
-    conn.autocommit = True
+    conn = connect(location, autocommit=True)
     try:
         with conn.cursor() as cur:
             copy_rows(cur, copy_text([line for _, line in stream], "2026-11-24T00:00:00Z"))
@@ -328,8 +326,7 @@ def measure(routers: int, records: int
                 {**base, "RULE_GENERATION_RULES_FILENAME": filename}, env_file=None),
                 location, macs)
             for name, filename in LAYOUTS.items()}
-        conn = psycopg2.connect(**location.connect_kwargs())
-        conn.autocommit = True
+        conn = connect(location, autocommit=True)
         try:
             with conn.cursor() as cur:
                 activation = (activation_footprint(cur, records), rolled_day_footprint(cur))

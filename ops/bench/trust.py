@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 
 import aiohttp
-import psycopg2
 
 from ops.bench.ingest import make_lines, ndjson_bodies, run_http, truncate
 from ops.bench.polling import mac, register_and_wait
 from ops.bench.wrk import POLL_SCRIPT, available, router_file, run_wrk
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from server.routers.keys import key_hash
 from testkit.corpus import publish_corpus_ruleset
@@ -53,9 +53,9 @@ POLLERS = [f"02:00:00:00:f2:{n:02x}" for n in range(32)]  # 50 polls/s: ~94 a mi
 def issue_keys(location: DatabaseLocation, macs: list[str]) -> dict[str, str]:
     """A key per router, stored as the service stores them (only the hash)."""
     keys = {address: secrets.token_urlsafe(32) for address in macs}
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             for address, key in keys.items():
                 cur.execute("INSERT INTO routers (mac) VALUES (%s) ON CONFLICT DO NOTHING",
                             (address,))

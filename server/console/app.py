@@ -14,7 +14,7 @@ import jinja2
 from aiohttp import web
 
 from engine.addresses import canonical
-from server.console import views
+from server.console import hunting, views
 from server.console.auth import COOKIE, SESSIONS, USER, Sessions, csrf_matches
 from server.db.pool import DatabaseUnavailable
 from server.errors import ApiError, Forbidden, Unauthorized
@@ -43,6 +43,7 @@ def create_console_app(settings: Settings, outer: Middleware) -> web.Application
     """`outer`: the middleware every request of the service passes first."""
     app = web.Application()
     app[SESSIONS] = Sessions(settings)
+    hunting.install(app)
     if settings.console_listen is not None:
         host, port = settings.console_listen
         app[CONSOLE_LISTENER] = (listener_addresses(host), port)

@@ -12,9 +12,9 @@ from collections import Counter
 import orjson
 
 from server.db import console as console_db
-from server.db import fleet as fleet_db
 from server.db import tuning_changes
 from server.db.pool import Database
+from server.jobs import fleet_lists
 from server.telemetry.chunks import decompress
 
 TOP_BLOCKED = 20
@@ -48,7 +48,7 @@ async def router_story(db: Database, mac: str) -> dict | None:
                        in await console_db.signatures(db, mac)],
         "recent_alerts": alerts, "overrides": await console_db.overrides(db, mac),
         "allowed": await console_db.allowed(db, mac),
-        "fleet": await fleet_db.for_router(db, mac),
+        "fleet": await fleet_lists.for_router(db, mac),
         "changes": await tuning_changes.recent(db, mac)}
 
 

@@ -19,9 +19,9 @@ from server.console.charts import bars
 from server.console.story import router_story
 from server.db import allowlist as allowlist_db
 from server.db import console as console_db
-from server.db import fleet as fleet_db
 from server.db import overrides as overrides_db
 from server.db import tuning_changes
+from server.jobs import fleet_lists
 from server.status import fleet_status
 from server.tuning import changes as tuning
 from server.typedefs import DATABASE, FLOOD_LIMITS, SETTINGS
@@ -147,8 +147,8 @@ async def fleet_page(request: web.Request) -> web.Response:
     polls = await console_db.polls_per_hour(db)
     queue = status["generation_queue"]
     return await _render(request, "fleet.html", {
-        "status": status, "attackers": await fleet_db.attackers(db),
-        "outbreaks": await fleet_db.outbreaks(db),
+        "status": status, "attackers": await fleet_lists.attackers(db),
+        "outbreaks": await fleet_lists.outbreaks(db),
         "fleet_settings": request.config_dict[SETTINGS],
         "uploads": bars([(f"{hour:%H}:00 UTC", count) for hour, count, _ in uploads]),
         "records": bars([(f"{hour:%H}:00 UTC", count) for hour, _, count in uploads]),

@@ -1,10 +1,11 @@
 """Database access.
 
-- The pool and its error mapping (`pool.py`), where the database is (`location.py`), bringing
+- The pool and its error mapping (`pool.py`), connections made alike for the pool and the
+  blocking code, through psycopg 3 (`connect.py`), where the database is (`location.py`), bringing
   it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema check), time
-  partitions (`partitions.py`), the Citus mode's distribution of the per-router tables
-  (`citus.py`, docs/scaling.md), backups and their restore with PostgreSQL's own programs
-  (`backup.py`).
+  partitions (`partitions.py`), which tables the Citus mode distributes (`citus.py`, for
+  retention; distributing them is ops/citus_nodes.py's). Backups and their restore are the
+  commands' (ops/pg_backup.py).
 - The SQL of the tables several capabilities share: `routers.py` (registrations and their
   per-address limit), `router_keys.py` (key hashes, enrollment windows), `rules.py` (payloads
   and activations), `activation_days.py` (activations rolled up by day, the watermark),
@@ -23,7 +24,8 @@
   `hunt.py` (the hunt index's postings, the hunts that read them, the record of hunts),
   `service_settings.py` (the settings the running service started with, for its commands).
 
-The SQL of the service is here, with these exceptions: retention's DDL and batched deletes,
-built from partition names (server/jobs/retention.py); the ETag cache's LISTEN and
-heartbeat; the health check's `SELECT 1`; the supervisor's max_connections check.
+The SQL of the service is here (the commands' cluster administration, Citus nodes and
+backups, is under ops/), with these exceptions: retention's DDL and batched deletes, built
+from partition names (server/jobs/retention.py); the ETag cache's LISTEN and heartbeat; the
+health check's `SELECT 1`; the supervisor's max_connections check.
 """

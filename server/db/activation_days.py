@@ -12,6 +12,8 @@ from datetime import datetime
 from server.db.pool import Database, execute
 
 DETAIL_FROM = "(SELECT detail_from FROM activation_rollup)"
+# As Python reads it: '-infinity' (nothing rolled up yet) has no datetime.
+DETAIL_FROM_READ = "(SELECT greatest(detail_from, '0001-01-01 00:00+00') FROM activation_rollup)"
 
 _OLDEST_DETAIL = "SELECT min(activated_at) FROM activations WHERE activated_at < %(before)s"
 
@@ -28,7 +30,7 @@ RETURNING (SELECT count(*) FROM rolled)"""
 
 
 async def detail_from(db: Database) -> datetime:
-    return (await db.fetchone("SELECT detail_from FROM activation_rollup"))[0]
+    return (await db.fetchone(f"SELECT {DETAIL_FROM_READ}"))[0]
 
 
 async def oldest_detail(db: Database, before: datetime) -> datetime | None:

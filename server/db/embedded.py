@@ -26,6 +26,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 import warnings
@@ -33,8 +34,8 @@ from datetime import datetime
 from pathlib import Path
 
 import psutil
-import psycopg2
-from psycopg2 import sql
+import psycopg
+from psycopg import sql
 
 log = logging.getLogger("router_backend.db")
 
@@ -139,13 +140,34 @@ class EmbeddedPostgres:
             if self._users is None:
                 self._users = open(self._lock_path("users"), "a")
                 fcntl.flock(self._users, fcntl.LOCK_SH)
-            if not self.initialised:
-                self._create_cluster()
-            self._settle_pid_file()
-            # The class, not get_server(), which hands back a handle of this process's cached
-            # by path, its server possibly stopped since.
-            self._server = _open_server(self.pgdata)
+            try:
+                if not self.initialised:
+                    self._create_cluster()
+                self._settle_pid_file()
+                # The class, not get_server(), which hands back a handle of this process's
+                # cached by path, its server possibly stopped since.
+                self._server = _open_server(self.pgdata)
+            except BaseException:
+                self._abandon_start()
+                raise
         return str(self._server.get_postmaster_info().socket_dir)
+
+    def _abandon_start(self) -> None:
+        """A start that failed or was interrupted (Ctrl-C kills the `pg_ctl start` or initdb of
+        the terminal's process group; the postmaster, in a session of its own, goes on
+        starting): let go, and when no other process uses the server, stop what this start
+        left running, so that nothing outlives the command."""
+        fcntl.flock(self._users, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(self._users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another user's server: it stays
+        else:
+            _kill_what_works_on(self.pgdata.with_name(f"{self.pgdata.name}.creating"))
+            _fast_shutdown(self.pgdata)
+        finally:
+            self._users.close()
+            self._users = self._server = None
 
     def _create_cluster(self) -> None:
         """initdb (by the wheel, which then starts the server) in a directory of its own,
@@ -277,9 +299,9 @@ class EmbeddedPostgres:
 @contextlib.contextmanager
 def admin_cursor(socket_dir: str):
     """A cursor of the superuser on the maintenance database, autocommitting."""
-    conn = psycopg2.connect(host=socket_dir, dbname="postgres", user="postgres")
+    conn = psycopg.connect(host=socket_dir, dbname="postgres", user="postgres",
+                           autocommit=True, cursor_factory=psycopg.ClientCursor)
     try:
-        conn.autocommit = True
         with conn.cursor() as cur:
             yield cur
     finally:
@@ -318,12 +340,28 @@ def _discard(directory: Path) -> None:
             time.sleep(START_POLL_SECONDS)
 
 
+def _fast_shutdown(pgdata: Path) -> None:
+    """Stop the postmasters of `pgdata` (SIGINT: PostgreSQL's fast shutdown, also of one still
+    starting), wait until they are gone, and kill what has not gone by then."""
+    _signal_and_wait(_working_on(pgdata, name="postgres"), signal.SIGINT)
+    _kill_what_works_on(pgdata)
+
+
 def _kill_what_works_on(directory: Path) -> None:
     """Kill what works on `directory`: a server started there, and an initdb whose starter
     was killed (it goes on by itself unless its process group went with it)."""
-    workers = [process for process in psutil.process_iter(["cmdline"])
-               if str(directory) in (process.info["cmdline"] or ())]
-    for process in workers:
+    _signal_and_wait(_working_on(directory), signal.SIGKILL)
+
+
+def _working_on(directory: Path, name: str | None = None) -> list[psutil.Process]:
+    """The processes whose command line names `directory` (and called `name`, if given)."""
+    return [process for process in psutil.process_iter(["name", "cmdline"])
+            if (name is None or process.info["name"] == name)
+            and str(directory) in (process.info["cmdline"] or ())]
+
+
+def _signal_and_wait(processes: list[psutil.Process], signum: int) -> None:
+    for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(workers, timeout=START_TIMEOUT_SECONDS)
+            process.send_signal(signum)
+    psutil.wait_procs(processes, timeout=START_TIMEOUT_SECONDS)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine.addresses import ALLOCATION_PREFIX, NOT_PUBLIC, PER_ALLOCATION
-from engine.firewall import Exemptions
 from server.db.generation import HOURS_IN_WINDOW
 from server.db.pool import Database, execute
 
@@ -57,13 +56,6 @@ class Counting:
                 "min_age": self.min_age, "not_public": list(NOT_PUBLIC),
                 "kept": REPORTERS_KEPT, "exempt": list(self.exempt),
                 "per_router": self.per_router, "per_allocation": PER_ALLOCATION}
-
-
-_ISO = "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'"
-
-
-def _hour(column: str) -> str:
-    return f"to_char({column} AT TIME ZONE 'UTC', {_ISO})"
 
 
 def _reporters(keyed: bool) -> str:
@@ -172,19 +164,10 @@ SELECT {key}, mac, min(network) AS network, sum(alerts) AS n, min(severity) AS s
 FROM fleet_seen s WHERE {_RAILS[key]} GROUP BY {key}, mac"""
 
 
-def counted_statement(key: str) -> str:
-    """From fleet_<key>s: the keys seen from at least %(min)s networks (at most
-    %(per_allocation)s per IPv6 /32), at most %(limit)s of them, the most networks first,
-    each with its evidence."""
-    shown = "host(r.address)" if key == "address" else "r.sid"
-    sids, with_sids = "NULL::bigint[]", ""
-    if key == "address":
-        sids = "s.sids"
-        with_sids = """
-JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
-      FROM (SELECT address, sid, sum(alerts) AS n FROM fleet_seen JOIN listed USING (address)
-            GROUP BY address, sid) per_sid
-      GROUP BY address) s USING (address)"""
+def _listed(key: str) -> str:
+    """The WITH of both counts, from fleet_<key>s: the keys seen from at least %(min)s
+    networks (at most %(per_allocation)s per IPv6 /32), at most %(limit)s of them, the most
+    networks first, and each one's reporters ranked by their alerts."""
     return f"""WITH
  pairs AS (SELECT * FROM fleet_{key}s),
  listed AS (SELECT {key}, sum(least(networks, %(per_allocation)s))::integer AS networks
@@ -196,20 +179,48 @@ JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
             ORDER BY networks DESC, {key} LIMIT %(limit)s),
  ranked AS (SELECT pairs.*, row_number() OVER (PARTITION BY {key} ORDER BY n DESC, mac)
                 AS reporter_rank
-            FROM pairs JOIN listed USING ({key}))
-SELECT {shown}, r.routers, l.networks, r.alerts, r.severity, {sids},
-       {_hour('r.first')}, {_hour('r.last')}, r.reporters
-FROM (SELECT {key}, count(*) AS routers, sum(n)::bigint AS alerts,
+            FROM pairs JOIN listed USING ({key}))"""
+
+
+def _evidence(key: str) -> str:
+    """Each listed key's routers, alerts, severity, first and last hours, and the first
+    %(kept)s reporters (router, network, alerts)."""
+    return f"""(SELECT {key}, count(*) AS routers, sum(n)::bigint AS alerts,
              coalesce(min(severity), 255) AS severity, min(first) AS first,
              max(last) AS last,
              jsonb_agg(jsonb_build_array(mac::text, network::text, n) ORDER BY reporter_rank)
                  FILTER (WHERE reporter_rank <= %(kept)s) AS reporters
-      FROM ranked GROUP BY {key}) r
-JOIN listed l USING ({key}){with_sids}"""
+      FROM ranked GROUP BY {key}) r"""
+
+
+def counted_addresses_statement() -> str:
+    """From fleet_addresss: the addresses seen from enough networks (`_listed`), each with
+    its evidence and the signatures it alerted by (the most alerts first)."""
+    return f"""{_listed('address')}
+SELECT host(r.address), r.routers, l.networks, r.alerts, r.severity, s.sids,
+       r.first, r.last, r.reporters
+FROM {_evidence('address')}
+JOIN listed l USING (address)
+JOIN (SELECT address, array_agg(sid ORDER BY n DESC, sid) AS sids
+      FROM (SELECT address, sid, sum(alerts) AS n FROM fleet_seen JOIN listed USING (address)
+            GROUP BY address, sid) per_sid
+      GROUP BY address) s USING (address)"""
+
+
+def counted_signatures_statement() -> str:
+    """From fleet_sids: the signatures seen from enough networks (`_listed`), each with its
+    evidence (its signatures column NULL)."""
+    return f"""{_listed('sid')}
+SELECT r.sid, r.routers, l.networks, r.alerts, r.severity, NULL::bigint[],
+       r.first, r.last, r.reporters
+FROM {_evidence('sid')}
+JOIN listed l USING (sid)"""
 
 
 @dataclass
 class Counted:
+    """Each entry a dict of its key (address or sid) and _FIELDS, its times (first_seen,
+    last_seen) datetimes."""
     attackers: list[dict]
     outbreaks: list[dict]
     over_bound: dict[str, int]  # router -> its summary rows past the bound: not counted
@@ -235,10 +246,12 @@ async def count(db: Database, counting: Counting, attackers: bool = True) -> Cou
         await execute(cur, FORGET_POLLED)
         await execute(cur, POLLED_STATEMENT)
         await execute(cur, POLLED_KEPT, params)
-        keys = (("address", counting.max_addresses),) if attackers else ()
-        for key, limit in keys + (("sid", counting.max_signatures),):
+        lists = ((("address", counted_addresses_statement(), counting.max_addresses),)
+                 if attackers else ())
+        lists += (("sid", counted_signatures_statement(), counting.max_signatures),)
+        for key, counted, limit in lists:
             await execute(cur, pairs_statement(key), params)
-            await execute(cur, counted_statement(key), {**params, "limit": limit})
+            await execute(cur, counted, {**params, "limit": limit})
             found[key] = await cur.fetchall()
     return Counted([_attacker(row) for row in found.get("address", [])],
                    [_outbreak(row) for row in found["sid"]], over_bound)
@@ -296,26 +309,24 @@ async def replace(db: Database, attackers: list[dict], outbreaks: list[dict]) ->
         await execute(cur, FLEET_CHANGED)
 
 
-_ATTACKERS = f"""SELECT host(address), routers, networks, alerts, severity, signatures,
-    {_hour('first_seen')}, {_hour('last_seen')}, reporters, {_hour('expires_at')}
+_ATTACKERS = """SELECT host(address), routers, networks, alerts, severity, signatures,
+    first_seen, last_seen, reporters, expires_at
 FROM fleet_attackers ORDER BY networks DESC, routers DESC, address"""
-_OUTBREAKS = f"""SELECT sid, routers, networks, alerts, severity, NULL,
-    {_hour('first_seen')}, {_hour('last_seen')}, reporters
+_OUTBREAKS = """SELECT sid, routers, networks, alerts, severity, NULL,
+    first_seen, last_seen, reporters
 FROM fleet_outbreaks ORDER BY networks DESC, routers DESC, sid"""
 
 
 async def attackers(db: Database) -> list[dict]:
-    """The fleet's attackers as the job stored them, most widely reported first."""
+    """The fleet's attackers as the job stored them, most widely reported first; their times
+    (first_seen, last_seen, expires_at) datetimes."""
     return [_attacker(row) for row in await db.fetchall(_ATTACKERS)]
 
 
-async def for_router(db: Database, mac: str) -> list[dict]:
-    """The fleet's attackers this router gets (the allowlist's, fleet-wide and its own, out),
-    with the operators' evidence."""
-    allowlist = [row[0] for row in await db.fetchall(
+async def router_allowlist(db: Database, mac: str) -> list[str]:
+    """The allowlist's networks that hold for this router: the fleet's and its own."""
+    return [row[0] for row in await db.fetchall(
         "SELECT network::text FROM firewall_allowlist WHERE mac IS NULL OR mac = %s", (mac,))]
-    exempt = Exemptions.of(allowlist, []).exempt
-    return [entry for entry in await attackers(db) if not exempt(entry["address"])]
 
 
 async def outbreaks(db: Database) -> list[dict]:

@@ -1,6 +1,6 @@
-"""The generation queue's SQL: as the event loop runs it (aiopg: claim due routers, renew,
-release and reschedule claims, read the queue's state) and as a generation worker process
-runs it (psycopg2: renew the lease and read the router's summary, then store its payloads
+"""The generation queue's SQL: as the event loop runs it (claim due routers, renew, release
+and reschedule claims, read the queue's state) and as a generation worker process runs it on
+its own connection (renew the lease and read the router's summary, then store its payloads
 and reschedule it).
 
 Claims are leases (server/db/leases.py), owned by a process name
@@ -9,16 +9,16 @@ Claims are leases (server/db/leases.py), owned by a process name
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
-import psycopg2
+import psycopg
 
 from engine.generate import TelemetrySummary
+from server.db.activation_days import DETAIL_FROM_READ
 from server.db import leases
 from server.db.leases import (Leased, claim_one_statement, claim_statement, fail_statement,
                               finish_statement, renew_statement)
-from server.db.pool import Database
+from server.db.pool import Database, execute
 from server.db.rules import PAYLOAD_CHANGED, payload_params, upsert_statement
 
 # Bounds on what the summary returns per router.
@@ -101,7 +101,7 @@ _FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 RENEW_AND_TUNING = f"""WITH renewed AS ({RENEW_ONE})
 SELECT
  (SELECT count(*) FROM renewed),
- (SELECT detail_from FROM activation_rollup),
+ {DETAIL_FROM_READ},
  (SELECT array_agg(network::text) FROM firewall_allowlist
   WHERE mac IS NULL OR mac = %(mac)s),
  (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
@@ -146,20 +146,21 @@ SELECT
    ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own)"""
 
 
-def renew_and_summarise(cur, owner: str, mac: str, lease: timedelta, window: timedelta,
-                        block_severity: int) -> TelemetrySummary:
-    """In a generation worker (psycopg2): renew the lease, then read what the router's
+async def renew_and_summarise(cur: psycopg.AsyncCursor, owner: str, mac: str,
+                              lease: timedelta, window: timedelta,
+                              block_severity: int) -> TelemetrySummary:
+    """In a generation worker: renew the lease, then read what the router's
     telemetry of the window says (its hourly summaries), where it called from, its allowlist
     and rule overrides. LeaseLost when the lease ran out."""
     params = {"owner": owner, "mac": mac, "keys": [mac], "lease": lease, "window": window,
               "severity": block_severity, "sids": MAX_FIRED_SIDS, "top": TOP_FLOW_VALUES,
               "alerts": MAX_ALERTS}
-    cur.execute(RENEW_AND_TUNING, params)
-    renewed, detail_from, allowlist, overrides, outbreaks = cur.fetchone()
+    await execute(cur, RENEW_AND_TUNING, params)
+    renewed, detail_from, allowlist, overrides, outbreaks = await cur.fetchone()
     if not renewed:
         raise LeaseLost(f"the lease on {mac} ran out before its generation began")
-    cur.execute(TELEMETRY_SUMMARY, {**params, "detail_from": detail_from})
-    fired, apps, ports, alerts, own = cur.fetchone()
+    await execute(cur, TELEMETRY_SUMMARY, {**params, "detail_from": detail_from})
+    fired, apps, ports, alerts, own = await cur.fetchone()
     return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
                             dest_ports=ports or [],
                             alerts=[tuple(alert) for alert in alerts or []],
@@ -176,23 +177,17 @@ RESCHEDULE = finish_statement(QUEUE, "generated_at = now(), next_due_at = now() 
 STORE_PAYLOADS = upsert_statement(("firewall", "ids"))
 
 
-def complete(cur, owner: str, mac: str, interval: timedelta,
-             payloads: dict[str, tuple[bytes, str]], seconds: float) -> None:
+async def complete(cur: psycopg.AsyncCursor, owner: str, mac: str, interval: timedelta,
+                   payloads: dict[str, tuple[bytes, str]], seconds: float) -> None:
     """In a generation worker: store both payloads and reschedule the router, atomically, if
     the lease is still ours (LeaseLost if not); the servers are notified when a payload
     changed (server/db/rules.py)."""
     params = {**payload_params(mac, payloads), "key": mac, "owner": owner, "interval": interval,
               "seconds": seconds}
-    cur.execute("BEGIN")
-    try:
-        cur.execute(RESCHEDULE, params)
+    async with cur.connection.transaction():  # a lost connection has rolled back already
+        await execute(cur, RESCHEDULE, params)
         if cur.rowcount != 1:
             raise LeaseLost(f"lease on {mac} lost before its result was stored")
-        cur.execute(STORE_PAYLOADS, params)
+        await execute(cur, STORE_PAYLOADS, params)
         if cur.rowcount == 1:
-            cur.execute(PAYLOAD_CHANGED, params)
-    except BaseException:
-        with contextlib.suppress(psycopg2.Error):  # a lost connection rolled back already
-            cur.execute("ROLLBACK")
-        raise
-    cur.execute("COMMIT")
+            await execute(cur, PAYLOAD_CHANGED, params)

@@ -13,8 +13,7 @@ it) never takes back work another process has.
 
 Kept as our own (procrastinate was the library weighed): its jobs are one-off messages, while
 two of our three kinds of work are rows that live on (a router due again every interval, a
-notification whose attempts are its history), and since its 1.0 its aiopg connector is a
-contrib module beside the psycopg 3 one it is built around.
+notification whose attempts are its history).
 """
 
 from __future__ import annotations

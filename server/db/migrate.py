@@ -2,7 +2,7 @@
 start-up and `router-backend migrate`), or only check that the schema is the one this
 release expects (every other command, which must write nothing).
 
-Blocking (psycopg2); callers run it in a thread. Safe when several processes start at once
+Blocking; callers run it in a thread. Safe when several processes start at once
 (migrations are applied under a PostgreSQL advisory lock, which a crashed holder releases)
 and when one is killed at any point (each migration commits with its record).
 """
@@ -13,11 +13,12 @@ import contextlib
 import logging
 import time
 
-import psycopg2
-from psycopg2 import sql
+import psycopg
+from psycopg import sql
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from server.db.partitions import ensure_partitions
 
@@ -42,7 +43,7 @@ def release_schema_version() -> str:
 
 def database_exists(location: DatabaseLocation) -> bool:
     """Whether the database is there (asked of the server's maintenance database)."""
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    conn = connect(location.with_name("postgres"))
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
@@ -58,7 +59,7 @@ def check_schema(location: DatabaseLocation) -> None:
         raise SchemaNotReady(
             f"database {location.name!r} does not exist on {location.describe()}: check "
             "DB_NAME, or create it with `router-backend migrate`")
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur:
             # yoyo's record of applied migrations (absent until yoyo first ran here).
@@ -85,10 +86,9 @@ def wait_until_reachable(location: DatabaseLocation, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            psycopg2.connect(**location.with_name("postgres").connect_kwargs(),
-                             connect_timeout=5).close()
+            connect(location.with_name("postgres"), timeout=5).close()
             return
-        except psycopg2.OperationalError as error:
+        except psycopg.OperationalError as error:
             if time.monotonic() >= deadline:
                 raise ConnectionError(
                     f"database {location.describe()} unreachable: {str(error).strip()}") from None
@@ -96,9 +96,8 @@ def wait_until_reachable(location: DatabaseLocation, timeout: float) -> None:
 
 
 def ensure_database(location: DatabaseLocation) -> None:
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    conn = connect(location.with_name("postgres"), autocommit=True)
     try:
-        conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
             if cur.fetchone() is None:
@@ -106,7 +105,7 @@ def ensure_database(location: DatabaseLocation) -> None:
                 try:
                     cur.execute(sql.SQL("CREATE DATABASE {}").format(
                         sql.Identifier(location.name)))
-                except psycopg2.errors.DuplicateDatabase:
+                except psycopg.errors.DuplicateDatabase:
                     pass  # another process created it first
     finally:
         conn.close()
@@ -150,9 +149,8 @@ def roll_back_migrations(location: DatabaseLocation, down_to: str) -> list[str]:
 def _migrator(location: DatabaseLocation):
     """yoyo's backend on the database, under the advisory lock that serialises migrators (it
     ends with its session, so a killed migrator never holds it), yoyo's own tables made."""
-    lock_conn = psycopg2.connect(**location.connect_kwargs())
+    lock_conn = connect(location, autocommit=True)
     try:
-        lock_conn.autocommit = True
         with lock_conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         backend = get_backend(location.yoyo_url())

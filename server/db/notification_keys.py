@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import orjson
 
-from server.db.notifications import RECORD_COLUMNS, as_record
+from server.db.notifications import RECORD_COLUMNS, NotificationRow
 from server.db.pool import Database
 
 
@@ -20,7 +20,7 @@ from server.db.pool import Database
 class KeyState:
     fingerprint: str
     status: int | None          # the answer given, once given
-    response: dict | None       # psycopg2 decodes jsonb
+    response: dict | None       # jsonb, decoded by the driver
     notification_id: str | None
     claim_expired: bool         # in progress, but its owner's claim ran out
 
@@ -45,12 +45,12 @@ RETURNING {RECORD_COLUMNS}"""
 
 
 async def claim_and_create(db: Database, key: str, fingerprint: str, lease: timedelta,
-                           keep: timedelta, notification: dict) -> dict | None:
+                           keep: timedelta, notification: dict) -> NotificationRow | None:
     """The stored record when this request claimed the key; None when another holds it.
     `notification`: the parameters of notifications.new_notification."""
     row = await db.fetchone(CLAIM_AND_CREATE, {"key": key, "fingerprint": fingerprint,
                                                "lease": lease, "keep": keep, **notification})
-    return as_record(row) if row else None
+    return NotificationRow(*row) if row else None
 
 
 async def read(db: Database, key: str, keep: timedelta) -> KeyState | None:

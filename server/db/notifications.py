@@ -1,32 +1,39 @@
 """Notification records: create, mark delivered or failed (each attempt recorded in
 notification_deliveries), mark read (one or all of a user's), read one with its attempts,
-page a user's feed, claim deliveries to retry."""
+page a user's feed, claim deliveries to retry. Rows come back as they are stored
+(`NotificationRow`, `FeedRow`); the API's JSON of them is server/notify/records.py's."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import orjson
 
 from server.db import leases
 from server.db.leases import Leased, claim_statement, fail_statement, finish_statement
 from server.db.pool import Database, execute
-from server.timestamps import iso_utc
 
 RECORD_COLUMNS = ("id::text, user_id, type, channel, title, message, status, read, recipient, "
                   "metadata, created_at, sent_at")
-RECORD_FIELDS = ("id", "userId", "type", "channel", "title", "message", "status", "read",
-                 "recipient", "metadata", "createdAt", "sentAt")
-FEED_FIELDS = ("id", "userId", "type", "read", "title", "status", "createdAt")
 
 
-def as_record(row: tuple) -> dict:
-    record = dict(zip(RECORD_FIELDS, row))
-    for moment in ("createdAt", "sentAt"):
-        record[moment] = iso_utc(record[moment], "milliseconds")
-    return record
+@dataclass(frozen=True)
+class NotificationRow:
+    """One notification as stored: the columns of RECORD_COLUMNS, in their order."""
+    id: str
+    user_id: str
+    type: str
+    channel: str
+    title: str
+    message: str
+    status: str
+    read: bool
+    recipient: str
+    metadata: dict          # jsonb, decoded by the driver
+    created_at: datetime
+    sent_at: datetime | None
 
 
 def new_notification(user_id: str, type_: str, title: str, message: str, recipient: str,
@@ -42,10 +49,10 @@ CREATE = (f"INSERT INTO notifications (id, user_id, type, title, message, recipi
           f"%(recipient)s, %(metadata)s, now() + %(grace)s) RETURNING {RECORD_COLUMNS}")
 
 
-async def create(db: Database, notification: dict) -> dict:
+async def create(db: Database, notification: dict) -> NotificationRow:
     """Store a `pending` record. Its next attempt is set `pending_grace` ahead, so if this
     process dies before delivering, the retry loop delivers it then (delivery clears it)."""
-    return as_record(await db.fetchone(CREATE, notification))
+    return NotificationRow(*await db.fetchone(CREATE, notification))
 
 
 RETRIES = Leased("notifications", "id", "uuid", "next_attempt_at")
@@ -87,13 +94,13 @@ async def mark_undeliverable(db: Database, notification_id: str, error: str) -> 
 
 
 async def claim_retries(db: Database, limit: int, lease: timedelta,
-                        owner: str) -> list[dict]:
+                        owner: str) -> list[NotificationRow]:
     """Due failed deliveries, and pending ones left behind by a crash, taken by `owner` under
     a lease so several processes never send one notification twice at once. The owner's own
     standing claims are taken again (its retry loop calls this with no delivery of its own
     under way: such a claim was left by a batch the database interrupted)."""
     rows = await leases.claim(db, _CLAIM, owner, lease, limit, own=True)
-    return [as_record(row) for row in rows]
+    return [NotificationRow(*row) for row in rows]
 
 
 def _uuid(text: str) -> bool:
@@ -104,12 +111,12 @@ def _uuid(text: str) -> bool:
         return False
 
 
-async def mark_read(db: Database, notification_id: str) -> dict | None:
+async def mark_read(db: Database, notification_id: str) -> NotificationRow | None:
     if not _uuid(notification_id):
         return None
     row = await db.fetchone(f"UPDATE notifications SET read = true WHERE id = %s "
                             f"RETURNING {RECORD_COLUMNS}", (notification_id,))
-    return as_record(row) if row else None
+    return NotificationRow(*row) if row else None
 
 
 async def mark_all_read(db: Database, user_id: str) -> int | None:
@@ -123,7 +130,23 @@ async def mark_all_read(db: Database, user_id: str) -> int | None:
     return updated if exists else None
 
 
-async def with_deliveries(db: Database, notification_id: str) -> dict | None:
+@dataclass(frozen=True)
+class DeliveryAttempt:
+    attempt: int
+    at: datetime
+    outcome: str            # sent, failed, undeliverable
+    error: str | None
+
+
+@dataclass(frozen=True)
+class WithDeliveries:
+    notification: NotificationRow
+    attempts: list[DeliveryAttempt]     # oldest first
+    last_error: str | None
+    next_attempt_at: datetime | None
+
+
+async def with_deliveries(db: Database, notification_id: str) -> WithDeliveries | None:
     """The full record with its delivery attempts, last error and next attempt."""
     if not _uuid(notification_id):
         return None
@@ -136,12 +159,8 @@ async def with_deliveries(db: Database, notification_id: str) -> dict | None:
         await execute(cur, "SELECT attempt, attempted_at, outcome, error FROM "
                            "notification_deliveries WHERE notification_id = %s "
                            "ORDER BY attempt", (notification_id,))
-        attempts = [{"attempt": attempt, "at": iso_utc(at, "milliseconds"), "outcome": outcome,
-                     "error": error} for attempt, at, outcome, error in await cur.fetchall()]
-    record = as_record(row[:-2])
-    record.update(attempts=attempts, lastError=row[-2],
-                  nextAttemptAt=iso_utc(row[-1], "milliseconds"))
-    return record
+        attempts = [DeliveryAttempt(*attempt) for attempt in await cur.fetchall()]
+    return WithDeliveries(NotificationRow(*row[:-2]), attempts, row[-2], row[-1])
 
 
 # The offset is walked in the feed index alone (an index-only scan, `read` included), then
@@ -160,8 +179,20 @@ COUNTS = ("SELECT count(*), count(*) FILTER (WHERE NOT read) FROM notifications 
 
 
 @dataclass(frozen=True)
+class FeedRow:
+    """One notification of a feed's page: the columns of PAGE_STATEMENT, in their order."""
+    id: str
+    user_id: str
+    type: str
+    read: bool
+    title: str
+    status: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
 class Feed:
-    items: list[dict]
+    items: list[FeedRow]
     total: int       # the user's notifications matching the filter
     unread: int      # the user's unread notifications, whatever the filter
     exists: bool     # the user has any notification at all
@@ -178,9 +209,4 @@ async def user_feed(db: Database, user_id: str, limit: int, offset: int,
             return Feed([], total, unread, everything > 0)
         await execute(cur, PAGE_STATEMENTS[read],
                       {"user": user_id, "limit": limit, "offset": offset})
-        items = []
-        for row in await cur.fetchall():
-            item = dict(zip(FEED_FIELDS, row))
-            item["createdAt"] = iso_utc(item["createdAt"], "milliseconds")
-            items.append(item)
-        return Feed(items, total, unread, True)
+        return Feed([FeedRow(*row) for row in await cur.fetchall()], total, unread, True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-import psycopg2
 
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 
 TIME_COLUMNS = {"telemetry_chunks": "received_at", "telemetry_alerts": "hour",
@@ -125,7 +125,7 @@ def ensure_partitions(location: DatabaseLocation, days: int, now: datetime | Non
     run from several processes at once."""
     now = now or datetime.now(timezone.utc)
     created = []
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         for table in TIME_COLUMNS:
             while name := _create_next(conn, table, since or now, horizon(now, days), days):
@@ -142,7 +142,7 @@ def _create_next(conn, table: str, start: datetime, end: datetime, days: int) ->
     transaction to one worker could pick the same name and wait on each other (a
     distributed deadlock): the shards are attached over one connection per worker
     (`citus.multi_shard_modify_mode`; on plain PostgreSQL a setting nothing reads)."""
-    with conn, conn.cursor() as cur:
+    with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
         cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         cur.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")

@@ -1,7 +1,9 @@
-"""The aiopg connection pool and the one place that turns connectivity failures into
-`DatabaseUnavailable` (answered 503 with Retry-After by the error middleware).
+"""The connection pool (psycopg_pool) and the one place that turns connectivity failures
+into `DatabaseUnavailable` (answered 503 with Retry-After by the error middleware).
 
-Queries are SQL text with psycopg2's parameters.
+Queries are SQL text with `%s` / `%(name)s` parameters, bound on the client
+(server/db/connect.py). Every statement waits at most DB_TIMEOUT_SECONDS: a network cut
+delivers nothing and closes nothing, so only a timer on this side ends the wait.
 """
 
 from __future__ import annotations
@@ -9,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 from typing import Any, AsyncIterator
 
-import aiopg
-import psycopg2
+import psycopg
+from psycopg_pool import AsyncConnectionPool
 
+from server.db.connect import adapt, connect_async
 from server.db.location import DatabaseLocation
 
 log = logging.getLogger("router_backend.db")
 
-CONNECTIVITY_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError,
+CONNECTIVITY_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError,
                        asyncio.TimeoutError, ConnectionError)
 
 
@@ -32,10 +36,14 @@ WORKER_AWAY_MESSAGES = ("failure on connection marked as essential",
                         "terminating connection due to administrator command",
                         "the database system is shutting down")
 
-ACQUIRE_ATTEMPTS = 5
+# How long the pool retries a connection that failed (with its backoff: 1 s, then 2, 4 ...)
+# before it gives up, so that the next request asks for one at once: with the pool's default
+# (5 minutes) a database back after a 5 s outage was served again 8 to 12 s later.
+RECONNECT_SECONDS = 1.0
 
-# Values come back as psycopg2 gives them (json as text, no hstore or uuid set-up per connection).
-CONNECTION_OPTIONS = {"enable_hstore": False, "enable_json": False, "enable_uuid": False}
+# How long a statement may take before its wait ends: set by Database.open (the same
+# DB_TIMEOUT_SECONDS for every pool of a process).
+_statement_seconds: float | None = None
 
 
 class DatabaseUnavailable(Exception):
@@ -45,86 +53,83 @@ class DatabaseUnavailable(Exception):
 
 
 class Database:
-    """An aiopg pool plus connectivity-error handling. One per process."""
+    """A psycopg pool plus connectivity-error handling. One per process."""
 
-    def __init__(self, pool: aiopg.Pool, location: DatabaseLocation):
+    def __init__(self, pool: AsyncConnectionPool, location: DatabaseLocation, timeout: float):
         self.pool = pool
         self.location = location
+        self.timeout = timeout
 
     @classmethod
     async def open(cls, location: DatabaseLocation, minsize: int, maxsize: int,
-                   timeout: float, echo: bool = False) -> "Database":
-        """`echo`: aiopg logs every statement (logger `aiopg`, level INFO)."""
-        pool = await aiopg.create_pool(location.dsn(), minsize=minsize, maxsize=maxsize,
-                                       timeout=timeout, echo=echo, **CONNECTION_OPTIONS)
-        return cls(pool, location)
+                   timeout: float) -> "Database":
+        """`minsize` connections opened before this returns. Every statement is logged
+        when the logger `router_backend.db` is at INFO (DB_LOG_LEVEL=info)."""
+        global _statement_seconds
+        _statement_seconds = timeout
+        pool = AsyncConnectionPool(
+            location.dsn(), min_size=minsize, max_size=max(minsize, maxsize), timeout=timeout,
+            open=False, configure=_configure, check=_check, name="router_backend",
+            reconnect_timeout=RECONNECT_SECONDS,
+            kwargs={"autocommit": True, "cursor_factory": psycopg.AsyncClientCursor,
+                    "connect_timeout": max(1, round(timeout))})
+        try:
+            await pool.open(wait=minsize > 0, timeout=timeout)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool, location, timeout)
 
     async def close(self) -> None:
-        self.pool.close()
-        await self.pool.wait_closed()
-
-    async def _acquire(self) -> aiopg.Connection:
-        """A connection from the pool. aiopg (1.4) checks its idle connections, may then
-        await a new one (below DB_POOL_MIN), and hands out the first idle one asserting it is
-        still open: one the server closed meanwhile (connections terminated, a restart) fails
-        that assertion, already out of the pool. The fault drill saw 25 answers 500 from it;
-        asking again gets a sound connection or a new one."""
-        for _ in range(ACQUIRE_ATTEMPTS):
-            try:
-                return await self.pool.acquire()
-            except AssertionError:
-                continue
-            except CONNECTIVITY_ERRORS as error:
-                raise DatabaseUnavailable(_describe(error)) from error
-        raise DatabaseUnavailable("the pool's connections keep closing")
+        await self.pool.close()
 
     @contextlib.asynccontextmanager
-    async def cursor(self) -> AsyncIterator[aiopg.Cursor]:
-        """A cursor in autocommit mode. A broken connection is discarded, never reused."""
-        conn = await self._acquire()
+    async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor]:
+        """A cursor in autocommit mode, on a connection the pool has just checked (`_check`:
+        one the server closed meanwhile, by a restart or a termination, is replaced, not
+        handed out). A connection whose statement lost the server or a Citus worker is
+        closed, so the pool discards it; one left in a transaction is rolled back."""
         try:
-            async with conn.cursor() as cur:
-                yield cur
+            async with self.pool.connection() as conn:
+                try:
+                    async with conn.cursor() as cur:
+                        yield cur
+                except Exception as error:  # a statement's timeout is asyncio's
+                    if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
+                        # Never handed out again: a commit in doubt ends this session
+                        # (server/db/telemetry.py), which would fail the next holder's
+                        # statement (a router on a sound worker, in the Citus drill).
+                        await conn.close()
+                    raise
         except CONNECTIVITY_ERRORS as error:
-            conn.close()
-            await self.pool.clear()  # idle connections to a server that went away are dead too
             raise DatabaseUnavailable(_describe(error)) from error
-        except BaseException as error:
-            if not conn.closed and _in_transaction(conn):
-                conn.close()
+        except psycopg.Error as error:
             if worker_away(error):
                 raise DatabaseUnavailable(_describe(error)) from error
             raise
-        finally:
-            await self.pool.release(conn)
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[aiopg.Cursor]:
+    async def session(self) -> AsyncIterator[psycopg.AsyncCursor]:
         """A cursor on a connection of its own, outside the pool, for session state held
-        while its holder's statements take pool connections (a job's advisory lock): jobs
-        holding pool connections idle while they wait for more starved the pool, and
+        while its holder's statements take pool connections (a job's advisory lock, LISTEN):
+        jobs holding pool connections idle while they wait for more starved the pool, and
         requests with it. Connectivity failures, at connect or later, are DatabaseUnavailable
         as from `cursor`."""
         try:
-            conn = await aiopg.connect(self.location.dsn(), timeout=self.pool.timeout,
-                                       **CONNECTION_OPTIONS)
+            conn = await asyncio.wait_for(connect_async(self.location, self.timeout),
+                                          self.timeout)
             async with conn, conn.cursor() as cur:
                 yield cur
         except CONNECTIVITY_ERRORS as error:
             raise DatabaseUnavailable(_describe(error)) from error
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiopg.Cursor]:
-        """BEGIN ... COMMIT; any exception rolls back (by closing the connection if need be)."""
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncCursor]:
+        """BEGIN ... COMMIT; any exception rolls back (the pool discards a connection that
+        cannot)."""
         async with self.cursor() as cur:
-            await cur.execute("BEGIN")
-            try:
+            async with cur.connection.transaction():
                 yield cur
-            except BaseException:
-                with contextlib.suppress(*CONNECTIVITY_ERRORS, psycopg2.Error):
-                    await cur.execute("ROLLBACK")
-                raise
-            await cur.execute("COMMIT")
 
     async def fetchone(self, query: str, params: Any = None) -> tuple | None:
         async with self.cursor() as cur:
@@ -141,20 +146,42 @@ class Database:
             await execute(cur, query, params)
             return cur.rowcount
 
+    def connection_counts(self) -> tuple[int, int, int]:
+        """The pool's connections: open, idle and the most it may open."""
+        stats = self.pool.get_stats()
+        return stats["pool_size"], stats["pool_available"], stats["pool_max"]
 
-async def execute(cur: aiopg.Cursor, query: str, params: Any = None) -> None:
+
+async def execute(cur: psycopg.AsyncCursor, query: str, params: Any = None) -> None:
+    """One statement, or several in one text; the cursor then holds the last one's rows
+    and row count."""
     if log.isEnabledFor(logging.INFO):
         log.info("SQL %s", query[:500])
-    await cur.execute(query, params)
+    async with asyncio.timeout(_statement_seconds):
+        await cur.execute(query, params)
+    while cur.nextset():
+        pass
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    adapt(conn)
+
+
+async def _check(conn: psycopg.AsyncConnection) -> None:
+    """The pool's check before it hands a connection out, without a round trip (the pool's
+    own check_connection costs one per statement: 0.6x the requests a second on a read):
+    an idle connection has nothing to read unless the server has ended it (its last
+    message, the end of the stream: a restart, a termination), which this reads, so the
+    pool discards it and hands out another."""
+    if select.select([conn.fileno()], [], [], 0)[0]:
+        conn.pgconn.consume_input()  # OperationalError when the stream has ended
+        if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the server ended the connection")
 
 
 def worker_away(error: BaseException) -> bool:
-    return (isinstance(error, psycopg2.InternalError)
+    return (isinstance(error, psycopg.InternalError)
             and any(message in str(error) for message in WORKER_AWAY_MESSAGES))
-
-
-def _in_transaction(conn: aiopg.Connection) -> bool:
-    return conn.raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE
 
 
 def _describe(error: BaseException) -> str:

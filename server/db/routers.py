@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import aiopg
+import psycopg
 
 from server.db.pool import Database, execute
 
@@ -86,7 +86,7 @@ _MAKE_DUE = ("UPDATE generation_queue SET next_due_at = now() "
              "WHERE (%(mac)s::macaddr IS NULL OR mac = %(mac)s) AND next_due_at > now()")
 
 
-async def make_due(cur: aiopg.Cursor, mac: str | None) -> int:
+async def make_due(cur: psycopg.AsyncCursor, mac: str | None) -> int:
     """Make one router (or, with None, every router) due for generation now, inside the
     caller's transaction; how many were not due already."""
     await execute(cur, _MAKE_DUE, {"mac": mac})
@@ -130,7 +130,7 @@ async def unsubscribe(db: Database, mac: str) -> bool:
     registered."""
     async with db.transaction() as cur:
         await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))
-        # Their foreign keys' cascade, which Citus mode drops (server/db/citus.py).
+        # Their foreign keys' cascade, which Citus mode drops (ops/citus_nodes.py).
         await execute(cur, "DELETE FROM firewall_allowlist WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))

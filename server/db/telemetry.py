@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import aiopg
+import psycopg
 
 from server.db.pool import Database, DatabaseUnavailable, execute
 
@@ -66,6 +66,6 @@ async def was_committed(db: Database, kind: str, mac: str, received_at: datetime
     return stored == rows
 
 
-def backend_pid(cur: aiopg.Cursor) -> int:
+def backend_pid(cur: psycopg.AsyncCursor) -> int:
     """The PostgreSQL process of a cursor's connection (known locally, no round trip)."""
-    return cur.connection.raw.get_backend_pid()
+    return cur.connection.info.backend_pid

@@ -3,14 +3,14 @@ transaction of the change itself, so a change and its record stand or fall toget
 
 from __future__ import annotations
 
-import aiopg
+import psycopg
 
 from server.db.pool import Database, execute
 
 LISTED = 50
 
 
-async def record(cur: aiopg.Cursor, made_by: str, action: str, detail: str,
+async def record(cur: psycopg.AsyncCursor, made_by: str, action: str, detail: str,
                  mac: str | None) -> None:
     await execute(cur, "INSERT INTO tuning_changes (made_by, action, detail, mac) "
                        "VALUES (%s, %s, %s, %s)", (made_by, action, detail, mac))

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 import orjson
-import psycopg2.errors
+import psycopg
 
 from server.db.pool import Database
 
@@ -31,7 +31,7 @@ KEY_CONSTRAINT = "upload_keys_pkey"
 _CONSTRAINT_NAMED = re.compile(r'unique constraint "([^"]+)"')
 
 
-def key_recorded_before(error: psycopg2.errors.UniqueViolation) -> bool:
+def key_recorded_before(error: psycopg.errors.UniqueViolation) -> bool:
     """Whether the violation is INSERT_KEY's: the key's constraint, or under Citus its
     shard's (`upload_keys_pkey_<shard id>`), which Citus names only in the message (the
     error it relays from a worker carries no constraint field)."""

@@ -137,7 +137,7 @@ async def generate_router(db: Database, pool: GenerationPool, config: Generation
         if version_dir is None:
             raise GenerationRefused("no ruleset published yet; run rulepreprocess")
         return await pool.run(RouterTask(
-            db.location.dsn(), owner, mac, str(version_dir), config.rules_file(mac), lease,
+            db.location, owner, mac, str(version_dir), config.rules_file(mac), lease,
             config.window, config.block_severity, config.interval, config.limits,
             config.db_timeout))
     except LeaseLost:

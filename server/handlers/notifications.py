@@ -12,6 +12,7 @@ from server.db import notifications as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
 from server.idempotency_key import idempotency_key
 from server.notify.fields import recipient_field, text_field
+from server.notify.records import feed_item_json, record_json, with_deliveries_json
 from server.notify.sends import fingerprint
 from server.notify.texts import TYPES, NotificationType
 from server.web.peers import bearer_matches
@@ -53,7 +54,8 @@ async def mark_read(request: web.Request) -> web.Response:
                                              request.match_info["notificationId"])
     if record is None:
         raise NotFound("notification not found")
-    return json_response({"message": "Notification marked as read.", "notification": record})
+    return json_response({"message": "Notification marked as read.",
+                          "notification": record_json(record)})
 
 
 async def mark_all_read(request: web.Request) -> web.Response:
@@ -65,11 +67,11 @@ async def mark_all_read(request: web.Request) -> web.Response:
 
 
 async def one_notification(request: web.Request) -> web.Response:
-    record = await notification_db.with_deliveries(request.config_dict[DATABASE],
-                                                   request.match_info["notificationId"])
-    if record is None:
+    found = await notification_db.with_deliveries(request.config_dict[DATABASE],
+                                                  request.match_info["notificationId"])
+    if found is None:
         raise NotFound("notification not found")
-    return json_response(record)
+    return json_response(with_deliveries_json(found))
 
 
 def _read_filter(request: web.Request) -> bool | None:
@@ -103,8 +105,8 @@ async def user_notifications(request: web.Request) -> web.Response:
                                            _read_filter(request))
     if not feed.exists:
         raise NotFound("user has no notifications")
-    return json_response({"notifications": feed.items, "total": feed.total,
-                          "unread": feed.unread})
+    return json_response({"notifications": [feed_item_json(item) for item in feed.items],
+                          "total": feed.total, "unread": feed.unread})
 
 
 def token_middleware(token: str):

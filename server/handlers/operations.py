@@ -50,10 +50,10 @@ async def metrics_page(request: web.Request) -> web.Response:
 def refresh_process_gauges(app: web.Application) -> None:
     """This process's own gauges: its pool, its generation workers, its ETag cache."""
     metrics = app[METRICS]
-    pool = app[DATABASE].pool
-    metrics.db_pool.labels("open").set(pool.size)
-    metrics.db_pool.labels("idle").set(pool.freesize)
-    metrics.db_pool.labels("max").set(pool.maxsize)
+    opened, idle, most = app[DATABASE].connection_counts()
+    metrics.db_pool.labels("open").set(opened)
+    metrics.db_pool.labels("idle").set(idle)
+    metrics.db_pool.labels("max").set(most)
     generation = app.get(GENERATION)
     metrics.generation_workers.set(generation.workers if generation is not None else 0)
     cache = app.get(ETAG_CACHE)

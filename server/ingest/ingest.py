@@ -9,6 +9,7 @@ same transaction, and a repeat is answered from it (server/ingest/idempotency.py
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,6 +27,8 @@ from server.settings import Settings
 from server.telemetry.extract import RecordError
 from server.telemetry.writer import TelemetryWriter
 from server.web.limits import FloodLimits
+
+log = logging.getLogger("router_backend.ingest")
 
 
 class IngestReport:
@@ -178,6 +181,10 @@ class Ingestion:
                 if not await was_committed(db, kind, mac, received_at,
                                            doubt, report.accepted):
                     raise DatabaseUnavailable(f"nothing stored: {doubt}") from None
+        if writer.postings_budget.dropped:
+            log.warning("%s: %d values of an upload of %d records past its hunt index "
+                        "allowance, stored but not indexed", mac,
+                        writer.postings_budget.dropped, report.accepted)
         return report.as_json()
 
 

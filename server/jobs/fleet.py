@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from engine.addresses import canonical, canonical_network
 from engine.firewall import Exemptions
-from engine.fleet import fleet_attackers, fleet_outbreaks
+from engine.fleet import fleet_attackers, fleet_outbreaks, times_written
 from server.db import fleet as fleet_db
 from server.db.pool import Database
 from server.metrics import Metrics
@@ -58,9 +58,11 @@ async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = 
     counted = await fleet_db.count(db, counting(settings, exempt), attackers_on(settings))
     # The query applied every rail before its limit; judged again here, exactly, so that no
     # difference between SQL's comparison and Python's can list an address.
-    attackers = fleet_attackers(counted.attackers, Exemptions.of(exempt, []),
-                                settings.fleet_max_entries, settings.fleet_window_hours)
-    outbreaks = fleet_outbreaks(counted.outbreaks, MAX_OUTBREAKS)
+    attackers = fleet_attackers([times_written(entry) for entry in counted.attackers],
+                                Exemptions.of(exempt, []), settings.fleet_max_entries,
+                                settings.fleet_window_hours)
+    outbreaks = fleet_outbreaks([times_written(entry) for entry in counted.outbreaks],
+                                MAX_OUTBREAKS)
     await fleet_db.replace(db, attackers, outbreaks)
     seconds = time.monotonic() - started
     if metrics is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-import psycopg2
+import psycopg
 
 from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
@@ -120,7 +120,7 @@ async def detach_locking(db: Database, table: str, partition: Partition) -> bool
                 await execute(cur, f"ALTER TABLE {table} DETACH PARTITION {partition.name}")
             return True
         except DatabaseUnavailable as error:  # the pool's name for a lock timeout too
-            if not isinstance(error.__cause__, psycopg2.errors.LockNotAvailable):
+            if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
                 raise
             await asyncio.sleep(DETACH_PAUSE_SECONDS * (attempt + 1))
     return False

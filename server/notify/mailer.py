@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiosmtplib
 
+from server.db.notifications import NotificationRow
 from server.settings import Settings
 from server.text import is_plain_text
 
@@ -20,21 +21,21 @@ class DeliveryFailed(Exception):
     """The message was not accepted; the message says why."""
 
 
-def build_message(sender: str, record: dict) -> EmailMessage:
+def build_message(sender: str, record: NotificationRow) -> EmailMessage:
     """ValueError when a header would carry anything but plain text once the email package
     has decoded it (a record written before the API refused encoded words, or by another
     service): such a record is undeliverable, never sent with the caller's headers."""
     message = EmailMessage()
     message["From"] = sender
-    message["To"] = record["recipient"]
-    message["Subject"] = record["title"]
+    message["To"] = record.recipient
+    message["Subject"] = record.title
     message["Date"] = formatdate(usegmt=True)
-    message["Message-ID"] = make_msgid(idstring=record["id"])
-    message["X-Notification-Type"] = record["type"]
+    message["Message-ID"] = make_msgid(idstring=record.id)
+    message["X-Notification-Type"] = record.type
     for name, value in message.items():
         if not is_plain_text(str(value)):
             raise ValueError(f"the {name} header would hold control characters once decoded")
-    message.set_content(record["message"] + "\n")
+    message.set_content(record.message + "\n")
     return message
 
 

@@ -20,6 +20,7 @@ import orjson
 
 from server.db import notification_keys as keys_db
 from server.db import notifications as notification_db
+from server.db.notifications import NotificationRow
 from server.db.pool import Database
 from server.errors import Conflict, Unprocessable
 from server.idempotency_key import HEADER
@@ -96,10 +97,10 @@ class Sends:
             await asyncio.sleep(WAIT_POLL_SECONDS)
         return None
 
-    async def _deliver(self, kind: NotificationType, record: dict) -> Answer:
+    async def _deliver(self, kind: NotificationType, record: NotificationRow) -> Answer:
         error = await self._notifier.deliver(record)
         if error is not None:
-            return _failed(record["id"])
+            return _failed(record.id)
         return Answer(200, {"message": kind.reply})
 
     async def _answer_from_record(self, kind: NotificationType, notification_id: str) -> Answer:

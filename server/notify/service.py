@@ -17,6 +17,7 @@ from datetime import timedelta
 from server.background import BackgroundTasks, UnrecordedOutcomes, pause, process_name
 from server.db import notification_keys
 from server.db import notifications as notification_db
+from server.db.notifications import NotificationRow
 from server.db.pool import Database, DatabaseUnavailable
 from server.metrics import Metrics
 from server.notify.mailer import DeliveryFailed, build_message
@@ -45,7 +46,7 @@ class Notifier:
         # error. Recorded by the retry loop first, so a sent mail is never sent again.
         self._unrecorded = UnrecordedOutcomes(self._store_outcome)
 
-    async def deliver(self, record: dict) -> str | None:
+    async def deliver(self, record: NotificationRow) -> str | None:
         """Send one stored notification; record the outcome. Returns the error, or None."""
         try:
             message = build_message(self._sender, record)
@@ -53,19 +54,19 @@ class Notifier:
             # No mail can ever carry this record (written before today's checks, or by
             # another service): failed for good, so it never comes back to a retry batch.
             reason = f"cannot be sent as email: {error}"
-            log.error("notification %s %s", record["id"], reason)
+            log.error("notification %s %s", record.id, reason)
             self._metrics.notifications.labels("failed").inc()
-            await notification_db.mark_undeliverable(self._db, record["id"], reason)
+            await notification_db.mark_undeliverable(self._db, record.id, reason)
             return reason
         try:
             await self._mailer.send(message)
         except DeliveryFailed as error:
-            log.warning("delivery of notification %s failed: %s", record["id"], error)
+            log.warning("delivery of notification %s failed: %s", record.id, error)
             self._metrics.notifications.labels("failed").inc()
-            await self._record(record["id"], str(error))
+            await self._record(record.id, str(error))
             return str(error)
         self._metrics.notifications.labels("sent").inc()
-        await self._record(record["id"], None)
+        await self._record(record.id, None)
         return None
 
     async def _record(self, notification_id: str, error: str | None) -> None:
@@ -102,9 +103,9 @@ class Notifier:
             except DatabaseUnavailable:
                 raise
             except Exception as error:
-                log.exception("delivery of notification %s failed unexpectedly", record["id"])
+                log.exception("delivery of notification %s failed unexpectedly", record.id)
                 await notification_db.mark_failed(
-                    self._db, record["id"], f"{type(error).__name__}: {error}",
+                    self._db, record.id, f"{type(error).__name__}: {error}",
                     self._base_delay, self._max_attempts)
         return delivered
 

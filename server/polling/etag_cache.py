@@ -30,7 +30,7 @@ from server.metrics import Metrics
 log = logging.getLogger("router_backend.etag_cache")
 
 CHANNEL = "router_rules"
-HEARTBEAT_SECONDS = 5.0          # a query on the listening connection when nothing arrives
+HEARTBEAT_SECONDS = 5.0          # between checks of the listening connection (a query)
 MAX_ROUTERS = 1_000_000          # about 150 bytes each; cleared whole when full
 RECONNECT_SECONDS = (0.5, 10.0)  # first and longest wait between attempts to listen again
 
@@ -127,8 +127,9 @@ class EtagCache:
     async def _listen(self) -> None:
         """Returns only by an exception (the connection was lost). A connection whose peer
         vanished without closing it (a network cut) would deliver nothing and raise nothing,
-        so when no notification arrives for HEARTBEAT_SECONDS a query checks it, within the
-        connect timeout: the cache is dropped within both of a cut."""
+        so every HEARTBEAT_SECONDS a query checks it, within the connect timeout: the cache
+        is dropped within both of a cut. Notifications arriving meanwhile wait in the
+        driver's backlog for the next read."""
         async with self._db.session() as cur:
             for channel in (CHANNEL, *self._followers):
                 await cur.execute(f"LISTEN {channel}")
@@ -138,27 +139,14 @@ class EtagCache:
             self.listening = True
             self._health.succeeded()
             log.info("listening for payload changes")
-            # One read of the queue at a time, never cancelled by the heartbeat's timeout:
-            # cancelling aiopg's notifies.get() just as a notification arrives drops it
-            # (its inner get has taken the item), and the router's old ETag then stayed in
-            # the cache, answering 304 for a payload no longer current (agent and fault
-            # drills in CI).
-            reading = asyncio.ensure_future(cur.connection.notifies.get())
-            try:
-                while True:
-                    done, _ = await asyncio.wait({reading}, timeout=HEARTBEAT_SECONDS)
-                    if not done:
-                        await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
-                        self._health.succeeded()
-                        continue
-                    notification = reading.result()
-                    reading = asyncio.ensure_future(cur.connection.notifies.get())
+            while True:
+                async for notification in cur.connection.notifies(timeout=HEARTBEAT_SECONDS):
                     if notification.channel == CHANNEL:
                         self.forget(notification.payload)
                     else:
                         self._followers[notification.channel][0](notification.payload)
-            finally:
-                reading.cancel()
+                await asyncio.wait_for(cur.execute("SELECT 1"), self._timeout)
+                self._health.succeeded()
 
     def _stop_using(self) -> None:
         self.listening = False

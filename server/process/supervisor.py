@@ -43,10 +43,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-import psycopg2
 from prometheus_client.multiprocess import mark_process_dead
 
 from engine.processes import die_with_parent
+from server.db.connect import connect
 from server.db.lifecycle import prepare_database
 from server.db.location import DatabaseLocation
 from server.jobs import MOST_JOBS
@@ -93,14 +93,25 @@ class Supervisor:
 
     def run(self) -> int:
         connections = self.connections_needed()
-        location, embedded = prepare_database(self._settings, connections, migrate=True)
+        # From here a stop signal is noted, not raised: a KeyboardInterrupt landing inside the
+        # embedded server's start or a migration could leave either half-done. The start-up
+        # finishes (or fails: Ctrl-C reaches initdb and pg_ctl too), then everything stops.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_stop_signal)
         try:
+            location, embedded = prepare_database(self._settings, connections, migrate=True)
+        except Exception:
+            self._raise_if_interrupted()
+            raise
+        try:
+            if self._stopping:
+                log.info("supervisor %d: %s during start-up", os.getpid(), self._stop_signal)
+                self._raise_if_interrupted()
+                return 0
             check_connections(location, connections)
             self._listen()
             self._prepare_metrics_dir()
             environment = self._child_environment(location)
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, self._on_stop_signal)
             for child in self._children:
                 self._start(child, environment)
             log.info("supervisor %d: serving on %s:%s with %d HTTP workers (pids %s) and a "
@@ -146,6 +157,11 @@ class Supervisor:
             for sock in child.sockets + child.console_sockets:
                 sock.close()
             child.sockets, child.console_sockets = [], []
+
+    def _raise_if_interrupted(self) -> None:
+        """Ctrl-C during start-up ends the command as Ctrl-C before it (ops/cli.py)."""
+        if self._stop_signal == "SIGINT":
+            raise KeyboardInterrupt
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._stopping = True
@@ -230,7 +246,7 @@ def restart_delay(recent_deaths: int) -> float:
 def check_connections(location: DatabaseLocation, needed: int) -> None:
     """Warn when the database server allows fewer connections than the workers may open:
     past its limit, requests would get 503."""
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT current_setting('max_connections')::int - "

@@ -1,21 +1,22 @@
 """A router's stored records read back, oldest first, each once: for `router-backend
 telemetry export` (NDJSON) and `router-backend telemetry sql` (rows for psql).
 
-Synchronous (psycopg2) with a server-side cursor: one statement, so one snapshot of the
+Blocking, with a server-side cursor: one statement, so one snapshot of the
 chunks (a merge committing meanwhile is not seen half done), fetched a few chunks at a time,
 so memory holds a few chunks whatever the router stored.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import orjson
-import psycopg2
 
 from server.db.chunks import ROUTER_CHUNKS
+from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from server.telemetry.chunks import Chunk, decompress
 from server.telemetry.indicators import Indicator, carries
@@ -39,9 +40,9 @@ def stored_chunks(location: DatabaseLocation, mac: str, kind: str | None = None,
                   ) -> Iterator[tuple[int, str, Chunk]]:
     """(chunk id, kind, chunk) of the router's chunks that may hold records received in
     [since, until), oldest first."""
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
-        with conn, conn.cursor(name="telemetry_export") as cur:
+        with conn.transaction(), conn.cursor(name="telemetry_export") as cur:
             cur.itersize = CHUNKS_PER_FETCH
             cur.execute(ROUTER_CHUNKS, {"mac": mac, "kind": kind,
                                         "since": since or BEGINNING, "until": until or END})
@@ -79,9 +80,13 @@ def ndjson(location: DatabaseLocation, mac: str, kind: str | None = None,
 
 def records_carrying(location: DatabaseLocation, mac: str, wanted: Indicator,
                      kind: str | None = None, since: datetime | None = None,
-                     until: datetime | None = None) -> Iterator[StoredRecord]:
+                     until: datetime | None = None, deadline: float | None = None
+                     ) -> Iterator[StoredRecord]:
     """The router's stored records in [since, until) that carry `wanted` (the drill-down of
-    a hunt: `telemetry export --match`, the console's records page)."""
+    a hunt: `telemetry export --match`, the console's records page); with `deadline` (a
+    time.monotonic() instant), only those read before it."""
     for stored in stored_records(location, mac, kind, since, until):
+        if deadline is not None and time.monotonic() > deadline:
+            return
         if carries(orjson.loads(stored.line), wanted):
             yield stored

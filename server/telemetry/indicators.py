@@ -4,7 +4,7 @@ asked in, and the values a record carries.
 | kind     | from a record                                                        | stored as      |
 |----------|----------------------------------------------------------------------|----------------|
 | `ip`     | `src_ip`, `dest_ip` of every record type                             | canonical (engine/addresses.py) |
-| `domain` | DNS query and answer names (and CNAME targets), TLS SNI, HTTP hostname | lower case, no trailing dot, labels reversed (`com.example.www`) so that a name and every name under it are one range of the index |
+| `domain` | DNS query and answer names (and CNAME targets), TLS SNI, HTTP hostname | lower case, no trailing dot, labels reversed (`com.example.www`); a record posts the name and each of its parents (`com.example`, `com`), so that a search for a name, which finds every name under it, is one exact key of the index |
 | `ja3`    | `tls.ja3.hash`, `tls.ja3s.hash`                                      | 32 hex digits, lower case |
 | `ja4`    | `tls.ja4`                                                            | as written, lower case |
 | `sid`    | `alert.signature_id`                                                 | decimal        |
@@ -12,6 +12,12 @@ asked in, and the values a record carries.
 
 A value a record carries that is not well formed for its kind is not indexed; one a user
 asks for is refused (IndicatorError) with what is wrong.
+
+Why a domain posts its parents rather than being found as a range of names under it: one
+router can look up any number of names under a domain (`a1.c2.example`, `a2.c2.example` ...),
+and a range holds a posting for each, so a hunt reading a bounded number of postings found
+that router's and missed the others'. A parent posting is one per router and day whatever
+the names under it, as every other kind's value is.
 """
 
 from __future__ import annotations
@@ -26,11 +32,19 @@ from engine.addresses import canonical_text
 CODES = {"ip": "i", "domain": "d", "ja3": "3", "ja4": "4", "sid": "s", "sha256": "h"}
 KINDS = {code: kind for kind, code in CODES.items()}
 
-_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}$")
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_JA4 = re.compile(r"^[a-z0-9]{10}_[0-9a-f]{12}_[0-9a-f]{12}$")
+# fullmatch: `$` would also match before a final newline.
+_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_JA4 = re.compile(r"[a-z0-9]{10}_[0-9a-f]{12}_[0-9a-f]{12}")
+_DECIMAL = re.compile(r"[0-9]{1,19}")
 MAX_SID = 2**63 - 1
+# A name posts itself and its parents up to this many labels from the root
+# (`com.example.cdn.eu.a.b.c.d`): a search for a deeper name finds that name only.
+PARENT_LABELS = 8
+# A DNS record's names indexed (a response rarely holds more than a few); a record of
+# thousands of names costs no more than this.
+NAMES_PER_RECORD = 32
 
 
 class IndicatorError(ValueError):
@@ -50,13 +64,26 @@ class Indicator:
 
 def _domain(text: str) -> str | None:
     """A DNS name's stored form (labels reversed), None when it is not one."""
+    if not text.isascii():  # before strip() and lower(), as in _stored
+        return None
     name = text.strip().lower().rstrip(".")
     if not name or len(name) > 253:
         return None
     labels = name.split(".")
-    if not all(_LABEL.match(label) for label in labels):
+    if not all(_LABEL.fullmatch(label) for label in labels):
         return None
     return ".".join(reversed(labels))
+
+
+@functools.lru_cache(maxsize=65536)
+def _domain_postings(text: str) -> tuple[str, ...]:
+    """The stored values a name posts: itself and its parents (PARENT_LABELS at most)."""
+    stored = _domain(text)
+    if stored is None:
+        return ()
+    labels = stored.split(".")
+    parents = [".".join(labels[:n]) for n in range(1, min(len(labels) - 1, PARENT_LABELS) + 1)]
+    return (*parents, stored)
 
 
 # Cached: a router's uploads carry the same few addresses and names over and over, and these
@@ -72,20 +99,25 @@ def _address(text: str) -> str | None:
 
 @functools.lru_cache(maxsize=65536)
 def _stored(kind: str, text: str) -> str | None:
-    """`text` in its stored form for `kind`, or None when it is not one."""
+    """`text` in its stored form for `kind`, or None when it is not one. ASCII only, checked
+    first: strip() takes Unicode spaces (U+2028) and lower() maps some letters (the Kelvin
+    sign) into ASCII."""
+    if not text.isascii():
+        return None
     if kind == "ip":
         return _address(text.strip())
     if kind == "domain":
         return _domain(text)
     lowered = text.strip().lower()
     if kind == "ja3":
-        return lowered if _HEX32.match(lowered) else None
+        return lowered if _HEX32.fullmatch(lowered) else None
     if kind == "ja4":
-        return lowered if _JA4.match(lowered) else None
+        return lowered if _JA4.fullmatch(lowered) else None
     if kind == "sha256":
-        return lowered if _HEX64.match(lowered) else None
-    if kind == "sid":
-        return str(int(lowered)) if lowered.isdigit() and 0 < int(lowered) <= MAX_SID else None
+        return lowered if _HEX64.fullmatch(lowered) else None
+    if kind == "sid":  # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+        return str(int(lowered)) if _DECIMAL.fullmatch(lowered) and \
+            0 < int(lowered) <= MAX_SID else None
     raise IndicatorError(f"unknown kind {kind!r} (one of {', '.join(CODES)})")
 
 
@@ -143,7 +175,7 @@ def _names(dns: dict) -> list:
     grouped = dns.get("grouped")
     if isinstance(grouped, dict) and isinstance(grouped.get("CNAME"), list):
         names.extend(grouped["CNAME"])
-    return names
+    return names[:NAMES_PER_RECORD]
 
 
 def _text_values(kind: str, values) -> list[tuple[str, str]]:
@@ -151,8 +183,9 @@ def _text_values(kind: str, values) -> list[tuple[str, str]]:
     found = []
     for value in values:
         if value.__class__ is str and len(value) <= 300:
-            stored = _stored(kind, value)
-            if stored is not None:
+            if kind == "domain":
+                found += [(code, stored) for stored in _domain_postings(value)]
+            elif (stored := _stored(kind, value)) is not None:
                 found.append((code, stored))
     return found
 
@@ -189,10 +222,9 @@ def carried(record: dict) -> list[tuple[str, str]]:
 
 
 def carries(record: dict, wanted: Indicator) -> bool:
-    """Whether `record` carries the indicator (for a domain: it or a name under it)."""
-    under = wanted.stored + "."
-    return any(code == wanted.code and (value == wanted.stored or (
-        wanted.kind == "domain" and value.startswith(under))) for code, value in carried(record))
+    """Whether `record` carries the indicator as the index has it (for a domain: it or a
+    name under it, as its parent postings say), so a drill-down shows what a hunt found."""
+    return (wanted.code, wanted.stored) in carried(record)
 
 
 def match_argument(text: str) -> Indicator:

@@ -11,6 +11,12 @@ from server.telemetry.indicators import carried
 # A posting row per distinct value: an upload of this many is written with its next chunk,
 # as the summary is (bounded memory for any upload).
 POSTINGS_KEPT = 10_000
+# Distinct values one upload may index: this many, plus this many more a record. An honest
+# upload stays well inside (the corpus's sensor day: 79 for 1,013 records); a hostile one
+# (records of thousands of distinct names, each posting its parents) adds to the index at
+# most a few rows a record, as it adds to the telemetry a record, instead of thousands.
+POSTINGS_FREE = 2_000
+POSTINGS_PER_RECORD = 4
 
 
 _PROTOCOLS = ("dns", "tls", "http", "fileinfo")  # what carries more than addresses and a sid
@@ -22,15 +28,17 @@ class Postings:
     sent, and the triples turned into postings once per upload; the others go through
     indicators.carried one by one. Either way a record counts once for each value."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: "PostingsBudget | None" = None) -> None:
         self.counts: dict[tuple[str, str], int] = {}
         self._triples: dict[tuple, int] = {}
+        self.budget = budget if budget is not None else PostingsBudget()
 
     def __len__(self) -> int:
         return len(self.counts) + len(self._triples)
 
     def add(self, record: dict) -> None:
         """A stored record (checked: its addresses are strings, its sid an integer)."""
+        self.budget.left += POSTINGS_PER_RECORD
         get = record.get
         if get("dns") is None and get("tls") is None and get("http") is None \
                 and get("fileinfo") is None:
@@ -42,9 +50,15 @@ class Postings:
         self._count(carried(record), 1)
 
     def _count(self, found: list[tuple[str, str]], records: int) -> None:
-        counts = self.counts
+        counts, budget = self.counts, self.budget
         for key in (set(found) if len(found) > 1 else found):
-            counts[key] = counts.get(key, 0) + records
+            if key in counts:
+                counts[key] += records
+            elif budget.left > 0:
+                budget.left -= 1
+                counts[key] = records
+            else:
+                budget.dropped += 1
 
     def _settle(self) -> None:
         for (src, dest, sid), records in self._triples.items():
@@ -61,3 +75,12 @@ class Postings:
         return {"day": day, "seen": received_at,
                 "rows": [{"code": code, "value": value, "records": count}
                          for (code, value), count in sorted(self.counts.items())]}
+
+
+class PostingsBudget:
+    """The distinct values an upload may still index (POSTINGS_FREE, POSTINGS_PER_RECORD), over
+    the Postings it fills one after another, and how many it could not."""
+
+    def __init__(self) -> None:
+        self.left = POSTINGS_FREE
+        self.dropped = 0

@@ -10,8 +10,7 @@ import asyncio
 import contextlib
 from datetime import datetime
 
-import aiopg
-import psycopg2
+import psycopg
 
 from server.db.chunks import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
@@ -59,10 +58,11 @@ class TelemetryWriter:
         self._pending_bytes = 0
         self.summary = Summary()
         self.postings = Postings()
+        self.postings_budget = self.postings.budget
         self._reads = READ_TYPES[kind]
         self.unread: dict[str, int] = {}  # event_type -> records stored, not read
         self._stack = contextlib.AsyncExitStack()
-        self._cursor: aiopg.Cursor | None = None
+        self._cursor: psycopg.AsyncCursor | None = None
         self._in_flight: asyncio.Task | None = None
 
     async def __aenter__(self) -> "TelemetryWriter":
@@ -93,7 +93,8 @@ class TelemetryWriter:
         line = one_line(raw)
         self._lines.append(line)
         self._pending_bytes += len(line)
-        return len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
+        return (len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
+                or len(self.postings) >= POSTINGS_KEPT)
 
     async def flush(self) -> None:
         """Send the full chunk (and a large summary) while the caller reads on."""
@@ -148,7 +149,7 @@ class TelemetryWriter:
     def _take_postings(self) -> Postings | None:
         if not len(self.postings):
             return None
-        postings, self.postings = self.postings, Postings()
+        postings, self.postings = self.postings, Postings(self.postings_budget)
         return postings
 
     def _take_summary(self) -> Summary | None:
@@ -157,7 +158,7 @@ class TelemetryWriter:
         summary, self.summary = self.summary, Summary()
         return summary
 
-    async def _send(self, cur: aiopg.Cursor, chunk: Chunk | None, summary: Summary | None,
+    async def _send(self, cur: psycopg.AsyncCursor, chunk: Chunk | None, summary: Summary | None,
                     key: UploadKey | None, postings: Postings | None = None) -> None:
         """One statement per table (server/db/chunks.py), sent together: one round trip, and
         outside a transaction one implicit transaction (all or nothing). The key first: one
@@ -185,7 +186,7 @@ class TelemetryWriter:
             return
         try:
             await execute(cur, ";\n".join(statements), params)
-        except psycopg2.errors.UniqueViolation as error:
+        except psycopg.errors.UniqueViolation as error:
             if key is not None and key_recorded_before(error):
                 raise KeyAlreadyUsed(key.key) from None
             raise

@@ -1,5 +1,5 @@
 """Backups of the service's database with PostgreSQL's own tools, for `router-backend backup`
-and `router-backend restore`.
+and `router-backend restore` (ops/backup.py).
 
 A backup is `pg_dump` in its custom format: one consistent snapshot (one repeatable-read
 transaction) taken while the service runs, its writes going on beside it. A restore is
@@ -27,9 +27,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import psycopg2
-from psycopg2 import sql
+from psycopg import sql
 
+from server.db.connect import connect
 from server.db.embedded import EmbeddedPostgres, admin_cursor, embedded_program
 from server.db.location import DatabaseLocation
 from server.db.migrate import database_exists
@@ -57,7 +57,7 @@ def program(name: str, embedded: bool, location: DatabaseLocation) -> str:
 
 
 def server_major(location: DatabaseLocation) -> int:
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    conn = connect(location.with_name("postgres"))
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT current_setting('server_version_num')::int / 10000")
@@ -102,7 +102,7 @@ def database_has_tables(location: DatabaseLocation) -> bool:
     """Whether the database exists and holds any table."""
     if not database_exists(location):
         return False
-    conn = psycopg2.connect(**location.connect_kwargs())
+    conn = connect(location)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = "
@@ -114,9 +114,8 @@ def database_has_tables(location: DatabaseLocation) -> bool:
 
 def recreate_database(location: DatabaseLocation) -> None:
     """Drop the database (ending its sessions) and create it empty."""
-    conn = psycopg2.connect(**location.with_name("postgres").connect_kwargs())
+    conn = connect(location.with_name("postgres"), autocommit=True)
     try:
-        conn.autocommit = True
         with conn.cursor() as cur:
             name = sql.Identifier(location.name)
             cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
