@@ -90,10 +90,12 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
             for node in nodes:
                 ensure_database(node.with_name(location.name))
             if workers:
-                _add_workers(location, workers)
+                with _cluster_wide_lock(server):
+                    _add_workers(location, workers)
             prepare_schema(location, partition_days=1)
             if workers:
-                distribute(location, CITUS_TEST_SHARDS)
+                with _cluster_wide_lock(server):
+                    distribute(location, CITUS_TEST_SHARDS)
         else:
             for node in nodes:
                 _clone(node, template.name, location.name)
@@ -108,6 +110,27 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
                                   .format(pgsql.Identifier(location.name)))
 
 
+# The key of the lock that keeps the test processes' Citus set-ups apart (any number: no other
+# session takes advisory locks in the maintenance database).
+CLUSTER_WIDE_LOCK_KEY = 0x7465_7374
+
+
+@contextlib.contextmanager
+def _cluster_wide_lock(server: DatabaseLocation) -> Iterator[None]:
+    """One test process at a time adds workers to its database or distributes its tables:
+    both make Citus sync its roles to every worker (`worker_create_or_alter_role`), and roles
+    are shared by all the databases of a node, so two processes doing so at once can fail
+    each other ("tuple concurrently updated", then "failure on connection marked as
+    essential"). The lock is taken in the coordinator's maintenance database, which every
+    test process shares."""
+    conn = connect(server, autocommit=True)
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (CLUSTER_WIDE_LOCK_KEY,))
+        yield
+    finally:
+        conn.close()  # releases the lock
+
+
 def _add_workers(location: DatabaseLocation, workers: tuple[DatabaseLocation, ...]) -> None:
     for node in (location, *workers):
         admin_execute(node.with_name(location.name), "CREATE EXTENSION IF NOT EXISTS citus")
@@ -118,10 +141,11 @@ def _add_workers(location: DatabaseLocation, workers: tuple[DatabaseLocation, ..
 
 
 def _add_node(location: DatabaseLocation, worker: DatabaseLocation, attempts: int = 5) -> None:
-    """citus_add_node, tried again when the worker failed it: its metadata sync can fail
-    on a busy shared cluster (one CI run: "failure on connection marked as essential", the
-    worker's own error only in a warning, now added to the error). Adding a node that is
-    already there changes nothing, so a retry is safe."""
+    """citus_add_node, tried again when the worker failed it. Its metadata sync failed in
+    one CI run ("failure on connection marked as essential", the worker's own error only in
+    a warning, now added to the error): two test processes syncing the shared roles at once
+    (`_cluster_wide_lock` now keeps them apart); the retry stays for a cause not yet seen.
+    Adding a node that is already there changes nothing, so a retry is safe."""
     for attempt in range(attempts):
         try:
             admin_execute(location, "SELECT citus_add_node(%s, %s)", (worker.host, worker.port))
