@@ -81,8 +81,9 @@ def citus(settings: Settings, args: argparse.Namespace) -> int:
     except CitusNotReady as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 1
-    except psycopg.Error as error:
-        print(f"{PROG}: {str(error).strip()}", file=sys.stderr)
+    except psycopg.Error as error:  # with the warnings naming a worker's own error
+        for line in (str(error).strip(), *getattr(error, "__notes__", ())):
+            print(f"{PROG}: {line}", file=sys.stderr)
         return 1
 
 

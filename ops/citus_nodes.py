@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from server.db.citus import DISTRIBUTED
-from server.db.connect import connect
+from server.db.connect import connect, execute_alone
 from server.db.location import DatabaseLocation
 from server.db.migrate import MIGRATION_LOCK_KEY, ensure_database
 
@@ -110,16 +110,6 @@ def workers(cur) -> list[tuple[str, int]]:
     return [(host, port) for host, port in cur.fetchall()]
 
 
-def _run(location: DatabaseLocation, statement: str, params: tuple = ()) -> list[tuple]:
-    conn = connect(location, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
-
-
 def add_node(location: DatabaseLocation, host: str, port: int) -> int:
     """Make host:port a worker of the service's database: the database and the citus
     extension made on it (as the service's user) when missing, then the node added on the
@@ -127,8 +117,8 @@ def add_node(location: DatabaseLocation, host: str, port: int) -> int:
     idempotent. No shard moves to it until a rebalance."""
     node = dataclasses.replace(location, host=host, port=port)
     ensure_database(node)
-    _run(node, "CREATE EXTENSION IF NOT EXISTS citus")
-    return _run(location, "SELECT citus_add_node(%s, %s)", (host, port))[0][0]
+    execute_alone(node, "CREATE EXTENSION IF NOT EXISTS citus")
+    return execute_alone(location, "SELECT citus_add_node(%s, %s)", (host, port))[0][0]
 
 
 @dataclass(frozen=True)
@@ -150,8 +140,9 @@ _RUNNING = re.compile(r"already running as job (\d+)")
 def nodes_without_logical_wal(location: DatabaseLocation) -> list[str]:
     """The nodes (coordinator included) whose wal_level is not `logical`, which the online
     shard move needs (it replicates each shard logically while it copies)."""
-    rows = _run(location, "SELECT nodename, nodeport, result FROM run_command_on_all_nodes("
-                          "'SHOW wal_level') JOIN pg_dist_node USING (nodeid)")
+    rows = execute_alone(location, "SELECT nodename, nodeport, result FROM "
+                                   "run_command_on_all_nodes('SHOW wal_level') "
+                                   "JOIN pg_dist_node USING (nodeid)")
     return [f"{host}:{port}" for host, port, level in rows if level != "logical"]
 
 
@@ -166,7 +157,7 @@ def start_rebalance(location: DatabaseLocation) -> int:
             "replicates logically; set wal_level = logical in postgresql.conf on every node "
             "and restart it (docs/scaling.md)")
     try:
-        return _run(location, "SELECT citus_rebalance_start()")[0][0] or 0
+        return execute_alone(location, "SELECT citus_rebalance_start()")[0][0] or 0
     except psycopg.Error as error:
         running = _RUNNING.search(str(error))
         if running is None:
@@ -177,7 +168,8 @@ def start_rebalance(location: DatabaseLocation) -> int:
 def rebalance_status(location: DatabaseLocation, job_id: int) -> Rebalance:
     if job_id == 0:
         return Rebalance(0, "finished", 0, 0)
-    rows = _run(location, "SELECT state::text, details FROM citus_job_status(%s)", (job_id,))
+    rows = execute_alone(location, "SELECT state::text, details FROM citus_job_status(%s)",
+                         (job_id,))
     state, details = rows[0]
     counts = details.get("task_state_counts") or {}
     # A failed move is retried by Citus with a backoff; its last error stays on the task.
@@ -188,5 +180,5 @@ def rebalance_status(location: DatabaseLocation, job_id: int) -> Rebalance:
 def drain_and_remove(location: DatabaseLocation, host: str, port: int) -> None:
     """Move every shard off host:port (in the default transfer mode, as a rebalance does),
     then remove the node from the cluster."""
-    _run(location, "SELECT citus_drain_node(%s, %s)", (host, port))
-    _run(location, "SELECT citus_remove_node(%s, %s)", (host, port))
+    execute_alone(location, "SELECT citus_drain_node(%s, %s)", (host, port))
+    execute_alone(location, "SELECT citus_remove_node(%s, %s)", (host, port))

@@ -25,7 +25,7 @@ from pathlib import Path
 from server.db.lifecycle import STARTUP_WAIT_SECONDS
 from server.db.location import DatabaseLocation
 from server.db.migrate import wait_until_reachable
-from testkit.database import admin_execute
+from testkit.database import join_citus
 from testkit.server import free_port
 
 SETTINGS = {"shared_preload_libraries": "'citus'", "listen_addresses": "'127.0.0.1'",
@@ -116,13 +116,8 @@ class CitusCluster:
             wait_until_reachable(self.node(index), STARTUP_WAIT_SECONDS)
         if not self.citus:
             return self
-        for index in range(len(self.ports)):
-            admin_execute(self.node(index), "CREATE EXTENSION IF NOT EXISTS citus")
-        admin_execute(self.coordinator, "SELECT citus_set_coordinator_host(%s, %s)",
-                      ("127.0.0.1", self.ports[0]))
-        for index in range(1, self.workers + 1):
-            admin_execute(self.coordinator, "SELECT citus_add_node(%s, %s)",
-                          ("127.0.0.1", self.ports[index]))
+        join_citus(self.coordinator,
+                   tuple(self.node(index) for index in range(1, self.workers + 1)))
         return self
 
     @property

@@ -23,8 +23,8 @@ from psycopg import sql as pgsql
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
-from ops.citus_nodes import distribute, workers
-from server.db.connect import connect
+from ops.citus_nodes import add_node, distribute, workers
+from server.db.connect import connect, execute_alone
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database, prepare_schema
@@ -87,11 +87,10 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     nodes = (server, *workers)
     try:
         if template is None:
-            for node in nodes:
-                ensure_database(node.with_name(location.name))
+            ensure_database(location)  # and on each worker by join_citus
             if workers:
                 with _cluster_wide_lock(server):
-                    _add_workers(location, workers)
+                    join_citus(location, workers)
             prepare_schema(location, partition_days=1)
             if workers:
                 with _cluster_wide_lock(server):
@@ -104,7 +103,7 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     finally:
         if workers:  # transactions a worker's stop left prepared there (a drill's)
             with contextlib.suppress(psycopg.Error):
-                admin_execute(location, "SELECT recover_prepared_transactions()")
+                execute_alone(location, "SELECT recover_prepared_transactions()")
         for node in nodes:
             _retried_while_in_use(node, pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
                                   .format(pgsql.Identifier(location.name)))
@@ -131,24 +130,26 @@ def _cluster_wide_lock(server: DatabaseLocation) -> Iterator[None]:
         conn.close()  # releases the lock
 
 
-def _add_workers(location: DatabaseLocation, workers: tuple[DatabaseLocation, ...]) -> None:
-    for node in (location, *workers):
-        admin_execute(node.with_name(location.name), "CREATE EXTENSION IF NOT EXISTS citus")
-    admin_execute(location, "SELECT citus_set_coordinator_host(%s, %s)",
+def join_citus(location: DatabaseLocation, workers: tuple[DatabaseLocation, ...]) -> None:
+    """The citus extension in `location`'s database on the coordinator, the coordinator
+    named, and each worker added with the operator's `add_node` (which makes the database
+    and the extension on it)."""
+    execute_alone(location, "CREATE EXTENSION IF NOT EXISTS citus")
+    execute_alone(location, "SELECT citus_set_coordinator_host(%s, %s)",
                   (location.host, location.port))
     for worker in workers:
         _add_node(location, worker)
 
 
 def _add_node(location: DatabaseLocation, worker: DatabaseLocation, attempts: int = 5) -> None:
-    """citus_add_node, tried again when the worker failed it. Its metadata sync failed in
-    one CI run ("failure on connection marked as essential", the worker's own error only in
-    a warning, now added to the error): two test processes syncing the shared roles at once
+    """`add_node`, tried again when the worker failed it. Its metadata sync failed in one
+    CI run ("failure on connection marked as essential", the worker's own error only in a
+    warning, now a note on the error): two test processes syncing the shared roles at once
     (`_cluster_wide_lock` now keeps them apart); the retry stays for a cause not yet seen.
     Adding a node that is already there changes nothing, so a retry is safe."""
     for attempt in range(attempts):
         try:
-            admin_execute(location, "SELECT citus_add_node(%s, %s)", (worker.host, worker.port))
+            add_node(location, worker.host, worker.port)
             return
         except psycopg.errors.InternalError_:
             if attempt == attempts - 1:
@@ -171,10 +172,10 @@ def _retried_while_in_use(server: DatabaseLocation, statement, database: str | N
     `database`, those sessions are ended first."""
     for attempt in range(20):
         if database is not None:
-            admin_execute(server, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            execute_alone(server, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                   "WHERE datname = %s AND pid <> pg_backend_pid()", (database,))
         try:
-            admin_execute(server, statement)
+            execute_alone(server, statement)
             return
         except psycopg.errors.ObjectInUse:
             if attempt == 19:
@@ -201,28 +202,9 @@ def partitions_for_history(location: DatabaseLocation, days: int) -> None:
     """Daily partitions for the last `days` days in place of the legacy partition (which must
     be empty), so that rows of the past land in partitions of their own day."""
     for table in TIME_COLUMNS:  # one statement at a time: Citus takes no command lists here
-        admin_execute(location, f"ALTER TABLE {table} DETACH PARTITION {table}_legacy")
-        admin_execute(location, f"DROP TABLE {table}_legacy")
+        execute_alone(location, f"ALTER TABLE {table} DETACH PARTITION {table}_legacy")
+        execute_alone(location, f"DROP TABLE {table}_legacy")
     ensure_partitions(location, 1, since=datetime.now(timezone.utc) - timedelta(days=days))
-
-
-def admin_execute(location: DatabaseLocation, statement, params=None) -> None:
-    """One statement outside a transaction (CREATE/DROP DATABASE ...). The server's
-    warnings are added to the error it raises (Citus names a worker's own error only in
-    one)."""
-    conn = connect(location, autocommit=True)
-    notices: list[str] = []
-    conn.add_notice_handler(lambda notice: notices.append(
-        f"{notice.severity}: {notice.message_primary} {notice.message_detail or ''}"))
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-    except psycopg.Error as error:
-        for notice in notices:
-            error.add_note(notice)
-        raise
-    finally:
-        conn.close()
 
 
 class Sql:

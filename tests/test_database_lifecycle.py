@@ -15,14 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+import psycopg
 
 from migrations import read_schema_migrations
 from server.db import embedded
+from server.db.connect import execute_alone
 from server.db.embedded import embedded_program
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
-from testkit.database import Sql, admin_execute, command_env, settings_for
+from testkit.database import Sql, command_env, settings_for
 from testkit.server import ServerRunner
 from testkit.workers import processes_on
 
@@ -70,7 +72,18 @@ def test_concurrent_migrations_apply_once(pg_server):
     everything = len(read_schema_migrations())
     assert sorted(map(len, applied)) == [0, 0, 0, everything]
     assert Sql(location).value("SELECT count(*) FROM _yoyo_migration") == everything
-    admin_execute(pg_server, f'DROP DATABASE "{location.name}" WITH (FORCE)')
+    execute_alone(pg_server, f'DROP DATABASE "{location.name}" WITH (FORCE)')
+
+
+def test_a_failed_administrative_statement_carries_the_servers_warnings(pg_server):
+    """As Citus's node functions report a worker's own error: in a warning before the
+    error (the operator's `citus add-node` prints both)."""
+    with pytest.raises(psycopg.errors.RaiseException) as raised:
+        execute_alone(pg_server, "DO $$ BEGIN RAISE WARNING 'tuple concurrently updated' "
+                                 "USING DETAIL = 'on the worker'; "
+                                 "RAISE EXCEPTION 'failure on connection'; END $$")
+    assert raised.value.__notes__ == ["WARNING: tuple concurrently updated (on the worker)"]
+    assert execute_alone(pg_server, "SELECT 1 + 1") == [(2,)]
 
 
 async def test_db_log_level_info_logs_statements_and_silent_logs_nothing(database, tmp_path,

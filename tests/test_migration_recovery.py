@@ -12,9 +12,10 @@ import pytest
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
+from server.db.connect import execute_alone
 from server.db.migrate import (SCHEMA_FINGERPRINT_SQL, apply_migrations, ensure_database,
                                roll_back_migrations)
-from testkit.database import Sql, admin_execute
+from testkit.database import Sql
 
 
 def fingerprint(location) -> str:
@@ -33,7 +34,7 @@ def blank_database(server):
     try:
         yield location
     finally:
-        admin_execute(server, f"DROP DATABASE {location.name} WITH (FORCE)")
+        execute_alone(server, f"DROP DATABASE {location.name} WITH (FORCE)")
 
 
 def apply_with_yoyo(location, last: str, unmark: bool = False) -> None:

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ops.bench.fleet import Fleet, check_ledger
+from server.db.connect import execute_alone
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database
 from testkit.citus_cluster import CitusCluster, citus_installed
-from testkit.database import Sql, admin_execute, database_env
+from testkit.database import Sql, database_env
 from testkit.server import router_backend_output, running_server
 
 SHARDS_OF = """SELECT r.mac::text, s.nodeport FROM unnest(%s::macaddr[]) AS r(mac)
@@ -73,8 +74,8 @@ def set_up(cluster: CitusCluster, location: DatabaseLocation, env: dict[str, str
            shards: int) -> None:
     """As docs/scaling.md has an operator do it."""
     ensure_database(location)
-    admin_execute(location, "CREATE EXTENSION IF NOT EXISTS citus")
-    admin_execute(location, "SELECT citus_set_coordinator_host(%s, %s)",
+    execute_alone(location, "CREATE EXTENSION IF NOT EXISTS citus")
+    execute_alone(location, "SELECT citus_set_coordinator_host(%s, %s)",
                   (location.host, location.port))
     for index in range(1, cluster.workers + 1):
         router_backend_output(env, "citus", "add-node", f"127.0.0.1:{cluster.ports[index]}")
@@ -136,12 +137,12 @@ def citus_scale_drill(workdir: Path, args: argparse.Namespace) -> ScaleResult:
         with running_server(location, workdir / "server",
                             INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server:
             result, fleet = asyncio.run(scale_out(cluster, location, env, server.url, args))
-        admin_execute(location, "SELECT recover_prepared_transactions()")
+        execute_alone(location, "SELECT recover_prepared_transactions()")
         result.ledger_after_move = check_ledger(location, fleet.ledger).ok
         new_worker = cluster.workers + 1
         cluster.stop_node(new_worker)
         cluster.start_node(new_worker)
-        admin_execute(location, "SELECT recover_prepared_transactions()")
+        execute_alone(location, "SELECT recover_prepared_transactions()")
         result.ledger_after_restart = check_ledger(location, fleet.ledger).ok
         return result
     finally:

@@ -40,3 +40,26 @@ async def connect_async(location: DatabaseLocation, timeout: float) -> psycopg.A
         cursor_factory=psycopg.AsyncClientCursor)
     adapt(conn)
     return conn
+
+
+def execute_alone(location: DatabaseLocation, statement, params=None) -> list[tuple]:
+    """One statement on a connection of its own, outside a transaction (CREATE DATABASE,
+    Citus's node functions), and its rows. The server's warnings are added to the error it
+    raises as notes: Citus names a worker's own error only in a warning ("tuple concurrently
+    updated" behind "failure on connection marked as essential"), which psycopg drops unless
+    a notice handler keeps it."""
+    conn = connect(location, autocommit=True)
+    warnings: list[str] = []
+    conn.add_notice_handler(lambda notice: warnings.append(
+        f"{notice.severity}: {notice.message_primary}"
+        + (f" ({notice.message_detail})" if notice.message_detail else "")))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+    except psycopg.Error as error:
+        for warning in warnings:
+            error.add_note(warning)
+        raise
+    finally:
+        conn.close()
