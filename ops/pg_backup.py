@@ -29,7 +29,7 @@ from pathlib import Path
 
 from psycopg import sql
 
-from server.db.connect import connect
+from server.db.connect import connect, execute_alone
 from server.db.embedded import EmbeddedPostgres, admin_cursor, embedded_program
 from server.db.location import DatabaseLocation
 from server.db.migrate import database_exists
@@ -57,13 +57,8 @@ def program(name: str, embedded: bool, location: DatabaseLocation) -> str:
 
 
 def server_major(location: DatabaseLocation) -> int:
-    conn = connect(location.with_name("postgres"))
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT current_setting('server_version_num')::int / 10000")
-            return cur.fetchone()[0]
-    finally:
-        conn.close()
+    return execute_alone(location.with_name("postgres"),
+                         "SELECT current_setting('server_version_num')::int / 10000")[0][0]
 
 
 def _major(version_line: str) -> int:

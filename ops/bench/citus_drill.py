@@ -35,7 +35,7 @@ import aiohttp
 from ops.bench.fleet import Fleet, check_ledger
 from ops.bench.outage_drill import POLL, UPLOAD
 from ops.bench.outage_drill import probe as outage_probe
-from server.db.connect import connect
+from server.db.connect import connect, execute_alone
 from server.db.location import DatabaseLocation
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import migrated_database
@@ -76,13 +76,7 @@ def recover_prepared(location: DatabaseLocation) -> int:
     """What Citus's maintenance daemon does every citus.recover_2pc_interval (a minute):
     commit on the workers the transactions the coordinator committed but a worker held
     prepared when it stopped. The number recovered."""
-    conn = connect(location, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT recover_prepared_transactions()")
-            return cur.fetchone()[0]
-    finally:
-        conn.close()
+    return execute_alone(location, "SELECT recover_prepared_transactions()")[0][0]
 
 
 def probe_macs(location: DatabaseLocation, away_port: int) -> tuple[str, str]:

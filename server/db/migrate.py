@@ -18,7 +18,7 @@ from psycopg import sql
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
-from server.db.connect import connect
+from server.db.connect import connect, execute_alone
 from server.db.location import DatabaseLocation
 from server.db.partitions import ensure_partitions
 
@@ -43,13 +43,8 @@ def release_schema_version() -> str:
 
 def database_exists(location: DatabaseLocation) -> bool:
     """Whether the database is there (asked of the server's maintenance database)."""
-    conn = connect(location.with_name("postgres"))
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (location.name,))
-            return cur.fetchone() is not None
-    finally:
-        conn.close()
+    return bool(execute_alone(location.with_name("postgres"),
+                              "SELECT 1 FROM pg_database WHERE datname = %s", (location.name,)))
 
 
 def check_schema(location: DatabaseLocation) -> None:
