@@ -9,7 +9,11 @@ import logging
 from collections import Counter
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 
+from server.db.connect import connect
+from server.db.routers import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
@@ -122,6 +126,65 @@ async def test_concurrent_new_routers_cannot_beat_the_registration_limit(make_cl
                                                REGISTRATIONS_PER_MINUTE_PER_ADDRESS="30"))
     again = await asyncio.gather(*(poll(restarted, mac, **here) for mac in known))
     assert again == [200] * 30
+
+
+@contextmanager
+def bucket_held(database, bucket: str):
+    """The database's registration lock of an address bucket, held by the test: a registration
+    from that address that reaches the database waits on it."""
+    conn = connect(database, autocommit=True)
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (REGISTRATION_LOCK_CLASS, bucket))
+        yield
+    finally:
+        conn.close()
+
+
+def registrations_waiting(sql) -> int:
+    return sql.value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                     "AND classid = %s AND database = (SELECT oid FROM pg_database "
+                     "WHERE datname = current_database())", (REGISTRATION_LOCK_CLASS,))
+
+
+async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_client,
+                                                                           database, tmp_path,
+                                                                           sql):
+    """The CI's Citus pass: 300 new MACs at once from one address each took a database
+    connection to wait on the address's lock, and some waited past the pool's timeout (503).
+    Now they wait in the process, one at a time asks the database, and a new router from
+    another address is registered meanwhile."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            REGISTRATIONS_PER_MINUTE_PER_ADDRESS="5"))
+    flood = {"X-Forwarded-For": "203.0.113.28"}
+    with bucket_held(database, "203.0.113.28"):
+        burst = [asyncio.create_task(poll(client, mac, **flood)) for mac in new_macs(40, "02:28")]
+        deadline = time.monotonic() + 10
+        while registrations_waiting(sql) == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # time for the other 39 to reach the database, were they let
+        assert registrations_waiting(sql) == 1
+        other = {"X-Forwarded-For": "198.51.100.28"}
+        assert await asyncio.wait_for(poll(client, "02:28:01:00:00:01", **other), 5) == 200
+        assert not any(task.done() for task in burst)
+    statuses = await asyncio.gather(*burst)
+    assert statuses.count(200) == 5 and statuses.count(429) == 35
+
+
+async def test_a_full_address_is_refused_without_asking_the_database(make_client, database,
+                                                                     tmp_path, sql):
+    """Once the database refused an address, its new routers are refused by the process
+    until the address may register again: with the address's database lock held by the
+    test, they are still answered at once."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            REGISTRATIONS_PER_MINUTE_PER_ADDRESS="2"))
+    flood = {"X-Forwarded-For": "203.0.113.29"}
+    assert [await poll(client, mac, **flood) for mac in new_macs(3, "02:29")] == [200, 200, 429]
+    with bucket_held(database, "203.0.113.29"):
+        statuses = await asyncio.wait_for(asyncio.gather(
+            *(poll(client, mac, **flood) for mac in new_macs(50, "02:2a"))), 3)
+        assert statuses == [429] * 50
+        assert registrations_waiting(sql) == 0
+    assert sql.value("SELECT count(*) FROM routers WHERE registered_from = '203.0.113.29'") == 2
 
 
 async def test_an_ipv6_network_counts_as_one_address(make_client, database, tmp_path, sql):

@@ -2,7 +2,9 @@
 
 New registrations count against the client address's limit (open mode), in the database
 (server/db/routers.py register_from), so a burst of new MACs from one address, however
-many requests and processes carry it, registers no more than the limit. Each server
+many requests and processes carry it, registers no more than the limit; in each process
+the burst goes to the database one registration at a time and, once refused, not at all
+until the address may register again (server/web/limits.py RegistrationGate). Each server
 process remembers which routers it has seen registered, so a polling router costs
 no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
 so an operator's removal takes effect within that time).
@@ -10,6 +12,7 @@ so an operator's removal takes effect within that time).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -69,8 +72,11 @@ class RouterRegistry:
         self._remember(mac, until)
 
     async def _register(self, mac: str, bucket: str) -> None:
-        registration = await router_db.register_from(self._db, mac, bucket,
-                                                     self._limits.registrations_per_minute)
+        async with self._limits.registrations.turn(bucket) as full_for:
+            if full_for:
+                raise self._limits.refuse_registration(bucket, math.ceil(full_for))
+            registration = await router_db.register_from(self._db, mac, bucket,
+                                                         self._limits.registrations_per_minute)
         if registration.limited:
             raise self._limits.refuse_registration(bucket, registration.wait_seconds)
         if registration.new:

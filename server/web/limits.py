@@ -4,7 +4,10 @@
 - telemetry records per router (counted as a body streams; the request that runs out is
   refused whole, 429, and stores nothing),
 - new registrations and enrollments per client address (open registration mode), counted in
-  the database across processes (server/db/routers.py): here only the number and the 429;
+  the database across processes (server/db/routers.py); here the 429, and a gate that lets
+  one registration per address at a time go to the database and none while the database
+  last said the address is full, so a flood of new MACs from one address waits here,
+  holding no database connection, and is refused without a query (RegistrationGate);
 - failed credentials (wrong router keys, wrong enrollment tokens, wrong console secrets) per
   client address: each attempt takes its place in the allowance before its (slow) check and
   gives it back only when the credential was right, so guesses sent together are checked no
@@ -24,10 +27,13 @@ minute.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import math
 import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 from engine.addresses import carried
 from server.errors import TooManyRequests
@@ -85,6 +91,45 @@ class Buckets:
                          if tokens + (now - at) * self._rate < self.capacity}
 
 
+class RegistrationGate:
+    """Per address bucket, in this process: one registration at a time goes to the database,
+    and none until the time the database gave when it last refused the bucket (its oldest
+    registration of the minute leaving it). Both are the database's answer kept for a moment,
+    so the limit itself stays the database's; a removal of a router within that moment is
+    seen only once it passes."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # bucket -> (lock, holders)
+        self._full_until: dict[str, float] = {}
+
+    @asynccontextmanager
+    async def turn(self, bucket: str) -> AsyncIterator[float]:
+        """Wait for the bucket's turn; yields the seconds it is still known full (0.0: ask
+        the database)."""
+        lock, holders = self._turns.get(bucket) or (asyncio.Lock(), 0)
+        self._turns[bucket] = (lock, holders + 1)
+        try:
+            async with lock:
+                yield max(0.0, self._full_until.get(bucket, 0.0) - time.monotonic())
+        finally:
+            lock, holders = self._turns[bucket]
+            if holders == 1:
+                del self._turns[bucket]
+            else:
+                self._turns[bucket] = (lock, holders - 1)
+
+    def full(self, bucket: str, wait_seconds: float) -> None:
+        """The bucket is full for `wait_seconds` (kept as it is while already full, so
+        refusals from this memory never prolong it)."""
+        now = time.monotonic()
+        if self._full_until.get(bucket, 0.0) > now:
+            return
+        if len(self._full_until) > PRUNE_ABOVE:
+            self._full_until = {key: until for key, until in self._full_until.items()
+                                if until > now}
+        self._full_until[bucket] = now + wait_seconds
+
+
 class FloodLimits:
     def __init__(self, requests_per_minute: int, records_per_minute: int,
                  registrations_per_minute: int, metrics: Metrics,
@@ -92,6 +137,7 @@ class FloodLimits:
         self.requests = Buckets(requests_per_minute)
         self.records = Buckets(records_per_minute)
         self.registrations_per_minute = registrations_per_minute
+        self.registrations = RegistrationGate()
         self.failures = Buckets(failures_per_minute)
         self._metrics = metrics
         self._ipv6_prefix = ipv6_prefix
@@ -108,6 +154,9 @@ class FloodLimits:
         return address_bucket(address, self._ipv6_prefix)
 
     def refuse_registration(self, bucket: str, wait_seconds: int) -> TooManyRequests:
+        """The 429 for a bucket the database (or the gate, from its last answer) found full;
+        the gate keeps it full for `wait_seconds`."""
+        self.registrations.full(bucket, wait_seconds)
         self._metrics.limited.labels("registrations").inc()
         return TooManyRequests(f"too many new routers from {bucket}: the limit is "
                                f"{self.registrations_per_minute} a minute", wait_seconds)
