@@ -146,6 +146,16 @@ def registrations_waiting(sql) -> int:
                      "WHERE datname = current_database())", (REGISTRATION_LOCK_CLASS,))
 
 
+async def waiting_once_settled(sql) -> int:
+    """Registrations waiting on a held lock, once the first is there and the rest had time
+    to reach the database too, were they let."""
+    deadline = time.monotonic() + 10
+    while registrations_waiting(sql) == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    return registrations_waiting(sql)
+
+
 async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_client,
                                                                            database, tmp_path,
                                                                            sql):
@@ -158,11 +168,7 @@ async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_
     flood = {"X-Forwarded-For": "203.0.113.28"}
     with bucket_held(database, "203.0.113.28"):
         burst = [asyncio.create_task(poll(client, mac, **flood)) for mac in new_macs(40, "02:28")]
-        deadline = time.monotonic() + 10
-        while registrations_waiting(sql) == 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # time for the other 39 to reach the database, were they let
-        assert registrations_waiting(sql) == 1
+        assert await waiting_once_settled(sql) == 1
         other = {"X-Forwarded-For": "198.51.100.28"}
         assert await asyncio.wait_for(poll(client, "02:28:01:00:00:01", **other), 5) == 200
         assert not any(task.done() for task in burst)
@@ -219,6 +225,14 @@ async def test_enrollment_counts_against_the_registration_limit(make_client, dat
     statuses = await asyncio.gather(*(enroll(mac) for mac in new_macs(100)))
     assert statuses.count(201) == 30 and statuses.count(429) == 70
     assert sql.value("SELECT count(*) FROM router_keys") == 30
+    # A burst of them waits its turn in the process, not on database connections.
+    with bucket_held(database, "203.0.113.28"):
+        burst = [asyncio.create_task(enroll(mac)) for mac in new_macs(20, "02:2b")]
+        assert await waiting_once_settled(sql) == 1
+    assert await asyncio.gather(*burst) == [429] * 20
+    # A router registered before, without a key yet, still enrolls from the full address.
+    sql.rows("INSERT INTO routers (mac, registered_by) VALUES ('02:2c:00:00:00:00', 'operator')")
+    assert await enroll("02:2c:00:00:00:00") == 201
 
 
 async def test_failed_credentials_are_throttled_and_logged_once_a_minute(

@@ -116,8 +116,10 @@ class RouterKeys:
         self._limits.attempt_succeeded(address)
         key = new_key()
         bucket = self._limits.bucket(address)
-        outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open, bucket,
-                                       self._limits.registrations_per_minute)
+        # One at a time per address, but always asked: a known router enrolls from a full one.
+        async with self._limits.registrations.turn(bucket):
+            outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open,
+                                           bucket, self._limits.registrations_per_minute)
         if not outcome.registered and registration_open:
             raise self._limits.refuse_registration(bucket, outcome.wait_seconds)
         if not outcome.registered:
