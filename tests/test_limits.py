@@ -12,6 +12,8 @@ import sys
 import time
 from contextlib import contextmanager
 
+import pytest
+
 from server.db.connect import connect
 from server.db.routers import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
@@ -146,16 +148,6 @@ def registrations_waiting(sql) -> int:
                      "WHERE datname = current_database())", (REGISTRATION_LOCK_CLASS,))
 
 
-async def waiting_once_settled(sql) -> int:
-    """Registrations waiting on a held lock, once the first is there and the rest had time
-    to reach the database too, were they let."""
-    deadline = time.monotonic() + 10
-    while registrations_waiting(sql) == 0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.5)
-    return registrations_waiting(sql)
-
-
 async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_client,
                                                                            database, tmp_path,
                                                                            sql):
@@ -168,7 +160,7 @@ async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_
     flood = {"X-Forwarded-For": "203.0.113.28"}
     with bucket_held(database, "203.0.113.28"):
         burst = [asyncio.create_task(poll(client, mac, **flood)) for mac in new_macs(40, "02:28")]
-        assert await waiting_once_settled(sql) == 1
+        assert await settled(lambda: registrations_waiting(sql)) == 1
         other = {"X-Forwarded-For": "198.51.100.28"}
         assert await asyncio.wait_for(poll(client, "02:28:01:00:00:01", **other), 5) == 200
         assert not any(task.done() for task in burst)
@@ -176,11 +168,13 @@ async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_
     assert statuses.count(200) == 5 and statuses.count(429) == 35
 
 
-async def test_a_full_address_is_refused_without_asking_the_database(make_client, database,
-                                                                     tmp_path, sql):
+async def test_a_full_address_is_refused_without_a_registration(make_client, database,
+                                                                tmp_path, sql):
     """Once the database refused an address, its new routers are refused by the process
     until the address may register again: with the address's database lock held by the
-    test, they are still answered at once."""
+    test, they are still answered at once. Whether each is registered is still read (a
+    registered router is never refused), one read at a time: with `routers` locked by the
+    test, 30 at once leave one read waiting (20 before, as many as the pool had)."""
     client = await make_client(settings_for(database, tmp_path,
                                             REGISTRATIONS_PER_MINUTE_PER_ADDRESS="2"))
     flood = {"X-Forwarded-For": "203.0.113.29"}
@@ -190,7 +184,64 @@ async def test_a_full_address_is_refused_without_asking_the_database(make_client
             *(poll(client, mac, **flood) for mac in new_macs(50, "02:2a"))), 3)
         assert statuses == [429] * 50
         assert registrations_waiting(sql) == 0
+    locker = connect(database)
+    try:
+        locker.execute("LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+        burst = [asyncio.create_task(poll(client, mac, **flood)) for mac in new_macs(30, "02:2e")]
+        assert await settled(lambda: statements_active(sql, "SELECT 1 FROM routers WHERE mac")) == 1
+    finally:
+        locker.close()
+    assert await asyncio.gather(*burst) == [429] * 30
     assert sql.value("SELECT count(*) FROM routers WHERE registered_from = '203.0.113.29'") == 2
+
+
+def statements_active(sql, beginning: str) -> int:
+    """This database's statements now running (or waiting) whose text begins so."""
+    return sql.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND state = 'active' AND starts_with(ltrim(query, E' \n'), %s)", (beginning,))
+
+
+async def settled(count) -> int:
+    """`count()` once it is above 0 and the rest had time to be counted too."""
+    deadline = time.monotonic() + 10
+    while count() == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    return count()
+
+
+@pytest.mark.parametrize("first_call", ["poll", "enroll"])
+async def test_a_router_another_address_is_registering_is_let_in(first_call, make_client,
+                                                                database, tmp_path, sql):
+    """Found by attacking it: the same new MAC from two addresses at once. The one that
+    waited for the other's insert did nothing and did not see the row (not in its
+    statement's snapshot), and was told its address was full (429, and by a first poll the
+    address then refused for a minute). With the test's insert of the MAC waiting to commit,
+    the router's first call is let in, and its address registers its next new router."""
+    token = "fleet-token-0123456789"
+    client = await make_client(settings_for(database, tmp_path, ROUTER_AUTH="key",
+                                            ENROLLMENT_TOKEN=token)
+                               if first_call == "enroll" else settings_for(database, tmp_path))
+    here = {"X-Forwarded-For": "203.0.113.45"}
+
+    async def call(mac: str) -> int:
+        if first_call == "poll":
+            return await poll(client, mac, **here)
+        response = await client.post("/enroll", headers={
+            "X-ID": mac, "Authorization": f"Bearer {token}", **here})
+        return response.status
+    inserter = connect(database)
+    try:
+        inserter.execute("INSERT INTO routers (mac, registered_from) VALUES (%s, %s)",
+                         ("02:2d:00:00:00:01", "198.51.100.45"))
+        racer = asyncio.create_task(call("02:2d:00:00:00:01"))
+        assert await settled(lambda: statements_active(sql, "WITH registered AS")) == 1
+        inserter.commit()
+    finally:
+        inserter.close()
+    admitted = 200 if first_call == "poll" else 201
+    assert await racer == admitted
+    assert await call("02:2d:00:00:00:02") == admitted
 
 
 async def test_an_ipv6_network_counts_as_one_address(make_client, database, tmp_path, sql):
@@ -228,7 +279,7 @@ async def test_enrollment_counts_against_the_registration_limit(make_client, dat
     # A burst of them waits its turn in the process, not on database connections.
     with bucket_held(database, "203.0.113.28"):
         burst = [asyncio.create_task(enroll(mac)) for mac in new_macs(20, "02:2b")]
-        assert await waiting_once_settled(sql) == 1
+        assert await settled(lambda: registrations_waiting(sql)) == 1
     assert await asyncio.gather(*burst) == [429] * 20
     # A router registered before, without a key yet, still enrolls from the full address.
     sql.rows("INSERT INTO routers (mac, registered_by) VALUES ('02:2c:00:00:00:00', 'operator')")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from server.db.pool import Database, execute
-from server.db.routers import BUCKET_WAIT, KEY_CHANGED, LOCK_BUCKET, UNDER_LIMIT, bucket_params
+from server.db.routers import BUCKET_WAIT, KEY_CHANGED, UNDER_LIMIT, bucket_params, from_bucket
 from server.db.tuning_changes import record
 
 
@@ -60,9 +60,8 @@ async def enroll(db: Database, mac: str, digest: bytes, registration_open: bool,
     params = {**bucket_params(bucket, limit), "mac": mac, "hash": digest,
               "open": registration_open}
     async with db.transaction() as cur:
-        await execute(cur, LOCK_BUCKET, params)
-        await execute(cur, _ENROLL, params)
-        known, new, issued, closed, wait = await cur.fetchone()
+        known, new, issued, closed, wait = await from_bucket(cur, _ENROLL, params,
+                                                             lambda row: row[0])
     return Enrollment(known, new, issued, closed, max(1, int(wait or 1)))
 
 

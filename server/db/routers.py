@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import psycopg
 
@@ -59,10 +60,25 @@ async def register_from(db: Database, mac: str, bucket: str, limit: int) -> Regi
     `limit` routers in the last minute (across every process)."""
     params = {**bucket_params(bucket, limit), "mac": mac}
     async with db.transaction() as cur:
-        await execute(cur, LOCK_BUCKET, params)
-        await execute(cur, _REGISTER_FROM, params)
-        new, known, wait = await cur.fetchone()
+        new, known, wait = await from_bucket(cur, _REGISTER_FROM, params,
+                                             lambda row: row[0] or row[1])
     return Registration(new, known, max(1, int(wait or 1)))
+
+
+async def from_bucket(cur: psycopg.AsyncCursor, statement: str, params: dict,
+                      found: Callable[[tuple], bool]) -> tuple:
+    """A registration statement's row, run after the bucket's lock, and run once more when
+    its row says the router was neither registered nor `found`: a router another bucket's
+    transaction was inserting made the INSERT wait and do nothing, yet is not in the
+    statement's snapshot (the next statement's is); read as "the bucket is full", it was a
+    false 429 that left the bucket full in the process's memory."""
+    await execute(cur, LOCK_BUCKET, params)
+    for _ in range(2):
+        await execute(cur, statement, params)
+        row = await cur.fetchone()
+        if found(row):
+            break
+    return row
 
 
 # A router's last activation: its newest, or (silent for longer than activations are kept one

@@ -3,8 +3,9 @@
 New registrations count against the client address's limit (open mode), in the database
 (server/db/routers.py register_from), so a burst of new MACs from one address, however
 many requests and processes carry it, registers no more than the limit; in each process
-the burst goes to the database one registration at a time and, once refused, not at all
-until the address may register again (server/web/limits.py RegistrationGate). Each server
+the burst goes to the database one registration at a time and, once refused, until the
+address may register again, one read at a time (whether the router is registered: those are
+never refused) and no registration (server/web/limits.py RegistrationGate). Each server
 process remembers which routers it has seen registered, so a polling router costs
 no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
 so an operator's removal takes effect within that time).
@@ -56,14 +57,16 @@ class RouterRegistry:
 
     async def admit(self, mac: str, address_of: Callable[[], str]) -> None:
         """Register (open mode) or check (closed mode) the router; Forbidden when refused,
-        TooManyRequests when the client's address (asked for only when a registration is
-        possible) registered too many new routers lately."""
+        TooManyRequests when the client's address (asked for only in open mode) registered
+        too many new routers lately."""
         if self.admitted(mac):
             return
         now = time.monotonic()
         if self._open:
-            if not await router_db.is_registered(self._db, mac):
-                await self._register(mac, self._limits.bucket(address_of()))
+            bucket = self._limits.bucket(address_of())
+            if (self._limits.registrations.full_for(bucket)
+                    or not await router_db.is_registered(self._db, mac)):
+                await self._register(mac, bucket)
             until = float("inf")
         elif await router_db.is_registered(self._db, mac):
             until = now + self._cache_seconds
@@ -72,8 +75,13 @@ class RouterRegistry:
         self._remember(mac, until)
 
     async def _register(self, mac: str, bucket: str) -> None:
+        """In the address's turn: while it is known full, a router registered before (by
+        another process, or before this one started) is let in after one read and a new one
+        refused without a registration; else the database registers it or finds it full."""
         async with self._limits.registrations.turn(bucket) as full_for:
             if full_for:
+                if await router_db.is_registered(self._db, mac):
+                    return
                 raise self._limits.refuse_registration(bucket, math.ceil(full_for))
             registration = await router_db.register_from(self._db, mac, bucket,
                                                          self._limits.registrations_per_minute)

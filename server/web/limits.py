@@ -110,13 +110,17 @@ class RegistrationGate:
         self._turns[bucket] = (lock, holders + 1)
         try:
             async with lock:
-                yield max(0.0, self._full_until.get(bucket, 0.0) - time.monotonic())
+                yield self.full_for(bucket)
         finally:
             lock, holders = self._turns[bucket]
             if holders == 1:
                 del self._turns[bucket]
             else:
                 self._turns[bucket] = (lock, holders - 1)
+
+    def full_for(self, bucket: str) -> float:
+        """Seconds the bucket is still known full (0.0: not known full)."""
+        return max(0.0, self._full_until.get(bucket, 0.0) - time.monotonic())
 
     def full(self, bucket: str, wait_seconds: float) -> None:
         """The bucket is full for `wait_seconds` (kept as it is while already full, so
