@@ -7,7 +7,7 @@
   the database across processes (server/db/routers.py); here the 429, and a gate that lets
   one registration per address at a time go to the database and none while the database
   last said the address is full, so a flood of new MACs from one address waits here,
-  holding no database connection, and is refused without a query (RegistrationGate);
+  holding no database connection, and is refused without a registration (RegistrationGate);
 - failed credentials (wrong router keys, wrong enrollment tokens, wrong console secrets) per
   client address: each attempt takes its place in the allowance before its (slow) check and
   gives it back only when the credential was right, so guesses sent together are checked no
