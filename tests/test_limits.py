@@ -17,6 +17,7 @@ import pytest
 from server.db.connect import connect
 from server.db.routers import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
+from server.web import limits
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
 
@@ -343,3 +344,20 @@ async def test_concurrent_wrong_keys_are_checked_no_more_than_the_allowance(
     tokens = Counter(await asyncio.gather(*(
         status("POST", "/enroll", FLOODER, n, "203.0.113.68") for n in range(100))))
     assert tokens == {401: 10, 429: 90}, tokens
+
+
+def test_more_live_addresses_than_are_kept_are_pruned_now_and_then(monkeypatch):
+    """Found by reading it: past PRUNE_ABOVE addresses each still counted, every new one
+    pruned the whole table again, a pass over all of them per request. Now the next prune
+    waits for the table to double: 1,000 addresses past a bound of 100, 4 passes (899
+    before), and none of them forgotten."""
+    monkeypatch.setattr(limits, "PRUNE_ABOVE", 100)
+    buckets = limits.Buckets(10)
+    passes = []
+    prune = buckets._prune
+    monkeypatch.setattr(buckets, "_prune", lambda now: (passes.append(now), prune(now)))
+    addresses = [f"192.0.2.{n // 256}.{n % 256}" for n in range(1000)]
+    for address in addresses:
+        assert buckets.take(address, 1, 1000.0) == 0.0
+    assert len(passes) == 4
+    assert all(buckets.available(address, 1000.0) == 9 for address in addresses)

@@ -45,6 +45,13 @@ PRUNE_ABOVE = 100_000  # buckets per limit before full ones are forgotten
 LOG_EVERY_SECONDS = 60.0
 
 
+def next_prune(live: int) -> int:
+    """The size at which a table of buckets is pruned next, after a prune left `live`: with
+    more live keys than PRUNE_ABOVE (a flood from that many addresses), pruning again at
+    the next insert made every request a pass over all of them."""
+    return max(PRUNE_ABOVE, 2 * live)
+
+
 def address_bucket(address: str, ipv6_prefix: int) -> str:
     """The key an address is counted under: the IPv4 address it carries (engine/addresses.py:
     a 6to4 or Teredo client is its IPv4 NAT), or its /ipv6_prefix network."""
@@ -67,6 +74,7 @@ class Buckets:
         self.capacity = float(per_minute)
         self._rate = per_minute / 60.0
         self._buckets: dict[str, tuple[float, float]] = {}   # key -> (tokens, at)
+        self._prune_above = PRUNE_ABOVE
 
     def available(self, key: str, now: float) -> float:
         tokens, at = self._buckets.get(key, (self.capacity, now))
@@ -77,7 +85,7 @@ class Buckets:
         (nothing is taken then)."""
         tokens = self.available(key, now)
         if tokens >= count:
-            if len(self._buckets) > PRUNE_ABOVE:
+            if len(self._buckets) > self._prune_above:
                 self._prune(now)
             self._buckets[key] = (tokens - count, now)
             return 0.0
@@ -89,6 +97,7 @@ class Buckets:
     def _prune(self, now: float) -> None:
         self._buckets = {key: (tokens, at) for key, (tokens, at) in self._buckets.items()
                          if tokens + (now - at) * self._rate < self.capacity}
+        self._prune_above = next_prune(len(self._buckets))
 
 
 class RegistrationGate:
@@ -101,6 +110,7 @@ class RegistrationGate:
     def __init__(self) -> None:
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # bucket -> (lock, holders)
         self._full_until: dict[str, float] = {}
+        self._prune_above = PRUNE_ABOVE
 
     @asynccontextmanager
     async def turn(self, bucket: str) -> AsyncIterator[float]:
@@ -128,9 +138,10 @@ class RegistrationGate:
         now = time.monotonic()
         if self._full_until.get(bucket, 0.0) > now:
             return
-        if len(self._full_until) > PRUNE_ABOVE:
+        if len(self._full_until) > self._prune_above:
             self._full_until = {key: until for key, until in self._full_until.items()
                                 if until > now}
+            self._prune_above = next_prune(len(self._full_until))
         self._full_until[bucket] = now + wait_seconds
 
 
