@@ -68,10 +68,10 @@ async def register_from(db: Database, mac: str, bucket: str, limit: int) -> Regi
 async def from_bucket(cur: psycopg.AsyncCursor, statement: str, params: dict,
                       found: Callable[[tuple], bool]) -> tuple:
     """A registration statement's row, run after the bucket's lock, and run once more when
-    its row says the router was neither registered nor `found`: a router another bucket's
-    transaction was inserting made the INSERT wait and do nothing, yet is not in the
-    statement's snapshot (the next statement's is); read as "the bucket is full", it was a
-    false 429 that left the bucket full in the process's memory."""
+    the row says the router was not `found` (registered now or before): a router another
+    bucket's transaction was inserting made the INSERT wait and do nothing, yet is not in
+    the statement's snapshot (the next statement's is); read as "the bucket is full", it was
+    a false 429 that left the bucket full in the process's memory."""
     await execute(cur, LOCK_BUCKET, params)
     for _ in range(2):
         await execute(cur, statement, params)
