@@ -18,6 +18,7 @@ from server.db.connect import connect
 from server.db.routers import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
 from server.web import limits
+from server.web.limits import MAX_WAITING_PER_ADDRESS
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
 
@@ -155,7 +156,8 @@ async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_
     """The CI's Citus pass: 300 new MACs at once from one address each took a database
     connection to wait on the address's lock, and some waited past the pool's timeout (503).
     Now they wait in the process, one at a time asks the database, and a new router from
-    another address is registered meanwhile."""
+    another address is registered meanwhile. Past 32 waiting, the rest are refused at once
+    (found by attacking it: requests sent and abandoned at once queued without bound)."""
     client = await make_client(settings_for(database, tmp_path,
                                             REGISTRATIONS_PER_MINUTE_PER_ADDRESS="5"))
     flood = {"X-Forwarded-For": "203.0.113.28"}
@@ -164,7 +166,8 @@ async def test_a_burst_from_one_address_reaches_the_database_one_at_a_time(make_
         assert await settled(lambda: registrations_waiting(sql)) == 1
         other = {"X-Forwarded-For": "198.51.100.28"}
         assert await asyncio.wait_for(poll(client, "02:28:01:00:00:01", **other), 5) == 200
-        assert not any(task.done() for task in burst)
+        refused_at_once = [task.result() for task in burst if task.done()]
+        assert refused_at_once == [429] * (40 - MAX_WAITING_PER_ADDRESS)
     statuses = await asyncio.gather(*burst)
     assert statuses.count(200) == 5 and statuses.count(429) == 35
 
@@ -194,6 +197,31 @@ async def test_a_full_address_is_refused_without_a_registration(make_client, dat
         locker.close()
     assert await asyncio.gather(*burst) == [429] * 30
     assert sql.value("SELECT count(*) FROM routers WHERE registered_from = '203.0.113.29'") == 2
+
+
+async def test_refusals_from_memory_never_prolong_it(make_client, database, tmp_path, sql):
+    """Found by attacking it: a new MAC whose turn began while its address was known full,
+    and whose read ended after that, set the address full again (a second more, and so on
+    under a flood: refused for 20 s while the database had room). The test ages the address's
+    registrations to leave the minute in 2 s and holds `routers` locked across that."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            REGISTRATIONS_PER_MINUTE_PER_ADDRESS="2"))
+    here = {"X-Forwarded-For": "203.0.113.31"}
+    macs = new_macs(5, "02:31")
+    assert [await poll(client, mac, **here) for mac in macs[:2]] == [200, 200]
+    sql.rows("UPDATE routers SET registered_at = now() - interval '58.5 seconds' "
+             "WHERE registered_from = '203.0.113.31'")
+    assert await poll(client, macs[2], **here) == 429  # known full for 2 s from now
+    locker = connect(database)
+    try:
+        locker.execute("LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+        late = asyncio.create_task(poll(client, macs[3], **here))
+        assert await settled(lambda: statements_active(sql, "SELECT 1 FROM routers WHERE mac")) == 1
+        await asyncio.sleep(2.5)
+    finally:
+        locker.close()
+    assert await late == 429  # its turn began while the address was full
+    assert await poll(client, macs[4], **here) == 200
 
 
 def statements_active(sql, beginning: str) -> int:

@@ -41,7 +41,8 @@ issued AS (
 used AS (
     DELETE FROM enrollment_windows WHERE mac IN (SELECT mac FROM issued))
 SELECT EXISTS (SELECT 1 FROM known), EXISTS (SELECT 1 FROM registered),
-       EXISTS (SELECT 1 FROM issued), EXISTS (SELECT 1 FROM closed), {BUCKET_WAIT}"""
+       EXISTS (SELECT 1 FROM issued), EXISTS (SELECT 1 FROM closed), {BUCKET_WAIT},
+       %(open)s AND {UNDER_LIMIT}"""
 
 
 @dataclass(frozen=True)

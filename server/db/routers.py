@@ -37,7 +37,7 @@ WITH registered AS (
 queued AS (
     INSERT INTO generation_queue (mac) SELECT mac FROM registered ON CONFLICT DO NOTHING)
 SELECT EXISTS (SELECT 1 FROM registered), EXISTS (SELECT 1 FROM routers WHERE mac = %(mac)s),
-       {BUCKET_WAIT}"""
+       {BUCKET_WAIT}, {UNDER_LIMIT}"""
 
 
 @dataclass(frozen=True)
@@ -67,18 +67,19 @@ async def register_from(db: Database, mac: str, bucket: str, limit: int) -> Regi
 
 async def from_bucket(cur: psycopg.AsyncCursor, statement: str, params: dict,
                       found: Callable[[tuple], bool]) -> tuple:
-    """A registration statement's row, run after the bucket's lock, and run once more when
-    the row says the router was not `found` (registered now or before): a router another
-    bucket's transaction was inserting made the INSERT wait and do nothing, yet is not in
-    the statement's snapshot (the next statement's is); read as "the bucket is full", it was
-    a false 429 that left the bucket full in the process's memory."""
+    """A registration statement's row but its last column (whether it tried to insert the
+    router), run after the bucket's lock. Run once more when it tried and the router is not
+    `found` (registered now or before): a router another bucket's transaction was inserting
+    made the INSERT wait and do nothing, yet is not in the statement's snapshot (the next
+    statement's is); read as "the bucket is full", it was a false 429 that left the bucket
+    full in the process's memory."""
     await execute(cur, LOCK_BUCKET, params)
     for _ in range(2):
         await execute(cur, statement, params)
-        row = await cur.fetchone()
-        if found(row):
+        *row, tried = await cur.fetchone()
+        if found(row) or not tried:
             break
-    return row
+    return tuple(row)
 
 
 # A router's last activation: its newest, or (silent for longer than activations are kept one

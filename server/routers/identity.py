@@ -78,7 +78,7 @@ class RouterRegistry:
         """In the address's turn: while it is known full, a router registered before (by
         another process, or before this one started) is let in after one read and a new one
         refused without a registration; else the database registers it or finds it full."""
-        async with self._limits.registrations.turn(bucket) as full_for:
+        async with self._limits.registration_turn(bucket) as full_for:
             if full_for:
                 if await router_db.is_registered(self._db, mac):
                     return
@@ -86,7 +86,7 @@ class RouterRegistry:
             registration = await router_db.register_from(self._db, mac, bucket,
                                                          self._limits.registrations_per_minute)
         if registration.limited:
-            raise self._limits.refuse_registration(bucket, registration.wait_seconds)
+            raise self._limits.address_full(bucket, registration.wait_seconds)
         if registration.new:
             self._on_new_router()
 

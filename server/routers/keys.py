@@ -117,11 +117,11 @@ class RouterKeys:
         key = new_key()
         bucket = self._limits.bucket(address)
         # One at a time per address, but always asked: a known router enrolls from a full one.
-        async with self._limits.registrations.turn(bucket):
+        async with self._limits.registration_turn(bucket):
             outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open,
                                            bucket, self._limits.registrations_per_minute)
         if not outcome.registered and registration_open:
-            raise self._limits.refuse_registration(bucket, outcome.wait_seconds)
+            raise self._limits.address_full(bucket, outcome.wait_seconds)
         if not outcome.registered:
             self._count("enroll_refused", "enrollment of %s from %s refused: not subscribed",
                         mac, address)

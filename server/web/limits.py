@@ -42,6 +42,7 @@ from server.metrics import Metrics
 log = logging.getLogger("router_backend.trust")
 
 PRUNE_ABOVE = 100_000  # buckets per limit before full ones are forgotten
+MAX_WAITING_PER_ADDRESS = 32  # registrations of one address waiting their turn, per process
 LOG_EVERY_SECONDS = 60.0
 
 
@@ -132,12 +133,14 @@ class RegistrationGate:
         """Seconds the bucket is still known full (0.0: not known full)."""
         return max(0.0, self._full_until.get(bucket, 0.0) - time.monotonic())
 
+    def waiting(self, bucket: str) -> int:
+        """The bucket's requests in or waiting for its turn."""
+        return self._turns.get(bucket, (None, 0))[1]
+
     def full(self, bucket: str, wait_seconds: float) -> None:
-        """The bucket is full for `wait_seconds` (kept as it is while already full, so
-        refusals from this memory never prolong it)."""
+        """The database found the bucket full for `wait_seconds` (only its answers are kept:
+        a refusal from this memory, set again, would prolong it under a flood)."""
         now = time.monotonic()
-        if self._full_until.get(bucket, 0.0) > now:
-            return
         if len(self._full_until) > self._prune_above:
             self._full_until = {key: until for key, until in self._full_until.items()
                                 if until > now}
@@ -168,10 +171,22 @@ class FloodLimits:
         """What the address is counted under (address_bucket at this process's prefix)."""
         return address_bucket(address, self._ipv6_prefix)
 
-    def refuse_registration(self, bucket: str, wait_seconds: int) -> TooManyRequests:
-        """The 429 for a bucket the database (or the gate, from its last answer) found full;
-        the gate keeps it full for `wait_seconds`."""
+    def registration_turn(self, bucket: str):
+        """The bucket's turn at the gate; TooManyRequests when MAX_WAITING_PER_ADDRESS of
+        its requests wait already (aiohttp does not cancel a handler whose client left, so
+        requests sent and abandoned at once queued without bound)."""
+        if self.registrations.waiting(bucket) >= MAX_WAITING_PER_ADDRESS:
+            self._metrics.limited.labels("registrations").inc()
+            raise TooManyRequests(f"too many new routers from {bucket} at once: the limit "
+                                  f"is {MAX_WAITING_PER_ADDRESS} waiting their turn", 1)
+        return self.registrations.turn(bucket)
+
+    def address_full(self, bucket: str, wait_seconds: int) -> TooManyRequests:
+        """The database found the bucket full: the gate keeps it so for `wait_seconds`."""
         self.registrations.full(bucket, wait_seconds)
+        return self.refuse_registration(bucket, wait_seconds)
+
+    def refuse_registration(self, bucket: str, wait_seconds: int) -> TooManyRequests:
         self._metrics.limited.labels("registrations").inc()
         return TooManyRequests(f"too many new routers from {bucket}: the limit is "
                                f"{self.registrations_per_minute} a minute", wait_seconds)
