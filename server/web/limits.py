@@ -32,7 +32,7 @@ import ipaddress
 import logging
 import math
 import time
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import AsyncIterator
 
 from engine.addresses import carried
@@ -171,7 +171,7 @@ class FloodLimits:
         """What the address is counted under (address_bucket at this process's prefix)."""
         return address_bucket(address, self._ipv6_prefix)
 
-    def registration_turn(self, bucket: str):
+    def registration_turn(self, bucket: str) -> AbstractAsyncContextManager[float]:
         """The bucket's turn at the gate; TooManyRequests when MAX_WAITING_PER_ADDRESS of
         its requests wait already (aiohttp does not cancel a handler whose client left, so
         requests sent and abandoned at once queued without bound)."""
