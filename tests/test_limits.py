@@ -190,7 +190,8 @@ async def test_a_full_address_is_refused_without_a_registration(make_client, dat
         assert registrations_waiting(sql) == 0
     locker = connect(database)
     try:
-        locker.execute("LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+        # In a thread: a job of the in-process server may read routers, and must commit.
+        await asyncio.to_thread(locker.execute, "LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
         burst = [asyncio.create_task(poll(client, mac, **flood)) for mac in new_macs(30, "02:2e")]
         assert await settled(lambda: statements_active(sql, "SELECT 1 FROM routers WHERE mac")) == 1
     finally:
@@ -214,7 +215,8 @@ async def test_refusals_from_memory_never_prolong_it(make_client, database, tmp_
     assert await poll(client, macs[2], **here) == 429  # known full for 2 s from now
     locker = connect(database)
     try:
-        locker.execute("LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+        # In a thread: a job of the in-process server may read routers, and must commit.
+        await asyncio.to_thread(locker.execute, "LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
         late = asyncio.create_task(poll(client, macs[3], **here))
         assert await settled(lambda: statements_active(sql, "SELECT 1 FROM routers WHERE mac")) == 1
         await asyncio.sleep(2.5)
