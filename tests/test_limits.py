@@ -10,7 +10,7 @@ from collections import Counter
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 
@@ -144,6 +144,18 @@ def bucket_held(database, bucket: str):
         conn.close()
 
 
+@asynccontextmanager
+async def routers_locked(database):
+    """`routers` locked by the test: every read of it waits. Taken in a thread, as a job of
+    the in-process server may be reading it and must get to commit."""
+    conn = connect(database)
+    try:
+        await asyncio.to_thread(conn.execute, "LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+        yield
+    finally:
+        conn.close()
+
+
 def registrations_waiting(sql) -> int:
     return sql.value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                      "AND classid = %s AND database = (SELECT oid FROM pg_database "
@@ -188,14 +200,9 @@ async def test_a_full_address_is_refused_without_a_registration(make_client, dat
             *(poll(client, mac, **flood) for mac in new_macs(50, "02:2a"))), 3)
         assert statuses == [429] * 50
         assert registrations_waiting(sql) == 0
-    locker = connect(database)
-    try:
-        # In a thread: a job of the in-process server may read routers, and must commit.
-        await asyncio.to_thread(locker.execute, "LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+    async with routers_locked(database):
         burst = [asyncio.create_task(poll(client, mac, **flood)) for mac in new_macs(30, "02:2e")]
         assert await settled(lambda: statements_active(sql, "SELECT 1 FROM routers WHERE mac")) == 1
-    finally:
-        locker.close()
     assert await asyncio.gather(*burst) == [429] * 30
     assert sql.value("SELECT count(*) FROM routers WHERE registered_from = '203.0.113.29'") == 2
 
@@ -213,15 +220,10 @@ async def test_refusals_from_memory_never_prolong_it(make_client, database, tmp_
     sql.rows("UPDATE routers SET registered_at = now() - interval '58.5 seconds' "
              "WHERE registered_from = '203.0.113.31'")
     assert await poll(client, macs[2], **here) == 429  # known full for 2 s from now
-    locker = connect(database)
-    try:
-        # In a thread: a job of the in-process server may read routers, and must commit.
-        await asyncio.to_thread(locker.execute, "LOCK TABLE routers IN ACCESS EXCLUSIVE MODE")
+    async with routers_locked(database):
         late = asyncio.create_task(poll(client, macs[3], **here))
         assert await settled(lambda: statements_active(sql, "SELECT 1 FROM routers WHERE mac")) == 1
         await asyncio.sleep(2.5)
-    finally:
-        locker.close()
     assert await late == 429  # its turn began while the address was full
     assert await poll(client, macs[4], **here) == 200
 
