@@ -104,9 +104,9 @@ class Buckets:
 class RegistrationGate:
     """Per address bucket, in this process: one registration at a time goes to the database,
     and none until the time the database gave when it last refused the bucket (its oldest
-    registration of the minute leaving it). Both are the database's answer kept for a moment,
-    so the limit itself stays the database's; a removal of a router within that moment is
-    seen only once it passes."""
+    registration of the minute leaving it). That refusal is the database's answer kept for a
+    moment, so the limit itself stays the database's; a removal of a router within that
+    moment is seen only once it passes."""
 
     def __init__(self) -> None:
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # bucket -> (lock, holders)
