@@ -18,6 +18,7 @@ from server.telemetry.indicators import Indicator, IndicatorError, from_line, in
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
 from server.settings import Settings
+from server.telemetry.hunt_packing import pack
 
 PROG = "router-backend hunt"
 OPTIONS = (("ip", "ADDR", "an IPv4 or IPv6 address (source or destination of any record)"),
@@ -27,6 +28,10 @@ OPTIONS = (("ip", "ADDR", "an IPv4 or IPv6 address (source or destination of any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", choices=("compact",),
+                        help="compact: pack every day before today into the index's "
+                             "compressed blocks now, as the hunt-compact job does on "
+                             "HUNT_COMPACT_CRON_SCHEDULE (hunts answer the same)")
     for kind, metavar, text in OPTIONS:
         parser.add_argument(f"--{kind}", metavar=metavar, action="append", default=[],
                             help=f"{text} (repeatable)")
@@ -43,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int,
                         help=f"matches shown at most (default {MATCHES_SHOWN}); the count is "
                              "whole up to the hunt's bound")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="matches left out before the ones shown: the next page is "
+                             "--offset of the last plus its --limit")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.add_argument("--log", action="store_true",
                         help="list the hunts and drill-downs made, newest first (who, when, "
@@ -86,9 +94,13 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
 
 def table(answer: dict) -> str:
     searched = answer["searched"]
-    lines = [f"{count_text(answer)} match(es) from {searched['from']} to {searched['to']}"
-             + (f", the first {answer['shown']} shown" if answer["shown"] < answer["match_count"]
-                else ""),
+    first = answer["offset"] + 1
+    shown = (f", {first} to {first + answer['shown'] - 1} shown (earliest sighting first, "
+             "each indicator in turn)" if answer["shown"] < answer["match_count"] else "")
+    more = (f"; more with --offset {answer['offset'] + answer['shown']}" if answer["more"]
+            else "")
+    lines = [f"{count_text(answer)} match(es) in the records received from {searched['from']} "
+             f"to {searched['to']}{shown}{more}",
              "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_kept"]
     for match in answer["matches"]:
         lines.append(f"{match['mac']}\t{match['kind']}\t{match['indicator']}\t"
@@ -111,14 +123,28 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
                 print(f"{e['at']}\t{e['asked_by']}\t{e['via']}\t{e['from']}\t{e['to']}\t"
                       f"{matches}\t{e['router'] or '-'}\t{what}")
         return 0
-    hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, until=args.until)
+    hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, args.offset,
+                until=args.until)
     answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings))
     print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
           else table(answer))
     return 0
 
 
+async def _compact(db: Database) -> int:
+    done = (await pack(db)).as_detail()
+    if not done["days"]:
+        print("nothing to pack: every day before today is packed already")
+    else:
+        print(f"packed {len(done['days'])} day(s), {done['days'][0]} to {done['days'][-1]}: "
+              f"{done['postings']} postings in {done['bytes']} bytes "
+              f"({done['bytes_per_posting']} a posting)")
+    return 0
+
+
 def hunt(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "compact":
+        return run_command(PROG, lambda settings, db: _compact(db), settings=settings)
     try:
         indicators = indicators_of(args)
         if not args.log and not indicators:
@@ -127,8 +153,9 @@ def hunt(settings: Settings, args: argparse.Namespace) -> int:
         if not 1 <= args.days <= settings.hunt_retention_days:
             raise UsageError(f"--days is 1 to {settings.hunt_retention_days} (the index's "
                              "HUNT_RETENTION_DAYS)")
-        if args.limit is not None and not 1 <= args.limit <= 100_000 or args.skip < 0:
-            raise UsageError("--limit is 1 to 100000, --skip 0 or more")
+        if args.limit is not None and not 1 <= args.limit <= 100_000 or args.skip < 0 \
+                or not 0 <= args.offset <= 1_000_000:
+            raise UsageError("--limit is 1 to 100000, --skip 0 or more, --offset 0 to 1000000")
     except UsageError as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return EXIT_USAGE

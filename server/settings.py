@@ -396,6 +396,10 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "retention job: longer than the records themselves (RETENTION_DAYS), so a hunt "
                 "still names routers and days after the records are gone (docs/security.md).",
                 _integer(1)),
+        Setting("HUNT_COMPACT_CRON_SCHEDULE", "15 * * * *", "Cron spec of the job packing the "
+                "hunt index's past days into compressed blocks (a few bytes a posting instead "
+                "of about 140; `router-backend hunt compact` does the same at once): a day is "
+                "packed at the first run after it ends.", _cron),
         Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
         Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations per partition "
                 "(by receive or activation time, UTC). Retention drops whole partitions; a change "

@@ -23,6 +23,7 @@ from server.db import hunt as hunt_db
 from server.errors import BadRequest, TooManyRequests
 from server.hunt.search import (LOG_SHOWN, Hunt, count_text, day_asked, hunt_log,
                                 records_kept_days, run_hunt)
+from server.hunt.sightings import router_days
 from server.telemetry.export import records_carrying
 from server.telemetry.indicators import IndicatorError, from_line, match_argument
 from server.tuning import changes as tuning
@@ -164,7 +165,7 @@ async def router_records(request: web.Request) -> web.Response:
     gate = request.config_dict[HUNT_GATE]
     try:
         async with gate.place(request[USER].name):
-            days = await hunt_db.router_days(db, mac, [(wanted.code, wanted.stored)], since)
+            days = await router_days(db, mac, [(wanted.code, wanted.stored)], since, today)
             records, stopped = await asyncio.get_running_loop().run_in_executor(
                 gate.threads, _records, db.location, mac, wanted, days)
             await hunt_db.record_hunt(

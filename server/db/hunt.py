@@ -1,5 +1,6 @@
-"""The SQL of the hunt index (migration 0027): postings written with each upload, the hunts
-that read them, and the record of every hunt.
+"""The SQL of the hunt index (migrations 0027, 0030): postings written with each upload, the
+packing of past days into blocks (server/telemetry/hunt_packing.py), the hunts that read both, and
+the record of every hunt.
 
 `hunt_postings` holds one row per (kind, value, day, router): the first and last time an
 upload carrying the value was received that day and how many records carried it. Its
@@ -58,48 +59,6 @@ def _condition(asked: list[tuple[str, str]]) -> tuple[str, dict]:
     return " OR ".join(parts), params
 
 
-def _asked(parts: list[str]) -> str:
-    """A CASE naming which indicator (its position) a posting matched: one only, as the
-    indicators asked are distinct keys."""
-    return "CASE " + " ".join(f"WHEN {part} THEN {n}" for n, part in enumerate(parts)) + " END"
-
-
-def window_pairs_statement(asked: list[tuple[str, str]]) -> tuple[str, dict]:
-    """The (router, indicator asked, last seen) of matching postings, at most %(limit)s, in
-    no order: index lookups in the day partitions from %(since)s to %(until)s."""
-    parts, params = _matches(asked)
-    return (f"SELECT mac::text, {_asked(parts)}, last_seen FROM hunt_postings "
-            f"WHERE day >= %(since)s AND day <= %(until)s AND ({' OR '.join(parts)}) "
-            f"LIMIT %(limit)s"), params
-
-
-def pairs_statement(asked: list[tuple[str, str]]) -> tuple[str, dict]:
-    """Per (router, indicator asked), for the routers named only: first and last time,
-    records and days. Parameters: %(since)s, %(until)s (days), %(macs)s."""
-    parts, params = _matches(asked)
-    return f"""SELECT mac::text, asked, min(first_seen), max(last_seen), sum(records)::bigint,
-       array_agg(day ORDER BY day)
-FROM (SELECT *, {_asked(parts)} AS asked FROM hunt_postings
-      WHERE day >= %(since)s AND day <= %(until)s AND mac = ANY(%(macs)s::macaddr[])
-        AND ({' OR '.join(parts)})) matched
-GROUP BY mac, asked""", params
-
-
-async def window_pairs(db: Database, asked: list[tuple[str, str]], since: datetime,
-                       until: datetime, limit: int) -> list[tuple[str, int, datetime]]:
-    statement, params = window_pairs_statement(asked)
-    return await db.fetchall(statement, {**params, "since": since, "until": until,
-                                         "limit": limit})
-
-
-async def pairs(db: Database, asked: list[tuple[str, str]], since: datetime,
-                until: datetime, macs: list[str]) -> list[tuple]:
-    """`since`, `until`: the first instants of the first and last days searched."""
-    statement, params = pairs_statement(asked)
-    return await db.fetchall(statement, {**params, "since": since, "until": until,
-                                         "macs": macs})
-
-
 RECORD_HUNT = """INSERT INTO hunt_log (asked_by, via, indicators, since, until, matches,
     matches_exact, router)
 VALUES (%s, %s, %s::jsonb, %s, %s, %s, %s, %s::macaddr)"""
@@ -133,3 +92,73 @@ async def router_days(db: Database, mac: str, asked: list[tuple[str, str]],
     rows = await db.fetchall(ROUTER_DAYS.format(condition=condition),
                              {**params, "mac": mac, "since": since})
     return [row[0] for row in rows]
+
+
+# --- The packed index (migration 0030, server/telemetry/hunt_packing.py) ---
+
+# A router removed: its postings gone, its number forgotten (the packed blocks keep the
+# number, which then names no router) and listed so that every hunt leaves it out.
+FORGET_HUNT_ROUTER = """WITH gone AS (DELETE FROM hunt_routers WHERE mac = %(mac)s RETURNING id)
+INSERT INTO hunt_removed_routers (id) SELECT id FROM gone ON CONFLICT DO NOTHING;
+DELETE FROM hunt_postings WHERE mac = %(mac)s"""
+
+# The value's hash that places it in a block: PostgreSQL's own, so that the packing job's
+# sort and a hunt's lookup agree (hashtextextended is what hash partitioning stores by, and
+# stays the same across releases).
+VALUE_HASH = "hashtextextended(kind::text || value, 0)"
+HASHES = """SELECT hashtextextended(c || v, 0)
+FROM unnest(%(codes)s::text[], %(values)s::text[]) WITH ORDINALITY AS a(c, v, n) ORDER BY n"""
+
+# Days before %(before)s with postings still in rows, oldest first.
+DAYS_TO_PACK = """SELECT DISTINCT day FROM hunt_postings WHERE day < %(before)s ORDER BY day"""
+DAY_POSTINGS = "SELECT count(*) FROM hunt_postings WHERE day = %(day)s"
+PACKED_DAY = "SELECT bits FROM hunt_packed_days WHERE day = %(day)s"
+# Routers numbered without gaps: no ON CONFLICT, which would take a number for every
+# router already numbered (packing runs alone, under PACKING_LOCK).
+NUMBER_ROUTERS = """INSERT INTO hunt_routers (mac)
+SELECT DISTINCT p.mac FROM hunt_postings p
+WHERE p.day = %(day)s AND NOT EXISTS (SELECT 1 FROM hunt_routers r WHERE r.mac = p.mac)"""
+DAY_ROUTERS = """SELECT mac::text, id FROM hunt_routers
+WHERE mac IN (SELECT DISTINCT mac FROM hunt_postings WHERE day = %(day)s)"""
+# Times in whole seconds from the day's start, cut down (as a hunt prints them).
+DAY_ROWS = f"""SELECT {VALUE_HASH}, mac::text, records, first, last - first
+FROM (SELECT kind, value, mac, records,
+             floor(extract(epoch FROM first_seen - day))::integer AS first,
+             floor(extract(epoch FROM last_seen - day))::integer AS last
+      FROM hunt_postings WHERE day = %(day)s) p
+ORDER BY 1"""
+NEXT_PASS = "SELECT coalesce(max(pass) + 1, 0) FROM hunt_packed WHERE day = %(day)s"
+ADD_BLOCK = """INSERT INTO hunt_packed (day, bucket, pass, postings, block)
+VALUES (%(day)s, %(bucket)s, %(pass)s, %(postings)s, %(block)s)"""
+PACKED = """INSERT INTO hunt_packed_days AS d (day, bits, postings, bytes)
+VALUES (%(day)s, %(bits)s, %(postings)s, %(bytes)s)
+ON CONFLICT (day) DO UPDATE SET postings = d.postings + excluded.postings,
+    bytes = d.bytes + excluded.bytes, packed_at = now()"""
+UNPACKED_ROWS_GONE = "DELETE FROM hunt_postings WHERE day = %(day)s"
+
+# Reads of a hunt.
+PACKED_DAYS = """SELECT day, bits FROM hunt_packed_days
+WHERE day >= %(since)s AND day <= %(until)s ORDER BY day"""
+BLOCKS = """SELECT day, bucket, block FROM hunt_packed
+WHERE (day, bucket) IN (SELECT * FROM unnest(%(days)s::timestamptz[], %(buckets)s::integer[]))
+ORDER BY day"""
+REMOVED_ROUTERS = "SELECT id FROM hunt_removed_routers"
+ROUTER_MACS = "SELECT id, mac::text FROM hunt_routers WHERE id = ANY(%(ids)s::integer[])"
+ROUTER_IDS = "SELECT mac::text, id FROM hunt_routers WHERE mac = ANY(%(macs)s::macaddr[])"
+# Each indicator's postings still in rows: how many routers, and the earliest %(reads)s of
+# them by when they were first seen (an order no router can choose but by being first).
+UNPACKED = """SELECT a.n, p.mac::text, p.day, p.first_seen, p.last_seen, p.records
+FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, value, n)
+CROSS JOIN LATERAL (
+    SELECT mac, day, first_seen, last_seen, records FROM hunt_postings h
+    WHERE h.kind = a.code AND h.value = a.value AND h.day >= %(since)s
+      AND h.day <= %(until)s
+    ORDER BY h.first_seen, h.mac LIMIT %(reads)s) p"""
+UNPACKED_OF_ROUTERS = """SELECT %(n)s, mac::text, day, first_seen, last_seen, records
+FROM hunt_postings WHERE kind = %(code)s AND value = %(value)s AND day >= %(since)s
+  AND day <= %(until)s AND mac = ANY(%(macs)s::macaddr[])"""
+UNPACKED_COUNTS = """SELECT a.n, count(DISTINCT h.mac)
+FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, value, n)
+JOIN hunt_postings h ON h.kind = a.code AND h.value = a.value
+WHERE h.day >= %(since)s AND h.day <= %(until)s
+GROUP BY a.n"""

@@ -7,6 +7,7 @@ from typing import Callable
 
 import psycopg
 
+from server.db.hunt import FORGET_HUNT_ROUTER
 from server.db.pool import Database, execute
 
 
@@ -142,14 +143,16 @@ KEY_CHANGED = "SELECT pg_notify('router_keys', %(mac)s::text)"
 
 
 async def unsubscribe(db: Database, mac: str) -> bool:
-    """Remove the router, its place in the generation queue, its allowlist entries and rule
-    overrides; its telemetry stays until retention removes it. False when it was not
-    registered."""
+    """Remove the router, its place in the generation queue, its allowlist entries, rule
+    overrides and hunt postings (its number in the packed index forgotten, so no hunt names
+    it: server/db/hunt.py); its telemetry stays until retention removes it. False when it
+    was not registered."""
     async with db.transaction() as cur:
         await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))
         # Their foreign keys' cascade, which Citus mode drops (ops/citus_nodes.py).
         await execute(cur, "DELETE FROM firewall_allowlist WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
+        await execute(cur, FORGET_HUNT_ROUTER, {"mac": mac})
         await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
         if cur.rowcount != 1:
             return False

@@ -11,12 +11,14 @@ from datetime import date, datetime, timedelta, timezone
 
 from server.db import hunt as hunt_db
 from server.db.pool import Database
+from server.hunt.sightings import Seen, Sightings, sightings
 from server.settings import Settings
 from server.telemetry.indicators import Indicator
 
-MATCHES_SHOWN = 1_000  # per hunt: a value at every router gives the count and the first ones
+MATCHES_SHOWN = 1_000  # per page of a hunt
 LOG_SHOWN = 100  # hunts made, a page of the log
-POSTINGS_READ = 20_000  # per hunt at most, past which the count is a lower bound
+UNPACKED_READS = 20_000  # per indicator, of its postings still in rows (today's)
+DAY_SECONDS = 86_400
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -25,20 +27,20 @@ class Hunt:
     indicators: tuple[Indicator, ...]
     days: int
     limit: int = MATCHES_SHOWN
-    reads_at_most: int = POSTINGS_READ
+    offset: int = 0  # matches left out before the page shown
     until: date | None = None  # the last day searched; None: today
+    unpacked_reads: int = UNPACKED_READS
 
     def window(self, today: date) -> tuple[date, date]:
         """The days searched, by when records were received (UTC): `days` of them up to
-        `until` (or today), that day included. A hunt whose count stopped at its bound (a
-        value many routers saw lately) reads older days by ending before the day it
-        counted from."""
+        `until` (or today), that day included."""
         last = min(self.until or today, today)
         return last - timedelta(days=self.days - 1), last
 
-    def reads(self) -> int:
-        """How many postings the hunt reads at most to find and count its matches."""
-        return max(self.reads_at_most, self.limit)
+    def wanted(self) -> int:
+        """Matches each indicator must rank to fill the page: with one indicator found
+        alone, it fills the page."""
+        return self.offset + self.limit
 
     def asked(self) -> list[tuple[str, str]]:
         return [(i.code, i.stored) for i in self.indicators]
@@ -52,82 +54,69 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime(_ISO)
 
 
-async def routers_found(db: Database, hunt: Hunt, since: date,
-                        until: date) -> tuple[list[tuple[str, int]], bool, date | None]:
-    """The (router, indicator asked) pairs, the most recently seen first (then by router),
-    reading at most `hunt.reads()` postings: all of them at once when there are no more,
-    else a day partition at a time, newest first, so a value every router sees costs the
-    same at any fleet size. Also whether every day was read, and the oldest day read whole
-    (None when not even the newest was)."""
-    asked = hunt.asked()
-    rows = await hunt_db.window_pairs(db, asked, _midnight(since), _midnight(until),
-                                      hunt.reads() + 1)
-    if len(rows) <= hunt.reads():  # most hunts: every posting in one read
-        return _newest_first(rows), True, since
-    read: list[tuple[str, int, datetime]] = []
-    left, day = hunt.reads(), until
-    while day >= since:
-        rows = await hunt_db.window_pairs(db, asked, _midnight(day), _midnight(day), left + 1)
-        read += rows[:left]
-        if len(rows) > left:  # this day read in part: the count is a lower bound
-            return (_newest_first(read), False,
-                    day + timedelta(days=1) if day < until else None)
-        left -= len(rows)
-        day -= timedelta(days=1)
-    return _newest_first(read), True, since
-
-
-def _newest_first(rows: list[tuple[str, int, datetime]]) -> list[tuple[str, int]]:
-    """Each (router, indicator asked) once, by its latest posting read, then by router."""
-    latest: dict[tuple[str, int], datetime] = {}
-    for mac, asked, seen in rows:
-        if (mac, asked) not in latest or seen > latest[(mac, asked)]:
-            latest[(mac, asked)] = seen
-    return sorted(latest, key=lambda pair: (-latest[pair].timestamp(), pair))
-
-
 async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
                    records_kept_days: int | None) -> dict:
-    """The answer (one JSON object) of a hunt, recorded in `hunt_log`. Matches whose last
-    day is older than `records_kept_days` (RETENTION_DAYS, None while retention is off) say
-    their records expired: the index outlives the records (HUNT_RETENTION_DAYS)."""
+    """The answer (one JSON object) of a hunt, recorded in `hunt_log`.
+
+    Matches are (router, indicator) pairs. Each indicator's are ranked earliest sighting
+    first (then by router); a page takes every indicator's first, then every indicator's
+    second, and so on, so no indicator's matches crowd out another's, and no router can push
+    an earlier sighting off the first page but by having been earlier. Counts are exact but
+    when an indicator's postings still in rows (today's, before packing) outnumber
+    `hunt.unpacked_reads`: then that indicator's count is a lower bound and says so. Matches
+    whose last day is older than `records_kept_days` (RETENTION_DAYS, None while retention
+    is off) say their records expired: the index outlives the records."""
     today = datetime.now(timezone.utc).date()
     since, until = hunt.window(today)
-    found, counted_all, counted_from = await routers_found(db, hunt, since, until)
-    shown = set(found[:hunt.limit])
-    rows = await hunt_db.pairs(db, hunt.asked(), _midnight(since), _midnight(until),
-                               sorted({mac for mac, _ in shown})) if shown else []
-    rows = sorted((row for row in rows if (row[0], row[1]) in shown),
-                  key=lambda row: (-row[3].timestamp(), row[0], row[1]))
+    found = await sightings(db, hunt.asked(), _midnight(since), _midnight(until),
+                            hunt.wanted(), hunt.unpacked_reads)
+    pairs = _fair_order(found)
+    page = pairs[hunt.offset:hunt.offset + hunt.limit]
     records_from = today - timedelta(days=records_kept_days) if records_kept_days else None
-    matches = [_match(hunt.indicators[asked], mac, first, last, records, days, records_from)
-               for mac, asked, first, last, records, days in rows]
+    matches = [_match(hunt.indicators[n], seen, records_from) for n, seen in page]
+    total = sum(s.count for s in found)
+    exact = all(s.exact for s in found)
     answer = {"searched": {"days": hunt.days, "from": since.isoformat(),
-                           "to": until.isoformat()},
-              "indicators": [{"kind": i.kind, "value": i.value} for i in hunt.indicators],
-              "match_count": len(found), "match_count_exact": counted_all,
-              "counted_from": counted_from.isoformat() if counted_from else None,
-              "shown": len(matches), "matches": matches}
-    await hunt_db.record_hunt(db, asked_by, via, json.dumps(answer["indicators"]), since,
-                              until, len(found), counted_all)
+                           "to": until.isoformat(), "by": "day received"},
+              "indicators": [{"kind": i.kind, "value": i.value, "match_count": s.count,
+                              "match_count_exact": s.exact}
+                             for i, s in zip(hunt.indicators, found)],
+              "match_count": total, "match_count_exact": exact,
+              "offset": hunt.offset, "shown": len(matches),
+              "more": hunt.offset + len(matches) < total,
+              "order": "earliest sighting first, each indicator in turn",
+              "matches": matches}
+    await hunt_db.record_hunt(db, asked_by, via, json.dumps(
+        [{"kind": i.kind, "value": i.value} for i in hunt.indicators]), since, until, total,
+        exact)
     return answer
 
 
-def _match(indicator: Indicator, mac: str, first: datetime, last: datetime, records: int,
-           days: list[datetime], records_from: date | None) -> dict:
-    return {"mac": mac, "kind": indicator.kind, "indicator": indicator.value,
-            "first_seen": _iso(first), "last_seen": _iso(last), "records": records,
-            "days": [day.astimezone(timezone.utc).date().isoformat() for day in days],
+def _fair_order(found: list["Sightings"]) -> list[tuple[int, "Seen"]]:
+    """Every indicator's first match, then every indicator's second..., each indicator's
+    earliest first."""
+    ranked = []
+    for n, sightings_of in enumerate(found):
+        for rank, seen in enumerate(sightings_of.earliest):
+            ranked.append((rank, seen.first, n, seen.mac, seen))
+    ranked.sort(key=lambda row: row[:4])
+    return [(n, seen) for _, _, n, _, seen in ranked]
+
+
+def _match(indicator: Indicator, seen: "Seen", records_from: date | None) -> dict:
+    return {"mac": seen.mac, "kind": indicator.kind, "indicator": indicator.value,
+            "first_seen": _iso(seen.first), "last_seen": _iso(seen.last),
+            "records": seen.records, "days": [day.isoformat() for day in seen.days],
             "records_expired": records_from is not None
-            and last.astimezone(timezone.utc).date() < records_from}
+            and seen.last.astimezone(timezone.utc).date() < records_from}
 
 
 def count_text(answer: dict) -> str:
     """The match count as people read it: a lower bound says so and from which day."""
     if answer["match_count_exact"]:
         return str(answer["match_count"])
-    whole = f", every day from {answer['counted_from']} counted" if answer["counted_from"] else ""
-    return f"at least {answer['match_count']} (too many postings to count{whole})"
+    return (f"at least {answer['match_count']} (today's postings of a value seen by too "
+            "many routers to count until they are packed)")
 
 
 async def hunt_log(db: Database, limit: int = LOG_SHOWN, skip: int = 0) -> list[dict]:

@@ -37,6 +37,11 @@ DETACH_TRIES = 5
 DETACH_PAUSE_SECONDS = 2.0
 
 
+# The packed hunt index's days (server/telemetry/hunt_packing.py): a few thousand blocks a day.
+EXPIRED_PACKED_DAYS = """DELETE FROM hunt_packed WHERE day < %(cutoff)s;
+DELETE FROM hunt_packed_days WHERE day < %(cutoff)s"""
+
+
 async def run_retention(db: Database, days: int, activation_days: int,
                         batch_rows: int = BATCH_ROWS, now: datetime | None = None,
                         hunt_days: int | None = None) -> dict:
@@ -49,6 +54,8 @@ async def run_retention(db: Database, days: int, activation_days: int,
     removed = {}
     for table, cutoff in cutoffs.items():
         removed[table] = await trim_table(db, table, cutoff, batch_rows)
+    removed["hunt_packed"] = await db.execute(EXPIRED_PACKED_DAYS,
+                                              {"cutoff": cutoffs["hunt_postings"]})
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(),
             "hunt_cutoff": cutoffs["hunt_postings"].isoformat(), "removed": removed}

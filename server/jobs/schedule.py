@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
+from server.telemetry.hunt_packing import pack
 from server.jobs.cron import CronJobs, JobFailed
 from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
 from server.jobs.fleet import run_fleet
@@ -19,10 +20,15 @@ from server.settings import Settings
 from server.telemetry.compaction import compact
 
 
+async def _packed(db: Database) -> dict:
+    return (await pack(db)).as_detail()
+
+
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
     """Rule preprocessing always (and at once when no ruleset was ever published); time
     partitions created ahead and expired upload keys deleted every hour; small telemetry
-    chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
+    chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; the hunt index's past days packed on
+    HUNT_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
     by day every hour; the fleet's lists on FLEET_CRON_SCHEDULE (FLEET_ENABLED); retention when
     DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once at
     start-up."""
@@ -55,6 +61,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
     jobs.add("upload-keys", UPLOAD_KEYS_CRON_SCHEDULE, expired_upload_keys)
     jobs.add("telemetry-compact", settings.telemetry_compact_cron_schedule,
              telemetry_compaction)
+    jobs.add("hunt-compact", settings.hunt_compact_cron_schedule,
+             lambda: _packed(db))
     jobs.add("activation-days", ACTIVATION_DAYS_CRON_SCHEDULE,
              lambda: roll_up_activations(db))
     if settings.fleet_enabled:

@@ -1,0 +1,37 @@
+-- Issue 59. The packed hunt index (server/telemetry/hunt_packing.py, hunt_blocks.py): the
+-- days before today are moved out of `hunt_postings` (one row per posting, about 140 bytes
+-- with its B-tree entry) into compressed blocks of columns, one per (day, bucket of the
+-- values' hashes): a few bytes a posting. Hunts read both (server/hunt/sightings.py).
+
+-- Routers numbered densely for the blocks (a list of them is small integers). A router
+-- removed (`subscriptions remove`) loses its row here: its number in a block no longer
+-- names it, and every hunt leaves it out (hunt_removed_routers).
+CREATE TABLE hunt_routers (
+    id   integer  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    mac  macaddr  NOT NULL UNIQUE
+);
+CREATE TABLE hunt_removed_routers (
+    id   integer  PRIMARY KEY
+);
+
+-- A packed day: how many hash bits name its buckets (2^bits blocks, about
+-- BLOCK_POSTINGS postings each), its postings and bytes.
+CREATE TABLE hunt_packed_days (
+    day        timestamptz  PRIMARY KEY,  -- the UTC day's first instant
+    bits       smallint     NOT NULL CHECK (bits BETWEEN 0 AND 24),
+    postings   bigint       NOT NULL,
+    bytes      bigint       NOT NULL,
+    packed_at  timestamptz  NOT NULL DEFAULT now()
+);
+
+-- The blocks. A day packed again (postings of an upload that ended after its day had been
+-- packed) adds blocks beside the first ones: `pass` tells them apart.
+CREATE TABLE hunt_packed (
+    day       timestamptz  NOT NULL,
+    bucket    integer      NOT NULL,  -- the value hash's top `bits` bits (signed)
+    pass      smallint     NOT NULL,
+    postings  integer      NOT NULL,
+    block     bytea        NOT NULL,  -- zstd already: not compressed again by TOAST
+    PRIMARY KEY (day, bucket, pass)
+);
+ALTER TABLE hunt_packed ALTER COLUMN block SET STORAGE EXTERNAL;

@@ -1,0 +1,111 @@
+"""The packed hunt index's block: one day's postings of the values whose hash falls in one
+bucket, as compressed columns (migration 0030, server/telemetry/hunt_packing.py).
+
+A posting is (value, router, day) with the first and last time an upload carrying the value
+was received that day and how many records carried it. In a block the postings are sorted
+by the value's 64-bit hash (PostgreSQL's hashtextextended of the kind's code and the stored
+value), then by the router's dense number (`hunt_routers`), and kept as columns:
+
+| column    | type   | what                                                           |
+|-----------|--------|----------------------------------------------------------------|
+| hashes    | int64  | each value's hash, once, sorted (the value itself is not kept) |
+| starts    | uint32 | where each value's postings begin, and the end                 |
+| routers   | uint32 | the router's number, less the previous one's of the same value |
+| records   | uint32 | records that carried it that day                               |
+| first     | uint32 | seconds from the day's start to the first upload carrying it   |
+| span      | uint32 | seconds from that to the last                                  |
+
+Each column's bytes are regrouped by significance (all first bytes, then all second bytes,
+...) before the whole is compressed with zstd: small numbers leave planes of zeros, which
+compress to nearly nothing. A value is found by a binary search of `hashes`, and only its
+slice is read.
+
+Why our own format: PostgreSQL's array and GIN types cannot hold these columns under 10
+bytes a posting with their times, and the maintained bitmap libraries (roaring) hold only
+the routers; this is numpy's arrays and zstd, with a few lines of layout.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import zstandard
+
+MAGIC = b"HP1"
+_HEADER = struct.Struct("<3sII")  # magic, values, postings
+ZSTD_LEVEL = 6
+
+
+@dataclass
+class Postings:
+    """Postings as parallel arrays, sorted by (hash, router) when packed."""
+    hashes: np.ndarray   # int64, a value's hash per posting
+    routers: np.ndarray  # uint32, the router's number
+    records: np.ndarray  # uint32
+    first: np.ndarray    # uint32, seconds into the day
+    span: np.ndarray     # uint32, last - first, seconds
+
+    def __len__(self) -> int:
+        return len(self.routers)
+
+
+def _planes(column: np.ndarray) -> bytes:
+    return column.view(np.uint8).reshape(-1, column.itemsize).T.tobytes()
+
+
+def _unplanes(data: memoryview, count: int, dtype) -> np.ndarray:
+    width = np.dtype(dtype).itemsize
+    planes = np.frombuffer(data, dtype=np.uint8, count=count * width).reshape(width, count)
+    return np.ascontiguousarray(planes.T).view(dtype).reshape(count)
+
+
+def encode(postings: Postings) -> bytes:
+    """One block from postings sorted by (hash, router)."""
+    hashes, starts = np.unique(postings.hashes, return_index=True)
+    starts = np.append(starts, len(postings)).astype(np.uint32)
+    deltas = postings.routers.astype(np.int64)
+    deltas[1:] -= postings.routers[:-1]
+    deltas[starts[:-1]] = postings.routers[starts[:-1]]  # each value's first: absolute
+    body = b"".join((_planes(hashes.astype(np.int64)), _planes(starts),
+                     _planes(deltas.astype(np.uint32)), _planes(postings.records),
+                     _planes(postings.first), _planes(postings.span)))
+    header = _HEADER.pack(MAGIC, len(hashes), len(postings))
+    return header + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
+
+
+@dataclass
+class Block:
+    """A block read back: its hashes and columns, a value's postings by `find`."""
+    hashes: np.ndarray
+    starts: np.ndarray
+    deltas: np.ndarray
+    records: np.ndarray
+    first: np.ndarray
+    span: np.ndarray
+
+    def find(self, value_hash: int) -> Postings | None:
+        at = int(np.searchsorted(self.hashes, value_hash))
+        if at == len(self.hashes) or int(self.hashes[at]) != value_hash:
+            return None
+        start, end = int(self.starts[at]), int(self.starts[at + 1])
+        routers = np.cumsum(self.deltas[start:end], dtype=np.uint32)
+        return Postings(np.full(end - start, value_hash, dtype=np.int64), routers,
+                        self.records[start:end], self.first[start:end], self.span[start:end])
+
+
+def decode(data: bytes) -> Block:
+    magic, values, postings = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError("not a hunt block")
+    body = memoryview(zstandard.ZstdDecompressor().decompress(
+        data[_HEADER.size:], max_output_size=values * 12 + 4 + postings * 16))
+    columns, at = [], 0
+    for dtype, count in ((np.int64, values), (np.uint32, values + 1), (np.uint32, postings),
+                         (np.uint32, postings), (np.uint32, postings),
+                         (np.uint32, postings)):
+        size = count * np.dtype(dtype).itemsize
+        columns.append(_unplanes(body[at:at + size], count, dtype))
+        at += size
+    return Block(*columns)

@@ -1,0 +1,198 @@
+"""The packed hunt index (issue 59): hunts answer the same before and after packing, with
+postings in rows and in blocks at once; the earliest sighting first, each indicator in turn,
+so that no flood of later routers (the burying attacks) pushes an honest router off the
+first page; pages; hunts of many indicators; a removed router named by no hunt; packed days
+expired by retention. Packing is asked with `before` tomorrow, which packs today too: the
+same code path as the job's, without ageing rows (which Citus refuses)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from server.db.hunt import postings_statement
+from server.db.routers import unsubscribe
+from server.hunt.search import Hunt, run_hunt
+from server.jobs.retention import run_retention
+from server.telemetry.hunt_packing import pack
+from server.telemetry.indicators import indicator
+from server.telemetry.postings import Postings
+from server.typedefs import DATABASE
+from testkit.database import command_env
+from testkit.server import router_backend
+from tests.test_hunt import dns, expected, fleet, hunt, mac, upload  # noqa: F401 (fixture)
+
+TOMORROW = timedelta(days=1)
+
+
+def tomorrow() -> datetime:
+    return datetime.now(timezone.utc).replace(hour=0, minute=0, second=0,
+                                              microsecond=0) + TOMORROW
+
+
+def shape(answer: dict) -> list[tuple]:
+    return [(m["mac"], m["kind"], m["indicator"], m["first_seen"], m["last_seen"],
+             m["records"], tuple(m["days"])) for m in answer["matches"]]
+
+
+async def test_hunts_answer_the_same_before_and_after_packing(fleet, sql):  # noqa: F811
+    settings, client, held = fleet
+    truth = expected(held)
+    rng = random.Random(59)
+    asked = rng.sample(sorted(truth), 40)
+    db = client.app[DATABASE]
+
+    async def answers() -> list[dict]:
+        return [await run_hunt(db, Hunt((indicator(kind, value),), 30), "test", "command",
+                               None) for kind, value in asked]
+
+    before = await answers()
+    for (kind, value), answer in zip(asked, before):
+        assert {m["mac"]: m["records"] for m in answer["matches"]} == truth[(kind, value)]
+    rows = sql.value("SELECT count(*) FROM hunt_postings")
+    done = (await pack(db, tomorrow())).as_detail()
+    assert done["postings"] == rows and sql.value("SELECT count(*) FROM hunt_postings") == 0
+    assert done["bytes"] < rows * 40  # (the corpus's few routers: the values' hashes dominate)
+    after = await answers()
+    assert [shape(a) for a in after] == [shape(b) for b in before]
+    assert [a["match_count"] for a in after] == [b["match_count"] for b in before]
+    # A router uploads again: its new postings in rows, its old ones in blocks, one match.
+    kind, value = next(k for k in asked if k[0] == "sid")
+    router = sorted(truth[(kind, value)])[0]
+    again = [r for r in held[router] if (r.get("alert") or {}).get("signature_id") == int(value)]
+    await upload(client, router, again)
+    answer = await run_hunt(db, Hunt((indicator(kind, value),), 30), "test", "command", None)
+    records = {m["mac"]: m["records"] for m in answer["matches"]}
+    assert records[router] == 2 * truth[(kind, value)][router]
+    assert answer["match_count"] == len(truth[(kind, value)])
+    await pack(db, tomorrow())  # packed again: a second pass of the same day
+    again_packed = await run_hunt(db, Hunt((indicator(kind, value),), 30), "test", "command",
+                                  None)
+    assert shape(again_packed) == shape(answer)
+    assert sql.value("SELECT count(DISTINCT pass) FROM hunt_packed") == 2
+
+
+async def test_the_command_packs_the_days_before_today(make_client, settings, sql):
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    await upload(client, mac(8), [dns("today.example")])
+    yesterday = datetime.now(timezone.utc) - TOMORROW
+    await plant(db, [mac(9)], ["yesterday.example"], yesterday)
+    done = router_backend(command_env(settings), "hunt", "compact")
+    assert done.returncode == 0, done.stderr
+    assert f"packed 1 day(s), {yesterday.date()} to {yesterday.date()}" in done.stdout
+    assert sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(9),)) == 0
+    assert sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(8),)) > 0
+    again = router_backend(command_env(settings), "hunt", "compact")
+    assert "nothing to pack" in again.stdout
+    answer = hunt(settings, "--domain", "yesterday.example")
+    assert [(m["mac"], m["days"]) for m in answer["matches"]] == [
+        (mac(9), [yesterday.date().isoformat()])]
+
+
+async def plant(db, macs: list[str], names: list[str], seen: datetime) -> None:
+    """Postings as an upload of `names` from each router writes them, through the service's
+    own statement (server/db/hunt.py), at `seen`."""
+    for router in macs:
+        postings = Postings()
+        for name in names:
+            postings.add(dns(name))
+        statement, params = postings_statement({**postings.params(seen), "mac": router})
+        await db.execute(statement, params)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+async def test_a_thousand_later_routers_do_not_bury_the_first(make_client, settings, packed):
+    """1,050 MACs post a name after an honest router did (issue 59): the honest router is
+    the first match, on the first page of the command's default limit, packed or not."""
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    await upload(client, mac(1), [dns("www.evil-c2.example")])
+    later = datetime.now(timezone.utc) + timedelta(seconds=2)
+    if later.date() != datetime.now(timezone.utc).date():
+        pytest.skip("too close to midnight")
+    await plant(db, [f"02:00:00:00:{n >> 8:02x}:{n & 255:02x}" for n in range(1050)],
+                ["www.evil-c2.example"], later)
+    if packed:
+        await pack(db, tomorrow())
+    answer = hunt(settings, "--domain", "evil-c2.example")
+    assert answer["match_count"] == 1051 and answer["match_count_exact"]
+    assert answer["matches"][0]["mac"] == mac(1)
+    first_page = router_backend(command_env(settings), "hunt", "--domain", "evil-c2.example")
+    assert first_page.returncode == 0
+    assert first_page.stdout.splitlines()[2].startswith(mac(1))
+    assert "more with --offset 1000" in first_page.stdout
+    page = hunt(settings, "--domain", "evil-c2.example", "--offset", "1050")
+    assert page["shown"] == 1 and not page["more"] and page["offset"] == 1050
+
+
+@pytest.mark.parametrize("packed", [False, True])
+async def test_low_macs_posting_a_whole_list_do_not_hide_an_earlier_router(make_client,
+                                                                            settings, packed):
+    """201 MACs with low addresses post all 100 names of a list after an honest router saw
+    one: each indicator gets its own share of the page, earliest first, so the honest
+    router is on the first page; the count is exact."""
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    names = [f"n{n}.list.example" for n in range(100)]
+    await upload(client, mac(2), [dns(names[57])])
+    later = datetime.now(timezone.utc) + timedelta(seconds=2)
+    if later.date() != datetime.now(timezone.utc).date():
+        pytest.skip("too close to midnight")
+    await plant(db, [f"00:00:00:00:{n >> 8:02x}:{n & 255:02x}" for n in range(201)], names,
+                later)
+    if packed:
+        await pack(db, tomorrow())
+    listed = [indicator("domain", name) for name in names]
+    answer = await run_hunt(db, Hunt(tuple(listed), 30, limit=1000, unpacked_reads=50),
+                            "test", "command", None)
+    first = [m for m in answer["matches"] if m["indicator"] == names[57]]
+    assert first[0]["mac"] == mac(2)
+    assert answer["matches"].index(first[0]) < 100  # every indicator's first, first
+    assert answer["match_count"] == 100 * 201 + 1 or not answer["match_count_exact"]
+    if packed:
+        assert answer["match_count_exact"] and answer["match_count"] == 100 * 201 + 1
+
+
+async def test_ten_thousand_indicators_in_one_hunt(make_client, settings):
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    await upload(client, mac(3), [dns("seen.many.example")])
+    await pack(db, tomorrow())
+    await upload(client, mac(4), [dns("also.many.example")])
+    listed = [indicator("domain", f"x{n}.many.example") for n in range(9_998)]
+    listed += [indicator("domain", "seen.many.example"), indicator("domain", "also.many.example")]
+    answer = await run_hunt(db, Hunt(tuple(listed), 30), "test", "command", None)
+    assert {(m["mac"], m["indicator"]) for m in answer["matches"]} == {
+        (mac(3), "seen.many.example"), (mac(4), "also.many.example")}
+
+
+@pytest.mark.parametrize("packed", [False, True])
+async def test_a_removed_router_is_named_by_no_hunt(make_client, settings, sql, packed):
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    for n in (5, 6):
+        await upload(client, mac(n), [dns("gone.example")])
+    if packed:
+        await pack(db, tomorrow())
+    assert await unsubscribe(db, mac(5))
+    answer = hunt(settings, "--domain", "gone.example")
+    assert [m["mac"] for m in answer["matches"]] == [mac(6)]
+    assert answer["match_count"] == 1
+    assert sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(5),)) == 0
+    assert sql.value("SELECT count(*) FROM hunt_routers WHERE mac = %s", (mac(5),)) == 0
+    await upload(client, mac(5), [dns("gone.example")])  # registered anew: found anew
+    assert hunt(settings, "--domain", "gone.example")["match_count"] == 2
+
+
+async def test_retention_expires_packed_days(make_client, settings, sql):
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    await upload(client, mac(7), [dns("old.example")])
+    await pack(db, tomorrow())
+    assert sql.value("SELECT count(*) FROM hunt_packed") > 0
+    await run_retention(db, 30, 400, hunt_days=1, now=datetime.now(timezone.utc) + 2 * TOMORROW)
+    assert sql.value("SELECT count(*) FROM hunt_packed") == 0
+    assert sql.value("SELECT count(*) FROM hunt_packed_days") == 0
