@@ -134,6 +134,7 @@ PACKED = """INSERT INTO hunt_packed_days AS d (day, bits, postings, bytes)
 VALUES (%(day)s, %(bits)s, %(postings)s, %(bytes)s)
 ON CONFLICT (day) DO UPDATE SET postings = d.postings + excluded.postings,
     bytes = d.bytes + excluded.bytes, packed_at = now()"""
+PARTITION_BYTES = "SELECT pg_total_relation_size(%(name)s::regclass)"
 UNPACKED_ROWS_GONE = "DELETE FROM hunt_postings WHERE day = %(day)s"
 
 # Reads of a hunt.

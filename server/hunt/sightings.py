@@ -22,7 +22,7 @@ from server.db.pool import Database
 from server.telemetry.hunt_blocks import decode
 from server.telemetry.hunt_packing import bucket_of
 
-DAYS_A_READ = 8  # packed days whose blocks one statement fetches: bounds a hunt's memory
+BLOCKS_A_READ = 512  # asked of one statement, about: bounds a hunt's memory
 UNIQUE_AT_MOST = 2_000_000  # past this, distinct routers are counted with a bitmap
 EPOCH = date(1970, 1, 1)
 
@@ -101,15 +101,18 @@ async def read_packed(db: Database, hashes: list[int], since: datetime, until: d
     """Every packed posting of the values hashed, from the days in the window."""
     days = await db.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
     by_bits: dict[int, dict[int, list[int]]] = {}
-    for start in range(0, len(days), DAYS_A_READ):
+    for bits in {bits for _, bits in days}:
+        buckets = by_bits[bits] = defaultdict(list)
+        for n, value_hash in enumerate(hashes):
+            buckets[bucket_of(value_hash, bits)].append(n)
+    start = 0
+    while start < len(days):
         wanted: dict[tuple[datetime, int], list[int]] = {}
-        for day, bits in days[start:start + DAYS_A_READ]:
-            if bits not in by_bits:
-                buckets = by_bits[bits] = defaultdict(list)
-                for n, value_hash in enumerate(hashes):
-                    buckets[bucket_of(value_hash, bits)].append(n)
+        while start < len(days) and len(wanted) < BLOCKS_A_READ:
+            day, bits = days[start]
             for bucket, indicators in by_bits[bits].items():
                 wanted[(day, bucket)] = indicators
+            start += 1
         rows = await db.fetchall(hunt_db.BLOCKS, {"days": [d for d, _ in wanted],
                                                   "buckets": [b for _, b in wanted]})
         for day, bucket, data in rows:
@@ -202,21 +205,27 @@ def settle(gathered: _Gathered, wanted: int, removed: np.ndarray,
         count = max(count, unpacked_count)
     chosen = _earliest_numbers(numbers, first, wanted)
     picked = np.isin(numbers, chosen)
-    seen: dict[int, Seen] = {}
-    for number, day, f, la, r in zip(numbers[picked].tolist(), days[picked].tolist(),
-                                     first[picked].tolist(), last[picked].tolist(),
-                                     records[picked].tolist()):
-        if number not in seen:
-            seen[number] = Seen(number, _moment(f), _moment(la), r, [_date(day)])
-        else:
-            one = seen[number]
-            one.first, one.last = min(one.first, _moment(f)), max(one.last, _moment(la))
-            one.records += r
-            if _date(day) not in one.days:
-                one.days.append(_date(day))
-    for one in seen.values():
-        one.days.sort()
-    return Sightings(count, exact, sorted(seen.values(), key=lambda s: (s.first, s.number)))
+    return Sightings(count, exact, _per_router(numbers[picked], days[picked], first[picked],
+                                               last[picked], records[picked]))
+
+
+def _per_router(numbers, days, first, last, records) -> list[Seen]:
+    """The postings of each router summed over the window, earliest first."""
+    if not len(numbers):
+        return []
+    order = np.lexsort((days, numbers))
+    numbers, days, first, last, records = (c[order] for c in (numbers, days, first, last,
+                                                               records))
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(numbers)) + 1))
+    ends = np.append(starts[1:], len(numbers))
+    dates = {day: _date(day) for day in np.unique(days).tolist()}
+    seen = [Seen(number, _moment(f), _moment(la), r,
+                 [dates[d] for d in dict.fromkeys(days[start:end].tolist())])
+            for number, f, la, r, start, end in zip(
+                numbers[starts].tolist(), np.minimum.reduceat(first, starts).tolist(),
+                np.maximum.reduceat(last, starts).tolist(),
+                np.add.reduceat(records, starts).tolist(), starts.tolist(), ends.tolist())]
+    return sorted(seen, key=lambda s: (s.first, s.number))
 
 
 def _earliest_numbers(numbers: np.ndarray, first: np.ndarray, wanted: int) -> np.ndarray:

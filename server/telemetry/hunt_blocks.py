@@ -75,37 +75,39 @@ def encode(postings: Postings) -> bytes:
     return header + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
 
 
-@dataclass
 class Block:
-    """A block read back: its hashes and columns, a value's postings by `find`."""
-    hashes: np.ndarray
-    starts: np.ndarray
-    deltas: np.ndarray
-    records: np.ndarray
-    first: np.ndarray
-    span: np.ndarray
+    """A block read back: its hashes whole, its other columns read only for the value
+    asked (`find`), so that a rare value costs a few bytes of each column, not the block."""
+
+    def __init__(self, body: memoryview, values: int, postings: int) -> None:
+        self.body, self.postings = body, postings
+        self.hashes = _unplanes(body[:values * 8], values, np.int64)
+        self.starts = _unplanes(body[values * 8:values * 12 + 4], values + 1, np.uint32)
+        self._columns_at = values * 12 + 4
+
+    def _slice(self, column: int, start: int, end: int) -> np.ndarray:
+        """Rows start to end of a uint32 column (0 routers, 1 records, 2 first, 3 span)."""
+        at = self._columns_at + column * self.postings * 4
+        planes = np.frombuffer(self.body, dtype=np.uint8, count=self.postings * 4,
+                               offset=at).reshape(4, self.postings)[:, start:end]
+        return np.ascontiguousarray(planes.T).view(np.uint32).reshape(end - start)
 
     def find(self, value_hash: int) -> Postings | None:
         at = int(np.searchsorted(self.hashes, value_hash))
         if at == len(self.hashes) or int(self.hashes[at]) != value_hash:
             return None
         start, end = int(self.starts[at]), int(self.starts[at + 1])
-        routers = np.cumsum(self.deltas[start:end], dtype=np.uint32)
+        routers = np.cumsum(self._slice(0, start, end), dtype=np.uint32)
         return Postings(np.full(end - start, value_hash, dtype=np.int64), routers,
-                        self.records[start:end], self.first[start:end], self.span[start:end])
+                        self._slice(1, start, end), self._slice(2, start, end),
+                        self._slice(3, start, end))
 
 
 def decode(data: bytes) -> Block:
     magic, values, postings = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ValueError("not a hunt block")
-    body = memoryview(zstandard.ZstdDecompressor().decompress(
-        data[_HEADER.size:], max_output_size=values * 12 + 4 + postings * 16))
-    columns, at = [], 0
-    for dtype, count in ((np.int64, values), (np.uint32, values + 1), (np.uint32, postings),
-                         (np.uint32, postings), (np.uint32, postings),
-                         (np.uint32, postings)):
-        size = count * np.dtype(dtype).itemsize
-        columns.append(_unplanes(body[at:at + size], count, dtype))
-        at += size
-    return Block(*columns)
+    body = zstandard.ZstdDecompressor().decompress(data[_HEADER.size:])
+    if len(body) != values * 12 + 4 + postings * 16:
+        raise ValueError("a hunt block of the wrong length")
+    return Block(memoryview(body), values, postings)

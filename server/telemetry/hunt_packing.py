@@ -23,6 +23,7 @@ import numpy as np
 import psycopg
 
 from server.db import hunt as hunt_db
+from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.db.pool import Database
 from server.telemetry.hunt_blocks import Postings, encode
 
@@ -32,6 +33,7 @@ BLOCK_POSTINGS = 8_192  # a block's postings, about: a rare value's lookup reads
 MAX_BITS = 24
 FETCH_ROWS = 50_000
 PACKING_LOCK = 7_302_145_059  # one packer at a time, across processes and hosts
+EMPTY_BYTES = 65_536  # an empty partition's own pages and its index's first ones
 
 
 def bits_for(postings: int) -> int:
@@ -75,7 +77,31 @@ async def pack(db: Database, before: datetime | None = None) -> PackedDays:
             done.days.append(day.astimezone(timezone.utc).date().isoformat())
             done.postings += postings
             done.bytes += size
+        await _emptied(cur, before)
     return done
+
+
+async def _emptied(cur: psycopg.AsyncCursor, before: datetime) -> None:
+    """The partitions of days packed whole, truncated: a DELETE leaves their B-tree's pages
+    (VACUUM frees them for reuse, but no later row lands in a past day's partition). Each
+    is locked for a moment, checked empty in that lock, and skipped when busy (a hunt
+    reading it): the next run tries again."""
+    await cur.execute(LIST_PARTITIONS, {"table": "hunt_postings"})
+    for partition in partitions_from_rows(await cur.fetchall()):
+        if partition.end > before:
+            continue
+        await cur.execute(hunt_db.PARTITION_BYTES, {"name": partition.name})
+        if (await cur.fetchone())[0] <= EMPTY_BYTES:
+            continue
+        try:
+            async with cur.connection.transaction():
+                await cur.execute("SET LOCAL lock_timeout = '1s'")
+                await cur.execute(f"LOCK TABLE {partition.name} IN ACCESS EXCLUSIVE MODE")
+                await cur.execute(f"SELECT EXISTS (SELECT 1 FROM {partition.name})")
+                if not (await cur.fetchone())[0]:
+                    await cur.execute(f"TRUNCATE {partition.name}")
+        except psycopg.errors.LockNotAvailable:
+            log.info("hunt packing: %s busy, truncated at the next run", partition.name)
 
 
 async def _pack_day(conn: psycopg.AsyncConnection, day: datetime) -> tuple[int, int]:
