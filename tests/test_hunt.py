@@ -279,7 +279,7 @@ async def test_the_console_hunts_for_signed_in_users_and_records_them(make_clien
                                                           "days": days})
         assert answer.status == 400 and "days back is 1 to 400" in await answer.text(), days
     for bad in ("colour:blue", "ip:999.1.1.1", "", "sid:" + "9" * 40, "sid:\u00b2",
-                "domain:evil\n.example.com"):
+                "domain:evil\n.example.com", "domain:com", "domain:COM."):
         answer = await client.get(f"/console/routers/{mac(0)}/records", params={"match": bad})
         assert answer.status == 400 and "Traceback" not in await answer.text(), bad
     await client.post("/console/sign-out", data={"csrf": token})

@@ -8,6 +8,7 @@ same code path as the job's, without ageing rows (which Citus refuses)."""
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -22,6 +23,7 @@ from server.telemetry.postings import Postings
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
+from tests.test_console import SUPPORT, console_settings, sign_in
 from tests.test_hunt import dns, expected, fleet, hunt, mac, upload  # noqa: F401 (fixture)
 
 TOMORROW = timedelta(days=1)
@@ -196,3 +198,27 @@ async def test_retention_expires_packed_days(make_client, settings, sql):
     await run_retention(db, 30, 400, hunt_days=1, now=datetime.now(timezone.utc) + 2 * TOMORROW)
     assert sql.value("SELECT count(*) FROM hunt_packed") == 0
     assert sql.value("SELECT count(*) FROM hunt_packed_days") == 0
+
+
+async def test_the_console_pages_a_hunt_the_first_sighting_first(make_client, settings):
+    client = await make_client(console_settings(settings))
+    db = client.app[DATABASE]
+    await upload(client, mac(10), [dns("www.evil-c2.example")])
+    later = datetime.now(timezone.utc) + timedelta(seconds=2)
+    if later.date() != datetime.now(timezone.utc).date():
+        pytest.skip("too close to midnight")
+    await plant(db, [f"02:00:00:01:{n >> 8:02x}:{n & 255:02x}" for n in range(1050)],
+                ["www.evil-c2.example"], later)
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await client.get("/console/hunt")
+    token = re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
+    form = {"csrf": token, "indicators": "domain evil-c2.example", "days": "30"}
+    first = await (await client.post("/console/hunt", data=form)).text()
+    rows = re.findall(r'<tr><td><a href="/console/routers/([0-9a-f:]+)">', first)
+    assert rows[0] == mac(10) and len(rows) == 1000
+    assert "1 to 1000 shown" in first and 'value="1000">next page' in first
+    second = await (await client.post("/console/hunt", data={**form, "offset": "1000"})).text()
+    rows = re.findall(r'<tr><td><a href="/console/routers/([0-9a-f:]+)">', second)
+    assert len(rows) == 51 and mac(10) not in rows and "previous page" in second
+    refused = await client.post("/console/hunt", data={**form, "offset": "-1"})
+    assert refused.status == 400

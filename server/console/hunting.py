@@ -21,8 +21,8 @@ from aiohttp import web
 from server.console.auth import USER
 from server.db import hunt as hunt_db
 from server.errors import BadRequest, TooManyRequests
-from server.hunt.search import (LOG_SHOWN, Hunt, count_text, day_asked, hunt_log,
-                                records_kept_days, run_hunt)
+from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
+                                hunt_log, records_kept_days, run_hunt)
 from server.hunt.sightings import router_days
 from server.telemetry.export import records_carrying
 from server.telemetry.indicators import IndicatorError, from_line, match_argument
@@ -31,6 +31,7 @@ from server.typedefs import DATABASE, SETTINGS
 from server.web.limits import Buckets
 
 INDICATORS_ASKED = 100    # lines of one hunt
+MAX_OFFSET = 1_000_000    # where a page may start
 RECORDS_SHOWN = 200       # on a router's drill-down page
 RECORD_BYTES_SHOWN = 4096  # of each record there: a router chooses how long its records are
 DRILL_DOWN_SECONDS = 10.0  # reading a router's chunks: past this, what was found is shown
@@ -137,17 +138,20 @@ async def hunt(request: web.Request) -> web.Response:
             raise IndicatorError(f"days back is 1 to {settings.hunt_retention_days} (the "
                                  "index's HUNT_RETENTION_DAYS)")
         until = _day(form.get("until"))
+        offset = _number(form.get("offset"), 0)
+        if not 0 <= offset <= MAX_OFFSET:
+            raise IndicatorError(f"a page starts at 0 to {MAX_OFFSET}")
     except IndicatorError as error:
         return await _page(request, 400, asked=asked[:10_000], error=str(error))
     try:
         async with request.config_dict[HUNT_GATE].place(request[USER].name):
             answer = await run_hunt(request.config_dict[DATABASE],
-                                    Hunt(indicators, days, until=until),
+                                    Hunt(indicators, days, MATCHES_SHOWN, offset, until),
                                     f"console:{request[USER].name}", "console",
                                     records_kept_days(settings))
     except HuntRefused as error:
         return await _page(request, 429, asked=asked[:10_000], days=days, error=str(error))
-    return await _page(request, asked=asked, days=days, answer=answer,
+    return await _page(request, asked=asked, days=days, answer=answer, page=MATCHES_SHOWN,
                        until=until.isoformat() if until else "", count=count_text(answer))
 
 
@@ -156,6 +160,10 @@ async def router_records(request: web.Request) -> web.Response:
     mac = tuning.router_mac(request.match_info["mac"])
     try:
         wanted = match_argument(request.query.get("match", ""))
+        if wanted.kind == "domain" and "." not in wanted.value:
+            raise IndicatorError(f"{wanted.value!r} is a top-level domain: a router's records "
+                                 "under it are its browsing, not a sighting; name a domain "
+                                 "under it")
     except IndicatorError as error:
         raise BadRequest(f"?match=KIND:VALUE: {error}") from None
     db, settings = request.config_dict[DATABASE], request.config_dict[SETTINGS]
