@@ -3,9 +3,12 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
 (HUNT_RETENTION_DAYS, longer than the records').
 
 - `search.py`: a hunt asked of the index and shaped once for the command
-  (`router-backend hunt`, ops/hunt.py) and the console (server/console/hunting.py), and the
-  record of every hunt.
+  (`router-backend hunt`, ops/hunt.py) and the console (server/console/hunting.py): pages of
+  matches, earliest sighting first, each indicator in turn; and the record of every hunt.
+- `sightings.py`: which routers saw each indicator, read from both halves of the index (the
+  packed days' blocks and the postings still in rows), counted exactly.
 
 What a record carries and how each value is stored is server/telemetry/indicators.py; the
-postings are written with each upload (server/telemetry/postings.py, server/db/hunt.py).
+postings are written with each upload (server/telemetry/postings.py, server/db/hunt.py) and
+packed after their day by the hunt-compact job (server/telemetry/hunt_packing.py).
 """

@@ -4,7 +4,8 @@ fields, `chunks.py` encodes and decodes a chunk, `summary.py` tallies a body's r
 the hourly summary rows, `indicators.py` says what a record carries for the hunt (and how
 each value is stored), `postings.py` tallies an upload's postings in the hunt index,
 `writer.py` writes an upload's chunks, summary and postings in one
-transaction as its body streams in, `compaction.py` merges
+transaction as its body streams in, `hunt_packing.py` packs the hunt index's past days into
+compressed blocks (`hunt_blocks.py`, their layout), `compaction.py` merges
 small chunks (the agent's 10-second uploads) into large ones, `batch.py` turns whole uploads
 at hand into the statements that store them, `legacy.py` moves the rows of the tables of
 before into chunks, `export.py` streams a router's records back out, `sql_tables.py` turns
