@@ -38,8 +38,8 @@ DETACH_PAUSE_SECONDS = 2.0
 
 
 # The packed hunt index's days (server/telemetry/hunt_packing.py): a few thousand blocks a day.
-EXPIRED_PACKED_DAYS = """DELETE FROM hunt_packed WHERE day < %(cutoff)s;
-DELETE FROM hunt_packed_days WHERE day < %(cutoff)s"""
+EXPIRED_PACKED_DAYS = """DELETE FROM hunt_packed_days WHERE day < %(cutoff)s;
+DELETE FROM hunt_packed WHERE day < %(cutoff)s"""  # the row count: the blocks
 
 
 async def run_retention(db: Database, days: int, activation_days: int,
@@ -54,8 +54,11 @@ async def run_retention(db: Database, days: int, activation_days: int,
     removed = {}
     for table, cutoff in cutoffs.items():
         removed[table] = await trim_table(db, table, cutoff, batch_rows)
-    removed["hunt_packed"] = await db.execute(EXPIRED_PACKED_DAYS,
-                                              {"cutoff": cutoffs["hunt_postings"]})
+    removed["hunt_packed"] = {
+        "partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
+        "rows_deleted": await db.execute(EXPIRED_PACKED_DAYS,
+                                         {"cutoff": cutoffs["hunt_postings"]}),
+        "partitions_deferred": []}
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(),
             "hunt_cutoff": cutoffs["hunt_postings"].isoformat(), "removed": removed}
