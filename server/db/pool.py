@@ -141,6 +141,16 @@ class Database:
             await execute(cur, query, params)
             return await cur.fetchall()
 
+    async def fetchall_binary(self, query: str, params: Any = None) -> list[tuple]:
+        """Rows in PostgreSQL's binary format, parameters bound by the server: a `bytea`
+        comes as its bytes, not as twice as many hex digits to parse (the packed hunt
+        index's blocks: half the time of a text read)."""
+        async with self.cursor() as cur:
+            binary = psycopg.AsyncCursor(cur.connection)
+            async with asyncio.timeout(_statement_seconds):
+                await binary.execute(query, params, binary=True)
+            return await binary.fetchall()
+
     async def execute(self, query: str, params: Any = None) -> int:
         async with self.cursor() as cur:
             await execute(cur, query, params)

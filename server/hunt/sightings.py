@@ -113,7 +113,7 @@ async def read_packed(db: Database, hashes: list[int], since: datetime, until: d
             for bucket, indicators in by_bits[bits].items():
                 wanted[(day, bucket)] = indicators
             start += 1
-        rows = await db.fetchall(hunt_db.BLOCKS, {"days": [d for d, _ in wanted],
+        rows = await db.fetchall_binary(hunt_db.BLOCKS, {"days": [d for d, _ in wanted],
                                                   "buckets": [b for _, b in wanted]})
         for day, bucket, data in rows:
             block, number = decode(data), _day_number(day)
