@@ -21,6 +21,7 @@ from server.settings import Settings
 from server.telemetry.hunt_packing import pack
 
 PROG = "router-backend hunt"
+MAX_INDICATORS = 100_000  # a hunt's, read in one pass of the days asked
 OPTIONS = (("ip", "ADDR", "an IPv4 or IPv6 address (source or destination of any record)"),
            ("domain", "NAME", "a DNS name, TLS SNI or HTTP host, and every name under it"),
            ("ja3", "MD5", "a JA3 or JA3S hash"), ("ja4", "FP", "a JA4 fingerprint"),
@@ -89,7 +90,11 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
                     raise UsageError(f"--file {path}:{number}: {error}") from None
     except IndicatorError as error:
         raise UsageError(str(error)) from None
-    return list(dict.fromkeys(found))
+    found = list(dict.fromkeys(found))
+    if len(found) > MAX_INDICATORS:
+        raise UsageError(f"{len(found)} indicators: at most {MAX_INDICATORS:,} a hunt (split "
+                         "the file)")
+    return found
 
 
 def table(answer: dict) -> str:

@@ -222,3 +222,12 @@ async def test_the_console_pages_a_hunt_the_first_sighting_first(make_client, se
     assert len(rows) == 51 and mac(10) not in rows and "previous page" in second
     refused = await client.post("/console/hunt", data={**form, "offset": "-1"})
     assert refused.status == 400
+
+
+def test_a_hunt_of_too_many_indicators_is_refused_in_one_line(settings, tmp_path):
+    listed = tmp_path / "list.txt"
+    listed.write_text("".join(f"x{n}.example\n" for n in range(100_001)))
+    done = router_backend(command_env(settings), "hunt", "--file", str(listed))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "router-backend hunt: 100001 indicators: at most 100,000 a hunt (split the file)"]

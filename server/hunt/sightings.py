@@ -118,9 +118,11 @@ async def read_packed(db: Database, hashes: list[int], since: datetime, until: d
         for day, bucket, data in rows:
             block, number = decode(data), _day_number(day)
             base = int(day.timestamp())
-            for n in wanted[(day, bucket)]:
-                found = block.find(hashes[n])
-                if found is not None:
+            indicators = wanted[(day, bucket)]
+            places = block.present(np.array([hashes[n] for n in indicators], dtype=np.int64))
+            for n, at in zip(indicators, places.tolist()):
+                if at >= 0:
+                    found = block.postings_at(at)
                     first = base + found.first.astype(np.int64)
                     gathered[n].add(found.routers, number, first, first + found.span,
                                     found.records)
@@ -194,6 +196,8 @@ def settle(gathered: _Gathered, wanted: int, removed: np.ndarray,
            unpacked_count: int | None) -> Sightings:
     """One indicator's count and its `wanted` earliest routers, each with its whole
     window."""
+    if not gathered.numbers:  # most indicators of a long list: never seen
+        return Sightings(unpacked_count or 0, unpacked_count is None, [])
     numbers, days, first, last, records = gathered.columns()
     if len(removed) and len(numbers):
         kept = ~np.isin(numbers, removed)

@@ -93,9 +93,21 @@ class Block:
         return np.ascontiguousarray(planes.T).view(np.uint32).reshape(end - start)
 
     def find(self, value_hash: int) -> Postings | None:
-        at = int(np.searchsorted(self.hashes, value_hash))
-        if at == len(self.hashes) or int(self.hashes[at]) != value_hash:
-            return None
+        found = self.present(np.array([value_hash], dtype=np.int64))
+        return self.postings_at(int(found[0])) if found[0] >= 0 else None
+
+    def present(self, value_hashes: np.ndarray) -> np.ndarray:
+        """For each hash asked, where its value is in the block, or -1: one search for
+        all of a hunt's indicators."""
+        at = np.searchsorted(self.hashes, value_hashes)
+        inside = at < len(self.hashes)
+        hit = np.zeros(len(value_hashes), dtype=bool)
+        hit[inside] = self.hashes[at[inside]] == value_hashes[inside]
+        return np.where(hit, at, -1)
+
+    def postings_at(self, at: int) -> Postings:
+        """The postings of the block's `at`-th value."""
+        value_hash = int(self.hashes[at])
         start, end = int(self.starts[at]), int(self.starts[at + 1])
         routers = np.cumsum(self._slice(0, start, end), dtype=np.uint32)
         return Postings(np.full(end - start, value_hash, dtype=np.int64), routers,
