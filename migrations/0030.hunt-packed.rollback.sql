@@ -1,3 +1,4 @@
+DROP TABLE hunt_budgets;
 DROP TABLE hunt_packed;
 DROP TABLE hunt_packed_days;
 DROP TABLE hunt_removed_routers;

@@ -35,3 +35,15 @@ CREATE TABLE hunt_packed (
     PRIMARY KEY (day, bucket, pass)
 );
 ALTER TABLE hunt_packed ALTER COLUMN block SET STORAGE EXTERNAL;
+
+-- A router's postings per day, counted across processes and restarts: past
+-- HUNT_POSTINGS_PER_ROUTER_DAY new ones a day, its records are still stored and the values
+-- it had not posted that day are not indexed, counted here (`unindexed`) for `status` and
+-- the console. Kept a week (the packing job trims it). Distributed by `mac` under Citus.
+CREATE TABLE hunt_budgets (
+    mac        macaddr      NOT NULL,
+    day        timestamptz  NOT NULL,
+    postings   integer      NOT NULL,  -- new postings written that day
+    unindexed  integer      NOT NULL,  -- values past the budget, not indexed
+    PRIMARY KEY (mac, day)
+);

@@ -3,7 +3,8 @@ last day, silent for more than a week; routers whose applied ETags lag the curre
 or that reported a failure; the generation queue (claimed, due, overdue by more than an
 hour, failing, with their last errors); the ruleset (version, age, the last preprocess run
 and its outcome); telemetry records accepted and rejected in the last hour; notifications
-failed or pending."""
+failed or pending; the hunt index's packed days and the routers past their daily budget of
+postings."""
 
 from __future__ import annotations
 
@@ -55,7 +56,21 @@ def render(status: dict) -> str:
     notifications = status["notifications"]
     lines.append(f"notifications  {notifications['failed']} failed, "
                  f"{notifications['pending']} pending")
+    lines += hunt_lines(status["hunt_index"])
     return "\n".join(lines)
+
+
+def hunt_lines(hunt: dict) -> list[str]:
+    per = (f", {hunt['packed_bytes'] / hunt['packed_postings']:.1f} bytes a posting"
+           if hunt["packed_postings"] else "")
+    last = f", the last {hunt['last_packed_day']:%Y-%m-%d}" if hunt["last_packed_day"] else ""
+    lines = [f"hunt index     {hunt['packed_days']} days packed ({hunt['packed_postings']} "
+             f"postings in {hunt['packed_bytes']} bytes{per}{last}); "
+             f"{hunt['over_budget_routers']} routers past HUNT_POSTINGS_PER_ROUTER_DAY since "
+             f"yesterday, {hunt['unindexed_values']} values not indexed"]
+    lines += [f"                 {r['mac']} on {r['day']:%Y-%m-%d}: {r['postings']} posted, "
+              f"{r['unindexed']} not indexed" for r in hunt["over_budget"]]
+    return lines
 
 
 async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:

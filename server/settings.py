@@ -396,6 +396,12 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "retention job: longer than the records themselves (RETENTION_DAYS), so a hunt "
                 "still names routers and days after the records are gone (docs/security.md).",
                 _integer(1)),
+        Setting("HUNT_POSTINGS_PER_ROUTER_DAY", "20000", "New postings a router may add to the "
+                "hunt index in a UTC day (a household's day is a few hundred: the corpus's "
+                "sensor day 79), counted across processes and restarts: past it, its records "
+                "are still stored, the values it had already posted that day are still "
+                "updated, and the others are not indexed, counted per router and shown by "
+                "`status` and the console (docs/security.md).", _integer(100)),
         Setting("HUNT_COMPACT_CRON_SCHEDULE", "15 * * * *", "Cron spec of the job packing the "
                 "hunt index's past days into compressed blocks (a few bytes a posting instead "
                 "of about 140; `router-backend hunt compact` does the same at once): a day is "

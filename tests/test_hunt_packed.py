@@ -19,7 +19,7 @@ from server.hunt.search import Hunt, run_hunt
 from server.jobs.retention import run_retention
 from server.telemetry.hunt_packing import pack
 from server.telemetry.indicators import indicator
-from server.telemetry.postings import Postings
+from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY, Postings
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
@@ -101,7 +101,8 @@ async def plant(db, macs: list[str], names: list[str], seen: datetime) -> None:
         postings = Postings()
         for name in names:
             postings.add(dns(name))
-        statement, params = postings_statement({**postings.params(seen), "mac": router})
+        statement, params = postings_statement({**postings.params(seen), "mac": router,
+                                                "budget": POSTINGS_PER_ROUTER_DAY})
         await db.execute(statement, params)
 
 
@@ -231,3 +232,34 @@ def test_a_hunt_of_too_many_indicators_is_refused_in_one_line(settings, tmp_path
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "router-backend hunt: 100001 indicators: at most 100,000 a hunt (split the file)"]
+
+
+async def test_a_router_posting_random_names_stops_at_its_daily_budget(make_client, settings,
+                                                                        sql):
+    """A router sending DNS records of random names (issue 59: 485,647 postings in 60 s)
+    adds at most its day's budget, counted across uploads; past it the records are still
+    stored, the names it posted before are still counted, the others are not indexed, and
+    `status` and the console's fleet page say how many."""
+    budgeted = console_settings(settings.replace(hunt_postings_per_router_day=300))
+    client = await make_client(budgeted)
+    await upload(client, mac(11), [dns("early.budget.example")])
+    for batch in range(6):
+        await upload(client, mac(11), [dns(f"r{batch}-{n}.random.example") for n in range(100)])
+    posted = sql.value("SELECT postings FROM hunt_budgets WHERE mac = %s", (mac(11),))
+    rows = sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(11),))
+    assert rows == posted and 300 <= posted < 300 + 2 * 100 + 10
+    unindexed = sql.value("SELECT unindexed FROM hunt_budgets WHERE mac = %s", (mac(11),))
+    assert unindexed > 0
+    stored = router_backend(command_env(budgeted), "telemetry", "export", "--mac", mac(11))
+    assert stored.stdout.count("random.example") == 600  # every record kept
+    await upload(client, mac(11), [dns("early.budget.example")])  # posted before: counted
+    answer = hunt(budgeted, "--domain", "early.budget.example")
+    assert answer["matches"][0]["records"] == 2
+    assert hunt(budgeted, "--domain", "r5-99.random.example")["match_count"] == 0
+    await upload(client, mac(12), [dns("r5-99.random.example")])  # another router's own
+    assert hunt(budgeted, "--domain", "r5-99.random.example")["match_count"] == 1
+    status = router_backend(command_env(budgeted), "status")
+    assert f"{mac(11)} on " in status.stdout and "1 routers past HUNT_POSTINGS" in status.stdout
+    assert (await sign_in(client, SUPPORT)).status == 303
+    fleet_page = await (await client.get("/console/")).text()
+    assert "1 routers past their daily" in fleet_page and mac(11) in fleet_page

@@ -40,6 +40,7 @@ from server.db.pool import Database
 from server.hunt.search import Hunt, run_hunt
 from server.telemetry.hunt_packing import pack
 from server.telemetry.indicators import KINDS, Indicator
+from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY
 from testkit.database import partitions_for_history, throwaway_database
 
 POOL = 100_000
@@ -86,7 +87,8 @@ async def write_day(db: Database, macs: list[str], day: datetime,
             rows = [{"code": c, "value": v, "records": RECORDS_PER_POSTING // UPLOADS_A_DAY + 1}
                     for c, v in sorted(chosen)]
             statement, params = postings_statement({
-                "mac": mac, "day": day, "seen": day + timedelta(seconds=second), "rows": rows})
+                "mac": mac, "day": day, "seen": day + timedelta(seconds=second), "rows": rows,
+                "budget": POSTINGS_PER_ROUTER_DAY})
             batch.append((statement, params))
             written += len(rows)
         if len(batch) >= ROUTERS_A_TRIP * UPLOADS_A_DAY or mac == macs[-1]:

@@ -22,22 +22,49 @@ from server.db.chunks import rows_statement
 from server.db.pool import Database
 
 _POSTING_FIELDS = ("code", "value", "records")
-_POSTING_VALUES = ("(%(hunt_day)s, %({p}code)s, %({p}value)s, %(mac)s, %(hunt_seen)s, "
-                   "%(hunt_seen)s, %({p}records)s)")
-_ADD_POSTINGS = """INSERT INTO hunt_postings AS h (day, kind, value, mac, first_seen,
-    last_seen, records)
-VALUES {values}
-ON CONFLICT (kind, value, day, mac) DO UPDATE SET
-    first_seen = least(h.first_seen, excluded.first_seen),
-    last_seen = greatest(h.last_seen, excluded.last_seen),
-    records = h.records + excluded.records"""
+_POSTING_VALUES = "(%({p}code)s, %({p}value)s, %({p}records)s)"
+# An upload's postings, within its router's budget for the day (hunt_budgets, migration
+# 0030): under it, every value is posted (a new one adds a row, one posted before that day
+# updates its row); past it, only the values already posted that day are updated and the
+# others are counted as not indexed. New rows are told from updated ones by their records:
+# an updated row holds more than this upload's (a partitioned table has no xmax to return).
+_ADD_POSTINGS = """WITH v (kind, value, records) AS (VALUES {values}),
+used AS (SELECT coalesce(sum(postings), 0) AS n FROM hunt_budgets
+         WHERE mac = %(mac)s AND day = %(hunt_day)s),
+added AS (
+    INSERT INTO hunt_postings AS h (day, kind, value, mac, first_seen, last_seen, records)
+    SELECT %(hunt_day)s, v.kind::"char", v.value, %(mac)s, %(hunt_seen)s, %(hunt_seen)s,
+           v.records::integer
+    FROM v, used WHERE used.n < %(hunt_budget)s
+    ON CONFLICT (kind, value, day, mac) DO UPDATE SET
+        first_seen = least(h.first_seen, excluded.first_seen),
+        last_seen = greatest(h.last_seen, excluded.last_seen),
+        records = h.records + excluded.records
+    RETURNING h.kind, h.value, h.records),
+kept AS (
+    UPDATE hunt_postings h SET last_seen = greatest(h.last_seen, %(hunt_seen)s),
+        records = h.records + v.records::integer
+    FROM v, used
+    WHERE used.n >= %(hunt_budget)s AND h.day = %(hunt_day)s AND h.mac = %(mac)s
+      AND h.kind = v.kind::"char" AND h.value = v.value COLLATE "C"
+    RETURNING 1)
+INSERT INTO hunt_budgets AS b (mac, day, postings, unindexed)
+SELECT %(mac)s, %(hunt_day)s,
+       (SELECT count(*) FROM added a JOIN v ON a.kind = v.kind::"char"
+            AND a.value = v.value COLLATE "C" WHERE a.records = v.records::integer),
+       CASE WHEN (SELECT n FROM used) >= %(hunt_budget)s
+            THEN %(hunt_offered)s - (SELECT count(*) FROM kept) ELSE 0 END
+ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
+    unindexed = b.unindexed + excluded.unindexed"""
 
 
 def postings_statement(params: dict) -> tuple[str, dict]:
-    """The statement adding an upload's postings (Postings.params, with the router's
-    `mac`): one INSERT ... VALUES, single-shard under Citus."""
+    """The statement adding an upload's postings (Postings.params, with the router's `mac`
+    and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY): one statement, single-shard under
+    Citus."""
     rows = params["rows"]
-    values = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"]}
+    values = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
+              "hunt_budget": params["budget"], "hunt_offered": len(rows)}
     for n, row in enumerate(rows):
         for name in _POSTING_FIELDS:
             values[f"h{n}_{name}"] = row[name]
@@ -134,6 +161,7 @@ PACKED = """INSERT INTO hunt_packed_days AS d (day, bits, postings, bytes)
 VALUES (%(day)s, %(bits)s, %(postings)s, %(bytes)s)
 ON CONFLICT (day) DO UPDATE SET postings = d.postings + excluded.postings,
     bytes = d.bytes + excluded.bytes, packed_at = now()"""
+OLD_BUDGETS = "DELETE FROM hunt_budgets WHERE day < %(before)s"
 PARTITION_BYTES = "SELECT pg_total_relation_size(%(name)s::regclass)"
 UNPACKED_ROWS_GONE = "DELETE FROM hunt_postings WHERE day = %(day)s"
 

@@ -67,6 +67,28 @@ SELECT count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status 
 FROM notifications WHERE status <> 'sent'"""
 
 
+# The hunt index: its packed days, and the routers past their daily budget of postings
+# (HUNT_POSTINGS_PER_ROUTER_DAY) today or yesterday.
+_HUNT_PACKED = """SELECT count(*), coalesce(sum(postings), 0)::bigint, coalesce(sum(bytes), 0)::bigint,
+       max(day) FROM hunt_packed_days"""
+_HUNT_SINCE = "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 day'"
+_HUNT_OVER_BUDGET = f"""SELECT count(DISTINCT mac), coalesce(sum(unindexed), 0)::bigint
+FROM hunt_budgets WHERE unindexed > 0 AND day >= {_HUNT_SINCE}"""
+_HUNT_OVER_BUDGET_LISTED = f"""SELECT mac::text, day, postings, unindexed FROM hunt_budgets
+WHERE unindexed > 0 AND day >= {_HUNT_SINCE} ORDER BY unindexed DESC, mac LIMIT {LISTED}"""
+
+
+async def hunt_status(db: Database) -> dict:
+    days, postings, size, last = await db.fetchone(_HUNT_PACKED)
+    routers, unindexed = await db.fetchone(_HUNT_OVER_BUDGET)
+    return {"packed_days": days, "packed_postings": postings, "packed_bytes": size,
+            "last_packed_day": last, "over_budget_routers": routers,
+            "unindexed_values": unindexed,
+            "over_budget": [{"mac": mac, "day": day, "postings": posted, "unindexed": left_out}
+                            for mac, day, posted, left_out
+                            in await db.fetchall(_HUNT_OVER_BUDGET_LISTED)]}
+
+
 async def fleet_status(db: Database) -> dict:
     registered, *ages, silent = await db.fetchone(ROUTERS_SEEN)
     reporting, behind, failed = await db.fetchone(_APPLIED)
@@ -93,4 +115,5 @@ async def fleet_status(db: Database) -> dict:
         "telemetry_last_hour": {kind: telemetry.get(kind, {"accepted": 0, "rejected": 0})
                                 for kind in ("events", "cfm")},
         "notifications": {"failed": notifications_failed, "pending": notifications_pending},
+        "hunt_index": await hunt_status(db),
     }

@@ -143,7 +143,8 @@ class Ingestion:
         report = IngestReport(settings.ingest_max_reported_errors)
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, settings.ingest_batch_rows,
-                                   _network(upload.address)) as writer:
+                                   _network(upload.address),
+                                   settings.hunt_postings_per_router_day) as writer:
 
             async def take(records: list[RawRecord]) -> None:
                 self._limits.records_arrived(mac, len(records))

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import psycopg
@@ -35,6 +35,7 @@ BLOCK_POSTINGS = 2_048  # a block's postings, about: a rare value's hunt reads o
 MAX_BITS = 24
 FETCH_ROWS = 50_000
 PACKING_LOCK = 7_302_145_059  # one packer at a time, across processes and hosts
+BUDGETS_KEPT = timedelta(days=7)  # routers' daily counts of postings, for status
 EMPTY_BYTES = 65_536  # an empty partition's own pages and its index's first ones
 
 
@@ -80,6 +81,7 @@ async def pack(db: Database, before: datetime | None = None) -> PackedDays:
             done.postings += postings
             done.bytes += size
         await _emptied(cur, before)
+        await cur.execute(hunt_db.OLD_BUDGETS, {"before": before - BUDGETS_KEPT})
     return done
 
 

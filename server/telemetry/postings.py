@@ -17,6 +17,9 @@ POSTINGS_KEPT = 10_000
 # most a few rows a record, as it adds to the telemetry a record, instead of thousands.
 POSTINGS_FREE = 2_000
 POSTINGS_PER_RECORD = 4
+# New postings a router may add in a day (HUNT_POSTINGS_PER_ROUTER_DAY's default), across
+# its uploads: server/db/hunt.py counts them in the upload's statement.
+POSTINGS_PER_ROUTER_DAY = 20_000
 
 
 _PROTOCOLS = ("dns", "tls", "http", "fileinfo")  # what carries more than addresses and a sid

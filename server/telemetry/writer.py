@@ -19,7 +19,7 @@ from server.db.upload_keys import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
 from server.db.hunt import postings_statement
 from server.telemetry.extract import ROW_OF, validate
-from server.telemetry.postings import POSTINGS_KEPT, Postings
+from server.telemetry.postings import POSTINGS_KEPT, POSTINGS_PER_ROUTER_DAY, Postings
 from server.telemetry.summary import FLOW_TYPES, Summary
 
 BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
@@ -45,9 +45,12 @@ class TelemetryWriter:
     transaction still stores all or nothing."""
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
-                 batch_rows: int, network: str | None = None):
+                 batch_rows: int, network: str | None = None,
+                 postings_per_day: int = POSTINGS_PER_ROUTER_DAY):
         """`network`: where the upload came from (engine/addresses.network_of), written with
-        its summary rows for the fleet to count."""
+        its summary rows for the fleet to count; `postings_per_day`: the router's budget of
+        new hunt postings a day (HUNT_POSTINGS_PER_ROUTER_DAY)."""
+        self._postings_per_day = postings_per_day
         self._db = db
         self._params = {"mac": mac, "kind": kind}
         self._network = network
@@ -179,7 +182,7 @@ class TelemetryWriter:
         posting_rows = postings.params(self._received_at) if postings is not None else None
         if posting_rows and posting_rows["rows"]:  # records without any value carry none
             statement, posting_params = postings_statement(
-                {"mac": self._params["mac"], **posting_rows})
+                {"mac": self._params["mac"], "budget": self._postings_per_day, **posting_rows})
             statements.append(statement)
             params.update(posting_params)
         if not statements:  # postings of records that carried no value, and nothing else
