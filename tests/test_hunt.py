@@ -448,6 +448,14 @@ async def test_one_console_user_holds_one_place_and_long_records_are_cut(make_cl
     record = {**dns("long.example"), "note": "<" * 100_000}
     await upload(client, mac(80), [record])
     assert (await sign_in(client, SUPPORT)).status == 303
-    page = await client.get(f"/console/routers/{mac(80)}/records?match=domain:long.example")
+    drill_down = f"/console/routers/{mac(80)}/records?match=domain:long.example"
+    refused = await client.get(drill_down)  # no hunt of that user's found it
+    assert refused.status == 403 and "hunt for domain long.example first" in \
+        await refused.text()
+    page = await client.get("/console/hunt")
+    token = re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
+    assert (await client.post("/console/hunt", data={
+        "csrf": token, "indicators": "domain long.example", "days": "30"})).status == 200
+    page = await client.get(drill_down)
     text = await page.text()
     assert page.status == 200 and "bytes in all" in text and len(text) < 60_000

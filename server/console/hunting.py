@@ -20,7 +20,7 @@ from aiohttp import web
 
 from server.console.auth import USER
 from server.db import hunt as hunt_db
-from server.errors import BadRequest, TooManyRequests
+from server.errors import BadRequest, Forbidden, TooManyRequests
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
 from server.hunt.sightings import router_days
@@ -35,6 +35,7 @@ MAX_OFFSET = 1_000_000    # where a page may start
 RECORDS_SHOWN = 200       # on a router's drill-down page
 RECORD_BYTES_SHOWN = 4096  # of each record there: a router chooses how long its records are
 DRILL_DOWN_SECONDS = 10.0  # reading a router's chunks: past this, what was found is shown
+DRILL_DOWN_AFTER = 3_600  # seconds: a drill-down follows its user's hunt of the indicator
 HUNTS_AT_ONCE = 2         # hunts and drill-downs under way in one process, one a user
 HUNTS_PER_MINUTE = 30     # a console user's hunts and drill-downs, in one process
 _NUMBER = re.compile(r"[0-9]{1,9}")  # ASCII digits: int() refuses some that isdigit() takes
@@ -173,6 +174,11 @@ async def router_records(request: web.Request) -> web.Response:
     gate = request.config_dict[HUNT_GATE]
     try:
         async with gate.place(request[USER].name):
+            if not await hunt_db.hunted_lately(db, f"console:{request[USER].name}",
+                                               wanted.kind, wanted.value, DRILL_DOWN_AFTER):
+                raise Forbidden(f"hunt for {wanted.kind} {wanted.value} first: a router's "
+                                "records are opened from a hunt of yours of the last "
+                                f"{DRILL_DOWN_AFTER // 60} minutes that found it")
             days = await router_days(db, mac, [(wanted.code, wanted.stored)], since, today)
             records, stopped = await asyncio.get_running_loop().run_in_executor(
                 gate.threads, _records, db.location, mac, wanted, days)

@@ -16,6 +16,7 @@ upload's postings are written on its shard and a hunt asks every shard.
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime
 
 from server.db.chunks import rows_statement
@@ -101,6 +102,21 @@ async def record_hunt(db: Database, asked_by: str, via: str, indicators: str, si
     records read)."""
     await db.execute(RECORD_HUNT, (asked_by, via, indicators, since, until, matches, exact,
                                    router))
+
+
+# Whether a user hunted an indicator lately (the console's drill-downs follow a hunt): the
+# newest entries of the log, by its index on asked_at.
+HUNTED_LATELY = """SELECT EXISTS (
+    SELECT 1 FROM hunt_log
+    WHERE asked_at > now() - make_interval(secs => %(seconds)s) AND asked_by = %(who)s
+      AND router IS NULL AND indicators @> %(indicator)s::jsonb)"""
+
+
+async def hunted_lately(db: Database, who: str, kind: str, value: str, seconds: int) -> bool:
+    row = await db.fetchone(HUNTED_LATELY, {
+        "who": who, "seconds": seconds,
+        "indicator": json.dumps([{"kind": kind, "value": value}])})
+    return bool(row and row[0])
 
 
 async def hunts(db: Database, limit: int, skip: int = 0) -> list[tuple]:
