@@ -14,6 +14,14 @@ CREATE TABLE hunt_removed_routers (
     id   integer  PRIMARY KEY
 );
 
+-- The seed of the values' hashes (server/db/hunt.py VALUE_HASH): this installation's own,
+-- so that no router can craft a name of the same hash as another value.
+CREATE TABLE hunt_hash_seed (
+    seed  bigint  NOT NULL
+);
+INSERT INTO hunt_hash_seed (seed)
+SELECT ('x' || md5(gen_random_uuid()::text))::bit(64)::bigint;
+
 -- A packed day: how many hash bits name its buckets (2^bits blocks, about
 -- BLOCK_POSTINGS postings each), its postings and bytes.
 CREATE TABLE hunt_packed_days (

@@ -293,6 +293,9 @@ async def test_a_value_at_very_many_routers_reads_a_bounded_number_of_postings(m
     a lower bound, and still gives each match shown its whole window; packed, the count is
     exact."""
     client = await make_client(settings)
+    sql.rows("""INSERT INTO routers (mac)
+        SELECT ('02:00:00:00:' || lpad(to_hex(n / 256), 2, '0') || ':'
+                || lpad(to_hex(n % 256), 2, '0'))::macaddr FROM generate_series(1, 100) AS n""")
     sql.rows("""INSERT INTO hunt_postings (day, kind, value, mac, first_seen, last_seen, records)
         SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - back * interval '1 day',
                's', '2013028', ('02:00:00:00:' || lpad(to_hex(n / 256), 2, '0') || ':'
@@ -414,6 +417,7 @@ async def test_a_hunt_can_end_before_today(make_client, settings, sql):
     today = datetime.now(timezone.utc).date()
     old_day = datetime.combine(today - timedelta(days=12), datetime.min.time(), timezone.utc)
     seen = old_day + timedelta(hours=9)
+    sql.rows("INSERT INTO routers (mac) VALUES (%s)", (mac(70),))
     sql.rows("INSERT INTO hunt_postings (day, kind, value, mac, first_seen, last_seen, "
              "records) VALUES (%s, 'd', 'example.old', %s, %s, %s, 1)",
              (old_day, mac(70), seen, seen))  # (as an upload 12 days ago wrote it)

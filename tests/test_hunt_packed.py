@@ -96,8 +96,10 @@ async def test_the_command_packs_the_days_before_today(make_client, settings, sq
 
 async def plant(db, macs: list[str], names: list[str], seen: datetime) -> None:
     """Postings as an upload of `names` from each router writes them, through the service's
-    own statement (server/db/hunt.py), at `seen`."""
-    for router in macs:
+    own statement (server/db/hunt.py), at `seen`, each router registered first."""
+    for router in macs:  # registered, as an upload registers its router
+        await db.execute("INSERT INTO routers (mac) VALUES (%s) ON CONFLICT DO NOTHING",
+                         (router,))
         postings = Postings()
         for name in names:
             postings.add(dns(name))
@@ -186,7 +188,9 @@ async def test_a_removed_router_is_named_by_no_hunt(make_client, settings, sql, 
     assert answer["match_count"] == 1
     assert sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(5),)) == 0
     assert sql.value("SELECT count(*) FROM hunt_routers WHERE mac = %s", (mac(5),)) == 0
-    await upload(client, mac(5), [dns("gone.example")])  # registered anew: found anew
+    await upload(client, mac(5), [dns("gone.example")])  # still sending: not registered
+    assert hunt(settings, "--domain", "gone.example")["match_count"] == 1
+    sql.rows("INSERT INTO routers (mac) VALUES (%s)", (mac(5),))  # registered anew
     assert hunt(settings, "--domain", "gone.example")["match_count"] == 2
 
 
@@ -263,3 +267,50 @@ async def test_a_router_posting_random_names_stops_at_its_daily_budget(make_clie
     assert (await sign_in(client, SUPPORT)).status == 303
     fleet_page = await (await client.get("/console/")).text()
     assert "1 routers past their daily" in fleet_page and mac(11) in fleet_page
+
+
+async def test_a_value_at_many_routers_answers_the_same_with_its_postings_let_go(
+        make_client, settings, monkeypatch):
+    """Past COMPACT_AT postings a hunt keeps only a value's earliest routers' and a bitmap
+    of the others: the same page, counts and windows as holding every posting."""
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    macs = [f"02:00:00:02:{n >> 8:02x}:{n & 255:02x}" for n in range(300)]
+    base = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    for back in (3, 2, 1):
+        day = base - timedelta(days=back)
+        await plant(db, macs[back * 40:], ["many.example"], day + timedelta(hours=back))
+        await plant(db, macs[:back * 40], ["many.example"], day + timedelta(hours=5))
+    await pack(db, tomorrow())
+    asked = Hunt((indicator("domain", "many.example"),), 30, limit=50, offset=20)
+    whole = await run_hunt(db, asked, "test", "command", None)
+    monkeypatch.setattr("server.hunt.sightings.COMPACT_AT", 100)
+    let_go = await run_hunt(db, asked, "test", "command", None)
+    assert shape(let_go) == shape(whole) and len(shape(whole)) == 50
+    assert let_go["match_count"] == whole["match_count"] == 300
+
+
+@pytest.mark.parametrize("packed", [False, True])
+async def test_routers_seen_in_the_same_second_are_each_on_one_page(make_client, settings,
+                                                                      packed):
+    """Review of issue 59: routers tied to the second were picked by one order and shown by
+    another, so pages of one skipped some and repeated others. Every router is on exactly
+    one page, ties by MAC, before and after packing."""
+    client = await make_client(settings)
+    db = client.app[DATABASE]
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    macs = [f"02:00:00:03:00:{n:02x}" for n in range(1, 8)]
+    for router in reversed(macs):  # numbered in the reverse of MAC order when packed
+        await plant(db, [router], ["tied.example"], now)
+    if packed:
+        await pack(db, tomorrow())
+    pages = [hunt(settings, "--domain", "tied.example", "--limit", "1", "--offset", str(n))
+             for n in range(len(macs))]
+    assert [page["matches"][0]["mac"] for page in pages] == macs
+
+
+def test_a_day_before_1970_is_refused_in_one_line(settings):
+    done = router_backend(command_env(settings), "hunt", "--domain", "x.example", "--until",
+                          "0001-01-01")
+    assert done.returncode == 2 and "before 1970-01-01" in done.stderr
+    assert "Traceback" not in done.stderr

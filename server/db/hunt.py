@@ -139,6 +139,11 @@ async def router_days(db: Database, mac: str, asked: list[tuple[str, str]],
 
 # --- The packed index (migration 0030, server/telemetry/hunt_packing.py) ---
 
+# Held by the packing job over each day's transaction and by a router's removal: a removal
+# never runs beside a day's packing, which would number the router again unseen.
+PACKING_DAY_LOCK = 7_302_145_060
+AFTER_PACKING = "SELECT pg_advisory_xact_lock(%s)" % PACKING_DAY_LOCK
+
 # A router removed: its postings gone, its number forgotten (the packed blocks keep the
 # number, which then names no router) and listed so that every hunt leaves it out.
 FORGET_HUNT_ROUTER = """WITH gone AS (DELETE FROM hunt_routers WHERE mac = %(mac)s RETURNING id)
@@ -147,9 +152,14 @@ DELETE FROM hunt_postings WHERE mac = %(mac)s"""
 
 # The value's hash that places it in a block: PostgreSQL's own, so that the packing job's
 # sort and a hunt's lookup agree (hashtextextended is what hash partitioning stores by, and
-# stays the same across releases).
-VALUE_HASH = "hashtextextended(kind::text || value, 0)"
-HASHES = """SELECT hashtextextended(c || v, 0)
+# stays the same across releases), seeded with the installation's secret (migration 0030):
+# the hash is not cryptographic, and a router knowing its seed could craft a name of the
+# same hash as an indicator and be found for it.
+_SEED = "(SELECT seed FROM hunt_hash_seed)"
+VALUE_HASH = "hashtextextended(kind::text || value, %(seed)s)"  # a parameter: under Citus
+# the rows are on the workers, the seed on the coordinator
+SEED = "SELECT seed FROM hunt_hash_seed"
+HASHES = f"""SELECT hashtextextended(c || v, {_SEED})
 FROM unnest(%(codes)s::text[], %(values)s::text[]) WITH ORDINALITY AS a(c, v, n) ORDER BY n"""
 
 # Days before %(before)s with postings still in rows, oldest first.
@@ -158,9 +168,13 @@ DAY_POSTINGS = "SELECT count(*) FROM hunt_postings WHERE day = %(day)s"
 PACKED_DAY = "SELECT bits FROM hunt_packed_days WHERE day = %(day)s"
 # Routers numbered without gaps: no ON CONFLICT, which would take a number for every
 # router already numbered (packing runs alone, under PACKING_LOCK).
-NUMBER_ROUTERS = """INSERT INTO hunt_routers (mac)
+# Only registered routers' postings are packed (and hunted in rows): those of an upload
+# that ended after its router was removed are dropped with the day's rows.
+_REGISTERED = "EXISTS (SELECT 1 FROM routers r WHERE r.mac = {table}.mac)"
+NUMBER_ROUTERS = f"""INSERT INTO hunt_routers (mac)
 SELECT DISTINCT p.mac FROM hunt_postings p
-WHERE p.day = %(day)s AND NOT EXISTS (SELECT 1 FROM hunt_routers r WHERE r.mac = p.mac)"""
+WHERE p.day = %(day)s AND {_REGISTERED.format(table="p")}
+  AND NOT EXISTS (SELECT 1 FROM hunt_routers r WHERE r.mac = p.mac)"""
 DAY_ROUTERS = """SELECT mac::text, id FROM hunt_routers
 WHERE mac IN (SELECT DISTINCT mac FROM hunt_postings WHERE day = %(day)s)"""
 # Times in whole seconds from the day's start, cut down (as a hunt prints them).
@@ -168,7 +182,7 @@ DAY_ROWS = f"""SELECT {VALUE_HASH}, mac::text, records, first, last - first
 FROM (SELECT kind, value, mac, records,
              floor(extract(epoch FROM first_seen - day))::integer AS first,
              floor(extract(epoch FROM last_seen - day))::integer AS last
-      FROM hunt_postings WHERE day = %(day)s) p
+      FROM hunt_postings h WHERE day = %(day)s AND {_REGISTERED.format(table="h")}) p
 ORDER BY 1"""
 NEXT_PASS = "SELECT coalesce(max(pass) + 1, 0) FROM hunt_packed WHERE day = %(day)s"
 ADD_BLOCK = """INSERT INTO hunt_packed (day, bucket, pass, postings, block)
@@ -192,18 +206,18 @@ ROUTER_MACS = "SELECT id, mac::text FROM hunt_routers WHERE id = ANY(%(ids)s::in
 ROUTER_IDS = "SELECT mac::text, id FROM hunt_routers WHERE mac = ANY(%(macs)s::macaddr[])"
 # Each indicator's postings still in rows: how many routers, and the earliest %(reads)s of
 # them by when they were first seen (an order no router can choose but by being first).
-UNPACKED = """SELECT a.n, p.mac::text, p.day, p.first_seen, p.last_seen, p.records
+UNPACKED = f"""SELECT a.n, p.mac::text, p.day, p.first_seen, p.last_seen, p.records
 FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, value, n)
 CROSS JOIN LATERAL (
     SELECT mac, day, first_seen, last_seen, records FROM hunt_postings h
     WHERE h.kind = a.code AND h.value = a.value AND h.day >= %(since)s
-      AND h.day <= %(until)s
+      AND h.day <= %(until)s AND {_REGISTERED.format(table="h")}
     ORDER BY h.first_seen, h.mac LIMIT %(reads)s) p"""
 UNPACKED_OF_ROUTERS = """SELECT %(n)s, mac::text, day, first_seen, last_seen, records
 FROM hunt_postings WHERE kind = %(code)s AND value = %(value)s AND day >= %(since)s
   AND day <= %(until)s AND mac = ANY(%(macs)s::macaddr[])"""
-UNPACKED_COUNTS = """SELECT a.n, count(DISTINCT h.mac)
+UNPACKED_COUNTS = f"""SELECT a.n, count(DISTINCT h.mac)
 FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, value, n)
 JOIN hunt_postings h ON h.kind = a.code AND h.value = a.value
-WHERE h.day >= %(since)s AND h.day <= %(until)s
+WHERE h.day >= %(since)s AND h.day <= %(until)s AND {_REGISTERED.format(table="h")}
 GROUP BY a.n"""

@@ -141,15 +141,20 @@ class Database:
             await execute(cur, query, params)
             return await cur.fetchall()
 
-    async def fetchall_binary(self, query: str, params: Any = None) -> list[tuple]:
-        """Rows in PostgreSQL's binary format, parameters bound by the server: a `bytea`
-        comes as its bytes, not as twice as many hex digits to parse (the packed hunt
-        index's blocks: half the time of a text read)."""
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator["Reads"]:
+        """Reads of one moment: a READ ONLY, REPEATABLE READ transaction (a hunt reads the
+        index's blocks and its rows, which the packing job moves from one to the other)."""
         async with self.cursor() as cur:
-            binary = psycopg.AsyncCursor(cur.connection)
-            async with asyncio.timeout(_statement_seconds):
-                await binary.execute(query, params, binary=True)
-            return await binary.fetchall()
+            conn = cur.connection
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            await conn.set_read_only(True)
+            try:
+                async with conn.transaction():
+                    yield Reads(cur)
+            finally:
+                await conn.set_isolation_level(None)
+                await conn.set_read_only(None)
 
     async def execute(self, query: str, params: Any = None) -> int:
         async with self.cursor() as cur:
@@ -160,6 +165,26 @@ class Database:
         """The pool's connections: open, idle and the most it may open."""
         stats = self.pool.get_stats()
         return stats["pool_size"], stats["pool_available"], stats["pool_max"]
+
+
+class Reads:
+    """Reads on one cursor (Database.snapshot)."""
+
+    def __init__(self, cur: psycopg.AsyncCursor) -> None:
+        self.cur = cur
+
+    async def fetchall(self, query: str, params: Any = None) -> list[tuple]:
+        await execute(self.cur, query, params)
+        return await self.cur.fetchall()
+
+    async def fetchall_binary(self, query: str, params: Any = None) -> list[tuple]:
+        """Rows in PostgreSQL's binary format, parameters bound by the server: a `bytea`
+        comes as its bytes, not as twice as many hex digits to parse (the packed hunt
+        index's blocks: half the time of a text read)."""
+        binary = psycopg.AsyncCursor(self.cur.connection)
+        async with asyncio.timeout(_statement_seconds):
+            await binary.execute(query, params, binary=True)
+        return await binary.fetchall()
 
 
 async def execute(cur: psycopg.AsyncCursor, query: str, params: Any = None) -> None:

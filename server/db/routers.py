@@ -7,7 +7,7 @@ from typing import Callable
 
 import psycopg
 
-from server.db.hunt import FORGET_HUNT_ROUTER
+from server.db.hunt import AFTER_PACKING, FORGET_HUNT_ROUTER
 from server.db.pool import Database, execute
 
 
@@ -152,6 +152,7 @@ async def unsubscribe(db: Database, mac: str) -> bool:
         # Their foreign keys' cascade, which Citus mode drops (ops/citus_nodes.py).
         await execute(cur, "DELETE FROM firewall_allowlist WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
+        await execute(cur, AFTER_PACKING)
         await execute(cur, FORGET_HUNT_ROUTER, {"mac": mac})
         await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
         if cur.rowcount != 1:

@@ -18,8 +18,8 @@ from server.telemetry.indicators import Indicator
 MATCHES_SHOWN = 1_000  # per page of a hunt
 LOG_SHOWN = 100  # hunts made, a page of the log
 UNPACKED_READS = 20_000  # per indicator, of its postings still in rows (today's)
-DAY_SECONDS = 86_400
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
+FIRST_DAY = date(1970, 1, 1)  # the earliest --until: a window's days stay representable
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
                              for i, s in zip(hunt.indicators, found)],
               "match_count": total, "match_count_exact": exact,
               "offset": hunt.offset, "shown": len(matches),
-              "more": hunt.offset + len(matches) < total,
+              "more": len(matches) == hunt.limit and hunt.offset + len(matches) < total,
               "order": "earliest sighting first, each indicator in turn",
               "matches": matches}
     await hunt_db.record_hunt(db, asked_by, via, json.dumps(
@@ -132,12 +132,16 @@ async def hunt_log(db: Database, limit: int = LOG_SHOWN, skip: int = 0) -> list[
 def day_asked(text: str) -> date:
     """The last day a hunt searches, as asked (YYYY-MM-DD, ASCII); ValueError saying what is
     wrong."""
+    wrong = ValueError(f"{text[:40]!r} is not a day (YYYY-MM-DD)")
+    if not (text.isascii() and len(text) == 10):
+        raise wrong
     try:
-        if text.isascii() and len(text) == 10:
-            return date.fromisoformat(text)
+        day = date.fromisoformat(text)
     except ValueError:
-        pass
-    raise ValueError(f"{text[:40]!r} is not a day (YYYY-MM-DD)")
+        raise wrong from None
+    if day < FIRST_DAY:
+        raise ValueError(f"{text} is before {FIRST_DAY}: nothing was received then")
+    return day
 
 
 def records_kept_days(settings: Settings) -> int | None:

@@ -18,12 +18,14 @@ from datetime import date, datetime, timedelta, timezone
 import numpy as np
 
 from server.db import hunt as hunt_db
-from server.db.pool import Database
+from server.db.pool import Database, Reads
 from server.telemetry.hunt_blocks import decode
 from server.telemetry.hunt_packing import bucket_of
 
 BLOCKS_A_READ = 512  # asked of one statement, about: bounds a hunt's memory
 UNIQUE_AT_MOST = 2_000_000  # past this, distinct routers are counted with a bitmap
+COMPACT_AT = 1_000_000  # postings a hunt holds, past which only each value's earliest
+# routers' are kept
 EPOCH = date(1970, 1, 1)
 
 
@@ -55,6 +57,13 @@ class _Gathered:
     first: list[np.ndarray] = field(default_factory=list)
     last: list[np.ndarray] = field(default_factory=list)
     records: list[np.ndarray] = field(default_factory=list)
+    # Set once the earliest routers are known for good (server/hunt/sightings.py _compact):
+    # every router seen, of the postings let go since, and the routers kept.
+    seen: np.ndarray | None = None
+    chosen: np.ndarray | None = None
+
+    def size(self) -> int:
+        return sum(len(part) for part in self.numbers)
 
     def add(self, numbers, day: int, first, last, records) -> None:
         self.numbers.append(np.asarray(numbers, dtype=np.int64))
@@ -66,7 +75,7 @@ class _Gathered:
     def joined(self, other: "_Gathered") -> "_Gathered":
         return _Gathered(self.numbers + other.numbers, self.days + other.days,
                          self.first + other.first, self.last + other.last,
-                         self.records + other.records)
+                         self.records + other.records, self.seen, self.chosen)
 
     def of(self, numbers: np.ndarray) -> "_Gathered":
         """Only these routers' postings."""
@@ -90,16 +99,20 @@ def _day_number(day: datetime) -> int:
     return (day.astimezone(timezone.utc).date() - EPOCH).days
 
 
-async def value_hashes(db: Database, asked: list[tuple[str, str]]) -> list[int]:
-    rows = await db.fetchall(hunt_db.HASHES, {"codes": [c for c, _ in asked],
-                                              "values": [v for _, v in asked]})
+async def value_hashes(reads: Reads, asked: list[tuple[str, str]]) -> list[int]:
+    rows = await reads.fetchall(hunt_db.HASHES, {"codes": [c for c, _ in asked],
+                                                 "values": [v for _, v in asked]})
     return [value_hash for (value_hash,) in rows]
 
 
-async def read_packed(db: Database, hashes: list[int], since: datetime, until: datetime,
-                      gathered: list[_Gathered]) -> None:
-    """Every packed posting of the values hashed, from the days in the window."""
-    days = await db.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
+async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: datetime,
+                      gathered: list[_Gathered], wanted: int | None = None,
+                      removed: np.ndarray | None = None) -> None:
+    """Every packed posting of the values hashed, from the days in the window, oldest
+    first; with `wanted`, a value's postings past COMPACT_AT are let go but its `wanted`
+    earliest routers' (its count kept), so that a value every router sees costs a bitmap
+    of the fleet, not every posting of the window."""
+    days = await reads.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
     by_bits: dict[int, dict[int, list[int]]] = {}
     for bits in {bits for _, bits in days}:
         buckets = by_bits[bits] = defaultdict(list)
@@ -107,18 +120,18 @@ async def read_packed(db: Database, hashes: list[int], since: datetime, until: d
             buckets[bucket_of(value_hash, bits)].append(n)
     start = 0
     while start < len(days):
-        wanted: dict[tuple[datetime, int], list[int]] = {}
-        while start < len(days) and len(wanted) < BLOCKS_A_READ:
+        blocks: dict[tuple[datetime, int], list[int]] = {}
+        while start < len(days) and len(blocks) < BLOCKS_A_READ:
             day, bits = days[start]
             for bucket, indicators in by_bits[bits].items():
-                wanted[(day, bucket)] = indicators
+                blocks[(day, bucket)] = indicators
             start += 1
-        rows = await db.fetchall_binary(hunt_db.BLOCKS, {"days": [d for d, _ in wanted],
-                                                  "buckets": [b for _, b in wanted]})
+        rows = await reads.fetchall_binary(hunt_db.BLOCKS, {
+            "days": [d for d, _ in blocks], "buckets": [b for _, b in blocks]})
         for day, bucket, data in rows:
             block, number = decode(data), _day_number(day)
             base = int(day.timestamp())
-            indicators = wanted[(day, bucket)]
+            indicators = blocks[(day, bucket)]
             places = block.present(np.array([hashes[n] for n in indicators], dtype=np.int64))
             for n, at in zip(indicators, places.tolist()):
                 if at >= 0:
@@ -126,6 +139,31 @@ async def read_packed(db: Database, hashes: list[int], since: datetime, until: d
                     first = base + found.first.astype(np.int64)
                     gathered[n].add(found.routers, number, first, first + found.span,
                                     found.records)
+        if wanted is not None and sum(g.size() for g in gathered) > COMPACT_AT:
+            for g in gathered:
+                if g.size() > 2 * wanted:
+                    _compact(g, wanted, removed if removed is not None else np.zeros(0))
+
+
+def _compact(gathered: _Gathered, wanted: int, removed: np.ndarray) -> None:
+    """A value many routers saw, its postings let go but the earliest routers': the days are
+    read oldest first, so once `wanted` routers are known, no router first seen on a later
+    day comes before them. Every router seen is kept in a bitmap, for the count."""
+    numbers, days, first, last, records = gathered.columns()
+    seen = gathered.seen if gathered.seen is not None else np.zeros(0, dtype=bool)
+    if len(numbers) and numbers.max() >= len(seen):
+        seen = np.concatenate((seen, np.zeros(int(numbers.max()) + 1 - len(seen), dtype=bool)))
+    seen[numbers] = True
+    if gathered.chosen is None:
+        eligible = ~np.isin(numbers, removed) if len(removed) else np.ones(len(numbers), bool)
+        chosen = _earliest_numbers(numbers[eligible], first[eligible], wanted)
+        if len(chosen) < wanted:
+            return  # fewer routers than a page: nothing to let go
+        gathered.chosen = chosen
+    gathered.seen = seen
+    kept = np.isin(numbers, gathered.chosen)
+    gathered.numbers, gathered.days, gathered.first, gathered.last, gathered.records = (
+        [column[kept]] for column in (numbers, days, first, last, records))
 
 
 def _numbered(macs: set[str], numbers: dict[str, int],
@@ -143,39 +181,39 @@ def _add_rows(gathered: list[_Gathered], rows, numbers: dict[str, int]) -> None:
                             (int(last.timestamp()),), (records,))
 
 
-async def read_unpacked(db: Database, asked: list[tuple[str, str]], since: datetime,
-                        until: datetime, reads: int, gathered: list[_Gathered],
+async def read_unpacked(reads: Reads, asked: list[tuple[str, str]], since: datetime,
+                        until: datetime, at_most: int, gathered: list[_Gathered],
                         numbers: dict[str, int], provisional: dict[int, str]
                         ) -> list[int | None]:
-    """The postings still in rows, at most `reads` an indicator, earliest first; for an
+    """The postings still in rows, at most `at_most` an indicator, earliest first; for an
     indicator with more, how many routers they name (else None)."""
     params = {"codes": [c for c, _ in asked], "values": [v for _, v in asked],
-              "since": since, "until": until, "reads": reads}
-    rows = await db.fetchall(hunt_db.UNPACKED, params)
+              "since": since, "until": until, "reads": at_most}
+    rows = await reads.fetchall(hunt_db.UNPACKED, params)
     macs = {row[1] for row in rows}
     if macs:
-        numbers.update(await db.fetchall(hunt_db.ROUTER_IDS, {"macs": sorted(macs)}))
+        numbers.update(await reads.fetchall(hunt_db.ROUTER_IDS, {"macs": sorted(macs)}))
     _numbered(macs, numbers, provisional)
     _add_rows(gathered, rows, numbers)
     read = defaultdict(int)
     for row in rows:
         read[row[0] - 1] += 1
     counts: list[int | None] = [None] * len(asked)
-    if any(count >= reads for count in read.values()):
-        for n, count in await db.fetchall(hunt_db.UNPACKED_COUNTS, params):
-            if read[n - 1] >= reads:
+    if any(count >= at_most for count in read.values()):
+        for n, count in await reads.fetchall(hunt_db.UNPACKED_COUNTS, params):
+            if read[n - 1] >= at_most:
                 counts[n - 1] = count
     return counts
 
 
-async def _whole(db: Database, asked: tuple[str, str], n: int, chosen: Sightings,
+async def _whole(reads: Reads, asked: tuple[str, str], n: int, chosen: Sightings,
                  since: datetime, until: datetime, packed: _Gathered,
                  numbers: dict[str, int]) -> _Gathered:
     """The postings of the routers chosen, every one of them: an indicator whose rows were
     read in part had only the earliest read."""
     macs = {number: mac for mac, number in numbers.items()}
     chosen_numbers = np.array([s.number for s in chosen.earliest], dtype=np.int64)
-    rows = await db.fetchall(hunt_db.UNPACKED_OF_ROUTERS, {
+    rows = await reads.fetchall(hunt_db.UNPACKED_OF_ROUTERS, {
         "code": asked[0], "value": asked[1], "since": since, "until": until, "n": n + 1,
         "macs": [macs[number] for number in chosen_numbers.tolist() if number in macs]})
     whole = [_Gathered()]
@@ -183,12 +221,20 @@ async def _whole(db: Database, asked: tuple[str, str], n: int, chosen: Sightings
     return packed.of(chosen_numbers).joined(whole[0])
 
 
-def _distinct(numbers: np.ndarray) -> int:
-    if len(numbers) <= UNIQUE_AT_MOST:
+def _distinct(numbers: np.ndarray, seen_before: np.ndarray | None,
+              removed: np.ndarray) -> int:
+    """Routers among `numbers` and those `seen_before` (a bitmap), less the removed."""
+    if seen_before is None and len(numbers) <= UNIQUE_AT_MOST:
         return int(np.unique(numbers).size)
     known = numbers[numbers >= 0]
-    seen = np.zeros(int(known.max()) + 1 if len(known) else 1, dtype=bool)
+    size = max(int(known.max()) + 1 if len(known) else 0,
+               len(seen_before) if seen_before is not None else 0, 1)
+    seen = np.zeros(size, dtype=bool)
+    if seen_before is not None:
+        seen[:len(seen_before)] = seen_before
     seen[known] = True
+    if len(removed):
+        seen[removed[removed < size]] = False
     return int(seen.sum()) + int(np.unique(numbers[numbers < 0]).size)
 
 
@@ -203,7 +249,7 @@ def settle(gathered: _Gathered, wanted: int, removed: np.ndarray,
         kept = ~np.isin(numbers, removed)
         numbers, days, first, last, records = (c[kept] for c in (numbers, days, first, last,
                                                                   records))
-    count = _distinct(numbers)
+    count = _distinct(numbers, gathered.seen, removed)
     exact = unpacked_count is None
     if not exact:
         count = max(count, unpacked_count)
@@ -233,8 +279,9 @@ def _per_router(numbers, days, first, last, records) -> list[Seen]:
 
 
 def _earliest_numbers(numbers: np.ndarray, first: np.ndarray, wanted: int) -> np.ndarray:
-    """The `wanted` routers first seen earliest (ties by number): the smallest first times,
-    taken in growing slices until they name enough routers."""
+    """The `wanted` routers first seen earliest, and every router tied with the last of them
+    (to the second): the smallest first times, taken in growing slices until they name
+    enough routers. Ties are cut later, by MAC (_name), an order both halves agree on."""
     if not len(numbers) or wanted <= 0:
         return np.zeros(0, dtype=np.int64)
     take = min(wanted, len(numbers))
@@ -244,9 +291,14 @@ def _earliest_numbers(numbers: np.ndarray, first: np.ndarray, wanted: int) -> np
         else:
             at = np.arange(len(numbers))
         ordered = at[np.lexsort((numbers[at], first[at]))]
-        distinct = list(dict.fromkeys(numbers[ordered].tolist()))
-        if len(distinct) >= wanted or take == len(numbers):
-            return np.array(distinct[:wanted], dtype=np.int64)
+        earliest: dict[int, int] = {}
+        for number, when in zip(numbers[ordered].tolist(), first[ordered].tolist()):
+            if number not in earliest:
+                if len(earliest) >= wanted and when > last:
+                    break
+                earliest[number] = last = when
+        if len(earliest) >= wanted or take == len(numbers):
+            return np.array(list(earliest), dtype=np.int64)
         take = min(len(numbers), take * 4)
 
 
@@ -260,39 +312,51 @@ def _date(day: int) -> date:
 
 async def sightings(db: Database, asked: list[tuple[str, str]], since: datetime,
                     until: datetime, wanted: int, unpacked_reads: int) -> list[Sightings]:
-    """Each indicator's sightings over the days from `since` to `until` (first instants)."""
+    """Each indicator's sightings over the days from `since` to `until` (first instants),
+    read in one snapshot: a day packed meanwhile is read once, in rows or in blocks."""
+    async with db.snapshot() as reads:
+        return await _sightings(reads, asked, since, until, wanted, unpacked_reads)
+
+
+async def _sightings(reads: Reads, asked: list[tuple[str, str]], since: datetime,
+                     until: datetime, wanted: int, unpacked_reads: int) -> list[Sightings]:
     packed = [_Gathered() for _ in asked]
     unpacked = [_Gathered() for _ in asked]
     numbers: dict[str, int] = {}
     provisional: dict[int, str] = {}
-    await read_packed(db, await value_hashes(db, asked), since, until, packed)
-    counts = await read_unpacked(db, asked, since, until, unpacked_reads, unpacked, numbers,
-                                 provisional)
-    removed = np.array([n for (n,) in await db.fetchall(hunt_db.REMOVED_ROUTERS)],
+    removed = np.array([n for (n,) in await reads.fetchall(hunt_db.REMOVED_ROUTERS)],
                        dtype=np.int64)
+    await read_packed(reads, await value_hashes(reads, asked), since, until, packed, wanted,
+                      removed)
+    counts = await read_unpacked(reads, asked, since, until, unpacked_reads, unpacked,
+                                 numbers, provisional)
     found = []
     for n, count in enumerate(counts):
         one = settle(packed[n].joined(unpacked[n]), wanted, removed, count)
         if count is not None:  # the routers shown with every posting of theirs
-            whole = settle(await _whole(db, asked[n], n, one, since, until, packed[n],
+            whole = settle(await _whole(reads, asked[n], n, one, since, until, packed[n],
                                         numbers), wanted, removed, None)
             one = Sightings(one.count, False, whole.earliest)
         found.append(one)
-    await _name(db, found, provisional)
+    await _name(reads, found, provisional, wanted)
     return found
 
 
-async def _name(db: Database, found: list[Sightings], provisional: dict[int, str]) -> None:
-    """Each router shown given its MAC, ties of time ordered by it; one whose number no
-    longer names a router (removed while the hunt ran) is left out."""
+async def _name(reads: Reads, found: list[Sightings], provisional: dict[int, str],
+                wanted: int) -> None:
+    """Each router shown given its MAC, and the earliest `wanted` kept, ties of time by MAC
+    (the counting keeps every router tied with the last one); one whose number no longer
+    names a router (removed meanwhile) is left out."""
     numbers = sorted({s.number for f in found for s in f.earliest if s.number >= 0})
-    macs = dict(await db.fetchall(hunt_db.ROUTER_MACS, {"ids": numbers})) if numbers else {}
+    macs = dict(await reads.fetchall(hunt_db.ROUTER_MACS, {"ids": numbers})) if numbers \
+        else {}
     macs.update(provisional)
     for f in found:
         f.earliest = [s for s in f.earliest if s.number in macs]
         for s in f.earliest:
             s.mac = macs[s.number]
         f.earliest.sort(key=lambda s: (s.first, s.mac))
+        del f.earliest[wanted:]
 
 
 async def router_days(db: Database, mac: str, asked: list[tuple[str, str]],
@@ -300,9 +364,10 @@ async def router_days(db: Database, mac: str, asked: list[tuple[str, str]],
     """The days (first instants) on which the router's postings name any of the indicators:
     the console's drill-down reads its chunks for those days only."""
     gathered = [_Gathered() for _ in asked]
-    await read_packed(db, await value_hashes(db, asked), since, until, gathered)
-    rows = await db.fetchall(hunt_db.ROUTER_IDS, {"macs": [mac]})
-    days = set(await hunt_db.router_days(db, mac, asked, since))
+    async with db.snapshot() as reads:
+        await read_packed(reads, await value_hashes(reads, asked), since, until, gathered)
+        rows = await reads.fetchall(hunt_db.ROUTER_IDS, {"macs": [mac]})
+        days = set(await hunt_db.router_days(reads, mac, asked, since))
     if rows:
         for g in gathered:
             numbers, day_numbers, *_ = g.columns()

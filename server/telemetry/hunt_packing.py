@@ -34,6 +34,7 @@ BLOCK_POSTINGS = 2_048  # a block's postings, about: a rare value's hunt reads o
 # bytes more, 30 % less time)
 MAX_BITS = 24
 FETCH_ROWS = 50_000
+TRIES = 3  # a day's packing, against concurrent writes
 PACKING_LOCK = 7_302_145_059  # one packer at a time, across processes and hosts
 BUDGETS_KEPT = timedelta(days=7)  # routers' daily counts of postings, for status
 EMPTY_BYTES = 65_536  # an empty partition's own pages and its index's first ones
@@ -55,17 +56,21 @@ def bucket_of(value_hash: int, bits: int) -> int:
 class PackedDays:
     """What a packing run did: the days it packed, their postings and the bytes written."""
     days: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # met concurrent writes TRIES times
     postings: int = 0
     bytes: int = 0
 
     def as_detail(self) -> dict:
-        return {"days": self.days, "postings": self.postings, "bytes": self.bytes,
+        return {"days": self.days, "left_for_next_run": self.left,
+                "postings": self.postings, "bytes": self.bytes,
                 "bytes_per_posting": round(self.bytes / self.postings, 2)
                 if self.postings else None}
 
 
 async def pack(db: Database, before: datetime | None = None) -> PackedDays:
-    """Every day before `before` (by default today's start, UTC) still in rows, packed."""
+    """Every day before `before` (by default today's start, UTC) still in rows, packed. A
+    day whose packing met a concurrent write (an upload ending late, a router removed) is
+    tried again, and left for the next run after TRIES; the later days are packed anyway."""
     now = datetime.now(timezone.utc)
     before = before or now.replace(hour=0, minute=0, second=0, microsecond=0)
     done = PackedDays()
@@ -74,15 +79,63 @@ async def pack(db: Database, before: datetime | None = None) -> PackedDays:
         if not (await cur.fetchone())[0]:
             log.info("hunt packing: another run holds the lock")
             return done
+        await cur.execute(hunt_db.SEED)
+        seed = (await cur.fetchone())[0]
         await cur.execute(hunt_db.DAYS_TO_PACK, {"before": before})
         for (day,) in await cur.fetchall():
-            postings, size = await _pack_day(cur.connection, day)
+            for attempt in range(1, TRIES + 1):
+                try:
+                    postings, size = await _pack_day(cur.connection, day, seed)
+                    break
+                except psycopg.errors.SerializationFailure:
+                    log.info("hunt packing: %s met a concurrent write (try %d of %d)",
+                             day.date(), attempt, TRIES)
+            else:
+                done.left.append(day.astimezone(timezone.utc).date().isoformat())
+                continue
             done.days.append(day.astimezone(timezone.utc).date().isoformat())
             done.postings += postings
             done.bytes += size
         await _emptied(cur, before)
         await cur.execute(hunt_db.OLD_BUDGETS, {"before": before - BUDGETS_KEPT})
     return done
+
+
+async def _pack_day(conn: psycopg.AsyncConnection, day: datetime,
+                    seed: int) -> tuple[int, int]:
+    """One day's rows into blocks; (postings, bytes). Under PACKING_DAY_LOCK, taken before
+    the transaction's snapshot, so that a router removed just before is seen removed."""
+    await conn.execute("SELECT pg_advisory_lock(%s)", (hunt_db.PACKING_DAY_LOCK,))
+    await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+    try:
+        async with conn.transaction():
+            cur = conn.cursor()
+            await cur.execute(hunt_db.NUMBER_ROUTERS, {"day": day})
+            await cur.execute(hunt_db.DAY_ROUTERS, {"day": day})
+            numbers = dict(await cur.fetchall())
+            await cur.execute(hunt_db.DAY_POSTINGS, {"day": day})
+            count = (await cur.fetchone())[0]
+            await cur.execute(hunt_db.PACKED_DAY, {"day": day})
+            known = await cur.fetchone()
+            bits = known[0] if known else bits_for(count)
+            await cur.execute(hunt_db.NEXT_PASS, {"day": day})
+            pass_number = (await cur.fetchone())[0]
+            writer = _BlockWriter(cur, day, bits, pass_number)
+            async with conn.cursor(name="hunt_day_rows") as rows:
+                await rows.execute(hunt_db.DAY_ROWS, {"day": day, "seed": seed})
+                while batch := await rows.fetchmany(FETCH_ROWS):
+                    await writer.add(batch, numbers)
+            await writer.flush()
+            await cur.execute(hunt_db.PACKED, {"day": day, "bits": bits,
+                                               "postings": writer.postings,
+                                               "bytes": writer.bytes})
+            await cur.execute(hunt_db.UNPACKED_ROWS_GONE, {"day": day})
+    finally:
+        await conn.set_isolation_level(None)
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (hunt_db.PACKING_DAY_LOCK,))
+    log.info("hunt packing: %s, %d postings in %d bytes", day.date(), writer.postings,
+             writer.bytes)
+    return writer.postings, writer.bytes
 
 
 async def _emptied(cur: psycopg.AsyncCursor, before: datetime) -> None:
@@ -106,39 +159,6 @@ async def _emptied(cur: psycopg.AsyncCursor, before: datetime) -> None:
                     await cur.execute(f"TRUNCATE {partition.name}")
         except psycopg.errors.LockNotAvailable:
             log.info("hunt packing: %s busy, truncated at the next run", partition.name)
-
-
-async def _pack_day(conn: psycopg.AsyncConnection, day: datetime) -> tuple[int, int]:
-    """One day's rows into blocks; (postings, bytes)."""
-    await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-    try:
-        async with conn.transaction():
-            cur = conn.cursor()
-            await cur.execute(hunt_db.NUMBER_ROUTERS, {"day": day})
-            await cur.execute(hunt_db.DAY_ROUTERS, {"day": day})
-            numbers = dict(await cur.fetchall())
-            await cur.execute(hunt_db.DAY_POSTINGS, {"day": day})
-            count = (await cur.fetchone())[0]
-            await cur.execute(hunt_db.PACKED_DAY, {"day": day})
-            known = await cur.fetchone()
-            bits = known[0] if known else bits_for(count)
-            await cur.execute(hunt_db.NEXT_PASS, {"day": day})
-            pass_number = (await cur.fetchone())[0]
-            writer = _BlockWriter(cur, day, bits, pass_number)
-            async with conn.cursor(name="hunt_day_rows") as rows:
-                await rows.execute(hunt_db.DAY_ROWS, {"day": day})
-                while batch := await rows.fetchmany(FETCH_ROWS):
-                    await writer.add(batch, numbers)
-            await writer.flush()
-            await cur.execute(hunt_db.PACKED, {"day": day, "bits": bits,
-                                               "postings": writer.postings,
-                                               "bytes": writer.bytes})
-            await cur.execute(hunt_db.UNPACKED_ROWS_GONE, {"day": day})
-    finally:
-        await conn.set_isolation_level(None)
-    log.info("hunt packing: %s, %d postings in %d bytes", day.date(), writer.postings,
-             writer.bytes)
-    return writer.postings, writer.bytes
 
 
 class _BlockWriter:

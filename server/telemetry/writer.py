@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime
+from datetime import datetime, timezone
 
 import psycopg
 
@@ -179,7 +179,10 @@ class TelemetryWriter:
                      "network": self._network}):
                 statements.append(statement)
                 params.update(summary_params)
-        posting_rows = postings.params(self._received_at) if postings is not None else None
+        # Timed when written, not when the upload began: an upload held open cannot date its
+        # sightings before another router's (hunts rank the earliest first).
+        posting_rows = postings.params(datetime.now(timezone.utc)) if postings is not None \
+            else None
         if posting_rows and posting_rows["rows"]:  # records without any value carry none
             statement, posting_params = postings_statement(
                 {"mac": self._params["mac"], "budget": self._postings_per_day, **posting_rows})
