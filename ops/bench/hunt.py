@@ -168,7 +168,9 @@ async def one_size(location, routers: int, days: int, distinct: int) -> dict:
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     macs = _macs(routers)
     written = write_seconds = pack_seconds = copy_seconds = 0.0
-    try:
+    try:  # registered, as their first contact registers them (only theirs are packed)
+        await db.execute("INSERT INTO routers (mac) SELECT unnest(%(macs)s::macaddr[])",
+                         {"macs": macs})
         for back in range(1, distinct + 1):
             started = time.monotonic()
             written += await write_day(db, macs, today - timedelta(days=back), rng)
