@@ -14,7 +14,8 @@ import orjson
 
 from ops.command import EXIT_USAGE, UsageError, operator, run_command
 from server.db.pool import Database
-from server.telemetry.indicators import Indicator, IndicatorError, from_line, indicator
+from server.telemetry.indicators import (Indicator, IndicatorError, from_line, indicator,
+                                         parsed)
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
 from server.settings import Settings
@@ -23,29 +24,31 @@ from server.telemetry.hunt_packing import pack
 PROG = "router-backend hunt"
 MAX_INDICATORS = 100_000  # a hunt's, read in one pass of the days asked
 OPTIONS = (("ip", "ADDR", "an IPv4 or IPv6 address (source or destination of any record)"),
+           ("network", "CIDR", "every address of a network of at most 65,536 (a /16, a /112)"),
            ("domain", "NAME", "a DNS name, TLS SNI or HTTP host, and every name under it"),
            ("ja3", "MD5", "a JA3 or JA3S hash"), ("ja4", "FP", "a JA4 fingerprint"),
            ("sid", "N", "an alert's signature id"), ("sha256", "HEX", "a file's SHA-256"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=("compact",),
-                        help="compact: pack every day before today into the index's "
-                             "compressed blocks now, as the hunt-compact job does on "
-                             "HUNT_COMPACT_CRON_SCHEDULE (hunts answer the same)")
+    parser.add_argument("indicators", nargs="*", metavar="INDICATOR",
+                        help="KIND:VALUE (KIND one of ip, network, domain, ja3, ja4, sid, "
+                             "sha256), or a bare address, network, domain name or SHA-256; "
+                             "or the one word 'compact': pack every day before today into "
+                             "the index's compressed blocks now, as the hunt-compact job "
+                             "does on HUNT_COMPACT_CRON_SCHEDULE (hunts answer the same)")
     for kind, metavar, text in OPTIONS:
         parser.add_argument(f"--{kind}", metavar=metavar, action="append", default=[],
                             help=f"{text} (repeatable)")
     parser.add_argument("--file", type=Path, action="append", default=[],
-                        help="indicators, one a line: KIND VALUE, or a bare address, domain "
-                             "name or SHA-256; # starts a comment")
+                        help="indicators, one a line, written as INDICATOR (KIND VALUE "
+                             "too); # starts a comment")
     parser.add_argument("--days", type=int, default=30,
                         help="days back, by when records were received (default 30, at most "
                              "HUNT_RETENTION_DAYS)")
     parser.add_argument("--until", type=_day, metavar="YYYY-MM-DD",
-                        help="the last day searched (default today): past a count that "
-                             "stopped at the hunt's bound, the days before the one it counted "
-                             "from")
+                        help="the last day searched, by when records were received (default "
+                             "and at most today)")
     parser.add_argument("--limit", type=int,
                         help=f"matches shown at most (default {MATCHES_SHOWN}); the count is "
                              "whole up to the hunt's bound")
@@ -72,6 +75,7 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
     """Every indicator the arguments name; UsageError for a malformed one."""
     found = []
     try:
+        found += [parsed(text) for text in args.indicators]
         for kind, _, _ in OPTIONS:
             found += [indicator(kind, value) for value in getattr(args, kind)]
         for path in args.file:
@@ -84,16 +88,17 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
                     from None
             for number, line in enumerate(lines, 1):
                 try:
-                    if (parsed := from_line(line)) is not None:
-                        found.append(parsed)
+                    if (one := from_line(line)) is not None:
+                        found.append(one)
                 except IndicatorError as error:
                     raise UsageError(f"--file {path}:{number}: {error}") from None
     except IndicatorError as error:
         raise UsageError(str(error)) from None
     found = list(dict.fromkeys(found))
-    if len(found) > MAX_INDICATORS:
-        raise UsageError(f"{len(found)} indicators: at most {MAX_INDICATORS:,} a hunt (split "
-                         "the file)")
+    values = sum(len(i.postings()) for i in found)
+    if values > MAX_INDICATORS:
+        raise UsageError(f"{values} indicators (a network counts each address): at most "
+                         f"{MAX_INDICATORS:,} a hunt (split the file)")
     return found
 
 
@@ -104,13 +109,14 @@ def table(answer: dict) -> str:
              "each indicator in turn)" if answer["shown"] < answer["match_count"] else "")
     more = (f"; more with --offset {answer['offset'] + answer['shown']}" if answer["more"]
             else "")
-    lines = [f"{count_text(answer)} match(es) in the records received from {searched['from']} "
-             f"to {searched['to']}{shown}{more}",
-             "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_kept"]
+    lines = [f"{count_text(answer)} match(es) in the records received from "
+             f"{searched['from']} to {searched['to']}{shown}{more}",
+             *(f"note: {note}" for note in answer["notes"]),
+             "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_expired"]
     for match in answer["matches"]:
         lines.append(f"{match['mac']}\t{match['kind']}\t{match['indicator']}\t"
                      f"{match['first_seen']}\t{match['last_seen']}\t{match['records']}\t"
-                     f"{len(match['days'])}\t{'no' if match['records_expired'] else 'yes'}")
+                     f"{len(match['days'])}\t{'yes' if match['records_expired'] else 'no'}")
     return "\n".join(lines)
 
 
@@ -148,13 +154,13 @@ async def _compact(db: Database) -> int:
 
 
 def hunt(settings: Settings, args: argparse.Namespace) -> int:
-    if args.action == "compact":
+    if args.indicators == ["compact"]:
         return run_command(PROG, lambda settings, db: _compact(db), settings=settings)
     try:
         indicators = indicators_of(args)
         if not args.log and not indicators:
-            raise UsageError("name at least one indicator (--ip, --domain, --ja3, --ja4, "
-                             "--sid, --sha256 or --file)")
+            raise UsageError("name at least one indicator (KIND:VALUE, --ip, --network, "
+                             "--domain, --ja3, --ja4, --sid, --sha256 or --file)")
         if not 1 <= args.days <= settings.hunt_retention_days:
             raise UsageError(f"--days is 1 to {settings.hunt_retention_days} (the index's "
                              "HUNT_RETENTION_DAYS)")

@@ -235,7 +235,8 @@ def test_a_hunt_of_too_many_indicators_is_refused_in_one_line(settings, tmp_path
     done = router_backend(command_env(settings), "hunt", "--file", str(listed))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "router-backend hunt: 100001 indicators: at most 100,000 a hunt (split the file)"]
+        "router-backend hunt: 100001 indicators (a network counts each address): at most "
+        "100,000 a hunt (split the file)"]
 
 
 async def test_a_router_posting_random_names_stops_at_its_daily_budget(make_client, settings,
@@ -314,3 +315,62 @@ def test_a_day_before_1970_is_refused_in_one_line(settings):
                           "0001-01-01")
     assert done.returncode == 2 and "before 1970-01-01" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def flow(src: str, dest: str) -> dict:
+    return {"event_type": "flow", "src_ip": src, "dest_ip": dest, "proto": "TCP"}
+
+
+@pytest.mark.parametrize("packed", [False, True])
+async def test_a_network_is_hunted_as_every_address_in_it(make_client, settings, packed):
+    """Issue 62: a network is hunted as each of its addresses (up to 65,536), named as the
+    indicator; one larger is refused in one line, as is an address that is not one."""
+    client = await make_client(settings)
+    await upload(client, mac(13), [flow("192.168.1.20", "203.0.113.7")])
+    await upload(client, mac(14), [flow("192.168.1.20", "203.0.113.200"),
+                                   flow("192.168.1.20", "203.0.113.9")])
+    await upload(client, mac(15), [flow("192.168.1.20", "203.0.114.1")])
+    if packed:
+        await pack(client.app[DATABASE], tomorrow())
+    answer = hunt(settings, "203.0.113.0/24")
+    assert {(m["mac"], m["kind"], m["indicator"], m["records"]) for m in answer["matches"]} \
+        == {(mac(13), "network", "203.0.113.0/24", 1), (mac(14), "network", "203.0.113.0/24", 2)}
+    assert hunt(settings, "network:203.0.113.0/25")["match_count"] == 2
+    assert hunt(settings, "--network", "203.0.113.128/25")["match_count"] == 1
+    for args, said in ((("10.0.0.0/8",), "holds 16,777,216 addresses"),
+                       (("--ip", "203.0.113.0/24"), "is a network: hunt it as network:VALUE"),
+                       (("10.0.0.300",), "'10.0.0.300' is not an IP address"),
+                       (("--domain", "203.0.113.50"), "is an address, not a domain name"),
+                       (("domain:203.0.113.50",), "is an address, not a domain name")):
+        done = router_backend(command_env(settings), "hunt", *args)
+        assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_malformed_address_in_a_file_is_refused_not_hunted_as_a_name(settings, tmp_path):
+    listed = tmp_path / "list.txt"
+    listed.write_text("evil.example\nip:198.51.100.1\n10.0.0.300\n")
+    done = router_backend(command_env(settings), "hunt", "--file", str(listed))
+    assert done.returncode == 2
+    assert f"{listed}:3: '10.0.0.300' is not an IP address" in done.stderr
+
+
+async def test_one_indicator_syntax_everywhere(make_client, settings):
+    client = await make_client(settings)
+    await upload(client, mac(16), [dns("syntax.example")])
+    for written in ("domain:syntax.example", "syntax.example"):
+        assert hunt(settings, written)["matches"][0]["mac"] == mac(16)
+    for written in ("domain:syntax.example", "syntax.example"):
+        exported = router_backend(command_env(settings), "telemetry", "export", "--mac",
+                                  mac(16), "--match", written)
+        assert exported.returncode == 0 and "syntax.example" in exported.stdout
+
+
+def test_days_are_said_plainly(settings):
+    future = (datetime.now(timezone.utc).date() + timedelta(days=3)).isoformat()
+    answer = hunt(settings, "--sid", "1", "--until", future)
+    assert any("is after today" in note for note in answer["notes"])
+    old = hunt(settings, "--sid", "1", "--until", "2020-01-01")
+    assert old["searched"]["by"] == "day received"
+    table = router_backend(command_env(settings), "hunt", "--sid", "1", "--until", "2020-01-01")
+    assert "note: the index begins on" in table.stdout and "records_expired" in table.stdout

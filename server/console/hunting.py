@@ -179,7 +179,7 @@ async def router_records(request: web.Request) -> web.Response:
                 raise Forbidden(f"hunt for {wanted.kind} {wanted.value} first: a router's "
                                 "records are opened from a hunt of yours of the last "
                                 f"{DRILL_DOWN_AFTER // 60} minutes that found it")
-            days = await router_days(db, mac, [(wanted.code, wanted.stored)], since, today)
+            days = await router_days(db, mac, wanted.postings(), since, today)
             records, stopped = await asyncio.get_running_loop().run_in_executor(
                 gate.threads, _records, db.location, mac, wanted, days)
             await hunt_db.record_hunt(

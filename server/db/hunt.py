@@ -72,21 +72,6 @@ def postings_statement(params: dict) -> tuple[str, dict]:
     return rows_statement(_ADD_POSTINGS, _POSTING_VALUES, len(rows), "h"), values
 
 
-def _matches(asked: list[tuple[str, str]]) -> tuple[list[str], dict]:
-    """The SQL condition of each indicator, (code, stored value), and their parameters."""
-    parts, params = [], {}
-    for n, (code, value) in enumerate(asked):
-        params[f"c{n}"], params[f"v{n}"] = code, value
-        parts.append(f"(kind = %(c{n})s AND value = %(v{n})s)")
-    return parts, params
-
-
-def _condition(asked: list[tuple[str, str]]) -> tuple[str, dict]:
-    """WHERE text and parameters matching any of the indicators."""
-    parts, params = _matches(asked)
-    return " OR ".join(parts), params
-
-
 RECORD_HUNT = """INSERT INTO hunt_log (asked_by, via, indicators, since, until, matches,
     matches_exact, router)
 VALUES (%s, %s, %s::jsonb, %s, %s, %s, %s, %s::macaddr)"""
@@ -123,17 +108,19 @@ async def hunts(db: Database, limit: int, skip: int = 0) -> list[tuple]:
     return await db.fetchall(HUNTS, (limit, skip))
 
 
-# The days a router's postings name for an indicator (the console's drill-down reads its
-# chunks for those days only).
+# The days a router's postings still in rows name any of some values (the console's
+# drill-down reads its chunks for those days only; the packed days: server/hunt/sightings.py).
 ROUTER_DAYS = """SELECT DISTINCT day FROM hunt_postings
-WHERE mac = %(mac)s AND day >= %(since)s AND ({condition}) ORDER BY day"""
+WHERE mac = %(mac)s AND day >= %(since)s
+  AND (kind, value) IN (SELECT * FROM unnest(%(codes)s::"char"[], %(values)s::text[]))
+ORDER BY day"""
 
 
-async def router_days(db: Database, mac: str, asked: list[tuple[str, str]],
+async def router_days(db, mac: str, asked: list[tuple[str, str]],
                       since: datetime) -> list[datetime]:
-    condition, params = _condition(asked)
-    rows = await db.fetchall(ROUTER_DAYS.format(condition=condition),
-                             {**params, "mac": mac, "since": since})
+    rows = await db.fetchall(ROUTER_DAYS, {"mac": mac, "since": since,
+                                           "codes": [c for c, _ in asked],
+                                           "values": [v for _, v in asked]})
     return [row[0] for row in rows]
 
 
@@ -201,6 +188,7 @@ WHERE day >= %(since)s AND day <= %(until)s ORDER BY day"""
 BLOCKS = """SELECT day, bucket, block FROM hunt_packed
 WHERE (day, bucket) IN (SELECT * FROM unnest(%(days)s::timestamptz[], %(buckets)s::integer[]))
 ORDER BY day"""
+FIRST_PACKED_DAY = "SELECT min(day) FROM hunt_packed_days"
 REMOVED_ROUTERS = "SELECT id FROM hunt_removed_routers"
 ROUTER_MACS = "SELECT id, mac::text FROM hunt_routers WHERE id = ANY(%(ids)s::integer[])"
 ROUTER_IDS = "SELECT mac::text, id FROM hunt_routers WHERE mac = ANY(%(macs)s::macaddr[])"

@@ -42,8 +42,15 @@ class Hunt:
         alone, it fills the page."""
         return self.offset + self.limit
 
-    def asked(self) -> list[tuple[str, str]]:
-        return [(i.code, i.stored) for i in self.indicators]
+    def asked(self) -> tuple[list[tuple[str, str]], list[int]]:
+        """The index's values the hunt reads, and the indicator each is one of (a network
+        is each of its addresses)."""
+        values, slots = [], []
+        for n, wanted in enumerate(self.indicators):
+            for value in wanted.postings():
+                values.append(value)
+                slots.append(n)
+        return values, slots
 
 
 def _midnight(day: date) -> datetime:
@@ -68,7 +75,8 @@ async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
     is off) say their records expired: the index outlives the records."""
     today = datetime.now(timezone.utc).date()
     since, until = hunt.window(today)
-    found = await sightings(db, hunt.asked(), _midnight(since), _midnight(until),
+    values, slots = hunt.asked()
+    found = await sightings(db, values, slots, _midnight(since), _midnight(until),
                             hunt.wanted(), hunt.unpacked_reads)
     pairs = _fair_order(found)
     page = pairs[hunt.offset:hunt.offset + hunt.limit]
@@ -85,11 +93,28 @@ async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
               "offset": hunt.offset, "shown": len(matches),
               "more": len(matches) == hunt.limit and hunt.offset + len(matches) < total,
               "order": "earliest sighting first, each indicator in turn",
+              "notes": await _notes(db, hunt, today, since, until, total),
               "matches": matches}
     await hunt_db.record_hunt(db, asked_by, via, json.dumps(
         [{"kind": i.kind, "value": i.value} for i in hunt.indicators]), since, until, total,
         exact)
     return answer
+
+
+async def _notes(db: Database, hunt: Hunt, today: date, since: date, until: date,
+                 total: int) -> list[str]:
+    """What a user should know to read the answer right: a window cut at today, or one
+    that holds no day of the index."""
+    notes = []
+    if hunt.until and hunt.until > today:
+        notes.append(f"--until {hunt.until} is after today: searched to {today}")
+    if total == 0:
+        first = (await db.fetchone(hunt_db.FIRST_PACKED_DAY))[0]
+        first_day = first.astimezone(timezone.utc).date() if first else today
+        if until < first_day:
+            notes.append(f"the index begins on {first_day}, after the days searched: days "
+                         "are the days records were received, not the events' own times")
+    return notes
 
 
 def _fair_order(found: list["Sightings"]) -> list[tuple[int, "Seen"]]:

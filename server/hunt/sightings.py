@@ -107,11 +107,14 @@ async def value_hashes(reads: Reads, asked: list[tuple[str, str]]) -> list[int]:
 
 async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: datetime,
                       gathered: list[_Gathered], wanted: int | None = None,
-                      removed: np.ndarray | None = None) -> None:
+                      removed: np.ndarray | None = None,
+                      slots: list[int] | None = None) -> None:
     """Every packed posting of the values hashed, from the days in the window, oldest
     first; with `wanted`, a value's postings past COMPACT_AT are let go but its `wanted`
     earliest routers' (its count kept), so that a value every router sees costs a bitmap
-    of the fleet, not every posting of the window."""
+    of the fleet, not every posting of the window. `slots`: the indicator each value is
+    one of (a network's addresses are one indicator); by default each its own."""
+    slots = slots if slots is not None else list(range(len(hashes)))
     days = await reads.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
     by_bits: dict[int, dict[int, list[int]]] = {}
     for bits in {bits for _, bits in days}:
@@ -137,8 +140,8 @@ async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: d
                 if at >= 0:
                     found = block.postings_at(at)
                     first = base + found.first.astype(np.int64)
-                    gathered[n].add(found.routers, number, first, first + found.span,
-                                    found.records)
+                    gathered[slots[n]].add(found.routers, number, first,
+                                           first + found.span, found.records)
         if wanted is not None and sum(g.size() for g in gathered) > COMPACT_AT:
             for g in gathered:
                 if g.size() > 2 * wanted:
@@ -181,12 +184,13 @@ def _add_rows(gathered: list[_Gathered], rows, numbers: dict[str, int]) -> None:
                             (int(last.timestamp()),), (records,))
 
 
-async def read_unpacked(reads: Reads, asked: list[tuple[str, str]], since: datetime,
-                        until: datetime, at_most: int, gathered: list[_Gathered],
-                        numbers: dict[str, int], provisional: dict[int, str]
-                        ) -> list[int | None]:
-    """The postings still in rows, at most `at_most` an indicator, earliest first; for an
-    indicator with more, how many routers they name (else None)."""
+async def read_unpacked(reads: Reads, asked: list[tuple[str, str]], slots: list[int],
+                        since: datetime, until: datetime, at_most: int,
+                        gathered: list[_Gathered], numbers: dict[str, int],
+                        provisional: dict[int, str]) -> list[int | None]:
+    """The postings still in rows, at most `at_most` a value, earliest first; for an
+    indicator (a slot) with a value of more, how many routers they name at least (else
+    None)."""
     params = {"codes": [c for c, _ in asked], "values": [v for _, v in asked],
               "since": since, "until": until, "reads": at_most}
     rows = await reads.fetchall(hunt_db.UNPACKED, params)
@@ -194,30 +198,32 @@ async def read_unpacked(reads: Reads, asked: list[tuple[str, str]], since: datet
     if macs:
         numbers.update(await reads.fetchall(hunt_db.ROUTER_IDS, {"macs": sorted(macs)}))
     _numbered(macs, numbers, provisional)
-    _add_rows(gathered, rows, numbers)
-    read = defaultdict(int)
+    _add_rows(gathered, [(slots[row[0] - 1] + 1, *row[1:]) for row in rows], numbers)
+    read: dict[int, int] = defaultdict(int)
     for row in rows:
         read[row[0] - 1] += 1
-    counts: list[int | None] = [None] * len(asked)
+    counts: list[int | None] = [None] * len(gathered)
     if any(count >= at_most for count in read.values()):
         for n, count in await reads.fetchall(hunt_db.UNPACKED_COUNTS, params):
             if read[n - 1] >= at_most:
-                counts[n - 1] = count
+                slot = slots[n - 1]
+                counts[slot] = max(counts[slot] or 0, count)
     return counts
 
 
-async def _whole(reads: Reads, asked: tuple[str, str], n: int, chosen: Sightings,
+async def _whole(reads: Reads, values: list[tuple[str, str]], chosen: Sightings,
                  since: datetime, until: datetime, packed: _Gathered,
                  numbers: dict[str, int]) -> _Gathered:
     """The postings of the routers chosen, every one of them: an indicator whose rows were
     read in part had only the earliest read."""
     macs = {number: mac for mac, number in numbers.items()}
     chosen_numbers = np.array([s.number for s in chosen.earliest], dtype=np.int64)
-    rows = await reads.fetchall(hunt_db.UNPACKED_OF_ROUTERS, {
-        "code": asked[0], "value": asked[1], "since": since, "until": until, "n": n + 1,
-        "macs": [macs[number] for number in chosen_numbers.tolist() if number in macs]})
     whole = [_Gathered()]
-    _add_rows(whole, [(1, *row[1:]) for row in rows], numbers)
+    for code, value in values:
+        rows = await reads.fetchall(hunt_db.UNPACKED_OF_ROUTERS, {
+            "code": code, "value": value, "since": since, "until": until, "n": 1,
+            "macs": [macs[number] for number in chosen_numbers.tolist() if number in macs]})
+        _add_rows(whole, rows, numbers)
     return packed.of(chosen_numbers).joined(whole[0])
 
 
@@ -310,31 +316,36 @@ def _date(day: int) -> date:
     return EPOCH + timedelta(days=day)
 
 
-async def sightings(db: Database, asked: list[tuple[str, str]], since: datetime,
-                    until: datetime, wanted: int, unpacked_reads: int) -> list[Sightings]:
+async def sightings(db: Database, asked: list[tuple[str, str]], slots: list[int],
+                    since: datetime, until: datetime, wanted: int,
+                    unpacked_reads: int) -> list[Sightings]:
     """Each indicator's sightings over the days from `since` to `until` (first instants),
-    read in one snapshot: a day packed meanwhile is read once, in rows or in blocks."""
+    read in one snapshot: a day packed meanwhile is read once, in rows or in blocks.
+    `asked`: the index's values; `slots`: the indicator each is one of."""
     async with db.snapshot() as reads:
-        return await _sightings(reads, asked, since, until, wanted, unpacked_reads)
+        return await _sightings(reads, asked, slots, since, until, wanted, unpacked_reads)
 
 
-async def _sightings(reads: Reads, asked: list[tuple[str, str]], since: datetime,
-                     until: datetime, wanted: int, unpacked_reads: int) -> list[Sightings]:
-    packed = [_Gathered() for _ in asked]
-    unpacked = [_Gathered() for _ in asked]
+async def _sightings(reads: Reads, asked: list[tuple[str, str]], slots: list[int],
+                     since: datetime, until: datetime, wanted: int,
+                     unpacked_reads: int) -> list[Sightings]:
+    indicators = max(slots) + 1 if slots else 0
+    packed = [_Gathered() for _ in range(indicators)]
+    unpacked = [_Gathered() for _ in range(indicators)]
     numbers: dict[str, int] = {}
     provisional: dict[int, str] = {}
     removed = np.array([n for (n,) in await reads.fetchall(hunt_db.REMOVED_ROUTERS)],
                        dtype=np.int64)
     await read_packed(reads, await value_hashes(reads, asked), since, until, packed, wanted,
-                      removed)
-    counts = await read_unpacked(reads, asked, since, until, unpacked_reads, unpacked,
-                                 numbers, provisional)
+                      removed, slots)
+    counts = await read_unpacked(reads, asked, slots, since, until, unpacked_reads,
+                                 unpacked, numbers, provisional)
     found = []
     for n, count in enumerate(counts):
         one = settle(packed[n].joined(unpacked[n]), wanted, removed, count)
         if count is not None:  # the routers shown with every posting of theirs
-            whole = settle(await _whole(reads, asked[n], n, one, since, until, packed[n],
+            values = [value for value, slot in zip(asked, slots) if slot == n]
+            whole = settle(await _whole(reads, values, one, since, until, packed[n],
                                         numbers), wanted, removed, None)
             one = Sightings(one.count, False, whole.earliest)
         found.append(one)

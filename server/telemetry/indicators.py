@@ -23,6 +23,7 @@ the names under it, as every other kind's value is.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from engine.addresses import canonical_text
 # Stored as one byte ("char") per posting.
 CODES = {"ip": "i", "domain": "d", "ja3": "3", "ja4": "4", "sid": "s", "sha256": "h"}
 KINDS = {code: kind for kind, code in CODES.items()}
+KIND_NAMES = (*CODES, "network")  # what a user may name: a network is found by addresses
 
 # fullmatch: `$` would also match before a final newline.
 _LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}")
@@ -53,13 +55,21 @@ class IndicatorError(ValueError):
 
 @dataclass(frozen=True)
 class Indicator:
-    kind: str     # ip, domain, ja3, ja4, sid, sha256
+    kind: str     # ip, domain, ja3, ja4, sid, sha256, network
     value: str    # as the user wrote it (normalised for display)
-    stored: str   # as the index holds it
+    stored: str   # as the index holds it (a network: as written canonically)
 
     @property
     def code(self) -> str:
         return CODES[self.kind]
+
+    def postings(self) -> list[tuple[str, str]]:
+        """The index's (code, stored value) pairs it is found by: a network by each of its
+        addresses."""
+        if self.kind == "network":
+            return [("i", canonical_text(str(address)))
+                    for address in ipaddress.ip_network(self.stored)]
+        return [(self.code, self.stored)]
 
 
 def _domain(text: str) -> str | None:
@@ -118,44 +128,96 @@ def _stored(kind: str, text: str) -> str | None:
     if kind == "sid":  # ASCII digits only: str.isdigit() also takes '²', which int() refuses
         return str(int(lowered)) if _DECIMAL.fullmatch(lowered) and \
             0 < int(lowered) <= MAX_SID else None
-    raise IndicatorError(f"unknown kind {kind!r} (one of {', '.join(CODES)})")
+    raise IndicatorError(f"unknown kind {kind!r} (one of {', '.join(KIND_NAMES)})")
+
+
+NETWORK_ADDRESSES_MAX = 65_536  # a network hunted is each of its addresses: a /16, a /112
+
+
+def _network(text: str) -> Indicator:
+    value = text.strip()
+    try:
+        if not value.isascii() or "/" not in value:
+            raise ValueError
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise IndicatorError(f"{value[:80]!r} is not a network (ADDRESS/PREFIX)") from None
+    if network.num_addresses > NETWORK_ADDRESSES_MAX:
+        raise IndicatorError(f"{value[:80]!r} holds {network.num_addresses:,} addresses: a "
+                             f"network of at most {NETWORK_ADDRESSES_MAX:,} (a /16, a /112) "
+                             "is hunted, each address of it")
+    return Indicator("network", str(network), str(network))
 
 
 def indicator(kind: str, text: str) -> Indicator:
     """A user's indicator; IndicatorError naming what is wrong."""
+    if kind == "network":
+        return _network(text)
+    if kind == "domain" and _looks_like_address(text.strip()):
+        raise IndicatorError(f"{text.strip()[:80]!r} is an address, not a domain name: hunt "
+                             "it as ip:VALUE (--ip)")
     stored = _stored(kind, text)
     if stored is None:
+        if kind == "ip" and "/" in text:
+            raise IndicatorError(f"{text.strip()[:80]!r} is a network: hunt it as "
+                                 "network:VALUE (--network)")
         raise IndicatorError(f"{text[:80]!r} is not {_WHAT[kind]}")
     shown = ".".join(reversed(stored.split("."))) if kind == "domain" else stored
     return Indicator(kind, shown, stored)
 
 
-_WHAT = {"ip": "an IP address", "domain": "a domain name", "ja3": "a JA3 hash (32 hex digits)",
+_IPV4_LIKE = re.compile(r"[0-9]+(\.[0-9]+){1,5}")
+_IPV6_LIKE = re.compile(r"[0-9a-fA-F:.]*:[0-9a-fA-F:.]*")
+
+
+def _looks_like_address(text: str) -> bool:
+    """Digits and dots, or hex digits and colons: meant as an address, whether or not it is
+    one (`10.0.0.300` is a typo, not a host name)."""
+    return bool(_IPV4_LIKE.fullmatch(text) or _IPV6_LIKE.fullmatch(text))
+
+
+_WHAT = {"network": "a network", "ip": "an IP address", "domain": "a domain name", "ja3": "a JA3 hash (32 hex digits)",
          "ja4": "a JA4 fingerprint (such as t13d1516h2_8daaf6152771_b186095e22b6)",
          "sid": "a signature id (a positive integer)", "sha256": "a SHA-256 (64 hex digits)"}
 
 
 def guessed(text: str) -> Indicator:
-    """A bare value whose kind is plain: an address, a 64-hex SHA-256, a domain name."""
+    """A bare value whose kind is plain: an address, a 64-hex SHA-256, a domain name. A
+    value that looks like an address and is not one is refused as an address, never hunted
+    as a name."""
     value = text.strip()
+    if "/" in value and _looks_like_address(value.split("/", 1)[0]):
+        return _network(value)
+    if _looks_like_address(value) and _stored("ip", value) is None:
+        raise IndicatorError(f"{value[:80]!r} is not an IP address")
     for kind in ("ip", "sha256", "domain"):
         if _stored(kind, value) is not None and (kind != "domain" or "." in value):
             return indicator(kind, value)
-    raise IndicatorError(f"{value[:80]!r}: give its kind (KIND VALUE: "
+    raise IndicatorError(f"{value[:80]!r}: give its kind (KIND:VALUE, KIND one of "
                          f"{', '.join(CODES)}); only an address, a SHA-256 or a domain name "
                          "is recognised alone")
 
 
+def parsed(text: str) -> Indicator:
+    """One indicator as written anywhere (the command's arguments, --file lines, the
+    console, --match): `KIND:VALUE`, `KIND VALUE`, or a bare value whose kind is plain."""
+    value = text.strip()
+    kind, sep, rest = value.partition(":")
+    if sep and kind.lower() in KIND_NAMES:
+        return indicator(kind.lower(), rest)
+    parts = value.split(None, 1)
+    if len(parts) == 2 and parts[0].lower() in KIND_NAMES:
+        return indicator(parts[0].lower(), parts[1])
+    return guessed(value)
+
+
 def from_line(line: str) -> Indicator | None:
-    """One line of an indicator file: `KIND VALUE` or a bare value; None for a blank line or
-    a comment (#)."""
+    """One line of an indicator file: an indicator (parsed); None for a blank line or a
+    comment (#)."""
     text = line.strip()
     if not text or text.startswith("#"):
         return None
-    parts = text.split(None, 1)
-    if len(parts) == 2 and parts[0].lower() in CODES:
-        return indicator(parts[0].lower(), parts[1])
-    return guessed(text)
+    return parsed(text)
 
 
 def _names(dns: dict) -> list:
@@ -223,14 +285,17 @@ def carried(record: dict) -> list[tuple[str, str]]:
 
 def carries(record: dict, wanted: Indicator) -> bool:
     """Whether `record` carries the indicator as the index has it (for a domain: it or a
-    name under it, as its parent postings say), so a drill-down shows what a hunt found."""
-    return (wanted.code, wanted.stored) in carried(record)
+    name under it, as its parent postings say; for a network: an address in it), so a
+    drill-down shows what a hunt found."""
+    found = carried(record)
+    if wanted.kind == "network":
+        network = ipaddress.ip_network(wanted.stored)
+        return any(code == "i" and ipaddress.ip_address(value) in network
+                   for code, value in found)
+    return (wanted.code, wanted.stored) in found
 
 
 def match_argument(text: str) -> Indicator:
-    """`KIND:VALUE` (the drill-down's form); IndicatorError naming what is wrong."""
-    kind, sep, value = text.partition(":")
-    if not sep or kind.lower() not in CODES:
-        raise IndicatorError(f"{text[:80]!r}: expected KIND:VALUE, KIND one of "
-                             f"{', '.join(CODES)}")
-    return indicator(kind.lower(), value)
+    """The drill-down's indicator (--match, the console's ?match=): written as everywhere
+    else (parsed); IndicatorError naming what is wrong."""
+    return parsed(text)
