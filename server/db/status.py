@@ -69,8 +69,8 @@ FROM notifications WHERE status <> 'sent'"""
 
 # The hunt index: its packed days, and the routers past their daily budget of postings
 # (HUNT_POSTINGS_PER_ROUTER_DAY) today or yesterday.
-_HUNT_PACKED = """SELECT count(*), coalesce(sum(postings), 0)::bigint, coalesce(sum(bytes), 0)::bigint,
-       max(day) FROM hunt_packed_days"""
+_HUNT_PACKED = """SELECT count(*), coalesce(sum(postings), 0)::bigint,
+       coalesce(sum(bytes), 0)::bigint, max(day) FROM hunt_packed_days"""
 _HUNT_SINCE = "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 day'"
 _HUNT_OVER_BUDGET = f"""SELECT count(DISTINCT mac), coalesce(sum(unindexed), 0)::bigint
 FROM hunt_budgets WHERE unindexed > 0 AND day >= {_HUNT_SINCE}"""

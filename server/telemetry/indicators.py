@@ -176,7 +176,8 @@ def _looks_like_address(text: str) -> bool:
     return bool(_IPV4_LIKE.fullmatch(text) or _IPV6_LIKE.fullmatch(text))
 
 
-_WHAT = {"network": "a network", "ip": "an IP address", "domain": "a domain name", "ja3": "a JA3 hash (32 hex digits)",
+_WHAT = {"network": "a network", "ip": "an IP address", "domain": "a domain name",
+         "ja3": "a JA3 hash (32 hex digits)",
          "ja4": "a JA4 fingerprint (such as t13d1516h2_8daaf6152771_b186095e22b6)",
          "sid": "a signature id (a positive integer)", "sha256": "a SHA-256 (64 hex digits)"}
 
