@@ -11,7 +11,11 @@ asked in, and the values a record carries.
 | `sha256` | `fileinfo.sha256`                                                    | 64 hex digits, lower case |
 
 A value a record carries that is not well formed for its kind is not indexed; one a user
-asks for is refused (IndicatorError) with what is wrong.
+asks for is refused (IndicatorError) with what is wrong. A user writes an indicator one way
+everywhere (`parsed`): `KIND:VALUE`, `KIND VALUE`, or a bare address, network, SHA-256 or
+domain name; a value that looks like an address and is not one is refused, never taken for
+a name. A `network` (at most NETWORK_ADDRESSES_MAX addresses) is not stored: it is found by
+each of its addresses (Indicator.postings).
 
 Why a domain posts its parents rather than being found as a range of names under it: one
 router can look up any number of names under a domain (`a1.c2.example`, `a2.c2.example` ...),
