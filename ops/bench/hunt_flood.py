@@ -8,9 +8,9 @@ same run.
 
 The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL, its
 per-address limits raised (every client here is 127.0.0.1; a real flood comes from many
-addresses); every client is an aiohttp session of this process: the flooders' uploads (200 records of
-random names each) and the honest router's (its corpus day's alerts, 44 records, one every
-0.2 s).
+addresses); every client is an aiohttp session of this process: the flooders' uploads
+(200 records of random names each) and the honest router's (its corpus day's alerts, 44
+records, one every 0.2 s).
 What saturates is printed: the flooders' uploads a second against the server's CPU.
 """
 
