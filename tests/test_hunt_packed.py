@@ -108,6 +108,20 @@ async def plant(db, macs: list[str], names: list[str], seen: datetime) -> None:
         await db.execute(statement, params)
 
 
+def sybils(prefix: str, count: int) -> list[str]:
+    """`count` MACs under a prefix of four octets: an attacker's cheap routers."""
+    return [f"{prefix}:{n >> 8:02x}:{n & 255:02x}" for n in range(count)]
+
+
+async def plant_later(db, macs: list[str], names: list[str]) -> None:
+    """`names` planted from `macs` two seconds after now (skipped too close to midnight,
+    where that would be another day)."""
+    later = datetime.now(timezone.utc) + timedelta(seconds=2)
+    if later.date() != datetime.now(timezone.utc).date():
+        pytest.skip("too close to midnight")
+    await plant(db, macs, names, later)
+
+
 @pytest.mark.parametrize("packed", [False, True])
 async def test_a_thousand_later_routers_do_not_bury_the_first(make_client, settings, packed):
     """1,050 MACs post a name after an honest router did (issue 59): the honest router is
@@ -115,11 +129,7 @@ async def test_a_thousand_later_routers_do_not_bury_the_first(make_client, setti
     client = await make_client(settings)
     db = client.app[DATABASE]
     await upload(client, mac(1), [dns("www.evil-c2.example")])
-    later = datetime.now(timezone.utc) + timedelta(seconds=2)
-    if later.date() != datetime.now(timezone.utc).date():
-        pytest.skip("too close to midnight")
-    await plant(db, [f"02:00:00:00:{n >> 8:02x}:{n & 255:02x}" for n in range(1050)],
-                ["www.evil-c2.example"], later)
+    await plant_later(db, sybils("02:00:00:00", 1050), ["www.evil-c2.example"])
     if packed:
         await pack(db, tomorrow())
     answer = hunt(settings, "--domain", "evil-c2.example")
@@ -143,11 +153,7 @@ async def test_low_macs_posting_a_whole_list_do_not_hide_an_earlier_router(make_
     db = client.app[DATABASE]
     names = [f"n{n}.list.example" for n in range(100)]
     await upload(client, mac(2), [dns(names[57])])
-    later = datetime.now(timezone.utc) + timedelta(seconds=2)
-    if later.date() != datetime.now(timezone.utc).date():
-        pytest.skip("too close to midnight")
-    await plant(db, [f"00:00:00:00:{n >> 8:02x}:{n & 255:02x}" for n in range(201)], names,
-                later)
+    await plant_later(db, sybils("00:00:00:00", 201), names)
     if packed:
         await pack(db, tomorrow())
     listed = [indicator("domain", name) for name in names]
@@ -209,11 +215,7 @@ async def test_the_console_pages_a_hunt_the_first_sighting_first(make_client, se
     client = await make_client(console_settings(settings))
     db = client.app[DATABASE]
     await upload(client, mac(10), [dns("www.evil-c2.example")])
-    later = datetime.now(timezone.utc) + timedelta(seconds=2)
-    if later.date() != datetime.now(timezone.utc).date():
-        pytest.skip("too close to midnight")
-    await plant(db, [f"02:00:00:01:{n >> 8:02x}:{n & 255:02x}" for n in range(1050)],
-                ["www.evil-c2.example"], later)
+    await plant_later(db, sybils("02:00:00:01", 1050), ["www.evil-c2.example"])
     assert (await sign_in(client, SUPPORT)).status == 303
     page = await client.get("/console/hunt")
     token = re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
@@ -276,7 +278,7 @@ async def test_a_value_at_many_routers_answers_the_same_with_its_postings_let_go
     of the others: the same page, counts and windows as holding every posting."""
     client = await make_client(settings)
     db = client.app[DATABASE]
-    macs = [f"02:00:00:02:{n >> 8:02x}:{n & 255:02x}" for n in range(300)]
+    macs = sybils("02:00:00:02", 300)
     base = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     for back in (3, 2, 1):
         day = base - timedelta(days=back)
