@@ -78,6 +78,8 @@ async def test_crash_drill_quick(database, tmp_path):
     result = await crash_drill(database, tmp_path, kills=10, routers=20, seed=7,
                                up_seconds=(0.2, 1.0))
     assert result.check.ok, result.check
+    assert result.unhunted == 0
+    assert result.hunt_checked == result.ledger.records_acknowledged
     assert result.ledger.records_acknowledged > 0
     assert not result.ledger.server_errors()
     assert result.answered_after_last_restart > 0

@@ -3,9 +3,10 @@ and check the fleet's ledger against the database.
 
     python -m ops.bench.crash_drill [--kills 10] [--routers 50] [--seed 1] [--up 0.3 2.0]
 
-Passes when every acknowledged record is stored exactly once, no request is half stored, no
-refused request stored anything, the server never answered 500, and it served again after
-every restart. tests/test_drills.py runs a quick version.
+Passes when every acknowledged record is stored exactly once, every value it carries is in
+the hunt index for its router (postings are written in the upload's transaction), no request
+is half stored, no refused request stored anything, the server never answered 500, and it
+served again after every restart. tests/test_drills.py runs a quick version.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops.bench.fleet import Fleet, Ledger, LedgerCheck, check_ledger, summary
+from ops.bench.fleet import TABLES, Fleet, Ledger, LedgerCheck, check_ledger, summary
 from server.db.location import DatabaseLocation
+from server.db.connect import connect
 from server.generation.service import CLAIM_LEASE
+from server.telemetry.indicators import carried
 from testkit.corpus import publish_corpus_ruleset
 from testkit.database import Sql, throwaway_database
+from testkit.telemetry import load_record_tables
 from testkit.server import ServerRunner
 
 
@@ -33,12 +37,16 @@ class DrillResult:
     kills: int
     seconds: float
     answered_after_last_restart: int
+    # acknowledged records checked against the hunt index, and those with a carried value
+    # the index lacks for their router
+    hunt_checked: int
+    unhunted: int
     # seconds after the last restart until every router had payloads (None: not awaited)
     all_generated_after: float | None = None
 
     @property
     def ok(self) -> bool:
-        return (self.check.ok and not self.ledger.server_errors()
+        return (self.check.ok and not self.unhunted and not self.ledger.server_errors()
                 and self.answered_after_last_restart > 0
                 and self.all_generated_after != float("inf"))
 
@@ -49,6 +57,32 @@ def server_settings(location: DatabaseLocation, workdir: Path) -> dict[str, str]
         return publish_corpus_ruleset(location, workdir)
     except (RuntimeError, FileNotFoundError):
         return {"RULE_GENERATION_ENABLED": "false"}
+
+
+def hunt_check(location: DatabaseLocation, ledger: Ledger) -> tuple[int, int]:
+    """Acknowledged records checked, and those carrying a value that no posting of their
+    router holds (the drill never packs, so every posting is a row of hunt_postings)."""
+    acknowledged = {(mac, flow_id) for mac, kinds in ledger.acknowledged.items()
+                    for flow_ids in kinds.values() for flow_id in flow_ids}
+    conn = connect(location)
+    try:
+        with conn.cursor() as cur:
+            load_record_tables(cur, location)
+            cur.execute("SELECT mac::text, kind::text, value FROM hunt_postings "
+                        "WHERE mac = ANY(%s::macaddr[])", (ledger.macs,))
+            posted = set(cur.fetchall())
+            checked = missing = 0
+            for table in TABLES.values():
+                cur.execute(f"SELECT mac::text, record FROM {table} "
+                            f"WHERE mac = ANY(%s::macaddr[])", (ledger.macs,))
+                for mac, record in cur:
+                    if (mac, record.get("flow_id")) in acknowledged:
+                        checked += 1
+                        missing += any((mac, code, value) not in posted
+                                       for code, value in carried(record))
+    finally:
+        conn.close()
+    return checked, missing
 
 
 def routers_with_payloads(location: DatabaseLocation, macs: list[str]) -> int:
@@ -95,7 +129,8 @@ async def crash_drill(location: DatabaseLocation, workdir: Path, kills: int = 10
         ledger = await running
         await asyncio.to_thread(server.stop)
     return DrillResult(ledger, check_ledger(location, ledger), kills,
-                       time.monotonic() - started, answered_after, all_generated)
+                       time.monotonic() - started, answered_after,
+                       *hunt_check(location, ledger), all_generated)
 
 
 def main() -> int:
@@ -120,6 +155,8 @@ def main() -> int:
               f"last restart (claims of killed processes run out after "
               f"{CLAIM_LEASE.total_seconds():.0f}s)")
     print(summary(result.ledger, result.check, result.seconds))
+    print(f"hunt index: {result.hunt_checked} acknowledged records checked, "
+          f"{result.unhunted} with a value missing")
     print("crash drill:", "PASSED" if result.ok else "FAILED")
     return 0 if result.ok else 1
 
