@@ -18,6 +18,8 @@ from ops.fleet import add_arguments as add_fleet_arguments
 from ops.fleet import fleet
 from ops.hunt import add_arguments as add_hunt_arguments
 from ops.hunt import hunt
+from ops.intel import add_arguments as add_intel_arguments
+from ops.intel import intel
 from ops.backup import add_backup_arguments, add_restore_arguments, backup, restore
 from ops.citus import add_arguments as add_citus_arguments
 from ops.citus import citus
@@ -218,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_hunt_arguments(commands.add_parser(
         "hunt", help="which routers saw an address, a domain, a TLS fingerprint, a signature "
                      "or a file, and since when (recorded)"))
+    add_intel_arguments(commands.add_parser(
+        "intel", help="threat feeds delivered to every router and retro-hunted; their "
+                      "sightings, told to the routers' owners"))
     add_telemetry_arguments(commands.add_parser(
         "telemetry", help="a router's stored records (export, sql) and the compaction job"))
     add_console_arguments(commands.add_parser(
@@ -237,7 +242,7 @@ COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention":
             "subscriptions": subscriptions, "allowlist": allowlist, "status": status,
             "rules": rules, "telemetry": telemetry, "console": console,
             "citus": citus, "backup": backup, "restore": restore, "fleet": fleet,
-            "hunt": hunt}
+            "hunt": hunt, "intel": intel}
 
 
 def main(argv: list[str] | None = None) -> int:

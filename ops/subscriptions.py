@@ -1,4 +1,5 @@
-"""`router-backend subscriptions list|add MAC [--note TEXT]|remove MAC|rotate-key MAC|reset MAC`:
+"""`router-backend subscriptions list|add MAC [--note TEXT] [--user ID --email ADDR]|owner MAC
+[--user ID --email ADDR]|remove MAC|rotate-key MAC|reset MAC`:
 the routers allowed to call in closed registration mode (REGISTRATION_MODE=closed), with
 their last activation record and telemetry upload, and their keys (ROUTER_AUTH=key). `add`
 prints a new router's key in key mode, `rotate-key` replaces it, `remove` revokes it with the
@@ -6,17 +7,20 @@ router, `reset` revokes it so that the router can enroll again (a factory-reset 
 within ENROLLMENT_RESET_WINDOW_MINUTES and only then: nobody else holding the fleet token can
 enroll it later on. A key is printed once: only its hash is stored. Every server process
 forgets a rotated or revoked key at once (notified by the database); a removed router's
-registration within ROUTER_CACHE_SECONDS."""
+registration within ROUTER_CACHE_SECONDS. A router's owner (`--user`, `--email`: the
+notification service's user and address) is told of its threat sightings (docs/intel.md)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 
-from ops.command import CommandError, mac_argument, operator, run_command
+from ops.command import CommandError, UsageError, mac_argument, operator, run_command
+from server.db import intel as intel_db
 from server.db import router_keys as keys_db
 from server.db import routers as router_db
 from server.db.pool import Database
+from server.notify.fields import FieldError, recipient_field, text_field
 from server.routers.keys import key_hash, new_key
 from server.settings import Settings
 from server.tuning.changes import reset_enrollment
@@ -33,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = actions.add_parser("add", help="subscribe a router")
     add.add_argument("mac")
     add.add_argument("--note", help="free text kept with the subscription")
+    for parser_ in (add, owner := actions.add_parser(
+            "owner", help="who is told of the router's threat sightings (docs/intel.md)")):
+        if parser_ is owner:
+            owner.add_argument("mac")
+        parser_.add_argument("--user", help="the owner's user id in the notification service")
+        parser_.add_argument("--email", help="the owner's address, where sightings are emailed")
     remove = actions.add_parser("remove", help="remove a router's subscription (and its key)")
     remove.add_argument("mac")
     rotate = actions.add_parser("rotate-key", help="replace a router's key; prints the new one")
@@ -53,10 +63,21 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
         return 0
     mac = mac_argument(args.mac)
     if args.action == "add":
+        owner = _owner(args)
         new = await router_db.subscribe(db, mac, args.note)
         print(f"{mac} subscribed" if new else f"{mac} was already registered; now operator-added")
+        if owner:
+            await intel_db.set_owner(db, mac, *owner, operator())
+            print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>")
         if settings.router_auth == "key":
             await _issue_key(db, mac, replace=False)
+        return 0
+    if args.action == "owner":
+        owner = _owner(args) or (None, None)
+        if not await intel_db.set_owner(db, mac, *owner, operator()):
+            raise CommandError(f"{mac} is not registered")
+        print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>" if owner[0]
+              else f"{mac}: no owner; its sightings are listed for operators")
         return 0
     if args.action == "rotate-key":
         await _issue_key(db, mac, replace=True)
@@ -74,6 +95,19 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
     log.warning("router %s removed by an operator (its key, if any, revoked)", mac)
     print(f"{mac} removed")
     return 0
+
+
+def _owner(args: argparse.Namespace) -> tuple[str, str] | None:
+    """--user and --email, both or neither (neither: no owner); UsageError otherwise."""
+    if not args.user and not args.email:
+        return None
+    if not (args.user and args.email):
+        raise UsageError("give both --user and --email (or neither, for no owner)")
+    try:
+        user, email = text_field("userId", args.user), recipient_field(args.email)
+    except FieldError as error:
+        raise UsageError(str(error)) from None
+    return user, email
 
 
 async def _issue_key(db: Database, mac: str, replace: bool) -> None:

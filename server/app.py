@@ -12,12 +12,14 @@ from aiohttp import web
 from server.web.access_log import quiet_refused_heads
 from server.console.app import create_console_app
 from server.db import fleet as fleet_db
+from server.db import intel as intel_db
 from server.db.lifecycle import open_database
 from server.exposure import chosen_risks
 from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
 from server.polling.fleet_list import FleetList
+from server.polling.intel_list import IntelList
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
 from server.handlers import operations, router_api
@@ -27,6 +29,8 @@ from server.ingest.ingest import Ingestion
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
+from server.intel.jobs import intel_jobs
+from server.jobs.fleet import service_networks
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics
 from server.notify.mailer import make_mailer
@@ -37,7 +41,7 @@ from server.settings import Settings
 from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
 from server.web.routes import add_routes
-from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, FLOOD_LIMITS, GENERATION,
+from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, GENERATION,
                              IN_FLIGHT, INGESTION, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
@@ -146,9 +150,18 @@ async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
     app[ETAG_CACHE] = cache
     keys = app[ROUTER_KEYS]  # its LISTEN connection also tells of keys changed elsewhere
     cache.follow("router_keys", keys.forget, keys.forget_all)
+    settings = app[SETTINGS]
     fleet = app[FLEET_LIST] = FleetList(app[DATABASE], lambda: cache.listening, app[METRICS],
-                                        app[SETTINGS].fleet_enabled)
-    cache.follow(fleet_db.CHANNEL, fleet.changed, fleet.changed)  # ... and the fleet's list
+                                        settings.fleet_enabled)
+    intel = app[INTEL_LIST] = IntelList(app[DATABASE], lambda: cache.listening,
+                                        service_networks(settings), settings.intel_max_entries)
+
+    def shared_changed(_payload: str = "") -> None:  # the allowlist is in both documents
+        fleet.changed()
+        intel.changed()
+
+    cache.follow(fleet_db.CHANNEL, shared_changed, shared_changed)  # ... the fleet's list
+    cache.follow(intel_db.CHANNEL, intel.changed, intel.changed)  # ... and the intel
     cache.start()
     try:
         yield
@@ -222,7 +235,8 @@ async def gauge_refresh_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:
-    jobs = scheduled_jobs(app[DATABASE], app[SETTINGS], app[METRICS])
+    jobs = scheduled_jobs(app[DATABASE], app[SETTINGS], app[METRICS],
+                          intel_jobs(app[DATABASE], app[SETTINGS]))
     try:
         yield
     finally:

@@ -92,6 +92,16 @@ def _networks(value: str) -> frozenset[ipaddress.IPv4Network | ipaddress.IPv6Net
             from None
 
 
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number, got {value!r}") from None
+    if not 0 < number <= 1:
+        raise ValueError(f"expected a share above 0 and at most 1, got {value!r}")
+    return number
+
+
 def _cron(value: str) -> str:
     try:
         CronSim(value, datetime.now())
@@ -467,6 +477,29 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
         Setting("SERVICE_ADDRESSES", "", "Comma-separated addresses or networks at which routers "
                 "reach this service (its public addresses): never listed by the fleet, like "
                 "LISTEN_HOST and TRUSTED_PROXIES.", _networks),
+    )),
+    ("Threat intelligence", (
+        Setting("INTEL_FETCH_CRON_SCHEDULE", "23 * * * *", "Cron spec of the job fetching every "
+                "feed that has a URL (`router-backend intel add`), retro-hunting what a new "
+                "version brings over HUNT_RETENTION_DAYS and telling the owners of the routers "
+                "that saw it (docs/intel.md).", _cron),
+        Setting("INTEL_MATCH_CRON_SCHEDULE", "* * * * *", "Cron spec of the job matching the "
+                "last two days of the hunt index against the current indicators, so that an "
+                "upload is sighted within about a minute of its acknowledgement.", _cron),
+        Setting("INTEL_FEED_MAX_BYTES", "67108864", "Most bytes of one feed, after decoding "
+                "(gzip, zip): a bigger one is refused and the previous version kept.",
+                _integer(1024)),
+        Setting("INTEL_FETCH_TIMEOUT_SECONDS", "120", "Longest a feed's fetch may take, "
+                "connecting to the last byte.", _integer(1, 3600)),
+        Setting("INTEL_MAX_ENTRIES", "100000", "Most indicators a router is sent (GET "
+                "/rules/intel), the feed's highest confidence first, then the most recently "
+                "seen: about 100-170 bytes of a router's memory each in Suricata's datasets.",
+                _integer(1, 10_000_000)),
+        Setting("INTEL_PREVALENCE_MAX", "0.01", "A value more than this share of the fleet's "
+                "routers saw in the last 7 days (and at least 10 of them) is held for an "
+                "operator's review (`intel release` or `intel suppress`), not delivered: a "
+                "feed's false positive would otherwise fire at every router at once.",
+                _fraction),
     )),
 )
 

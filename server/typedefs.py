@@ -5,6 +5,7 @@ from aiohttp import web
 from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
 from server.polling.fleet_list import FleetList
+from server.polling.intel_list import IntelList
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import Ingestion
@@ -33,5 +34,6 @@ METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
 FLEET_LIST = web.AppKey("fleet_list", FleetList)
+INTEL_LIST = web.AppKey("intel_list", IntelList)
 # What this process does (server/app.py ROLES).
 ROLE = web.AppKey("role", str)

@@ -51,8 +51,8 @@ def smtp():
 
 def smtp_settings(database, tmp_path, port: int, **extra: str):
     return settings_for(database, tmp_path, SMTP_HOST="127.0.0.1", SMTP_PORT=str(port),
-                        SMTP_SECURITY="none", SMTP_FROM=SENDER, SERVICES="notifications",
-                        **extra)
+                        SMTP_SECURITY="none", SMTP_FROM=SENDER,
+                        **{"SERVICES": "notifications", **extra})
 
 
 @pytest.fixture

@@ -144,8 +144,8 @@ KEY_CHANGED = "SELECT pg_notify('router_keys', %(mac)s::text)"
 
 async def unsubscribe(db: Database, mac: str) -> bool:
     """Remove the router, its place in the generation queue, its allowlist entries, rule
-    overrides and hunt postings (its number in the packed index forgotten, so no hunt names
-    it: server/db/hunt.py); its telemetry stays until retention removes it. False when it
+    overrides, hunt postings (its number in the packed index forgotten, so no hunt names
+    it: server/db/hunt.py) and threat sightings; its telemetry stays until retention removes it. False when it
     was not registered."""
     async with db.transaction() as cur:
         await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))
@@ -154,6 +154,7 @@ async def unsubscribe(db: Database, mac: str) -> bool:
         await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
         await execute(cur, AFTER_PACKING)
         await execute(cur, FORGET_HUNT_ROUTER, {"mac": mac})
+        await execute(cur, "DELETE FROM intel_sightings WHERE mac = %s", (mac,))
         await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
         if cur.rowcount != 1:
             return False

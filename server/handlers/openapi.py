@@ -197,6 +197,10 @@ def _paths() -> dict:
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
         "/rules/fleet": _rules("fleet's shared block list (the same for every router, "
                                "less its own allowlist)", "FleetList", found=False),
+        "/rules/intel": _rules("threat intelligence: Suricata datasets, the rules file that "
+                               "loads them and block-list entries (the same for every router, "
+                               "less its own allowlist; docs/router-api.md)", "IntelDocument",
+                               found=False),
         "/metrics": {"get": {
             "summary": "Prometheus metrics of this process",
             "responses": {"200": {"description": "text exposition format",
@@ -299,11 +303,15 @@ def _schemas() -> dict:
                                                          "type": "integer"}},
                                      "hint": {"type": "string"}}}}},
         "LastUpdated": {"type": "object",
-                        "required": ["ids_updated_at", "firewall_updated_at", "fleet_etag"],
+                        "required": ["ids_updated_at", "firewall_updated_at", "fleet_etag",
+                                     "intel_etag"],
                         "properties": {"ids_updated_at": nullable_timestamp,
                                        "firewall_updated_at": nullable_timestamp,
                                        "fleet_etag": {"type": "string", "description":
                                                       "the ETag GET /rules/fleet answers "
+                                                      "now"},
+                                       "intel_etag": {"type": "string", "description":
+                                                      "the ETag GET /rules/intel answers "
                                                       "now"}}},
         "IdsPayload": {"type": "object", "required": ["version", "rule_count", "rules"],
                        "properties": {
@@ -353,6 +361,23 @@ def _schemas() -> dict:
                                                 "severity": {"type": "integer"},
                                                 "count": {"type": "integer"},
                                                 "flows": {"type": "integer"}}}}}}}}},
+        "IntelDocument": {"type": "object",
+                          "required": ["entry_count", "files", "rules", "block"],
+                          "properties": {
+                              "entry_count": {"type": "integer"},
+                              "files": {"type": "object", "description": "file name -> its "
+                                        "text, written beside the rules file",
+                                        "additionalProperties": {"type": "string"}},
+                              "rules": {"type": "string"},
+                              "block": {"type": "array", "items": {
+                                  "type": "object",
+                                  "required": ["address", "family", "reasons", "expires_at"],
+                                  "properties": {
+                                      "address": {"type": "string"},
+                                      "family": {"type": "integer", "enum": [4, 6]},
+                                      "reasons": {"type": "array", "items": {
+                                          "type": "string", "enum": ["intel"]}},
+                                      "expires_at": timestamp}}}}},
         "FleetList": {"type": "object", "required": ["entry_count", "entries"],
                       "properties": {
                           "entry_count": {"type": "integer"},

@@ -15,6 +15,7 @@ from server.db import rules as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
+from server.polling.shared_document import SharedDocument
 from server.routers.identity import mac_from_header
 from server.idempotency_key import idempotency_key
 from server.ingest.body import Body
@@ -23,7 +24,7 @@ from server.ingest.ingest import Upload
 from server.web.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
-from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, FLOOD_LIMITS, INGESTION, METRICS,
+from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, INGESTION, METRICS,
                              ROUTER_KEYS, ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY,
                              UPLOAD_SLOTS)
 
@@ -127,9 +128,10 @@ async def last_updated(request: web.Request) -> web.Response:
         request.app[DATABASE], mac, address if address != "-" else None)
     request.app[TRAFFIC_TALLY].poll()
     fleet = await request.app[FLEET_LIST].served(mac)
+    intel = await request.app[INTEL_LIST].served(mac)
     return json_response({"ids_updated_at": iso_utc(ids_at),
                           "firewall_updated_at": iso_utc(firewall_at),
-                          "fleet_etag": fleet.header})
+                          "fleet_etag": fleet.header, "intel_etag": intel.header})
 
 
 async def rules_applied(request: web.Request) -> web.Response:
@@ -169,8 +171,17 @@ async def payload(request: web.Request, kind: str) -> web.Response:
 async def fleet(request: web.Request) -> web.Response:
     """The fleet's shared block list (server/polling/fleet_list.py), or 304 when it names
     the document's ETag: from memory, no query."""
+    return await _shared(request, request.app[FLEET_LIST])
+
+
+async def intel(request: web.Request) -> web.Response:
+    """The threat intelligence document (server/polling/intel_list.py), as the fleet's."""
+    return await _shared(request, request.app[INTEL_LIST])
+
+
+async def _shared(request: web.Request, document: SharedDocument) -> web.Response:
     mac = admitted(request) or await admit(request)
-    served = await request.app[FLEET_LIST].served(mac)
+    served = await document.served(mac)
     named = request.headers.get("If-None-Match")
     if named is not None and (named == served.header or not_modified(
             wanted_etags(",".join(request.headers.getall("If-None-Match"))), served.etag)):
@@ -205,4 +216,5 @@ ROUTES = [web.get("/health", health),
           web.post("/rules/applied", rules_applied),
           web.get("/rules/ids", functools.partial(payload, kind="ids")),
           web.get("/rules/firewall", functools.partial(payload, kind="firewall")),
-          web.get("/rules/fleet", fleet)]
+          web.get("/rules/fleet", fleet),
+          web.get("/rules/intel", intel)]

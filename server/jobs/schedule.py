@@ -7,7 +7,7 @@ from datetime import timedelta
 from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
 from server.telemetry.hunt_packing import pack
-from server.jobs.cron import CronJobs, JobFailed
+from server.jobs.cron import CronJobs, JobFailed, JobFunction
 from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
 from server.jobs.fleet import run_fleet
 from server.jobs.first_ruleset import publish_first_ruleset, published
@@ -24,13 +24,15 @@ async def _packed(db: Database) -> dict:
     return (await pack(db)).as_detail()
 
 
-def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJobs:
+def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
+                   more: list[tuple[str, str, JobFunction]] = ()) -> CronJobs:
     """Rule preprocessing always (and at once when no ruleset was ever published); time
     partitions created ahead and expired upload keys deleted every hour; small telemetry
     chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; the hunt index's past days packed on
     HUNT_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
     by day every hour; the fleet's lists on FLEET_CRON_SCHEDULE (FLEET_ENABLED); retention when
-    DATA_RETENTION_ENABLED is true; a tick missed while the service was down runs once at
+    DATA_RETENTION_ENABLED is true; `more` (name, cron spec, function), the jobs of the
+    capabilities above this one (threat intelligence); a tick missed while the service was down runs once at
     start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 
@@ -69,6 +71,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics) -> CronJo
         jobs.add("fleet", settings.fleet_cron_schedule, lambda: run_fleet(db, settings, metrics))
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
+    for name, schedule, function in more:
+        jobs.add(name, schedule, function)
     jobs.catch_up()
     if settings.rule_preprocess_at_start and not published(settings.rule_data_path):
         jobs.spawn(publish_first_ruleset(db, settings.rule_data_path, rule_preprocess,

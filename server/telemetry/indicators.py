@@ -31,7 +31,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from engine.addresses import canonical_text
+from engine.addresses import canonical_network, canonical_text
 
 # Stored as one byte ("char") per posting.
 CODES = {"ip": "i", "domain": "d", "ja3": "3", "ja4": "4", "sid": "s", "sha256": "h"}
@@ -214,6 +214,25 @@ def parsed(text: str) -> Indicator:
     if len(parts) == 2 and parts[0].lower() in KIND_NAMES:
         return indicator(parts[0].lower(), parts[1])
     return guessed(value)
+
+
+def feed_value(kind: str, text: str) -> str | None:
+    """A threat feed's value in its stored form (server/intel/), None when it is not one of
+    `kind`: the hunt's kinds as above, a network of any size (its canonical CIDR: delivered
+    whole, hunted only when small) and `md5` (a file hash Suricata matches; the index keeps
+    none)."""
+    if kind == "md5":
+        lowered = text.strip().lower()
+        return lowered if text.isascii() and _HEX32.fullmatch(lowered) else None
+    if kind == "network":
+        value = text.strip()
+        try:
+            return str(canonical_network(value)) if value.isascii() and "/" in value else None
+        except ValueError:
+            return None
+    if kind == "domain" and _looks_like_address(text.strip()):
+        return None
+    return _stored(kind, text)
 
 
 def from_line(line: str) -> Indicator | None:

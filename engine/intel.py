@@ -1,0 +1,133 @@
+"""The threat intelligence document every router gets (GET /rules/intel): pure functions of
+the indicators the delivery statement kept (server/db/intel.py, every rail applied there),
+no database, no clock.
+
+The document holds Suricata 7 dataset files, a rules file that loads them (sids of our own,
+INTEL_SIDS), and the networks and addresses for the router's firewall block list, as the
+fleet's are. Datasets match a buffer exactly: a listed domain alerts on that name in a DNS
+query, a TLS SNI or an HTTP host, not on names under it (the hunt finds those). Files are
+named relative to the rules file: Suricata opens a relative `load` path, and a
+`filesha256` / `filemd5` list, beside the rules file that names it.
+
+Memory on a router: Suricata's datasets hold about 100-170 bytes an entry (a hash table
+entry and the value), so INTEL_MAX_ENTRIES at 100,000 is about 10-17 MB.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+
+from engine.addresses import is_public
+from engine.firewall import Exemptions
+
+FIRST_SID = 1_990_001  # 1,000,000-1,999,999: for local use; INTEL_SIDS of them ours
+INTEL_SIDS = 20
+DATASET_MEMCAP = "64mb"
+
+# (file, dataset type or the keyword that loads a hash list, the kinds it holds)
+FILES = {
+    "rb-intel-domains.lst": ("string", ("domain",)),
+    "rb-intel-ip.lst": ("ip", ("ip",)),
+    "rb-intel-ja3.lst": ("md5", ("ja3",)),
+    "rb-intel-ja4.lst": ("string", ("ja4",)),
+    "rb-intel-sha256.txt": ("filesha256", ("sha256",)),
+    "rb-intel-md5.txt": ("filemd5", ("md5",)),
+}
+
+# (protocol, sticky buffer, file, what it is)
+_DATASET_RULES = (
+    ("dns", "dns.query", "rb-intel-domains.lst", "DNS query for a listed domain"),
+    ("tls", "tls.sni", "rb-intel-domains.lst", "TLS SNI of a listed domain"),
+    ("http", "http.host", "rb-intel-domains.lst", "HTTP host of a listed domain"),
+    ("ip", "ip.src", "rb-intel-ip.lst", "traffic from a listed address"),
+    ("ip", "ip.dst", "rb-intel-ip.lst", "traffic to a listed address"),
+    ("tls", "ja3.hash", "rb-intel-ja3.lst", "TLS client of a listed JA3 hash"),
+    ("tls", "ja4.hash", "rb-intel-ja4.lst", "TLS client of a listed JA4 fingerprint"),
+)
+_HASH_RULES = (("rb-intel-sha256.txt", "file of a listed SHA-256"),
+               ("rb-intel-md5.txt", "file of a listed MD5"))
+
+
+def _shown(kind: str, value: str) -> str:
+    """A stored value as Suricata matches it: a domain's labels back in order."""
+    return ".".join(reversed(value.split("."))) if kind == "domain" else value
+
+
+def _line(file_type: str, kind: str, value: str) -> str:
+    shown = _shown(kind, value)
+    if file_type == "string":  # a string dataset's lines are base64
+        return base64.b64encode(shown.encode("ascii")).decode("ascii")
+    return shown
+
+
+def rules_file(present: set[str]) -> str:
+    """The rules that load the files `present` (an absent file's rules are left out:
+    Suricata refuses a rule whose list is empty or missing)."""
+    lines = ["# router-backend threat intelligence (GET /rules/intel): the datasets and lists "
+             "beside this file"]
+    sid = FIRST_SID
+    for protocol, buffer, name, what in _DATASET_RULES:
+        if name in present:
+            file_type = FILES[name][0]
+            set_name = name.rsplit(".", 1)[0]
+            lines.append(
+                f'alert {protocol} any any -> any any (msg:"router-backend intel: {what}"; '
+                f"{buffer}; dataset:isset,{set_name},type {file_type},load {name},"
+                f"memcap {DATASET_MEMCAP}; classtype:trojan-activity; "
+                f"metadata:created_at 2026_11_27; sid:{sid}; rev:1;)")
+        sid += 1
+    for name, what in _HASH_RULES:
+        if name in present:
+            lines.append(
+                f'alert http any any -> any any (msg:"router-backend intel: {what}"; '
+                f"{FILES[name][0]}:{name}; classtype:trojan-activity; "
+                f"metadata:created_at 2026_11_27; sid:{sid}; rev:1;)")
+        sid += 1
+    return "\n".join(lines) + "\n"
+
+
+def _blocked(entry: dict) -> dict:
+    network = ipaddress.ip_network(entry["value"], strict=False)
+    address = (str(network.network_address) if network.num_addresses == 1
+               else str(network))
+    return {"address": address, "family": network.version, "reasons": ["intel"],
+            "expires_at": entry["expires_at"]}
+
+
+def _exempt(entry: dict, exemptions: Exemptions) -> bool:
+    """A router's own allowlist (and what is not public, judged again) takes an address or
+    a network out when they overlap."""
+    if entry["kind"] == "ip":
+        return exemptions.exempt(entry["value"])
+    network = ipaddress.ip_network(entry["value"], strict=False)
+    if not is_public(str(network.network_address)) or \
+            not is_public(str(network.broadcast_address)):
+        return True
+    return any(network.overlaps(allowed) for allowed in exemptions.networks
+               if allowed.version == network.version)
+
+
+def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions()) -> dict:
+    """The document from entries {kind, value (stored), expires_at (written)}, in the
+    delivery statement's order; equal inputs give equal bytes. A router's own allowlist
+    (`exemptions`) takes its addresses out of its copy."""
+    files: dict[str, list[str]] = {name: [] for name in FILES}
+    kinds = {kind: name for name, (_, held) in FILES.items() for kind in held}
+    block, count = [], 0
+    for entry in entries:
+        kind = entry["kind"]
+        if kind in ("ip", "network") and _exempt(entry, exemptions):
+            continue
+        count += 1
+        if kind == "network":
+            block.append(_blocked(entry))
+            continue
+        if kind == "ip":
+            block.append(_blocked(entry))
+        name = kinds[kind]
+        files[name].append(_line(FILES[name][0], kind, entry["value"]))
+    kept = {name: sorted(lines) for name, lines in files.items() if lines}
+    block.sort(key=lambda item: (item["family"], item["address"]))
+    return {"entry_count": count, "files": {name: "\n".join(lines) + "\n" for name, lines in kept.items()},
+            "rules": rules_file(set(kept)), "block": block}

@@ -1,0 +1,194 @@
+"""`router-backend intel`: threat feeds (add, list, remove, fetch now, import a file), the
+operators' decisions on one value (suppress, release a held one), and the sightings
+(docs/intel.md). Every change is recorded in `intel_log` with the operator's login name."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import orjson
+
+from ops.command import CommandError, UsageError, mac_argument, operator, run_command
+from server.db import intel as intel_db
+from server.db.pool import Database
+from server.intel.feeds import import_file
+from server.intel.formats import FORMATS, KINDS
+from server.intel.jobs import fetch_feeds
+from server.intel.owners import shown, tell_owners
+from server.intel.retro import retro_hunt
+from server.settings import Settings
+from server.telemetry.indicators import feed_value
+from server.timestamps import iso_utc
+
+PROG = "router-backend intel"
+NAME_HELP = "a name of lower-case letters, digits, '.', '_', '-' (at most 63)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="add a feed, fetched by the intel-fetch job")
+    add.add_argument("name", help=NAME_HELP)
+    add.add_argument("url", nargs="?", help="http(s) URL (none: filled by `intel import`)")
+    add.add_argument("--format", required=True, choices=FORMATS)
+    add.add_argument("--kind", choices=KINDS, help="plain: every line's kind (default: "
+                     "inferred per line)")
+    add.add_argument("--confidence", type=int, default=50,
+                     help="0-100, for indicators the feed gives none (default 50)")
+    actions.add_parser("list", help="the feeds: last success, last error, lines refused")
+    remove = actions.add_parser("remove", help="remove a feed and its indicators")
+    remove.add_argument("name")
+    fetch = actions.add_parser("fetch", help="fetch now (every feed with a URL, or one), "
+                               "then retro-hunt and tell owners, as the job does")
+    fetch.add_argument("name", nargs="?")
+    imported = actions.add_parser("import", help="take a feed's version from a file")
+    imported.add_argument("file", type=Path)
+    imported.add_argument("--feed", required=True, help="the feed (added before, or added "
+                          "now without a URL)")
+    imported.add_argument("--format", choices=FORMATS, help="when adding the feed")
+    imported.add_argument("--kind", choices=KINDS)
+    for verb, text in (("suppress", "never deliver nor sight a value, whatever feed names "
+                        "it"), ("release", "deliver a value held for its prevalence")):
+        decided = actions.add_parser(verb, help=text)
+        decided.add_argument("value", help="KIND:VALUE (KIND one of " + ", ".join(KINDS) + ")")
+        decided.add_argument("--note", required=True, help="why (kept in the record)")
+    actions.add_parser("decisions", help="values suppressed, released or held")
+    seen = actions.add_parser("sightings", help="which routers saw a current or past "
+                              "indicator")
+    seen.add_argument("--mac")
+    seen.add_argument("--json", action="store_true", help="one JSON object")
+
+
+def _value(text: str) -> tuple[str, str]:
+    kind, sep, value = text.partition(":")
+    if not sep or kind not in KINDS:
+        raise UsageError(f"{text[:80]!r}: write KIND:VALUE, KIND one of {', '.join(KINDS)}")
+    stored = feed_value(kind, value)
+    if stored is None:
+        raise UsageError(f"{value[:80]!r} is not a {kind}")
+    return kind, stored
+
+
+async def _feed(db: Database, name: str) -> intel_db.Feed:
+    found = await intel_db.feeds(db, name)
+    if not found:
+        raise CommandError(f"no feed named {name!r} (`{PROG} list`)")
+    return found[0]
+
+
+def _print_feeds(feeds: list[intel_db.Feed]) -> None:
+    print("feed\tformat\tindicators\tlines\trefused\tlast_success\tlast_error\turl")
+    for feed in feeds:
+        refusals = ", ".join(f"{reason}: {n}" for reason, n in sorted(feed.refusals.items()))
+        print(f"{feed.name}\t{feed.format}\t{feed.indicators}\t{feed.lines}\t{feed.refused}"
+              f"{f' ({refusals})' if refusals else ''}\t"
+              f"{iso_utc(feed.succeeded_at) or 'never'}\t{feed.error or ''}\t"
+              f"{feed.url or '(imported)'}")
+
+
+def _sightings_json(rows: list[tuple]) -> dict:
+    return {"sightings": [
+        {"indicator": shown(kind, value), "kind": kind, "source": source, "mac": mac,
+         "first_seen": iso_utc(first), "last_seen": iso_utc(last), "days": days,
+         "records": records, "owner_told": iso_utc(told)}
+        for kind, value, source, mac, first, last, days, records, _, told, _ in rows]}
+
+
+async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    actor = operator()
+    if args.action == "add":
+        if not 0 <= args.confidence <= 100:
+            raise UsageError("--confidence is 0 to 100")
+        if args.url and not args.url.startswith(("http://", "https://")):
+            raise UsageError(f"{args.url[:80]!r} is not an http(s) URL")
+        if not await intel_db.add_feed(db, args.name, args.url, args.format, args.kind,
+                                       args.confidence, actor):
+            raise CommandError(f"a feed named {args.name!r} exists")
+        print(f"feed {args.name} added; fetched by the intel-fetch job "
+              f"({settings.intel_fetch_cron_schedule}) or now by `{PROG} fetch {args.name}`"
+              if args.url else f"feed {args.name} added; fill it with `{PROG} import FILE "
+              f"--feed {args.name}`")
+        return 0
+    if args.action == "list":
+        _print_feeds(await intel_db.feeds(db))
+        return 0
+    if args.action == "remove":
+        if not await intel_db.remove_feed(db, args.name, actor):
+            raise CommandError(f"no feed named {args.name!r}")
+        print(f"feed {args.name} removed (its sightings are kept)")
+        return 0
+    if args.action == "fetch":
+        if args.name:
+            await _feed(db, args.name)
+        done = await fetch_feeds(db, settings, args.name, actor)
+        for line in done["feeds"]:
+            print(line)
+        print(f"retro-hunt: {done['retro_hunt']['hunted']:,} indicators over "
+              f"{settings.hunt_retention_days} days, {done['retro_hunt']['new_sightings']:,} "
+              f"new sightings, {done['retro_hunt']['held']:,} held; owners told: "
+              f"{done['notifications']:,} ({done['emailed']:,} emailed)")
+        return 0 if not any(": kept the previous version" in line for line in done["feeds"]) \
+            else 1
+    if args.action == "import":
+        return await _import(args, settings, db, actor)
+    if args.action in ("suppress", "release"):
+        kind, value = _value(args.value)
+        decision = {"suppress": "suppressed", "release": "released"}[args.action]
+        await intel_db.decide(db, kind, value, decision, args.note, actor)
+        print(f"{kind}:{shown(kind, value)} {decision}; every router's document follows at "
+              "its next poll")
+        return 0
+    if args.action == "decisions":
+        print("kind\tvalue\tdecision\trouters\tnote\tby\tat")
+        for kind, value, decision, routers, note, by, at in await intel_db.decisions(db):
+            print(f"{kind}\t{shown(kind, value)}\t{decision}\t{routers or ''}\t{note}\t{by}\t"
+                  f"{iso_utc(at)}")
+        return 0
+    mac = mac_argument(args.mac) if args.mac else None
+    rows = await intel_db.sightings(db, mac)
+    if args.json:
+        print(orjson.dumps(_sightings_json(rows)).decode())
+        return 0
+    print("indicator\tkind\tsource\tmac\tfirst_seen\tlast_seen\tdays\trecords\towner")
+    for kind, value, source, mac_, first, last, days, records, _, told, owned in rows:
+        owner = f"told {iso_utc(told)}" if told else ("to tell" if owned else "no owner")
+        print(f"{shown(kind, value)}\t{kind}\t{source}\t{mac_}\t{iso_utc(first)}\t"
+              f"{iso_utc(last)}\t{days}\t{records}\t{owner}")
+    unowned = await intel_db.routers_without_owner(db)
+    if unowned:
+        print(f"{len(unowned)} router(s) with sightings and no owner to tell "
+              f"(`router-backend subscriptions owner MAC --user ID --email ADDR`): "
+              f"{', '.join(unowned[:20])}{' ...' if len(unowned) > 20 else ''}")
+    return 0
+
+
+async def _import(args: argparse.Namespace, settings: Settings, db: Database,
+                  actor: str) -> int:
+    try:
+        size = args.file.stat().st_size
+        if size > settings.intel_feed_max_bytes:
+            raise CommandError(f"{args.file} is {size:,} bytes, more than "
+                               f"INTEL_FEED_MAX_BYTES ({settings.intel_feed_max_bytes:,})")
+        data = await asyncio.to_thread(args.file.read_bytes)
+    except OSError as error:
+        raise CommandError(f"cannot read {args.file}: {error.strerror}") from None
+    found = await intel_db.feeds(db, args.feed)
+    if not found:
+        if not args.format:
+            raise UsageError(f"no feed named {args.feed!r}: give --format to add it")
+        await intel_db.add_feed(db, args.feed, None, args.format, args.kind, 50, actor)
+        found = await intel_db.feeds(db, args.feed)
+    taken = await import_file(db, found[0], data, actor)
+    print(taken.line())
+    if taken.outcome == "failed":
+        return 1
+    hunted = await retro_hunt(db, settings, actor)
+    told = await tell_owners(db)
+    print(f"retro-hunt: {hunted.hunted:,} indicators, {hunted.new_sightings:,} new sightings, "
+          f"{hunted.held:,} held; owners told: {told['notifications']:,}")
+    return 0
+
+
+def intel(settings: Settings, args: argparse.Namespace) -> int:
+    return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)

@@ -1,0 +1,303 @@
+"""The SQL of threat intelligence (migration 0031, server/intel/): feeds and their versions,
+operators' decisions, the delivery statement with its rails, sightings, owners and the
+notifications of sightings, and the record of every change (`intel_log`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from engine.addresses import NOT_PUBLIC
+from server.db.pool import Database, execute
+
+CHANNEL = "intel_list"  # notified when what routers are sent may have changed
+CHANGED = f"SELECT pg_notify('{CHANNEL}', '')"
+HELD_FLOOR = 10  # routers: a value fewer saw is never held, whatever the fleet's size
+
+
+@dataclass(frozen=True)
+class Feed:
+    name: str
+    url: str | None
+    format: str
+    kind: str | None
+    confidence: int
+    etag: str | None
+    last_modified: str | None
+    attempted_at: datetime | None
+    succeeded_at: datetime | None
+    error: str | None
+    lines: int
+    refused: int
+    refusals: dict
+    indicators: int
+
+
+_FEED_COLUMNS = ("name, url, format, kind, confidence, etag, last_modified, attempted_at, "
+                 "succeeded_at, error, lines, refused, refusals, indicators")
+
+
+async def log(cur_or_db, actor: str, action: str, detail: dict) -> None:
+    statement = "INSERT INTO intel_log (actor, action, detail) VALUES (%s, %s, %s)"
+    params = (actor, action, json.dumps(detail, default=str))
+    if isinstance(cur_or_db, Database):
+        await cur_or_db.execute(statement, params)
+    else:
+        await execute(cur_or_db, statement, params)
+
+
+async def add_feed(db: Database, name: str, url: str | None, format_: str, kind: str | None,
+                   confidence: int, actor: str) -> bool:
+    """False when a feed of that name exists."""
+    async with db.transaction() as cur:
+        await execute(cur, "INSERT INTO intel_feeds (name, url, format, kind, confidence, "
+                           "added_by) VALUES (%s, %s, %s, %s, %s, %s) "
+                           "ON CONFLICT (name) DO NOTHING",
+                      (name, url, format_, kind, confidence, actor))
+        if cur.rowcount == 0:
+            return False
+        await log(cur, actor, "feed added", {"feed": name, "url": url, "format": format_,
+                                              "kind": kind, "confidence": confidence})
+    return True
+
+
+async def remove_feed(db: Database, name: str, actor: str) -> bool:
+    """The feed and its indicators; sightings are history and stay."""
+    async with db.transaction() as cur:
+        await execute(cur, "DELETE FROM intel_feeds WHERE name = %s", (name,))
+        if cur.rowcount == 0:
+            return False
+        await log(cur, actor, "feed removed", {"feed": name})
+        await execute(cur, CHANGED)
+    return True
+
+
+async def feeds(db: Database, name: str | None = None) -> list[Feed]:
+    rows = await db.fetchall(f"SELECT {_FEED_COLUMNS} FROM intel_feeds "
+                             "WHERE %(name)s::text IS NULL OR name = %(name)s ORDER BY name",
+                             {"name": name})
+    return [Feed(*row) for row in rows]
+
+
+async def record_attempt(db: Database, name: str, error: str | None, actor: str) -> None:
+    """A fetch that gave no new version: failed (`error`) or not modified."""
+    async with db.transaction() as cur:
+        await execute(cur, "UPDATE intel_feeds SET attempted_at = now(), error = %s, "
+                           "succeeded_at = CASE WHEN %s::text IS NULL THEN now() "
+                           "ELSE succeeded_at END WHERE name = %s", (error, error, name))
+        await log(cur, actor, "fetch failed" if error else "fetch not modified",
+                  {"feed": name, **({"error": error} if error else {})})
+
+
+# A version replaces the feed's indicators whole: the ones it no longer names go, the ones
+# it names again keep when they were first brought (and retro-hunted), new ones come.
+_VERSION_TABLE = """CREATE TEMPORARY TABLE intel_version (
+    kind text, value text COLLATE "C", confidence smallint, first_seen timestamptz,
+    last_seen timestamptz, expires_at timestamptz) ON COMMIT DROP"""
+_GONE = """DELETE FROM intel_indicators i WHERE feed = %(feed)s AND NOT EXISTS (
+    SELECT 1 FROM intel_version v WHERE v.kind = i.kind AND v.value = i.value)"""
+_PUT = """INSERT INTO intel_indicators AS i (feed, kind, value, confidence, first_seen,
+    last_seen, expires_at)
+SELECT DISTINCT ON (kind, value) %(feed)s, kind, value, confidence, first_seen, last_seen,
+       expires_at FROM intel_version ORDER BY kind, value
+ON CONFLICT (feed, kind, value) DO UPDATE SET confidence = excluded.confidence,
+    first_seen = least(i.first_seen, excluded.first_seen),
+    last_seen = greatest(i.last_seen, excluded.last_seen), expires_at = excluded.expires_at
+RETURNING (xmax = 0)"""
+_FEED_DONE = """UPDATE intel_feeds SET attempted_at = now(), succeeded_at = now(), error = NULL,
+    etag = %(etag)s, last_modified = %(last_modified)s, lines = %(lines)s,
+    refused = %(refused)s, refusals = %(refusals)s, indicators = %(indicators)s
+WHERE name = %(feed)s"""
+
+
+async def swap_version(db: Database, feed: str, rows: list[tuple], lines: int,
+                       refusals: dict, etag: str | None, last_modified: str | None,
+                       actor: str) -> tuple[int, int]:
+    """The feed's indicators replaced by `rows` (kind, value, confidence, first_seen,
+    last_seen, expires_at) in one transaction; (added, removed)."""
+    async with db.transaction() as cur:
+        await execute(cur, _VERSION_TABLE)
+        async with cur.copy("COPY intel_version FROM STDIN") as copy:
+            for row in rows:
+                await copy.write_row(row)
+        await execute(cur, _GONE, {"feed": feed})
+        removed = cur.rowcount
+        await execute(cur, _PUT, {"feed": feed})
+        added = sum(1 for (new,) in await cur.fetchall() if new)
+        await execute(cur, _FEED_DONE, {
+            "feed": feed, "etag": etag, "last_modified": last_modified, "lines": lines,
+            "refused": sum(refusals.values()), "refusals": json.dumps(refusals),
+            "indicators": len(rows)})
+        await log(cur, actor, "version taken", {"feed": feed, "indicators": len(rows),
+                                                 "added": added, "removed": removed,
+                                                 "lines": lines, "refusals": refusals})
+        await execute(cur, CHANGED)
+    return added, removed
+
+
+async def decide(db: Database, kind: str, value: str, decision: str, note: str,
+                 actor: str) -> None:
+    """An operator's `suppressed` or `released` for one value, whatever feeds name it."""
+    async with db.transaction() as cur:
+        await execute(cur, """INSERT INTO intel_decisions (kind, value, decision, note,
+                                  decided_by) VALUES (%s, %s, %s, %s, %s)
+                              ON CONFLICT (kind, value) DO UPDATE SET decision = excluded.decision,
+                                  note = excluded.note, decided_by = excluded.decided_by,
+                                  decided_at = now(), routers = NULL""",
+                      (kind, value, decision, note, actor))
+        if decision == "released":  # hunted again, now that it may be sighted
+            await execute(cur, "UPDATE intel_indicators SET hunted_at = NULL "
+                               "WHERE kind = %s AND value = %s", (kind, value))
+        await log(cur, actor, decision, {"kind": kind, "value": value, "note": note})
+        await execute(cur, CHANGED)
+
+
+async def decisions(db: Database) -> list[tuple]:
+    return await db.fetchall("SELECT kind, value, decision, routers, note, decided_by, "
+                             "decided_at FROM intel_decisions ORDER BY decided_at DESC")
+
+
+# A value an operator suppressed, or the job held: neither delivered nor sighted.
+_DECIDED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
+                 AND d.value = i.value AND d.decision IN ('suppressed', 'held'))"""
+
+
+# What routers are sent: current values (not expired) of every feed, once each (its highest
+# confidence, then its latest sighting by a feed), none an operator suppressed or the job
+# held; an address or a network only when public, on no allowlist of the fleet, none of the
+# service's own networks and no router's poll address; at most %(max)s, the highest
+# confidence first, then the most recently seen.
+_NET = "i.value::inet"
+DELIVERED = f"""WITH current AS (
+    SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.confidence, i.last_seen,
+           i.expires_at
+    FROM intel_indicators i
+    WHERE i.expires_at > now()
+      AND NOT {_DECIDED}
+    ORDER BY i.kind, i.value, i.confidence DESC, i.last_seen DESC)
+SELECT i.kind, i.value, i.expires_at FROM current i
+WHERE i.kind NOT IN ('ip', 'network') OR (
+      NOT {_NET} && ANY(%(not_public)s::inet[])
+  AND NOT {_NET} && ANY(%(exempt)s::inet[])
+  AND NOT EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
+                  AND a.network::inet && {_NET})
+  AND NOT EXISTS (SELECT 1 FROM routers r WHERE r.poll_address <<= {_NET}))
+ORDER BY i.confidence DESC, i.last_seen DESC, i.kind, i.value
+LIMIT %(max)s"""
+
+
+async def delivered(db: Database, exempt: list[str], max_entries: int) -> list[tuple]:
+    return await db.fetchall(DELIVERED, {"not_public": list(NOT_PUBLIC), "exempt": exempt,
+                                         "max": max_entries})
+
+
+async def unhunted(db: Database, batch: int) -> list[tuple[str, str, str]]:
+    """Current indicators no retro-hunt has searched yet: (kind, value, a feed naming it)."""
+    return await db.fetchall(
+        f"""SELECT kind, value, min(feed) FROM intel_indicators i
+           WHERE hunted_at IS NULL AND expires_at > now() AND NOT {_DECIDED}
+           GROUP BY kind, value ORDER BY min(added_at), kind, value LIMIT %s""", (batch,))
+
+
+async def current(db: Database) -> list[tuple[str, str, str]]:
+    """Every current indicator once: (kind, value, the first feed naming it)."""
+    return await db.fetchall(f"""SELECT kind, value, min(feed) FROM intel_indicators i
+                                 WHERE expires_at > now() AND NOT {_DECIDED}
+                                 GROUP BY kind, value""")
+
+
+async def mark_hunted(cur, values: list[tuple[str, str]]) -> None:
+    await execute(cur, """UPDATE intel_indicators i SET hunted_at = now()
+        FROM unnest(%s::text[], %s::text[]) AS v (kind, value)
+        WHERE i.kind = v.kind AND i.value = v.value COLLATE "C" AND i.hunted_at IS NULL""",
+                  ([k for k, _ in values], [v for _, v in values]))
+
+
+# A router's sighting of an indicator, once: a rerun widens its span and counts (the larger
+# of what was known and what this hunt saw: a hunt reads whole days, never a part twice).
+_SIGHTED = """INSERT INTO intel_sightings AS s (mac, kind, value, source, first_seen,
+    last_seen, days, records)
+SELECT * FROM unnest(%s::macaddr[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
+                     %s::timestamptz[], %s::integer[], %s::bigint[])
+ON CONFLICT (mac, kind, value) DO UPDATE SET
+    first_seen = least(s.first_seen, excluded.first_seen),
+    last_seen = greatest(s.last_seen, excluded.last_seen),
+    days = greatest(s.days, excluded.days), records = greatest(s.records, excluded.records)
+RETURNING (xmax = 0)"""
+
+
+async def record_sightings(cur, rows: list[tuple]) -> int:
+    """Rows (mac, kind, value, source, first_seen, last_seen, days, records); new ones."""
+    if not rows:
+        return 0
+    columns = [list(column) for column in zip(*rows)]
+    await execute(cur, _SIGHTED, columns)
+    return sum(1 for (new,) in await cur.fetchall() if new)
+
+
+async def hold(cur, held: list[tuple[str, str, int]], actor: str) -> int:
+    """Values over the prevalence allowed: held unless an operator decided on them."""
+    if not held:
+        return 0
+    await execute(cur, """INSERT INTO intel_decisions (kind, value, decision, routers, note,
+                              decided_by)
+        SELECT kind, value, 'held', routers, 'seen by too much of the fleet', %s
+        FROM unnest(%s::text[], %s::text[], %s::integer[]) AS h (kind, value, routers)
+        ON CONFLICT (kind, value) DO UPDATE SET routers = excluded.routers
+            WHERE intel_decisions.decision = 'held'""",
+                  (actor, [h[0] for h in held], [h[1] for h in held], [h[2] for h in held]))
+    count = cur.rowcount
+    await execute(cur, CHANGED)
+    return count
+
+
+async def registered_routers(db: Database) -> int:
+    return (await db.fetchone("SELECT count(*) FROM routers"))[0]
+
+
+SIGHTINGS = """SELECT s.kind, s.value, s.source, s.mac::text, s.first_seen, s.last_seen,
+       s.days, s.records, s.found_at, s.told_at, r.owner_user IS NOT NULL
+FROM intel_sightings s LEFT JOIN routers r USING (mac)
+WHERE %(mac)s::macaddr IS NULL OR s.mac = %(mac)s
+ORDER BY s.first_seen, s.mac, s.kind, s.value LIMIT %(limit)s"""
+
+
+async def sightings(db: Database, mac: str | None = None, limit: int = 100_000) -> list[tuple]:
+    return await db.fetchall(SIGHTINGS, {"mac": mac, "limit": limit})
+
+
+async def set_owner(db: Database, mac: str, user: str | None, email: str | None,
+                    actor: str) -> bool:
+    async with db.transaction() as cur:
+        await execute(cur, "UPDATE routers SET owner_user = %s, owner_email = %s "
+                           "WHERE mac = %s", (user, email, mac))
+        if cur.rowcount == 0:
+            return False
+        await log(cur, actor, "owner set", {"mac": mac, "user": user, "email": email})
+    return True
+
+
+async def routers_without_owner(db: Database) -> list[str]:
+    """Routers with a sighting nobody can be told of."""
+    return [mac for (mac,) in await db.fetchall(
+        """SELECT DISTINCT s.mac::text FROM intel_sightings s JOIN routers r USING (mac)
+           WHERE r.owner_user IS NULL ORDER BY 1""")]
+
+
+# Sightings not told yet, of routers with an owner, oldest first; locked, so that two
+# processes never tell one twice.
+UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source, s.first_seen, s.last_seen,
+       s.records, r.owner_user, r.owner_email
+FROM intel_sightings s JOIN routers r USING (mac)
+WHERE s.told_at IS NULL AND r.owner_user IS NOT NULL AND r.owner_email IS NOT NULL
+ORDER BY s.found_at, s.mac, s.kind, s.value LIMIT %(batch)s
+FOR UPDATE OF s SKIP LOCKED"""
+# Owners emailed a sighting within the hour.
+EMAILED_THIS_HOUR = """SELECT DISTINCT user_id FROM notifications
+WHERE user_id = ANY(%s) AND type = 'threat_sighting' AND channel = 'email'
+  AND created_at > now() - interval '1 hour'"""
+TOLD = """UPDATE intel_sightings s SET told_at = now()
+FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value)
+WHERE s.mac = t.mac AND s.kind = t.kind AND s.value = t.value COLLATE "C"
+"""

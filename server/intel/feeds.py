@@ -1,0 +1,131 @@
+"""A feed's new version taken, from its URL (the intel-fetch job, `intel fetch`) or from a
+file (`intel import`): read in its format (server/intel/formats.py), each indicator given
+its confidence and expiry, and swapped in whole (server/db/intel.py swap_version). A fetch
+that fails, a version that cannot be read, or one that gives no indicator from a feed that
+had some, keeps the previous version and records why."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from urllib.parse import urljoin
+
+import orjson
+
+from server.db import intel as intel_db
+from server.db.pool import Database
+from server.intel.fetching import FetchError, fetch
+from server.intel.formats import FeedError, Version, misp_event, read
+from server.settings import Settings
+
+log = logging.getLogger("router_backend.intel")
+
+# An indicator's life when its feed gives no expiry, from its last sighting by the feed.
+EXPIRY_DAYS = {"ip": 30, "network": 30, "domain": 180, "ja3": 365, "ja4": 365, "sha256": 365,
+               "md5": 365}
+MISP_EVENTS_MAX = 1_000  # events of a MISP feed's manifest fetched, the newest first
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@dataclass(frozen=True)
+class Taken:
+    feed: str
+    outcome: str          # taken, not modified, failed
+    indicators: int = 0
+    added: int = 0
+    removed: int = 0
+    refused: int = 0
+    error: str | None = None
+
+    def line(self) -> str:
+        if self.outcome == "failed":
+            return f"{self.feed}: kept the previous version: {self.error}"
+        if self.outcome == "not modified":
+            return f"{self.feed}: not modified"
+        return (f"{self.feed}: {self.indicators:,} indicators ({self.added:,} new, "
+                f"{self.removed:,} gone), {self.refused:,} lines refused")
+
+
+def rows(version: Version, confidence: int, now: datetime) -> list[tuple]:
+    """The version's indicators as swap_version takes them."""
+    taken = []
+    for entry in version.entries.values():
+        first = entry.first_seen or entry.last_seen or now
+        last = max(entry.last_seen or first, first)
+        expires = entry.expires_at or last + timedelta(days=EXPIRY_DAYS[entry.kind])
+        taken.append((entry.kind, entry.value, entry.confidence if entry.confidence is not None
+                      else confidence, first, last, expires))
+    return taken
+
+
+async def _swap(db: Database, feed: intel_db.Feed, version: Version, etag: str | None,
+                last_modified: str | None, actor: str) -> Taken:
+    if not version.entries and feed.indicators:
+        raise FeedError(f"the new version gives no indicator ({version.lines:,} lines, "
+                        f"{version.refused:,} refused)")
+    taken = rows(version, feed.confidence, datetime.now(timezone.utc))
+    added, removed = await intel_db.swap_version(db, feed.name, taken, version.lines,
+                                                 dict(version.refusals), etag, last_modified,
+                                                 actor)
+    return Taken(feed.name, "taken", len(taken), added, removed, version.refused)
+
+
+async def _misp_feed(manifest: bytes, url: str, settings: Settings) -> Version:
+    """A MISP feed: its manifest's events (the newest MISP_EVENTS_MAX), each fetched."""
+    try:
+        events = orjson.loads(manifest)
+    except orjson.JSONDecodeError as error:
+        raise FeedError(f"the manifest is not JSON: {error}") from None
+    if not isinstance(events, dict) or "Event" in events:
+        raise FeedError("not a MISP feed manifest ({uuid: {...}}): a MISP feed's URL names "
+                        "its manifest.json")
+    newest = sorted(events, reverse=True, key=lambda uuid: str(
+        events[uuid].get("timestamp", "") if isinstance(events[uuid], dict) else ""))
+    version = Version()
+    for uuid in newest[:MISP_EVENTS_MAX]:
+        if not _UUID.fullmatch(uuid.lower()):
+            version.refuse("not an event uuid")
+            continue
+        fetched = await fetch(urljoin(url, f"{uuid.lower()}.json"), None, None,
+                              settings.intel_feed_max_bytes,
+                              settings.intel_fetch_timeout_seconds)
+        try:
+            misp_event(version, orjson.loads(fetched.data or b"{}"))
+        except (orjson.JSONDecodeError, FeedError):
+            version.refuse("event not readable")
+    return version
+
+
+async def fetch_feed(db: Database, feed: intel_db.Feed, settings: Settings,
+                     actor: str) -> Taken:
+    """The feed fetched from its URL and its new version taken; the previous one kept, and
+    why recorded, when anything fails."""
+    try:
+        fetched = await fetch(feed.url, feed.etag, feed.last_modified,
+                              settings.intel_feed_max_bytes,
+                              settings.intel_fetch_timeout_seconds)
+        if fetched.data is None:
+            await intel_db.record_attempt(db, feed.name, None, actor)
+            return Taken(feed.name, "not modified")
+        if feed.format == "misp":
+            version = await _misp_feed(fetched.data, feed.url, settings)
+        else:
+            version = read(feed.format, fetched.data, feed.kind)
+        return await _swap(db, feed, version, fetched.etag, fetched.last_modified, actor)
+    except (FetchError, FeedError) as error:
+        message = str(error)
+        log.warning("intel feed %s: kept the previous version: %s", feed.name, message)
+        await intel_db.record_attempt(db, feed.name, message, actor)
+        return Taken(feed.name, "failed", error=message)
+
+
+async def import_file(db: Database, feed: intel_db.Feed, data: bytes, actor: str) -> Taken:
+    """A version from a file (hosts without internet): a MISP file is one event, or a list
+    of events."""
+    try:
+        return await _swap(db, feed, read(feed.format, data, feed.kind), None, None, actor)
+    except FeedError as error:
+        await intel_db.record_attempt(db, feed.name, str(error), actor)
+        return Taken(feed.name, "failed", error=str(error))

@@ -1,0 +1,128 @@
+"""A feed's bytes from its URL, as a hostile server could serve them: a conditional GET
+(the last good version's ETag and Last-Modified), a total timeout, a cap on the bytes read
+after decoding (Content-Encoding, a .gz or one-member .zip body alike: a bomb stops at the
+cap), and redirects followed only within the feed's own host or to a public address. Each
+refusal is one line (FetchError); the caller keeps the previous version."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import ipaddress
+import socket
+import zipfile
+import zlib
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from engine.addresses import is_public
+
+MAX_REDIRECTS = 3
+
+
+class FetchError(Exception):
+    """A fetch that gave no version; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    data: bytes | None       # None: not modified (304)
+    etag: str | None
+    last_modified: str | None
+
+
+async def _public_host(host: str) -> bool:
+    """Whether every address `host` names is public."""
+    try:
+        return is_public(str(ipaddress.ip_address(host)))
+    except ValueError:
+        pass
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, None,
+                                                             type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(found) and all(is_public(info[4][0]) for info in found)
+
+
+def _capped(data: bytes, limit: int) -> bytes:
+    """A gzip or one-member zip body opened, at most `limit` bytes of it."""
+    if data[:2] == b"\x1f\x8b":
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            opened = inflater.decompress(data, limit + 1)
+        except zlib.error as error:
+            raise FetchError(f"the gzip body is damaged: {error}") from None
+        if len(opened) > limit or inflater.unconsumed_tail:
+            raise FetchError(f"the feed opens to more than {limit:,} bytes")
+        if not inflater.eof:
+            raise FetchError("the gzip body is truncated")
+        return opened
+    if data[:4] == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                members = archive.infolist()
+                if len(members) != 1:
+                    raise FetchError(f"the zip holds {len(members)} files, not one")
+                with archive.open(members[0]) as member:
+                    opened = member.read(limit + 1)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            raise FetchError(f"the zip body is damaged: {error}") from None
+        if len(opened) > limit:
+            raise FetchError(f"the feed opens to more than {limit:,} bytes")
+        return opened
+    return data
+
+
+async def _body(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise FetchError(f"the feed is {declared:,} bytes, more than {limit:,}")
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > limit:
+            raise FetchError(f"the feed is more than {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def fetch(url: str, etag: str | None, last_modified: str | None, max_bytes: int,
+                timeout_seconds: float) -> Fetched:
+    """The feed at `url`, or not modified; FetchError saying why there is no version."""
+    headers = {"User-Agent": "router-backend intel"}
+    if etag:
+        headers["If-None-Match"] = etag
+    if last_modified:
+        headers["If-Modified-Since"] = last_modified
+    home = urlsplit(url).hostname
+    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=True) as session:
+            for _ in range(MAX_REDIRECTS + 1):
+                async with session.get(url, headers=headers, allow_redirects=False) as answer:
+                    if answer.status in (301, 302, 303, 307, 308):
+                        url = urljoin(url, answer.headers.get("Location", ""))
+                        target = urlsplit(url)
+                        if target.scheme not in ("http", "https") or not target.hostname:
+                            raise FetchError(f"redirected to {url[:200]!r}: not http(s)")
+                        if target.hostname != home and not await _public_host(target.hostname):
+                            raise FetchError(f"redirected to {target.hostname[:100]!r}, "
+                                             "which is not a public address")
+                        continue
+                    if answer.status == 304:
+                        return Fetched(None, etag, last_modified)
+                    if answer.status != 200:
+                        raise FetchError(f"HTTP {answer.status} {answer.reason or ''}".strip())
+                    data = _capped(await _body(answer, max_bytes), max_bytes)
+                    return Fetched(data, answer.headers.get("ETag"),
+                                   answer.headers.get("Last-Modified"))
+            raise FetchError(f"more than {MAX_REDIRECTS} redirects")
+    except asyncio.TimeoutError:
+        raise FetchError(f"no whole answer within {timeout_seconds:g} s") from None
+    except aiohttp.ClientPayloadError as error:
+        raise FetchError(f"the body was cut short or damaged: {error}") from None
+    except aiohttp.ClientError as error:
+        raise FetchError(f"{type(error).__name__}: {error}"[:300]) from None

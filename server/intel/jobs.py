@@ -1,0 +1,42 @@
+"""The intel jobs, scheduled by every server process (server/app.py) beside the others:
+`intel-fetch` (INTEL_FETCH_CRON_SCHEDULE) takes each URL feed's new version, retro-hunts what
+it brings and tells owners; `intel-match` (INTEL_MATCH_CRON_SCHEDULE) retro-hunts what an
+import brought, matches the last two days of the index against every current indicator, and
+tells owners."""
+
+from __future__ import annotations
+
+from server.db import intel as intel_db
+from server.db.pool import Database
+from server.intel.feeds import fetch_feed
+from server.intel.owners import tell_owners
+from server.intel.retro import live_match, retro_hunt
+from server.settings import Settings
+
+ACTOR = "job:{name}"
+
+
+async def fetch_feeds(db: Database, settings: Settings, name: str | None = None,
+                      actor: str = ACTOR.format(name="intel-fetch")) -> dict:
+    """Every feed with a URL (or the one named), then the retro-hunt and the owners."""
+    lines = [(await fetch_feed(db, feed, settings, actor)).line()
+             for feed in await intel_db.feeds(db, name) if feed.url]
+    hunted = await retro_hunt(db, settings, actor)
+    told = await tell_owners(db)
+    return {"feeds": lines, "retro_hunt": vars(hunted), **told}
+
+
+async def match_now(db: Database, settings: Settings,
+                    actor: str = ACTOR.format(name="intel-match")) -> dict:
+    hunted = await retro_hunt(db, settings, actor)
+    live = await live_match(db, settings, actor)
+    told = await tell_owners(db)
+    return {"retro_hunt": vars(hunted), "live": vars(live), **told}
+
+
+def intel_jobs(db: Database, settings: Settings) -> list[tuple]:
+    """(name, cron spec, function) of each intel job."""
+    return [("intel-fetch", settings.intel_fetch_cron_schedule,
+             lambda: fetch_feeds(db, settings)),
+            ("intel-match", settings.intel_match_cron_schedule,
+             lambda: match_now(db, settings))]

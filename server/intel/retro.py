@@ -1,0 +1,128 @@
+"""Indicators matched against the hunt index: a new version's indicators over
+HUNT_RETENTION_DAYS (the retro-hunt), and every current indicator over the last two days
+(each minute, so an upload is sighted within about a minute of its acknowledgement). Both
+read the index as hunts do (server/hunt/sightings.py), in batches of BATCH indicators.
+
+Each (router, indicator) found is one sighting (server/db/intel.py record_sightings): a rerun
+widens it, never adds one. A value more than INTEL_PREVALENCE_MAX of the fleet saw in the
+last 7 days (and at least HELD_FLOOR routers) is held for an operator and gives no sighting:
+a feed's false positive would tell every household at once. What is hunted: ip, domain (the
+name and every name under it), ja3, ja4, sha256, and networks of at most
+HUNTED_NETWORK_ADDRESSES (each address of them); larger networks and md5 are delivered to the
+routers, not hunted (the index keeps no md5, and a /16 is 65,536 lookups)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+from server.db import intel as intel_db
+from server.db.pool import Database
+from server.hunt.search import UNPACKED_READS
+from server.hunt.sightings import Sightings, sightings
+from server.settings import Settings
+from server.telemetry.indicators import Indicator
+
+BATCH = 10_000
+SIGHTED_PER_INDICATOR = 10_000  # routers recorded for one value (more: it is held anyway)
+HUNTED_NETWORK_ADDRESSES = 256
+PREVALENCE_DAYS = 7
+LIVE_DAYS = 2
+
+
+@dataclass
+class Matched:
+    indicators: int = 0
+    hunted: int = 0
+    sightings: int = 0
+    new_sightings: int = 0
+    held: int = 0
+
+    def add(self, other: "Matched") -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def _indicator(kind: str, value: str) -> Indicator | None:
+    """The hunt's indicator of a stored value; None when it is not hunted."""
+    if kind == "md5":
+        return None
+    if kind == "network" and \
+            ipaddress.ip_network(value).num_addresses > HUNTED_NETWORK_ADDRESSES:
+        return None
+    return Indicator(kind, value, value)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+
+
+async def _found(db: Database, indicators: list[Indicator], days: int,
+                 wanted: int) -> list[Sightings]:
+    today = datetime.now(timezone.utc).date()
+    asked, slots = [], []
+    for n, wanted_indicator in enumerate(indicators):
+        for value in wanted_indicator.postings():
+            asked.append(value)
+            slots.append(n)
+    return await sightings(db, asked, slots, _midnight(today - timedelta(days=days - 1)),
+                           _midnight(today), wanted, UNPACKED_READS)
+
+
+def held_above(settings: Settings, routers: int) -> int:
+    """Routers past which a value is held."""
+    return max(intel_db.HELD_FLOOR, int(settings.intel_prevalence_max * routers))
+
+
+async def match(db: Database, settings: Settings, batch: list[tuple[str, str, str]],
+                days: int, actor: str) -> Matched:
+    """One batch of (kind, value, source) over the last `days` days."""
+    result = Matched(indicators=len(batch))
+    hunted = [(kind, value, source, found) for kind, value, source in batch
+              if (found := _indicator(kind, value)) is not None]
+    result.hunted = len(hunted)
+    if not hunted:
+        return result
+    found = await _found(db, [h[3] for h in hunted], days, SIGHTED_PER_INDICATOR)
+    limit = held_above(settings, await intel_db.registered_routers(db))
+    suspects = [n for n, one in enumerate(found) if one.count > limit]
+    held = []
+    if suspects:
+        recent = await _found(db, [hunted[n][3] for n in suspects], PREVALENCE_DAYS, 1)
+        held = [(hunted[n][0], hunted[n][1], one.count)
+                for n, one in zip(suspects, recent) if one.count > limit]
+    held_values = {(kind, value) for kind, value, _ in held}
+    rows = [(seen.mac, kind, value, source, seen.first, seen.last, len(seen.days),
+             seen.records)
+            for (kind, value, source, _), one in zip(hunted, found)
+            if (kind, value) not in held_values for seen in one.earliest]
+    async with db.transaction() as cur:
+        result.held = await intel_db.hold(cur, held, actor)
+        result.new_sightings = await intel_db.record_sightings(cur, rows)
+    result.sightings = len(rows)
+    return result
+
+
+async def retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
+    """Every indicator not hunted yet, over HUNT_RETENTION_DAYS, batch after batch; each
+    batch recorded in intel_log."""
+    total = Matched()
+    while batch := await intel_db.unhunted(db, BATCH):
+        matched = await match(db, settings, batch, settings.hunt_retention_days, actor)
+        async with db.transaction() as cur:
+            await intel_db.mark_hunted(cur, [(kind, value) for kind, value, _ in batch])
+            await intel_db.log(cur, actor, "retro-hunt", {
+                "days": settings.hunt_retention_days, **vars(matched)})
+        total.add(matched)
+    return total
+
+
+async def live_match(db: Database, settings: Settings, actor: str) -> Matched:
+    """Every current indicator over the last LIVE_DAYS days (today's uploads)."""
+    total = Matched()
+    everything = await intel_db.current(db)
+    for start in range(0, len(everything), BATCH):
+        total.add(await match(db, settings, everything[start:start + BATCH], LIVE_DAYS,
+                              actor))
+    return total

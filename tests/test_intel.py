@@ -1,0 +1,249 @@
+"""Threat intelligence (issue 60) end to end, with real parts: feeds served by a local HTTP
+server, routers uploading over HTTP (and earlier days planted through the service's own
+postings statement, then packed), the owners' mail through a real SMTP server (aiosmtpd),
+and the commands run as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+from aiohttp import web
+
+from server.intel.formats import read
+from server.intel.jobs import fetch_feeds, match_now
+from server.telemetry.hunt_packing import pack
+from server.typedefs import DATABASE, NOTIFIER
+from testkit.database import command_env
+from testkit.server import router_backend
+from tests.test_hunt import dns, upload
+from tests.test_hunt_packed import plant
+from tests.test_notifications import smtp, smtp_settings  # noqa: F401 (fixture)
+
+EARLY = "02:11:00:00:00:01"    # saw the C2 name four days ago (packed since)
+TODAY = "02:11:00:00:00:02"    # sees it, and an address, in an upload now
+OTHER = "02:11:00:00:00:03"    # saw nothing listed
+CROWD = [f"02:11:00:00:01:{n:02x}" for n in range(12)]  # all saw a popular name
+
+
+class FeedServer:
+    """Serves each path's current body (or status), with an ETag, and counts requests."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, tuple[int, bytes, dict]] = {}
+        self.requests: list[tuple[str, str | None]] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append((request.path, request.headers.get("If-None-Match")))
+        status, body, headers = self.bodies.get(request.path, (404, b"", {}))
+        etag = f'"{hash(body) & 0xffffffff:x}"'
+        if status == 200 and request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304)
+        if status == 200:
+            headers = {"ETag": etag, **headers}
+        return web.Response(status=status, body=body, headers=headers)
+
+
+@pytest.fixture
+async def feeds(aiohttp_server):
+    served = FeedServer()
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", served.handle)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    return served, str(server.make_url("/"))
+
+
+@pytest.fixture
+async def house(smtp, database, tmp_path, make_client, feeds):  # noqa: F811
+    inbox, controller = smtp
+    settings = smtp_settings(database, tmp_path, controller.port, SERVICES="router,notifications",
+                             INTEL_PREVALENCE_MAX="0.5")
+    client = await make_client(settings)
+    served, base = feeds
+    return settings, client, inbox, served, base
+
+
+async def intel(settings, *args: str, **env: str):
+    """The command in a thread: the feed server answers in this test's event loop."""
+    return await asyncio.to_thread(router_backend, command_env(settings, **env), "intel", *args)
+
+
+def subscriptions(settings, *args: str):
+    return router_backend(command_env(settings), "subscriptions", *args)
+
+
+THREATFOX = {"1": [{"ioc_value": "c2.evil-intel.example", "ioc_type": "domain",
+                    "confidence_level": 90, "first_seen_utc": "2026-11-01 10:00:00"}],
+             "2": [{"ioc_value": "45.33.32.77:443", "ioc_type": "ip:port",
+                    "confidence_level": 75}],
+             "3": [{"ioc_value": "never-seen.example", "ioc_type": "domain",
+                    "confidence_level": 50}],
+             "4": [{"ioc_value": "10.1.2.3:80", "ioc_type": "ip:port"}],   # private
+             "5": [{"ioc_value": "popular.example", "ioc_type": "domain"}],  # everybody's
+             "6": [{"ioc_value": "evil\"; sid:1;\n.example", "ioc_type": "domain"}],
+             "7": [{"ioc_value": "a" * 300 + ".example", "ioc_type": "domain"}],
+             "8": [{"ioc_value": "93.184.216.34:8080", "ioc_type": "ip:port"}]}  # allowlisted
+
+
+async def test_a_feed_is_delivered_sighted_and_told_to_the_owner(house, sql):
+    settings, client, inbox, served, base = house
+    db = client.app[DATABASE]
+    four_days_ago = datetime.now(timezone.utc) - timedelta(days=4)
+    await plant(db, [EARLY], ["www.c2.evil-intel.example"], four_days_ago)
+    await plant(db, CROWD, ["popular.example"], four_days_ago)
+    await pack(db)
+    await upload(client, TODAY, [dns("c2.evil-intel.example"),
+                                 {**dns("cdn.other.example"), "dest_ip": "45.33.32.77"}])
+    await upload(client, OTHER, [dns("harmless.example")])
+    for router, user in ((EARLY, "user-early"), (TODAY, "user-today")):
+        done = subscriptions(settings, "owner", router, "--user", user, "--email",
+                             f"{user}@example.org")
+        assert done.returncode == 0, done.stderr
+    assert router_backend(command_env(settings), "allowlist", "add", "93.184.216.0/24",
+                          "--note", "our partner").returncode == 0
+    served.bodies["/threatfox.json"] = (200, orjson.dumps(THREATFOX), {})
+    done = await intel(settings, "add", "threatfox", f"{base}threatfox.json", "--format",
+                 "threatfox")
+    assert done.returncode == 0, done.stderr
+
+    done = await intel(settings, "fetch")
+    assert done.returncode == 0, done.stderr
+    assert "threatfox: 6 indicators" in done.stdout and "2 lines refused" in done.stdout
+
+    # Sightings: exactly the truth, the earlier router from the packed days included.
+    sighted = orjson.loads((await intel(settings, "sightings", "--json")).stdout)["sightings"]
+    assert {(s["mac"], s["indicator"]) for s in sighted} == {
+        (EARLY, "c2.evil-intel.example"), (TODAY, "c2.evil-intel.example"),
+        (TODAY, "45.33.32.77")}
+    assert all(s["source"] == "threatfox" for s in sighted)
+    # The popular name is held, not sighted nor delivered.
+    decisions = (await intel(settings, "decisions")).stdout
+    assert "popular.example\theld\t12" in decisions
+
+    # Owners: one notification per (router, indicator), one email an hour each.
+    await client.app[NOTIFIER].retry_due()
+    rows = sql.rows("SELECT user_id, channel, status, metadata->>'indicator' "
+                    "FROM notifications WHERE type = 'threat_sighting' ORDER BY 1, 4")
+    assert [(u, i) for u, _, _, i in rows] == [
+        ("user-early", "c2.evil-intel.example"), ("user-today", "45.33.32.77"),
+        ("user-today", "c2.evil-intel.example")]
+    assert sorted(c for _, c, _, _ in rows) == ["email", "email", "feed"]
+    assert sorted(to for _, (to,), _ in inbox.messages) == [
+        "user-early@example.org", "user-today@example.org"]
+    # A rerun (the job, a replayed feed) tells nobody again and sights nothing twice.
+    await match_now(db, settings)
+    await fetch_feeds(db, settings)
+    assert sql.value("SELECT count(*) FROM notifications WHERE type = 'threat_sighting'") == 3
+    assert sql.value("SELECT count(*) FROM intel_sightings") == 3
+    feed = await client.get("/api/workflow/users/user-today/notifications")
+    assert (await feed.json())["total"] == 2
+
+    # The document carries the indicators; private, allowlisted, held and hostile values
+    # never reach it.
+    document, etag = await intel_document(client, TODAY)
+    names = decoded(document["files"]["rb-intel-domains.lst"])
+    assert names == ["c2.evil-intel.example", "never-seen.example"]
+    assert document["files"]["rb-intel-ip.lst"] == "45.33.32.77\n"
+    assert [entry["address"] for entry in document["block"]] == ["45.33.32.77"]
+    assert "10.1.2.3" not in str(document) and "93.184.216.34" not in str(document)
+    assert "dataset:isset,rb-intel-domains,type string,load rb-intel-domains.lst" in \
+        document["rules"]
+    polled = await client.get("/rules/last_updated", headers={"X-ID": TODAY})
+    assert (await polled.json())["intel_etag"] == etag
+    again = await client.get("/rules/intel", headers={"X-ID": TODAY, "If-None-Match": etag})
+    assert again.status == 304
+
+    # A suppressed value leaves every router's document at the next poll.
+    done = await intel(settings, "suppress", "domain:never-seen.example", "--note", "a sinkhole")
+    assert done.returncode == 0, done.stderr
+    document, new_etag = await intel_document(client, TODAY, etag)
+    assert new_etag != etag
+    assert decoded(document["files"]["rb-intel-domains.lst"]) == ["c2.evil-intel.example"]
+    log = sql.rows("SELECT actor, action FROM intel_log ORDER BY id")
+    assert ("job:intel-fetch", "retro-hunt") in log or any(
+        action == "retro-hunt" for _, action in log)
+    assert any(action == "suppressed" and actor.startswith("shell:") for actor, action in log)
+
+
+def decoded(text: str) -> list[str]:
+    return [base64.b64decode(line).decode() for line in text.splitlines()]
+
+
+async def intel_document(client, router: str, etag: str | None = None) -> tuple[dict, str]:
+    headers = {"X-ID": router, **({"If-None-Match": etag} if etag else {})}
+    answer = await client.get("/rules/intel", headers=headers)
+    assert answer.status == 200, answer.status
+    return await answer.json(), answer.headers["ETag"]
+
+
+@pytest.mark.parametrize("body,status,why", [
+    (b"\x1f\x8b" + b"x" * 50, 200, "gzip body is damaged"),
+    (gzip.compress(b"a.example\n" * 3_000_000), 200, "opens to more than"),
+    (b"", 500, "HTTP 500"),
+    (b"\xff\xfe not text", 200, "not UTF-8"),
+    (b"# nothing here but a comment\n", 200, "gives no indicator"),
+])
+async def test_a_broken_or_hostile_fetch_keeps_the_previous_version(house, sql, body, status,
+                                                                    why):
+    settings, client, _, served, base = house
+    served.bodies["/list.txt"] = (200, b"kept.example\n45.33.32.5\n", {})
+    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format", "plain")).returncode == 0
+    assert (await intel(settings, "fetch", "list")).returncode == 0
+    served.bodies["/list.txt"] = (status, body, {})
+    done = await intel(settings, "fetch", "list", INTEL_FEED_MAX_BYTES="1000000")
+    assert done.returncode == 1
+    assert "list: kept the previous version" in done.stdout and why in done.stdout, done.stdout
+    assert sorted(sql.rows("SELECT kind, value FROM intel_indicators")) == [
+        ("domain", "example.kept"), ("ip", "45.33.32.5")]
+    listed = (await intel(settings, "list")).stdout
+    assert why in listed and "\t2\t2\t0\t" in listed
+
+
+async def test_a_redirect_to_a_private_address_is_refused(house):
+    settings, _, served, base = house[0], house[1], house[3], house[4]
+    served.bodies["/moved"] = (302, b"", {"Location": "http://10.9.8.7/feed.txt"})
+    assert (await intel(settings, "add", "moved", f"{base}moved", "--format", "plain")).returncode == 0
+    done = await intel(settings, "fetch", "moved")
+    assert done.returncode == 1
+    assert "redirected to '10.9.8.7', which is not a public address" in done.stdout
+
+
+async def test_a_feed_unchanged_is_not_downloaded_again(house):
+    settings, _, served, base = house[0], house[1], house[3], house[4]
+    served.bodies["/list.txt"] = (200, b"kept.example\n", {})
+    await intel(settings, "add", "list", f"{base}list.txt", "--format", "plain")
+    await intel(settings, "fetch", "list")
+    done = await intel(settings, "fetch", "list")
+    assert "list: not modified" in done.stdout
+    assert served.requests[-1][1] is not None  # the ETag named
+
+
+def test_formats_read_what_their_publishers_write():
+    urlhaus = (b'# URLhaus\n"1","2026-11-20 10:00:00","http://bad.example/x.exe","online",'
+               b'"","malware_download","exe","https://urlhaus.abuse.ch/url/1/","r"\n'
+               b'"2","2026-11-20 11:00:00","http://[2001:db8::1]/a","online","","m","","",""\n')
+    version = read("urlhaus", urlhaus)
+    assert set(version.entries) == {("domain", "example.bad"), ("ip", "2001:db8::1")}
+    drop = (b'{"cidr":"1.10.16.0/20","sblid":"SBL256894","rir":"apnic"}\n'
+            b'{"type":"metadata","timestamp":1700000000,"size":1,"records":1}\n')
+    assert set(read("drop", drop).entries) == {("network", "1.10.16.0/20")}
+    misp = {"Event": {"Attribute": [
+        {"type": "ip-dst|port", "value": "198.51.100.9|443", "to_ids": True,
+         "timestamp": "1700000000"},
+        {"type": "domain|ip", "value": "c2.example|198.51.100.10", "to_ids": True},
+        {"type": "sha256", "value": "A" * 64, "to_ids": True},
+        {"type": "comment", "value": "x", "to_ids": False}],
+        "Object": [{"Attribute": [{"type": "md5", "value": "b" * 32, "to_ids": True}]}]}}
+    version = read("misp", orjson.dumps(misp))
+    assert set(version.entries) == {("ip", "198.51.100.9"), ("domain", "example.c2"),
+                                    ("ip", "198.51.100.10"), ("sha256", "a" * 64),
+                                    ("md5", "b" * 32)}
+    assert version.refused == 1
+    plain = read("plain", b"# c\n10.0.0.0/8\nhttps://x.example/p\n" + b"f" * 64 + b"\nbad..name\n")
+    assert set(plain.entries) == {("network", "10.0.0.0/8"), ("domain", "example.x"),
+                                  ("sha256", "f" * 64)}
+    assert plain.refusals == {"not domain": 1}
