@@ -5,7 +5,7 @@
   `console.py` (console sign-ins), `citus.py` (the Citus mode: distribute, add a node,
   rebalance, remove a node; `citus_nodes.py` does each to the cluster), `fleet.py` (the
   fleet's attackers and outbreaks), `hunt.py` (which routers saw an indicator, and the hunts
-  made);
+  made), `intel.py` (threat feeds, decisions on values, sightings);
   `__main__.py` and `entry.py`, the installed command, run it),
   `backup.py` (backup and restore, with `pg_backup.py`, PostgreSQL's own programs run),
   `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),

@@ -8,10 +8,12 @@ capabilities behind it, in layers, each importing only the layers below it (the
 2. The HTTP faces: `handlers/` (router API, notification API, operations endpoints, the
    API document) and `console/` (the web console for support and operators).
 3. `typedefs.py`: the application's typed keys.
+3b. `intel/`: threat intelligence, which composes capabilities below it (feeds fetched,
+   retro-hunted over the hunt index, sightings told to owners through notifications).
 4. The capabilities, none importing another: `ingest/` (streamed telemetry ingestion),
    `generation/` (the per-router generation queue), `jobs/` (cron runner, preprocess,
    partitions, retention, compaction), `notify/` (email notifications), `polling/` (the
-   ETag cache), `tuning/` (operators' overrides, allowlist and enrollment resets),
+   ETag cache and the documents every router gets the same), `tuning/` (operators' overrides, allowlist and enrollment resets),
    `hunt/` (which routers saw an indicator across the fleet, each hunt recorded),
    `status.py` (the fleet at a glance).
 5. What capabilities share: `routers/` (router identity, registration, keys, applied

@@ -1,5 +1,7 @@
 """Rules polling, the hottest path: nearly every poll is answered 304. `etag_cache.py` keeps
 each payload's current ETag in memory, true by PostgreSQL notifications, so that the handler
 (server/handlers/router_api.py) answers such a poll without a query; `not_modified` is the
-one 304 decision and `etag_header` the one ETag format. `fleet_list.py` keeps the fleet's
-shared list (GET /rules/fleet), built once per change, on the same notifications."""
+one 304 decision and `etag_header` the one ETag format. `shared_document.py` serves a
+document every router gets the same, built once per change on the same notifications:
+`fleet_list.py` the fleet's list (GET /rules/fleet), `intel_list.py` the threat intelligence
+(GET /rules/intel)."""
