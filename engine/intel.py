@@ -9,6 +9,9 @@ query, a TLS SNI or an HTTP host, not on names under it (the hunt finds those). 
 named relative to the rules file: Suricata opens a relative `load` path, and a
 `filesha256` / `filemd5` list, beside the rules file that names it.
 
+A router that holds an earlier document asks for what changed since (`delta_document`): a
+feed's daily change of 1 % is a few tens of KB, not the whole document again.
+
 Memory on a router: Suricata's datasets hold about 100-170 bytes an entry (a hash table
 entry and the value), so INTEL_MAX_ENTRIES at 100,000 is about 10-17 MB.
 """
@@ -131,3 +134,60 @@ def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions()) -
     block.sort(key=lambda item: (item["family"], item["address"]))
     return {"entry_count": count, "files": {name: "\n".join(lines) + "\n" for name, lines in kept.items()},
             "rules": rules_file(set(kept)), "block": block}
+
+
+def _items(document: dict) -> set[tuple[str, str]]:
+    """A document as a set of (place, item): each file's lines, each block entry."""
+    items = {(name, line) for name, text in document["files"].items()
+             for line in text.splitlines()}
+    items |= {("block", _entry_key(entry)) for entry in document["block"]}
+    return items
+
+
+def _entry_key(entry: dict) -> str:
+    return f"{entry['address']} {entry['expires_at']}"
+
+
+def changes(old: dict, new: dict) -> tuple[set, set]:
+    """What `new` adds to `old` and removes from it."""
+    before, after = _items(old), _items(new)
+    return after - before, before - after
+
+
+def composed(steps: list[tuple[set, set]]) -> tuple[set, set]:
+    """Successive changes as one: an item added then removed is neither."""
+    added: set = set()
+    removed: set = set()
+    for step_added, step_removed in steps:
+        for item in step_added:
+            if item in removed:
+                removed.discard(item)
+            else:
+                added.add(item)
+        for item in step_removed:
+            if item in added:
+                added.discard(item)
+            else:
+                removed.add(item)
+    return added, removed
+
+
+def delta_document(since: str, new: dict, added: set, removed: set) -> dict:
+    """What a router holding the document `since` (its ETag) applies to hold `new`: each
+    file's lines to add and remove, the block entries to add and remove, and the rules file
+    whole (a few lines)."""
+    blocks = {_entry_key(entry): entry for entry in new["block"]}
+    files: dict[str, dict[str, list[str]]] = {}
+    for verb, items in (("add", added), ("remove", removed)):
+        for place, item in items:
+            if place != "block":
+                files.setdefault(place, {"add": [], "remove": []})[verb].append(item)
+    for lists in files.values():
+        lists["add"].sort()
+        lists["remove"].sort()
+    return {"delta_from": since, "entry_count": new["entry_count"], "files": files,
+            "rules": new["rules"],
+            "block": {"add": sorted((blocks[item] for place, item in added if place == "block"),
+                                    key=lambda e: (e["family"], e["address"])),
+                      "remove": sorted(item.split(" ", 1)[0] for place, item in removed
+                                       if place == "block")}}

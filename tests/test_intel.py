@@ -157,11 +157,20 @@ async def test_a_feed_is_delivered_sighted_and_told_to_the_owner(house, sql):
     again = await client.get("/rules/intel", headers={"X-ID": TODAY, "If-None-Match": etag})
     assert again.status == 304
 
-    # A suppressed value leaves every router's document at the next poll.
+    # A suppressed value leaves every router's document at the next poll: whole, or as what
+    # changed since the document the router holds.
     done = await intel(settings, "suppress", "domain:never-seen.example", "--note", "a sinkhole")
     assert done.returncode == 0, done.stderr
+    delta = await client.get("/rules/intel?delta=1", headers={"X-ID": TODAY,
+                                                               "If-None-Match": etag})
+    assert delta.status == 200
+    changed = await delta.json()
+    assert changed["delta_from"] == etag.removeprefix('W/"').rstrip('"')
+    assert changed["files"] == {"rb-intel-domains.lst": {
+        "add": [], "remove": [base64.b64encode(b"never-seen.example").decode()]}}
+    assert changed["block"] == {"add": [], "remove": []}
     document, new_etag = await intel_document(client, TODAY, etag)
-    assert new_etag != etag
+    assert new_etag != etag and delta.headers["ETag"] == new_etag
     assert decoded(document["files"]["rb-intel-domains.lst"]) == ["c2.evil-intel.example"]
     log = sql.rows("SELECT actor, action FROM intel_log ORDER BY id")
     assert ("job:intel-fetch", "retro-hunt") in log or any(

@@ -175,7 +175,18 @@ async def fleet(request: web.Request) -> web.Response:
 
 
 async def intel(request: web.Request) -> web.Response:
-    """The threat intelligence document (server/polling/intel_list.py), as the fleet's."""
+    """The threat intelligence document (server/polling/intel_list.py), as the fleet's; with
+    `?delta=1` and If-None-Match naming an earlier document this process knows, what changed
+    since it (docs/router-api.md)."""
+    if request.query.get("delta") == "1":
+        mac = admitted(request) or await admit(request)
+        named = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
+        document = request.app[INTEL_LIST]
+        if len(named) == 1 and "*" not in named:
+            delta = await document.delta(mac, next(iter(named)))
+            if delta is not None:
+                return _packed_response(request, (await document.served(mac)).etag,
+                                        delta.packed)
     return await _shared(request, request.app[INTEL_LIST])
 
 

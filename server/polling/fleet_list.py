@@ -38,5 +38,5 @@ class FleetList(SharedDocument):
     def _build(self, attackers: list[dict], exempt: list[str]) -> dict:
         return fleet_document(attackers, Exemptions.of(exempt, []))
 
-    def _built(self, served: Served) -> None:
+    def _built(self, served: Served, document: dict) -> None:
         self._metrics.fleet_entries.labels("served").set(served.entries)

@@ -4,21 +4,28 @@ datasets, a rules file and block-list entries (engine/intel.py), served as every
 document is (server/polling/shared_document.py). A feed's new version, a removed feed, an
 operator's decision and a held value notify channel `intel_list`; the allowlist notifies
 `fleet_list`, which this document follows too. An indicator's expiry is not notified: the
-document is rebuilt at least every REBUILD_SECONDS, so an expired value leaves it then."""
+document is rebuilt at least every REBUILD_SECONDS, so an expired value leaves it then.
+
+A router holding an earlier document asks what changed since (`delta`): this process keeps
+the changes between its last HISTORY shared documents, and answers the composed change
+(engine/intel.py delta_document), packed once per earlier ETag asked."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import deque
 from typing import Callable
 
 from engine.firewall import Exemptions
 from engine.fleet import times_written
-from engine.intel import intel_document
+from engine.intel import changes, composed, delta_document, intel_document
 from server.db import intel as intel_db
 from server.db.pool import Database
-from server.polling.shared_document import SharedDocument
+from server.polling.shared_document import Served, SharedDocument, served_document
 
 REBUILD_SECONDS = 3600.0
+HISTORY = 48  # changes of the shared document a delta may span (two days of hourly fetches)
 
 
 class IntelList(SharedDocument):
@@ -28,6 +35,9 @@ class IntelList(SharedDocument):
         super().__init__(db, listening)
         self._exempt = exempt
         self._max_entries = max_entries
+        self._previous: tuple[str, dict] | None = None  # the shared document, its ETag
+        self._history: deque = deque(maxlen=HISTORY)    # (from ETag, to ETag, changes)
+        self._deltas: dict[str, Served] = {}            # from ETag -> delta to the current
 
     def _outdated(self) -> bool:
         return super()._outdated() or time.monotonic() - self._loaded_at > REBUILD_SECONDS
@@ -39,3 +49,32 @@ class IntelList(SharedDocument):
 
     def _build(self, entries: list[dict], exempt: list[str]) -> dict:
         return intel_document(entries, Exemptions.of(exempt, []))
+
+    def _built(self, served: Served, document: dict) -> None:
+        """The change from the previous shared document kept (HISTORY of them)."""
+        if self._previous is not None and self._previous[0] != served.etag:
+            self._history.append((self._previous[0], served.etag,
+                                  changes(self._previous[1], document)))
+        self._previous = (served.etag, document)
+        self._deltas = {}
+
+    async def delta(self, mac: str, since: str) -> Served | None:
+        """What changed since the shared document of ETag `since`, for a router without an
+        allowlist of its own; None when this process does not know that document (it
+        started later, or it is older than HISTORY changes): the whole document then."""
+        current = await self.served(mac)
+        if mac in self._own or current is not self._shared or since == current.etag:
+            return None
+        if (known := self._deltas.get(since)) is not None:
+            return known
+        steps = list(self._history)
+        start = next((n for n, (before, _, _) in enumerate(steps) if before == since), None)
+        if start is None or steps[-1][1] != current.etag:
+            return None
+        document = self._previous[1]
+        added, removed = composed([change for _, _, change in steps[start:]])
+        delta = await asyncio.to_thread(
+            served_document, delta_document(since, document, added, removed))
+        if len(self._deltas) < HISTORY:
+            self._deltas[since] = delta
+        return delta

@@ -64,8 +64,8 @@ class SharedDocument:
     def _build(self, state: Any, exempt: list[str]) -> dict:
         raise NotImplementedError
 
-    def _built(self, served: Served) -> None:
-        """Called with each new shared document (metrics)."""
+    def _built(self, served: Served, document: dict) -> None:
+        """Called with each new shared document (metrics, history)."""
 
     def _allowlists_apply(self) -> bool:
         return True
@@ -104,10 +104,10 @@ class SharedDocument:
             own = await fleet_db.own_allowlists(self._db)
         # Built and packed in a thread (gzip lets go of the GIL): 10,000 entries take tens of
         # ms, 100,000 a few hundred.
-        shared = await asyncio.to_thread(
-            lambda: served_document(self._build(state, fleet_allowlist)))
+        document = await asyncio.to_thread(self._build, state, fleet_allowlist)
+        shared = await asyncio.to_thread(served_document, document)
         self._shared, self._state = shared, state
         self._fleet_allowlist, self._own = fleet_allowlist, own
         self._variants = {}
         self._seen, self._loaded_at = changes, time.monotonic()
-        self._built(shared)
+        self._built(shared, document)
