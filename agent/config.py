@@ -37,6 +37,10 @@ class AgentConfig:
     fleet_file: Path | None = None          # default: beside firewall_file, "-fleet" added
     nft_set_fleet_v4: str = "router_backend_fleet_v4"
     nft_set_fleet_v6: str = "router_backend_fleet_v6"
+    intel: bool = True                      # apply the threat intelligence document too
+    intel_dir: Path | None = None           # its rules and datasets; default: beside rules_file
+    nft_set_intel_v4: str = "router_backend_intel_v4"  # interval sets: networks too
+    nft_set_intel_v6: str = "router_backend_intel_v6"
     alert_types: tuple[str, ...] = ("alert",)
     flow_types: tuple[str, ...] = ("flow", "netflow")
     # Sent to /log/cfm with the flows and stored as sent: what the fleet's hunt indexes
@@ -60,8 +64,13 @@ class AgentConfig:
         firewall = self.firewall_file
         return self.fleet_file or firewall.with_name(f"{firewall.stem}-fleet{firewall.suffix}")
 
-    def command(self, name: str, firewall_file: Path | None = None) -> list[str]:
-        return [part.format(rules_file=self.rules_file,
+    @property
+    def intel_path(self) -> Path:
+        return self.intel_dir or self.rules_file.parent
+
+    def command(self, name: str, firewall_file: Path | None = None,
+                rules_file: Path | None = None) -> list[str]:
+        return [part.format(rules_file=rules_file or self.rules_file,
                             firewall_file=firewall_file or self.firewall_file)
                 for part in getattr(self, name)]
 

@@ -24,6 +24,7 @@ import subprocess
 from agent.client import ServiceClient
 from agent.config import AgentConfig
 from agent.files import write_atomically
+from agent.intel import IntelUpdater
 from agent.state import AgentState, now
 
 log = logging.getLogger("router_agent.rules")
@@ -48,6 +49,7 @@ class RuleUpdater:
         self._client = client
         self._files = {"ids": config.rules_file, "firewall": config.firewall_file,
                        "fleet": config.fleet_path}
+        self._intel = IntelUpdater(config, state, client, _run, _run_quietly)
         self._commands = {"ids": ("test_command", "reload_command"),
                           "firewall": ("firewall_test_command", "firewall_reload_command"),
                           "fleet": ("firewall_test_command", "firewall_reload_command")}
@@ -65,6 +67,14 @@ class RuleUpdater:
                                       and self._files[kind].exists()):
                 continue
             outcome = self._update(kind, updated_at)
+            if outcome is not None:
+                outcomes.append(outcome)
+        if self._config.intel and updated.get("intel_etag"):
+            try:
+                outcome = self._intel.update(updated["intel_etag"])
+            except InstallError as error:  # its files were put back
+                self._state.values["failed"]["intel"] = updated["intel_etag"]
+                outcome = (False, f"intel: {error}")
             if outcome is not None:
                 outcomes.append(outcome)
         if not outcomes:

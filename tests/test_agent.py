@@ -6,6 +6,7 @@ reloaded, restored on failure and reported; hostile payloads never reach a file.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import gzip
 import json
@@ -25,8 +26,10 @@ from agent.client import Backoff
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.tail import EveTail
 from server.db import fleet as fleet_db
+from server.db import intel as intel_db
+from server.intel.feeds import import_file
 from server.db.lifecycle import open_database
-from server.typedefs import ETAG_CACHE, FLEET_LIST
+from server.typedefs import ETAG_CACHE, FLEET_LIST, INTEL_LIST
 from testkit.corpus import corpus_path
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects
@@ -543,3 +546,56 @@ async def test_a_stale_304_from_a_lagging_etag_cache_does_not_pin_the_old_payloa
     current = await client.get("/rules/ids", headers={"X-ID": MAC})
     assert status(config)["applied"]["ids"]["etag"] == current.headers["ETag"] != old
     assert "sid:2" in config.rules_file.read_text()
+
+
+async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_failure(
+        make_client, database, tmp_path):
+    settings = settings_for(database, tmp_path, FLEET_CRON_SCHEDULE="0 0 1 1 *")
+    client = await make_client(settings)
+    config = config_for(tmp_path, url_of(client),
+                        test_command=recorder(tmp_path, "suricata-test", "test-fails"),
+                        reload_command=recorder(tmp_path, "suricata-reload"),
+                        firewall_test_command=recorder(tmp_path, "nft-check"),
+                        firewall_reload_command=recorder(tmp_path, "nft-load"))
+    intel_list = client.app[INTEL_LIST]
+    async with open_database(settings) as db:
+        await intel_db.add_feed(db, "test-feed", None, "plain", None, 50, "test")
+        feed = (await intel_db.feeds(db, "test-feed"))[0]
+        await import_file(db, feed, b"c2.bad.example\n45.33.32.66\n185.220.0.0/16\n", "test")
+    await wait_for(lambda: _intel_holds(intel_list, 3), timeout=10, interval=0.05)
+    assert (await run_round(config))[0] == 0
+    rules_dir = config.rules_file.parent
+    assert (rules_dir / "rb-intel-domains.lst").read_text() == \
+        base64.b64encode(b"c2.bad.example").decode() + "\n"
+    assert (rules_dir / "rb-intel-ip.lst").read_text() == "45.33.32.66\n"
+    assert "dataset:isset,rb-intel-domains" in (rules_dir / "rb-intel.rules").read_text()
+    assert (rules_dir / "rb-intel-block.nft").read_text().splitlines()[1:3] == [
+        "flush set inet filter router_backend_intel_v4",
+        "add element inet filter router_backend_intel_v4 { 185.220.0.0/16, 45.33.32.66/32 }"]
+    assert (tmp_path / "calls").read_text().split()[-4:] == [
+        "suricata-test", "suricata-reload", "nft-check", "nft-load"]
+
+    async with open_database(settings) as db:  # the next version: one gone, one new
+        await import_file(db, feed, b"c2.bad.example\nnew.bad.example\n185.220.0.0/16\n",
+                          "test")
+    await wait_for(lambda: _intel_holds(intel_list, 3, base64.b64encode(
+        b"new.bad.example").decode()), timeout=10, interval=0.05)
+    assert (await run_round(config))[0] == 0
+    assert status(config)["applied"]["intel"]["delta"] is True  # only what changed came
+    assert (rules_dir / "rb-intel-domains.lst").read_text().splitlines() == sorted(
+        base64.b64encode(name).decode() for name in (b"c2.bad.example", b"new.bad.example"))
+    assert not (rules_dir / "rb-intel-ip.lst").exists()
+
+    (tmp_path / "test-fails").touch()  # Suricata refuses the next one: the last stays
+    async with open_database(settings) as db:
+        await import_file(db, feed, b"other.bad.example\n", "test")
+    await wait_for(lambda: _intel_holds(intel_list, 1), timeout=10, interval=0.05)
+    assert (await run_round(config))[0] == 0
+    assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 2
+    assert "intel" in status(config)["failed"]
+
+
+async def _intel_holds(intel_list, entries: int, text: str = "") -> bool:
+    served = await intel_list.served(MAC)
+    return served.entries == entries and text.encode() in gzip.decompress(served.packed) \
+        if text else served.entries == entries

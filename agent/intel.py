@@ -1,0 +1,167 @@
+"""The threat intelligence document (GET /rules/intel, docs/router-api.md) installed on the
+router: its dataset files and rules file written into `intel_dir` (beside the IDS rules by
+default; Suricata opens a relative dataset path beside the rules file naming it), checked
+with the test command and loaded with the reload command, as the IDS payload is ({rules_file}
+naming rb-intel.rules); its block entries written as an nftables file of interval sets
+(router_backend_intel_v4/v6) and loaded with the firewall commands. When a check or a
+reload fails, every file written is put back as it was and loaded again.
+
+The last document applied is kept in the state directory, so the next fetch asks only for
+what changed since (`?delta=1`, If-None-Match its ETag) and applies that to it. What the
+server sends is checked before it reaches a file: known file names only, one value a line
+without spaces or quotes, each rule one line, each block entry a network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import re
+from pathlib import Path
+
+from agent.client import ServiceClient
+from agent.config import AgentConfig
+from agent.files import write_atomically
+from agent.state import AgentState, now
+
+log = logging.getLogger("router_agent.intel")
+
+RULES_FILE = "rb-intel.rules"
+NFT_FILE = "rb-intel-block.nft"
+DOCUMENT_FILE = "intel.json"
+FILE_NAME = re.compile(r"rb-intel-[a-z0-9]+\.(lst|txt)")
+VALUE = re.compile(r"[A-Za-z0-9+/=.:_-]{1,400}")
+
+
+class IntelError(Exception):
+    """The document cannot be applied; the previous files stay in force."""
+
+
+def applied(document: dict, delta: dict) -> dict:
+    """The document a delta leads to from `document`."""
+    files = {name: set(text.splitlines()) for name, text in document["files"].items()}
+    for name, change in delta["files"].items():
+        lines = files.setdefault(name, set())
+        lines.difference_update(change["remove"])
+        lines.update(change["add"])
+    removed = set(delta["block"]["remove"])
+    block = [entry for entry in document["block"] if entry["address"] not in removed]
+    block += delta["block"]["add"]
+    return {"entry_count": delta["entry_count"], "rules": delta["rules"],
+            "files": {name: "".join(f"{line}\n" for line in sorted(lines))
+                      for name, lines in files.items() if lines},
+            "block": block}
+
+
+def checked(document: dict) -> dict:
+    for name, text in document["files"].items():
+        if not FILE_NAME.fullmatch(name):
+            raise IntelError(f"not a file of ours: {name[:80]!r}")
+        for line in text.splitlines():
+            if not VALUE.fullmatch(line):
+                raise IntelError(f"{name}: not a value: {line[:80]!r}")
+    rules = document["rules"]
+    if not isinstance(rules, str) or "\r" in rules:
+        raise IntelError("the rules are not text lines")
+    for entry in document["block"]:
+        try:
+            ipaddress.ip_network(entry["address"])
+        except (ValueError, TypeError, KeyError):
+            raise IntelError(f"not a network: {str(entry)[:80]!r}") from None
+    return document
+
+
+def nft_text(document: dict, config: AgentConfig) -> bytes:
+    families: dict[int, list[str]] = {4: [], 6: []}
+    for entry in document["block"]:
+        network = ipaddress.ip_network(entry["address"])
+        families[network.version].append(str(network))
+    sets = {4: config.nft_set_intel_v4, 6: config.nft_set_intel_v6}
+    lines = [f"# router-backend threat intelligence: {len(document['block'])} entries"]
+    for family, networks in families.items():
+        lines.append(f"flush set {config.nft_table} {sets[family]}")
+        if networks:
+            lines.append(f"add element {config.nft_table} {sets[family]} "
+                         f"{{ {', '.join(sorted(set(networks)))} }}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _empty(document: dict) -> bool:
+    return not document["files"] and not document["block"]
+
+
+class IntelUpdater:
+    def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient,
+                 run, run_quietly):
+        """`run(command, what)` and `run_quietly(command)`: agent/rules.py's."""
+        self._config = config
+        self._state = state
+        self._client = client
+        self._run, self._run_quietly = run, run_quietly
+        self._kept = config.state_dir / DOCUMENT_FILE
+
+    def update(self, etag: str) -> tuple[bool, str] | None:
+        """Fetch and apply when the document's ETag moved; None when nothing changed."""
+        done = self._state.values["applied"].get("intel", {})
+        failed = self._state.values["failed"].get("intel")
+        if done.get("etag") == etag and self._kept.exists() or failed == etag:
+            return None
+        headers = {"Accept-Encoding": "gzip"}
+        held = json.loads(self._kept.read_text()) if self._kept.exists() else None
+        if held is not None and done.get("etag"):
+            headers["If-None-Match"] = done["etag"]
+        answer = self._client.request("GET", "/rules/intel?delta=1", headers=headers)
+        if answer.status == 304:
+            return None
+        new_etag = answer.headers.get("etag", "")
+        try:
+            body = answer.json()
+            document = checked(applied(held, body) if "delta_from" in body else body)
+            if not _empty(document) or (held is not None and not _empty(held)):
+                self._install(document)  # (an empty list where none was: nothing to load)
+        except (IntelError, KeyError, TypeError, AttributeError, ValueError) as error:
+            log.error("intel document %s not applied: %s", new_etag, error)
+            self._state.values["failed"]["intel"] = new_etag
+            self._state.error(f"intel document not applied: {error}")
+            return False, f"intel: {error}"
+        write_atomically(self._kept, json.dumps(document).encode(), 0o600)
+        self._state.values["applied"]["intel"] = {"etag": new_etag, "at": now(),
+                                                  "entries": document["entry_count"],
+                                                  "delta": "delta_from" in body}
+        self._state.values["failed"].pop("intel", None)
+        log.info("intel document %s applied: %d entries", new_etag, document["entry_count"])
+        return True, ""
+
+    def _install(self, document: dict) -> None:
+        directory = self._config.intel_path
+        rules = directory / RULES_FILE
+        wanted = {**{directory / name: text.encode() for name, text in
+                     document["files"].items()}, rules: document["rules"].encode()}
+        stale = [path for path in directory.glob("rb-intel-*") if FILE_NAME.fullmatch(
+            path.name) and path not in wanted]
+        self._replace(wanted, stale, ("test_command", "reload_command"), rules_file=rules)
+        nft = self._config.firewall_file.with_name(NFT_FILE)
+        self._replace({nft: nft_text(document, self._config)}, [],
+                      ("firewall_test_command", "firewall_reload_command"), firewall_file=nft)
+
+    def _replace(self, wanted: dict[Path, bytes], stale: list[Path], commands: tuple,
+                 **files: Path) -> None:
+        before = {path: path.read_bytes() if path.exists() else None
+                  for path in [*wanted, *stale]}
+        for path, content in wanted.items():
+            write_atomically(path, content)
+        for path in stale:
+            path.unlink(missing_ok=True)
+        test, reload = (self._config.command(name, **files) for name in commands)
+        try:
+            self._run(test, "test")
+            self._run(reload, "reload")
+        except Exception:
+            for path, content in before.items():
+                if content is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_atomically(path, content)
+            self._run_quietly(reload)
+            raise
