@@ -64,6 +64,11 @@ def _line(file_type: str, kind: str, value: str) -> str:
     return shown
 
 
+# What an analyst reads of an alert (suricata-check's S800-S803), last in each rule (S208).
+_METADATA = ("metadata:attack_target Client_Endpoint, created_at 2026_11_27, deployment "
+             "Perimeter, performance_impact Low, signature_severity Major;")
+
+
 def rules_file(present: set[str]) -> str:
     """The rules that load the files `present` (an absent file's rules are left out:
     Suricata refuses a rule whose list is empty or missing)."""
@@ -75,17 +80,17 @@ def rules_file(present: set[str]) -> str:
             file_type = FILES[name][0]
             set_name = name.rsplit(".", 1)[0]
             lines.append(
-                f'alert {protocol} any any -> any any (msg:"router-backend intel: {what}"; '
+                f'alert {protocol} any any -> any any (msg:"RBINTEL INFO {what}"; '
                 f"{buffer}; dataset:isset,{set_name},type {file_type},load {name},"
-                f"memcap {DATASET_MEMCAP}; classtype:trojan-activity; "
-                f"metadata:created_at 2026_11_27; sid:{sid}; rev:1;)")
+                f"memcap {DATASET_MEMCAP}; classtype:trojan-activity; sid:{sid}; rev:1; "
+                f"{_METADATA})")
         sid += 1
     for name, what in _HASH_RULES:
         if name in present:
             lines.append(
-                f'alert http any any -> any any (msg:"router-backend intel: {what}"; '
-                f"{FILES[name][0]}:{name}; classtype:trojan-activity; "
-                f"metadata:created_at 2026_11_27; sid:{sid}; rev:1;)")
+                f'alert http any any -> any any (msg:"RBINTEL INFO {what}"; '
+                f"{FILES[name][0]}:{name}; classtype:trojan-activity; sid:{sid}; rev:1; "
+                f"{_METADATA})")
         sid += 1
     return "\n".join(lines) + "\n"
 
