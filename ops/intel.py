@@ -16,6 +16,7 @@ from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.formats import FORMATS, KINDS
 from server.intel.jobs import fetch_feeds
+from server.intel.listing import sightings as listed_sightings
 from server.intel.owners import shown, tell_owners
 from server.intel.retro import retro_hunt
 from server.settings import Settings
@@ -87,12 +88,12 @@ def _print_feeds(feeds: list[intel_db.Feed]) -> None:
               f"{feed.url or '(imported)'}")
 
 
-def _sightings_json(rows: list[tuple]) -> dict:
+def _sightings_json(rows: list[dict]) -> dict:
     return {"sightings": [
-        {"indicator": shown(kind, value), "kind": kind, "source": source, "mac": mac,
-         "first_seen": iso_utc(first), "last_seen": iso_utc(last), "days": days,
-         "records": records, "owner_told": iso_utc(told)}
-        for kind, value, source, mac, first, last, days, records, _, told, _ in rows]}
+        {"indicator": s["indicator"], "kind": s["kind"], "source": s["source"],
+         "mac": s["mac"], "first_seen": iso_utc(s["first_seen"]),
+         "last_seen": iso_utc(s["last_seen"]), "days": s["days"], "records": s["records"],
+         "owner_told": iso_utc(s["told_at"])} for s in rows]}
 
 
 async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
@@ -146,15 +147,17 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
                   f"{iso_utc(at)}")
         return 0
     mac = mac_argument(args.mac) if args.mac else None
-    rows = await intel_db.sightings(db, mac)
+    rows = await listed_sightings(db, mac)
     if args.json:
         print(orjson.dumps(_sightings_json(rows)).decode())
         return 0
     print("indicator\tkind\tsource\tmac\tfirst_seen\tlast_seen\tdays\trecords\towner")
-    for kind, value, source, mac_, first, last, days, records, _, told, owned in rows:
-        owner = f"told {iso_utc(told)}" if told else ("to tell" if owned else "no owner")
-        print(f"{shown(kind, value)}\t{kind}\t{source}\t{mac_}\t{iso_utc(first)}\t"
-              f"{iso_utc(last)}\t{days}\t{records}\t{owner}")
+    for s in rows:
+        owner = (f"told {iso_utc(s['told_at'])}" if s["told_at"]
+                 else "to tell" if s["owned"] else "no owner")
+        print(f"{s['indicator']}\t{s['kind']}\t{s['source']}\t{s['mac']}\t"
+              f"{iso_utc(s['first_seen'])}\t{iso_utc(s['last_seen'])}\t{s['days']}\t"
+              f"{s['records']}\t{owner}")
     unowned = await intel_db.routers_without_owner(db)
     if unowned:
         print(f"{len(unowned)} router(s) with sightings and no owner to tell "

@@ -17,13 +17,14 @@ import pytest
 from aiohttp import web
 
 from engine.intel import FILES, rules_file
-from server.intel.formats import read
+from server.intel.formats import FeedError, read
 from server.intel.jobs import fetch_feeds, match_now
 from server.telemetry.hunt_packing import pack
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env
 from testkit.server import router_backend
 from tests.test_hunt import dns, upload
+from tests.test_console import SUPPORT, console_settings, sign_in
 from tests.test_hunt_packed import plant
 from tests.test_notifications import smtp, smtp_settings  # noqa: F401 (fixture)
 
@@ -63,8 +64,9 @@ async def feeds(aiohttp_server):
 @pytest.fixture
 async def house(smtp, database, tmp_path, make_client, feeds):  # noqa: F811
     inbox, controller = smtp
-    settings = smtp_settings(database, tmp_path, controller.port, SERVICES="router,notifications",
-                             INTEL_PREVALENCE_MAX="0.5")
+    settings = console_settings(smtp_settings(
+        database, tmp_path, controller.port, SERVICES="router,notifications",
+        INTEL_PREVALENCE_MAX="0.5"))
     client = await make_client(settings)
     served, base = feeds
     return settings, client, inbox, served, base
@@ -180,6 +182,14 @@ async def test_a_feed_is_delivered_sighted_and_told_to_the_owner(house, sql):
         action == "retro-hunt" for _, action in log)
     assert any(action == "suppressed" and actor.startswith("shell:") for actor, action in log)
 
+    # The console: the Intel page (feeds, held values, sightings) and the router's page.
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await (await client.get("/console/intel")).text()
+    assert "threatfox" in page and "popular.example" in page and "held" in page
+    assert page.count("c2.evil-intel.example") == 2 and "told" in page
+    page = await (await client.get(f"/console/routers/{TODAY}")).text()
+    assert "Threat sightings (2)" in page and "45.33.32.77" in page
+
 
 def decoded(text: str) -> list[str]:
     return [base64.b64decode(line).decode() for line in text.splitlines()]
@@ -195,6 +205,7 @@ async def intel_document(client, router: str, etag: str | None = None) -> tuple[
 @pytest.mark.parametrize("body,status,why", [
     (b"\x1f\x8b" + b"x" * 50, 200, "gzip body is damaged"),
     (gzip.compress(b"a.example\n" * 3_000_000), 200, "opens to more than"),
+    (b"b.example\n" * 100_001, 200, "the feed is 1,000,010 bytes, more than 1,000,000"),
     (b"", 500, "HTTP 500"),
     (b"\xff\xfe not text", 200, "not UTF-8"),
     (b"# nothing here but a comment\n", 200, "gives no indicator"),
@@ -232,6 +243,11 @@ async def test_a_feed_unchanged_is_not_downloaded_again(house):
     done = await intel(settings, "fetch", "list")
     assert "list: not modified" in done.stdout
     assert served.requests[-1][1] is not None  # the ETag named
+
+
+def test_a_feed_of_too_many_lines_is_refused_whole():
+    with pytest.raises(FeedError, match="2,000,001 lines, more than 2,000,000"):
+        read("plain", b"a\n" * 2_000_001)
 
 
 def test_formats_read_what_their_publishers_write():

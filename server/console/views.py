@@ -19,8 +19,11 @@ from server.console.charts import bars
 from server.console.story import router_story
 from server.db import allowlist as allowlist_db
 from server.db import console as console_db
+from server.db import intel as intel_db
 from server.db import overrides as overrides_db
 from server.db import tuning_changes
+from server.intel.listing import sightings as intel_sightings
+from server.intel.owners import shown
 from server.jobs import fleet_lists
 from server.status import fleet_status
 from server.tuning import changes as tuning
@@ -45,6 +48,7 @@ def routes() -> list[web.RouteDef]:
             web.get("/routers/{mac}", router_page),
             web.post("/routers/{mac}/reset", reset_enrollment),
             web.get("/tuning", tuning_page),
+            web.get("/intel", intel_page),
             web.post("/tuning/overrides", add_override),
             web.post("/tuning/overrides/{id:\\d{1,18}}/remove", remove_override),
             web.post("/tuning/allowlist", add_allowed),
@@ -173,7 +177,22 @@ async def router_page(request: web.Request) -> web.Response:
             "status": 404, "message": f"{mac} is not registered"}, 404)
     return await _render(request, "router.html", {
         "story": story, "window_days": settings.rule_generation_telemetry_days,
+        "sightings": await intel_sightings(request.config_dict[DATABASE], mac,
+                                           SIGHTINGS_SHOWN),
         "reset_minutes": settings.enrollment_reset_window_minutes})
+
+
+SIGHTINGS_SHOWN = 500
+
+
+async def intel_page(request: web.Request) -> web.Response:
+    db = request.config_dict[DATABASE]
+    return await _render(request, "intel.html", {
+        "feeds": await intel_db.feeds(db),
+        "decisions": [(kind, shown(kind, value), *rest)
+                      for kind, value, *rest in await intel_db.decisions(db)],
+        "sightings": await intel_sightings(db, limit=SIGHTINGS_SHOWN),
+        "shown": SIGHTINGS_SHOWN, "unowned": await intel_db.routers_without_owner(db)})
 
 
 async def tuning_page(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@
 - `owners.py`: each new sighting told to its router's owner through the notification
   service's records (one email an hour at most).
 - `jobs.py`: the intel-fetch and intel-match jobs.
+- `listing.py`: sightings as people read them (the command, the console).
 
 What routers are sent is served by server/polling/intel_list.py (GET /rules/intel), built by
 engine/intel.py; the SQL is server/db/intel.py.
