@@ -24,6 +24,7 @@ from ops.bench.fault_drill import fault_drill, report
 from ops.bench.fleet_drill import fleet_drill
 from ops.bench.fleet_hostile_drill import hostile_drill
 from ops.bench.hostile import hostile
+from ops.bench.intel_drill import intel_drill
 from ops.bench.interrupt_drill import interrupt_drill
 from ops.bench.interrupt_drill import report as interrupt_report
 from ops.bench.outage_drill import outage_drill
@@ -224,3 +225,10 @@ def test_fleet_hostile_drill(database, tmp_path):
     running service lists nothing, and the real attacker is still listed everywhere."""
     checks = hostile_drill(database, tmp_path, honest=6, flood=600)
     assert all(passed for _, passed in checks), checks
+
+
+async def test_intel_drill_quick(database, tmp_path):
+    result = await intel_drill(database, tmp_path, routers=20, live_timeout=120)
+    assert result.ok, result.failures
+    assert result.sightings == 6 and result.notifications == 6 and result.emails == 4
+    assert result.live_seconds is not None
