@@ -182,8 +182,9 @@ async def test_last_updated_records_an_activation_per_call(client, sql):
         response = await client.get("/rules/last_updated", headers=HEADERS)
         answer = await response.json()
         assert answer == {"ids_updated_at": None, "firewall_updated_at": None,
-                          "fleet_etag": answer["fleet_etag"]}
-        assert answer["fleet_etag"].startswith('W/"')
+                          "fleet_etag": answer["fleet_etag"],
+                          "intel_etag": answer["intel_etag"]}
+        assert answer["fleet_etag"].startswith('W/"') and answer["intel_etag"].startswith('W/"')
         assert sql.value("SELECT count(*) FROM activations WHERE mac = %s", (MAC,)) == expected
 
 
