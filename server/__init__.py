@@ -21,7 +21,8 @@ capabilities behind it, in layers, each importing only the layers below it (the
    compaction, export).
 6. Shared plumbing: `web/` (what every request passes through: routes wrapped in the one
    middleware, client address, flood limits, requests in flight, access log),
-   `idempotency_key.py`,
+   `idempotency_key.py`, `changes.py` (the one change feed: the LISTEN connection every
+   in-memory cache and document follows),
    `errors.py` (the JSON error shape), `metrics.py` (Prometheus), `logs.py`,
    `exposure.py` (a public listener starts only with each exposure chosen), then
    `background.py` (the name leases are taken under, long-running tasks, their health).

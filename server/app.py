@@ -11,8 +11,10 @@ from aiohttp import web
 
 from server.web.access_log import quiet_refused_heads
 from server.console.app import create_console_app
-from server.db import fleet as fleet_db
-from server.db import intel as intel_db
+from server.changes import ChangeFeed
+from server.db.channels import FLEET_LIST as FLEET_LIST_CHANNEL
+from server.db.channels import INTEL_LIST as INTEL_LIST_CHANNEL
+from server.db.channels import ROUTER_KEYS as ROUTER_KEYS_CHANNEL
 from server.db.lifecycle import open_database
 from server.exposure import chosen_risks
 from server.db.pool import Database
@@ -112,7 +114,7 @@ def add_router_service(app: web.Application) -> None:
         app.cleanup_ctx.append(ingest_database_context)
         app.cleanup_ctx.append(traffic_tally_context)
         app.cleanup_ctx.append(registry_context)
-        app.cleanup_ctx.append(etag_cache_context)
+        app.cleanup_ctx.append(change_feed_context)
 
 
 async def database_context(app: web.Application) -> AsyncIterator[None]:
@@ -144,29 +146,27 @@ async def traffic_tally_context(app: web.Application) -> AsyncIterator[None]:
         await tally.stop()
 
 
-async def etag_cache_context(app: web.Application) -> AsyncIterator[None]:
-    cache = EtagCache(app[DATABASE], app[SETTINGS].db_timeout_seconds,
-                      app[METRICS])
-    app[ETAG_CACHE] = cache
-    keys = app[ROUTER_KEYS]  # its LISTEN connection also tells of keys changed elsewhere
-    cache.follow("router_keys", keys.forget, keys.forget_all)
+async def change_feed_context(app: web.Application) -> AsyncIterator[None]:
+    """The change feed (server/changes.py) and what follows it: the ETag cache, router keys
+    rotated or revoked elsewhere, the fleet's and the threat intelligence documents."""
     settings = app[SETTINGS]
-    fleet = app[FLEET_LIST] = FleetList(app[DATABASE], lambda: cache.listening, app[METRICS],
+    feed = ChangeFeed(app[DATABASE], settings.db_timeout_seconds, app[METRICS])
+    app[ETAG_CACHE] = EtagCache(feed)
+    keys = app[ROUTER_KEYS]
+    feed.follow(ROUTER_KEYS_CHANNEL, keys.forget, keys.forget_all)
+    listening = lambda: feed.listening  # noqa: E731
+    fleet = app[FLEET_LIST] = FleetList(app[DATABASE], listening, app[METRICS],
                                         settings.fleet_enabled)
-    intel = app[INTEL_LIST] = IntelList(app[DATABASE], lambda: cache.listening,
-                                        service_networks(settings), settings.intel_max_entries)
-
-    def shared_changed(_payload: str = "") -> None:  # the allowlist is in both documents
-        fleet.changed()
-        intel.changed()
-
-    cache.follow(fleet_db.CHANNEL, shared_changed, shared_changed)  # ... the fleet's list
-    cache.follow(intel_db.CHANNEL, intel.changed, intel.changed)  # ... and the intel
-    cache.start()
+    intel = app[INTEL_LIST] = IntelList(app[DATABASE], listening, service_networks(settings),
+                                        settings.intel_max_entries)
+    for document in (fleet, intel):  # the allowlist is in both
+        feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)
+    feed.follow(INTEL_LIST_CHANNEL, intel.changed, intel.changed)
+    feed.start()
     try:
         yield
     finally:
-        await cache.stop()
+        await feed.stop()
 
 
 async def generation_context(app: web.Application) -> AsyncIterator[None]:

@@ -20,7 +20,7 @@ from testkit.waiting import wait_for
 from tests.test_metrics import scrape
 
 # The loops of a lone process (role "all"); jobs run on their cron ticks, not within a test.
-LOOPS = ("generation-dispatch", "generation-renew", "etag-cache", "telemetry-tally",
+LOOPS = ("generation-dispatch", "generation-renew", "change-feed", "telemetry-tally",
          "notification-retries")
 LAST_SUCCESS = "background_loop_last_success_timestamp_seconds"
 
@@ -102,5 +102,5 @@ async def test_every_loop_logs_an_outage_once_and_resumes(proxied, tmp_path, mak
                 if r.getMessage().startswith(f"{loop}: working again")]
         assert len(started) <= 1 and len(back) == len(started), (loop, started, back)
     # The loops that meet the outage on their own schedule all did.
-    for loop in ("generation-dispatch", "etag-cache", "notification-retries"):
+    for loop in ("generation-dispatch", "change-feed", "notification-retries"):
         assert any(r.getMessage().startswith(f"{loop}: working again") for r in caplog.records)

@@ -22,7 +22,7 @@
   work, exclusive locks and run records), `traffic.py` (the fleet's uploads and polls per
   minute), `fleet.py` (the fleet job's counting over every router's alerts, its lists),
   `hunt.py` (the hunt index's postings, the hunts that read them, the record of hunts),
-  `intel.py` (threat feeds, their delivery with its rails, sightings, owners, the record),
+  `channels.py` (the change feed's channels, each NOTIFY by name), `intel.py` (threat feeds, their delivery with its rails, sightings, owners, the record),
   `service_settings.py` (the settings the running service started with, for its commands).
 
 The SQL of the service is here (the commands' cluster administration, Citus nodes and

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine.addresses import ALLOCATION_PREFIX, NOT_PUBLIC, PER_ALLOCATION
+from server.db.channels import FLEET_LIST, notify
 from server.db.generation import HOURS_IN_WINDOW
 from server.db.pool import Database, execute
 
-CHANNEL = "fleet_list"  # notified when the lists (or the fleet's allowlist) change
-FLEET_CHANGED = f"SELECT pg_notify('{CHANNEL}', '')"
+FLEET_CHANGED = notify(FLEET_LIST)  # the lists (or the fleet's allowlist) changed
 REPORTERS_KEPT = 50     # per entry, most alerts first: what operators see of who reported
 # The job's hash aggregates over a large fleet's window in memory rather than in temporary
 # files (one connection, every few minutes; ops/bench/fleet_job.py measures both).

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from engine.addresses import NOT_PUBLIC
+from server.db.channels import INTEL_LIST, notify
 from server.db.pool import Database, execute
 
-CHANNEL = "intel_list"  # notified when what routers are sent may have changed
-CHANGED = f"SELECT pg_notify('{CHANNEL}', '')"
+CHANGED = notify(INTEL_LIST)
 HELD_FLOOR = 10  # routers: a value fewer saw is never held, whatever the fleet's size
 
 

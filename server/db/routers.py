@@ -7,6 +7,7 @@ from typing import Callable
 
 import psycopg
 
+from server.db.channels import ROUTER_KEYS, notify
 from server.db.hunt import AFTER_PACKING, FORGET_HUNT_ROUTER
 from server.db.pool import Database, execute
 
@@ -139,7 +140,7 @@ async def subscribe(db: Database, mac: str, note: str | None) -> bool:
 # every server process LISTENs on this channel and forgets the key it trusted
 # (server/routers/keys.py). A statement without a table, as PAYLOAD_CHANGED, so that under
 # Citus it runs on the coordinator, where the listeners are.
-KEY_CHANGED = "SELECT pg_notify('router_keys', %(mac)s::text)"
+KEY_CHANGED = notify(ROUTER_KEYS, "%(mac)s::text")
 
 
 async def unsubscribe(db: Database, mac: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
+from server.db.channels import ROUTER_RULES, notify
 from server.db.pool import Database, execute
 
 
@@ -78,7 +79,7 @@ def upsert_statement(kinds: tuple[str, ...]) -> str:
 # all on rollback): every server process LISTENs on this channel and forgets the router's
 # ETags (server/polling/etag_cache.py). A statement without a table, so that under Citus it
 # runs on the coordinator, where the listeners are, not on the worker holding the shard.
-PAYLOAD_CHANGED = "SELECT pg_notify('router_rules', %(mac)s::text)"
+PAYLOAD_CHANGED = notify(ROUTER_RULES, "%(mac)s::text")
 
 
 async def store_payloads(db: Database, mac: str, payloads: dict[str, tuple[bytes, str]]

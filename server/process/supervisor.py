@@ -132,7 +132,7 @@ class Supervisor:
 
     def connections_needed(self) -> int:
         """The most connections the host's processes open: each HTTP worker's two pools and
-        its ETag LISTEN connection, the background process's pool, its generation workers'
+        its change feed's LISTEN connection, the background process's pool, its generation workers'
         connections and its running jobs' locks, and a few for operators' commands."""
         settings = self._settings
         http = settings.db_pool_max + settings.ingest_db_pool_max + 1
