@@ -61,6 +61,7 @@ class ChangeFeed:
                 self._stop_using()
                 raise
             except Exception as error:  # the database went away: nothing kept until it is back
+                self._db.unreachable = True  # requests wait briefly for a connection, not long
                 delay = RECONNECT_SECONDS[0] if self.listening else min(
                     delay * 2, RECONNECT_SECONDS[1])
                 self._stop_using()

@@ -26,6 +26,7 @@ from ops.bench.fleet_hostile_drill import hostile_drill
 from ops.bench.hostile import hostile
 from ops.bench.intel_drill import intel_drill
 from ops.bench.interrupt_drill import interrupt_drill
+from ops.bench.postmaster_drill import postmaster_drill
 from ops.bench.interrupt_drill import report as interrupt_report
 from ops.bench.outage_drill import outage_drill
 from ops.bench.stall_drill import stall_round
@@ -232,3 +233,10 @@ async def test_intel_drill_quick(database, tmp_path):
     assert result.ok, result.failures
     assert result.sightings == 6 and result.notifications == 6 and result.emails == 4
     assert result.live_seconds is not None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_postmaster_drill_quick(tmp_path, workers):
+    result = await postmaster_drill(tmp_path, kills=2, routers=6, workers=workers)
+    assert result.ok, (result.back_after, result.slowest, result.statuses, result.check)
+    assert result.ledger.records_acknowledged > 0

@@ -127,6 +127,11 @@ class EmbeddedPostgres:
         self._users = None  # the open users' lock file, shared-locked while in use
 
     @property
+    def running(self) -> bool:
+        """Whether a postmaster of this directory runs and says it is ready."""
+        return _ready(self.pgdata)
+
+    @property
     def initialised(self) -> bool:
         """Whether the cluster exists (start() creates it when not)."""
         return _complete_cluster(self.pgdata)
@@ -151,6 +156,22 @@ class EmbeddedPostgres:
                 self._abandon_start()
                 raise
         return str(self._server.get_postmaster_info().socket_dir)
+
+    def revive(self) -> bool:
+        """Start the server again when its postmaster is gone (killed: by hand, by the OOM
+        killer), as one of its users; PostgreSQL's crash recovery replays its WAL. True when
+        it was started again; EmbeddedServerError when it cannot be yet (its killed backends
+        still hold the shared memory: the next call tries again)."""
+        if self._users is None or _postmaster_status(self.pgdata) is not None:
+            return False
+        with self._gate():
+            if _postmaster_status(self.pgdata) is not None:  # another user started it
+                return False
+            log.warning("embedded PostgreSQL in %s is gone: starting it again", self.pgdata)
+            self._settle_pid_file()
+            self._server = _open_server(self.pgdata)
+        log.warning("embedded PostgreSQL in %s started again", self.pgdata)
+        return True
 
     def _abandon_start(self) -> None:
         """A start that failed or was interrupted (Ctrl-C kills the `pg_ctl start` or initdb of

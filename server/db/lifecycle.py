@@ -25,6 +25,7 @@ from server.settings import Settings
 log = logging.getLogger("router_backend.db")
 
 STARTUP_WAIT_SECONDS = 60.0
+REVIVE_SECONDS = 1.0  # between checks that the embedded server still runs
 LOG_LEVELS = {"silent": logging.CRITICAL + 1, "error": logging.ERROR,
               "warning": logging.WARNING, "info": logging.INFO}
 
@@ -109,13 +110,39 @@ async def open_database(settings: Settings, migrate: bool = False) -> AsyncItera
     try:
         database = await Database.open(location, settings.db_pool_min, settings.db_pool_max,
                                        settings.db_timeout_seconds)
+        watch = asyncio.create_task(keep_alive(embedded, database)) if embedded else None
         try:
             yield database
         finally:
+            if watch is not None:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
             await database.close()
     finally:
         if embedded is not None:
             await loop.run_in_executor(None, embedded.stop)
+
+
+async def keep_alive(embedded: EmbeddedPostgres, database: Database | None = None) -> None:
+    """Start the embedded server again whenever its postmaster is gone, checked every
+    REVIVE_SECONDS; meanwhile requests are answered 503 after a short wait (`database`
+    marked unreachable)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(REVIVE_SECONDS)
+        try:
+            await loop.run_in_executor(None, revive_once, embedded, database)
+        except Exception as error:  # the next round tries again
+            log.warning("embedded PostgreSQL not started again yet: %s", error)
+
+
+def revive_once(embedded: EmbeddedPostgres, database: Database | None = None) -> bool:
+    """Blocking: one check of the embedded server, started again when gone."""
+    if embedded.running:
+        return False
+    if database is not None:
+        database.unreachable = True
+    return embedded.revive()
 
 
 async def _let_go_once_prepared(preparing: asyncio.Future) -> None:

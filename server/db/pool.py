@@ -40,6 +40,10 @@ WORKER_AWAY_MESSAGES = ("failure on connection marked as essential",
 # before it gives up, so that the next request asks for one at once: with the pool's default
 # (5 minutes) a database back after a 5 s outage was served again 8 to 12 s later.
 RECONNECT_SECONDS = 1.0
+# Once the database was found unreachable, how long a request waits for a connection before
+# its 503, until one is had again: without it every request waited the pool's whole timeout
+# (DB_TIMEOUT_SECONDS) while the server was down, and a health probe saw a hang.
+UNREACHABLE_WAIT_SECONDS = 1.0
 
 # How long a statement may take before its wait ends: set by Database.open (the same
 # DB_TIMEOUT_SECONDS for every pool of a process).
@@ -59,6 +63,9 @@ class Database:
         self.pool = pool
         self.location = location
         self.timeout = timeout
+        # The last connection asked for could not be had, or was lost: set also by the change
+        # feed's LISTEN connection, which checks the server every few seconds when idle.
+        self.unreachable = False
 
     @classmethod
     async def open(cls, location: DatabaseLocation, minsize: int, maxsize: int,
@@ -89,8 +96,10 @@ class Database:
         one the server closed meanwhile, by a restart or a termination, is replaced, not
         handed out). A connection whose statement lost the server or a Citus worker is
         closed, so the pool discards it; one left in a transaction is rolled back."""
+        wait = UNREACHABLE_WAIT_SECONDS if self.unreachable else None
         try:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection(timeout=wait) as conn:
+                self.unreachable = False
                 try:
                     async with conn.cursor() as cur:
                         yield cur
@@ -102,6 +111,9 @@ class Database:
                         await conn.close()
                     raise
         except CONNECTIVITY_ERRORS as error:
+            # A connection refused or lost, not a statement that ran out of time (the
+            # database may only be busy).
+            self.unreachable = not isinstance(error, asyncio.TimeoutError)
             raise DatabaseUnavailable(_describe(error)) from error
         except psycopg.Error as error:
             if worker_away(error):

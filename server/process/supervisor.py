@@ -47,7 +47,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from engine.processes import die_with_parent
 from server.db.connect import connect
-from server.db.lifecycle import prepare_database
+from server.db.lifecycle import REVIVE_SECONDS, prepare_database, revive_once
 from server.db.location import DatabaseLocation
 from server.jobs import MOST_JOBS
 from server.settings import Settings
@@ -119,8 +119,15 @@ class Supervisor:
                      self._settings.listen_port, len(self._children) - 1,
                      ", ".join(str(c.process.pid) for c in self._children[1:]),
                      self._children[0].process.pid)
+            revive_at = 0.0
             while not self._stopping:
                 self._watch(environment)
+                if embedded is not None and time.monotonic() >= revive_at:
+                    revive_at = time.monotonic() + REVIVE_SECONDS
+                    try:
+                        revive_once(embedded)
+                    except Exception as error:  # the next round tries again
+                        log.warning("embedded PostgreSQL not started again yet: %s", error)
                 time.sleep(POLL_SECONDS)
             self._stop_children()
         finally:
