@@ -36,7 +36,7 @@ setup(
             "pytest-xdist>=3.5",  # the default tier in parallel (pytest.ini)
             "aiosmtpd>=1.4",
             "suricata-update>=1.3",
-            "suricata-check>=0.9",  # the intel rules file checked (tests/test_intel.py)
+            "suricata-check>=0.9.3b0",  # the intel rules checked (only pre-releases exist)
             "schemathesis>=4.0,<5",
             "import-linter>=2.1",
             "selenium>=4.15",  # the console in a real browser (Debian's chromium)

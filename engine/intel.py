@@ -95,12 +95,30 @@ def rules_file(present: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _blocked(entry: dict) -> dict:
-    network = ipaddress.ip_network(entry["value"], strict=False)
+def _blocked(network, expires_at: str) -> dict:
     address = (str(network.network_address) if network.num_addresses == 1
                else str(network))
     return {"address": address, "family": network.version, "reasons": ["intel"],
-            "expires_at": entry["expires_at"]}
+            "expires_at": expires_at}
+
+
+def block_entries(listed: list[tuple]) -> list[dict]:
+    """(network, expiry) pairs as the block list takes them: overlapping ones merged (an
+    nftables interval set refuses overlapping elements, and an address listed twice would be
+    two entries a delta cannot tell apart), each merged entry expiring with the last of its
+    parts; in the order of their addresses."""
+    entries = []
+    for family in (4, 6):
+        parts = sorted((net, expires) for net, expires in listed if net.version == family)
+        merged = list(ipaddress.collapse_addresses(net for net, _ in parts))
+        n = 0
+        for network in merged:  # both sorted: each part is inside one merged network
+            expires = ""
+            while n < len(parts) and parts[n][0].subnet_of(network):
+                expires = max(expires, parts[n][1])
+                n += 1
+            entries.append(_blocked(network, expires))
+    return entries
 
 
 def _exempt(entry: dict, exemptions: Exemptions) -> bool:
@@ -122,21 +140,20 @@ def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions()) -
     (`exemptions`) takes its addresses out of its copy."""
     files: dict[str, list[str]] = {name: [] for name in FILES}
     kinds = {kind: name for name, (_, held) in FILES.items() for kind in held}
-    block, count = [], 0
+    listed, count = [], 0
     for entry in entries:
         kind = entry["kind"]
         if kind in ("ip", "network") and _exempt(entry, exemptions):
             continue
         count += 1
-        if kind == "network":
-            block.append(_blocked(entry))
-            continue
-        if kind == "ip":
-            block.append(_blocked(entry))
+        if kind in ("ip", "network"):
+            listed.append((ipaddress.ip_network(entry["value"]), entry["expires_at"]))
+            if kind == "network":
+                continue
         name = kinds[kind]
         files[name].append(_line(FILES[name][0], kind, entry["value"]))
     kept = {name: sorted(lines) for name, lines in files.items() if lines}
-    block.sort(key=lambda item: (item["family"], item["address"]))
+    block = block_entries(listed)
     return {"entry_count": count, "files": {name: "\n".join(lines) + "\n" for name, lines in kept.items()},
             "rules": rules_file(set(kept)), "block": block}
 

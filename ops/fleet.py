@@ -5,6 +5,7 @@ job last stored them (server/jobs/fleet.py), with their evidence; `run` runs the
 from __future__ import annotations
 
 import argparse
+import sys
 
 import orjson
 
@@ -85,8 +86,8 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> in
         print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())
         return 0
     print("\n".join(lines(entries)))
-    if args.action == "attackers":  # an empty list explains itself
-        print(summary_line(await stories(db, settings), settings))
+    if args.action == "attackers":  # an empty list explains itself, beside the rows
+        print(summary_line(await stories(db, settings), settings), file=sys.stderr)
     return 0
 
 

@@ -16,6 +16,7 @@ from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.formats import FORMATS, KINDS
 from server.intel.jobs import fetch_feeds
+from server.jobs.cron import run_job
 from server.intel.listing import sightings as listed_sightings
 from server.intel.owners import shown, tell_owners
 from server.intel.retro import retro_hunt
@@ -122,7 +123,12 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
     if args.action == "fetch":
         if args.name:
             await _feed(db, args.name)
-        done = await fetch_feeds(db, settings, args.name, actor)
+        outcome = await run_job(db, "intel-fetch",  # never beside the job's own run
+                                lambda: fetch_feeds(db, settings, args.name, actor))
+        if outcome.status != "succeeded":
+            raise CommandError(outcome.error or "an intel fetch is running in another "
+                               "process (the intel-fetch job): try again when it is done")
+        done = outcome.detail
         for line in done["feeds"]:
             print(line)
         print(f"retro-hunt: {done['retro_hunt']['hunted']:,} indicators over "

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ops.command import CommandError, UsageError, mac_argument, run_command
+from server.db import routers as router_db
 from server.db.embedded import embedded_program
 from server.db.pool import Database
 from server.jobs.cron import run_job
@@ -66,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _export(settings: Settings, args: argparse.Namespace, db: Database) -> int:
     mac = mac_argument(args.mac)
+    if not await router_db.is_known(db, mac):
+        raise CommandError(f"{mac} is not a router of this service: never registered here, "
+                           "or removed with no telemetry left (`router-backend subscriptions "
+                           "list` names the routers)")
     wanted = None
     if args.match is not None:
         try:

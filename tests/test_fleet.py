@@ -29,7 +29,7 @@ from server.typedefs import DATABASE
 from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
 from testkit.rule_archives import ruleset_settings
-from testkit.server import router_backend_output
+from testkit.server import router_backend, router_backend_output
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 ATTACKER = "45.33.32.156"
@@ -248,14 +248,15 @@ async def test_commands_and_console_show_the_lists_with_their_evidence(make_clie
 
     def command(*args: str) -> str:
         return router_backend_output(env, "fleet", *args)
-    before = command("attackers").splitlines()
-    assert len(before) == 2 and before[1].startswith("1 address(es) reported in the last 24 h; "
-                                                     "0 listed; kept out: 1 enough networks")
+    before = router_backend(env, "fleet", "attackers")
+    assert len(before.stdout.splitlines()) == 1  # the header: the rows are tab-separated only
+    assert before.stderr.startswith("1 address(es) reported in the last 24 h: 0 listed; kept "
+                                    "out: 1 enough networks")
     assert "attackers=1" in command("run")
-    lines = command("attackers").splitlines()
-    line = lines[1].split("\t")
+    after = router_backend(env, "fleet", "attackers")
+    line = after.stdout.splitlines()[1].split("\t")
     assert line[:3] == [ATTACKER, "5", "5"] and mac(0) in line[-1]
-    assert lines[2].startswith("1 address(es) reported in the last 24 h; 1 listed")
+    assert after.stderr.startswith("1 address(es) reported in the last 24 h: 1 listed")
     why = command("attackers", "--why", ATTACKER).splitlines()
     assert why[0].startswith(f"{ATTACKER}: listed; 5 network(s) counted of 5 needed")
     assert sum("counts" in line for line in why[1:]) == 5
@@ -485,9 +486,9 @@ async def test_an_empty_list_says_which_rule_kept_each_address_out(make_client, 
     assert (await run_job(client, settings))["attackers"] == 0
     env = command_env(settings, FLEET_MIN_ROUTER_AGE_HOURS="0",
                       FLEET_ATTACKERS_IN_MAC_MODE="true")
-    lines = router_backend_output(env, "fleet", "attackers").splitlines()
-    assert lines[-1] == ("2 address(es) reported in the last 24 h; 0 listed; kept out: "
-                         "1 not public, 1 below the networks threshold (FLEET_MIN_NETWORKS 5)")
+    summary = router_backend(env, "fleet", "attackers").stderr.strip()
+    assert summary == ("2 address(es) reported in the last 24 h: 0 listed; kept out: "
+                       "1 not public; 1 below the networks threshold (FLEET_MIN_NETWORKS is 5)")
     why = router_backend_output(env, "fleet", "attackers", "--why", ATTACKER).splitlines()
     assert why[0] == (f"{ATTACKER}: below the networks threshold; 3 network(s) counted of 5 "
                       "needed, 3 report(s)")

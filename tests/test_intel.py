@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import io
+import zipfile
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -17,12 +19,16 @@ import pytest
 from aiohttp import web
 
 from engine.intel import FILES, rules_file
+from engine.intel import intel_document as build_document
+from server.intel.fetching import FetchError, _capped
 from server.intel.formats import FeedError, read
 from server.intel.jobs import fetch_feeds, match_now
 from server.telemetry.hunt_packing import pack
+from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env
 from testkit.server import router_backend
+from testkit.waiting import wait_for
 from tests.test_hunt import dns, upload
 from tests.test_console import SUPPORT, console_settings, sign_in
 from tests.test_hunt_packed import plant
@@ -100,6 +106,8 @@ async def test_a_feed_is_delivered_sighted_and_told_to_the_owner(house, sql):
     four_days_ago = datetime.now(timezone.utc) - timedelta(days=4)
     await plant(db, [EARLY], ["www.c2.evil-intel.example"], four_days_ago)
     await plant(db, CROWD, ["popular.example"], four_days_ago)
+    # Routers of days ago (registered then): old enough to count toward a value's prevalence.
+    await db.execute("UPDATE routers SET registered_at = %s", (four_days_ago,))
     await pack(db)
     await upload(client, TODAY, [dns("c2.evil-intel.example"),
                                  {**dns("cdn.other.example"), "dest_ip": "45.33.32.77"}])
@@ -296,3 +304,101 @@ def test_the_rules_file_passes_suricata_check_but_for_explained_findings(tmp_pat
     codes = {line.split("]", 1)[0].lstrip("[") for line in findings}
     assert codes <= EXPLAINED, findings
     assert all("(INFO)" in line for line in findings), findings
+
+
+async def test_what_a_hostile_feed_sends_is_refused_and_stops_no_other_feed(house, sql):
+    settings, client, _, served, base = house
+    served.bodies["/bad.json"] = (200, orjson.dumps({"data": [
+        {"ioc_type": ["domain"], "ioc_value": "x.example"},
+        {"ioc_type": "domain", "ioc_value": "future.example", "confidence_level": 100,
+         "last_seen_utc": "9999-12-31 23:59:59"},
+        {"ioc_type": "domain", "ioc_value": "org"}]}), {})
+    served.bodies["/net.txt"] = (200, b"2a00::%1/64\n32.0.0.0/3\n45.10.0.0/16\n"
+                                 b"45.10.3.0/24\n", {})
+    served.bodies["/good.txt"] = (200, b"good.example\n", {})
+    for name, path, form in (("a-bad", "bad.json", "threatfox"), ("b-net", "net.txt", "plain"),
+                             ("z-good", "good.txt", "plain")):
+        assert (await intel(settings, "add", name, f"{base}{path}", "--format",
+                            form)).returncode == 0
+    done = await intel(settings, "fetch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a-bad: 1 indicators" in done.stdout and "z-good: 1 indicators" in done.stdout
+    assert "b-net: 3 indicators (3 new, 0 gone), 1 lines refused" in done.stdout
+    # A time in the future is now; no expiry beyond two years.
+    last_seen, expires = sql.rows("SELECT last_seen, expires_at FROM intel_indicators "
+                                  "WHERE value = 'example.future'")[0]
+    assert last_seen <= datetime.now(timezone.utc) < expires
+    assert expires < datetime.now(timezone.utc) + timedelta(days=2 * 365 + 1)
+    # Polling works; the /3 is held for an operator, the overlapping networks are merged.
+    polled = await client.get("/rules/last_updated", headers={"X-ID": OTHER})
+    assert polled.status == 200
+    document, _ = await intel_document(client, OTHER)
+    assert [e["address"] for e in document["block"]] == ["45.10.0.0/16"]
+    assert "32.0.0.0/3\theld" in (await intel(settings, "decisions")).stdout
+    assert (await intel(settings, "release", "network:32.0.0.0/3", "--note",
+                        "checked")).returncode == 0
+    await wait_for(lambda: _blocks(client, "32.0.0.0/3"), timeout=10, interval=0.1)
+
+
+async def _blocks(client, address: str) -> bool:
+    document, _ = await intel_document(client, OTHER)
+    return address in [e["address"] for e in document["block"]]
+
+
+async def test_a_stranger_cannot_unlist_an_address_by_polling_from_it(house, sql):
+    settings, client, _, served, base = house
+    served.bodies["/c2.txt"] = (200, b"45.9.9.9\n", {})
+    await intel(settings, "add", "c2", f"{base}c2.txt", "--format", "plain")
+    await intel(settings, "fetch")
+    # A MAC registered by its first poll, from the listed address (behind the proxy).
+    polled = await client.get("/rules/last_updated", headers={
+        "X-ID": "02:11:00:00:0c:02", "X-Forwarded-For": "45.9.9.9"})
+    assert polled.status == 200
+    await intel(settings, "suppress", "domain:unrelated.example", "--note", "a rebuild")
+    assert await _blocks(client, "45.9.9.9")
+    # A router an operator subscribed, polling from it, keeps it off (the fleet's rail).
+    sql.rows("UPDATE routers SET registered_by = 'operator' WHERE mac = '02:11:00:00:0c:02'")
+    await intel(settings, "suppress", "domain:other.example", "--note", "another rebuild")
+    await wait_for(lambda: _not(_blocks(client, "45.9.9.9")), timeout=10, interval=0.1)
+
+
+async def _not(check) -> bool:
+    return not await check
+
+
+async def test_fresh_macs_cannot_get_a_real_indicator_held(house, sql):
+    settings, client, _, served, base = house
+    victim, sybils = "02:11:00:00:0d:00", [f"02:11:00:00:0d:{n:02x}" for n in range(1, 13)]
+    for router in [victim, *sybils]:
+        await upload(client, router, [dns("c2.sybil-test.example")])
+    served.bodies["/c2.txt"] = (200, b"c2.sybil-test.example\n", {})
+    await intel(settings, "add", "c2", f"{base}c2.txt", "--format", "plain")
+    assert (await intel(settings, "fetch")).returncode == 0
+    assert "held" not in (await intel(settings, "decisions")).stdout
+    sighted = orjson.loads((await intel(settings, "sightings", "--json")).stdout)
+    assert victim in {s["mac"] for s in sighted["sightings"]}
+
+
+def test_block_entries_never_overlap():
+    document = build_document([
+        {"kind": "ip", "value": "45.33.32.66", "expires_at": "2027-01-01T00:00:00Z"},
+        {"kind": "network", "value": "45.33.32.0/24", "expires_at": "2026-12-01T00:00:00Z"},
+        {"kind": "network", "value": "45.33.33.0/24", "expires_at": "2026-12-02T00:00:00Z"},
+        {"kind": "ip", "value": "2a00:1450::1", "expires_at": "2026-12-03T00:00:00Z"},
+        {"kind": "network", "value": "2a00:1450::1/128", "expires_at": "2026-12-05T00:00:00Z"}])
+    assert [(e["address"], e["expires_at"]) for e in document["block"]] == [
+        ("45.33.32.0/23", "2027-01-01T00:00:00Z"), ("2a00:1450::1", "2026-12-05T00:00:00Z")]
+
+
+def test_a_zip_of_many_entries_is_refused_before_it_is_read():
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as written:
+        for n in range(3):
+            written.writestr(f"{n}.txt", "a.example\n")
+    with pytest.raises(FetchError, match="more than one file"):
+        _capped(archive.getvalue(), 10_000)
+
+
+def test_a_feed_value_no_database_can_take_or_too_wide_is_refused():
+    assert feed_value("network", "2a00::%1/64") is None
+    assert feed_value("domain", "org") is None and feed_value("domain", "a.org") == "org.a"

@@ -69,14 +69,16 @@ async def test_overrides_reach_the_routers_within_one_poll(fleet, sql):
 
 async def test_selectors_that_match_nothing_or_are_malformed_are_not_stored(fleet, sql):
     settings, _ = fleet
-    for args, message in ((["disable", "12345"], "matches no rule of ruleset fixture"),
-                          (["disable", "re:("], "not a regular expression"),
-                          (["enable", "group:nope.rules"], "matches no rule"),
-                          (["disable", "9000001", "--mac", "aa:bb:cc:00:16:99"],
-                           "is not registered"),
-                          (["remove", "77"], "no override 77")):
+    # A malformed selector is a bad argument (exit 2, as argparse's); one that matches
+    # nothing, an unknown router or override, a refusal (exit 1).
+    for args, message, code in ((["disable", "12345"], "matches no rule of ruleset fixture", 1),
+                                (["disable", "re:("], "not a regular expression", 2),
+                                (["enable", "group:nope.rules"], "matches no rule", 1),
+                                (["disable", "9000001", "--mac", "aa:bb:cc:00:16:99"],
+                                 "is not registered", 1),
+                                (["remove", "77"], "no override 77", 1)):
         result = rules_command(settings, *args)
-        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+        assert result.returncode == code and message in result.stderr, (args, result.stderr)
     assert sql.value("SELECT count(*) FROM rule_overrides") == 0
 
 

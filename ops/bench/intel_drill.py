@@ -107,9 +107,11 @@ def _macs(prefix: int, count: int) -> list[str]:
 
 
 async def plant(db: Database, macs: list[str], names: list[str], seen: datetime) -> None:
-    """Postings as an upload of DNS records of `names` writes them, at `seen`."""
+    """Postings as an upload of DNS records of `names` writes them, at `seen`, from routers
+    registered then (old enough to count toward a value's prevalence)."""
     for mac in macs:
-        await db.execute("INSERT INTO routers (mac) VALUES (%s) ON CONFLICT DO NOTHING", (mac,))
+        await db.execute("INSERT INTO routers (mac, registered_at) VALUES (%s, %s) "
+                         "ON CONFLICT DO NOTHING", (mac, seen))
         postings = Postings()
         for name in names:
             postings.add({"event_type": "dns", "dns": {"rrname": name}})

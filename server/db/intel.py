@@ -4,6 +4,7 @@ notifications of sightings, and the record of every change (`intel_log`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,6 +15,10 @@ from server.db.pool import Database, execute
 
 CHANGED = notify(INTEL_LIST)
 HELD_FLOOR = 10  # routers: a value fewer saw is never held, whatever the fleet's size
+SWAP_SECONDS = 600  # a version of a million indicators, swapped in one transaction
+# A network broader than these prefixes is held for an operator (DROP lists a few /11s: each
+# blocks two million addresses at every router).
+BROADEST_PREFIX = {4: 16, 6: 32}
 
 
 @dataclass(frozen=True)
@@ -116,14 +121,15 @@ async def swap_version(db: Database, feed: str, rows: list[tuple], lines: int,
                        actor: str) -> tuple[int, int]:
     """The feed's indicators replaced by `rows` (kind, value, confidence, first_seen,
     last_seen, expires_at) in one transaction; (added, removed)."""
-    async with db.transaction() as cur:
-        await execute(cur, _VERSION_TABLE)
+    async with db.transaction() as cur, asyncio.timeout(SWAP_SECONDS):
+        # The statements' own timeout is DB_TIMEOUT_SECONDS, too short for a million rows.
+        await cur.execute(_VERSION_TABLE)
         async with cur.copy("COPY intel_version FROM STDIN") as copy:
             for row in rows:
                 await copy.write_row(row)
-        await execute(cur, _GONE, {"feed": feed})
+        await cur.execute(_GONE, {"feed": feed})
         removed = cur.rowcount
-        await execute(cur, _PUT, {"feed": feed})
+        await cur.execute(_PUT, {"feed": feed})
         added = sum(1 for (new,) in await cur.fetchall() if new)
         await execute(cur, _FEED_DONE, {
             "feed": feed, "etag": etag, "last_modified": last_modified, "lines": lines,
@@ -166,8 +172,10 @@ _DECIDED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
 # What routers are sent: current values (not expired) of every feed, once each (its highest
 # confidence, then its latest sighting by a feed), none an operator suppressed or the job
 # held; an address or a network only when public, on no allowlist of the fleet, none of the
-# service's own networks and no router's poll address; at most %(max)s, the highest
-# confidence first, then the most recently seen.
+# service's own networks and no poll address of a router an operator subscribed or that
+# holds a key (anybody can register a MAC from the address of their own server, in open
+# mode), and a network no broader than BROADEST_PREFIX unless an operator released it; at
+# most %(max)s, the highest confidence first, then the most recently seen.
 _NET = "i.value::inet"
 DELIVERED = f"""WITH current AS (
     SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.confidence, i.last_seen,
@@ -182,7 +190,13 @@ WHERE i.kind NOT IN ('ip', 'network') OR (
   AND NOT {_NET} && ANY(%(exempt)s::inet[])
   AND NOT EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
                   AND a.network::inet && {_NET})
-  AND NOT EXISTS (SELECT 1 FROM routers r WHERE r.poll_address <<= {_NET}))
+  AND NOT EXISTS (SELECT 1 FROM routers r WHERE r.poll_address <<= {_NET}
+                  AND (r.registered_by = 'operator'
+                       OR EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)))
+  AND (masklen({_NET}) >= CASE family({_NET}) WHEN 4 THEN {BROADEST_PREFIX[4]}
+                                 ELSE {BROADEST_PREFIX[6]} END
+       OR EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
+                  AND d.value = i.value AND d.decision = 'released')))
 ORDER BY i.confidence DESC, i.last_seen DESC, i.kind, i.value
 LIMIT %(max)s"""
 
@@ -236,17 +250,18 @@ async def record_sightings(cur, rows: list[tuple]) -> int:
     return sum(1 for (new,) in await cur.fetchall() if new)
 
 
-async def hold(cur, held: list[tuple[str, str, int]], actor: str) -> int:
-    """Values over the prevalence allowed: held unless an operator decided on them."""
+async def hold(cur, held: list[tuple[str, str, int | None]], note: str, actor: str) -> int:
+    """Values held for an operator (`note` says why), unless an operator decided on them."""
     if not held:
         return 0
     await execute(cur, """INSERT INTO intel_decisions (kind, value, decision, routers, note,
                               decided_by)
-        SELECT kind, value, 'held', routers, 'seen by too much of the fleet', %s
+        SELECT kind, value, 'held', routers, %s, %s
         FROM unnest(%s::text[], %s::text[], %s::integer[]) AS h (kind, value, routers)
         ON CONFLICT (kind, value) DO UPDATE SET routers = excluded.routers
             WHERE intel_decisions.decision = 'held'""",
-                  (actor, [h[0] for h in held], [h[1] for h in held], [h[2] for h in held]))
+                  (note, actor, [h[0] for h in held], [h[1] for h in held],
+                   [h[2] for h in held]))
     count = cur.rowcount
     await execute(cur, CHANGED)
     return count
@@ -254,6 +269,16 @@ async def hold(cur, held: list[tuple[str, str, int]], actor: str) -> int:
 
 async def registered_routers(db: Database) -> int:
     return (await db.fetchone("SELECT count(*) FROM routers"))[0]
+
+
+async def trusted_routers(db: Database, min_age: timedelta, keyed: bool) -> set[str]:
+    """The routers whose sightings count toward a value's prevalence, as toward the fleet's
+    lists: registered at least `min_age` ago (and, when `keyed`, holding a key), so that
+    fresh MACs cannot get a real indicator held."""
+    key = ("AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else "")
+    return {mac for (mac,) in await db.fetchall(
+        f"SELECT r.mac::text FROM routers r WHERE r.registered_at <= now() - %s {key}",
+        (min_age,))}
 
 
 SIGHTINGS = """SELECT s.kind, s.value, s.source, s.mac::text, s.first_seen, s.last_seen,

@@ -121,6 +121,13 @@ async def is_registered(db: Database, mac: str) -> bool:
     return await db.fetchone("SELECT 1 FROM routers WHERE mac = %s", (mac,)) is not None
 
 
+async def is_known(db: Database, mac: str) -> bool:
+    """Registered, or with telemetry still stored (a removed router's stays until retention)."""
+    return bool((await db.fetchone(
+        "SELECT EXISTS (SELECT 1 FROM routers WHERE mac = %(mac)s) "
+        "OR EXISTS (SELECT 1 FROM telemetry_chunks WHERE mac = %(mac)s)", {"mac": mac}))[0])
+
+
 async def list_subscriptions(db: Database) -> list[tuple]:
     """(mac, registered_at, registered_by, note, last activation, last upload) for every
     router; each read newest-first from a primary key of the newest partitions first,

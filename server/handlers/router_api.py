@@ -185,8 +185,8 @@ async def intel(request: web.Request) -> web.Response:
         if len(named) == 1 and "*" not in named:
             delta = await document.delta(mac, next(iter(named)))
             if delta is not None:
-                return _packed_response(request, (await document.served(mac)).etag,
-                                        delta.packed)
+                packed, etag = delta
+                return _packed_response(request, etag, packed.packed)
     return await _shared(request, request.app[INTEL_LIST])
 
 

@@ -6,8 +6,10 @@ had some, keeps the previous version and records why."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urljoin
@@ -17,7 +19,8 @@ import orjson
 from server.db import intel as intel_db
 from server.db.pool import Database
 from server.intel.fetching import FetchError, fetch
-from server.intel.formats import FeedError, Version, misp_event, read
+from server.db.pool import DatabaseUnavailable
+from server.intel.formats import FeedError, Version, bounded, misp_event, read
 from server.settings import Settings
 
 log = logging.getLogger("router_backend.intel")
@@ -25,6 +28,7 @@ log = logging.getLogger("router_backend.intel")
 # An indicator's life when its feed gives no expiry, from its last sighting by the feed.
 EXPIRY_DAYS = {"ip": 30, "network": 30, "domain": 180, "ja3": 365, "ja4": 365, "sha256": 365,
                "md5": 365}
+LONGEST_LIFE = timedelta(days=2 * 365)
 MISP_EVENTS_MAX = 1_000  # events of a MISP feed's manifest fetched, the newest first
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -49,12 +53,15 @@ class Taken:
 
 
 def rows(version: Version, confidence: int, now: datetime) -> list[tuple]:
-    """The version's indicators as swap_version takes them."""
+    """The version's indicators as swap_version takes them. A feed's times are clamped: no
+    sighting later than now (a feed dating its values in the year 9000 would otherwise rank
+    them first for ever), no expiry further than LONGEST_LIFE."""
     taken = []
     for entry in version.entries.values():
-        first = entry.first_seen or entry.last_seen or now
-        last = max(entry.last_seen or first, first)
-        expires = entry.expires_at or last + timedelta(days=EXPIRY_DAYS[entry.kind])
+        first = min(entry.first_seen or entry.last_seen or now, now)
+        last = min(max(entry.last_seen or first, first), now)
+        expires = min(entry.expires_at or last + timedelta(days=EXPIRY_DAYS[entry.kind]),
+                      now + LONGEST_LIFE)
         taken.append((entry.kind, entry.value, entry.confidence if entry.confidence is not None
                       else confidence, first, last, expires))
     return taken
@@ -84,17 +91,26 @@ async def _misp_feed(manifest: bytes, url: str, settings: Settings) -> Version:
     newest = sorted(events, reverse=True, key=lambda uuid: str(
         events[uuid].get("timestamp", "") if isinstance(events[uuid], dict) else ""))
     version = Version()
+    budget = settings.intel_feed_max_bytes - len(manifest)  # the whole feed's, all events
+    deadline = time.monotonic() + settings.intel_fetch_timeout_seconds
     for uuid in newest[:MISP_EVENTS_MAX]:
-        if not _UUID.fullmatch(uuid.lower()):
+        if not isinstance(uuid, str) or not _UUID.fullmatch(uuid.lower()):
             version.refuse("not an event uuid")
             continue
-        fetched = await fetch(urljoin(url, f"{uuid.lower()}.json"), None, None,
-                              settings.intel_feed_max_bytes,
-                              settings.intel_fetch_timeout_seconds)
+        left = deadline - time.monotonic()
+        if budget <= 0 or left <= 0:
+            raise FeedError(f"the feed's events are more than INTEL_FEED_MAX_BYTES "
+                            f"({settings.intel_feed_max_bytes:,}) or take longer than "
+                            f"INTEL_FETCH_TIMEOUT_SECONDS ({settings.intel_fetch_timeout_seconds})")
         try:
-            misp_event(version, orjson.loads(fetched.data or b"{}"))
-        except (orjson.JSONDecodeError, FeedError):
+            fetched = await fetch(urljoin(url, f"{uuid.lower()}.json"), None, None, budget,
+                                  left)
+            budget -= len(fetched.data or b"")
+            event = await asyncio.to_thread(orjson.loads, fetched.data or b"{}")
+            misp_event(version, event)
+        except (FetchError, orjson.JSONDecodeError, FeedError):
             version.refuse("event not readable")
+        bounded(version)
     return version
 
 
@@ -112,20 +128,28 @@ async def fetch_feed(db: Database, feed: intel_db.Feed, settings: Settings,
         if feed.format == "misp":
             version = await _misp_feed(fetched.data, feed.url, settings)
         else:
-            version = read(feed.format, fetched.data, feed.kind)
+            version = await asyncio.to_thread(read, feed.format, fetched.data, feed.kind)
         return await _swap(db, feed, version, fetched.etag, fetched.last_modified, actor)
     except (FetchError, FeedError) as error:
-        message = str(error)
-        log.warning("intel feed %s: kept the previous version: %s", feed.name, message)
-        await intel_db.record_attempt(db, feed.name, message, actor)
-        return Taken(feed.name, "failed", error=message)
+        return await _failed(db, feed, str(error), actor)
+    except DatabaseUnavailable:
+        raise  # the job's to retry; nothing of the feed's to record
+    except Exception as error:  # anything else a hostile feed finds: this feed's failure only
+        log.exception("intel feed %s failed", feed.name)
+        return await _failed(db, feed, f"{type(error).__name__}: {error}"[:300], actor)
+
+
+async def _failed(db: Database, feed: intel_db.Feed, message: str, actor: str) -> Taken:
+    log.warning("intel feed %s: kept the previous version: %s", feed.name, message)
+    await intel_db.record_attempt(db, feed.name, message, actor)
+    return Taken(feed.name, "failed", error=message)
 
 
 async def import_file(db: Database, feed: intel_db.Feed, data: bytes, actor: str) -> Taken:
     """A version from a file (hosts without internet): a MISP file is one event, or a list
     of events."""
     try:
-        return await _swap(db, feed, read(feed.format, data, feed.kind), None, None, actor)
+        version = await asyncio.to_thread(read, feed.format, data, feed.kind)
+        return await _swap(db, feed, version, None, None, actor)
     except FeedError as error:
-        await intel_db.record_attempt(db, feed.name, str(error), actor)
-        return Taken(feed.name, "failed", error=str(error))
+        return await _failed(db, feed, str(error), actor)

@@ -1,7 +1,9 @@
 """A feed's bytes from its URL, as a hostile server could serve them: a conditional GET
 (the last good version's ETag and Last-Modified), a total timeout, a cap on the bytes read
 after decoding (Content-Encoding, a .gz or one-member .zip body alike: a bomb stops at the
-cap), and redirects followed only within the feed's own host or to a public address. Each
+cap), and redirects followed only within the feed's own host and port (the operator's choice) or
+to a host whose every address is public (resolved before the request: a name that resolves
+otherwise at the moment of connecting, DNS rebinding, is not caught). Each
 refusal is one line (FetchError); the caller keeps the previous version."""
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def _capped(data: bytes, limit: int) -> bytes:
             raise FetchError("the gzip body is truncated")
         return opened
     if data[:4] == b"PK\x03\x04":
+        if _zip_entries(data) != 1:  # before zipfile reads a directory of a million entries
+            raise FetchError("the zip holds more than one file (or its directory is damaged)")
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as archive:
                 members = archive.infolist()
@@ -74,6 +78,14 @@ def _capped(data: bytes, limit: int) -> bytes:
             raise FetchError(f"the feed opens to more than {limit:,} bytes")
         return opened
     return data
+
+
+def _zip_entries(data: bytes) -> int | None:
+    """The entry count a zip's end-of-central-directory record gives; None without one."""
+    end = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557))
+    if end < 0 or len(data) < end + 22:
+        return None
+    return int.from_bytes(data[end + 10:end + 12], "little")
 
 
 async def _body(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -97,7 +109,7 @@ async def fetch(url: str, etag: str | None, last_modified: str | None, max_bytes
         headers["If-None-Match"] = etag
     if last_modified:
         headers["If-Modified-Since"] = last_modified
-    home = urlsplit(url).hostname
+    home = urlsplit(url).netloc
     timeout = aiohttp.ClientTimeout(total=timeout_seconds)
     try:
         async with aiohttp.ClientSession(timeout=timeout, auto_decompress=True) as session:
@@ -108,7 +120,7 @@ async def fetch(url: str, etag: str | None, last_modified: str | None, max_bytes
                         target = urlsplit(url)
                         if target.scheme not in ("http", "https") or not target.hostname:
                             raise FetchError(f"redirected to {url[:200]!r}: not http(s)")
-                        if target.hostname != home and not await _public_host(target.hostname):
+                        if target.netloc != home and not await _public_host(target.hostname):
                             raise FetchError(f"redirected to {target.hostname[:100]!r}, "
                                              "which is not a public address")
                         continue
@@ -116,7 +128,8 @@ async def fetch(url: str, etag: str | None, last_modified: str | None, max_bytes
                         return Fetched(None, etag, last_modified)
                     if answer.status != 200:
                         raise FetchError(f"HTTP {answer.status} {answer.reason or ''}".strip())
-                    data = _capped(await _body(answer, max_bytes), max_bytes)
+                    body = await _body(answer, max_bytes)
+                    data = await asyncio.to_thread(_capped, body, max_bytes)
                     return Fetched(data, answer.headers.get("ETag"),
                                    answer.headers.get("Last-Modified"))
             raise FetchError(f"more than {MAX_REDIRECTS} redirects")

@@ -32,6 +32,7 @@ from server.telemetry.indicators import feed_value
 FORMATS = ("plain", "threatfox", "urlhaus", "drop", "misp")
 KINDS = ("ip", "network", "domain", "ja3", "ja4", "sha256", "md5")
 MAX_LINES = 2_000_000      # a version with more is refused whole
+MAX_INDICATORS = 1_000_000  # likewise
 MAX_LINE_BYTES = 4_096     # a longer line is refused (a URL of a few KiB at most)
 
 
@@ -146,7 +147,8 @@ def plain(data: bytes, kind: str | None = None) -> Version:
 
 
 def _utc(text) -> datetime | None:
-    """`2024-05-01 12:00:00` (abuse.ch, UTC) or ISO 8601; None when absent or unreadable."""
+    """`2024-05-01 12:00:00` (abuse.ch, UTC) or ISO 8601; None when absent or unreadable
+    (a time in the future is the reader's to clamp: server/intel/feeds.py rows)."""
     if not isinstance(text, str) or not text.strip():
         return None
     try:
@@ -182,7 +184,8 @@ def threatfox(data: bytes, kind: str | None = None) -> Version:
         if not isinstance(ioc, dict):
             version.refuse("not an IOC object")
             continue
-        ioc_kind = _THREATFOX_KINDS.get(ioc.get("ioc_type"))
+        ioc_type = ioc.get("ioc_type")
+        ioc_kind = _THREATFOX_KINDS.get(ioc_type) if isinstance(ioc_type, str) else None
         value = ioc.get("ioc_value", ioc.get("ioc"))
         if ioc_kind is None or not isinstance(value, str):
             version.refuse(f"ioc_type {str(ioc.get('ioc_type'))[:40]!r} not taken")
@@ -242,11 +245,15 @@ _MISP_KINDS = {"ip-src": "ip", "ip-dst": "ip", "ip-src|port": "ip|port", "ip-dst
                "sha256": "sha256", "ja3-fingerprint-md5": "ja3", "domain|ip": "domain|ip"}
 
 
+def _listed(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _misp_attributes(event: dict):
-    yield from event.get("Attribute") or ()
-    for misp_object in event.get("Object") or ():
+    yield from _listed(event.get("Attribute"))
+    for misp_object in _listed(event.get("Object")):
         if isinstance(misp_object, dict):
-            yield from misp_object.get("Attribute") or ()
+            yield from _listed(misp_object.get("Attribute"))
 
 
 def _misp_moment(attribute: dict) -> datetime | None:
@@ -267,7 +274,9 @@ def misp_event(version: Version, document) -> None:
         if not isinstance(attribute, dict) or not attribute.get("to_ids"):
             version.refuse("not to_ids")
             continue
-        kind, value = _MISP_KINDS.get(attribute.get("type")), attribute.get("value")
+        misp_type = attribute.get("type")
+        kind = _MISP_KINDS.get(misp_type) if isinstance(misp_type, str) else None
+        value = attribute.get("value")
         if kind is None or not isinstance(value, str):
             version.refuse(f"type {str(attribute.get('type'))[:40]!r} not taken")
             continue
@@ -294,4 +303,13 @@ READERS = {"plain": plain, "threatfox": threatfox, "urlhaus": urlhaus, "drop": d
 
 def read(format_: str, data: bytes, kind: str | None = None) -> Version:
     """A feed's version in `format_`; FeedError when the whole of it cannot be taken."""
-    return READERS[format_](data, kind)
+    return bounded(READERS[format_](data, kind))
+
+
+def bounded(version: Version) -> Version:
+    if version.lines > MAX_LINES:
+        raise FeedError(f"the feed has {version.lines:,} entries, more than {MAX_LINES:,}")
+    if len(version.entries) > MAX_INDICATORS:
+        raise FeedError(f"the feed gives {len(version.entries):,} indicators, more than "
+                        f"{MAX_INDICATORS:,}")
+    return version

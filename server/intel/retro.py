@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from server.db import intel as intel_db
+from server.db.jobs import exclusive
 from server.db.pool import Database
 from server.hunt.search import UNPACKED_READS
 from server.hunt.sightings import Sightings, sightings
@@ -79,34 +80,68 @@ async def match(db: Database, settings: Settings, batch: list[tuple[str, str, st
                 days: int, actor: str) -> Matched:
     """One batch of (kind, value, source) over the last `days` days."""
     result = Matched(indicators=len(batch))
+    broad = [(kind, value, None) for kind, value, _ in batch if _broad(kind, value)]
     hunted = [(kind, value, source, found) for kind, value, source in batch
               if (found := _indicator(kind, value)) is not None]
     result.hunted = len(hunted)
-    if not hunted:
-        return result
-    found = await _found(db, [h[3] for h in hunted], days, SIGHTED_PER_INDICATOR)
-    limit = held_above(settings, await intel_db.registered_routers(db))
-    suspects = [n for n, one in enumerate(found) if one.count > limit]
-    held = []
-    if suspects:
-        recent = await _found(db, [hunted[n][3] for n in suspects], PREVALENCE_DAYS, 1)
-        held = [(hunted[n][0], hunted[n][1], one.count)
-                for n, one in zip(suspects, recent) if one.count > limit]
+    found = await _found(db, [h[3] for h in hunted], days, SIGHTED_PER_INDICATOR) \
+        if hunted else []
+    held = await _prevalent(db, settings, hunted, found)
     held_values = {(kind, value) for kind, value, _ in held}
     rows = [(seen.mac, kind, value, source, seen.first, seen.last, len(seen.days),
              seen.records)
             for (kind, value, source, _), one in zip(hunted, found)
             if (kind, value) not in held_values for seen in one.earliest]
     async with db.transaction() as cur:
-        result.held = await intel_db.hold(cur, held, actor)
+        result.held = await intel_db.hold(cur, held, "seen by too much of the fleet", actor)
+        result.held += await intel_db.hold(cur, broad, BROAD_NOTE, actor)
         result.new_sightings = await intel_db.record_sightings(cur, rows)
     result.sightings = len(rows)
     return result
 
 
+BROAD_NOTE = (f"a network broader than /{intel_db.BROADEST_PREFIX[4]} (IPv4) or "
+              f"/{intel_db.BROADEST_PREFIX[6]} (IPv6)")
+
+
+def _broad(kind: str, value: str) -> bool:
+    if kind != "network":
+        return False
+    network = ipaddress.ip_network(value)
+    return network.prefixlen < intel_db.BROADEST_PREFIX[network.version]
+
+
+async def _prevalent(db: Database, settings: Settings, hunted: list[tuple],
+                     found: list[Sightings]) -> list[tuple[str, str, int]]:
+    """The values more of the fleet saw in the last PREVALENCE_DAYS than INTEL_PREVALENCE_MAX
+    allows, counting only routers old enough to count for the fleet (and keyed in key
+    mode): (kind, value, routers)."""
+    limit = held_above(settings, await intel_db.registered_routers(db))
+    suspects = [n for n, one in enumerate(found) if one.count > limit]
+    if not suspects:
+        return []
+    trusted = await intel_db.trusted_routers(
+        db, timedelta(hours=settings.fleet_min_router_age_hours), settings.router_auth == "key")
+    recent = await _found(db, [hunted[n][3] for n in suspects], PREVALENCE_DAYS,
+                          SIGHTED_PER_INDICATOR)
+    held = []
+    for n, one in zip(suspects, recent):
+        counted = one.count if one.count > len(one.earliest) else sum(
+            1 for seen in one.earliest if seen.mac in trusted)
+        if counted > limit:
+            held.append((hunted[n][0], hunted[n][1], counted))
+    return held
+
+
 async def retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
     """Every indicator not hunted yet, over HUNT_RETENTION_DAYS, batch after batch; each
-    batch recorded in intel_log."""
+    batch recorded in intel_log. One at a time across processes (the jobs and the command):
+    another already at it hunts these too."""
+    async with exclusive(db, "intel-retro-hunt") as acquired:
+        return await _retro_hunt(db, settings, actor) if acquired else Matched()
+
+
+async def _retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
     total = Matched()
     while batch := await intel_db.unhunted(db, BATCH):
         matched = await match(db, settings, batch, settings.hunt_retention_days, actor)

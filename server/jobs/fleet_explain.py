@@ -15,6 +15,7 @@ from server.db.pool import Database
 from server.jobs.fleet import attackers_on, counting, service_networks
 from server.settings import Settings
 
+BELOW = "below the networks threshold"
 RULES = ("listed", "not public", "on the allowlist or the service's own",
          "a router's poll address", "no router that may count (too young, no key, or "
          "summarised before the upgrade)", "below the networks threshold",
@@ -83,10 +84,11 @@ def _verdict(story: Story, settings: Settings, listed: set[str], polled: set[str
 
 def summary_line(found: list[Story], settings: Settings) -> str:
     verdicts = Counter(story.verdict for story in found)
-    kept_out = ", ".join(f"{verdicts[rule]} {rule}" for rule in RULES[1:] if verdicts[rule])
-    return (f"{len(found)} address(es) reported in the last {settings.fleet_window_hours} h; "
-            f"{verdicts[RULES[0]]} listed" + (f"; kept out: {kept_out}" if kept_out else "")
-            + f" (FLEET_MIN_NETWORKS {settings.fleet_min_networks})")
+    threshold = f" (FLEET_MIN_NETWORKS is {settings.fleet_min_networks})"
+    kept_out = "; ".join(f"{verdicts[rule]} {rule}{threshold if rule == BELOW else ''}"
+                         for rule in RULES[1:] if verdicts[rule])
+    return (f"{len(found)} address(es) reported in the last {settings.fleet_window_hours} h: "
+            f"{verdicts[RULES[0]]} listed" + (f"; kept out: {kept_out}" if kept_out else ""))
 
 
 def story_lines(story: Story, settings: Settings) -> list[str]:

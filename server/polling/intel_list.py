@@ -13,6 +13,7 @@ the changes between its last HISTORY shared documents, and answers the composed 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from typing import Callable
@@ -21,8 +22,10 @@ from engine.firewall import Exemptions
 from engine.fleet import times_written
 from engine.intel import changes, composed, delta_document, intel_document
 from server.db import intel as intel_db
-from server.db.pool import Database
+from server.db.pool import Database, DatabaseUnavailable
 from server.polling.shared_document import Served, SharedDocument, served_document
+
+log = logging.getLogger("router_backend.intel")
 
 REBUILD_SECONDS = 3600.0
 HISTORY = 48  # changes of the shared document a delta may span (two days of hourly fetches)
@@ -43,7 +46,18 @@ class IntelList(SharedDocument):
         return super()._outdated() or time.monotonic() - self._loaded_at > REBUILD_SECONDS
 
     async def _load(self) -> list[dict]:
-        rows = await intel_db.delivered(self._db, self._exempt, self._max_entries)
+        """What the delivery statement keeps. Should it fail for anything but the database
+        being away (a value it cannot take, whatever a feed slipped past the checks), the
+        entries of the last good load are kept and the failure logged: a feed must never
+        stop routers from polling (GET /rules/last_updated names this document)."""
+        try:
+            rows = await intel_db.delivered(self._db, self._exempt, self._max_entries)
+        except DatabaseUnavailable:
+            raise
+        except Exception:
+            log.exception("the threat intelligence document could not be read; the last one "
+                          "is served")
+            return self._state or []
         return [times_written({"kind": kind, "value": value, "expires_at": expires_at})
                 for kind, value, expires_at in rows]
 
@@ -58,23 +72,24 @@ class IntelList(SharedDocument):
         self._previous = (served.etag, document)
         self._deltas = {}
 
-    async def delta(self, mac: str, since: str) -> Served | None:
-        """What changed since the shared document of ETag `since`, for a router without an
-        allowlist of its own; None when this process does not know that document (it
-        started later, or it is older than HISTORY changes): the whole document then."""
+    async def delta(self, mac: str, since: str) -> tuple[Served, str] | None:
+        """What changed since the shared document of ETag `since`, and the ETag it leads
+        to, for a router without an allowlist of its own; None when this process does not
+        know that document (it started later, or it is older than HISTORY changes): the
+        whole document then."""
         current = await self.served(mac)
         if mac in self._own or current is not self._shared or since == current.etag:
             return None
-        if (known := self._deltas.get(since)) is not None:
-            return known
+        deltas = self._deltas  # a rebuild meanwhile replaces it: this one is not kept
+        if (known := deltas.get(since)) is not None:
+            return known, current.etag
         steps = list(self._history)
         start = next((n for n, (before, _, _) in enumerate(steps) if before == since), None)
-        if start is None or steps[-1][1] != current.etag:
+        if start is None or steps[-1][1] != current.etag or self._previous[0] != current.etag:
             return None
-        document = self._previous[1]
         added, removed = composed([change for _, _, change in steps[start:]])
         delta = await asyncio.to_thread(
-            served_document, delta_document(since, document, added, removed))
-        if len(self._deltas) < HISTORY:
-            self._deltas[since] = delta
-        return delta
+            served_document, delta_document(since, self._previous[1], added, removed))
+        if len(deltas) < HISTORY:
+            deltas[since] = delta
+        return delta, current.etag

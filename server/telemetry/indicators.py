@@ -226,13 +226,21 @@ def feed_value(kind: str, text: str) -> str | None:
         return lowered if text.isascii() and _HEX32.fullmatch(lowered) else None
     if kind == "network":
         value = text.strip()
+        if not _NETWORK_TEXT.fullmatch(value):  # no IPv6 zone (`%1`): PostgreSQL refuses it
+            return None
         try:
-            return str(canonical_network(value)) if value.isascii() and "/" in value else None
+            return str(canonical_network(value))
         except ValueError:
             return None
     if kind == "domain" and _looks_like_address(text.strip()):
         return None
-    return _stored(kind, text)
+    stored = _stored(kind, text)
+    if kind == "domain" and stored is not None and "." not in stored:
+        return None  # one label (`org`): every household's browsing, not an indicator
+    return stored
+
+
+_NETWORK_TEXT = re.compile(r"[0-9a-fA-F:.]+/[0-9]{1,3}")
 
 
 def from_line(line: str) -> Indicator | None:

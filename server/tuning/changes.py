@@ -29,8 +29,8 @@ class TuningRefused(Exception):
 
 
 class BadInput(TuningRefused):
-    """What was given is not a MAC, an address or a network: the operator's to fix (a
-    command exits 2, as for any bad argument)."""
+    """What was given is not a MAC, an address, a network or a selector: the operator's to
+    fix (a command exits 2, as for any bad argument)."""
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,11 @@ async def add_override(db: Database, settings: Settings, action: str, selector_t
     if action not in ACTIONS:
         raise TuningRefused(f"an override is one of {', '.join(ACTIONS)}, not {action!r}")
     if not is_plain_text(selector_text):
-        raise TuningRefused("a selector is plain text (no control characters)")
+        raise BadInput("a selector is plain text (no control characters)")
     try:
         selector = Selector.parse(selector_text)
-    except ValueError as error:
-        raise TuningRefused(str(error)) from None
+    except ValueError as error:  # malformed: a bad argument, as argparse's (exit 2)
+        raise BadInput(str(error)) from None
     mac = await registered_router(db, mac_text)
     note = _note(note)
     version, count = await asyncio.to_thread(matched_rules, settings, selector)
