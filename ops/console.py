@@ -19,6 +19,7 @@ from ops.command import run_command
 from server.console.auth import MIN_SECRET, hash_secret
 from server.db import console_sessions as sessions_db
 from server.db import service_settings
+from server.db.embedded import EmbeddedPostgres
 from server.db.service_settings import CONSOLE_SECRET_SET
 from server.db.pool import Database
 from server.timestamps import iso_utc
@@ -81,9 +82,22 @@ def console(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     if not args.password:
         print(f"secret for {args.name} (shown once, only its hash is kept):\n{secret}\n")
-    print(f"add to CONSOLE_USERS (entries separated by commas):\n{entry}")
+    print(f"add to CONSOLE_USERS (entries separated by commas):\n{entry}\n(in .env or a "
+          "shell, between single quotes: the hash holds '$', which double quotes expand)")
+    if settings.embedded_database and \
+            not EmbeddedPostgres(settings.data_dir / "postgres").initialised:
+        # Before the first start: no service has a secret yet, and none is needed to make one.
+        if not settings.console_secret:
+            _print_secret(rotate=False)
+        return 0
     return run_command("router-backend console", functools.partial(
         _console_secret, rotate=args.rotate_secret), settings=settings)
+
+
+def _print_secret(rotate: bool) -> None:
+    print(f"\nand set CONSOLE_SECRET, the same in every process of the host"
+          f"{' (replacing the one set: every session ends)' if rotate else ''}:\n"
+          f"{secrets.token_urlsafe(36)}")
 
 
 async def _console_secret(settings: Settings, db: Database, rotate: bool) -> int:
@@ -91,9 +105,7 @@ async def _console_secret(settings: Settings, db: Database, rotate: bool) -> int
     running service's (server/db/service_settings.py) have one, unless asked to rotate."""
     service_has = (await service_settings.service_setting(db, CONSOLE_SECRET_SET)) == "true"
     if rotate or not (settings.console_secret or service_has):
-        print(f"\nand set CONSOLE_SECRET, the same in every process of the host"
-              f"{' (replacing the one set: every session ends)' if rotate else ''}:\n"
-              f"{secrets.token_urlsafe(36)}")
+        _print_secret(rotate)
     else:
         print("\nCONSOLE_SECRET is set for the service: keep it (--rotate-secret prints a new "
               "one)")

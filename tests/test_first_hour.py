@@ -117,7 +117,8 @@ BAD_ARGUMENTS = [
     ("subscriptions", "add", "not-a-mac"), ("subscriptions", "remove", "zz:zz"),
     ("subscriptions", "rotate-key", "nope"), ("subscriptions", "reset", "nope"),
     ("allowlist", "add", "not-a-network"), ("allowlist", "add", "10.0.0.0/8", "--mac", "x"),
-    ("rules", "disable", "2010935", "--mac", "nope"),
+    ("rules", "disable", "2010935", "--mac", "nope"), ("rules", "disable", "re:("),
+    ("intel", "suppress", "domain:org", "--note", "x"), ("intel", "add", "x", "--format", "no"),
     ("telemetry", "export", "--mac", "nope"), ("telemetry", "export", "--mac", MAC,
                                                 "--match", "colour:blue"),
     ("hunt", "--ip", "300.1.1.1"), ("hunt",), ("fleet", "attackers", "--why", "nope"),
@@ -147,3 +148,22 @@ def test_rulegen_bad_mac_and_explain_summary_go_with_explain(service):
                            env=service.env, cwd=REPOSITORY, capture_output=True, text=True,
                            timeout=60)
     assert alone.returncode == 2 and "--summary goes with --explain" in alone.stderr
+
+
+def test_commands_say_the_truth_on_the_first_day(service, tmp_path):
+    """Issue 62, item 5: a credential made before any start, a command run from another
+    directory, an export of an unknown router."""
+    fresh = {**service.env, "DATA_DIR": "var"}
+    made = subprocess.run([sys.executable, "-m", "ops", "console", "credential", "ana",
+                           "operator"], env=fresh, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0 and made.stderr == "", made.stderr
+    assert "CONSOLE_USERS" in made.stdout and "single quotes" in made.stdout
+    assert "CONSOLE_SECRET" in made.stdout and not (tmp_path / "var" / "postgres").exists()
+    elsewhere = subprocess.run([sys.executable, "-m", "ops", "status"], env=fresh,
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert elsewhere.returncode == 1
+    assert f"no embedded database in {tmp_path / 'var' / 'postgres'}" in elsewhere.stderr
+    assert f"from {tmp_path}" in elsewhere.stderr
+    unknown = command(service, "telemetry", "export", "--mac", "02:00:00:62:00:99")
+    assert unknown.returncode == 1 and "is not a router of this service" in unknown.stderr

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from pathlib import Path
 from typing import AsyncIterator
 
 from server.db.embedded import EmbeddedPostgres
@@ -74,8 +75,11 @@ def prepare_database(settings: Settings, connections: int | None = None, migrate
     server to stop later."""
     if settings.embedded_database and not migrate and \
             not EmbeddedPostgres(settings.data_dir / "postgres").initialised:
-        raise SchemaNotReady(f"no embedded database in {settings.data_dir / 'postgres'}: start "
-                             "the service or run `router-backend migrate` first")
+        raise SchemaNotReady(
+            f"no embedded database in {(settings.data_dir / 'postgres').resolve()} (DATA_DIR "
+            f"{settings.data_dir}, from {Path.cwd()}): start the service first "
+            "(`router-backend serve`), or run the command where the service runs, with its "
+            "DATA_DIR (a start here creates a new, empty database in that directory)")
     location, embedded = reach_server(settings, connections)
     try:
         # By the service and `migrate` only: a command run with another environment must not
