@@ -1,4 +1,5 @@
-"""`router-backend status [--json]`: the fleet at a glance. Routers registered, seen in the
+"""`router-backend status [--json]`: the fleet at a glance. Whether the service answers
+where it listens (a stopped service's database still reads as healthy); routers registered, seen in the
 last day, silent for more than a week; routers whose applied ETags lag the current payloads
 or that reported a failure; the generation queue (claimed, due, overdue by more than an
 hour, failing, with their last errors); the ruleset (version, age, the last preprocess run
@@ -9,6 +10,9 @@ postings."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import urllib.error
+import urllib.request
 from datetime import datetime
 
 import orjson
@@ -20,6 +24,7 @@ from server.status import fleet_status
 from server.timestamps import iso_utc
 
 PROG = "router-backend status"
+HEALTH_TIMEOUT_SECONDS = 2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def render(status: dict) -> str:
     routers, applied, queue = status["routers"], status["applied"], status["generation_queue"]
     ruleset, last = status["ruleset"], status["last_preprocess"]
-    lines = [
+    lines = [service_line(status["service"])] if "service" in status else []
+    lines += [
         f"routers        {routers['registered']} registered, {routers['seen_last_day']} seen "
         f"in the last day, {routers['silent_over_a_week']} silent for more than a week",
         f"applied        {applied['reporting']} reporting, {applied['behind_current_payloads']} "
@@ -73,8 +79,33 @@ def hunt_lines(hunt: dict) -> list[str]:
     return lines
 
 
+def service_answer(settings: Settings) -> dict:
+    """Whether the service answers GET /health where it listens (LISTEN_HOST:LISTEN_PORT, the
+    running service's own when it recorded them; an all-addresses host asked on loopback):
+    the database this command reads says nothing of whether anybody serves it."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.listen_host,
+                                                                      settings.listen_host)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{settings.listen_port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_SECONDS) as answer:
+            return {"url": url, "answering": True, "status": answer.status}
+    except urllib.error.HTTPError as error:  # 503: it runs, its database is away
+        return {"url": url, "answering": True, "status": error.code}
+    except (OSError, ValueError) as error:
+        return {"url": url, "answering": False, "error": str(getattr(error, "reason", error))}
+
+
+def service_line(service: dict) -> str:
+    if service["answering"]:
+        away = " (HTTP 503: its database is away)" if service["status"] == 503 else ""
+        return f"service        answering at {service['url']}{away}"
+    return (f"service        NOT RUNNING: nothing answers at {service['url']} "
+            f"({service['error']}); what follows is what the database holds")
+
+
 async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    status = await fleet_status(db, settings)
+    status = {"service": await asyncio.to_thread(service_answer, settings),
+              **await fleet_status(db, settings)}
     if args.json:
         print(orjson.dumps(status, default=_moment,
                            option=orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATETIME).decode())

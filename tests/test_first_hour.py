@@ -150,6 +150,13 @@ def test_rulegen_bad_mac_and_explain_summary_go_with_explain(service):
     assert alone.returncode == 2 and "--summary goes with --explain" in alone.stderr
 
 
+def test_status_says_the_service_answers(service):
+    shown = command(service, "status")
+    assert shown.returncode == 0
+    assert shown.stdout.startswith(f"service        answering at http://127.0.0.1:{service.port}"
+                                   "/health\n"), shown.stdout
+
+
 def test_commands_say_the_truth_on_the_first_day(service, tmp_path):
     """Issue 62, item 5: a credential made before any start, a command run from another
     directory, an export of an unknown router."""

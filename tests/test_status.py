@@ -13,21 +13,24 @@ from server.jobs.preprocess import run_preprocess
 from testkit.database import command_env
 from testkit.payloads import store_payload_objects
 from testkit.rule_archives import ruleset_settings
+from testkit.server import free_port
 
 CURRENT, BEHIND, BROKEN, SILENT = (f"aa:bb:cc:00:16:{n:02x}" for n in (0x21, 0x22, 0x23, 0x24))
 RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\n'
 
 
 def status(settings, *args: str) -> subprocess.CompletedProcess:
+    """The command, where nothing listens (no service runs: the test's app is in-process)."""
     return subprocess.run([sys.executable, "-m", "ops.cli", "status", *args],
-                          env=command_env(settings), capture_output=True, text=True,
-                          timeout=60)
+                          env=command_env(settings, LISTEN_PORT=str(free_port())),
+                          capture_output=True, text=True, timeout=60)
 
 
 async def test_status_reports_the_fleet(database, tmp_path, make_client, sql):
     settings = ruleset_settings("fixture", database, tmp_path)
     empty = status(settings)
     assert empty.returncode == 0 and "none published yet" in empty.stdout
+    assert empty.stdout.startswith("service        NOT RUNNING: nothing answers at http://")
     await run_preprocess(settings)
     client = await make_client(settings)
     for mac in (CURRENT, BEHIND, BROKEN, SILENT):
