@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+from datetime import datetime, timedelta, timezone
 
 from engine.addresses import is_public
 from engine.firewall import Exemptions
+from engine.fleet import HOUR_FORMAT
 
 FIRST_SID = 1_990_001  # 1,000,000-1,999,999: for local use; INTEL_SIDS of them ours
 INTEL_SIDS = 20
@@ -95,6 +97,18 @@ def rules_file(present: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rounded_expiry(expires_at: str) -> str:
+    """An expiry as the document carries it: rounded up to the next Monday 00:00 UTC, so that
+    a feed that sees its values again at every fetch (moving their expiries) does not change
+    every block entry at every fetch. The delivery statement drops an expired value at its
+    own expiry; the document's is the latest a router may hold it without fetching again."""
+    moment = datetime.strptime(expires_at, HOUR_FORMAT).replace(tzinfo=timezone.utc)
+    monday = (moment - timedelta(days=moment.weekday())).replace(hour=0, minute=0, second=0)
+    if monday < moment:
+        monday += timedelta(days=7)
+    return monday.strftime(HOUR_FORMAT)
+
+
 def _blocked(network, expires_at: str) -> dict:
     address = (str(network.network_address) if network.num_addresses == 1
                else str(network))
@@ -117,7 +131,7 @@ def block_entries(listed: list[tuple]) -> list[dict]:
             while n < len(parts) and parts[n][0].subnet_of(network):
                 expires = max(expires, parts[n][1])
                 n += 1
-            entries.append(_blocked(network, expires))
+            entries.append(_blocked(network, rounded_expiry(expires)))
     return entries
 
 

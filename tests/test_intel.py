@@ -386,8 +386,9 @@ def test_block_entries_never_overlap():
         {"kind": "network", "value": "45.33.33.0/24", "expires_at": "2026-12-02T00:00:00Z"},
         {"kind": "ip", "value": "2a00:1450::1", "expires_at": "2026-12-03T00:00:00Z"},
         {"kind": "network", "value": "2a00:1450::1/128", "expires_at": "2026-12-05T00:00:00Z"}])
+    # Merged, each expiring with the last of its parts, rounded up to a Monday (UTC).
     assert [(e["address"], e["expires_at"]) for e in document["block"]] == [
-        ("45.33.32.0/23", "2027-01-01T00:00:00Z"), ("2a00:1450::1", "2026-12-05T00:00:00Z")]
+        ("45.33.32.0/23", "2027-01-04T00:00:00Z"), ("2a00:1450::1", "2026-12-07T00:00:00Z")]
 
 
 def test_a_zip_of_many_entries_is_refused_before_it_is_read():

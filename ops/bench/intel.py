@@ -61,8 +61,10 @@ async def build_index(db: Database, routers: int, days: int, distinct: int) -> N
     rng = np.random.default_rng(60)
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     macs = _macs(routers)
-    await db.execute("INSERT INTO routers (mac) SELECT unnest(%(macs)s::macaddr[])",
-                     {"macs": macs})
+    # Registered before the index's days: old enough to count toward a value's prevalence.
+    await db.execute("INSERT INTO routers (mac, registered_at) SELECT "
+                     "unnest(%(macs)s::macaddr[]), %(then)s",
+                     {"macs": macs, "then": today - timedelta(days=days + 1)})
     for back in range(1, distinct + 1):
         await write_day(db, macs, today - timedelta(days=back), rng)
         await pack(db, today)
