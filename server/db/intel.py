@@ -174,7 +174,8 @@ _DECIDED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
 # held; an address or a network only when public, on no allowlist of the fleet, none of the
 # service's own networks and no poll address of a router an operator subscribed or that
 # holds a key (anybody can register a MAC from the address of their own server, in open
-# mode), and a network no broader than BROADEST_PREFIX unless an operator released it; at
+# mode; the poll addresses found by a range of their index, not a scan per value), and a
+# network no broader than BROADEST_PREFIX unless an operator released it; at
 # most %(max)s, the highest confidence first, then the most recently seen.
 _NET = "i.value::inet"
 DELIVERED = f"""WITH current AS (
@@ -190,9 +191,13 @@ WHERE i.kind NOT IN ('ip', 'network') OR (
   AND NOT {_NET} && ANY(%(exempt)s::inet[])
   AND NOT EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
                   AND a.network::inet && {_NET})
-  AND NOT EXISTS (SELECT 1 FROM routers r WHERE r.poll_address <<= {_NET}
-                  AND (r.registered_by = 'operator'
-                       OR EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)))
+  AND NOT EXISTS (SELECT 1 FROM routers r
+                  WHERE r.poll_address >= network({_NET})::inet
+                    AND r.poll_address <= set_masklen(broadcast({_NET}),
+                            CASE family({_NET}) WHEN 4 THEN 32 ELSE 128 END)
+                    AND r.poll_address <<= {_NET}
+                    AND (r.registered_by = 'operator'
+                         OR EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)))
   AND (masklen({_NET}) >= CASE family({_NET}) WHEN 4 THEN {BROADEST_PREFIX[4]}
                                  ELSE {BROADEST_PREFIX[6]} END
        OR EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
