@@ -122,6 +122,7 @@ async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: d
         for n, value_hash in enumerate(hashes):
             buckets[bucket_of(value_hash, bits)].append(n)
     start = 0
+    held = sum(g.size() for g in gathered)  # kept up as postings are added: no sum a read
     while start < len(days):
         blocks: dict[tuple[datetime, int], list[int]] = {}
         while start < len(days) and len(blocks) < BLOCKS_A_READ:
@@ -142,10 +143,12 @@ async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: d
                     first = base + found.first.astype(np.int64)
                     gathered[slots[n]].add(found.routers, number, first,
                                            first + found.span, found.records)
-        if wanted is not None and sum(g.size() for g in gathered) > COMPACT_AT:
+                    held += len(found.routers)
+        if wanted is not None and held > COMPACT_AT:
             for g in gathered:
                 if g.size() > 2 * wanted:
                     _compact(g, wanted, removed if removed is not None else np.zeros(0))
+            held = sum(g.size() for g in gathered)
 
 
 def _compact(gathered: _Gathered, wanted: int, removed: np.ndarray) -> None:
