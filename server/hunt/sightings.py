@@ -123,6 +123,7 @@ async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: d
             buckets[bucket_of(value_hash, bits)].append(n)
     start = 0
     held = sum(g.size() for g in gathered)  # kept up as postings are added: no sum a read
+    compact_at = COMPACT_AT
     while start < len(days):
         blocks: dict[tuple[datetime, int], list[int]] = {}
         while start < len(days) and len(blocks) < BLOCKS_A_READ:
@@ -144,11 +145,14 @@ async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: d
                     gathered[slots[n]].add(found.routers, number, first,
                                            first + found.span, found.records)
                     held += len(found.routers)
-        if wanted is not None and held > COMPACT_AT:
+        if wanted is not None and held > compact_at:
             for g in gathered:
                 if g.size() > 2 * wanted:
                     _compact(g, wanted, removed if removed is not None else np.zeros(0))
             held = sum(g.size() for g in gathered)
+            # Many values of a few routers each let nothing go: look again only once the
+            # postings held have doubled, not after every read.
+            compact_at = max(COMPACT_AT, 2 * held)
 
 
 def _compact(gathered: _Gathered, wanted: int, removed: np.ndarray) -> None:
