@@ -64,5 +64,6 @@ def test_a_command_on_an_empty_data_dir_starts_no_embedded_server(tmp_path):
         timeout=60, env={**{key: value for key, value in os.environ.items() if not key.startswith("DB_")},
              "DATA_DIR": str(data_dir)})
     assert result.returncode == 1
-    assert "no embedded database" in result.stderr and "router-backend migrate" in result.stderr
+    assert f"no embedded database in {data_dir / 'postgres'}" in result.stderr
+    assert "router-backend serve" in result.stderr
     assert not (data_dir / "postgres").exists()
