@@ -175,9 +175,11 @@ async def intel_drill(location: DatabaseLocation, workdir: Path, routers: int = 
         db = await Database.open(location, 1, 2, 30)
         try:
             await plant(db, early, [f"www.{C2}"], datetime.now(timezone.utc) - timedelta(days=5))
-            await plant(db, crowd, [POPULAR], datetime.now(timezone.utc) - timedelta(days=2))
+            # Four days ago: old enough to count toward prevalence (72 h by default), and
+            # within its 7 days.
+            await plant(db, crowd, [POPULAR], datetime.now(timezone.utc) - timedelta(days=4))
             await plant(db, quiet, ["harmless.drill.example"],
-                        datetime.now(timezone.utc) - timedelta(days=2))
+                        datetime.now(timezone.utc) - timedelta(days=4))
         finally:
             await db.close()
         await asyncio.to_thread(server.start)
