@@ -46,7 +46,13 @@ def render(status: dict) -> str:
                  f"{queue['overdue']} overdue (due for over an hour), {queue['failing']} failing")
     lines += [f"                 {f['mac']}, {f['attempts']} attempts: {f['last_error']}"
               for f in queue["failures"]]
-    if ruleset is None:
+    if ruleset is None and last is not None and last["status"] == "succeeded":
+        # The ruleset's files are in RULE_DATA_DIR, not in the database: a restore into a new
+        # DATA_DIR brings the record of the run, not what it published.
+        lines.append("ruleset        none in this host's RULE_DATA_DIR, although the database "
+                     "records a successful preprocess run (a restore brings the database, not "
+                     "the ruleset's files): run `rulepreprocess` or wait for the job")
+    elif ruleset is None:
         lines.append("ruleset        none published yet")
     else:
         lines.append(f"ruleset        {ruleset['version']}, published "

@@ -31,6 +31,13 @@ async def test_status_reports_the_fleet(database, tmp_path, make_client, sql):
     empty = status(settings)
     assert empty.returncode == 0 and "none published yet" in empty.stdout
     assert empty.stdout.startswith("service        NOT RUNNING: nothing answers at http://")
+    # A database restored into a new DATA_DIR: its record of a run, none of the files it made.
+    sql.rows("INSERT INTO job_runs (job, status, finished_at) "
+             "VALUES ('rulepreprocess', 'succeeded', now())")
+    restored = status(settings).stdout
+    assert "none in this host's RULE_DATA_DIR, although the database records a successful " \
+           "preprocess run" in restored, restored
+    sql.rows("DELETE FROM job_runs")
     await run_preprocess(settings)
     client = await make_client(settings)
     for mac in (CURRENT, BEHIND, BROKEN, SILENT):
