@@ -37,7 +37,10 @@ def render(status: dict) -> str:
     lines = [service_line(status["service"])] if "service" in status else []
     lines += [
         f"routers        {routers['registered']} registered, {routers['seen_last_day']} seen "
-        f"in the last day, {routers['silent_over_a_week']} silent for more than a week",
+        f"in the last day, {routers['silent_over_a_week']} silent for more than a week"
+        + (f"; {routers['not_unicast']} with a MAC that is not unicast (registered before "
+           f"such MACs were refused): {', '.join(routers['not_unicast_listed'])}"
+           if routers["not_unicast"] else ""),
         f"applied        {applied['reporting']} reporting, {applied['behind_current_payloads']} "
         f"behind the current payloads, {applied['failed_to_load']} failed to load"]
     lines += [f"                 {f['mac']} at {iso_utc(f['reported_at'])}: {f['detail'] or ''}"

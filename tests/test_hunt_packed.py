@@ -376,3 +376,4 @@ def test_days_are_said_plainly(settings):
     assert old["searched"]["by"] == "day received"
     table = router_backend(command_env(settings), "hunt", "--sid", "1", "--until", "2020-01-01")
     assert "note: the index begins on" in table.stdout and "records_expired" in table.stdout
+

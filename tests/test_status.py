@@ -72,7 +72,8 @@ async def test_status_reports_the_fleet(database, tmp_path, make_client, sql):
     assert report["routers"] == {
         "registered": 4, "seen_last_day": 3, "silent_over_a_week": 1,
         "by_last_poll": {"within an hour": 3, "within a day": 0, "within 7 days": 0,
-                         "over 7 days ago": 0, "never": 1}}
+                         "over 7 days ago": 0, "never": 1},
+        "not_unicast": 0, "not_unicast_listed": []}
     assert (report["applied"]["reporting"], report["applied"]["behind_current_payloads"],
             report["applied"]["failed_to_load"]) == (3, 1, 1)
     assert report["applied"]["failures"][0]["mac"] == BROKEN

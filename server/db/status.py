@@ -89,6 +89,15 @@ async def hunt_status(db: Database) -> dict:
                             in await db.fetchall(_HUNT_OVER_BUDGET_LISTED)]}
 
 
+# Routers registered before MACs had to be unicast (a multicast or broadcast MAC is refused
+# since; the rows are left alone, and named).
+_NOT_UNICAST = f"""SELECT mac::text FROM routers
+WHERE substr(mac::text, 2, 1) NOT IN ('0', '2', '4', '6', '8', 'a', 'c', 'e')
+ORDER BY mac LIMIT {LISTED}"""
+_NOT_UNICAST_COUNT = """SELECT count(*) FROM routers
+WHERE substr(mac::text, 2, 1) NOT IN ('0', '2', '4', '6', '8', 'a', 'c', 'e')"""
+
+
 async def fleet_status(db: Database) -> dict:
     registered, *ages, silent = await db.fetchone(ROUTERS_SEEN)
     reporting, behind, failed = await db.fetchone(_APPLIED)
@@ -100,6 +109,8 @@ async def fleet_status(db: Database) -> dict:
     return {
         "routers": {"registered": registered, "seen_last_day": ages[0] + ages[1],
                     "silent_over_a_week": silent,
+                    "not_unicast": (await db.fetchone(_NOT_UNICAST_COUNT))[0],
+                    "not_unicast_listed": [mac for (mac,) in await db.fetchall(_NOT_UNICAST)],
                     "by_last_poll": dict(zip(LAST_POLL_AGES, ages))},
         "applied": {"reporting": reporting, "behind_current_payloads": behind,
                     "failed_to_load": failed,
