@@ -11,6 +11,7 @@ import functools
 
 from server import SERVICE_VERSION
 from server.routers.mac import MAC_PATTERN
+from server.routers.applied import ETAG_PATTERN, MAX_ETAG
 from server.notify.fields import MAX_FIELD
 from server.notify.texts import TYPES
 from server.text import plain_text_pattern
@@ -182,9 +183,9 @@ def _paths() -> dict:
                 "type": "object", "required": ["ok"], "additionalProperties": False,
                 "properties": {
                     "ids_etag": {"type": "string", "nullable": True, "minLength": 1,
-                                 "maxLength": 128},
+                                 "maxLength": MAX_ETAG, "pattern": ETAG_PATTERN},
                     "firewall_etag": {"type": "string", "nullable": True, "minLength": 1,
-                                      "maxLength": 128},
+                                      "maxLength": MAX_ETAG, "pattern": ETAG_PATTERN},
                     "ok": {"type": "boolean"},
                     "detail": {"type": "string", "nullable": True, "maxLength": 1000}}}}}},
             "responses": {"200": _json({"type": "object",

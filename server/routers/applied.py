@@ -7,6 +7,8 @@ taken as the agent got it (`W/"abc"`) or bare (`abc`); either may be null (not l
 
 from __future__ import annotations
 
+import re
+
 import orjson
 from aiohttp import StreamReader
 
@@ -15,6 +17,10 @@ from server.text import is_plain_text
 
 MAX_BODY_BYTES = 8 * 1024
 MAX_ETAG = 128
+# What an ETag header holds (RFC 9110's etagc, the W/ and quotes included): visible ASCII;
+# the API document gives the same pattern, so a report it allows is one the handler takes.
+ETAG_PATTERN = f"^[!-~]{{1,{MAX_ETAG}}}$"
+ETAG_TEXT = re.compile(ETAG_PATTERN.strip("^$"))
 MAX_DETAIL = 1000
 FIELDS = {"ids_etag", "firewall_etag", "ok", "detail"}
 
@@ -39,11 +45,13 @@ async def read_report(content: StreamReader, content_length: int | None
     if not isinstance(ok, bool):
         raise BadRequest("ok: expected true or false")
     detail = body.get("detail")
-    if detail is not None and (not isinstance(detail, str) or len(detail) > MAX_DETAIL
-                               or not is_plain_text(detail)):
-        # Plain text: `router-backend status` prints it on an operator's terminal.
-        raise BadRequest(f"detail: expected a string of at most {MAX_DETAIL} characters "
-                         "without control characters")
+    if detail is not None and (not isinstance(detail, str) or len(detail) > MAX_DETAIL):
+        raise BadRequest(f"detail: expected a string of at most {MAX_DETAIL} characters")
+    if detail is not None and not is_plain_text(detail):
+        # Kept as plain text (`router-backend status` prints it on an operator's terminal):
+        # a control or format character becomes U+FFFD. Taken rather than refused: a
+        # failing agent's last line of output is what an operator needs, whatever it holds.
+        detail = "".join(c if is_plain_text(c) else "\ufffd" for c in detail)
     return _etag(body, "ids_etag"), _etag(body, "firewall_etag"), ok, detail
 
 
@@ -51,6 +59,7 @@ def _etag(body: dict, field: str) -> str | None:
     value = body.get(field)
     if value is None:
         return None
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_ETAG or not is_plain_text(value):
-        raise BadRequest(f"{field}: expected an ETag of at most {MAX_ETAG} characters")
+    if not isinstance(value, str) or not ETAG_TEXT.fullmatch(value):
+        raise BadRequest(f"{field}: expected an ETag of at most {MAX_ETAG} characters, visible "
+                         "ASCII (as the payload's ETag header was sent)")
     return value.removeprefix("W/").strip('"')
