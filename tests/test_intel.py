@@ -12,6 +12,8 @@ import io
 import zipfile
 import subprocess
 import sys
+import time
+import urllib.request
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -26,8 +28,8 @@ from server.intel.jobs import fetch_feeds, match_now
 from server.telemetry.hunt_packing import pack
 from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, NOTIFIER
-from testkit.database import command_env
-from testkit.server import router_backend
+from testkit.database import command_env, settings_for
+from testkit.server import ServerRunner, router_backend
 from testkit.waiting import wait_for
 from tests.test_hunt import dns, upload
 from tests.test_console import SUPPORT, console_settings, sign_in
@@ -403,3 +405,31 @@ def test_a_zip_of_many_entries_is_refused_before_it_is_read():
 def test_a_feed_value_no_database_can_take_or_too_wide_is_refused():
     assert feed_value("network", "2a00::%1/64") is None
     assert feed_value("domain", "org") is None and feed_value("domain", "a.org") == "org.a"
+
+
+def _get(url: str, **headers: str) -> tuple[int, str, bytes]:
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.status, answer.headers["ETag"], answer.read()
+
+
+@pytest.mark.drill
+def test_every_http_worker_answers_a_delta(tmp_path, database):
+    """Two HTTP workers: a router's poll may reach either, and each knows each version."""
+    server = ServerRunner(database, tmp_path, HTTP_WORKERS="2").start(timeout=120)
+    try:
+        env = command_env(settings_for(database, tmp_path))
+        feed = tmp_path / "feed.txt"
+        feed.write_text("one.delta.example\ntwo.delta.example\n")
+        assert router_backend(env, "intel", "import", str(feed), "--feed", "f", "--format",
+                              "plain").returncode == 0
+        time.sleep(1)  # each worker builds the version it is told of
+        _, before, _ = _get(f"{server.url}/rules/intel", **{"X-ID": OTHER})
+        assert router_backend(env, "intel", "suppress", "domain:one.delta.example",
+                              "--note", "test").returncode == 0
+        time.sleep(1)
+        answers = [_get(f"{server.url}/rules/intel?delta=1",
+                        **{"X-ID": OTHER, "If-None-Match": before}) for _ in range(8)]
+        assert all(status == 200 and b'"delta_from"' in body for status, _, body in answers)
+    finally:
+        server.stop()

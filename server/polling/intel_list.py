@@ -8,7 +8,8 @@ document is rebuilt at least every REBUILD_SECONDS, so an expired value leaves i
 
 A router holding an earlier document asks what changed since (`delta`): this process keeps
 the changes between its last HISTORY shared documents, and answers the composed change
-(engine/intel.py delta_document), packed once per earlier ETag asked."""
+(engine/intel.py delta_document), packed once per earlier ETag asked. Each change is built
+at once, so every HTTP worker knows every version since it started."""
 
 from __future__ import annotations
 
@@ -41,9 +42,24 @@ class IntelList(SharedDocument):
         self._previous: tuple[str, dict] | None = None  # the shared document, its ETag
         self._history: deque = deque(maxlen=HISTORY)    # (from ETag, to ETag, changes)
         self._deltas: dict[str, Served] = {}            # from ETag -> delta to the current
+        self._eager: asyncio.Task | None = None         # the rebuild a change started
 
     def _outdated(self) -> bool:
         return super()._outdated() or time.monotonic() - self._loaded_at > REBUILD_SECONDS
+
+    def changed(self, _payload: str = "") -> None:
+        """Rebuilt at once, not at the next request: every process then passes through
+        every version, and knows the change from each (the deltas), whichever process a
+        router's poll reaches."""
+        super().changed()
+        if self._eager is None or self._eager.done():
+            self._eager = asyncio.get_running_loop().create_task(self._rebuild())
+
+    async def _rebuild(self) -> None:
+        try:
+            await self.served("")
+        except Exception as error:  # the next request tries again
+            log.info("the intel document was not rebuilt at once: %s", error)
 
     async def _load(self) -> list[dict]:
         """What the delivery statement keeps. Should it fail for anything but the database
