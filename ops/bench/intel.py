@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.fleet import times_written
 from engine.intel import changes, delta_document, intel_document
-from ops.bench.hunt import COPY_DAYS, POOL, _macs, _value, write_day
+from ops.bench.hunt import COPY_DAYS, _macs, _value, write_day
 from server.db import intel as intel_db
 from server.db.pool import Database
 from server.intel.feeds import import_file
