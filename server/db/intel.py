@@ -234,7 +234,8 @@ async def mark_hunted(cur, values: list[tuple[str, str]]) -> None:
 
 
 # A router's sighting of an indicator, once: a rerun widens its span and counts (the larger
-# of what was known and what this hunt saw: a hunt reads whole days, never a part twice).
+# of what was known and what this hunt saw: a hunt reads whole days, never a part twice),
+# and writes nothing when it saw nothing new (the match each minute finds the same again).
 _SIGHTED = """INSERT INTO intel_sightings AS s (mac, kind, value, source, first_seen,
     last_seen, days, records)
 SELECT * FROM unnest(%s::macaddr[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
@@ -243,6 +244,8 @@ ON CONFLICT (mac, kind, value) DO UPDATE SET
     first_seen = least(s.first_seen, excluded.first_seen),
     last_seen = greatest(s.last_seen, excluded.last_seen),
     days = greatest(s.days, excluded.days), records = greatest(s.records, excluded.records)
+WHERE s.first_seen > excluded.first_seen OR s.last_seen < excluded.last_seen
+   OR s.days < excluded.days OR s.records < excluded.records
 RETURNING (xmax = 0)"""
 
 
@@ -256,7 +259,8 @@ async def record_sightings(cur, rows: list[tuple]) -> int:
 
 
 async def hold(cur, held: list[tuple[str, str, int | None]], note: str, actor: str) -> int:
-    """Values held for an operator (`note` says why), unless an operator decided on them."""
+    """Values held for an operator (`note` says why), unless an operator decided on them;
+    how many were not held before."""
     if not held:
         return 0
     await execute(cur, """INSERT INTO intel_decisions (kind, value, decision, routers, note,
@@ -264,12 +268,15 @@ async def hold(cur, held: list[tuple[str, str, int | None]], note: str, actor: s
         SELECT kind, value, 'held', routers, %s, %s
         FROM unnest(%s::text[], %s::text[], %s::integer[]) AS h (kind, value, routers)
         ON CONFLICT (kind, value) DO UPDATE SET routers = excluded.routers
-            WHERE intel_decisions.decision = 'held'""",
+            WHERE intel_decisions.decision = 'held'
+              AND intel_decisions.routers IS DISTINCT FROM excluded.routers
+        RETURNING (xmax = 0)""",
                   (note, actor, [h[0] for h in held], [h[1] for h in held],
                    [h[2] for h in held]))
-    count = cur.rowcount
-    await execute(cur, CHANGED)
-    return count
+    newly = sum(1 for (new,) in await cur.fetchall() if new)
+    if newly:  # (the match each minute holds the same values again: no rebuild for that)
+        await execute(cur, CHANGED)
+    return newly
 
 
 async def registered_routers(db: Database) -> int:
