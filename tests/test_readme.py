@@ -72,3 +72,56 @@ def test_the_first_session_works_without_the_shared_corpus(tmp_path):
     assert exported.splitlines() == sample.splitlines()[:3]  # as sent, oldest first
     assert "(3 rows)" in rows and "203.0.113.50" in rows  # psql's rows of the stored alerts
     assert hunted.startswith("1 match(es)") and "aa:bb:cc:dd:ee:ff\tsid\t2001219" in hunted
+
+
+CONSOLE_MD = (REPOSITORY / "docs" / "console.md").read_text()
+
+
+def console_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", CONSOLE_MD, re.S)
+
+
+def _after(text: str, heading: str) -> str:
+    lines = text.splitlines()
+    return next(lines[n + 1] for n, line in enumerate(lines) if line.startswith(heading))
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_console_md_signs_in_as_written(tmp_path):
+    """docs/console.md's blocks in order (issue 62): the credentials made, the settings put
+    in `.env` as shown (single quotes), the service started beside it, the curl sign-in."""
+    port = free_port()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DB_")}
+    env.update(DATA_DIR=str(tmp_path / "var"), LISTEN_PORT=str(port),
+               RULE_PREPROCESS_AT_START="false")
+    made, settings_block, sign_in = console_blocks()[:3]
+    outputs = []
+    for command in (line for line in made.splitlines() if line.strip()):
+        command = command.split("#")[0].replace(".venv/bin/router-backend",
+                                                f"{sys.executable} -m ops.cli")
+        done = subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, text=True,
+                              input="a-typed-secret-of-20c\na-typed-secret-of-20c\n",
+                              capture_output=True, timeout=60)
+        assert done.returncode == 0, (command, done.stderr)
+        outputs.append(done.stdout)
+    secret = _after(outputs[0], "secret for ann")
+    entries = ",".join(_after(out, "add to CONSOLE_USERS") for out in outputs)
+    console_secret = _after(outputs[0], "and set CONSOLE_SECRET")
+    dotenv = settings_block.replace("ann:support:scrypt$16384$8$1$...$...", entries).replace(
+        "the secret the command printed", console_secret)
+    (tmp_path / ".env").write_text(dotenv)
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env, stdout=log,
+                              stderr=log, cwd=tmp_path, start_new_session=True)
+    try:
+        assert wait_listening(server, port, 120), (tmp_path / "server.log").read_text()
+        script = sign_in.replace("the secret console credential printed for ann", secret) \
+            .replace("localhost:8080", f"127.0.0.1:{port}")
+        done = subprocess.run(["bash", "-c", script], env=env, cwd=tmp_path, text=True,
+                              capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[0] == "303" and "<h1>" in done.stdout, done.stdout
+    finally:
+        server.terminate()
+        server.wait(60)
+        log.close()
