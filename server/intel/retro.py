@@ -25,7 +25,7 @@ from server.hunt.sightings import Sightings, sightings
 from server.settings import Settings
 from server.telemetry.indicators import Indicator
 
-BATCH = 100_000  # indicators a pass over the index reads for (the hunt's most)
+BATCH = 10_000  # indicators a pass over the index reads for: bounds the memory a pass holds
 SIGHTED_PER_INDICATOR = 10_000  # routers recorded for one value (more: it is held anyway)
 HUNTED_NETWORK_ADDRESSES = 256
 PREVALENCE_DAYS = 7
