@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -44,7 +45,7 @@ def served_document(document: dict) -> Served:
     return Served(etag, packed, document["entry_count"])
 
 
-class SharedDocument:
+class SharedDocument(ABC):
     def __init__(self, db: Database, listening: Callable[[], bool]):
         self._db = db
         self._listening = listening
@@ -58,11 +59,13 @@ class SharedDocument:
         self._loaded_at = 0.0
         self._lock = asyncio.Lock()
 
+    @abstractmethod
     async def _load(self) -> Any:
-        raise NotImplementedError
+        """The document's state, read from the database."""
 
+    @abstractmethod
     def _build(self, state: Any, exempt: list[str]) -> dict:
-        raise NotImplementedError
+        """The document from the state, less the networks `exempt`."""
 
     def _built(self, served: Served, document: dict) -> None:
         """Called with each new shared document (metrics, history)."""
