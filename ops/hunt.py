@@ -16,6 +16,7 @@ from ops.command import EXIT_USAGE, UsageError, operator, run_command
 from server.db.pool import Database
 from server.telemetry.indicators import (Indicator, IndicatorError, from_line, indicator,
                                          parsed)
+from server.hunt.indexer import HUNT_WAIT_SECONDS, caught_up, index_pending
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
 from server.settings import Settings
@@ -34,9 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("indicators", nargs="*", metavar="INDICATOR",
                         help="KIND:VALUE (KIND one of ip, network, domain, ja3, ja4, sid, "
                              "sha256), or a bare address, network, domain name or SHA-256; "
-                             "or the one word 'compact': pack every day before today into "
-                             "the index's compressed blocks now, as the hunt-compact job "
-                             "does on HUNT_COMPACT_CRON_SCHEDULE (hunts answer the same)")
+                             "or the one word 'compact': index the uploads pending and pack "
+                             "every day before today into the index's compressed blocks now, "
+                             "as the indexer and the hunt-compact job do on their own "
+                             "(HUNT_INDEX_SECONDS, HUNT_COMPACT_CRON_SCHEDULE); hunts answer "
+                             "the same")
     for kind, metavar, text in OPTIONS:
         parser.add_argument(f"--{kind}", metavar=metavar, action="append", default=[],
                             help=f"{text} (repeatable)")
@@ -136,13 +139,21 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
         return 0
     hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, args.offset,
                 until=args.until)
-    answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings))
+    left = await caught_up(db, settings.hunt_postings_per_router_day)
+    answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings),
+                            pending=left)
     print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
           else table(answer))
     return 0
 
 
-async def _compact(db: Database) -> int:
+async def _compact(settings: Settings, db: Database) -> int:
+    indexed = await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS)
+    if indexed.uploads:
+        print(f"indexed {indexed.uploads} upload(s) pending: {indexed.records} records, "
+              f"{indexed.postings} values")
+    if indexed.left:
+        print(f"{indexed.left} upload(s) still pending: the indexer is behind", file=sys.stderr)
     done = (await pack(db)).as_detail()
     if not done["days"]:
         print("nothing to pack: every day before today is packed already")
@@ -155,7 +166,7 @@ async def _compact(db: Database) -> int:
 
 def hunt(settings: Settings, args: argparse.Namespace) -> int:
     if args.indicators == ["compact"]:
-        return run_command(PROG, lambda settings, db: _compact(db), settings=settings)
+        return run_command(PROG, _compact, settings=settings)
     try:
         indicators = indicators_of(args)
         if not args.log and not indicators:

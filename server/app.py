@@ -24,6 +24,7 @@ from server.polling.fleet_list import FleetList
 from server.polling.intel_list import IntelList
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
+from server.hunt.indexer import HuntIndexer
 from server.handlers import operations, router_api
 from server.handlers.operations import refresh_process_gauges
 from server.routers.identity import RouterRegistry
@@ -235,9 +236,15 @@ async def gauge_refresh_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def jobs_context(app: web.Application) -> AsyncIterator[None]:
-    jobs = scheduled_jobs(app[DATABASE], app[SETTINGS], app[METRICS],
-                          intel_jobs(app[DATABASE], app[SETTINGS]))
+    """The scheduled jobs and the hunt indexer's loop."""
+    settings = app[SETTINGS]
+    jobs = scheduled_jobs(app[DATABASE], settings, app[METRICS],
+                          intel_jobs(app[DATABASE], settings))
+    indexer = HuntIndexer(app[DATABASE], settings.hunt_postings_per_router_day,
+                          settings.hunt_index_seconds, app[METRICS])
+    indexer.start()
     try:
         yield
     finally:
+        await indexer.stop()
         await jobs.stop()

@@ -412,6 +412,11 @@ SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
                 "are still stored, the values it had already posted that day are still "
                 "updated, and the others are not indexed, counted per router and shown by "
                 "`status` and the console (docs/security.md).", _integer(100)),
+        Setting("HUNT_INDEX_SECONDS", "5", "How often the hunt indexer (in the process that "
+                "runs the jobs) writes the postings of the uploads acknowledged since its last "
+                "turn, from their stored chunks: a record can be hunted this long after its "
+                "upload is acknowledged, plus the turn's own time (a hunt first indexes what "
+                "is pending, so it sees every upload acknowledged before it).", _integer(1, 3600)),
         Setting("HUNT_COMPACT_CRON_SCHEDULE", "15 * * * *", "Cron spec of the job packing the "
                 "hunt index's past days into compressed blocks (a few bytes a posting instead "
                 "of about 140; `router-backend hunt compact` does the same at once): a day is "

@@ -20,11 +20,12 @@ import orjson
 import pytest
 
 from server.console.hunting import HUNTS_PER_MINUTE, HuntGate, HuntRefused
+from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt
 from server.jobs.retention import run_retention
 from server.telemetry.indicators import NAMES_PER_RECORD, indicator
 from server.telemetry.postings import POSTINGS_FREE, POSTINGS_PER_RECORD
-from server.typedefs import DATABASE
+from server.typedefs import DATABASE, SETTINGS
 from testkit.corpus import corpus_path
 from testkit.database import command_env
 from testkit.server import router_backend
@@ -104,6 +105,15 @@ async def upload(client, router: str, records: list[dict]) -> None:
             answer = await client.post(path, data=body, headers={
                 "X-ID": router, "Content-Type": "application/x-ndjson"})
             assert answer.status == 200, await answer.text()
+    await indexed(client)
+
+
+async def indexed(client) -> None:
+    """The uploads acknowledged so far, indexed (as the indexer's loop does within
+    HUNT_INDEX_SECONDS, and every hunt of the command and the console first)."""
+    done = await index_pending(client.app[DATABASE],
+                               client.app[SETTINGS].hunt_postings_per_router_day, 30)
+    assert done.left == 0
 
 
 @pytest.fixture

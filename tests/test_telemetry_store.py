@@ -14,9 +14,10 @@ import pytest
 
 from server.db.lifecycle import open_database
 from server.telemetry.chunks import Chunk, compress, decompress, merged, one_line, split
+from server.hunt.indexer import index_pending
 from server.telemetry.compaction import compact
 from server.telemetry.export import stored_records
-from testkit.database import command_env
+from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count, telemetry
 
 MAC = "aa:bb:cc:00:32:01"
@@ -58,6 +59,32 @@ def test_split_and_merge_keep_records_and_their_times():
     assert one_line(b'{"a":\n 1}') == b'{"a":  1}'
 
 
+async def indexed_then_compacted(db, **options):
+    """Compaction leaves the chunks of uploads the hunt indexer has not read (its loop reads
+    them within HUNT_INDEX_SECONDS): read first here."""
+    assert (await index_pending(db, 20_000, 30)).left == 0
+    return await compact(db, **options)
+
+
+async def test_an_upload_not_indexed_yet_keeps_its_chunks_until_it_is(make_client, sql,
+                                                                     tmp_path):
+    settings = settings_for(sql.location, tmp_path, HUNT_INDEX_SECONDS="3600",
+                            INTEL_MATCH_CRON_SCHEDULE="0 0 1 1 *")
+    client = await make_client(settings)  # no indexer's turn, and no live intel match
+    # (which indexes first), during the test
+    for n in range(4):
+        await upload(client, [record(n)])
+    assert sql.value("SELECT count(*) FROM hunt_pending") == 4
+    async with open_database(settings) as db:
+        report = await compact(db, chunk_records=100, settle=timedelta(0))
+        assert report.merged_chunks == 0 and len(chunk_rows(sql)) == 4
+        report = await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
+    assert report.merged_chunks == 4 and chunk_rows(sql) == [(4, 4)]
+    assert sql.value("SELECT count(*) FROM hunt_pending") == 0
+    assert sql.value("SELECT records FROM hunt_postings WHERE kind = 'i' "
+                     "AND value = '203.0.113.5'") == 4  # every upload's records, once
+
+
 async def test_small_uploads_merged_into_chunks_and_every_record_kept(client, sql, settings):
     sent = []
     for n in range(0, 60, 2):  # the reference agent's 10-second uploads: two records each
@@ -70,7 +97,7 @@ async def test_small_uploads_merged_into_chunks_and_every_record_kept(client, sq
     assert [line for _, line in before] == sent
 
     async with open_database(settings) as db:
-        report = await compact(db, chunk_records=25, settle=timedelta(0))
+        report = await indexed_then_compacted(db, chunk_records=25, settle=timedelta(0))
     assert (report.merged_chunks, report.written_chunks, report.records) == (30, 3, 60)
     # Chunks of 25, 25 and the rest; uploads split over two chunks keep their one time.
     assert [rows for rows, _ in chunk_rows(sql)][:3] == [25, 25, 10]
@@ -80,7 +107,7 @@ async def test_small_uploads_merged_into_chunks_and_every_record_kept(client, sq
     # The remainder is merged again with what comes next, up to full chunks.
     await upload(client, [record(100), record(101)])
     async with open_database(settings) as db:
-        report = await compact(db, chunk_records=25, settle=timedelta(0))
+        report = await indexed_then_compacted(db, chunk_records=25, settle=timedelta(0))
     assert (report.merged_chunks, report.records) == (2, 12)
     assert [r.line for r in stored_records(sql.location, MAC, "events")] == \
         sent + [record(100), record(101)]
@@ -103,12 +130,12 @@ async def test_a_merge_that_fails_halfway_loses_and_doubles_nothing(client, sql,
     sql.rows("ALTER TABLE telemetry_chunks ADD CONSTRAINT one_record CHECK (records = 1)")
     async with open_database(settings) as db:
         with pytest.raises(Exception, match="one_record"):
-            await compact(db, chunk_records=100, settle=timedelta(0))
+            await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
     assert [r.line for r in stored_records(sql.location, MAC)] == before
     assert len(chunk_rows(sql)) == 10
     sql.rows("ALTER TABLE telemetry_chunks DROP CONSTRAINT one_record")
     async with open_database(settings) as db:
-        await compact(db, chunk_records=100, settle=timedelta(0))
+        await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
     assert [r.line for r in stored_records(sql.location, MAC)] == before
     assert chunk_rows(sql) == [(10, 10)]
 

@@ -4,7 +4,8 @@ and check the fleet's ledger against the database.
     python -m ops.bench.crash_drill [--kills 10] [--routers 50] [--seed 1] [--up 0.3 2.0]
 
 Passes when every acknowledged record is stored exactly once, every value it carries is in
-the hunt index for its router (postings are written in the upload's transaction), no request
+the hunt index for its router (written by the server's hunt indexer from the stored chunks,
+waited for up to 60 s after the fleet stops, with the server still running), no request
 is half stored, no refused request stored anything, the server never answered 500, and it
 served again after every restart. tests/test_drills.py runs a quick version.
 """
@@ -85,6 +86,21 @@ def hunt_check(location: DatabaseLocation, ledger: Ledger) -> tuple[int, int]:
     return checked, missing
 
 
+INDEX_TIMEOUT = 60.0  # a record can be hunted this long after its acknowledgement
+
+
+async def await_indexed(location: DatabaseLocation, timeout: float) -> float:
+    """Seconds until the server's hunt indexer has read every pending upload."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        pending = await asyncio.to_thread(
+            Sql(location).value, "SELECT count(*) FROM hunt_pending")
+        if pending == 0:
+            return time.monotonic() - started
+        await asyncio.sleep(0.5)
+    return timeout
+
+
 def routers_with_payloads(location: DatabaseLocation, macs: list[str]) -> int:
     return Sql(location).value("SELECT count(*) FROM router_rules WHERE mac = "
                                  "ANY(%s::macaddr[]) AND ids_payload_gz IS NOT NULL", (macs,))
@@ -127,7 +143,13 @@ async def crash_drill(location: DatabaseLocation, workdir: Path, kills: int = 10
     finally:
         fleet.stop()
         ledger = await running
-        await asyncio.to_thread(server.stop)
+        try:
+            indexed_after = await await_indexed(location, INDEX_TIMEOUT)
+        finally:
+            await asyncio.to_thread(server.stop)
+    print(f"hunt index: every acknowledged upload indexed {indexed_after:.1f}s after the "
+          "fleet stopped" if indexed_after < INDEX_TIMEOUT else
+          f"hunt index: uploads still pending {INDEX_TIMEOUT}s after the fleet stopped")
     return DrillResult(ledger, check_ledger(location, ledger), kills,
                        time.monotonic() - started, answered_after,
                        *hunt_check(location, ledger), all_generated)

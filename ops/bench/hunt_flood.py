@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 
 from ops.bench.fleet import corpus_records
+from ops.bench.crash_drill import INDEX_TIMEOUT, await_indexed
 from testkit.database import Sql, throwaway_database
 from testkit.server import running_server
 
@@ -121,6 +122,9 @@ def main() -> int:
             sql.rows("TRUNCATE hunt_budgets")
             before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
             honest, sent = asyncio.run(under_flood(server.port, flooders, args.seconds))
+            behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT))
+            print(f"the server's hunt indexer read every upload {behind:.1f} s after the "
+                  "flood ended")
             added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s",
                               (HONEST,)) - before
             most = sql.value("SELECT max(postings) FROM hunt_budgets WHERE mac <> %s",

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 import aiohttp
 import orjson
 
+from ops.bench.crash_drill import INDEX_TIMEOUT, await_indexed
 from ops.bench.fleet import corpus_records
 from server.db.connect import connect
 from server.db.location import DatabaseLocation
@@ -33,6 +34,7 @@ from testkit.server import memory_kib, running_server
 from testkit.telemetry import stored_count
 
 MAC = "02:00:00:00:be:01"
+HUNT_INDEX_SECONDS = 5  # the setting's default, which this benchmark runs with
 
 
 def make_lines(count: int) -> list[bytes]:
@@ -118,7 +120,7 @@ def truncate(location: DatabaseLocation) -> None:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(REFERENCE_TABLE)
             cur.execute("TRUNCATE telemetry_chunks, telemetry_alerts, telemetry_flows, "
-                        "copy_reference")
+                        "copy_reference, hunt_pending, hunt_postings, hunt_budgets")
             cur.execute("CHECKPOINT")
     finally:
         conn.close()
@@ -143,7 +145,7 @@ def main() -> int:
 
     with throwaway_database() as (location, workdir), \
             running_server(location, workdir, HTTP_WORKERS=str(args.workers)) as server:
-        http_times, copy_times, keyed_times = [], [], []
+        http_times, copy_times, keyed_times, index_times = [], [], [], []
         for round_number in range(args.rounds):
             truncate(location)
             copy_times.append(run_copy(location, copy_data))
@@ -153,6 +155,7 @@ def main() -> int:
                 times.append(asyncio.run(run_http(server.port, bodies, args.concurrency,
                                                   batch_keys=batch_keys)))
                 check_stored(location, args.records)
+                index_times.append(asyncio.run(await_indexed(location, INDEX_TIMEOUT)))
         http_rate, copy_rate = args.records / min(http_times), args.records / min(copy_times)
         keyed_rate = args.records / min(keyed_times)
         print(f"COPY:            {copy_rate:>10,.0f} records/s (best of {args.rounds})")
@@ -160,6 +163,9 @@ def main() -> int:
         print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
         print(f"HTTP NDJSON with an Idempotency-Key per body: {keyed_rate:,.0f} records/s, "
               f"ratio keyed/unkeyed: {keyed_rate / http_rate:.2f}")
+        print(f"hunt indexer: every upload indexed {max(index_times):.1f} s after the last "
+              f"was answered at most (HUNT_INDEX_SECONDS {HUNT_INDEX_SECONDS}, the indexer's "
+              "turn every so often, in the same process)")
         serving = server.children("http") if args.workers > 1 else [server.process.pid]
         peaks = ", ".join(f"{memory_kib(pid, 'VmHWM') / 1024:.0f}" for pid in serving)
         print(f"peak RSS of the serving process(es): {peaks} MiB")

@@ -21,6 +21,7 @@ from aiohttp import web
 from server.console.auth import USER
 from server.db import hunt as hunt_db
 from server.errors import BadRequest, Forbidden, TooManyRequests
+from server.hunt.indexer import caught_up
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
 from server.hunt.sightings import router_days
@@ -146,10 +147,11 @@ async def hunt(request: web.Request) -> web.Response:
         return await _page(request, 400, asked=asked[:10_000], error=str(error))
     try:
         async with request.config_dict[HUNT_GATE].place(request[USER].name):
-            answer = await run_hunt(request.config_dict[DATABASE],
-                                    Hunt(indicators, days, MATCHES_SHOWN, offset, until),
+            db = request.config_dict[DATABASE]
+            left = await caught_up(db, settings.hunt_postings_per_router_day)
+            answer = await run_hunt(db, Hunt(indicators, days, MATCHES_SHOWN, offset, until),
                                     f"console:{request[USER].name}", "console",
-                                    records_kept_days(settings))
+                                    records_kept_days(settings), pending=left)
     except HuntRefused as error:
         return await _page(request, 429, asked=asked[:10_000], days=days, error=str(error))
     return await _page(request, asked=asked, days=days, answer=answer, page=MATCHES_SHOWN,

@@ -95,12 +95,16 @@ GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2"""
 
 # Taken out of one partition (named: PostgreSQL takes a partition as a table), oldest first.
 # The router's MAC outside the subquery too: under Citus, that makes it one shard's statement.
+# An upload the hunt indexer has not read yet keeps its chunks as written (it finds them by
+# their received_at: server/hunt/indexer.py).
 TAKE_SMALL_CHUNKS = """DELETE FROM {partition}
 WHERE mac = %(mac)s AND (mac, kind, received_at, id) IN (
-    SELECT mac, kind, received_at, id FROM {partition}
-    WHERE mac = %(mac)s AND kind = %(kind)s AND received_at < %(settled)s
-      AND records < %(size)s
-    ORDER BY received_at, id LIMIT %(chunks)s)
+    SELECT c.mac, c.kind, c.received_at, c.id FROM {partition} c
+    WHERE c.mac = %(mac)s AND c.kind = %(kind)s AND c.received_at < %(settled)s
+      AND c.records < %(size)s
+      AND NOT EXISTS (SELECT 1 FROM hunt_pending p WHERE p.mac = %(mac)s
+                      AND p.kind = c.kind AND p.received_at = c.received_at)
+    ORDER BY c.received_at, c.id LIMIT %(chunks)s)
 RETURNING received_at, id, upload_times, upload_records, body"""
 
 # Moving the row tables of before (server/telemetry/legacy.py), a batch at a time: the next

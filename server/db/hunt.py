@@ -1,6 +1,7 @@
-"""The SQL of the hunt index (migrations 0027, 0030): postings written with each upload, the
-packing of past days into blocks (server/telemetry/hunt_packing.py), the hunts that read both, and
-the record of every hunt.
+"""The SQL of the hunt index (migrations 0027, 0030, 0032): the uploads pending for the
+indexer (server/hunt/indexer.py), the postings it writes, the packing of past days into
+blocks (server/telemetry/hunt_packing.py), the hunts that read both, and the record of every
+hunt.
 
 `hunt_postings` holds one row per (kind, value, day, router): the first and last time an
 upload carrying the value was received that day and how many records carried it. Its
@@ -57,6 +58,21 @@ SELECT %(mac)s, %(hunt_day)s,
             THEN %(hunt_offered)s - (SELECT count(*) FROM kept) ELSE 0 END
 ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
     unindexed = b.unindexed + excluded.unindexed"""
+
+
+# --- Uploads not indexed yet (migration 0032, server/hunt/indexer.py) ---
+
+# Written with the upload's last statements, in its transaction. Two uploads of one router
+# received in the same microsecond share their chunks' key, and one row names both.
+ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at)
+VALUES (%(mac)s, %(kind)s, %(upload_received_at)s) ON CONFLICT DO NOTHING"""
+PENDING = """SELECT mac::text, kind, received_at, written_at FROM hunt_pending
+WHERE written_at <= %(until)s ORDER BY written_at LIMIT %(limit)s"""
+_PENDING_KEYS = """(mac, kind, received_at) IN (SELECT * FROM unnest(%(macs)s::macaddr[],
+    %(kinds)s::text[], %(times)s::timestamptz[]))"""
+PENDING_CHUNKS = f"""SELECT mac::text, kind, received_at, body FROM telemetry_chunks
+WHERE {_PENDING_KEYS} ORDER BY mac, kind, received_at, id"""
+PENDING_DONE = f"DELETE FROM hunt_pending WHERE {_PENDING_KEYS}"
 
 
 def postings_statement(params: dict) -> tuple[str, dict]:
@@ -135,7 +151,8 @@ AFTER_PACKING = "SELECT pg_advisory_xact_lock(%s)" % PACKING_DAY_LOCK
 # number, which then names no router) and listed so that every hunt leaves it out.
 FORGET_HUNT_ROUTER = """WITH gone AS (DELETE FROM hunt_routers WHERE mac = %(mac)s RETURNING id)
 INSERT INTO hunt_removed_routers (id) SELECT id FROM gone ON CONFLICT DO NOTHING;
-DELETE FROM hunt_postings WHERE mac = %(mac)s"""
+DELETE FROM hunt_postings WHERE mac = %(mac)s;
+DELETE FROM hunt_pending WHERE mac = %(mac)s"""
 
 # The value's hash that places it in a block: PostgreSQL's own, so that the packing job's
 # sort and a hunt's lookup agree (hashtextextended is what hash partitioning stores by, and

@@ -78,10 +78,17 @@ _HUNT_OVER_BUDGET_LISTED = f"""SELECT mac::text, day, postings, unindexed FROM h
 WHERE unindexed > 0 AND day >= {_HUNT_SINCE} ORDER BY unindexed DESC, mac LIMIT {LISTED}"""
 
 
+# Uploads the hunt indexer has not read yet (server/hunt/indexer.py), and the oldest's age.
+_HUNT_PENDING = """SELECT count(*), coalesce(extract(epoch FROM clock_timestamp()
+    - min(written_at)), 0)::float FROM hunt_pending"""
+
+
 async def hunt_status(db: Database) -> dict:
     days, postings, size, last = await db.fetchone(_HUNT_PACKED)
     routers, unindexed = await db.fetchone(_HUNT_OVER_BUDGET)
-    return {"packed_days": days, "packed_postings": postings, "packed_bytes": size,
+    pending, oldest = await db.fetchone(_HUNT_PENDING)
+    return {"pending_uploads": pending, "oldest_pending_seconds": round(oldest, 1),
+            "packed_days": days, "packed_postings": postings, "packed_bytes": size,
             "last_packed_day": last, "over_budget_routers": routers,
             "unindexed_values": unindexed,
             "over_budget": [{"mac": mac, "day": day, "postings": posted, "unindexed": left_out}

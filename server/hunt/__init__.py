@@ -8,7 +8,12 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
 - `sightings.py`: which routers saw each indicator, read from both halves of the index (the
   packed days' blocks and the postings still in rows), counted exactly.
 
+- `indexer.py`: the postings of each upload, written from its stored chunks by the indexer
+  (a loop in the process that runs the jobs, and before every hunt), not in the upload's
+  transaction.
+
 What a record carries and how each value is stored is server/telemetry/indicators.py; the
-postings are written with each upload (server/telemetry/postings.py, server/db/hunt.py) and
-packed after their day by the hunt-compact job (server/telemetry/hunt_packing.py).
+postings are tallied by server/telemetry/postings.py, written by server/db/hunt.py's
+statement and packed after their day by the hunt-compact job
+(server/telemetry/hunt_packing.py).
 """

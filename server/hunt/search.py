@@ -11,6 +11,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from server.db import hunt as hunt_db
 from server.db.pool import Database
+from server.hunt.indexer import pending_note
 from server.hunt.sightings import Seen, Sightings, sightings
 from server.settings import Settings
 from server.telemetry.indicators import Indicator
@@ -62,7 +63,7 @@ def _iso(moment: datetime) -> str:
 
 
 async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
-                   records_kept_days: int | None) -> dict:
+                   records_kept_days: int | None, pending: int = 0) -> dict:
     """The answer (one JSON object) of a hunt, recorded in `hunt_log`.
 
     Matches are (router, indicator) pairs. Each indicator's are ranked earliest sighting
@@ -72,7 +73,9 @@ async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
     when an indicator's postings still in rows (today's, before packing) outnumber
     `hunt.unpacked_reads`: then that indicator's count is a lower bound and says so. Matches
     whose last day is older than `records_kept_days` (RETENTION_DAYS, None while retention
-    is off) say their records expired: the index outlives the records."""
+    is off) say their records expired: the index outlives the records. `pending`: uploads
+    acknowledged before the hunt that the indexer had not read (server/hunt/indexer.py's
+    `caught_up`), said in the notes."""
     today = datetime.now(timezone.utc).date()
     since, until = hunt.window(today)
     values, slots = hunt.asked()
@@ -93,7 +96,8 @@ async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
               "offset": hunt.offset, "shown": len(matches),
               "more": len(matches) == hunt.limit and hunt.offset + len(matches) < total,
               "order": "earliest sighting first, each indicator in turn",
-              "notes": await _notes(db, hunt, today, since, until, total),
+              "notes": pending_note(pending)
+              + await _notes(db, hunt, today, since, until, total),
               "matches": matches}
     await hunt_db.record_hunt(db, asked_by, via, json.dumps(
         [{"kind": i.kind, "value": i.value} for i in hunt.indicators]), since, until, total,

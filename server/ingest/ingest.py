@@ -143,8 +143,7 @@ class Ingestion:
         report = IngestReport(settings.ingest_max_reported_errors)
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, settings.ingest_batch_rows,
-                                   _network(upload.address),
-                                   settings.hunt_postings_per_router_day) as writer:
+                                   _network(upload.address)) as writer:
 
             async def take(records: list[RawRecord]) -> None:
                 self._limits.records_arrived(mac, len(records))
@@ -182,10 +181,6 @@ class Ingestion:
                 if not await was_committed(db, kind, mac, received_at,
                                            doubt, report.accepted):
                     raise DatabaseUnavailable(f"nothing stored: {doubt}") from None
-        if writer.postings_budget.dropped:
-            log.warning("%s: %d values of an upload of %d records past its hunt index "
-                        "allowance, stored but not indexed", mac,
-                        writer.postings_budget.dropped, report.accepted)
         return report.as_json()
 
 

@@ -20,6 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 from server.db import intel as intel_db
 from server.db.jobs import exclusive
 from server.db.pool import Database
+from server.hunt.indexer import HUNT_WAIT_SECONDS, index_pending
 from server.hunt.search import UNPACKED_READS
 from server.hunt.sightings import Sightings, sightings
 from server.settings import Settings
@@ -163,7 +164,9 @@ async def _retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
 
 
 async def live_match(db: Database, settings: Settings, actor: str) -> Matched:
-    """Every current indicator over the last LIVE_DAYS days (today's uploads)."""
+    """Every current indicator over the last LIVE_DAYS days (today's uploads), the uploads
+    acknowledged before it indexed first."""
+    await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS)
     total = Matched()
     everything = await intel_db.current(db)
     for start in range(0, len(everything), BATCH):

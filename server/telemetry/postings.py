@@ -1,6 +1,6 @@
 """An upload's postings for the hunt index: which indicators its records carried and how
-many records carried each, written with its records in the same transaction
-(server/db/hunt.py), so that a record is huntable as soon as it is acknowledged."""
+many records carried each, tallied from its stored chunks by the hunt indexer
+(server/hunt/indexer.py) and written by server/db/hunt.py's statement."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ from datetime import datetime, timezone
 
 from server.telemetry.indicators import carried
 
-# A posting row per distinct value: an upload of this many is written with its next chunk,
-# as the summary is (bounded memory for any upload).
-POSTINGS_KEPT = 10_000
 # Distinct values one upload may index: this many, plus this many more a record. An honest
 # upload stays well inside (the corpus's sensor day: 79 for 1,013 records); a hostile one
 # (records of thousands of distinct names, each posting its parents) adds to the index at

@@ -1,25 +1,24 @@
 """Transactional writes of a telemetry upload while its body streams in: its records in
 chunks (chunks.py) of at most `batch_rows` records or BATCH_BYTES, its summary rows
-(summary.py) and its postings in the hunt index (postings.py), all in one transaction with
-its Idempotency-Key (SQL: server/db/chunks.py, server/db/hunt.py).
+(summary.py) and the row that tells the hunt indexer of it (server/hunt/indexer.py), all in
+one transaction with its Idempotency-Key (SQL: server/db/chunks.py, server/db/hunt.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timezone
+from datetime import datetime
 
 import psycopg
 
 from server.db.chunks import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
+from server.db.hunt import ADD_PENDING
 from server.db.upload_keys import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
-from server.db.hunt import postings_statement
 from server.telemetry.extract import ROW_OF, validate
-from server.telemetry.postings import POSTINGS_KEPT, POSTINGS_PER_ROUTER_DAY, Postings
 from server.telemetry.summary import FLOW_TYPES, Summary
 
 BATCH_BYTES = 4 * 1024 * 1024  # of records before compression, held about twice
@@ -45,12 +44,9 @@ class TelemetryWriter:
     transaction still stores all or nothing."""
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
-                 batch_rows: int, network: str | None = None,
-                 postings_per_day: int = POSTINGS_PER_ROUTER_DAY):
+                 batch_rows: int, network: str | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
-        its summary rows for the fleet to count; `postings_per_day`: the router's budget of
-        new hunt postings a day (HUNT_POSTINGS_PER_ROUTER_DAY)."""
-        self._postings_per_day = postings_per_day
+        its summary rows for the fleet to count."""
         self._db = db
         self._params = {"mac": mac, "kind": kind}
         self._network = network
@@ -60,8 +56,6 @@ class TelemetryWriter:
         self._lines: list[bytes] = []
         self._pending_bytes = 0
         self.summary = Summary()
-        self.postings = Postings()
-        self.postings_budget = self.postings.budget
         self._reads = READ_TYPES[kind]
         self.unread: dict[str, int] = {}  # event_type -> records stored, not read
         self._stack = contextlib.AsyncExitStack()
@@ -86,7 +80,6 @@ class TelemetryWriter:
         per chunk)."""
         values, record = validate(raw, self._row_of)
         self.summary.add(self._params["kind"], values, record)
-        self.postings.add(record)
         if (event_type := record.get("event_type")) not in self._reads:
             name = event_type if isinstance(event_type, str) else "(none)"
             if name in self.unread or len(self.unread) < UNREAD_TYPES_NAMED:
@@ -96,8 +89,7 @@ class TelemetryWriter:
         line = one_line(raw)
         self._lines.append(line)
         self._pending_bytes += len(line)
-        return (len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
-                or len(self.postings) >= POSTINGS_KEPT)
+        return len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
 
     async def flush(self) -> None:
         """Send the full chunk (and a large summary) while the caller reads on."""
@@ -105,12 +97,12 @@ class TelemetryWriter:
             self._cursor = await self._stack.enter_async_context(self._db.transaction())
         await self._settle()
         summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
-        postings = self._take_postings() if len(self.postings) >= POSTINGS_KEPT else None
         self._in_flight = asyncio.ensure_future(
-            self._send(self._cursor, self._take_chunk(), summary, None, postings))
+            self._send(self._cursor, self._take_chunk(), summary, None))
 
     async def commit(self, key: UploadKey | None = None) -> None:
-        """Write what is left (records, summary) and `key` with it, and commit.
+        """Write what is left (records, summary), `key` and the upload's row for the hunt
+        indexer with it, and commit.
         KeyAlreadyUsed when `key` was recorded by another upload (nothing is stored; leaving
         the context rolls back). CommitInDoubt when the connection fails during the write
         that commits (the statements of an upload that fits one chunk, or COMMIT); a failure
@@ -118,16 +110,13 @@ class TelemetryWriter:
         pid = None
         try:
             chunk, summary = self._take_chunk(), self._take_summary()
-            postings = self._take_postings()
             if self._cursor is None:
-                if chunk or summary or key is not None or postings:
-                    async with self._db.cursor() as cur:
-                        pid = backend_pid(cur)
-                        await self._send(cur, chunk, summary, key, postings)
+                async with self._db.cursor() as cur:
+                    pid = backend_pid(cur)
+                    await self._send(cur, chunk, summary, key, last=True)
                 return
             await self._settle()
-            if chunk or summary or key is not None or postings:
-                await self._send(self._cursor, chunk, summary, key, postings)
+            await self._send(self._cursor, chunk, summary, key, last=True)
             pid = backend_pid(self._cursor)
             await self._stack.aclose()  # COMMIT
         except DatabaseUnavailable as error:
@@ -149,12 +138,6 @@ class TelemetryWriter:
         self._pending_bytes = 0
         return chunk
 
-    def _take_postings(self) -> Postings | None:
-        if not len(self.postings):
-            return None
-        postings, self.postings = self.postings, Postings(self.postings_budget)
-        return postings
-
     def _take_summary(self) -> Summary | None:
         if not len(self.summary):
             return None
@@ -162,10 +145,11 @@ class TelemetryWriter:
         return summary
 
     async def _send(self, cur: psycopg.AsyncCursor, chunk: Chunk | None, summary: Summary | None,
-                    key: UploadKey | None, postings: Postings | None = None) -> None:
+                    key: UploadKey | None, last: bool = False) -> None:
         """One statement per table (server/db/chunks.py), sent together: one round trip, and
         outside a transaction one implicit transaction (all or nothing). The key first: one
-        recorded by another upload fails it, and nothing is written."""
+        recorded by another upload fails it, and nothing is written. The `last` send tells
+        the hunt indexer of the upload (its records are in chunks by then)."""
         statements, params = [], dict(self._params)
         if key is not None:
             statements.append(INSERT_KEY)
@@ -179,17 +163,9 @@ class TelemetryWriter:
                      "network": self._network}):
                 statements.append(statement)
                 params.update(summary_params)
-        # Timed when written, not when the upload began: an upload held open cannot date its
-        # sightings before another router's (hunts rank the earliest first).
-        posting_rows = postings.params(datetime.now(timezone.utc)) if postings is not None \
-            else None
-        if posting_rows and posting_rows["rows"]:  # records without any value carry none
-            statement, posting_params = postings_statement(
-                {"mac": self._params["mac"], "budget": self._postings_per_day, **posting_rows})
-            statements.append(statement)
-            params.update(posting_params)
-        if not statements:  # postings of records that carried no value, and nothing else
-            return
+        if last:
+            statements.append(ADD_PENDING)
+            params["upload_received_at"] = self._received_at
         try:
             await execute(cur, ";\n".join(statements), params)
         except psycopg.errors.UniqueViolation as error:
