@@ -39,6 +39,7 @@ setup(
             "suricata-check>=0.9.3b0",  # the intel rules checked (only pre-releases exist)
             "schemathesis>=4.0,<5",
             "import-linter>=2.1",
+            "mypy>=1.10",  # tests/test_types.py: never worse than tests/mypy-baseline.txt
             "selenium>=4.15",  # the console in a real browser (Debian's chromium)
         ],
     },

@@ -19,7 +19,8 @@ START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 
 
 def render() -> str:
-    """One table per section (server/settings.py SECTIONS), each under its heading."""
+    """One table per section (server/settings.py SECTIONS, from the fields of Settings),
+    each under its heading."""
     lines = []
     for name, settings in _by_section():
         lines += ["" if lines else None, f"## {name}", "",

@@ -1,9 +1,10 @@
-"""Service settings: one declarative table, one immutable object built at start-up.
+"""Service settings: one immutable, typed object built at start-up.
 
-Every setting is declared once, as a row of ``SECTIONS`` (environment name, default, help,
-parser, under its section's heading); the rows make ``SETTINGS``, the fields of the
-``Settings`` object, ``load_settings``, the tables of docs/settings.md, the example
-environment file and ``tests/test_settings.py``.
+Every setting is declared once, as a field of ``Settings`` (its name the environment
+variable's in lower case, its type what its parser returns, its default as text, its help,
+under its section's heading); the fields make ``SETTINGS`` and ``SECTIONS``,
+``load_settings``, the tables of docs/settings.md, the example environment file and
+``tests/test_settings.py``. A type checker and an editor see every field.
 No other module reads the environment: it is given a ``Settings`` object instead.
 """
 
@@ -187,333 +188,436 @@ class Setting:
 
 ET_OPEN_BASE = "https://rules.emergingthreats.net/open/suricata-7.0.3"
 
-# Every setting, under the sections of its documentation (docs/settings.md, the example
-# environment file), in order. Names the product's original specification gave (RULE_*,
-# RETENTION_*) are kept as they are.
-SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = (
-    ("Server and processes", (
-        Setting("LISTEN_HOST", "127.0.0.1", "Address the HTTP server listens on.", _text),
-        Setting("LISTEN_PORT", "8080", "TCP port the HTTP server listens on.", _integer(1, 65535)),
-        Setting("HTTP_WORKERS", "auto", "HTTP worker processes under one supervising process, "
-                "which listens on the address for them (a socket per worker, kept when one "
-                "dies) and also runs the one generation queue, the scheduled jobs and the "
-                "notification retries of the host in a background process. `auto`: one per CPU core. 1: a single process does "
-                "everything. `router-backend serve --workers N` overrides it.", _workers),
-        Setting("SHUTDOWN_GRACE_SECONDS", "30", "On SIGTERM, how long requests and generations in "
-                "progress may take to finish (new connections are refused meanwhile) before the "
-                "process exits anyway.", _integer(0)),
-        Setting("HTTP_IDLE_TIMEOUT_SECONDS", "15", "Longest wait for a complete request head, from "
-                "connecting or from the previous response: a connection that sends its headers "
-                "slower than this, or sits idle this long, is closed.", _integer(1)),
-        Setting("DATA_DIR", "./var", "Directory for what the service keeps on local disk (the "
-                "embedded database, the email outbox).", _path),
-        Setting("SERVICES", "router,notifications", "Which APIs this process serves: `router`, "
-                "`notifications`, or both (comma-separated).", _services),
-        Setting("METRICS_TOKEN", "", "When set, GET /metrics also answers clients that send "
-                "`Authorization: Bearer <token>` (a Prometheus on another host). Without it, only "
-                "loopback clients that did not come through a proxy are answered.", _secret(16)),
-        Setting("LOG_CONFIG", "", "A JSON file for Python's logging.config.dictConfig, applied at "
-                "start instead of the default: INFO and up to stderr, access lines included, "
-                "written in batches (docs/operations.md, Logs).", _log_config),
-    )),
-    ("Routers: registration, keys and limits", (
-        Setting("REGISTRATION_MODE", "open", "`open`: a router is registered the first time it "
-                "calls with a valid MAC. `closed`: only routers an operator subscribed may call "
-                "(others get 403).", _choice("open", "closed")),
-        Setting("ROUTER_CACHE_SECONDS", "30", "How long a server process trusts its memory of a "
-                "router's registration (closed mode; open mode registers once) or of its key "
-                "before asking the database again (a key rotated or revoked is forgotten at "
-                "once, by notification; this bounds it while notifications are down).",
-                _integer(0)),
-        Setting("ROUTER_AUTH", "mac", "`mac`: a router is whoever sends its MAC in X-ID (the "
-                "seed's behaviour). `key`: every router endpoint but /health also needs "
-                "`Authorization: Bearer <router key>` (see docs/security.md).",
-                _choice("mac", "key")),
-        Setting("ENROLLMENT_TOKEN", "", "Fleet-wide secret (at least 16 characters) with which a "
-                "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
-                "come only from `router-backend subscriptions add`.", _secret(16)),
-        Setting("ENROLLMENT_RESET_WINDOW_MINUTES", "60", "After `router-backend subscriptions "
-                "reset MAC`, how long that router may enroll again; later enrollment of it is 409 "
-                "until the next reset.", _integer(1)),
-        Setting("TRUSTED_PROXIES", "", "Comma-separated addresses or networks of the reverse "
-                "proxies in front (Caddy): for their requests the client address is read from "
-                "X-Forwarded-For. Empty (the default): the connection's address always, so no "
-                "client, not even a local one, chooses the address its limits count against; "
-                "the shipped deployments name their proxy (127.0.0.1/32,::1/128 for Caddy on "
-                "the same host).", _networks),
-        Setting("ROUTER_REQUESTS_PER_MINUTE", "120", "Requests one router may make per minute (a "
-                "minute's worth at once, then this rate), per server process; beyond: 429 with "
-                "Retry-After. /health and /enroll are not counted.", _integer(1)),
-        Setting("ROUTER_RECORDS_PER_MINUTE", "100000", "Telemetry records one router may send per "
-                "minute, per server process (so also the most one body may hold); the request that "
-                "goes beyond is refused whole with 429.", _integer(1)),
-        Setting("REGISTRATIONS_PER_MINUTE_PER_ADDRESS", "30", "New routers one client address may "
-                "register (by a first call or an enrollment) per minute in open mode, counted in "
-                "the database across every server process (429 beyond; routers already registered "
-                "are not affected).", _integer(1)),
-        Setting("FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS", "10", "Wrong router keys and "
-                "enrollment tokens one client address may present per minute, per server process; "
-                "beyond, its requests without a key this process already trusts get 429 with "
-                "Retry-After until the allowance refills.", _integer(1)),
-        Setting("IPV6_LIMIT_PREFIX", "64", "Per-address limits count IPv6 clients per network of "
-                "this prefix length (a subscriber's /64), not per address.", _integer(1, 128)),
-    )),
-    ("Database", (
-        Setting("DB_HOST", "", "PostgreSQL host name or socket directory. Unset: the service "
-                "starts its own embedded PostgreSQL in DATA_DIR/postgres.", _optional_text),
-        Setting("DB_PORT", "5432", "PostgreSQL port.", _integer(1, 65535)),
-        Setting("DB_WAL_ARCHIVE_DIR", "", "Embedded PostgreSQL only: a directory (best on another "
-                "disk) where the server archives every WAL segment, at least once a minute, for "
-                "point-in-time recovery from a `router-backend backup --base` "
-                "(docs/operations.md). Empty: no archiving.", _optional_path),
-        Setting("DB_NAME", "router_backend", "Database name; created when it does not exist.",
-                _text),
-        Setting("DB_USER", "postgres", "Database user.", _text),
-        Setting("DB_PASSWORD", "", "Database password.", _text),
-        Setting("DB_SSLMODE", "prefer", "libpq sslmode (disable, allow, prefer, require, "
-                "verify-ca, verify-full).",
-                _choice("disable", "allow", "prefer", "require", "verify-ca", "verify-full")),
-        Setting("DB_LOG_LEVEL", "warning", "Database logging: silent, error, warning or info (info "
-                "logs every statement).", _choice("silent", "error", "warning", "info")),
-        Setting("DB_POOL_MIN", "1", "Connections each server process keeps open.", _integer(0)),
-        Setting("DB_POOL_MAX", "20", "Most connections one server process opens.", _integer(1)),
-        Setting("INGEST_DB_POOL_MAX", "10", "Most connections telemetry uploads hold at once, from "
-                "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
-                "take the connections that polls, health checks and generation need; further "
-                "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.", _integer(1)),
-        Setting("DB_TIMEOUT_SECONDS", "30", "Longest wait for a connection or one statement before "
-                "the request fails with 503; a statement that outlasts it is cancelled on the "
-                "server first (up to 10 s more when the server does not answer).",
-                _integer(1)),
-        Setting("DB_RETRY_AFTER_SECONDS", "5", "Retry-After sent with 503 when the database is "
-                "unreachable.", _integer(1)),
-    )),
-    ("Telemetry ingestion", (
-        Setting("INGEST_MAX_BODY_BYTES", str(256 * 1024 * 1024), "Largest telemetry body accepted, "
-                "counted after gzip decoding (413 beyond).", _integer(1)),
-        Setting("INGEST_MAX_RECORD_BYTES", str(1024 * 1024), "Largest single record; longer ones "
-                "are rejected and reported, the rest of the body goes on.", _integer(64)),
-        Setting("INGEST_BATCH_ROWS", "2000", "Most records per chunk (one row) written while a "
-                "body streams in.", _integer(1)),
-        Setting("INGEST_BODY_IDLE_SECONDS", "15", "Longest pause between two pieces of a telemetry "
-                "body: a body that stalls longer is answered 408, its transaction rolled back and "
-                "its connection closed.", _integer(1)),
-        Setting("INGEST_MAX_GZIP_RATIO", "200", "Largest decoded-to-received size ratio of a gzip "
-                "body (the first 64 KiB decoded are free); beyond it the body is refused with 413 "
-                "as it arrives. Real EVE output compresses 10-25 times.", _integer(1)),
-        Setting("INGEST_MAX_UPLOADS_PER_ROUTER", "2", "Telemetry uploads one router may have in "
-                "progress at once in one server process; more are answered 429 with Retry-After "
-                "(an agent uploads one body at a time).", _integer(1)),
-        Setting("INGEST_MAX_UPLOADS_PER_ADDRESS", "8", "Telemetry uploads one client address (an "
-                "IPv6 /IPV6_LIMIT_PREFIX network) may have in progress at once in one server "
-                "process, whatever its MACs; more are answered 429 with Retry-After. Keep it below "
-                "INGEST_DB_POOL_MAX, so one client's stalled uploads cannot hold every ingestion "
-                "connection; raise it for many routers behind one carrier-grade NAT address.",
-                _integer(1)),
-        Setting("INGEST_MAX_REPORTED_ERRORS", "100", "Most per-record errors listed in one "
-                "response (the rejected count is always exact).", _integer(0)),
-        Setting("INGEST_IDEMPOTENCY_KEY_DAYS", "7", "How long a telemetry upload's Idempotency-Key "
-                "is kept, so that a retry is answered from it instead of storing again: longer "
-                "than any agent keeps a batch spooled. Expired keys are deleted by the hourly "
-                "`upload-keys` job.", _integer(1)),
-    )),
-    ("Rule data and generation", (
-        Setting("RULE_DATA_DIR", "", "Working directory for rule data (rules/, rulefile_json/, "
-                "idps_rules/). Unset: DATA_DIR/ruledata.", _optional_path),
-        Setting("RULE_PREPROCESS_ARCHIVE_URL", f"{ET_OPEN_BASE}/emerging.rules.tar.gz", "Download "
-                "URL of the open rule archive (zip or tar.gz).", _text),
-        Setting("RULE_PREPROCESS_VERSION_URL", f"{ET_OPEN_BASE}/version.txt", "Version stamp of "
-                "the rule archive.", _text),
-        Setting("RULE_PREPROCESS_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the preprocess job.",
-                _cron),
-        Setting("RULE_PREPROCESS_AT_START", "true", "When no ruleset was ever published, run the "
-                "preprocess job soon after start-up (once across processes, retried with backoff "
-                "up to JOB_RETRY_DELAY_SECONDS while it fails) instead of waiting for its first "
-                "cron tick.", _boolean),
-        Setting("RULE_GENERATION_SAMPLE_COUNT", "550", "IDS rules sampled per router.",
-                _integer(1)),
-        Setting("RULE_GENERATION_MAX_CONCURRENT", "1", "Worker processes of the generation queue.",
-                _integer(1)),
-        Setting("RULE_GENERATION_QUEUE_CAPACITY", "64", "Buffered depth of the generation queue.",
-                _integer(1)),
-        Setting("RULE_GENERATION_COMMAND_TIMEOUT_SECONDS", "300", "Wall-clock limit of one "
-                "router's generation.", _integer(1)),
-        Setting("RULE_GENERATION_INTERVAL_SECONDS", str(24 * 3600), "How often each registered "
-                "router is revisited.", _integer(1)),
-        Setting("RULE_GENERATION_ENABLED", "true", "Whether this server process runs the "
-                "generation queue (false: it only serves the API; another process generates).",
-                _boolean),
-        Setting("RULE_GENERATION_TELEMETRY_DAYS", "7", "Days of a router's telemetry that shape "
-                "its rules (fired sids, flow protocols and ports, alert sources).", _integer(1)),
-        Setting("RULE_GENERATION_BLOCK_SEVERITY", "2", "Alerts of this Suricata severity or more "
-                "severe (1 is the highest) put their external endpoint on the router's firewall "
-                "block list.", _integer(1, 255)),
-        Setting("RULE_GENERATION_BLOCK_MIN_ALERTS", "3", "Alerts an address needs (from at least "
-                "two signatures or two flows) before the router's firewall blocks it for them; one "
-                "spoofed packet never blocks anything.", _integer(1)),
-        Setting("RULE_GENERATION_FIRED_PERCENT", "50", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
-                "percent, that rules kept because they fired for the router may take (most severe "
-                "and most alerted first); the rest is sampled.", _integer(0, 100)),
-        Setting("RULE_GENERATION_FLEET_PERCENT", "10", "Most of RULE_GENERATION_SAMPLE_COUNT, in "
-                "percent, that rules kept because they fire across the fleet (outbreaks) may take, "
-                "after the router's own fired rules.", _integer(0, 100)),
-        Setting("RULE_GENERATION_FIREWALL_MAX_ENTRIES", "10000", "Most block entries in one "
-                "firewall payload.", _integer(1)),
-        Setting("RULE_GENERATION_RULES_FILENAME", "{mac}.rules.gz", "Name of each router's rule "
-                "file in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes). A name ending "
-                "in `.gz` is written gzip-compressed (about 53 KB instead of 315 KB per router; "
-                "read it with zcat); any other name, as plain text.", _text),
-        Setting("RULE_GENERATION_POLL_SECONDS", "5", "How often an idle generation queue looks for "
-                "due routers.", _integer(1)),
-        Setting("JOB_RETRY_DELAY_SECONDS", "600", "Wait before a failed scheduled job is tried "
-                "again.", _integer(1)),
-        Setting("JOB_RETRY_ATTEMPTS", "3", "Retries of a failed scheduled job within one tick.",
-                _integer(0)),
-    )),
-    ("Notifications", (
-        Setting("NOTIFICATION_API_TOKEN", "", "When set (at least 16 characters, as every token), "
-                "every notification API call needs `Authorization: Bearer <token>`.", _secret(16)),
-        Setting("SMTP_HOST", "", "SMTP server for notification email. Unset: messages are written "
-                "as .eml files to NOTIFICATION_OUTBOX_DIR.", _optional_text),
-        Setting("SMTP_PORT", "587", "SMTP port.", _integer(1, 65535)),
-        Setting("SMTP_SECURITY", "starttls", "`starttls`, `tls` (implicit TLS, usually port 465) "
-                "or `none`.", _choice("starttls", "tls", "none")),
-        Setting("SMTP_USERNAME", "", "SMTP login (none when empty).", _text),
-        Setting("SMTP_PASSWORD", "", "SMTP password.", _text),
-        Setting("SMTP_FROM", "IDS notifications <notifications@localhost>", "From address of "
-                "notification email.", _text),
-        Setting("SMTP_TIMEOUT_SECONDS", "15", "Longest wait for the SMTP server per delivery.",
-                _integer(1)),
-        Setting("NOTIFICATION_OUTBOX_DIR", "", "Where .eml files go when SMTP_HOST is unset. "
-                "Unset: DATA_DIR/outbox.", _optional_path),
-        Setting("NOTIFICATION_RETRY_SECONDS", "60", "First wait before a failed delivery is tried "
-                "again; doubles per attempt, at most an hour.", _integer(1)),
-        Setting("NOTIFICATION_MAX_ATTEMPTS", "10", "Deliveries tried before a notification stays "
-                "`failed` for good.", _integer(1)),
-        Setting("NOTIFICATION_IDEMPOTENCY_HOURS", "24", "How long the answer to a send with an "
-                "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
-                "sends nothing.", _integer(1)),
-    )),
-    ("Retention and partitions", (
-        Setting("DATA_RETENTION_ENABLED", "false", "true enables scheduled deletion of old "
-                "telemetry. Default false: nothing is deleted unless an operator asks.", _boolean),
-        Setting("RETENTION_DAYS", "30", "Days of telemetry kept.", _integer(1)),
-        Setting("ACTIVATION_RETENTION_DAYS", "400", "Days of activation records kept by the "
-                "retention job (long enough for monthly and yearly access reports); after 8 days "
-                "they are kept rolled up, one row per router, day and address.", _integer(1)),
-        Setting("HUNT_RETENTION_DAYS", "400", "Days the hunt index (which routers saw which "
-                "address, domain, TLS fingerprint, signature or file, per day) is kept by the "
-                "retention job: longer than the records themselves (RETENTION_DAYS), so a hunt "
-                "still names routers and days after the records are gone (docs/security.md).",
-                _integer(1)),
-        Setting("HUNT_POSTINGS_PER_ROUTER_DAY", "20000", "New postings a router may add to the "
-                "hunt index in a UTC day (a household's day is a few hundred: the corpus's "
-                "sensor day 79), counted across processes and restarts: past it, its records "
-                "are still stored, the values it had already posted that day are still "
-                "updated, and the others are not indexed, counted per router and shown by "
-                "`status` and the console (docs/security.md).", _integer(100)),
-        Setting("HUNT_INDEX_SECONDS", "5", "How often the hunt indexer (in the process that "
-                "runs the jobs) writes the postings of the uploads acknowledged since its last "
-                "turn, from their stored chunks: a record can be hunted this long after its "
-                "upload is acknowledged, plus the turn's own time (a hunt first indexes what "
-                "is pending, so it sees every upload acknowledged before it).", _integer(1, 3600)),
-        Setting("HUNT_COMPACT_CRON_SCHEDULE", "15 * * * *", "Cron spec of the job packing the "
-                "hunt index's past days into compressed blocks (a few bytes a posting instead "
-                "of about 140; `router-backend hunt compact` does the same at once): a day is "
-                "packed at the first run after it ends.", _cron),
-        Setting("RETENTION_CRON_SCHEDULE", "0 0 * * 0", "Cron spec of the retention job.", _cron),
-        Setting("TELEMETRY_PARTITION_DAYS", "1", "Days of telemetry and activations per partition "
-                "(by receive or activation time, UTC). Retention drops whole partitions; a change "
-                "applies to partitions created from then on.", _integer(1, 366)),
-    )),
-    ("Telemetry at rest", (
-        Setting("TELEMETRY_CHUNK_RECORDS", "1000", "Records per chunk written by the compaction "
-                "job, which merges each router's small chunks (its uploads) into chunks of this "
-                "many; larger ones compress better and are rewritten longer.",
-                _integer(2, 100_000)),
-        Setting("TELEMETRY_COMPACT_CRON_SCHEDULE", "*/10 * * * *", "Cron spec of the telemetry "
-                "compaction job.", _cron),
-        Setting("TELEMETRY_COMPACT_SETTLE_SECONDS", "300", "Age of a chunk before the compaction "
-                "job takes it.", _integer(0)),
-    )),
-    ("Console", (
-        Setting("CONSOLE", "true", "Serve the console for support and operators under /console/ "
-                "(docs/console.md). false: not served at all.", _boolean),
-        Setting("CONSOLE_USERS", "", "Who may sign in to the console: NAME:ROLE:HASH entries "
-                "separated by commas, ROLE `support` (reads) or `operator` (reads and changes "
-                "overrides, the allowlist and enrollments), HASH as `router-backend console "
-                "credential NAME ROLE` prints it (scrypt of a secret of at least 16 characters). "
-                "Empty: nobody can sign in.", _console_users),
-        Setting("CONSOLE_SECRET", "", "Keys the hash under which console session ids are stored "
-                "(at least 32 random characters, the same in every process and host); needed "
-                "when CONSOLE_USERS is set. Changing it signs everybody out.", _secret(32)),
-        Setting("CONSOLE_SESSION_MINUTES", "480", "How long a console sign-in lasts.",
-                _integer(1, 7 * 24 * 60)),
-        Setting("CONSOLE_LISTEN", "", "HOST:PORT of a listener of the console's own (for example "
-                "127.0.0.1:8081, or a private address): the console is then answered there only, "
-                "not on LISTEN_HOST:LISTEN_PORT where routers call. Empty: the console shares the "
-                "routers' listener.", _listener),
-    )),
-    ("Fleet defence", (
-        Setting("FLEET_ENABLED", "true", "Run the `fleet` job: the external addresses that alerted "
-                "at routers of FLEET_MIN_NETWORKS networks are served to every router (GET "
-                "/rules/fleet), and the signatures that fired at as many are kept in every IDS "
-                "payload (docs/rules.md, \"The fleet\").", _boolean),
-        Setting("FLEET_CRON_SCHEDULE", "*/5 * * * *", "Cron spec of the fleet job.", _cron),
-        Setting("FLEET_WINDOW_HOURS", "24", "Hours of alerts the fleet job counts; an entry "
-                "expires this long after the last hour it was reported in.", _integer(1, 24 * 30)),
-        Setting("FLEET_MIN_NETWORKS", "5", "Distinct reporter networks an address or a signature "
-                "needs to be listed for the fleet: each alert counts for the network its upload "
-                "came from (an IPv4 /24, an IPv6 /48, at most 3 of one IPv6 /32), each router "
-                "for one network, so routers behind one network count once.", _integer(2)),
-        Setting("FLEET_MIN_ROUTER_AGE_HOURS", "72", "Routers registered, or given their current "
-                "key, more recently do not count toward the fleet's lists (nor, in key mode, "
-                "routers without a key).", _integer(0)),
-        Setting("FLEET_MAX_PER_ROUTER", "1000", "Most alert summary rows (address, signature, "
-                "hour) one router counts for in the fleet's window: its most alerted; the rest "
-                "are counted in the job's result, not listed, so one router's flood cannot grow "
-                "the job.", _integer(1)),
-        Setting("FLEET_ATTACKERS_IN_MAC_MODE", "false", "With ROUTER_AUTH=mac, whoever knows a "
-                "MAC uploads as that router, so the fleet's attackers list is empty unless this "
-                "is true (outbreaks are still counted): set it only on a network where every "
-                "router is yours (docs/rules.md).", _boolean),
-        Setting("FLEET_MAX_ENTRIES", "10000", "Most addresses in the fleet's list (the most widely "
-                "reported first).", _integer(1)),
-        Setting("SERVICE_ADDRESSES", "", "Comma-separated addresses or networks at which routers "
-                "reach this service (its public addresses): never listed by the fleet, like "
-                "LISTEN_HOST and TRUSTED_PROXIES.", _networks),
-    )),
-    ("Threat intelligence", (
-        Setting("INTEL_FETCH_CRON_SCHEDULE", "23 * * * *", "Cron spec of the job fetching every "
-                "feed that has a URL (`router-backend intel add`), retro-hunting what a new "
-                "version brings over HUNT_RETENTION_DAYS and telling the owners of the routers "
-                "that saw it (docs/intel.md).", _cron),
-        Setting("INTEL_MATCH_CRON_SCHEDULE", "* * * * *", "Cron spec of the job matching the "
-                "last two days of the hunt index against the current indicators, so that an "
-                "upload is sighted within about a minute of its acknowledgement.", _cron),
-        Setting("INTEL_FEED_MAX_BYTES", "67108864", "Most bytes of one feed, after decoding "
-                "(gzip, zip): a bigger one is refused and the previous version kept.",
-                _integer(1024)),
-        Setting("INTEL_FETCH_TIMEOUT_SECONDS", "120", "Longest a feed's fetch may take, "
-                "connecting to the last byte.", _integer(1, 3600)),
-        Setting("INTEL_MAX_ENTRIES", "100000", "Most indicators a router is sent (GET "
-                "/rules/intel), the feed's highest confidence first, then the most recently "
-                "seen: about 100-170 bytes of a router's memory each in Suricata's datasets.",
-                _integer(1, 10_000_000)),
-        Setting("INTEL_PREVALENCE_MAX", "0.01", "A value more than this share of the fleet's "
-                "routers saw in the last 7 days (and at least 10 of them) is held for an "
-                "operator's review (`intel release` or `intel suppress`), not delivered: a "
-                "feed's false positive would otherwise fire at every router at once.",
-                _fraction),
-    )),
-)
 
-SETTINGS: tuple[Setting, ...] = tuple(dataclasses.replace(setting, section=section)
-                                        for section, rows in SECTIONS for setting in rows)
+def _section(title: str) -> Callable[[str, Callable[[str], Any], str], Any]:
+    """How a setting is declared under `title`, its heading in docs/settings.md: a field of
+    `Settings` holding its default (as the environment would give it), its parser and its
+    help, from which load_settings, the documentation and the example file are made."""
+    def declare(default: str, parse: Callable[[str], Any], help: str) -> Any:
+        return dataclasses.field(metadata={"setting": Setting("", default, help, parse, title)})
+    return declare
 
 
-class _Derived:
-    """What the settings imply, beside the values of SETTINGS (the fields of `Settings`)."""
+_server = _section("Server and processes")
+_routers = _section("Routers: registration, keys and limits")
+_database = _section("Database")
+_ingestion = _section("Telemetry ingestion")
+_generation = _section("Rule data and generation")
+_notifications = _section("Notifications")
+_retention = _section("Retention and partitions")
+_at_rest = _section("Telemetry at rest")
+_console = _section("Console")
+_fleet = _section("Fleet defence")
+_intel = _section("Threat intelligence")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """One immutable field per setting, named as its variable in lower case and typed as its
+    parser returns, under the sections of its documentation (docs/settings.md, the example
+    environment file), in order. Names the product's original specification gave (RULE_*,
+    RETENTION_*) are kept as they are. Beside them, `chosen`: the names given a value (the
+    environment, the .env file) rather than left at their default, and `given`: those values
+    as written, (name, text) pairs."""
+
+    # Server and processes
+    listen_host: str = _server("127.0.0.1", _text,
+        "Address the HTTP server listens on.")
+    listen_port: int = _server("8080", _integer(1, 65535),
+        "TCP port the HTTP server listens on.")
+    http_workers: int = _server("auto", _workers,
+        "HTTP worker processes under one supervising process, "
+        "which listens on the address for them (a socket per worker, kept when one "
+        "dies) and also runs the one generation queue, the scheduled jobs and the "
+        "notification retries of the host in a background process. `auto`: one per CPU core. 1: a single process does "
+        "everything. `router-backend serve --workers N` overrides it.")
+    shutdown_grace_seconds: int = _server("30", _integer(0),
+        "On SIGTERM, how long requests and generations in "
+        "progress may take to finish (new connections are refused meanwhile) before the "
+        "process exits anyway.")
+    http_idle_timeout_seconds: int = _server("15", _integer(1),
+        "Longest wait for a complete request head, from "
+        "connecting or from the previous response: a connection that sends its headers "
+        "slower than this, or sits idle this long, is closed.")
+    data_dir: Path = _server("./var", _path,
+        "Directory for what the service keeps on local disk (the "
+        "embedded database, the email outbox).")
+    services: frozenset[str] = _server("router,notifications", _services,
+        "Which APIs this process serves: `router`, "
+        "`notifications`, or both (comma-separated).")
+    metrics_token: str = _server("", _secret(16),
+        "When set, GET /metrics also answers clients that send "
+        "`Authorization: Bearer <token>` (a Prometheus on another host). Without it, only "
+        "loopback clients that did not come through a proxy are answered.")
+    log_config: Path | None = _server("", _log_config,
+        "A JSON file for Python's logging.config.dictConfig, applied at "
+        "start instead of the default: INFO and up to stderr, access lines included, "
+        "written in batches (docs/operations.md, Logs).")
+    # Routers: registration, keys and limits
+    registration_mode: str = _routers("open", _choice("open", "closed"),
+        "`open`: a router is registered the first time it "
+        "calls with a valid MAC. `closed`: only routers an operator subscribed may call "
+        "(others get 403).")
+    router_cache_seconds: int = _routers("30", _integer(0),
+        "How long a server process trusts its memory of a "
+        "router's registration (closed mode; open mode registers once) or of its key "
+        "before asking the database again (a key rotated or revoked is forgotten at "
+        "once, by notification; this bounds it while notifications are down).")
+    router_auth: str = _routers("mac", _choice("mac", "key"),
+        "`mac`: a router is whoever sends its MAC in X-ID (the "
+        "seed's behaviour). `key`: every router endpoint but /health also needs "
+        "`Authorization: Bearer <router key>` (see docs/security.md).")
+    enrollment_token: str = _routers("", _secret(16),
+        "Fleet-wide secret (at least 16 characters) with which a "
+        "router gets its key once from POST /enroll. Unset: enrollment is off and keys "
+        "come only from `router-backend subscriptions add`.")
+    enrollment_reset_window_minutes: int = _routers("60", _integer(1),
+        "After `router-backend subscriptions "
+        "reset MAC`, how long that router may enroll again; later enrollment of it is 409 "
+        "until the next reset.")
+    trusted_proxies: frozenset[ipaddress.IPv4Network | ipaddress.IPv6Network] = _routers(
+        "", _networks,
+        "Comma-separated addresses or networks of the reverse "
+        "proxies in front (Caddy): for their requests the client address is read from "
+        "X-Forwarded-For. Empty (the default): the connection's address always, so no "
+        "client, not even a local one, chooses the address its limits count against; "
+        "the shipped deployments name their proxy (127.0.0.1/32,::1/128 for Caddy on "
+        "the same host).")
+    router_requests_per_minute: int = _routers("120", _integer(1),
+        "Requests one router may make per minute (a "
+        "minute's worth at once, then this rate), per server process; beyond: 429 with "
+        "Retry-After. /health and /enroll are not counted.")
+    router_records_per_minute: int = _routers("100000", _integer(1),
+        "Telemetry records one router may send per "
+        "minute, per server process (so also the most one body may hold); the request that "
+        "goes beyond is refused whole with 429.")
+    registrations_per_minute_per_address: int = _routers("30", _integer(1),
+        "New routers one client address may "
+        "register (by a first call or an enrollment) per minute in open mode, counted in "
+        "the database across every server process (429 beyond; routers already registered "
+        "are not affected).")
+    failed_credentials_per_minute_per_address: int = _routers("10", _integer(1),
+        "Wrong router keys and "
+        "enrollment tokens one client address may present per minute, per server process; "
+        "beyond, its requests without a key this process already trusts get 429 with "
+        "Retry-After until the allowance refills.")
+    ipv6_limit_prefix: int = _routers("64", _integer(1, 128),
+        "Per-address limits count IPv6 clients per network of "
+        "this prefix length (a subscriber's /64), not per address.")
+    # Database
+    db_host: str | None = _database("", _optional_text,
+        "PostgreSQL host name or socket directory. Unset: the service "
+        "starts its own embedded PostgreSQL in DATA_DIR/postgres.")
+    db_port: int = _database("5432", _integer(1, 65535),
+        "PostgreSQL port.")
+    db_wal_archive_dir: Path | None = _database("", _optional_path,
+        "Embedded PostgreSQL only: a directory (best on another "
+        "disk) where the server archives every WAL segment, at least once a minute, for "
+        "point-in-time recovery from a `router-backend backup --base` "
+        "(docs/operations.md). Empty: no archiving.")
+    db_name: str = _database("router_backend", _text,
+        "Database name; created when it does not exist.")
+    db_user: str = _database("postgres", _text,
+        "Database user.")
+    db_password: str = _database("", _text,
+        "Database password.")
+    db_sslmode: str = _database(
+        "prefer", _choice("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+        "libpq sslmode (disable, allow, prefer, require, "
+        "verify-ca, verify-full).")
+    db_log_level: str = _database("warning", _choice("silent", "error", "warning", "info"),
+        "Database logging: silent, error, warning or info (info "
+        "logs every statement).")
+    db_pool_min: int = _database("1", _integer(0),
+        "Connections each server process keeps open.")
+    db_pool_max: int = _database("20", _integer(1),
+        "Most connections one server process opens.")
+    ingest_db_pool_max: int = _database("10", _integer(1),
+        "Most connections telemetry uploads hold at once, from "
+        "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
+        "take the connections that polls, health checks and generation need; further "
+        "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.")
+    db_timeout_seconds: int = _database("30", _integer(1),
+        "Longest wait for a connection or one statement before "
+        "the request fails with 503; a statement that outlasts it is cancelled on the "
+        "server first (up to 10 s more when the server does not answer).")
+    db_retry_after_seconds: int = _database("5", _integer(1),
+        "Retry-After sent with 503 when the database is "
+        "unreachable.")
+    # Telemetry ingestion
+    ingest_max_body_bytes: int = _ingestion(str(256 * 1024 * 1024), _integer(1),
+        "Largest telemetry body accepted, "
+        "counted after gzip decoding (413 beyond).")
+    ingest_max_record_bytes: int = _ingestion(str(1024 * 1024), _integer(64),
+        "Largest single record; longer ones "
+        "are rejected and reported, the rest of the body goes on.")
+    ingest_batch_rows: int = _ingestion("2000", _integer(1),
+        "Most records per chunk (one row) written while a "
+        "body streams in.")
+    ingest_body_idle_seconds: int = _ingestion("15", _integer(1),
+        "Longest pause between two pieces of a telemetry "
+        "body: a body that stalls longer is answered 408, its transaction rolled back and "
+        "its connection closed.")
+    ingest_max_gzip_ratio: int = _ingestion("200", _integer(1),
+        "Largest decoded-to-received size ratio of a gzip "
+        "body (the first 64 KiB decoded are free); beyond it the body is refused with 413 "
+        "as it arrives. Real EVE output compresses 10-25 times.")
+    ingest_max_uploads_per_router: int = _ingestion("2", _integer(1),
+        "Telemetry uploads one router may have in "
+        "progress at once in one server process; more are answered 429 with Retry-After "
+        "(an agent uploads one body at a time).")
+    ingest_max_uploads_per_address: int = _ingestion("8", _integer(1),
+        "Telemetry uploads one client address (an "
+        "IPv6 /IPV6_LIMIT_PREFIX network) may have in progress at once in one server "
+        "process, whatever its MACs; more are answered 429 with Retry-After. Keep it below "
+        "INGEST_DB_POOL_MAX, so one client's stalled uploads cannot hold every ingestion "
+        "connection; raise it for many routers behind one carrier-grade NAT address.")
+    ingest_max_reported_errors: int = _ingestion("100", _integer(0),
+        "Most per-record errors listed in one "
+        "response (the rejected count is always exact).")
+    ingest_idempotency_key_days: int = _ingestion("7", _integer(1),
+        "How long a telemetry upload's Idempotency-Key "
+        "is kept, so that a retry is answered from it instead of storing again: longer "
+        "than any agent keeps a batch spooled. Expired keys are deleted by the hourly "
+        "`upload-keys` job.")
+    # Rule data and generation
+    rule_data_dir: Path | None = _generation("", _optional_path,
+        "Working directory for rule data (rules/, rulefile_json/, "
+        "idps_rules/). Unset: DATA_DIR/ruledata.")
+    rule_preprocess_archive_url: str = _generation(f"{ET_OPEN_BASE}/emerging.rules.tar.gz", _text,
+        "Download "
+        "URL of the open rule archive (zip or tar.gz).")
+    rule_preprocess_version_url: str = _generation(f"{ET_OPEN_BASE}/version.txt", _text,
+        "Version stamp of "
+        "the rule archive.")
+    rule_preprocess_cron_schedule: str = _generation("0 0 * * 0", _cron,
+        "Cron spec of the preprocess job.")
+    rule_preprocess_at_start: bool = _generation("true", _boolean,
+        "When no ruleset was ever published, run the "
+        "preprocess job soon after start-up (once across processes, retried with backoff "
+        "up to JOB_RETRY_DELAY_SECONDS while it fails) instead of waiting for its first "
+        "cron tick.")
+    rule_generation_sample_count: int = _generation("550", _integer(1),
+        "IDS rules sampled per router.")
+    rule_generation_max_concurrent: int = _generation("1", _integer(1),
+        "Worker processes of the generation queue.")
+    rule_generation_queue_capacity: int = _generation("64", _integer(1),
+        "Buffered depth of the generation queue.")
+    rule_generation_command_timeout_seconds: int = _generation("300", _integer(1),
+        "Wall-clock limit of one "
+        "router's generation.")
+    rule_generation_interval_seconds: int = _generation(str(24 * 3600), _integer(1),
+        "How often each registered "
+        "router is revisited.")
+    rule_generation_enabled: bool = _generation("true", _boolean,
+        "Whether this server process runs the "
+        "generation queue (false: it only serves the API; another process generates).")
+    rule_generation_telemetry_days: int = _generation("7", _integer(1),
+        "Days of a router's telemetry that shape "
+        "its rules (fired sids, flow protocols and ports, alert sources).")
+    rule_generation_block_severity: int = _generation("2", _integer(1, 255),
+        "Alerts of this Suricata severity or more "
+        "severe (1 is the highest) put their external endpoint on the router's firewall "
+        "block list.")
+    rule_generation_block_min_alerts: int = _generation("3", _integer(1),
+        "Alerts an address needs (from at least "
+        "two signatures or two flows) before the router's firewall blocks it for them; one "
+        "spoofed packet never blocks anything.")
+    rule_generation_fired_percent: int = _generation("50", _integer(0, 100),
+        "Most of RULE_GENERATION_SAMPLE_COUNT, in "
+        "percent, that rules kept because they fired for the router may take (most severe "
+        "and most alerted first); the rest is sampled.")
+    rule_generation_fleet_percent: int = _generation("10", _integer(0, 100),
+        "Most of RULE_GENERATION_SAMPLE_COUNT, in "
+        "percent, that rules kept because they fire across the fleet (outbreaks) may take, "
+        "after the router's own fired rules.")
+    rule_generation_firewall_max_entries: int = _generation("10000", _integer(1),
+        "Most block entries in one "
+        "firewall payload.")
+    rule_generation_rules_filename: str = _generation("{mac}.rules.gz", _text,
+        "Name of each router's rule "
+        "file in RULE_DATA_DIR/idps_rules/ ({mac} is the MAC with dashes). A name ending "
+        "in `.gz` is written gzip-compressed (about 53 KB instead of 315 KB per router; "
+        "read it with zcat); any other name, as plain text.")
+    rule_generation_poll_seconds: int = _generation("5", _integer(1),
+        "How often an idle generation queue looks for "
+        "due routers.")
+    job_retry_delay_seconds: int = _generation("600", _integer(1),
+        "Wait before a failed scheduled job is tried "
+        "again.")
+    job_retry_attempts: int = _generation("3", _integer(0),
+        "Retries of a failed scheduled job within one tick.")
+    # Notifications
+    notification_api_token: str = _notifications("", _secret(16),
+        "When set (at least 16 characters, as every token), "
+        "every notification API call needs `Authorization: Bearer <token>`.")
+    smtp_host: str | None = _notifications("", _optional_text,
+        "SMTP server for notification email. Unset: messages are written "
+        "as .eml files to NOTIFICATION_OUTBOX_DIR.")
+    smtp_port: int = _notifications("587", _integer(1, 65535),
+        "SMTP port.")
+    smtp_security: str = _notifications("starttls", _choice("starttls", "tls", "none"),
+        "`starttls`, `tls` (implicit TLS, usually port 465) "
+        "or `none`.")
+    smtp_username: str = _notifications("", _text,
+        "SMTP login (none when empty).")
+    smtp_password: str = _notifications("", _text,
+        "SMTP password.")
+    smtp_from: str = _notifications("IDS notifications <notifications@localhost>", _text,
+        "From address of "
+        "notification email.")
+    smtp_timeout_seconds: int = _notifications("15", _integer(1),
+        "Longest wait for the SMTP server per delivery.")
+    notification_outbox_dir: Path | None = _notifications("", _optional_path,
+        "Where .eml files go when SMTP_HOST is unset. "
+        "Unset: DATA_DIR/outbox.")
+    notification_retry_seconds: int = _notifications("60", _integer(1),
+        "First wait before a failed delivery is tried "
+        "again; doubles per attempt, at most an hour.")
+    notification_max_attempts: int = _notifications("10", _integer(1),
+        "Deliveries tried before a notification stays "
+        "`failed` for good.")
+    notification_idempotency_hours: int = _notifications("24", _integer(1),
+        "How long the answer to a send with an "
+        "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
+        "sends nothing.")
+    # Retention and partitions
+    data_retention_enabled: bool = _retention("false", _boolean,
+        "true enables scheduled deletion of old "
+        "telemetry. Default false: nothing is deleted unless an operator asks.")
+    retention_days: int = _retention("30", _integer(1),
+        "Days of telemetry kept.")
+    activation_retention_days: int = _retention("400", _integer(1),
+        "Days of activation records kept by the "
+        "retention job (long enough for monthly and yearly access reports); after 8 days "
+        "they are kept rolled up, one row per router, day and address.")
+    hunt_retention_days: int = _retention("400", _integer(1),
+        "Days the hunt index (which routers saw which "
+        "address, domain, TLS fingerprint, signature or file, per day) is kept by the "
+        "retention job: longer than the records themselves (RETENTION_DAYS), so a hunt "
+        "still names routers and days after the records are gone (docs/security.md).")
+    hunt_postings_per_router_day: int = _retention("20000", _integer(100),
+        "New postings a router may add to the "
+        "hunt index in a UTC day (a household's day is a few hundred: the corpus's "
+        "sensor day 79), counted across processes and restarts: past it, its records "
+        "are still stored, the values it had already posted that day are still "
+        "updated, and the others are not indexed, counted per router and shown by "
+        "`status` and the console (docs/security.md).")
+    hunt_index_seconds: int = _retention("5", _integer(1, 3600),
+        "How often the hunt indexer (in the process that "
+        "runs the jobs) writes the postings of the uploads acknowledged since its last "
+        "turn, from their stored chunks: a record can be hunted this long after its "
+        "upload is acknowledged, plus the turn's own time (a hunt first indexes what "
+        "is pending, so it sees every upload acknowledged before it).")
+    hunt_compact_cron_schedule: str = _retention("15 * * * *", _cron,
+        "Cron spec of the job packing the "
+        "hunt index's past days into compressed blocks (a few bytes a posting instead "
+        "of about 140; `router-backend hunt compact` does the same at once): a day is "
+        "packed at the first run after it ends.")
+    retention_cron_schedule: str = _retention("0 0 * * 0", _cron,
+        "Cron spec of the retention job.")
+    telemetry_partition_days: int = _retention("1", _integer(1, 366),
+        "Days of telemetry and activations per partition "
+        "(by receive or activation time, UTC). Retention drops whole partitions; a change "
+        "applies to partitions created from then on.")
+    # Telemetry at rest
+    telemetry_chunk_records: int = _at_rest("1000", _integer(2, 100_000),
+        "Records per chunk written by the compaction "
+        "job, which merges each router's small chunks (its uploads) into chunks of this "
+        "many; larger ones compress better and are rewritten longer.")
+    telemetry_compact_cron_schedule: str = _at_rest("*/10 * * * *", _cron,
+        "Cron spec of the telemetry "
+        "compaction job.")
+    telemetry_compact_settle_seconds: int = _at_rest("300", _integer(0),
+        "Age of a chunk before the compaction "
+        "job takes it.")
+    # Console
+    console: bool = _console("true", _boolean,
+        "Serve the console for support and operators under /console/ "
+        "(docs/console.md). false: not served at all.")
+    console_users: tuple[tuple[str, str, str], ...] = _console("", _console_users,
+        "Who may sign in to the console: NAME:ROLE:HASH entries "
+        "separated by commas, ROLE `support` (reads) or `operator` (reads and changes "
+        "overrides, the allowlist and enrollments), HASH as `router-backend console "
+        "credential NAME ROLE` prints it (scrypt of a secret of at least 16 characters). "
+        "Empty: nobody can sign in.")
+    console_secret: str = _console("", _secret(32),
+        "Keys the hash under which console session ids are stored "
+        "(at least 32 random characters, the same in every process and host); needed "
+        "when CONSOLE_USERS is set. Changing it signs everybody out.")
+    console_session_minutes: int = _console("480", _integer(1, 7 * 24 * 60),
+        "How long a console sign-in lasts.")
+    console_listen: tuple[str, int] | None = _console("", _listener,
+        "HOST:PORT of a listener of the console's own (for example "
+        "127.0.0.1:8081, or a private address): the console is then answered there only, "
+        "not on LISTEN_HOST:LISTEN_PORT where routers call. Empty: the console shares the "
+        "routers' listener.")
+    # Fleet defence
+    fleet_enabled: bool = _fleet("true", _boolean,
+        "Run the `fleet` job: the external addresses that alerted "
+        "at routers of FLEET_MIN_NETWORKS networks are served to every router (GET "
+        "/rules/fleet), and the signatures that fired at as many are kept in every IDS "
+        "payload (docs/rules.md, \"The fleet\").")
+    fleet_cron_schedule: str = _fleet("*/5 * * * *", _cron,
+        "Cron spec of the fleet job.")
+    fleet_window_hours: int = _fleet("24", _integer(1, 24 * 30),
+        "Hours of alerts the fleet job counts; an entry "
+        "expires this long after the last hour it was reported in.")
+    fleet_min_networks: int = _fleet("5", _integer(2),
+        "Distinct reporter networks an address or a signature "
+        "needs to be listed for the fleet: each alert counts for the network its upload "
+        "came from (an IPv4 /24, an IPv6 /48, at most 3 of one IPv6 /32), each router "
+        "for one network, so routers behind one network count once.")
+    fleet_min_router_age_hours: int = _fleet("72", _integer(0),
+        "Routers registered, or given their current "
+        "key, more recently do not count toward the fleet's lists (nor, in key mode, "
+        "routers without a key).")
+    fleet_max_per_router: int = _fleet("1000", _integer(1),
+        "Most alert summary rows (address, signature, "
+        "hour) one router counts for in the fleet's window: its most alerted; the rest "
+        "are counted in the job's result, not listed, so one router's flood cannot grow "
+        "the job.")
+    fleet_attackers_in_mac_mode: bool = _fleet("false", _boolean,
+        "With ROUTER_AUTH=mac, whoever knows a "
+        "MAC uploads as that router, so the fleet's attackers list is empty unless this "
+        "is true (outbreaks are still counted): set it only on a network where every "
+        "router is yours (docs/rules.md).")
+    fleet_max_entries: int = _fleet("10000", _integer(1),
+        "Most addresses in the fleet's list (the most widely "
+        "reported first).")
+    service_addresses: frozenset[ipaddress.IPv4Network | ipaddress.IPv6Network] = _fleet(
+        "", _networks,
+        "Comma-separated addresses or networks at which routers "
+        "reach this service (its public addresses): never listed by the fleet, like "
+        "LISTEN_HOST and TRUSTED_PROXIES.")
+    # Threat intelligence
+    intel_fetch_cron_schedule: str = _intel("23 * * * *", _cron,
+        "Cron spec of the job fetching every "
+        "feed that has a URL (`router-backend intel add`), retro-hunting what a new "
+        "version brings over HUNT_RETENTION_DAYS and telling the owners of the routers "
+        "that saw it (docs/intel.md).")
+    intel_match_cron_schedule: str = _intel("* * * * *", _cron,
+        "Cron spec of the job matching the "
+        "last two days of the hunt index against the current indicators, so that an "
+        "upload is sighted within about a minute of its acknowledgement.")
+    intel_feed_max_bytes: int = _intel("67108864", _integer(1024),
+        "Most bytes of one feed, after decoding "
+        "(gzip, zip): a bigger one is refused and the previous version kept.")
+    intel_fetch_timeout_seconds: int = _intel("120", _integer(1, 3600),
+        "Longest a feed's fetch may take, "
+        "connecting to the last byte.")
+    intel_max_entries: int = _intel("100000", _integer(1, 10_000_000),
+        "Most indicators a router is sent (GET "
+        "/rules/intel), the feed's highest confidence first, then the most recently "
+        "seen: about 100-170 bytes of a router's memory each in Suricata's datasets.")
+    intel_prevalence_max: float = _intel("0.01", _fraction,
+        "A value more than this share of the fleet's "
+        "routers saw in the last 7 days (and at least 10 of them) is held for an "
+        "operator's review (`intel release` or `intel suppress`), not delivered: a "
+        "feed's false positive would otherwise fire at every router at once.")
+
+    chosen: frozenset[str] = frozenset()
+    given: tuple[tuple[str, str], ...] = ()
 
     @property
     def embedded_database(self) -> bool:
@@ -531,17 +635,12 @@ class _Derived:
         return dataclasses.replace(self, **changes)
 
 
-# One immutable field per setting, named as its variable in lower case and typed as its
-# parser returns: a setting is declared once, by its row in SECTIONS. Beside them, `chosen`:
-# the names given a value (the environment, the .env file) rather than left at their default,
-# and `given`: those values as written, (name, text) pairs.
-Settings = dataclasses.make_dataclass(
-    "Settings", [(setting.attribute, setting.parse.__annotations__.get("return", Any))
-                 for setting in SETTINGS]
-    + [("chosen", frozenset, dataclasses.field(default=frozenset())),
-       ("given", tuple, dataclasses.field(default=()))],
-    bases=(_Derived,), frozen=True)
-Settings.__module__ = __name__
+SETTINGS: tuple[Setting, ...] = tuple(
+    dataclasses.replace(field.metadata["setting"], name=field.name.upper())
+    for field in dataclasses.fields(Settings) if "setting" in field.metadata)
+SECTIONS: tuple[tuple[str, tuple[Setting, ...]], ...] = tuple(
+    (title, tuple(s for s in SETTINGS if s.section == title))
+    for title in dict.fromkeys(s.section for s in SETTINGS))
 
 
 # Environment variables starting with one of these are taken as meant for the service (the
