@@ -43,6 +43,8 @@ from server.db.pool import Database
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
 from server.telemetry.compaction import compact
+from server.hunt.indexer import index_pending
+from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY
 from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
 from testkit import CORPUS
@@ -260,9 +262,11 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
                             await writer.flush()
                     await writer.commit()
             if rounds > 1:
-                await compact(db, 1_000, timedelta(0), everything=True)
+                await index_pending(db, POSTINGS_PER_ROUTER_DAY)  # as the service's indexer
+                await compact(db, 1_000, timedelta(0), everything=True)  # does first
                 await asyncio.to_thread(vacuumed_sizes, cur)
         if not timed:
+            await index_pending(db, POSTINGS_PER_ROUTER_DAY)
             await compact(db, 1_000, timedelta(0), everything=True)
     finally:
         await db.close()

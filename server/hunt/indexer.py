@@ -26,7 +26,7 @@ import orjson
 from server.background import BackgroundTasks, pause
 from server.db import hunt as hunt_db
 from server.db.jobs import lock_key
-from server.db.pool import Database, DatabaseUnavailable, execute
+from server.db.pool import Database, execute
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.telemetry.postings import Postings
@@ -129,7 +129,8 @@ def _tallied(batch: list[tuple], bodies: dict[tuple, list[bytes]]
 
 class HuntIndexer:
     """The indexer's loop in the process that runs the jobs: every `seconds`, every pending
-    upload indexed; a failure (the database away) tried again at the next turn."""
+    upload indexed; a failure (the database away) tried again at the next turn, the pending
+    rows kept."""
 
     def __init__(self, db: Database, postings_per_day: int, seconds: float,
                  metrics: Metrics) -> None:
@@ -150,8 +151,8 @@ class HuntIndexer:
             await pause(self._seconds)
             try:
                 done = await index_pending(self._db, self._postings_per_day)
-            except DatabaseUnavailable as error:
-                self._health.failed(error)
+            except Exception as error:  # the database away, or a statement refused: the
+                self._health.failed(error)  # loop lives on, its health metric says so
                 continue
             self._health.succeeded()
             if done.dropped:
