@@ -15,7 +15,9 @@ import pytest
 
 from server.db.hunt import postings_statement
 from server.db.routers import unsubscribe
+from server.hunt import tallies
 from server.hunt.search import Hunt, run_hunt
+from server.hunt.sightings import sightings
 from server.jobs.retention import run_retention
 from server.telemetry.hunt_packing import pack
 from server.telemetry.indicators import indicator
@@ -377,3 +379,35 @@ def test_days_are_said_plainly(settings):
     table = router_backend(command_env(settings), "hunt", "--sid", "1", "--until", "2020-01-01")
     assert "note: the index begins on" in table.stdout and "records_expired" in table.stdout
 
+
+
+async def test_a_retro_hunts_tallies_agree_with_the_hunt(make_client, settings, monkeypatch):
+    """The retro-hunt's one pass (server/hunt/tallies.py) gives each router the first and
+    last sighting, days and records the hunt gives it: days read in several reads and
+    folds, a day packed in two passes, today's rows, and a value past the cap."""
+    db = (await make_client(settings)).app[DATABASE]
+    now = datetime.now(timezone.utc)
+    for days_ago in (5, 3, 3, 1):  # day 3 planted twice: packed in two passes
+        await plant(db, [mac(20), mac(21)], ["tally.example", "www.other.example"],
+                    now - timedelta(days=days_ago, seconds=days_ago))
+        await pack(db)
+    await plant(db, [mac(22)], ["tally.example"], now)  # today's, in rows
+    await plant(db, [mac(23)], ["www.other.example"], now - timedelta(days=2))  # in rows
+    monkeypatch.setattr(tallies, "FOLD_AT", 1)  # folded after every block
+    wanted = [indicator("domain", "tally.example"), indicator("domain", "other.example")]
+    asked = [(value, n) for n, one in enumerate(wanted) for value in one.postings()]
+    since = datetime.combine((now - timedelta(days=9)).date(), datetime.min.time(),
+                             timezone.utc)
+    until = datetime.combine(now.date(), datetime.min.time(), timezone.utc)
+    found = await tallies.router_tallies(db, [a for a, _ in asked], [n for _, n in asked],
+                                         len(wanted), since, until, cap=10)
+    hunted = await sightings(db, [a for a, _ in asked], [n for _, n in asked], since, until,
+                             100, 1000)
+    for one, seen in zip(found, hunted):
+        assert not one.over
+        assert sorted((r.mac, r.first, r.last, r.days, r.records) for r in one.routers) == \
+            sorted((s.mac, s.first, s.last, len(s.days), s.records) for s in seen.earliest)
+    assert {r.mac: r.days for r in found[0].routers} == {mac(20): 3, mac(21): 3, mac(22): 1}
+    capped = await tallies.router_tallies(db, [a for a, _ in asked], [n for _, n in asked],
+                                          len(wanted), since, until, cap=2)
+    assert [(one.over, len(one.routers)) for one in capped] == [(True, 0), (True, 0)]

@@ -8,6 +8,8 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
 - `sightings.py`: which routers saw each indicator, read from both halves of the index (the
   packed days' blocks and the postings still in rows), counted exactly.
 
+- `tallies.py`: every router that saw each of many indicators, summed over the window in
+  one pass over the blocks (the threat-intelligence retro-hunt's read).
 - `indexer.py`: the postings of each upload, written from its stored chunks by the indexer
   (a loop in the process that runs the jobs, and before every hunt), not in the upload's
   transaction.

@@ -23,10 +23,12 @@ from server.db.pool import Database
 from server.hunt.indexer import HUNT_WAIT_SECONDS, index_pending
 from server.hunt.search import UNPACKED_READS
 from server.hunt.sightings import Sightings, sightings
+from server.hunt.tallies import Tallied, router_tallies
 from server.settings import Settings
 from server.telemetry.indicators import Indicator
 
-BATCH = 10_000  # indicators a pass over the index reads for: bounds the memory a pass holds
+BATCH = 100_000  # indicators a pass over the index reads for (its memory follows the
+# sightings found, server/hunt/tallies.py; its time, the blocks read: once a pass)
 SIGHTED_PER_INDICATOR = 10_000  # routers recorded for one value (more: it is held anyway)
 HUNTED_NETWORK_ADDRESSES = 256
 PREVALENCE_DAYS = 7
@@ -85,30 +87,43 @@ async def match(db: Database, settings: Settings, batch: list[tuple[str, str, st
     hunted = [(kind, value, source, found) for kind, value, source in batch
               if (found := _indicator(kind, value)) is not None]
     result.hunted = len(hunted)
-    # First every value's routers up to the prevalence limit: a value seen by no more is
-    # whole (and most are), one seen by more is a suspect, held or read again whole. A
-    # pass that kept every value's routers up to SIGHTED_PER_INDICATOR held 13 GB over
-    # 400 days of 10,000 routers.
+    # Every value's routers in one pass over the index, folded per router as they are read
+    # (server/hunt/tallies.py); a value more than the prevalence limit saw is a suspect,
+    # held or read again whole on its own.
     limit = held_above(settings, await intel_db.registered_routers(db))
-    found = await _found(db, [h[3] for h in hunted], days, limit + 1) if hunted else []
-    held = await _prevalent(db, settings, hunted, found, limit)
+    tallied = await _tallied(db, [h[3] for h in hunted], days, limit) if hunted else []
+    suspects = [n for n, one in enumerate(tallied) if one.over]
+    held = await _prevalent(db, settings, hunted, suspects, limit)
     held_values = {(kind, value) for kind, value, _ in held}
-    again = [n for n, one in enumerate(found)
-             if one.count > limit and (hunted[n][0], hunted[n][1]) not in held_values]
+    rows = [(router.mac, kind, value, source, router.first, router.last, router.days,
+             router.records)
+            for (kind, value, source, _), one in zip(hunted, tallied)
+            for router in one.routers]
+    again = [n for n in suspects if (hunted[n][0], hunted[n][1]) not in held_values]
     if again:  # suspects the trusted routers did not make prevalent: every router of theirs
         whole = await _found(db, [hunted[n][3] for n in again], days, SIGHTED_PER_INDICATOR)
-        for n, one in zip(again, whole):
-            found[n] = one
-    rows = [(seen.mac, kind, value, source, seen.first, seen.last, len(seen.days),
-             seen.records)
-            for (kind, value, source, _), one in zip(hunted, found)
-            if (kind, value) not in held_values for seen in one.earliest]
+        rows += [(seen.mac, hunted[n][0], hunted[n][1], hunted[n][2], seen.first, seen.last,
+                  len(seen.days), seen.records)
+                 for n, one in zip(again, whole) for seen in one.earliest]
     async with db.transaction() as cur:
         result.held = await intel_db.hold(cur, held, "seen by too much of the fleet", actor)
         result.held += await intel_db.hold(cur, broad, BROAD_NOTE, actor)
         result.new_sightings = await intel_db.record_sightings(cur, rows)
     result.sightings = len(rows)
     return result
+
+
+async def _tallied(db: Database, indicators: list[Indicator], days: int,
+                   cap: int) -> list[Tallied]:
+    today = datetime.now(timezone.utc).date()
+    asked, slots = [], []
+    for n, wanted_indicator in enumerate(indicators):
+        for value in wanted_indicator.postings():
+            asked.append(value)
+            slots.append(n)
+    return await router_tallies(db, asked, slots, len(indicators),
+                                _midnight(today - timedelta(days=days - 1)),
+                                _midnight(today), cap)
 
 
 BROAD_NOTE = (f"a network broader than /{intel_db.BROADEST_PREFIX[4]} (IPv4) or "
@@ -123,11 +138,10 @@ def _broad(kind: str, value: str) -> bool:
 
 
 async def _prevalent(db: Database, settings: Settings, hunted: list[tuple],
-                     found: list[Sightings], limit: int) -> list[tuple[str, str, int]]:
-    """The values more of the fleet saw in the last PREVALENCE_DAYS than INTEL_PREVALENCE_MAX
-    allows (`limit` routers), counting only routers old enough to count for the fleet (and
-    keyed in key mode): (kind, value, routers)."""
-    suspects = [n for n, one in enumerate(found) if one.count > limit]
+                     suspects: list[int], limit: int) -> list[tuple[str, str, int]]:
+    """The suspects (seen by more than `limit` routers over the window) more of the fleet saw
+    in the last PREVALENCE_DAYS than INTEL_PREVALENCE_MAX allows, counting only routers old
+    enough to count for the fleet (and keyed in key mode): (kind, value, routers)."""
     if not suspects:
         return []
     trusted = await intel_db.trusted_routers(

@@ -114,6 +114,22 @@ class Block:
                         self._slice(1, start, end), self._slice(2, start, end),
                         self._slice(3, start, end))
 
+    def columns_of(self, ats: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The postings of several of the block's values at once (their places, from
+        `present`): which of `ats` each posting is of, then its router, records, first and span
+        (the retro-hunt reads many values of each block; a hunt reads a few)."""
+        starts = self.starts.astype(np.int64)
+        begin, end = starts[ats], starts[ats + 1]
+        lengths = end - begin
+        offsets = np.cumsum(lengths) - lengths  # where each value's postings begin in the result
+        rows = np.repeat(begin - offsets, lengths) + np.arange(int(lengths.sum()))
+        deltas = self._slice(0, 0, self.postings)[rows].astype(np.int64)
+        running = np.cumsum(deltas)
+        before = np.repeat(running[offsets] - deltas[offsets], lengths)  # the sum ahead of each
+        which = np.repeat(np.arange(len(ats)), lengths)
+        return (which, running - before, self._slice(1, 0, self.postings)[rows],
+                self._slice(2, 0, self.postings)[rows], self._slice(3, 0, self.postings)[rows])
+
 
 def decode(data: bytes) -> Block:
     magic, values, postings = _HEADER.unpack_from(data)

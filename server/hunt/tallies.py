@@ -1,0 +1,193 @@
+"""Every router that saw each of many indicators, summed over a window in one pass over the
+packed blocks: the threat-intelligence retro-hunt's read (server/intel/retro.py).
+
+A hunt (sightings.py) keeps its earliest routers' postings to show them day by day. A
+retro-hunt asks, for up to a whole feed's indicators over HUNT_RETENTION_DAYS, only each
+router's first and last sighting, its days and its records, and which indicators more than
+`cap` routers saw (those are held or read again on their own). So every block of the window
+is read once for all the indicators, and the postings are folded into one row per
+(indicator, router) as they come: memory follows the sightings, not the postings, and an
+indicator past `cap` routers keeps nothing but that it is past. Reading the blocks once
+rather than once per batch of indicators is what bounds its time: batches of 10,000 read
+most blocks of the window ten times for a feed of 100,000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from server.db import hunt as hunt_db
+from server.db.pool import Database, Reads
+from server.hunt.sightings import (BLOCKS_A_READ, _Gathered, _day_number, read_unpacked,
+                                   value_hashes)
+from server.telemetry.hunt_blocks import decode
+from server.telemetry.hunt_packing import bucket_of
+
+FOLD_AT = 1_000_000  # postings read before they are folded into the rows
+
+
+@dataclass
+class RouterTally:
+    """One router's sightings of one indicator over the window."""
+    mac: str
+    first: datetime
+    last: datetime
+    days: int
+    records: int
+
+
+@dataclass
+class Tallied:
+    """One indicator's routers; none kept when `over` (more than `cap` saw it)."""
+    routers: list[RouterTally]
+    over: bool
+
+
+_COLUMNS = ("slot", "number", "day", "first", "last", "records", "days")
+
+
+class _Folder:
+    """Rows of (slot, router number): first and last second, records, days, and the last
+    day seen (`day`); postings read since the last fold wait beside them. Days are read in
+    order, so a router's day already counted is its row's last one."""
+
+    def __init__(self, slots: int, cap: int, removed: np.ndarray) -> None:
+        self.cap = cap
+        self.over = np.zeros(slots, dtype=bool)
+        self.removed = removed
+        self.rows = {name: np.zeros(0, dtype=np.int64) for name in _COLUMNS}
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.held = 0
+
+    def add(self, slot, number, day, first, last, records) -> None:
+        kept = ~self.over[slot]
+        if len(self.removed):
+            kept &= ~np.isin(number, self.removed)
+        part = {"slot": slot, "number": number, "day": day, "first": first, "last": last,
+                "records": records, "days": np.ones(len(slot), dtype=np.int64)}
+        self.parts.append({name: np.asarray(column, dtype=np.int64)[kept]
+                           for name, column in part.items()})
+        self.held += int(kept.sum())
+        if self.held > FOLD_AT:
+            self.fold()
+
+    def fold(self) -> None:
+        if not self.parts:
+            return
+        c = {name: np.concatenate([self.rows[name]] + [p[name] for p in self.parts])
+             for name in _COLUMNS}
+        self.parts, self.held = [], 0
+        if not len(c["slot"]):
+            self.rows = c
+            return
+        order = np.lexsort((c["day"], c["number"], c["slot"]))
+        c = {name: column[order] for name, column in c.items()}
+        slot, number, day = c["slot"], c["number"], c["day"]
+        same_key = (slot[1:] == slot[:-1]) & (number[1:] == number[:-1])
+        keys = np.flatnonzero(np.r_[True, ~same_key])
+        pairs = np.flatnonzero(np.r_[True, ~(same_key & (day[1:] == day[:-1]))])
+        # A (router, day) counts once: a row's `days` already hold its last day.
+        pair_days = np.maximum.reduceat(c["days"], pairs)
+        key_of_pair = np.searchsorted(keys, pairs, side="right") - 1
+        rows = {"slot": slot[keys], "number": number[keys],
+                "day": np.maximum.reduceat(day, keys),
+                "first": np.minimum.reduceat(c["first"], keys),
+                "last": np.maximum.reduceat(c["last"], keys),
+                "records": np.add.reduceat(c["records"], keys),
+                "days": np.bincount(key_of_pair, weights=pair_days,
+                                    minlength=len(keys)).astype(np.int64)}
+        self.over |= np.bincount(rows["slot"], minlength=len(self.over)) > self.cap
+        kept = ~self.over[rows["slot"]]
+        self.rows = {name: column[kept] for name, column in rows.items()}
+
+
+async def router_tallies(db: Database, asked: list[tuple[str, str]], slots: list[int],
+                         indicators: int, since: datetime, until: datetime,
+                         cap: int) -> list[Tallied]:
+    """For each of `indicators` (slots: the indicator each asked value is one of), its
+    routers over the days from `since` to `until`, or that more than `cap` saw it; read in
+    one snapshot."""
+    async with db.snapshot() as reads:
+        removed = np.array([n for (n,) in await reads.fetchall(hunt_db.REMOVED_ROUTERS)],
+                           dtype=np.int64)
+        folder = _Folder(indicators, cap, removed)
+        await _read_packed(reads, await value_hashes(reads, asked), slots, since, until,
+                           folder)
+        provisional = await _read_unpacked(reads, asked, slots, indicators, since, until,
+                                           folder)
+        folder.fold()
+        return await _named(reads, folder, provisional, indicators)
+
+
+async def _read_packed(reads: Reads, hashes: list[int], slots: list[int], since: datetime,
+                       until: datetime, folder: _Folder) -> None:
+    days = await reads.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
+    hash_of = np.array(hashes, dtype=np.int64)
+    slot_of = np.array(slots, dtype=np.int64)
+    by_bits: dict[int, dict[int, np.ndarray]] = {}
+    for bits in {bits for _, bits in days}:
+        buckets = np.array([bucket_of(h, bits) for h in hashes], dtype=np.int64)
+        order = np.argsort(buckets, kind="stable")
+        found, starts = np.unique(buckets[order], return_index=True)
+        by_bits[bits] = dict(zip(found.tolist(), np.split(order, starts[1:])))
+    start = 0
+    while start < len(days):
+        blocks: dict[tuple[datetime, int], np.ndarray] = {}
+        while start < len(days) and len(blocks) < BLOCKS_A_READ:
+            day, bits = days[start]
+            for bucket, values in by_bits[bits].items():
+                blocks[(day, bucket)] = values
+            start += 1
+        rows = await reads.fetchall_binary(hunt_db.BLOCKS, {
+            "days": [d for d, _ in blocks], "buckets": [b for _, b in blocks]})
+        for day, bucket, data in rows:
+            values = blocks[(day, bucket)]
+            block = decode(data)
+            at = block.present(hash_of[values])
+            hit = at >= 0
+            if not hit.any():
+                continue
+            which, routers, records, first, span = block.columns_of(at[hit])
+            first = int(day.timestamp()) + first.astype(np.int64)
+            folder.add(slot_of[values[hit]][which], routers,
+                       np.full(len(which), _day_number(day)), first, first + span, records)
+
+
+async def _read_unpacked(reads: Reads, asked: list[tuple[str, str]], slots: list[int],
+                         indicators: int, since: datetime, until: datetime,
+                         folder: _Folder) -> dict[int, str]:
+    """The postings still in rows, at most cap + 1 routers a value; the MACs of routers
+    numbered for this read only."""
+    gathered = [_Gathered() for _ in range(indicators)]
+    numbers: dict[str, int] = {}
+    provisional: dict[int, str] = {}
+    counts = await read_unpacked(reads, asked, slots, since, until, folder.cap + 1, gathered,
+                                 numbers, provisional)
+    for n, (one, count) in enumerate(zip(gathered, counts)):
+        if count is not None:  # more routers than read
+            folder.over[n] = True
+        number, day, first, last, records = one.columns()
+        if len(number):
+            folder.add(np.full(len(number), n), number, day, first, last, records)
+    return provisional
+
+
+async def _named(reads: Reads, folder: _Folder, provisional: dict[int, str],
+                 indicators: int) -> list[Tallied]:
+    rows = folder.rows
+    numbers = np.unique(rows["number"][rows["number"] >= 0]).tolist()
+    macs = dict(await reads.fetchall(hunt_db.ROUTER_MACS, {"ids": numbers})) if numbers \
+        else {}
+    macs.update(provisional)
+    found = [Tallied([], bool(over)) for over in folder.over]
+    for slot, number, first, last, days, records in zip(
+            *(rows[name].tolist() for name in ("slot", "number", "first", "last", "days",
+                                               "records"))):
+        if number in macs:  # else removed meanwhile
+            found[slot].routers.append(RouterTally(
+                macs[number], datetime.fromtimestamp(first, timezone.utc),
+                datetime.fromtimestamp(last, timezone.utc), days, records))
+    return found
