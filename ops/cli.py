@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
 import os
 import re
 import shutil
-import socket
 import sys
 
 from ops.allowlist import add_arguments as add_allowlist_arguments
@@ -35,64 +33,32 @@ from ops.subscriptions import subscriptions
 from ops.telemetry import add_arguments as add_telemetry_arguments
 from ops.telemetry import telemetry
 from server import SERVICE_VERSION
-from server.app import create_app
 from server.db.embedded import embedded_program
 from server.db.lifecycle import prepare_database, reach_server
 from server.db.migrate import SchemaNotReady, release_schema_version, roll_back_migrations
-from server.db import service_settings
-from server.db.service_settings import CONSOLE_SECRET_SET
 from server.db.pool import Database
 from server.exposure import refuse_unchosen
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
-from server.settings import (Settings, SettingsError, load_settings, shared_with_commands,
-                             unrecognised_settings)
+from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
 from server.logs import configure_logging
 from server.process.instance import only_service_on
-from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
+from server.process.child import run as run_process
 from server.process.supervisor import Supervisor, refuse_taken_listeners
-from server.typedefs import DATABASE, IN_FLIGHT
 
 log = logging.getLogger("router_backend.settings")
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
-    """One process doing everything (HTTP_WORKERS=1), the supervisor of HTTP_WORKERS workers,
-    or (`--role`, as the supervisor starts them) one of its children."""
-    role = getattr(args, "role", None)
-    if role is not None:  # a child of the supervisor, which holds DATA_DIR
-        return serve_role(settings, args, role)
+    """One process doing everything (HTTP_WORKERS=1), or the supervisor of HTTP_WORKERS
+    workers, which starts its children by their own entry (server/process/child.py)."""
     refuse_unchosen(settings)
     with only_service_on(settings):
         refuse_taken_listeners(settings)  # before the database is made or touched
         workers = getattr(args, "workers", None) or settings.http_workers
         if workers > 1:
-            return Supervisor(settings, workers, [sys.executable, "-m", "ops.cli",
-                                                  "serve"]).run()
-        return serve_role(settings, args, "all")
-
-
-async def record_settings(settings: Settings, app) -> None:
-    """The settings this start runs with, for the operator commands (ops/command.py)."""
-    values = {name: value for name, value in settings.given if shared_with_commands(name)}
-    if settings.console_secret:  # that it is set, never what it is
-        values[CONSOLE_SECRET_SET] = "true"
-    await service_settings.record(app[DATABASE], values, f"{socket.gethostname()}:{os.getpid()}")
-
-
-def serve_role(settings: Settings, args: argparse.Namespace, role: str) -> int:
-    """One process of the service: all of it, or one of the supervisor's children."""
-    inherited = Inherited.from_fds(args.listen_fds, args.console_fds) if role == "http" else None
-    app = create_app(settings, role, getattr(args, "metrics_dir", None))
-    if role != "http":  # the one process that runs the jobs: recorded once a start
-        app.on_startup.append(functools.partial(record_settings, settings))
-    if role == "background":
-        asyncio.run(run_until_stopped(app))
-    else:
-        asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
-                                        settings.listen_port, settings.shutdown_grace_seconds,
-                                        settings.http_idle_timeout_seconds, inherited))
-    return 0
+            return Supervisor(settings, workers).run()
+        return run_process(settings, "all")
 
 
 def migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -192,12 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser = commands.add_parser("serve", help="run the HTTP service (the default)")
     serve_parser.add_argument("--workers", type=positive_integer, default=None,
                               help="HTTP worker processes (default: HTTP_WORKERS)")
-    # Set by the supervisor for its children, not by operators.
-    serve_parser.add_argument("--role", choices=("http", "background"), default=None,
-                              help=argparse.SUPPRESS)
-    serve_parser.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
-    serve_parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
-    serve_parser.add_argument("--console-fds", default="", help=argparse.SUPPRESS)
     migrate_parser = commands.add_parser(
         "migrate", help="create the database when missing and apply pending migrations, then "
                         "exit (serve does it too; other commands only check)")
@@ -253,9 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
         configure_logging(settings.log_config)
-        if getattr(args, "role", None) is None:  # (the supervisor's children: said once)
-            for warning in unrecognised_settings():
-                log.warning("%s", warning)
+        for warning in unrecognised_settings():
+            log.warning("%s", warning)
         return COMMANDS[args.command or "serve"](settings, args)
     except SettingsError as error:
         print(f"router-backend: {error}", file=sys.stderr)

@@ -168,8 +168,8 @@ class ServerRunner:
                 command = (entry / "cmdline").read_bytes().split(b"\0")
             except (OSError, IndexError, ValueError):
                 continue  # exited meanwhile
-            if parent == self.process.pid and b"--role" in command[:-1] and \
-                    command[command.index(b"--role") + 1] == role.encode():
+            if parent == self.process.pid and b"server.process.child" in command[:-1] and \
+                    command[command.index(b"server.process.child") + 1] == role.encode():
                 pids.append(int(entry.name))
         return sorted(pids)
 

@@ -63,3 +63,12 @@ def test_the_agent_importing_the_service_or_a_third_party_package_is_reported(tm
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "agent.tail -> server.text" in result.stdout and "agent.tail -> orjson" in result.stdout
+
+
+def test_no_command_line_flag_is_hidden():
+    """The supervisor starts its children by their own entry (server/process/child.py), so
+    the operators' commands have no flags kept from their --help."""
+    hidden = [str(path.relative_to(REPOSITORY)) for folder in ("ops", "server")
+              for path in (REPOSITORY / folder).rglob("*.py")
+              if "bench" not in path.parts and "argparse.SUPPRESS" in path.read_text()]
+    assert hidden == []

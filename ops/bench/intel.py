@@ -8,7 +8,7 @@ router downloads when 1 % of the feed changes.
 The feed: 100,000 values, domains and addresses, half of them from the index's own pools
 (so some every router saw, most a few routers, many none), half never posted. It is taken
 through the service's path (server/intel/feeds.py import_file: parsing, the swap in one
-transaction), then retro-hunted (server/intel/retro.py retro_hunt: batches of 10,000,
+transaction), then retro-hunted (server/intel/retro.py retro_hunt: the blocks read once,
 prevalence checked, sightings recorded). The document is built as a server process builds
 it (the delivery statement, engine/intel.py, gzip once); the reference, in the same run, is
 the same values written one a line and gzip-compressed. The daily change is 1 % of the

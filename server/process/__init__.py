@@ -1,4 +1,6 @@
-"""How a server process runs: `supervisor.py` (`serve` with several HTTP workers and one
-background process, restarting a child that dies), `shutdown.py` (serve until SIGTERM,
+"""How a server process runs: `child.py` (one process of the service: all of it, or a
+supervisor's child started by its own entry, `python -m server.process.child`),
+`supervisor.py` (`serve` with several HTTP workers and one background process, restarting a
+child that dies), `shutdown.py` (serve until SIGTERM,
 then drain the requests in progress before stopping) and `instance.py` (one service per
 DATA_DIR)."""

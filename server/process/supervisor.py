@@ -22,8 +22,8 @@ One process that serves nothing itself and keeps the host's service running:
 - collects every child's metrics in one directory (server/metrics.py), so one scrape of any
   worker reports the host.
 
-Children are `router-backend serve --role http|background` (the command is given by the
-caller); they die with the supervisor (PR_SET_PDEATHSIG), as a crashed service should.
+Children are started by their own entry, `python -m server.process.child http|background`
+(server/process/child.py); they die with the supervisor (PR_SET_PDEATHSIG), as a crashed service should.
 
 Kept as our own rather than gunicorn with aiohttp's GunicornWebWorker: gunicorn runs HTTP
 workers only, and this host also needs its one background process, the embedded database
@@ -50,6 +50,7 @@ from server.db.connect import connect
 from server.db.lifecycle import REVIVE_SECONDS, prepare_database, revive_once
 from server.db.location import DatabaseLocation
 from server.jobs import MOST_JOBS
+from server.process.child import command as child_command
 from server.settings import Settings
 
 log = logging.getLogger("router_backend.supervisor")
@@ -82,9 +83,8 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, workers: int, command: list[str]):
+    def __init__(self, settings: Settings, workers: int):
         self._settings = settings
-        self._command = command
         self._children = [Child("background", 0)] + [Child("http", n + 1)
                                                        for n in range(workers)]
         self._metrics_dir = settings.data_dir / "metrics"
@@ -189,12 +189,10 @@ class Supervisor:
                 "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir)}
 
     def _start(self, child: Child, environment: dict[str, str]) -> None:
-        command = [*self._command, "--role", child.role, "--metrics-dir", str(self._metrics_dir)]
-        if child.role == "http":
-            if not child.sockets:  # closed for a crash loop's delay
-                self._open_sockets(child)
-            command += ["--listen-fds", fds_argument(child.sockets),
-                        "--console-fds", fds_argument(child.console_sockets)]
+        if child.role == "http" and not child.sockets:  # closed for a crash loop's delay
+            self._open_sockets(child)
+        command = child_command(child.role, str(self._metrics_dir),
+                                fds_argument(child.sockets), fds_argument(child.console_sockets))
         inherited = [sock.fileno() for sock in child.sockets + child.console_sockets]
         # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which stops
         # its children in order (SIGTERM) rather than each of them dying mid-start.
