@@ -58,7 +58,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
         workers = getattr(args, "workers", None) or settings.http_workers
         if workers > 1:
             return Supervisor(settings, workers).run()
-        return run_process(settings, "all")
+        return run_process(settings)
 
 
 def migrate(settings: Settings, args: argparse.Namespace) -> int:

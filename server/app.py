@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from typing import AsyncIterator
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
 
 from aiohttp import web
 
 from server.web.access_log import quiet_refused_heads
 from server.console.app import create_console_app
+from server.console.hunting import HUNTS_AT_ONCE
 from server.changes import ChangeFeed
 from server.db.channels import FLEET_LIST as FLEET_LIST_CHANNEL
 from server.db.channels import INTEL_LIST as INTEL_LIST_CHANNEL
@@ -33,6 +36,7 @@ from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
 from server.intel.jobs import intel_jobs
+from server.jobs import MOST_JOBS
 from server.jobs.fleet import service_networks
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics
@@ -45,7 +49,7 @@ from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
 from server.web.routes import add_routes
 from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, GENERATION,
-                             IN_FLIGHT, INGESTION, METRICS, NOTIFIER, ROLE, ROUTER_KEYS,
+                             IN_FLIGHT, INGESTION, METRICS, NOTIFIER, PARTS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
@@ -54,19 +58,31 @@ log = logging.getLogger("router_backend.http")
 CLIENT_MAX_SIZE = 1024 * 1024
 
 
-# What one process does. `all`: everything (HTTP_WORKERS=1). Under the supervisor
-# (server/process/supervisor.py): `http`, one of the HTTP workers (requests only), and `background`,
-# the host's one process for the generation queue, scheduled jobs and notification retries.
-ROLES = ("all", "http", "background")
 GAUGE_REFRESH_SECONDS = 5
 
 
-def create_app(settings: Settings, role: str = "all",
-               metrics_dir: str | None = None) -> web.Application:
-    """`metrics_dir`: the supervisor's multiprocess metrics directory (server/metrics.py)."""
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}")
-    if role != "background":
+@dataclass(frozen=True)
+class Part:
+    """One part of what a process does, as data: whether it serves HTTP, the cleanup
+    contexts it adds with the router service (in order), whether it sends the notification
+    retries, and the database connections it holds at most beside the process's own pool
+    (DB_POOL_MAX): a host's total is summed from its processes' parts."""
+    name: str
+    serves: bool
+    router_contexts: tuple[Callable[[web.Application], AsyncIterator[None]], ...]
+    retries: bool
+    connections: Callable[[Settings], int]
+
+
+def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
+               metrics_dir: str | None = None, migrate: bool = True) -> web.Application:
+    """The process's application: its `parts` (by default EVERYTHING, HTTP_WORKERS=1) in
+    order; `metrics_dir`: the supervisor's multiprocess metrics directory
+    (server/metrics.py); `migrate`: a lone process migrates, the supervisor's children find
+    the schema it prepared."""
+    parts = EVERYTHING if parts is None else parts
+    serves = any(part.serves for part in parts)
+    if serves:
         for risk in chosen_risks(settings):
             log.warning("%s", risk)
         quiet_refused_heads()
@@ -79,9 +95,9 @@ def create_app(settings: Settings, role: str = "all",
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[IN_FLIGHT] = in_flight
-    app[ROLE] = role
-    app.cleanup_ctx.append(database_context)
-    if role != "background":
+    app[PARTS] = parts
+    app.cleanup_ctx.append(functools.partial(database_context, migrate=migrate))
+    if serves:
         metrics.http_workers.set(1)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
                                         settings.router_records_per_minute,
@@ -91,12 +107,13 @@ def create_app(settings: Settings, role: str = "all",
         if settings.console:
             app.add_subapp("/console/", create_console_app(settings, outer))
     if "router" in settings.services:
-        add_router_service(app)
+        for part in parts:
+            app.cleanup_ctx.extend(part.router_contexts)
     if "notifications" in settings.services:
         app.cleanup_ctx.append(notifications_context)
-        if role != "background":
+        if serves:
             app.add_subapp("/api/", create_notifications_app(settings, outer))
-    if role != "background":
+    if serves:
         add_routes(app, operations.ROUTES
                    + (router_api.ROUTES if "router" in settings.services else []), outer)
     if metrics_dir:
@@ -104,30 +121,17 @@ def create_app(settings: Settings, role: str = "all",
     return app
 
 
-def add_router_service(app: web.Application) -> None:
+async def database_context(app: web.Application, migrate: bool) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    if app[ROLE] != "http":  # first: the registry wakes the queue this process runs
-        app.cleanup_ctx.append(generation_context)
-        app.cleanup_ctx.append(jobs_context)
-    if app[ROLE] != "background":
-        app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
-                                        settings.ingest_max_uploads_per_address)
-        app.cleanup_ctx.append(ingest_database_context)
-        app.cleanup_ctx.append(traffic_tally_context)
-        app.cleanup_ctx.append(registry_context)
-        app.cleanup_ctx.append(change_feed_context)
-
-
-async def database_context(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    # A lone process migrates; the supervisor's children find the schema it prepared.
-    async with open_database(settings, migrate=app[ROLE] == "all") as database:
+    async with open_database(settings, migrate=migrate) as database:
         app[DATABASE] = database
         yield
 
 
 async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
+    app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
+                                    settings.ingest_max_uploads_per_address)
     database = await Database.open(app[DATABASE].location, 0, settings.ingest_db_pool_max,
                                    settings.db_timeout_seconds)
     app[INGESTION] = Ingestion(database, app[FLOOD_LIMITS], settings)
@@ -211,7 +215,7 @@ async def notifications_context(app: web.Application) -> AsyncIterator[None]:
                         app[METRICS])
     app[NOTIFIER] = notifier
     app[SENDS] = Sends.from_settings(app[DATABASE], notifier, app[SETTINGS])
-    notifier.start(retries=app[ROLE] != "http")
+    notifier.start(retries=any(part.retries for part in app[PARTS]))
     try:
         yield
     finally:
@@ -248,3 +252,25 @@ async def jobs_context(app: web.Application) -> AsyncIterator[None]:
     finally:
         await indexer.stop()
         await jobs.stop()
+
+
+# The parts (above). WORKING first: the registry of SERVING wakes the generation queue when
+# the same process runs it.
+WORKING = Part("working", serves=False, router_contexts=(generation_context, jobs_context),
+               retries=True,
+               # generation workers' connections, each running job's lock, and the sessions
+               # some jobs hold beside it (the hunt index's packing, the retro-hunt's lock, the
+               # live match's indexing), and the hunt indexer's loop (server/hunt/indexer.py)
+               connections=lambda s: s.rule_generation_max_concurrent + MOST_JOBS + 4)
+SERVING = Part("serving", serves=True,
+               router_contexts=(ingest_database_context, traffic_tally_context,
+                                registry_context, change_feed_context),
+               retries=False,
+               # the ingestion pool, the change feed's LISTEN, the console's hunts' indexing
+               connections=lambda s: s.ingest_db_pool_max + 1 + HUNTS_AT_ONCE)
+EVERYTHING = (WORKING, SERVING)
+
+
+def connections_needed(settings: Settings, parts: tuple[Part, ...]) -> int:
+    """The most connections one process of these parts opens."""
+    return settings.db_pool_max + sum(part.connections(settings) for part in parts)

@@ -35,5 +35,5 @@ IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
 FLEET_LIST = web.AppKey("fleet_list", FleetList)
 INTEL_LIST = web.AppKey("intel_list", IntelList)
-# What this process does (server/app.py ROLES).
-ROLE = web.AppKey("role", str)
+# What this process does: its parts (server/app.py Part, SERVING, WORKING).
+PARTS = web.AppKey("parts", tuple)

@@ -134,7 +134,7 @@ class ServerRunner:
             return True
         serving = [line for line in self.log_tail(1_000_000).splitlines()
                    if "serving on" in line]
-        pids = self.children("http")
+        pids = self.children("serving")
         return len(pids) == workers and all(any(f"(pid {pid})" in line for line in serving)
                                             for pid in pids)
 
@@ -157,8 +157,9 @@ class ServerRunner:
         """VmRSS (current) or VmHWM (peak) resident memory of the server process."""
         return memory_kib(self.process.pid, field)
 
-    def children(self, role: str) -> list[int]:
-        """Pids of the supervisor's children of `role` (http or background), from /proc."""
+    def children(self, part: str) -> list[int]:
+        """Pids of the supervisor's children running `part` (serving or working), from
+        /proc."""
         pids = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -169,7 +170,7 @@ class ServerRunner:
             except (OSError, IndexError, ValueError):
                 continue  # exited meanwhile
             if parent == self.process.pid and b"server.process.child" in command[:-1] and \
-                    command[command.index(b"server.process.child") + 1] == role.encode():
+                    command[command.index(b"server.process.child") + 1] == part.encode():
                 pids.append(int(entry.name))
         return sorted(pids)
 

@@ -28,7 +28,7 @@ def records(n_start: int, count: int) -> bytes:
 async def test_large_body_streams_in_flat_memory(database, tmp_path, sql, workers):
     server = ServerRunner(database, tmp_path, INGEST_MAX_BODY_BYTES=str(2 * BODY_MIB * 2**20),
                           DB_LOG_LEVEL="error", HTTP_WORKERS=str(workers)).start()
-    serving = server.children("http") if workers > 1 else [server.process.pid]
+    serving = server.children("serving") if workers > 1 else [server.process.pid]
     try:
         headers = {"X-ID": MAC, "Content-Type": "application/x-ndjson"}
         async with aiohttp.ClientSession() as session:

@@ -55,8 +55,8 @@ def supervised(database, tmp_path):
 
 
 async def test_workers_serve_and_one_scrape_reports_the_host(supervised, database):
-    assert len(supervised.children("http")) == WORKERS
-    assert len(supervised.children("background")) == 1
+    assert len(supervised.children("serving")) == WORKERS
+    assert len(supervised.children("working")) == 1
     body = b"\n".join(orjson.dumps({"event_type": "alert", "flow_id": n}) for n in range(10))
     async with aiohttp.ClientSession() as session:
         for number in range(40):  # new connections: the kernel spreads them over the workers
@@ -94,7 +94,7 @@ async def test_workers_serve_and_one_scrape_reports_the_host(supervised, databas
 
 
 async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
-    victim = supervised.children("http")[0]
+    victim = supervised.children("serving")[0]
     supervised_pid = supervised.process.pid
     async with aiohttp.ClientSession() as session:
         subprocess.run(["kill", "-9", str(victim)], check=True)
@@ -110,7 +110,7 @@ async def test_a_killed_worker_is_replaced_while_the_others_serve(supervised):
                 assert response.status == 200
 
         async def replaced():
-            pids = supervised.children("http")
+            pids = supervised.children("serving")
             return len(pids) == WORKERS and victim not in pids
 
         await wait_for(replaced, timeout=15)
@@ -129,7 +129,7 @@ async def test_connections_waiting_for_a_killed_worker_are_answered_by_another(s
     a worker's, so a worker that dies takes none of the waiting ones with it. The victim is
     stopped first (it accepts nothing), new connections arrive, then it is killed: with a
     socket per worker (SO_REUSEPORT) about half of them were queued on its socket and reset."""
-    victim = supervised.children("http")[0]
+    victim = supervised.children("serving")[0]
     os.kill(victim, signal.SIGSTOP)
     try:
         async with aiohttp.ClientSession(
@@ -152,15 +152,15 @@ async def test_new_connections_skip_a_worker_slot_in_a_crash_loop_delay(supervis
     """A worker killed past RESTART_BURST times in the window is restarted after a delay
     (2 s here); its slot's sockets are closed meanwhile, so new connections are answered at
     once by the other worker instead of waiting in the slot's queue for the restart."""
-    victim = supervised.children("http")[0]
+    victim = supervised.children("serving")[0]
     for kill in range(RESTART_BURST + 2):  # the last two deaths: 1 s, then 2 s of delay
-        others = set(supervised.children("http")) - {victim}
+        others = set(supervised.children("serving")) - {victim}
         os.kill(victim, signal.SIGKILL)
         if kill == RESTART_BURST + 1:
             break
 
         async def replaced():
-            return set(supervised.children("http")) - others - {victim}
+            return set(supervised.children("serving")) - others - {victim}
 
         victim = (await wait_for(replaced, timeout=10)).pop()
 
@@ -177,7 +177,7 @@ async def test_new_connections_skip_a_worker_slot_in_a_crash_loop_delay(supervis
                 assert response.status == 200
 
     async def both_back():
-        return len(supervised.children("http")) == WORKERS and supervised.every_worker_serving()
+        return len(supervised.children("serving")) == WORKERS and supervised.every_worker_serving()
 
     await wait_for(both_back, timeout=15)
 
@@ -210,7 +210,7 @@ async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
     assert stored_count(Sql(database)) == 8 * lines
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", supervised.port), timeout=1).close()
-    assert supervised.children("http") == []
+    assert supervised.children("serving") == []
 
 
 def test_a_taken_port_stops_the_start_with_one_line(database, tmp_path):
@@ -234,7 +234,7 @@ def test_a_crash_loop_is_slowed_down_and_a_burst_is_not():
 
 
 async def test_the_children_die_with_a_killed_supervisor(supervised):
-    children = supervised.children("http") + supervised.children("background")
+    children = supervised.children("serving") + supervised.children("working")
     assert len(children) == WORKERS + 1
     supervised.kill()   # SIGKILL: no chance to stop them itself
 

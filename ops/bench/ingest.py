@@ -166,7 +166,7 @@ def main() -> int:
         print(f"hunt indexer: every upload indexed {max(index_times):.1f} s after the last "
               f"was answered at most (HUNT_INDEX_SECONDS {HUNT_INDEX_SECONDS}, the indexer's "
               "turn every so often, in the same process)")
-        serving = server.children("http") if args.workers > 1 else [server.process.pid]
+        serving = server.children("serving") if args.workers > 1 else [server.process.pid]
         peaks = ", ".join(f"{memory_kib(pid, 'VmHWM') / 1024:.0f}" for pid in serving)
         print(f"peak RSS of the serving process(es): {peaks} MiB")
     return 0

@@ -145,7 +145,7 @@ def main() -> int:
             # the registration polls, flushed every FLUSH_SECONDS.
             time.sleep(STATS_SETTLE_SECONDS + FLUSH_SECONDS)
             writes_before = row_writes(location)
-            single, pair = [server.process.pid], workers.children("http")
+            single, pair = [server.process.pid], workers.children("serving")
             for _ in range(args.rounds):
                 runs["constant"].append(run_wrk(
                     f"http://127.0.0.1:{port}/rules/ids", None, args.seconds, 32,

@@ -59,9 +59,9 @@ async def replace_worker(server: ServerRunner, victim: int, workers: int) -> flo
     """Seconds until the supervisor runs `workers` HTTP workers again, none of them `victim`,
     and the new one listens (it logs `serving on ... (pid N)`)."""
     started, log_from = time.monotonic(), server.log_path.stat().st_size
-    before = set(server.children("http"))
+    before = set(server.children("serving"))
     while time.monotonic() - started < REPLACE_TIMEOUT:
-        pids = set(server.children("http"))
+        pids = set(server.children("serving"))
         new = pids - before
         if len(pids) == workers and victim not in pids and new and all(
                 f":{server.port} (pid {pid})" in read_from(server.log_path, log_from)
@@ -91,7 +91,7 @@ async def worker_kill_drill(location: DatabaseLocation, workdir: Path, kills: in
     try:
         for _ in range(kills):
             await asyncio.sleep(rng.uniform(*up_seconds))
-            victim = rng.choice(server.children("http"))
+            victim = rng.choice(server.children("serving"))
             held += connections_of(victim, server.port)
             _kill(victim)
             replaced_in.append(await replace_worker(server, victim, workers))

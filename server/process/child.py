@@ -1,13 +1,14 @@
-"""One process of the service: all of it (`router-backend serve` with HTTP_WORKERS=1, which
-calls `run`), or one of the supervisor's children, which it starts by this module's own
-entry, not by flags of the operators' command:
+"""One process of the service: every part of it (`router-backend serve` with
+HTTP_WORKERS=1, which calls `run`), or one of the supervisor's children, which it starts by
+this module's own entry, not by flags of the operators' command:
 
-    python -m server.process.child http --metrics-dir DIR --listen-fds FDS --console-fds FDS
-    python -m server.process.child background --metrics-dir DIR
+    python -m server.process.child serving --metrics-dir DIR --listen-fds FDS --console-fds FDS
+    python -m server.process.child working --metrics-dir DIR
 
-`http`: an HTTP worker, serving from the sockets it inherits; `background`: the host's one
+`serving`: an HTTP worker, serving from the sockets it inherits; `working`: the host's one
 process for the generation queue, the scheduled jobs, the hunt indexer and the notification
-retries. The settings come from the environment the supervisor hands down.
+retries (server/app.py SERVING, WORKING). The settings come from the environment the
+supervisor hands down.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import socket
 import sys
 
-from server.app import create_app
+from server.app import EVERYTHING, SERVING, WORKING, Part, create_app
 from server.db import service_settings
 from server.db.migrate import SchemaNotReady
 from server.db.service_settings import CONSOLE_SECRET_SET
@@ -28,7 +29,7 @@ from server.process.shutdown import Inherited, run_until_stopped, serve_until_st
 from server.settings import Settings, SettingsError, load_settings, shared_with_commands
 from server.typedefs import DATABASE, IN_FLIGHT
 
-CHILD_ROLES = ("http", "background")
+CHILDREN = {part.name: part for part in (SERVING, WORKING)}
 
 
 async def record_settings(settings: Settings, app) -> None:
@@ -39,13 +40,13 @@ async def record_settings(settings: Settings, app) -> None:
     await service_settings.record(app[DATABASE], values, f"{socket.gethostname()}:{os.getpid()}")
 
 
-def run(settings: Settings, role: str, metrics_dir: str | None = None,
-        inherited: Inherited | None = None) -> int:
-    """Serve as `role` (all, http or background) until stopped."""
-    app = create_app(settings, role, metrics_dir)
-    if role != "http":  # the one process that runs the jobs: recorded once a start
+def run(settings: Settings, parts: tuple[Part, ...] = EVERYTHING,
+        metrics_dir: str | None = None, inherited: Inherited | None = None) -> int:
+    """Run these parts until stopped: a lone process (every part) migrates first."""
+    app = create_app(settings, parts, metrics_dir, migrate=parts == EVERYTHING)
+    if WORKING in parts:  # the one process that runs the jobs: recorded once a start
         app.on_startup.append(functools.partial(record_settings, settings))
-    if role == "background":
+    if not any(part.serves for part in parts):
         asyncio.run(run_until_stopped(app))
     else:
         asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
@@ -54,11 +55,12 @@ def run(settings: Settings, role: str, metrics_dir: str | None = None,
     return 0
 
 
-def command(role: str, metrics_dir: str, listen_fds: str = "",
+def command(part: Part, metrics_dir: str, listen_fds: str = "",
             console_fds: str = "") -> list[str]:
-    """How the supervisor starts a child."""
-    started = [sys.executable, "-m", "server.process.child", role, "--metrics-dir", metrics_dir]
-    if role == "http":
+    """How the supervisor starts a child running `part`."""
+    started = [sys.executable, "-m", "server.process.child", part.name,
+               "--metrics-dir", metrics_dir]
+    if part.serves:
         started += ["--listen-fds", listen_fds, "--console-fds", console_fds]
     return started
 
@@ -66,20 +68,21 @@ def command(role: str, metrics_dir: str, listen_fds: str = "",
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server.process.child",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("role", choices=CHILD_ROLES)
+    parser.add_argument("part", choices=sorted(CHILDREN))
     parser.add_argument("--metrics-dir", required=True,
                         help="the supervisor's multiprocess metrics directory")
     parser.add_argument("--listen-fds", default="",
-                        help="the inherited listening sockets (http)")
+                        help="the inherited listening sockets (serving)")
     parser.add_argument("--console-fds", default="",
-                        help="the inherited console sockets (http)")
+                        help="the inherited console sockets (serving)")
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
         configure_logging(settings.log_config)
+        part = CHILDREN[args.part]
         inherited = Inherited.from_fds(args.listen_fds, args.console_fds) \
-            if args.role == "http" else None
-        return run(settings, args.role, args.metrics_dir, inherited)
+            if part.serves else None
+        return run(settings, (part,), args.metrics_dir, inherited)
     except SettingsError as error:
         print(f"{parser.prog}: {error}", file=sys.stderr)
         return 2

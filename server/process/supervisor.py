@@ -49,7 +49,7 @@ from engine.processes import die_with_parent
 from server.db.connect import connect
 from server.db.lifecycle import REVIVE_SECONDS, prepare_database, revive_once
 from server.db.location import DatabaseLocation
-from server.jobs import MOST_JOBS
+from server.app import SERVING, WORKING, Part, connections_needed
 from server.process.child import command as child_command
 from server.settings import Settings
 
@@ -67,7 +67,7 @@ LISTEN_BACKLOG = 128           # connections queued per worker slot (aiohttp's d
 
 @dataclass
 class Child:
-    role: str                  # http or background
+    part: Part                 # SERVING (an HTTP worker) or WORKING
     number: int
     process: subprocess.Popen | None = None
     started: float = 0.0
@@ -79,14 +79,14 @@ class Child:
 
     @property
     def name(self) -> str:
-        return f"{self.role} worker {self.number}" if self.role == "http" else "background"
+        return f"HTTP worker {self.number}" if self.part.serves else "background"
 
 
 class Supervisor:
     def __init__(self, settings: Settings, workers: int):
         self._settings = settings
-        self._children = [Child("background", 0)] + [Child("http", n + 1)
-                                                       for n in range(workers)]
+        self._children = [Child(WORKING, 0)] + [Child(SERVING, n + 1)
+                                                  for n in range(workers)]
         self._metrics_dir = settings.data_dir / "metrics"
         self._stopping = False
         self._stop_signal: str | None = None
@@ -138,14 +138,10 @@ class Supervisor:
         return 0
 
     def connections_needed(self) -> int:
-        """The most connections the host's processes open: each HTTP worker's two pools and
-        its change feed's LISTEN connection, the background process's pool, its generation workers'
-        connections and its running jobs' locks, and a few for operators' commands."""
-        settings = self._settings
-        http = settings.db_pool_max + settings.ingest_db_pool_max + 1
-        background = (settings.db_pool_max + settings.rule_generation_max_concurrent + 1
-                      + MOST_JOBS)
-        return (len(self._children) - 1) * http + background + OPERATOR_CONNECTIONS
+        """The most connections the host's processes open, summed from their parts
+        (server/app.py Part), and a few for operators' commands."""
+        return sum(connections_needed(self._settings, (child.part,))
+                   for child in self._children) + OPERATOR_CONNECTIONS
 
     def _listen(self) -> None:
         refuse_taken_listeners(self._settings)
@@ -189,9 +185,9 @@ class Supervisor:
                 "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir)}
 
     def _start(self, child: Child, environment: dict[str, str]) -> None:
-        if child.role == "http" and not child.sockets:  # closed for a crash loop's delay
+        if child.part.serves and not child.sockets:  # closed for a crash loop's delay
             self._open_sockets(child)
-        command = child_command(child.role, str(self._metrics_dir),
+        command = child_command(child.part, str(self._metrics_dir),
                                 fds_argument(child.sockets), fds_argument(child.console_sockets))
         inherited = [sock.fileno() for sock in child.sockets + child.console_sockets]
         # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which stops
