@@ -11,6 +11,7 @@ import random
 import re
 from datetime import datetime, timedelta, timezone
 
+import orjson
 import pytest
 
 from server.db.hunt import postings_statement
@@ -21,7 +22,7 @@ from server.hunt.sightings import sightings
 from server.jobs.retention import run_retention
 from server.telemetry.hunt_packing import pack
 from server.telemetry.indicators import indicator
-from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY, Postings
+from server.telemetry.postings import POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, Postings
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
@@ -411,3 +412,32 @@ async def test_a_retro_hunts_tallies_agree_with_the_hunt(make_client, settings, 
     capped = await tallies.router_tallies(db, [a for a, _ in asked], [n for _, n in asked],
                                           len(wanted), since, until, cap=2)
     assert [(one.over, len(one.routers)) for one in capped] == [(True, 0), (True, 0)]
+
+
+async def test_one_large_upload_adds_at_most_its_days_budget(make_client, settings, sql):
+    """A router's first upload of the day, of 3,000 new names (review of the indexer: one
+    upload of 99,000 records wrote 398,000 postings against a budget of 20,000), adds at most
+    what its day has left and one free allowance; the rest is counted as not indexed."""
+    client = await make_client(settings.replace(hunt_postings_per_router_day=100))
+    await upload(client, mac(30), [dns(f"n{n}.large.example") for n in range(3000)])
+    rows = sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(30),))
+    assert 100 <= rows <= 100 + POSTINGS_FREE
+    assert sql.value("SELECT unindexed FROM hunt_budgets WHERE mac = %s", (mac(30),)) > 0
+
+
+async def test_no_upload_holds_up_the_others(make_client, settings, sql, caplog):
+    """A flow whose alert carries a list for a signature id (/log/cfm does not check it)
+    used to stop the indexer for every router; and an upload whose stored chunk cannot be
+    read (damaged on disk) is set aside, named in the log, while the others are indexed."""
+    client = await make_client(settings.replace(hunt_index_seconds=3600))
+    hostile = {**flow("192.168.1.20", "203.0.113.66"), "alert": {"signature_id": [1]}}
+    await client.post("/log/cfm", data=orjson.dumps(hostile), headers={
+        "X-ID": mac(31), "Content-Type": "application/x-ndjson"})
+    await client.post("/log/cfm", data=orjson.dumps(dns("damaged.example")), headers={
+        "X-ID": mac(32), "Content-Type": "application/x-ndjson"})
+    sql.rows("UPDATE telemetry_chunks SET body = '\\x00'::bytea WHERE mac = %s", (mac(32),))
+    await upload(client, mac(33), [dns("honest.example")])
+    assert hunt(settings, "--domain", "honest.example")["match_count"] == 1
+    assert hunt(settings, "--ip", "203.0.113.66")["match_count"] == 1
+    assert sql.value("SELECT count(*) FROM hunt_pending") == 0
+    assert f"the upload of {mac(32)}" in caplog.text and "set aside" in caplog.text

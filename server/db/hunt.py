@@ -56,6 +56,7 @@ SELECT %(mac)s, %(hunt_day)s,
             AND a.value = v.value COLLATE "C" WHERE a.records = v.records::integer),
        CASE WHEN (SELECT n FROM used) >= %(hunt_budget)s
             THEN %(hunt_offered)s - (SELECT count(*) FROM kept) ELSE 0 END
+       + %(hunt_dropped)s
 ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
     unindexed = b.unindexed + excluded.unindexed"""
 
@@ -68,20 +69,24 @@ ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at)
 VALUES (%(mac)s, %(kind)s, %(upload_received_at)s) ON CONFLICT DO NOTHING"""
 PENDING = """SELECT mac::text, kind, received_at, written_at FROM hunt_pending
 WHERE written_at <= %(until)s ORDER BY written_at LIMIT %(limit)s"""
-_PENDING_KEYS = """(mac, kind, received_at) IN (SELECT * FROM unnest(%(macs)s::macaddr[],
-    %(kinds)s::text[], %(times)s::timestamptz[]))"""
-PENDING_CHUNKS = f"""SELECT mac::text, kind, received_at, body FROM telemetry_chunks
-WHERE {_PENDING_KEYS} ORDER BY mac, kind, received_at, id"""
-PENDING_DONE = f"DELETE FROM hunt_pending WHERE {_PENDING_KEYS}"
+# One upload's: taken first in the indexer's transaction, so that what another took (or a
+# router's removal deleted) meanwhile is posted by nobody twice, and by nobody after it.
+TAKE_PENDING = """DELETE FROM hunt_pending
+WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s RETURNING written_at"""
+UPLOAD_CHUNKS = """SELECT body FROM telemetry_chunks
+WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s ORDER BY id"""
+DAY_USED = """SELECT coalesce(sum(postings), 0) FROM hunt_budgets
+WHERE mac = %(mac)s AND day = %(day)s"""
 
 
 def postings_statement(params: dict) -> tuple[str, dict]:
     """The statement adding an upload's postings (Postings.params, with the router's `mac`
-    and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY): one statement, single-shard under
-    Citus."""
+    and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY; `dropped`: values the tally already left
+    out, counted as not indexed): one statement, single-shard under Citus."""
     rows = params["rows"]
     values = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
-              "hunt_budget": params["budget"], "hunt_offered": len(rows)}
+              "hunt_budget": params["budget"], "hunt_offered": len(rows),
+              "hunt_dropped": params.get("dropped", 0)}
     for n, row in enumerate(rows):
         for name in _POSTING_FIELDS:
             values[f"h{n}_{name}"] = row[name]
@@ -151,8 +156,8 @@ AFTER_PACKING = "SELECT pg_advisory_xact_lock(%s)" % PACKING_DAY_LOCK
 # number, which then names no router) and listed so that every hunt leaves it out.
 FORGET_HUNT_ROUTER = """WITH gone AS (DELETE FROM hunt_routers WHERE mac = %(mac)s RETURNING id)
 INSERT INTO hunt_removed_routers (id) SELECT id FROM gone ON CONFLICT DO NOTHING;
-DELETE FROM hunt_postings WHERE mac = %(mac)s;
-DELETE FROM hunt_pending WHERE mac = %(mac)s"""
+DELETE FROM hunt_pending WHERE mac = %(mac)s;
+DELETE FROM hunt_postings WHERE mac = %(mac)s"""
 
 # The value's hash that places it in a block: PostgreSQL's own, so that the packing job's
 # sort and a hunt's lookup agree (hashtextextended is what hash partitioning stores by, and

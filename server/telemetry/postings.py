@@ -37,14 +37,16 @@ class Postings:
         return len(self.counts) + len(self._triples)
 
     def add(self, record: dict) -> None:
-        """A stored record (checked: its addresses are strings, its sid an integer)."""
+        """A stored record (its addresses checked as strings; its signature id checked only
+        on /log/events, so anything else is left out here: a flow carrying a list there
+        must not stop the tally)."""
         self.budget.left += POSTINGS_PER_RECORD
         get = record.get
         if get("dns") is None and get("tls") is None and get("http") is None \
                 and get("fileinfo") is None:
             alert = get("alert")
-            triple = (get("src_ip"), get("dest_ip"),
-                      alert.get("signature_id") if alert.__class__ is dict else None)
+            sid = alert.get("signature_id") if alert.__class__ is dict else None
+            triple = (get("src_ip"), get("dest_ip"), sid if sid.__class__ is int else None)
             self._triples[triple] = self._triples.get(triple, 0) + 1
             return
         self._count(carried(record), 1)
@@ -54,7 +56,7 @@ class Postings:
         for key in (set(found) if len(found) > 1 else found):
             if key in counts:
                 counts[key] += records
-            elif budget.left > 0:
+            elif budget.left > 0 and len(counts) < budget.ceiling:
                 budget.left -= 1
                 counts[key] = records
             else:
@@ -78,9 +80,12 @@ class Postings:
 
 
 class PostingsBudget:
-    """The distinct values an upload may still index (POSTINGS_FREE, POSTINGS_PER_RECORD), over
-    the Postings it fills one after another, and how many it could not."""
+    """The distinct values an upload may still index (POSTINGS_FREE, POSTINGS_PER_RECORD), at
+    most `ceiling` (what its router's day has left, and POSTINGS_FREE more so that values it
+    posted earlier that day are still counted: server/hunt/indexer.py), and how many it
+    could not."""
 
-    def __init__(self) -> None:
+    def __init__(self, ceiling: int | None = None) -> None:
         self.left = POSTINGS_FREE
+        self.ceiling = ceiling if ceiling is not None else 2**62
         self.dropped = 0
