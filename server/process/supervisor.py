@@ -22,8 +22,9 @@ One process that serves nothing itself and keeps the host's service running:
 - collects every child's metrics in one directory (server/metrics.py), so one scrape of any
   worker reports the host.
 
-Children are started by their own entry, `python -m server.process.child http|background`
-(server/process/child.py); they die with the supervisor (PR_SET_PDEATHSIG), as a crashed service should.
+Children are started by their own entry, `python -m server.process.child serving|working`
+(server/process/child.py, the parts of server/app.py); they die with the supervisor
+(PR_SET_PDEATHSIG), as a crashed service should.
 
 Kept as our own rather than gunicorn with aiohttp's GunicornWebWorker: gunicorn runs HTTP
 workers only, and this host also needs its one background process, the embedded database
