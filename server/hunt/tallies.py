@@ -83,8 +83,8 @@ class _Folder:
         if not len(c["slot"]):
             self.rows = c
             return
-        order = np.lexsort((c["day"], c["number"], c["slot"]))
-        c = {name: column[order] for name, column in c.items()}
+        c = {name: column[_order(c["slot"], c["number"], c["day"])]
+             for name, column in c.items()}
         slot, number, day = c["slot"], c["number"], c["day"]
         same_key = (slot[1:] == slot[:-1]) & (number[1:] == number[:-1])
         keys = np.flatnonzero(np.r_[True, ~same_key])
@@ -102,6 +102,17 @@ class _Folder:
         self.over |= np.bincount(rows["slot"], minlength=len(self.over)) > self.cap
         kept = ~self.over[rows["slot"]]
         self.rows = {name: column[kept] for name, column in rows.items()}
+
+
+def _order(slot: np.ndarray, number: np.ndarray, day: np.ndarray) -> np.ndarray:
+    """The order by (slot, number, day): one sort of a key packing the three (a third of a
+    three-key lexsort's time), when they fit its 63 bits, as they do for a feed pass's
+    slots, the routers' numbers (today's unnumbered ones are small negatives) and days
+    since 1970 until 2149."""
+    if len(slot) and slot.max() < 2**17 and number.min() > -2**29 and number.max() < 2**29 \
+            and day.min() >= 0 and day.max() < 2**16:
+        return np.argsort((slot << 46) | ((number + 2**29) << 16) | day)
+    return np.lexsort((day, number, slot))
 
 
 async def router_tallies(db: Database, asked: list[tuple[str, str]], slots: list[int],
