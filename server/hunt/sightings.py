@@ -12,6 +12,7 @@ removed (`hunt_removed_routers`) is left out everywhere.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from server.db import hunt as hunt_db
 from server.db.pool import Database, Reads
-from server.telemetry.hunt_blocks import decode
+from server.telemetry.hunt_blocks import Block, decode
 from server.telemetry.hunt_packing import bucket_of
 
 BLOCKS_A_READ = 512  # asked of one statement, about: bounds a hunt's memory
@@ -105,6 +106,40 @@ async def value_hashes(reads: Reads, asked: list[tuple[str, str]]) -> list[int]:
     return [value_hash for (value_hash,) in rows]
 
 
+PackedRead = list[tuple[datetime, Block, np.ndarray, np.ndarray]]
+
+
+async def packed_reads(reads: Reads, hashes: list[int], since: datetime,
+                       until: datetime) -> AsyncIterator[PackedRead]:
+    """The packed blocks that may hold the values hashed, from the days in the window,
+    oldest first, about BLOCKS_A_READ a statement: for each statement's blocks, each one's
+    day, the block, the values (their places in `hashes`) of its bucket, and where each of
+    them is in the block (-1: not there)."""
+    days = await reads.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
+    hash_of = np.array(hashes, dtype=np.int64)
+    by_bits: dict[int, dict[int, np.ndarray]] = {}
+    for bits in {bits for _, bits in days}:
+        buckets = np.array([bucket_of(h, bits) for h in hashes], dtype=np.int64)
+        order = np.argsort(buckets, kind="stable")
+        found, starts = np.unique(buckets[order], return_index=True)
+        by_bits[bits] = dict(zip(found.tolist(), np.split(order, starts[1:])))
+    start = 0
+    while start < len(days):
+        blocks: dict[tuple[datetime, int], np.ndarray] = {}
+        while start < len(days) and len(blocks) < BLOCKS_A_READ:
+            day, bits = days[start]
+            for bucket, values in by_bits[bits].items():
+                blocks[(day, bucket)] = values
+            start += 1
+        rows = await reads.fetchall_binary(hunt_db.BLOCKS, {
+            "days": [d for d, _ in blocks], "buckets": [b for _, b in blocks]})
+        read = []
+        for day, bucket, data in rows:
+            values, block = blocks[(day, bucket)], decode(data)
+            read.append((day, block, values, block.present(hash_of[values])))
+        yield read
+
+
 async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: datetime,
                       gathered: list[_Gathered], wanted: int | None = None,
                       removed: np.ndarray | None = None,
@@ -115,30 +150,12 @@ async def read_packed(reads: Reads, hashes: list[int], since: datetime, until: d
     of the fleet, not every posting of the window. `slots`: the indicator each value is
     one of (a network's addresses are one indicator); by default each its own."""
     slots = slots if slots is not None else list(range(len(hashes)))
-    days = await reads.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
-    by_bits: dict[int, dict[int, list[int]]] = {}
-    for bits in {bits for _, bits in days}:
-        buckets = by_bits[bits] = defaultdict(list)
-        for n, value_hash in enumerate(hashes):
-            buckets[bucket_of(value_hash, bits)].append(n)
-    start = 0
     held = sum(g.size() for g in gathered)  # kept up as postings are added: no sum a read
     compact_at = COMPACT_AT
-    while start < len(days):
-        blocks: dict[tuple[datetime, int], list[int]] = {}
-        while start < len(days) and len(blocks) < BLOCKS_A_READ:
-            day, bits = days[start]
-            for bucket, indicators in by_bits[bits].items():
-                blocks[(day, bucket)] = indicators
-            start += 1
-        rows = await reads.fetchall_binary(hunt_db.BLOCKS, {
-            "days": [d for d, _ in blocks], "buckets": [b for _, b in blocks]})
-        for day, bucket, data in rows:
-            block, number = decode(data), _day_number(day)
-            base = int(day.timestamp())
-            indicators = blocks[(day, bucket)]
-            places = block.present(np.array([hashes[n] for n in indicators], dtype=np.int64))
-            for n, at in zip(indicators, places.tolist()):
+    async for read in packed_reads(reads, hashes, since, until):
+        for day, block, values, places in read:
+            number, base = _day_number(day), int(day.timestamp())
+            for n, at in zip(values.tolist(), places.tolist()):
                 if at >= 0:
                     found = block.postings_at(at)
                     first = base + found.first.astype(np.int64)

@@ -21,10 +21,8 @@ import numpy as np
 
 from server.db import hunt as hunt_db
 from server.db.pool import Database, Reads
-from server.hunt.sightings import (BLOCKS_A_READ, _Gathered, _day_number, read_unpacked,
+from server.hunt.sightings import (_Gathered, _day_number, packed_reads, read_unpacked,
                                    value_hashes)
-from server.telemetry.hunt_blocks import decode
-from server.telemetry.hunt_packing import bucket_of
 
 FOLD_AT = 1_000_000  # postings read before they are folded into the rows
 
@@ -135,29 +133,9 @@ async def router_tallies(db: Database, asked: list[tuple[str, str]], slots: list
 
 async def _read_packed(reads: Reads, hashes: list[int], slots: list[int], since: datetime,
                        until: datetime, folder: _Folder) -> None:
-    days = await reads.fetchall(hunt_db.PACKED_DAYS, {"since": since, "until": until})
-    hash_of = np.array(hashes, dtype=np.int64)
     slot_of = np.array(slots, dtype=np.int64)
-    by_bits: dict[int, dict[int, np.ndarray]] = {}
-    for bits in {bits for _, bits in days}:
-        buckets = np.array([bucket_of(h, bits) for h in hashes], dtype=np.int64)
-        order = np.argsort(buckets, kind="stable")
-        found, starts = np.unique(buckets[order], return_index=True)
-        by_bits[bits] = dict(zip(found.tolist(), np.split(order, starts[1:])))
-    start = 0
-    while start < len(days):
-        blocks: dict[tuple[datetime, int], np.ndarray] = {}
-        while start < len(days) and len(blocks) < BLOCKS_A_READ:
-            day, bits = days[start]
-            for bucket, values in by_bits[bits].items():
-                blocks[(day, bucket)] = values
-            start += 1
-        rows = await reads.fetchall_binary(hunt_db.BLOCKS, {
-            "days": [d for d, _ in blocks], "buckets": [b for _, b in blocks]})
-        for day, bucket, data in rows:
-            values = blocks[(day, bucket)]
-            block = decode(data)
-            at = block.present(hash_of[values])
+    async for read in packed_reads(reads, hashes, since, until):
+        for day, block, values, at in read:
             hit = at >= 0
             if not hit.any():
                 continue
