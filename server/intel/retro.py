@@ -62,16 +62,23 @@ def _midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
 
 
-async def _found(db: Database, indicators: list[Indicator], days: int,
-                 wanted: int) -> list[Sightings]:
-    today = datetime.now(timezone.utc).date()
+def _asked(indicators: list[Indicator],
+           days: int) -> tuple[list[tuple[str, str]], list[int], datetime, datetime]:
+    """The index's values of the indicators, the indicator each is one of, and the window
+    of the last `days` days."""
     asked, slots = [], []
     for n, wanted_indicator in enumerate(indicators):
         for value in wanted_indicator.postings():
             asked.append(value)
             slots.append(n)
-    return await sightings(db, asked, slots, _midnight(today - timedelta(days=days - 1)),
-                           _midnight(today), wanted, UNPACKED_READS)
+    today = datetime.now(timezone.utc).date()
+    return asked, slots, _midnight(today - timedelta(days=days - 1)), _midnight(today)
+
+
+async def _found(db: Database, indicators: list[Indicator], days: int,
+                 wanted: int) -> list[Sightings]:
+    asked, slots, since, until = _asked(indicators, days)
+    return await sightings(db, asked, slots, since, until, wanted, UNPACKED_READS)
 
 
 def held_above(settings: Settings, routers: int) -> int:
@@ -115,15 +122,8 @@ async def match(db: Database, settings: Settings, batch: list[tuple[str, str, st
 
 async def _tallied(db: Database, indicators: list[Indicator], days: int,
                    cap: int) -> list[Tallied]:
-    today = datetime.now(timezone.utc).date()
-    asked, slots = [], []
-    for n, wanted_indicator in enumerate(indicators):
-        for value in wanted_indicator.postings():
-            asked.append(value)
-            slots.append(n)
-    return await router_tallies(db, asked, slots, len(indicators),
-                                _midnight(today - timedelta(days=days - 1)),
-                                _midnight(today), cap)
+    asked, slots, since, until = _asked(indicators, days)
+    return await router_tallies(db, asked, slots, len(indicators), since, until, cap)
 
 
 BROAD_NOTE = (f"a network broader than /{intel_db.BROADEST_PREFIX[4]} (IPv4) or "
