@@ -17,7 +17,7 @@ from server.telemetry.chunks import Chunk, compress, decompress, merged, one_lin
 from server.hunt.indexer import index_pending
 from server.telemetry.compaction import compact
 from server.telemetry.export import stored_records
-from testkit.database import command_env, settings_for
+from testkit.database import command_env
 from testkit.telemetry import stored_count, telemetry
 
 MAC = "aa:bb:cc:00:32:01"
@@ -76,13 +76,8 @@ async def indexed_then_compacted(db, **options):
     return await compact(db, **options)
 
 
-async def test_an_upload_not_indexed_yet_keeps_its_chunks_until_it_is(make_client, sql,
-                                                                     tmp_path):
-    settings = settings_for(sql.location, tmp_path, HUNT_INDEX_SECONDS="3600",
-                            INTEL_MATCH_CRON_SCHEDULE="0 0 1 1 *")
-    client = await make_client(settings)  # no indexer's turn, and no live intel match
-    # (which indexes first), during the test
-    for n in range(4):
+async def test_an_upload_not_indexed_yet_keeps_its_chunks_until_it_is(client, sql, settings):
+    for n in range(4):  # (the module's client: no indexer's turn during the test)
         await upload(client, [record(n)])
     assert sql.value("SELECT count(*) FROM hunt_pending") == 4
     async with open_database(settings) as db:
