@@ -139,7 +139,7 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
         return 0
     hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, args.offset,
                 until=args.until)
-    left = await caught_up(db, settings.hunt_postings_per_router_day)
+    left = await caught_up(db, settings.hunt_postings_per_router_day, settings.hunt_index_lanes)
     answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings),
                             pending=left)
     print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
@@ -148,7 +148,8 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
 
 
 async def _compact(settings: Settings, db: Database) -> int:
-    indexed = await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS)
+    indexed = await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS,
+                                  settings.hunt_index_lanes)
     if indexed.uploads:
         print(f"indexed {indexed.uploads} upload(s) pending: {indexed.records} records, "
               f"{indexed.postings} values")

@@ -245,7 +245,7 @@ async def jobs_context(app: web.Application) -> AsyncIterator[None]:
     jobs = scheduled_jobs(app[DATABASE], settings, app[METRICS],
                           intel_jobs(app[DATABASE], settings))
     indexer = HuntIndexer(app[DATABASE], settings.hunt_postings_per_router_day,
-                          settings.hunt_index_seconds, app[METRICS])
+                          settings.hunt_index_seconds, settings.hunt_index_lanes, app[METRICS])
     indexer.start()
     try:
         yield
@@ -260,8 +260,9 @@ WORKING = Part("working", serves=False, router_contexts=(generation_context, job
                retries=True,
                # generation workers' connections, each running job's lock, and the sessions
                # some jobs hold beside it (the hunt index's packing, the retro-hunt's lock, the
-               # live match's indexing), and the hunt indexer's loop (server/hunt/indexer.py)
-               connections=lambda s: s.rule_generation_max_concurrent + MOST_JOBS + 4)
+               # live match's indexing), and the hunt indexer's lanes (server/hunt/indexer.py)
+               connections=lambda s: (s.rule_generation_max_concurrent + MOST_JOBS + 3
+                                      + s.hunt_index_lanes))
 SERVING = Part("serving", serves=True,
                router_contexts=(ingest_database_context, traffic_tally_context,
                                 registry_context, change_feed_context),

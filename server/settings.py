@@ -509,6 +509,12 @@ class Settings:
         "turn, from their stored chunks: a record can be hunted this long after its "
         "upload is acknowledged, plus the turn's own time (a hunt first indexes what "
         "is pending, so it sees every upload acknowledged before it).")
+    hunt_index_lanes: int = _retention("4", _integer(1, 64),
+        "Lanes of the hunt indexer: the routers "
+        "are split among them by their MAC's hash, and each lane indexes its routers' "
+        "uploads on a database connection of its own, at the same time as the others "
+        "(each lane one connection more for the process that runs the jobs). More "
+        "lanes keep up with more small uploads (ops/bench/README.md).")
     hunt_compact_cron_schedule: str = _retention("15 * * * *", _cron,
         "Cron spec of the job packing the "
         "hunt index's past days into compressed blocks (a few bytes a posting instead "

@@ -7,6 +7,7 @@ same code path as the job's, without ageing rows (which Citus refuses)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from datetime import datetime, timedelta, timezone
@@ -16,7 +17,8 @@ import pytest
 
 from server.db.hunt import postings_statement
 from server.db.routers import unsubscribe
-from server.hunt import tallies
+from server.hunt import indexer, tallies
+from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt
 from server.hunt.sightings import sightings
 from server.jobs.retention import run_retention
@@ -441,3 +443,29 @@ async def test_no_upload_holds_up_the_others(make_client, settings, sql, caplog)
     assert hunt(settings, "--ip", "203.0.113.66")["match_count"] == 1
     assert sql.value("SELECT count(*) FROM hunt_pending") == 0
     assert f"the upload of {mac(32)}" in caplog.text and "set aside" in caplog.text
+
+
+async def test_lanes_index_every_upload_once(make_client, settings, sql, monkeypatch):
+    """Small uploads of many routers, several of each router, taken by lanes (HUNT_INDEX_LANES)
+    in batches of several uploads a transaction, by two indexers at once (the loop and a
+    hunt's catching up, or two processes): every upload's values posted, none twice, and
+    each router's first and last sighting its first and last upload's."""
+    client = await make_client(settings.replace(hunt_index_seconds=3600, hunt_index_lanes=3))
+    monkeypatch.setattr(indexer, "BATCH_RECORDS", 3)  # batches of a few uploads
+    routers = [mac(40 + n) for n in range(7)]
+    for round_number in range(3):
+        for router in routers:
+            body = b"\n".join(orjson.dumps(dns(name))
+                              for name in ("lanes.example", f"r{round_number}.example"))
+            answer = await client.post("/log/cfm", data=body, headers={
+                "X-ID": router, "Content-Type": "application/x-ndjson"})
+            assert answer.status == 200
+    assert sql.value("SELECT count(*) FROM hunt_pending") == 21
+    db = client.app[DATABASE]
+    done = await asyncio.gather(index_pending(db, POSTINGS_PER_ROUTER_DAY, lanes=3),
+                                index_pending(db, POSTINGS_PER_ROUTER_DAY, 5.0, lanes=3))
+    assert sum(one.uploads for one in done) == 21 and sum(one.set_aside for one in done) == 0
+    assert sql.value("SELECT count(*) FROM hunt_pending") == 0
+    rows = sql.rows("SELECT mac::text, records, first_seen < last_seen FROM hunt_postings "
+                    "WHERE kind = 'd' AND value LIKE '%%lanes%%' ORDER BY mac")
+    assert rows == [(router, 3, True) for router in routers]

@@ -148,7 +148,8 @@ async def hunt(request: web.Request) -> web.Response:
     try:
         async with request.config_dict[HUNT_GATE].place(request[USER].name):
             db = request.config_dict[DATABASE]
-            left = await caught_up(db, settings.hunt_postings_per_router_day)
+            left = await caught_up(db, settings.hunt_postings_per_router_day,
+                                   settings.hunt_index_lanes)
             answer = await run_hunt(db, Hunt(indicators, days, MATCHES_SHOWN, offset, until),
                                     f"console:{request[USER].name}", "console",
                                     records_kept_days(settings), pending=left)

@@ -65,18 +65,27 @@ ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
 
 # Written with the upload's last statements, in its transaction. Two uploads of one router
 # received in the same microsecond share their chunks' key, and one row names both.
-ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at)
-VALUES (%(mac)s, %(kind)s, %(upload_received_at)s) ON CONFLICT DO NOTHING"""
-PENDING = """SELECT mac::text, kind, received_at, written_at FROM hunt_pending
-WHERE written_at <= %(until)s ORDER BY written_at LIMIT %(limit)s"""
+ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at, records)
+VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s) ON CONFLICT DO NOTHING"""
+# A lane's: its routers are those whose MAC hashes to it (HUNT_INDEX_LANES).
+PENDING = """SELECT mac::text, kind, received_at, records FROM hunt_pending
+WHERE written_at <= %(until)s AND (hashtext(mac::text) & 2147483647) %% %(lanes)s = %(lane)s
+ORDER BY written_at LIMIT %(limit)s"""
 # One upload's: taken first in the indexer's transaction, so that what another took (or a
 # router's removal deleted) meanwhile is posted by nobody twice, and by nobody after it.
+# Single-shard under Citus; a batch's are pipelined (executemany).
 TAKE_PENDING = """DELETE FROM hunt_pending
-WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s RETURNING written_at"""
-UPLOAD_CHUNKS = """SELECT body FROM telemetry_chunks
-WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s ORDER BY id"""
-DAY_USED = """SELECT coalesce(sum(postings), 0) FROM hunt_budgets
-WHERE mac = %(mac)s AND day = %(day)s"""
+WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s
+RETURNING mac::text, kind, received_at, written_at"""
+# A batch's chunks, upload after upload (the received_at range prunes the partitions).
+UPLOADS_CHUNKS = """SELECT mac::text, kind, received_at, body FROM telemetry_chunks
+WHERE received_at BETWEEN %(first)s AND %(last)s
+  AND (mac, kind, received_at) IN (SELECT * FROM unnest(
+      %(macs)s::macaddr[], %(kinds)s::text[], %(received)s::timestamptz[]))
+ORDER BY mac, kind, received_at, id"""
+DAYS_USED = """SELECT mac::text, day, sum(postings) FROM hunt_budgets
+WHERE (mac, day) IN (SELECT * FROM unnest(%(macs)s::macaddr[], %(days)s::timestamptz[]))
+GROUP BY mac, day"""
 
 
 def postings_statement(params: dict) -> tuple[str, dict]:

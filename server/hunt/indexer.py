@@ -1,22 +1,27 @@
 """The hunt indexer: postings written from the stored chunks, out of the upload's transaction.
 
-An upload stores its chunks and one `hunt_pending` row (migration 0032) in its own
-transaction and is acknowledged; the indexer, one upload a transaction, takes (deletes) its
-pending row, reads its chunks one at a time, tallies their values
-(server/telemetry/postings.py) and writes their postings (server/db/hunt.py). So the upload
-pays one small row for the index, not the tally and the postings' statement (a fifth of
-ingestion's time on alerts-only bodies); a crash at any moment leaves an upload pending or
-indexed, never both or neither; a replayed upload stores no chunk and no pending row, so
-adds no posting; a router removed meanwhile gets none back. An upload tallies at most what
-its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and POSTINGS_FREE more, for the
-values it posted earlier that day), so one upload cannot outgrow the day's budget, and its
-memory follows that, not its size. One that cannot be written is set aside and logged by
-name: no upload holds up the others.
+An upload stores its chunks and one `hunt_pending` row (migrations 0032, 0033: with its
+record count) in its own transaction and is acknowledged; the indexer takes (deletes) the
+pending rows of a batch of uploads, reads their chunks in one stream, tallies their values
+(server/telemetry/postings.py) and writes their postings (server/db/hunt.py, a statement an
+upload, pipelined), all in one transaction. So the upload pays one small row for the index,
+not the tally and the postings' statement (a fifth of ingestion's time on alerts-only
+bodies); a crash at any moment leaves an upload pending or indexed, never both or neither;
+a replayed upload stores no chunk and no pending row, so adds no posting; a router removed
+meanwhile gets none back. Small uploads (the agent's cadence: a few records every 10 s)
+share a transaction up to BATCH_RECORDS records; a larger one is a batch alone. An upload
+tallies at most what its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and
+POSTINGS_FREE more, for the values it posted earlier that day), so its memory follows that,
+not its size, and the statement keeps the day within the budget. A batch that fails is
+indexed again an upload a transaction, and the upload that fails alone is set aside and
+logged by name: no upload holds up the others.
 
-One indexer at a time across processes and hosts (an advisory lock: under Citus row locks
-of a multi-shard read are refused). It runs every HUNT_INDEX_SECONDS in the process that
-runs the jobs, and before a hunt (`caught_up`), so that a hunt sees every upload
-acknowledged before it was asked, or says how many it could not wait for.
+The routers are split among HUNT_INDEX_LANES lanes by their MAC's hash; a lane is one
+connection and one advisory lock (under Citus row locks of a multi-shard read are refused),
+so one indexer a lane across processes and hosts, and a router's uploads in order. The
+lanes run every HUNT_INDEX_SECONDS in the process that runs the jobs, and before a hunt
+(`caught_up`), so that a hunt sees every upload acknowledged before it was asked, or says
+how many it could not wait for.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import orjson
 from server.background import BackgroundTasks, pause
 from server.db import hunt as hunt_db
 from server.db.jobs import lock_key
-from server.db.pool import Database, DatabaseUnavailable, execute
+from server.db.pool import CONNECTIVITY_ERRORS, Database, execute, worker_away
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.telemetry.postings import POSTINGS_FREE, Postings, PostingsBudget
@@ -41,7 +46,9 @@ from server.telemetry.postings import POSTINGS_FREE, Postings, PostingsBudget
 log = logging.getLogger("router_backend.hunt")
 
 LOCK = "hunt-index"
-BATCH_UPLOADS = 100  # pending uploads listed at a time (each indexed in a transaction)
+LISTED_UPLOADS = 1_000  # pending uploads listed at a time
+BATCH_RECORDS = 10_000  # at most, in the uploads of one transaction (a larger one alone)
+TALLY_BYTES = 1 << 20  # compressed chunks held before they are tallied
 HUNT_WAIT_SECONDS = 5.0  # how long a hunt waits for the indexer to catch up
 
 
@@ -58,39 +65,91 @@ class Indexed:
         return dict(vars(self))
 
 
-async def index_pending(db: Database, postings_per_day: int,
-                        wait_seconds: float = 0.0) -> Indexed:
-    """Index every upload pending when called, one at a time. Another process indexing:
-    with `wait_seconds`, wait for it (up to then) and index what it left; without, do
-    nothing. Stops at the deadline with `left` counted."""
+async def index_pending(db: Database, postings_per_day: int, wait_seconds: float = 0.0,
+                        lanes: int = 1) -> Indexed:
+    """Index every upload pending when called, one at a time in each of `lanes` lanes (the
+    routers split among them by their MAC's hash; each lane a connection and an advisory lock
+    of its own). The loop runs the lanes at once; with `wait_seconds` (before a hunt) they
+    are taken in turn on one connection, each waited for while another process indexes it
+    (up to then), and what the deadline leaves is counted in `left`. Without, a lane another
+    process holds is left to it."""
     deadline = time.monotonic() + wait_seconds
     done = Indexed()
-    async with db.session() as lock:
-        if not await _locked(lock, deadline):
-            done.left = await _pending_count(db)
-            return done
-        try:
-            until = await _value(db, "SELECT clock_timestamp()")
-            while batch := await db.fetchall(hunt_db.PENDING, {"until": until,
-                                                               "limit": BATCH_UPLOADS}):
-                for mac, kind, received_at, _ in batch:
-                    await _index_one(db, mac, kind, received_at, postings_per_day, done)
-                    if wait_seconds and time.monotonic() > deadline:
-                        done.left = await _pending_count(db)
-                        return done
-        finally:
-            await execute(lock, "SELECT pg_advisory_unlock(%s)", (lock_key(LOCK),))
+    until = await _value(db, "SELECT clock_timestamp()")
+    plans = [_Lane(lane, lanes, until, deadline if wait_seconds else None)
+             for lane in range(lanes)]
+    if wait_seconds:
+        finished = [await _index_lane(db, plan, postings_per_day, done) for plan in plans]
+    else:
+        finished = list(await asyncio.gather(*(_index_lane(db, plan, postings_per_day, done)
+                                                for plan in plans)))
+    if wait_seconds and not all(finished):
+        done.left = await _pending_count(db)
     return done
 
 
-async def _locked(cur, deadline: float) -> bool:
+@dataclass(frozen=True)
+class _Lane:
+    number: int
+    lanes: int
+    until: Any  # the database's clock when the turn began: later uploads wait for the next
+    deadline: float | None  # before a hunt: how long to wait for the lock and to work
+
+    def late(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+async def _index_lane(db: Database, lane: _Lane, postings_per_day: int, done: Indexed) -> bool:
+    """The lane's pending uploads indexed on its lock's own connection, a batch a
+    transaction; False when its lock or the deadline did not allow all of them."""
+    key = lock_key(f"{LOCK}:{lane.number}")
+    async with db.session() as cur:
+        if not await _locked(cur, key, lane):
+            return False
+        try:
+            while pending := await _fetchall(cur, hunt_db.PENDING, {
+                    "until": lane.until, "limit": LISTED_UPLOADS, "lane": lane.number,
+                    "lanes": lane.lanes}):
+                for batch in batches(pending):
+                    if not await _index_batch(cur, batch, postings_per_day, db.timeout, done):
+                        for upload in batch:  # one of them failed it: each alone, so that
+                            await _index_alone(cur, upload, postings_per_day, db.timeout,
+                                               done)  # only that one is set aside
+                    if lane.late():
+                        return False
+        finally:
+            await execute(cur, "SELECT pg_advisory_unlock(%s)", (key,))
+    return True
+
+
+def batches(pending: list[tuple]) -> list[list[dict]]:
+    """The listed uploads (mac, kind, received_at, records), in their order, in batches of
+    at most BATCH_RECORDS records (an upload with more alone): small uploads share a
+    transaction, and the tally's memory follows the bound, not the fleet's cadence."""
+    out: list[list[dict]] = []
+    records = BATCH_RECORDS
+    for mac, kind, received_at, count in pending:
+        if records + count > BATCH_RECORDS:
+            out.append([])
+            records = 0
+        out[-1].append({"mac": mac, "kind": kind, "received_at": received_at})
+        records += count
+    return out
+
+
+async def _locked(cur, key: int, lane: _Lane) -> bool:
     while True:
-        await execute(cur, "SELECT pg_try_advisory_lock(%s)", (lock_key(LOCK),))
+        await execute(cur, "SELECT pg_try_advisory_lock(%s)", (key,))
         if (await cur.fetchone())[0]:
             return True
-        if time.monotonic() > deadline:
+        if lane.deadline is None or lane.late():
             return False
         await asyncio.sleep(0.05)
+
+
+async def _fetchall(cur, query: str, params: dict) -> list[tuple]:
+    await execute(cur, query, params)
+    return await cur.fetchall()
 
 
 async def _pending_count(db: Database) -> int:
@@ -103,64 +162,116 @@ async def _value(db: Database, query: str) -> Any:
     return row[0]
 
 
-async def _index_one(db: Database, mac: str, kind: str, received_at, postings_per_day: int,
-                     done: Indexed) -> None:
-    """One upload in one transaction: its pending row taken, its chunks read one at a time
-    and tallied (on a thread: the event loop goes on), its postings written. An upload
-    whose postings cannot be written (a record the tally cannot read, a value the database
-    refuses) is set aside, logged by name, so that it never holds up the others."""
-    key = {"mac": mac, "kind": kind, "received_at": received_at}
-    try:
-        async with db.transaction() as cur:
-            await execute(cur, hunt_db.TAKE_PENDING, key)
-            taken = await cur.fetchone()
-            if taken is None:  # taken by another, or its router removed
-                return
-            written_at = taken[0]
-            day = written_at.astimezone(timezone.utc).replace(hour=0, minute=0, second=0,
-                                                               microsecond=0)
-            await execute(cur, hunt_db.DAY_USED, {"mac": mac, "day": day})
-            used = (await cur.fetchone() or (0,))[0]
-            # Its router's day left, and a free allowance more for the values it posted
-            # earlier that day (the statement adds no new one past the budget).
-            postings = Postings(PostingsBudget(max(0, postings_per_day - used) + POSTINGS_FREE))
-            records = 0
-            async for (body,) in cur.stream(hunt_db.UPLOAD_CHUNKS, key):
-                records += await asyncio.to_thread(_tally, postings, body)
-            statement = await asyncio.to_thread(_statement, postings, mac, written_at,
-                                                postings_per_day)
-            if statement is not None:
-                await execute(cur, *statement)
-    except DatabaseUnavailable:
-        raise
-    except Exception as error:  # the transaction rolled back: the row is pending again
-        await _set_aside(db, key, error)
+async def _index_alone(cur, upload: dict, postings_per_day: int, timeout: float,
+                       done: Indexed) -> None:
+    """An upload of a batch that failed, in a transaction of its own: set aside, logged by
+    name, when it fails again (a record the tally cannot read, a value the database
+    refuses), so that it never holds up the others."""
+    error = await _index_batch(cur, [upload], postings_per_day, timeout, done, raising=False)
+    if error is not None:
+        await _set_aside(cur, upload, error)
         done.set_aside += 1
-        return
-    done.uploads += 1
-    done.records += records
-    done.dropped += postings.budget.dropped
-    done.postings += len(postings.counts)
 
 
-def _tally(postings: Postings, body: bytes) -> int:
-    lines = decompress(body)
-    for line in lines:
-        postings.add(orjson.loads(line))
-    return len(lines)
+async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: float,
+                       done: Indexed, raising: bool = True):
+    """The batch's uploads in one transaction: their pending rows taken, their chunks read
+    in one stream and tallied (on a thread: the event loop goes on), their postings written,
+    one statement an upload, pipelined. True when done (or for the batch of one, None); a
+    failure other than the database's going away rolls it all back, the rows pending again:
+    False (the batch of one: the error)."""
+    try:
+        async with cur.connection.transaction():
+            taken = await _take(cur, batch)
+            if not taken:  # taken by another, or their routers removed
+                return True if raising else None
+            tallies = await _tallied(cur, taken, postings_per_day)
+            statements = await asyncio.to_thread(_statements, tallies, postings_per_day)
+            async with asyncio.timeout(timeout), cur.connection.pipeline():
+                for statement in statements:
+                    await cur.execute(*statement)
+    except Exception as error:
+        if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
+            raise  # the database away: the lane stops, the loop tries again at its turn
+        return False if raising else error
+    for tally in tallies:
+        done.uploads += 1
+        done.records += tally.records
+        done.dropped += tally.postings.budget.dropped
+        done.postings += len(tally.postings.counts)
+    return True if raising else None
 
 
-def _statement(postings: Postings, mac: str, written_at, postings_per_day: int
-               ) -> tuple[str, dict] | None:
-    params = postings.params(written_at)
-    if not params["rows"] and not postings.budget.dropped:
-        return None
-    return hunt_db.postings_statement({"mac": mac, "budget": postings_per_day,
-                                       "dropped": postings.budget.dropped, **params})
+@dataclass
+class _Tally:
+    mac: str
+    written_at: Any
+    postings: Postings
+    records: int = 0
 
 
-async def _set_aside(db: Database, key: dict, error: Exception) -> None:
-    async with db.transaction() as cur:
+async def _take(cur, batch: list[dict]) -> list[tuple]:
+    """The batch's pending rows deleted (pipelined, each on its router's shard): (mac, kind,
+    received_at, written_at) of those still there."""
+    await cur.executemany(hunt_db.TAKE_PENDING, batch, returning=True)
+    taken = []
+    async for _ in cur.results():
+        taken.extend(await cur.fetchall())
+    return taken
+
+
+async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tally]:
+    """Each taken upload's values, tallied within what its router's day has left of the
+    budget, and a free allowance more for the values it posted earlier that day (the
+    statement adds no new one past the budget: it, not this bound of memory, keeps the day
+    within the budget when one router has several uploads in a batch)."""
+    used = {(mac, day): count for mac, day, count in await _fetchall(cur, hunt_db.DAYS_USED, {
+        "macs": [row[0] for row in taken], "days": [_day(row[3]) for row in taken]})}
+    tallies: dict[tuple, _Tally] = {}
+    for mac, kind, received_at, written_at in taken:
+        left = max(0, postings_per_day - used.get((mac, _day(written_at)), 0))
+        tallies[(mac, kind, received_at)] = _Tally(
+            mac, written_at, Postings(PostingsBudget(left + POSTINGS_FREE)))
+    bodies: list[tuple[_Tally, bytes]] = []
+    held = 0
+    async for mac, kind, received_at, body in cur.stream(hunt_db.UPLOADS_CHUNKS, {
+            "first": min(row[2] for row in taken), "last": max(row[2] for row in taken),
+            "macs": [row[0] for row in taken], "kinds": [row[1] for row in taken],
+            "received": [row[2] for row in taken]}):
+        bodies.append((tallies[(mac, kind, received_at)], body))
+        held += len(body)
+        if held >= TALLY_BYTES:
+            await asyncio.to_thread(_tally_all, bodies)
+            bodies, held = [], 0
+    await asyncio.to_thread(_tally_all, bodies)
+    return list(tallies.values())
+
+
+def _day(moment):
+    return moment.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:
+    for tally, body in bodies:
+        lines = decompress(body)
+        for line in lines:
+            tally.postings.add(orjson.loads(line))
+        tally.records += len(lines)
+
+
+def _statements(tallies: list[_Tally], postings_per_day: int) -> list[tuple[str, dict]]:
+    out = []
+    for tally in tallies:
+        params = tally.postings.params(tally.written_at)
+        if params["rows"] or tally.postings.budget.dropped:
+            out.append(hunt_db.postings_statement({
+                "mac": tally.mac, "budget": postings_per_day,
+                "dropped": tally.postings.budget.dropped, **params}))
+    return out
+
+
+async def _set_aside(cur, key: dict, error: Exception) -> None:
+    async with cur.connection.transaction():
         await execute(cur, hunt_db.TAKE_PENDING, key)
     log.warning("hunt index: the upload of %s received at %s (%s) set aside, its records "
                 "stored and not indexed: %s", key["mac"], key["received_at"].isoformat(),
@@ -172,11 +283,12 @@ class HuntIndexer:
     upload indexed; a failure (the database away) tried again at the next turn, the pending
     rows kept."""
 
-    def __init__(self, db: Database, postings_per_day: int, seconds: float,
+    def __init__(self, db: Database, postings_per_day: int, seconds: float, lanes: int,
                  metrics: Metrics) -> None:
         self._db = db
         self._postings_per_day = postings_per_day
         self._seconds = seconds
+        self._lanes = lanes
         self._health = metrics.loop_health("hunt-indexer", log)
         self._tasks = BackgroundTasks()
 
@@ -190,7 +302,8 @@ class HuntIndexer:
         while True:
             await pause(self._seconds)
             try:
-                done = await index_pending(self._db, self._postings_per_day)
+                done = await index_pending(self._db, self._postings_per_day,
+                                           lanes=self._lanes)
             except Exception as error:  # the database away, or a statement refused: the
                 self._health.failed(error)  # loop lives on, its health metric says so
                 continue
@@ -200,10 +313,10 @@ class HuntIndexer:
                             "allowance, stored but not indexed", done.dropped, done.uploads)
 
 
-async def caught_up(db: Database, postings_per_day: int) -> int:
+async def caught_up(db: Database, postings_per_day: int, lanes: int) -> int:
     """Before a hunt: index what is pending, waiting up to HUNT_WAIT_SECONDS for an indexer
     at work; the uploads still pending then (the answer says so)."""
-    return (await index_pending(db, postings_per_day, HUNT_WAIT_SECONDS)).left
+    return (await index_pending(db, postings_per_day, HUNT_WAIT_SECONDS, lanes)).left
 
 
 def pending_note(left: int) -> list[str]:

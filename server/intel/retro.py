@@ -180,7 +180,8 @@ async def _retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
 async def live_match(db: Database, settings: Settings, actor: str) -> Matched:
     """Every current indicator over the last LIVE_DAYS days (today's uploads), the uploads
     acknowledged before it indexed first."""
-    await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS)
+    await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS,
+                        settings.hunt_index_lanes)
     total = Matched()
     everything = await intel_db.current(db)
     for start in range(0, len(everything), BATCH):

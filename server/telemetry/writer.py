@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -58,6 +59,7 @@ class TelemetryWriter:
         self.summary = Summary()
         self._reads = READ_TYPES[kind]
         self.unread: dict[str, int] = {}  # event_type -> records stored, not read
+        self._records = 0
         self._stack = contextlib.AsyncExitStack()
         self._cursor: psycopg.AsyncCursor | None = None
         self._in_flight: asyncio.Task | None = None
@@ -87,6 +89,7 @@ class TelemetryWriter:
             else:
                 self.unread["(other)"] = self.unread.get("(other)", 0) + 1
         line = one_line(raw)
+        self._records += 1
         self._lines.append(line)
         self._pending_bytes += len(line)
         return len(self._lines) >= self._batch_rows or self._pending_bytes >= BATCH_BYTES
@@ -150,7 +153,8 @@ class TelemetryWriter:
         outside a transaction one implicit transaction (all or nothing). The key first: one
         recorded by another upload fails it, and nothing is written. The `last` send tells
         the hunt indexer of the upload (its records are in chunks by then)."""
-        statements, params = [], dict(self._params)
+        statements: list[str] = []
+        params: dict[str, Any] = dict(self._params)
         if key is not None:
             statements.append(INSERT_KEY)
             params.update(key.params())
@@ -166,6 +170,7 @@ class TelemetryWriter:
         if last:
             statements.append(ADD_PENDING)
             params["upload_received_at"] = self._received_at
+            params["pending_records"] = self._records
         try:
             await execute(cur, ";\n".join(statements), params)
         except psycopg.errors.UniqueViolation as error:
