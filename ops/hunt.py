@@ -115,11 +115,13 @@ def table(answer: dict) -> str:
     lines = [f"{count_text(answer)} match(es) in the records received from "
              f"{searched['from']} to {searched['to']}{shown}{more}",
              *(f"note: {note}" for note in answer["notes"]),
-             "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_expired"]
+             "mac\tkind\tindicator\tfirst_seen\tlast_seen\trecords\tdays\trecords_expired\t"
+             "networks"]
     for match in answer["matches"]:
         lines.append(f"{match['mac']}\t{match['kind']}\t{match['indicator']}\t"
                      f"{match['first_seen']}\t{match['last_seen']}\t{match['records']}\t"
-                     f"{len(match['days'])}\t{'yes' if match['records_expired'] else 'no'}")
+                     f"{len(match['days'])}\t{'yes' if match['records_expired'] else 'no'}\t"
+                     f"{','.join(match['networks']) or '-'}")
     return "\n".join(lines)
 
 

@@ -67,16 +67,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _export(settings: Settings, args: argparse.Namespace, db: Database) -> int:
     mac = mac_argument(args.mac)
-    if not await router_db.is_known(db, mac):
-        raise CommandError(f"{mac} is not a router of this service: never registered here, "
-                           "or removed with no telemetry left (`router-backend subscriptions "
-                           "list` names the routers)")
     wanted = None
-    if args.match is not None:
+    if args.match is not None:  # a bad argument is told as one (exit 2) before any lookup
         try:
             wanted = match_argument(args.match)
         except IndicatorError as error:
             raise UsageError(f"--match: {error}") from None
+    if not await router_db.is_known(db, mac):
+        raise CommandError(f"{mac} is not a router of this service: never registered here, "
+                           "or removed with no telemetry left (`router-backend subscriptions "
+                           "list` names the routers)")
 
     def write() -> int:
         out = sys.stdout.buffer

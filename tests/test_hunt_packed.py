@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import orjson
 import pytest
 
-from server.db.hunt import postings_statement
+from server.db.hunt import NETWORKS_KEPT, postings_statement
 from server.db.routers import unsubscribe
 from server.hunt import indexer, tallies
 from server.hunt.indexer import index_pending
@@ -450,7 +450,8 @@ async def test_lanes_index_every_upload_once(make_client, settings, sql, monkeyp
     in batches of several uploads a transaction, by two indexers at once (the loop and a
     hunt's catching up, or two processes): every upload's values posted, none twice, and
     each router's first and last sighting its first and last upload's."""
-    client = await make_client(settings.replace(hunt_index_seconds=3600, hunt_index_lanes=3))
+    client = await make_client(settings.replace(hunt_index_seconds=3600, hunt_index_lanes=3,
+                                                intel_match_cron_schedule="0 0 1 1 *"))
     monkeypatch.setattr(indexer, "BATCH_RECORDS", 3)  # batches of a few uploads
     routers = [mac(40 + n) for n in range(7)]
     for round_number in range(3):
@@ -469,3 +470,25 @@ async def test_lanes_index_every_upload_once(make_client, settings, sql, monkeyp
     rows = sql.rows("SELECT mac::text, records, first_seen < last_seen FROM hunt_postings "
                     "WHERE kind = 'd' AND value LIKE '%%lanes%%' ORDER BY mac")
     assert rows == [(router, 3, True) for router in routers]
+    answer = hunt(settings, "--domain", "lanes.example")
+    assert [m["networks"] for m in answer["matches"]] == [["127.0.0.0/24"]] * 7  # the test's
+    # client; a router's day keeps its first NETWORKS_KEPT networks, once each
+    assert sql.value("SELECT max(cardinality(networks)) FROM hunt_budgets") == 1
+
+
+async def test_a_routers_day_keeps_its_first_networks(make_client, settings, sql):
+    """The networks a router's uploads came from are kept with its day, once each, the first
+    NETWORKS_KEPT of them: a router framed from elsewhere shows a network it never used,
+    and a flood from many networks cannot grow the row."""
+    db = (await make_client(settings)).app[DATABASE]
+    seen = datetime.now(timezone.utc)
+    networks = [f"203.0.{n}.0/24" for n in range(12)]
+    for network in [networks[0], *networks]:
+        postings = Postings()
+        postings.add(dns("framed.example"))
+        statement, params = postings_statement({**postings.params(seen), "mac": mac(50),
+                                                "budget": POSTINGS_PER_ROUTER_DAY,
+                                                "network": network})
+        await db.execute(statement, params)
+    assert sql.value("SELECT networks::text[] FROM hunt_budgets WHERE mac = %s",
+                     (mac(50),)) == networks[:NETWORKS_KEPT]

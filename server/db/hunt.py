@@ -23,6 +23,7 @@ from datetime import date, datetime
 from server.db.chunks import rows_statement
 from server.db.pool import Database
 
+NETWORKS_KEPT = 8  # the networks a router's uploads came from in a day, at most (the first)
 _POSTING_FIELDS = ("code", "value", "records")
 _POSTING_VALUES = "(%({p}code)s, %({p}value)s, %({p}records)s)"
 # An upload's postings, within its router's budget for the day (hunt_budgets, migration
@@ -50,23 +51,29 @@ kept AS (
     WHERE used.n >= %(hunt_budget)s AND h.day = %(hunt_day)s AND h.mac = %(mac)s
       AND h.kind = v.kind::"char" AND h.value = v.value COLLATE "C"
     RETURNING 1)
-INSERT INTO hunt_budgets AS b (mac, day, postings, unindexed)
+INSERT INTO hunt_budgets AS b (mac, day, postings, unindexed, networks)
 SELECT %(mac)s, %(hunt_day)s,
        (SELECT count(*) FROM added a JOIN v ON a.kind = v.kind::"char"
             AND a.value = v.value COLLATE "C" WHERE a.records = v.records::integer),
        CASE WHEN (SELECT n FROM used) >= %(hunt_budget)s
             THEN %(hunt_offered)s - (SELECT count(*) FROM kept) ELSE 0 END
-       + %(hunt_dropped)s
+       + %(hunt_dropped)s,
+       array_remove(ARRAY[%(hunt_network)s::cidr], NULL)
 ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
-    unindexed = b.unindexed + excluded.unindexed"""
+    unindexed = b.unindexed + excluded.unindexed,
+    networks = CASE WHEN excluded.networks <@ b.networks
+                      OR cardinality(b.networks) >= %(hunt_networks_kept)s THEN b.networks
+                    ELSE b.networks || excluded.networks END"""
 
 
 # --- Uploads not indexed yet (migration 0032, server/hunt/indexer.py) ---
 
 # Written with the upload's last statements, in its transaction. Two uploads of one router
 # received in the same microsecond share their chunks' key, and one row names both.
-ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at, records)
-VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s) ON CONFLICT DO NOTHING"""
+ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at, records, network)
+VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s, %(pending_network)s)
+ON CONFLICT DO NOTHING"""
+PENDING_NOW = "SELECT clock_timestamp(), EXISTS (SELECT FROM hunt_pending)"
 # A lane's: its routers are those whose MAC hashes to it (HUNT_INDEX_LANES).
 PENDING = """SELECT mac::text, kind, received_at, records FROM hunt_pending
 WHERE written_at <= %(until)s AND (hashtext(mac::text) & 2147483647) %% %(lanes)s = %(lane)s
@@ -76,13 +83,15 @@ ORDER BY written_at LIMIT %(limit)s"""
 # Single-shard under Citus; a batch's are pipelined (executemany).
 TAKE_PENDING = """DELETE FROM hunt_pending
 WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s
-RETURNING mac::text, kind, received_at, written_at"""
+RETURNING mac::text, kind, received_at, written_at, network::text"""
 # A batch's chunks, upload after upload (the received_at range prunes the partitions).
 UPLOADS_CHUNKS = """SELECT mac::text, kind, received_at, body FROM telemetry_chunks
 WHERE received_at BETWEEN %(first)s AND %(last)s
   AND (mac, kind, received_at) IN (SELECT * FROM unnest(
       %(macs)s::macaddr[], %(kinds)s::text[], %(received)s::timestamptz[]))
 ORDER BY mac, kind, received_at, id"""
+ROUTER_DAY_NETWORKS = """SELECT mac::text, day, networks::text[] FROM hunt_budgets
+WHERE (mac, day) IN (SELECT * FROM unnest(%(macs)s::macaddr[], %(days)s::timestamptz[]))"""
 DAYS_USED = """SELECT mac::text, day, sum(postings) FROM hunt_budgets
 WHERE (mac, day) IN (SELECT * FROM unnest(%(macs)s::macaddr[], %(days)s::timestamptz[]))
 GROUP BY mac, day"""
@@ -95,7 +104,8 @@ def postings_statement(params: dict) -> tuple[str, dict]:
     rows = params["rows"]
     values = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
               "hunt_budget": params["budget"], "hunt_offered": len(rows),
-              "hunt_dropped": params.get("dropped", 0)}
+              "hunt_dropped": params.get("dropped", 0),
+              "hunt_network": params.get("network"), "hunt_networks_kept": NETWORKS_KEPT}
     for n, row in enumerate(rows):
         for name in _POSTING_FIELDS:
             values[f"h{n}_{name}"] = row[name]

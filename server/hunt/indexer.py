@@ -67,15 +67,17 @@ class Indexed:
 
 async def index_pending(db: Database, postings_per_day: int, wait_seconds: float = 0.0,
                         lanes: int = 1) -> Indexed:
-    """Index every upload pending when called, one at a time in each of `lanes` lanes (the
+    """Index every upload pending when called, in batches, in each of `lanes` lanes (the
     routers split among them by their MAC's hash; each lane a connection and an advisory lock
     of its own). The loop runs the lanes at once; with `wait_seconds` (before a hunt) they
-    are taken in turn on one connection, each waited for while another process indexes it
-    (up to then), and what the deadline leaves is counted in `left`. Without, a lane another
-    process holds is left to it."""
+    are taken in turn, one connection at a time, each waited for while another process
+    indexes it (up to then), and what the deadline leaves is counted in `left`. Without, a
+    lane another process holds is left to it."""
     deadline = time.monotonic() + wait_seconds
     done = Indexed()
-    until = await _value(db, "SELECT clock_timestamp()")
+    until, anything = await db.fetchone(hunt_db.PENDING_NOW) or (None, False)
+    if not anything:  # no lane's connection opened for nothing (every hunt asks first)
+        return done
     plans = [_Lane(lane, lanes, until, deadline if wait_seconds else None)
              for lane in range(lanes)]
     if wait_seconds:
@@ -206,13 +208,14 @@ async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: f
 class _Tally:
     mac: str
     written_at: Any
+    network: str | None  # where the upload came from, kept with its router's day
     postings: Postings
     records: int = 0
 
 
 async def _take(cur, batch: list[dict]) -> list[tuple]:
     """The batch's pending rows deleted (pipelined, each on its router's shard): (mac, kind,
-    received_at, written_at) of those still there."""
+    received_at, written_at, network) of those still there."""
     await cur.executemany(hunt_db.TAKE_PENDING, batch, returning=True)
     taken = []
     async for _ in cur.results():
@@ -228,10 +231,10 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     used = {(mac, day): count for mac, day, count in await _fetchall(cur, hunt_db.DAYS_USED, {
         "macs": [row[0] for row in taken], "days": [_day(row[3]) for row in taken]})}
     tallies: dict[tuple, _Tally] = {}
-    for mac, kind, received_at, written_at in taken:
+    for mac, kind, received_at, written_at, network in taken:
         left = max(0, postings_per_day - used.get((mac, _day(written_at)), 0))
         tallies[(mac, kind, received_at)] = _Tally(
-            mac, written_at, Postings(PostingsBudget(left + POSTINGS_FREE)))
+            mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
     bodies: list[tuple[_Tally, bytes]] = []
     held = 0
     async for mac, kind, received_at, body in cur.stream(hunt_db.UPLOADS_CHUNKS, {
@@ -265,7 +268,7 @@ def _statements(tallies: list[_Tally], postings_per_day: int) -> list[tuple[str,
         params = tally.postings.params(tally.written_at)
         if params["rows"] or tally.postings.budget.dropped:
             out.append(hunt_db.postings_statement({
-                "mac": tally.mac, "budget": postings_per_day,
+                "mac": tally.mac, "budget": postings_per_day, "network": tally.network,
                 "dropped": tally.postings.budget.dropped, **params}))
     return out
 

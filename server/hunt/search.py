@@ -84,7 +84,8 @@ async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
     pairs = _fair_order(found)
     page = pairs[hunt.offset:hunt.offset + hunt.limit]
     records_from = today - timedelta(days=records_kept_days) if records_kept_days else None
-    matches = [_match(hunt.indicators[n], seen, records_from) for n, seen in page]
+    networks = await _networks(db, [seen for _, seen in page])
+    matches = [_match(hunt.indicators[n], seen, records_from, networks) for n, seen in page]
     total = sum(s.count for s in found)
     exact = all(s.exact for s in found)
     answer = {"searched": {"days": hunt.days, "from": since.isoformat(),
@@ -132,10 +133,31 @@ def _fair_order(found: list["Sightings"]) -> list[tuple[int, "Seen"]]:
     return [(n, seen) for _, _, n, _, seen in ranked]
 
 
-def _match(indicator: Indicator, seen: "Seen", records_from: date | None) -> dict:
+async def _networks(db: Database, page: list["Seen"]) -> dict[tuple[str, date], list[str]]:
+    """The networks each shown router's uploads came from on the first and last day it
+    matched (kept by the indexer with the router's day: server/db/hunt.py, at most
+    NETWORKS_KEPT a day): two days a match, so a page of a value every router saw over 400
+    days reads 2,000 rows, not 400,000."""
+    pairs = sorted({(seen.mac, day) for seen in page for day in _ends(seen)})
+    if not pairs:
+        return {}
+    rows = await db.fetchall(hunt_db.ROUTER_DAY_NETWORKS, {
+        "macs": [mac for mac, _ in pairs], "days": [_midnight(day) for _, day in pairs]})
+    return {(mac, day.astimezone(timezone.utc).date()): networks
+            for mac, day, networks in rows}
+
+
+def _ends(seen: "Seen") -> list[date]:
+    return [seen.days[0], seen.days[-1]] if seen.days else []
+
+
+def _match(indicator: Indicator, seen: "Seen", records_from: date | None,
+           networks: dict[tuple[str, date], list[str]]) -> dict:
     return {"mac": seen.mac, "kind": indicator.kind, "indicator": indicator.value,
             "first_seen": _iso(seen.first), "last_seen": _iso(seen.last),
             "records": seen.records, "days": [day.isoformat() for day in seen.days],
+            "networks": sorted({network for day in _ends(seen)
+                                for network in networks.get((seen.mac, day), ())}),
             "records_expired": records_from is not None
             and seen.last.astimezone(timezone.utc).date() < records_from}
 

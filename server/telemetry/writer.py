@@ -171,6 +171,7 @@ class TelemetryWriter:
             statements.append(ADD_PENDING)
             params["upload_received_at"] = self._received_at
             params["pending_records"] = self._records
+            params["pending_network"] = self._network
         try:
             await execute(cur, ";\n".join(statements), params)
         except psycopg.errors.UniqueViolation as error:

@@ -1,1 +1,0 @@
-ALTER TABLE hunt_pending DROP COLUMN records;
