@@ -414,6 +414,17 @@ async def test_a_retro_hunts_tallies_agree_with_the_hunt(make_client, settings, 
     capped = await tallies.router_tallies(db, [a for a, _ in asked], [n for _, n in asked],
                                           len(wanted), since, until, cap=2)
     assert [(one.over, len(one.routers)) for one in capped] == [(True, 0), (True, 0)]
+    # The packed days read by two processes, a range each, in this read's snapshot: the
+    # same tallies, and the same values past the cap.
+    monkeypatch.setattr(tallies, "DAYS_A_PROCESS", 1)
+    monkeypatch.setattr(tallies.os, "cpu_count", lambda: 2)
+    for cap, expected in ((10, found), (2, capped)):
+        parallel = await tallies.router_tallies(db, [a for a, _ in asked],
+                                                [n for _, n in asked], len(wanted), since,
+                                                until, cap=cap, processes=2)
+        assert [(one.over, sorted(tuple(vars(r).values()) for r in one.routers))
+                for one in parallel] == \
+            [(one.over, sorted(tuple(vars(r).values()) for r in one.routers)) for one in expected]
 
 
 async def test_one_large_upload_adds_at_most_its_days_budget(make_client, settings, sql):

@@ -236,26 +236,38 @@ async def mark_hunted(cur, values: list[tuple[str, str]]) -> None:
 # A router's sighting of an indicator, once: a rerun widens its span and counts (the larger
 # of what was known and what this hunt saw: a hunt reads whole days, never a part twice),
 # and writes nothing when it saw nothing new (the match each minute finds the same again).
-_SIGHTED = """INSERT INTO intel_sightings AS s (mac, kind, value, source, first_seen,
-    last_seen, days, records)
-SELECT * FROM unnest(%s::macaddr[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
-                     %s::timestamptz[], %s::integer[], %s::bigint[])
-ON CONFLICT (mac, kind, value) DO UPDATE SET
-    first_seen = least(s.first_seen, excluded.first_seen),
-    last_seen = greatest(s.last_seen, excluded.last_seen),
-    days = greatest(s.days, excluded.days), records = greatest(s.records, excluded.records)
-WHERE s.first_seen > excluded.first_seen OR s.last_seen < excluded.last_seen
-   OR s.days < excluded.days OR s.records < excluded.records
-RETURNING (xmax = 0)"""
+# A retro-hunt's sightings (hundreds of thousands): COPY'd into a table of the transaction's
+# own, then added in one statement (a fifth of the time of arrays bound as parameters,
+# whose lists psycopg dumps in Python).
+_SIGHTED_TABLE = """CREATE TEMPORARY TABLE sighted (mac macaddr, kind text, value text,
+    source text, first_seen timestamptz, last_seen timestamptz, days integer, records bigint)
+ON COMMIT DROP"""
+_SIGHTED_COPY = "COPY sighted FROM STDIN"
+_SIGHTED = """WITH added AS (
+    INSERT INTO intel_sightings AS s (mac, kind, value, source, first_seen, last_seen, days,
+        records)
+    SELECT * FROM sighted
+    ON CONFLICT (mac, kind, value) DO UPDATE SET
+        first_seen = least(s.first_seen, excluded.first_seen),
+        last_seen = greatest(s.last_seen, excluded.last_seen),
+        days = greatest(s.days, excluded.days), records = greatest(s.records, excluded.records)
+    WHERE s.first_seen > excluded.first_seen OR s.last_seen < excluded.last_seen
+       OR s.days < excluded.days OR s.records < excluded.records
+    RETURNING (xmax = 0) AS new)
+SELECT count(*) FILTER (WHERE new) FROM added"""
 
 
 async def record_sightings(cur, rows: list[tuple]) -> int:
-    """Rows (mac, kind, value, source, first_seen, last_seen, days, records); new ones."""
+    """Rows (mac, kind, value, source, first_seen, last_seen, days, records), in the
+    transaction of `cur`; how many are new."""
     if not rows:
         return 0
-    columns = [list(column) for column in zip(*rows)]
-    await execute(cur, _SIGHTED, columns)
-    return sum(1 for (new,) in await cur.fetchall() if new)
+    await execute(cur, _SIGHTED_TABLE)
+    async with cur.copy(_SIGHTED_COPY) as copy:
+        for row in rows:
+            await copy.write_row(row)
+    await execute(cur, _SIGHTED)
+    return (await cur.fetchone())[0]
 
 
 async def hold(cur, held: list[tuple[str, str, int | None]], note: str, actor: str) -> int:

@@ -14,17 +14,25 @@ most blocks of the window ten times for a feed of 100,000.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import multiprocessing
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
+import psycopg
 
 from server.db import hunt as hunt_db
+from server.db.connect import connect_async
+from server.db.location import DatabaseLocation
 from server.db.pool import Database, Reads
 from server.hunt.sightings import (_Gathered, _day_number, packed_reads, read_unpacked,
                                    value_hashes)
 
 FOLD_AT = 1_000_000  # postings read before they are folded into the rows
+DAYS_A_PROCESS = 20  # at least, for a range of packed days to be read by a process of its own
 
 
 @dataclass
@@ -61,11 +69,16 @@ class _Folder:
         self.held = 0
 
     def add(self, slot, number, day, first, last, records) -> None:
-        kept = ~self.over[slot]
+        self.add_rows({"slot": slot, "number": number, "day": day, "first": first,
+                       "last": last, "records": records,
+                       "days": np.ones(len(slot), dtype=np.int64)})
+
+    def add_rows(self, part: dict) -> None:
+        """Postings (days 1), or the rows another folder folded from days before or after
+        all of these: a row's last day is its own, so its days are added, not merged."""
+        kept = ~self.over[part["slot"]]
         if len(self.removed):
-            kept &= ~np.isin(number, self.removed)
-        part = {"slot": slot, "number": number, "day": day, "first": first, "last": last,
-                "records": records, "days": np.ones(len(slot), dtype=np.int64)}
+            kept &= ~np.isin(part["number"], self.removed)
         self.parts.append({name: np.asarray(column, dtype=np.int64)[kept]
                            for name, column in part.items()})
         self.held += int(kept.sum())
@@ -115,16 +128,22 @@ def _order(slot: np.ndarray, number: np.ndarray, day: np.ndarray) -> np.ndarray:
 
 async def router_tallies(db: Database, asked: list[tuple[str, str]], slots: list[int],
                          indicators: int, since: datetime, until: datetime,
-                         cap: int) -> list[Tallied]:
+                         cap: int, processes: int = 1) -> list[Tallied]:
     """For each of `indicators` (slots: the indicator each asked value is one of), its
     routers over the days from `since` to `until`, or that more than `cap` saw it; read in
-    one snapshot."""
+    one snapshot, the packed days by up to `processes` processes (each a range of them, in
+    the same snapshot: `_read_range`)."""
     async with db.snapshot() as reads:
         removed = np.array([n for (n,) in await reads.fetchall(hunt_db.REMOVED_ROUTERS)],
                            dtype=np.int64)
         folder = _Folder(indicators, cap, removed)
-        await _read_packed(reads, await value_hashes(reads, asked), slots, since, until,
-                           folder)
+        hashes = await value_hashes(reads, asked)
+        ranges = _ranges(await reads.fetchall(hunt_db.PACKED_DAYS, {
+            "since": since, "until": until}), min(processes, os.cpu_count() or 1))
+        if len(ranges) > 1:
+            await _read_in_processes(reads, db.location, ranges, hashes, slots, folder)
+        else:
+            await _read_packed(reads, hashes, slots, since, until, folder)
         provisional = await _read_unpacked(reads, asked, slots, indicators, since, until,
                                            folder)
         folder.fold()
@@ -143,6 +162,54 @@ async def _read_packed(reads: Reads, hashes: list[int], slots: list[int], since:
             first = int(day.timestamp()) + first.astype(np.int64)
             folder.add(slot_of[values[hit]][which], routers,
                        np.full(len(which), _day_number(day)), first, first + span, records)
+
+
+def _ranges(days: list[tuple], processes: int) -> list[tuple[datetime, datetime]]:
+    """The packed days split into up to `processes` ranges of consecutive days (first, last),
+    each of at least DAYS_A_PROCESS days."""
+    count = max(1, min(processes, len(days) // DAYS_A_PROCESS))
+    edges = np.linspace(0, len(days), count + 1).astype(int)
+    return [(days[a][0], days[b - 1][0]) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+async def _read_in_processes(reads: Reads, location: DatabaseLocation,
+                             ranges: list[tuple[datetime, datetime]], hashes: list[int],
+                             slots: list[int], folder: _Folder) -> None:
+    """Each range of days read and folded by a process of its own (spawned: this process
+    runs an event loop and threads) in this transaction's snapshot, exported; the rows of
+    each merged here."""
+    snapshot = (await reads.fetchall("SELECT pg_export_snapshot()"))[0][0]
+    loop = asyncio.get_running_loop()
+    pool = concurrent.futures.ProcessPoolExecutor(
+        len(ranges), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        done = await asyncio.gather(*(loop.run_in_executor(
+            pool, _read_range, location, snapshot, hashes, slots, first, last,
+            len(folder.over), folder.cap, folder.removed) for first, last in ranges))
+    finally:  # never waits here: a cancelled hunt's processes end with their range
+        pool.shutdown(wait=False, cancel_futures=True)
+    for rows, over in done:
+        folder.over |= over
+        folder.add_rows(rows)
+
+
+def _read_range(location: DatabaseLocation, snapshot: str, hashes: list[int],
+                slots: list[int], since: datetime, until: datetime, indicators: int,
+                cap: int, removed: np.ndarray) -> tuple[dict, np.ndarray]:
+    """In a process of its own: the packed days from `since` to `until`, read in the
+    snapshot named and folded; the rows and which indicators went past `cap`."""
+    async def read() -> tuple[dict, np.ndarray]:
+        conn = await connect_async(location, 60)
+        async with conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            await conn.set_read_only(True)
+            async with conn.transaction(), conn.cursor() as cur:
+                await cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+                folder = _Folder(indicators, cap, removed)
+                await _read_packed(Reads(cur), hashes, slots, since, until, folder)
+                folder.fold()
+                return folder.rows, folder.over
+    return asyncio.run(read())
 
 
 async def _read_unpacked(reads: Reads, asked: list[tuple[str, str]], slots: list[int],

@@ -98,7 +98,8 @@ async def match(db: Database, settings: Settings, batch: list[tuple[str, str, st
     # (server/hunt/tallies.py); a value more than the prevalence limit saw is a suspect,
     # held or read again whole on its own.
     limit = held_above(settings, await intel_db.registered_routers(db))
-    tallied = await _tallied(db, [h[3] for h in hunted], days, limit) if hunted else []
+    tallied = await _tallied(db, [h[3] for h in hunted], days, limit,
+                             settings.intel_retro_hunt_processes) if hunted else []
     suspects = [n for n, one in enumerate(tallied) if one.over]
     held = await _prevalent(db, settings, hunted, suspects, limit)
     held_values = {(kind, value) for kind, value, _ in held}
@@ -121,9 +122,10 @@ async def match(db: Database, settings: Settings, batch: list[tuple[str, str, st
 
 
 async def _tallied(db: Database, indicators: list[Indicator], days: int,
-                   cap: int) -> list[Tallied]:
+                   cap: int, processes: int) -> list[Tallied]:
     asked, slots, since, until = _asked(indicators, days)
-    return await router_tallies(db, asked, slots, len(indicators), since, until, cap)
+    return await router_tallies(db, asked, slots, len(indicators), since, until, cap,
+                                processes)
 
 
 BROAD_NOTE = (f"a network broader than /{intel_db.BROADEST_PREFIX[4]} (IPv4) or "
