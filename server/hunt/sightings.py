@@ -133,6 +133,7 @@ async def packed_reads(reads: Reads, hashes: list[int], since: datetime,
             start += 1
         rows = await reads.fetchall_binary(hunt_db.BLOCKS, {
             "days": [d for d, _ in blocks], "buckets": [b for _, b in blocks]})
+        rows.sort(key=lambda row: row[:2])  # oldest first, as promised to the readers
         read = []
         for day, bucket, data in rows:
             values, block = blocks[(day, bucket)], decode(data)

@@ -52,13 +52,14 @@ class Tallied:
     over: bool
 
 
-_COLUMNS = ("slot", "number", "day", "first", "last", "records", "days")
+_COLUMNS = ("slot", "number", "first_day", "day", "first", "last", "records", "days")
 
 
 class _Folder:
-    """Rows of (slot, router number): first and last second, records, days, and the last
-    day seen (`day`); postings read since the last fold wait beside them. Days are read in
-    order, so a router's day already counted is its row's last one."""
+    """Rows of (slot, router number): its first and last day seen, first and last second,
+    records and days; postings read since the last fold wait beside them. Days are read in
+    order, so two rows of one router met in a fold overlap at most on one day: the earlier
+    one's last, the later one's first."""
 
     def __init__(self, slots: int, cap: int, removed: np.ndarray) -> None:
         self.cap = cap
@@ -69,60 +70,69 @@ class _Folder:
         self.held = 0
 
     def add(self, slot, number, day, first, last, records) -> None:
-        self.add_rows({"slot": slot, "number": number, "day": day, "first": first,
-                       "last": last, "records": records,
+        self.add_rows({"slot": slot, "number": number, "first_day": day, "day": day,
+                       "first": first, "last": last, "records": records,
                        "days": np.ones(len(slot), dtype=np.int64)})
 
     def add_rows(self, part: dict) -> None:
-        """Postings (days 1), or the rows another folder folded from days before or after
-        all of these: a row's last day is its own, so its days are added, not merged."""
+        """Postings (one day each), or the rows another folder folded from days after all
+        of these."""
         kept = ~self.over[part["slot"]]
         if len(self.removed):
             kept &= ~np.isin(part["number"], self.removed)
-        self.parts.append({name: np.asarray(column, dtype=np.int64)[kept]
-                           for name, column in part.items()})
+        self.parts.append({name: np.asarray(part[name], dtype=np.int64)[kept]
+                           for name in _COLUMNS})
         self.held += int(kept.sum())
         if self.held > FOLD_AT:
             self.fold()
 
     def fold(self) -> None:
+        """The postings held folded into rows of their own (one sort of them), then merged
+        with the rows so far: both in the same order, so a stable sort of the two is one
+        linear merge, not a sort of everything at every fold."""
         if not self.parts:
             return
-        c = {name: np.concatenate([self.rows[name]] + [p[name] for p in self.parts])
-             for name in _COLUMNS}
+        new = {name: np.concatenate([p[name] for p in self.parts]) for name in _COLUMNS}
         self.parts, self.held = [], 0
-        if not len(c["slot"]):
-            self.rows = c
-            return
-        c = {name: column[_order(c["slot"], c["number"], c["day"])]
-             for name, column in c.items()}
-        slot, number, day = c["slot"], c["number"], c["day"]
-        same_key = (slot[1:] == slot[:-1]) & (number[1:] == number[:-1])
-        keys = np.flatnonzero(np.r_[True, ~same_key])
-        pairs = np.flatnonzero(np.r_[True, ~(same_key & (day[1:] == day[:-1]))])
-        # A (router, day) counts once: a row's `days` already hold its last day.
-        pair_days = np.maximum.reduceat(c["days"], pairs)
-        key_of_pair = np.searchsorted(keys, pairs, side="right") - 1
-        rows = {"slot": slot[keys], "number": number[keys],
-                "day": np.maximum.reduceat(day, keys),
-                "first": np.minimum.reduceat(c["first"], keys),
-                "last": np.maximum.reduceat(c["last"], keys),
-                "records": np.add.reduceat(c["records"], keys),
-                "days": np.bincount(key_of_pair, weights=pair_days,
-                                    minlength=len(keys)).astype(np.int64)}
+        new = _reduced(new, _order(new["slot"], new["number"], new["first_day"]))
+        both = {name: np.concatenate([self.rows[name], new[name]]) for name in _COLUMNS}
+        rows = _reduced(both, _order(both["slot"], both["number"], both["first_day"],
+                                     merge=True))
         self.over |= np.bincount(rows["slot"], minlength=len(self.over)) > self.cap
         kept = ~self.over[rows["slot"]]
         self.rows = {name: column[kept] for name, column in rows.items()}
 
 
-def _order(slot: np.ndarray, number: np.ndarray, day: np.ndarray) -> np.ndarray:
+def _reduced(c: dict[str, np.ndarray], order: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per (slot, number) of rows in `order` (by slot, number, first day): a day
+    where one row ends and the next begins is counted once."""
+    c = {name: column[order] for name, column in c.items()}
+    if not len(c["slot"]):
+        return c
+    slot, number = c["slot"], c["number"]
+    same_key = (slot[1:] == slot[:-1]) & (number[1:] == number[:-1])
+    keys = np.flatnonzero(np.r_[True, ~same_key])
+    touching = np.r_[False, same_key & (c["day"][:-1] == c["first_day"][1:])]
+    return {"slot": slot[keys], "number": number[keys],
+            "first_day": np.minimum.reduceat(c["first_day"], keys),
+            "day": np.maximum.reduceat(c["day"], keys),
+            "first": np.minimum.reduceat(c["first"], keys),
+            "last": np.maximum.reduceat(c["last"], keys),
+            "records": np.add.reduceat(c["records"], keys),
+            "days": np.add.reduceat(c["days"], keys)
+            - np.add.reduceat(touching.astype(np.int64), keys)}
+
+
+def _order(slot: np.ndarray, number: np.ndarray, day: np.ndarray,
+           merge: bool = False) -> np.ndarray:
     """The order by (slot, number, day): one sort of a key packing the three (a third of a
     three-key lexsort's time), when they fit its 63 bits, as they do for a feed pass's
     slots, the routers' numbers (today's unnumbered ones are small negatives) and days
-    since 1970 until 2149."""
+    since 1970 until 2149. `merge`: two runs already in that order, merged (stable)."""
+    kind = "stable" if merge else None
     if len(slot) and slot.max() < 2**17 and number.min() > -2**29 and number.max() < 2**29 \
             and day.min() >= 0 and day.max() < 2**16:
-        return np.argsort((slot << 46) | ((number + 2**29) << 16) | day)
+        return np.argsort((slot << 46) | ((number + 2**29) << 16) | day, kind=kind)
     return np.lexsort((day, number, slot))
 
 
