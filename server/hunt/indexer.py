@@ -113,7 +113,8 @@ async def _index_lane(db: Database, lane: _Lane, postings_per_day: int, done: In
                     "until": lane.until, "limit": LISTED_UPLOADS, "lane": lane.number,
                     "lanes": lane.lanes}):
                 for batch in batches(pending):
-                    if not await _index_batch(cur, batch, postings_per_day, db.timeout, done):
+                    if await _index_batch(cur, batch, postings_per_day, db.timeout,
+                                          done) is not None:
                         for upload in batch:  # one of them failed it: each alone, so that
                             await _index_alone(cur, upload, postings_per_day, db.timeout,
                                                done)  # only that one is set aside
@@ -169,24 +170,23 @@ async def _index_alone(cur, upload: dict, postings_per_day: int, timeout: float,
     """An upload of a batch that failed, in a transaction of its own: set aside, logged by
     name, when it fails again (a record the tally cannot read, a value the database
     refuses), so that it never holds up the others."""
-    error = await _index_batch(cur, [upload], postings_per_day, timeout, done, raising=False)
+    error = await _index_batch(cur, [upload], postings_per_day, timeout, done)
     if error is not None:
         await _set_aside(cur, upload, error)
         done.set_aside += 1
 
 
 async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: float,
-                       done: Indexed, raising: bool = True):
+                       done: Indexed) -> Exception | None:
     """The batch's uploads in one transaction: their pending rows taken, their chunks read
     in one stream and tallied (on a thread: the event loop goes on), their postings written,
-    one statement an upload, pipelined. True when done (or for the batch of one, None); a
-    failure other than the database's going away rolls it all back, the rows pending again:
-    False (the batch of one: the error)."""
+    one statement an upload, pipelined. A failure other than the database's going away
+    rolls it all back, the rows pending again, and is returned."""
     try:
         async with cur.connection.transaction():
             taken = await _take(cur, batch)
             if not taken:  # taken by another, or their routers removed
-                return True if raising else None
+                return None
             tallies = await _tallied(cur, taken, postings_per_day)
             statements = await asyncio.to_thread(_statements, tallies, postings_per_day)
             async with asyncio.timeout(timeout), cur.connection.pipeline():
@@ -195,13 +195,13 @@ async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: f
     except Exception as error:
         if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
             raise  # the database away: the lane stops, the loop tries again at its turn
-        return False if raising else error
+        return error
     for tally in tallies:
         done.uploads += 1
         done.records += tally.records
         done.dropped += tally.postings.budget.dropped
         done.postings += len(tally.postings.counts)
-    return True if raising else None
+    return None
 
 
 @dataclass
