@@ -4,12 +4,14 @@ packing job), the shared document's size and build time at 100,000 entries, and 
 router downloads when 1 % of the feed changes.
 
     python -m ops.bench.intel [--routers 10000] [--days 30] [--distinct-days 3]
+                              [--processes 4]
 
 The feed: 100,000 values, domains and addresses, half of them from the index's own pools
 (so some every router saw, most a few routers, many none), half never posted. It is taken
 through the service's path (server/intel/feeds.py import_file: parsing, the swap in one
 transaction), then retro-hunted (server/intel/retro.py retro_hunt: the blocks read once,
-prevalence checked, sightings recorded). The document is built as a server process builds
+prevalence checked, sightings recorded; --processes: INTEL_RETRO_HUNT_PROCESSES, at most
+the machine's cores). The document is built as a server process builds
 it (the delivery statement, engine/intel.py, gzip once); the reference, in the same run, is
 the same values written one a line and gzip-compressed. The daily change is 1 % of the
 values replaced in one new version; the delta is what `GET /rules/intel?delta=1` answers.
@@ -83,9 +85,11 @@ async def document(db: Database) -> tuple[dict, int, float]:
     return built, len(served.packed), time.monotonic() - started
 
 
-async def run(location, workdir, routers: int, days: int, distinct: int) -> dict:
+async def run(location, workdir, routers: int, days: int, distinct: int,
+              processes: int) -> dict:
     settings = settings_for(location, workdir, HUNT_RETENTION_DAYS=str(days + 1),
-                            INTEL_MAX_ENTRIES=str(FEED_VALUES))
+                            INTEL_MAX_ENTRIES=str(FEED_VALUES),
+                            INTEL_RETRO_HUNT_PROCESSES=str(processes))
     db = await Database.open(location, 1, 2, 900)
     try:
         started = time.monotonic()
@@ -144,11 +148,12 @@ def main() -> int:
     parser.add_argument("--routers", type=int, default=10_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--distinct-days", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=4)
     args = parser.parse_args()
     with throwaway_database() as (location, workdir):
         partitions_for_history(location, args.days + 1)
         report(asyncio.run(run(location, workdir, args.routers, args.days,
-                               min(args.distinct_days, args.days))))
+                               min(args.distinct_days, args.days), args.processes)))
     return 0
 
 

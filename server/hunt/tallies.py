@@ -162,16 +162,22 @@ async def router_tallies(db: Database, asked: list[tuple[str, str]], slots: list
 
 async def _read_packed(reads: Reads, hashes: list[int], slots: list[int], since: datetime,
                        until: datetime, folder: _Folder) -> None:
+    """Every block's postings of the values asked, added to the folder a read at a time
+    (a block at a time, the adding cost as much as the reading)."""
     slot_of = np.array(slots, dtype=np.int64)
     async for read in packed_reads(reads, hashes, since, until):
+        columns: list[tuple[np.ndarray, ...]] = []
         for day, block, values, at in read:
             hit = at >= 0
             if not hit.any():
                 continue
             which, routers, records, first, span = block.columns_of(at[hit])
             first = int(day.timestamp()) + first.astype(np.int64)
-            folder.add(slot_of[values[hit]][which], routers,
-                       np.full(len(which), _day_number(day)), first, first + span, records)
+            columns.append((slot_of[values[hit]][which], routers,
+                            np.full(len(which), _day_number(day)), first, first + span,
+                            records))
+        if columns:
+            folder.add(*(np.concatenate(column) for column in zip(*columns)))
 
 
 def _ranges(days: list[tuple], processes: int) -> list[tuple[datetime, datetime]]:
