@@ -73,7 +73,7 @@ ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
 ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at, records, network)
 VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s, %(pending_network)s)
 ON CONFLICT DO NOTHING"""
-PENDING_NOW = "SELECT clock_timestamp(), EXISTS (SELECT FROM hunt_pending)"
+PENDING_NOW = "SELECT clock_timestamp(), EXISTS (SELECT 1 FROM hunt_pending)"
 # A lane's: its routers are those whose MAC hashes to it (HUNT_INDEX_LANES).
 PENDING = """SELECT mac::text, kind, received_at, records FROM hunt_pending
 WHERE written_at <= %(until)s AND (hashtext(mac::text) & 2147483647) %% %(lanes)s = %(lane)s

@@ -191,13 +191,11 @@ WHERE i.kind NOT IN ('ip', 'network') OR (
   AND NOT {_NET} && ANY(%(exempt)s::inet[])
   AND NOT EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
                   AND a.network::inet && {_NET})
-  AND NOT EXISTS (SELECT 1 FROM routers r
-                  WHERE r.poll_address >= network({_NET})::inet
-                    AND r.poll_address <= set_masklen(broadcast({_NET}),
+  AND NOT EXISTS (SELECT 1 FROM intel_polled p
+                  WHERE p.address >= network({_NET})::inet
+                    AND p.address <= set_masklen(broadcast({_NET}),
                             CASE family({_NET}) WHEN 4 THEN 32 ELSE 128 END)
-                    AND r.poll_address <<= {_NET}
-                    AND (r.registered_by = 'operator'
-                         OR EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)))
+                    AND p.address <<= {_NET})
   AND (masklen({_NET}) >= CASE family({_NET}) WHEN 4 THEN {BROADEST_PREFIX[4]}
                                  ELSE {BROADEST_PREFIX[6]} END
        OR EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
@@ -206,9 +204,23 @@ ORDER BY i.confidence DESC, i.last_seen DESC, i.kind, i.value
 LIMIT %(max)s"""
 
 
+# The poll addresses that protect their networks, in a table of the transaction with an
+# index: under Citus `routers` is distributed, and a correlated subquery from the
+# coordinator's own tables into it is refused (as the fleet's job does, server/db/fleet.py).
+_POLLED = """CREATE TEMPORARY TABLE intel_polled ON COMMIT DROP AS
+SELECT r.poll_address AS address FROM routers r
+WHERE r.poll_address IS NOT NULL
+  AND (r.registered_by = 'operator' OR EXISTS (SELECT 1 FROM router_keys k
+                                               WHERE k.mac = r.mac))"""
+
+
 async def delivered(db: Database, exempt: list[str], max_entries: int) -> list[tuple]:
-    return await db.fetchall(DELIVERED, {"not_public": list(NOT_PUBLIC), "exempt": exempt,
-                                         "max": max_entries})
+    async with db.transaction() as cur:
+        await execute(cur, _POLLED)
+        await execute(cur, "CREATE INDEX ON intel_polled (address); ANALYZE intel_polled")
+        await execute(cur, DELIVERED, {"not_public": list(NOT_PUBLIC), "exempt": exempt,
+                                       "max": max_entries})
+        return await cur.fetchall()
 
 
 async def unhunted(db: Database, batch: int) -> list[tuple[str, str, str]]:
