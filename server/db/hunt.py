@@ -235,13 +235,16 @@ ROUTER_MACS = "SELECT id, mac::text FROM hunt_routers WHERE id = ANY(%(ids)s::in
 ROUTER_IDS = "SELECT mac::text, id FROM hunt_routers WHERE mac = ANY(%(macs)s::macaddr[])"
 # Each indicator's postings still in rows: how many routers, and the earliest %(reads)s of
 # them by when they were first seen (an order no router can choose but by being first).
-UNPACKED = f"""SELECT a.n, p.mac::text, p.day, p.first_seen, p.last_seen, p.records
-FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, value, n)
-CROSS JOIN LATERAL (
-    SELECT mac, day, first_seen, last_seen, records FROM hunt_postings h
-    WHERE h.kind = a.code AND h.value = a.value AND h.day >= %(since)s
-      AND h.day <= %(until)s AND {_REGISTERED.format(table="h")}
-    ORDER BY h.first_seen, h.mac LIMIT %(reads)s) p"""
+# Each value's earliest `reads` postings, ranked on the coordinator under Citus (a LATERAL
+# subquery with a LIMIT, the form before, cannot be pushed down to the shards).
+UNPACKED = f"""SELECT n, mac::text, day, first_seen, last_seen, records FROM (
+    SELECT a.n, h.mac, h.day, h.first_seen, h.last_seen, h.records,
+           row_number() OVER (PARTITION BY a.n ORDER BY h.first_seen, h.mac) AS rank
+    FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, value, n)
+    JOIN hunt_postings h ON h.kind = a.code AND h.value = a.value
+    WHERE h.day >= %(since)s AND h.day <= %(until)s
+      AND {_REGISTERED.format(table="h")}) ranked
+WHERE rank <= %(reads)s"""
 UNPACKED_OF_ROUTERS = """SELECT %(n)s, mac::text, day, first_seen, last_seen, records
 FROM hunt_postings WHERE kind = %(code)s AND value = %(value)s AND day >= %(since)s
   AND day <= %(until)s AND mac = ANY(%(macs)s::macaddr[])"""

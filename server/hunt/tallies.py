@@ -129,10 +129,10 @@ def _order(slot: np.ndarray, number: np.ndarray, day: np.ndarray,
     three-key lexsort's time), when they fit its 63 bits, as they do for a feed pass's
     slots, the routers' numbers (today's unnumbered ones are small negatives) and days
     since 1970 until 2149. `merge`: two runs already in that order, merged (stable)."""
-    kind = "stable" if merge else None
     if len(slot) and slot.max() < 2**17 and number.min() > -2**29 and number.max() < 2**29 \
             and day.min() >= 0 and day.max() < 2**16:
-        return np.argsort((slot << 46) | ((number + 2**29) << 16) | day, kind=kind)
+        key = (slot << 46) | ((number + 2**29) << 16) | day
+        return np.argsort(key, kind="stable") if merge else np.argsort(key)
     return np.lexsort((day, number, slot))
 
 
