@@ -199,10 +199,15 @@ PACKED_DAY = "SELECT bits FROM hunt_packed_days WHERE day = %(day)s"
 # Only registered routers' postings are packed (and hunted in rows): those of an upload
 # that ended after its router was removed are dropped with the day's rows.
 _REGISTERED = "EXISTS (SELECT 1 FROM routers r WHERE r.mac = {table}.mac)"
-NUMBER_ROUTERS = f"""INSERT INTO hunt_routers (mac)
-SELECT DISTINCT p.mac FROM hunt_postings p
-WHERE p.day = %(day)s AND {_REGISTERED.format(table="p")}
-  AND NOT EXISTS (SELECT 1 FROM hunt_routers r WHERE r.mac = p.mac)"""
+# The day's routers gathered first (under Citus from the shards, as a result of its own):
+# the coordinator's `hunt_routers` cannot be joined with the shards' rows directly.
+NUMBER_ROUTERS = f"""WITH day_routers AS MATERIALIZED (
+    SELECT DISTINCT p.mac FROM hunt_postings p
+    WHERE p.day = %(day)s AND {_REGISTERED.format(table="p")})
+INSERT INTO hunt_routers (mac)
+SELECT d.mac FROM day_routers d
+WHERE NOT EXISTS (SELECT 1 FROM hunt_routers r WHERE r.mac = d.mac)
+ORDER BY d.mac"""
 DAY_ROUTERS = """SELECT mac::text, id FROM hunt_routers
 WHERE mac IN (SELECT DISTINCT mac FROM hunt_postings WHERE day = %(day)s)"""
 # Times in whole seconds from the day's start, cut down (as a hunt prints them).

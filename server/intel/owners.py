@@ -14,6 +14,7 @@ import uuid
 import orjson
 
 from server.db import intel as intel_db
+from server.db.jobs import exclusive
 from server.db.pool import Database, execute
 
 TYPE = "threat_sighting"
@@ -48,7 +49,14 @@ def _notification(row: tuple, email: bool, now) -> tuple:
 
 
 async def tell_owners(db: Database) -> dict:
-    """Every untold sighting of an owned router, BATCH at a time."""
+    """Every untold sighting of an owned router, BATCH at a time; one process at a time (an
+    advisory lock, not row locks: under Citus a locking read of the distributed sightings
+    is refused), another at it already telling these."""
+    async with exclusive(db, "intel-tell-owners") as acquired:
+        return await _tell_owners(db) if acquired else {"notifications": 0, "emailed": 0}
+
+
+async def _tell_owners(db: Database) -> dict:
     stored = emailed = 0
     while True:
         async with db.transaction() as cur:
