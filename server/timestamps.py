@@ -1,4 +1,5 @@
-"""How the service writes a moment: ISO 8601 in UTC with a `Z` (answers, reports, listings)."""
+"""How the service writes a moment: ISO 8601 in UTC with a `Z` (answers, reports, listings);
+and the UTC day a moment falls in."""
 
 from __future__ import annotations
 
@@ -10,3 +11,8 @@ def iso_utc(moment: datetime | None, timespec: str = "auto") -> str | None:
     if moment is None:
         return None
     return moment.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def utc_midnight(moment: datetime) -> datetime:
+    """The first instant of the UTC day `moment` falls in."""
+    return moment.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)

@@ -30,7 +30,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timezone
 from typing import Any
 
 import orjson
@@ -42,6 +41,7 @@ from server.db.pool import CONNECTIVITY_ERRORS, Database, execute, worker_away
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.telemetry.postings import POSTINGS_FREE, Postings, PostingsBudget
+from server.timestamps import utc_midnight
 
 log = logging.getLogger("router_backend.hunt")
 
@@ -229,10 +229,10 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     statement adds no new one past the budget: it, not this bound of memory, keeps the day
     within the budget when one router has several uploads in a batch)."""
     used = {(mac, day): count for mac, day, count in await _fetchall(cur, hunt_db.DAYS_USED, {
-        "macs": [row[0] for row in taken], "days": [_day(row[3]) for row in taken]})}
+        "macs": [row[0] for row in taken], "days": [utc_midnight(row[3]) for row in taken]})}
     tallies: dict[tuple, _Tally] = {}
     for mac, kind, received_at, written_at, network in taken:
-        left = max(0, postings_per_day - used.get((mac, _day(written_at)), 0))
+        left = max(0, postings_per_day - used.get((mac, utc_midnight(written_at)), 0))
         tallies[(mac, kind, received_at)] = _Tally(
             mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
     bodies: list[tuple[_Tally, bytes]] = []
@@ -248,10 +248,6 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
             bodies, held = [], 0
     await asyncio.to_thread(_tally_all, bodies)
     return list(tallies.values())
-
-
-def _day(moment):
-    return moment.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:

@@ -14,14 +14,11 @@ from server.db import activation_days
 from server.db.pool import Database
 from server.db import jobs as ledger
 from server.jobs.retention import trim_table
+from server.timestamps import utc_midnight
 
 ACTIVATION_DAYS_CRON_SCHEDULE = "27 * * * *"
 DETAIL_DAYS = 8   # more than status's week of silence (server/db/status.py SILENT_DAYS)
 DAY = timedelta(days=1)
-
-
-def utc_midnight(moment: datetime) -> datetime:
-    return moment.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 async def roll_up_activations(db: Database, now: datetime | None = None) -> dict:

@@ -4,9 +4,10 @@ many records carried each, tallied from its stored chunks by the hunt indexer
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from server.telemetry.indicators import carried
+from server.timestamps import utc_midnight
 
 # Distinct values one upload may index: this many, plus this many more a record. An honest
 # upload stays well inside (the corpus's sensor day: 79 for 1,013 records); a hostile one
@@ -72,9 +73,7 @@ class Postings:
         """The hunt statement's values (server/db/hunt.py), in key order: concurrent uploads
         of one router lock their rows in the same order."""
         self._settle()
-        day = received_at.astimezone(timezone.utc).replace(hour=0, minute=0, second=0,
-                                                           microsecond=0)
-        return {"day": day, "seen": received_at,
+        return {"day": utc_midnight(received_at), "seen": received_at,
                 "rows": [{"code": code, "value": value, "records": count}
                          for (code, value), count in sorted(self.counts.items())]}
 
