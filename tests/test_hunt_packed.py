@@ -503,3 +503,15 @@ async def test_a_routers_day_keeps_its_first_networks(make_client, settings, sql
         await db.execute(statement, params)
     assert sql.value("SELECT networks::text[] FROM hunt_budgets WHERE mac = %s",
                      (mac(50),)) == networks[:NETWORKS_KEPT]
+
+
+def test_uploads_are_batched_by_their_records():
+    """Small uploads share a batch up to BATCH_RECORDS, a larger one is alone, and rows
+    pending from before migration 0033 (records 0) are batched too (the first of them
+    found no batch to join)."""
+    at = datetime.now(timezone.utc)
+    pending = [(mac(1), "cfm", at, 0), (mac(2), "cfm", at, 0),
+               (mac(3), "cfm", at, indexer.BATCH_RECORDS - 1),
+               (mac(4), "cfm", at, indexer.BATCH_RECORDS + 5), (mac(5), "cfm", at, 2)]
+    assert [[upload["mac"] for upload in batch] for batch in indexer.batches(pending)] == \
+        [[mac(1), mac(2), mac(3)], [mac(4)], [mac(5)]]

@@ -130,9 +130,9 @@ def batches(pending: list[tuple]) -> list[list[dict]]:
     at most BATCH_RECORDS records (an upload with more alone): small uploads share a
     transaction, and the tally's memory follows the bound, not the fleet's cadence."""
     out: list[list[dict]] = []
-    records = BATCH_RECORDS
+    records = 0
     for mac, kind, received_at, count in pending:
-        if records + count > BATCH_RECORDS:
+        if not out or records + count > BATCH_RECORDS:
             out.append([])
             records = 0
         out[-1].append({"mac": mac, "kind": kind, "received_at": received_at})
