@@ -37,7 +37,7 @@ import orjson
 from server.background import BackgroundTasks, pause
 from server.db import hunt as hunt_db
 from server.db.jobs import lock_key
-from server.db.pool import CONNECTIVITY_ERRORS, Database, execute, worker_away
+from server.db.pool import CONNECTIVITY_ERRORS, Database, Reads, execute, worker_away
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.telemetry.postings import POSTINGS_FREE, Postings, PostingsBudget
@@ -86,7 +86,7 @@ async def index_pending(db: Database, postings_per_day: int, wait_seconds: float
         finished = list(await asyncio.gather(*(_index_lane(db, plan, postings_per_day, done)
                                                 for plan in plans)))
     if wait_seconds and not all(finished):
-        done.left = await _pending_count(db)
+        done.left = (await db.fetchall("SELECT count(*) FROM hunt_pending"))[0][0]
     return done
 
 
@@ -109,7 +109,7 @@ async def _index_lane(db: Database, lane: _Lane, postings_per_day: int, done: In
         if not await _locked(cur, key, lane):
             return False
         try:
-            while pending := await _fetchall(cur, hunt_db.PENDING, {
+            while pending := await Reads(cur).fetchall(hunt_db.PENDING, {
                     "until": lane.until, "limit": LISTED_UPLOADS, "lane": lane.number,
                     "lanes": lane.lanes}):
                 for batch in batches(pending):
@@ -148,21 +148,6 @@ async def _locked(cur, key: int, lane: _Lane) -> bool:
         if lane.deadline is None or lane.late():
             return False
         await asyncio.sleep(0.05)
-
-
-async def _fetchall(cur, query: str, params: dict) -> list[tuple]:
-    await execute(cur, query, params)
-    return await cur.fetchall()
-
-
-async def _pending_count(db: Database) -> int:
-    return await _value(db, "SELECT count(*) FROM hunt_pending")
-
-
-async def _value(db: Database, query: str) -> Any:
-    row = await db.fetchone(query)
-    assert row is not None  # a query of one row
-    return row[0]
 
 
 async def _index_alone(cur, upload: dict, postings_per_day: int, timeout: float,
@@ -228,7 +213,7 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     budget, and a free allowance more for the values it posted earlier that day (the
     statement adds no new one past the budget: it, not this bound of memory, keeps the day
     within the budget when one router has several uploads in a batch)."""
-    used = {(mac, day): count for mac, day, count in await _fetchall(cur, hunt_db.DAYS_USED, {
+    used = {(mac, day): count for mac, day, count in await Reads(cur).fetchall(hunt_db.DAYS_USED, {
         "macs": [row[0] for row in taken], "days": [utc_midnight(row[3]) for row in taken]})}
     tallies: dict[tuple, _Tally] = {}
     for mac, kind, received_at, written_at, network in taken:
