@@ -22,17 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-import psycopg
 
 from server.db import hunt as hunt_db
-from server.db.connect import connect_async
 from server.db.location import DatabaseLocation
-from server.db.pool import Database, Reads
+from server.db.pool import Database, Reads, execute
 from server.hunt.sightings import (_Gathered, _day_number, packed_reads, read_unpacked,
                                    value_hashes)
 
 FOLD_AT = 1_000_000  # postings read before they are folded into the rows
 DAYS_A_PROCESS = 20  # at least, for a range of packed days to be read by a process of its own
+READ_TIMEOUT_SECONDS = 60  # a range's process: connecting, and each statement
 
 
 @dataclass
@@ -215,16 +214,16 @@ def _read_range(location: DatabaseLocation, snapshot: str, hashes: list[int],
     """In a process of its own: the packed days from `since` to `until`, read in the
     snapshot named and folded; the rows and which indicators went past `cap`."""
     async def read() -> tuple[dict, np.ndarray]:
-        conn = await connect_async(location, 60)
-        async with conn:
-            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-            await conn.set_read_only(True)
-            async with conn.transaction(), conn.cursor() as cur:
-                await cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+        db = await Database.open(location, 1, 1, READ_TIMEOUT_SECONDS)
+        try:
+            async with db.snapshot() as reads:
+                await execute(reads.cur, "SET TRANSACTION SNAPSHOT %s", (snapshot,))
                 folder = _Folder(indicators, cap, removed)
-                await _read_packed(Reads(cur), hashes, slots, since, until, folder)
+                await _read_packed(reads, hashes, slots, since, until, folder)
                 folder.fold()
                 return folder.rows, folder.over
+        finally:
+            await db.close()
     return asyncio.run(read())
 
 
