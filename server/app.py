@@ -260,9 +260,10 @@ WORKING = Part("working", serves=False, router_contexts=(generation_context, job
                retries=True,
                # generation workers' connections, each running job's lock, and the sessions
                # some jobs hold beside it (the hunt index's packing, the retro-hunt's lock, the
-               # live match's indexing), and the hunt indexer's lanes (server/hunt/indexer.py)
+               # live match's indexing), the hunt indexer's lanes (server/hunt/indexer.py) and
+               # the retro-hunt's reading processes (server/hunt/tallies.py)
                connections=lambda s: (s.rule_generation_max_concurrent + MOST_JOBS + 3
-                                      + s.hunt_index_lanes))
+                                      + s.hunt_index_lanes + s.intel_retro_hunt_processes))
 SERVING = Part("serving", serves=True,
                router_contexts=(ingest_database_context, traffic_tally_context,
                                 registry_context, change_feed_context),

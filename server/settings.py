@@ -608,9 +608,9 @@ class Settings:
         "upload is sighted within about a minute of its acknowledgement.")
     intel_retro_hunt_processes: int = _intel("4", _integer(1, 64),
         "Processes a retro-hunt reads the packed hunt "
-        "index with, each a range of its days in the same snapshot, at most the "
-        "machine's cores: a 100,000-indicator feed over 400 days is mostly reading "
-        "(ops/bench/README.md).")
+        "index with, each a range of its days in the same snapshot and a database "
+        "connection of its own, at most the machine's cores: a 100,000-indicator feed "
+        "over 400 days is mostly reading (ops/bench/README.md).")
     intel_feed_max_bytes: int = _intel("67108864", _integer(1024),
         "Most bytes of one feed, after decoding "
         "(gzip, zip): a bigger one is refused and the previous version kept.")
