@@ -15,7 +15,7 @@ whose idea of "global" changes between versions and lets local-use NAT64, 3fff::
   operator knows) are never public; IPv6 outside global unicast (`2000::/3`) never is.
 - `network_of`: what one reporter network is: the /24 of the IPv4 address an address
   carries (6to4 and Teredo included), else the IPv6 /48. The fleet counts at most
-  `PER_ALLOCATION` /48s of one IPv6 /32 (server/db/fleet.py), so free tunnel-broker /48s do
+  `PER_ALLOCATION` /48s of one IPv6 /32 (server/fleet/sql.py), so free tunnel-broker /48s do
   not multiply networks while an ISP's customers are not merged into one.
 """
 
@@ -59,7 +59,7 @@ def _sixtofour_of(network: str) -> str:
     return str(ipaddress.IPv6Network((prefix, 16 + v4.prefixlen)))
 
 
-# The table, as SQL takes it too (server/db/fleet.py): `x <<= ANY(NOT_PUBLIC)` on a
+# The table, as SQL takes it too (server/fleet/sql.py): `x <<= ANY(NOT_PUBLIC)` on a
 # canonical address says exactly what is_public says.
 NOT_PUBLIC = (IPV4_NOT_PUBLIC + IPV6_NOT_PUBLIC
               + tuple(_sixtofour_of(network) for network in IPV4_NOT_PUBLIC))

@@ -1,7 +1,7 @@
 """What the fleet sees together: the external addresses that alerted at enough routers (the
 fleet's attackers, blocked by every router) and the signatures that fired at enough routers
 (outbreaks, kept in every router's IDS payload). Pure functions of what the server's query
-counted (server/db/fleet.py); no database, no clock.
+counted (server/fleet/sql.py); no database, no clock.
 
 Poisoning is resisted by counting networks, not routers: each alert counts for the network
 its upload came from (an IPv4 /24, an IPv6 /48, at most a few per IPv6 /32:

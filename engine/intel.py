@@ -1,5 +1,5 @@
 """The threat intelligence document every router gets (GET /rules/intel): pure functions of
-the indicators the delivery statement kept (server/db/intel.py, every rail applied there),
+the indicators the delivery statement kept (server/intel/sql.py, every rail applied there),
 no database, no clock.
 
 The document holds Suricata 7 dataset files, a rules file that loads them (sids of our own,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ops.command import operator, run_command
-from server.db import allowlist as allowlist_db
+from server.tuning import allowlist_sql as allowlist_db
 from server.db.pool import Database
 from server.settings import Settings
 from server.timestamps import iso_utc

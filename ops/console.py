@@ -17,7 +17,7 @@ import sys
 
 from ops.command import run_command
 from server.console.auth import MIN_SECRET, hash_secret
-from server.db import console_sessions as sessions_db
+from server.console import session_sql as sessions_db
 from server.db import service_settings
 from server.db.embedded import EmbeddedPostgres
 from server.db.service_settings import CONSOLE_SECRET_SET

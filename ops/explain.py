@@ -78,7 +78,7 @@ def _last_alert(entry: dict, window_days: int) -> str:
 
 
 def fleet_line(entry: dict) -> str:
-    """One entry of the fleet's list with the operators' evidence (server/db/fleet.py)."""
+    """One entry of the fleet's list with the operators' evidence (server/fleet/sql.py)."""
     sids = ", ".join(str(sid) for sid in entry["signatures"][:10])
     return (f"  {entry['address']}: reported by {entry['routers']} routers of "
             f"{entry['networks']} networks, {entry['alerts']} alerts (sids {sids}), "

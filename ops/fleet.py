@@ -1,5 +1,5 @@
 """`router-backend fleet attackers | outbreaks | run [--json]`: the fleet's lists as the `fleet`
-job last stored them (server/jobs/fleet.py), with their evidence; `run` runs the job now
+job last stored them (server/fleet/job.py), with their evidence; `run` runs the job now
 (exclusively with the scheduled runs) and prints what it found."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from engine.addresses import canonical_text
 from ops.command import CommandError, run_command
 from server.db.pool import Database
 from server.jobs.cron import run_job
-from server.jobs.fleet import run_fleet
-from server.jobs import fleet_lists
-from server.jobs.fleet_explain import stories, story_lines, summary_line
+from server.fleet.job import run_fleet
+from server.fleet import lists as fleet_lists
+from server.fleet.explain import stories, story_lines, summary_line
 from server.settings import Settings
 
 PROG = "router-backend fleet"

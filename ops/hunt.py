@@ -20,7 +20,7 @@ from server.hunt.indexer import HUNT_WAIT_SECONDS, caught_up, index_pending
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
 from server.settings import Settings
-from server.telemetry.hunt_packing import pack
+from server.hunt.packing import pack
 
 PROG = "router-backend hunt"
 MAX_INDICATORS = 100_000  # a hunt's, read in one pass of the days asked

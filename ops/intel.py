@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from ops.command import CommandError, UsageError, mac_argument, operator, run_command
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.formats import FORMATS, KINDS

@@ -13,7 +13,7 @@ import time
 from ops.command import EXIT_USAGE, CommandError, run_command
 from ops.explain import explain, summary
 from ruledata.workspace import Workspace
-from server.db import rules as rules_db
+from server.generation import rules_sql as rules_db
 from server.db.pool import Database
 from server.generation.service import (
     GenerationConfig,
@@ -21,8 +21,8 @@ from server.generation.service import (
     GenerationRefused,
     generate_once,
 )
-from server.db.generation import LeaseLost
-from server.jobs import fleet_lists
+from server.generation.sql import LeaseLost
+from server.fleet import lists as fleet_lists
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ops.command import operator, run_command
-from server.db import overrides as overrides_db
+from server.tuning import override_sql as overrides_db
 from server.db.pool import Database
 from server.settings import Settings
 from server.timestamps import iso_utc

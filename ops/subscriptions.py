@@ -16,9 +16,9 @@ import argparse
 import logging
 
 from ops.command import CommandError, UsageError, mac_argument, operator, run_command
-from server.db import intel as intel_db
-from server.db import router_keys as keys_db
-from server.db import routers as router_db
+from server.intel import sql as intel_db
+from server.routers import key_sql as keys_db
+from server.routers import sql as router_db
 from server.db.pool import Database
 from server.notify.fields import FieldError, recipient_field, text_field
 from server.routers.keys import key_hash, new_key

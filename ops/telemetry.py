@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ops.command import CommandError, UsageError, mac_argument, run_command
-from server.db import routers as router_db
+from server.routers import sql as router_db
 from server.db.embedded import embedded_program
 from server.db.pool import Database
 from server.jobs.cron import run_job

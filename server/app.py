@@ -23,8 +23,8 @@ from server.exposure import chosen_risks
 from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
-from server.polling.fleet_list import FleetList
-from server.polling.intel_list import IntelList
+from server.fleet.document import FleetList
+from server.intel.document import IntelList
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.notifications import create_notifications_app
 from server.hunt.indexer import HuntIndexer
@@ -37,7 +37,7 @@ from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
 from server.intel.jobs import intel_jobs
 from server.jobs import MOST_JOBS
-from server.jobs.fleet import service_networks
+from server.fleet.job import service_networks
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics
 from server.notify.mailer import make_mailer

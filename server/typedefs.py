@@ -4,8 +4,8 @@ from aiohttp import web
 
 from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
-from server.polling.fleet_list import FleetList
-from server.polling.intel_list import IntelList
+from server.fleet.document import FleetList
+from server.intel.document import IntelList
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import Ingestion

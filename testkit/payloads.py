@@ -8,7 +8,7 @@ import orjson
 
 from engine.payloads import pack
 from server.db.pool import Database
-from server.db.rules import store_payloads
+from server.generation.rules_sql import store_payloads
 
 
 async def store_payload_objects(db: Database, mac: str, payloads: dict[str, object]) -> None:

@@ -25,8 +25,8 @@ from agent.cli import EX_TEMPFAIL, Agent, status
 from agent.client import Backoff
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.tail import EveTail
-from server.db import fleet as fleet_db
-from server.db import intel as intel_db
+from server.fleet import sql as fleet_db
+from server.intel import sql as intel_db
 from server.intel.feeds import import_file
 from server.db.lifecycle import open_database
 from server.typedefs import ETAG_CACHE, FLEET_LIST, INTEL_LIST

@@ -13,15 +13,15 @@ import pytest
 
 from ops.citus_nodes import DISTRIBUTED_TABLES
 from server.db.connect import connect
-from server.db.applied import CURRENT, STORE_REPORT
-from server.db.chunks import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
-from server.db.console import ROUTER_PAGE_ON_ITS_SHARD, ROUTER_PAGE_ON_THE_COORDINATOR
+from server.generation.applied_sql import CURRENT, STORE_REPORT
+from server.telemetry.sql import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
+from server.console.sql import ROUTER_PAGE_ON_ITS_SHARD, ROUTER_PAGE_ON_THE_COORDINATOR
 from server.db.partitions import partition_name
-from server.db.router_keys import KEY_HASH
-from server.db.rules import (MOVE_POLL_ADDRESS, PAYLOAD_CHANGED, PAYLOAD_TIMES, READ_PAYLOAD,
+from server.routers.key_sql import KEY_HASH
+from server.generation.rules_sql import (MOVE_POLL_ADDRESS, PAYLOAD_CHANGED, PAYLOAD_TIMES, READ_PAYLOAD,
                              RECORD_ACTIVATION)
-from server.db.upload_keys import INSERT_KEY, RECORDED
-from server.db.generation import MAX_ALERTS, RESCHEDULE, STORE_PAYLOADS, TELEMETRY_SUMMARY
+from server.telemetry.upload_key_sql import INSERT_KEY, RECORDED
+from server.generation.sql import MAX_ALERTS, RESCHEDULE, STORE_PAYLOADS, TELEMETRY_SUMMARY
 from testkit.database import citus_workers, command_env
 
 MAC = "aa:bb:cc:00:34:01"

@@ -10,7 +10,7 @@ import time
 from engine.payloads import pack
 from server.db.connect import connect
 from server.db.lifecycle import open_database
-from server.db.rules import store_payloads
+from server.generation.rules_sql import store_payloads
 from server.typedefs import ETAG_CACHE
 from testkit.payloads import store_payload_objects
 

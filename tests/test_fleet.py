@@ -21,9 +21,9 @@ from engine.fleet import fleet_attackers, fleet_document
 from engine.generate import PayloadLimits, TelemetrySummary, generate
 from engine.ruleset import Ruleset
 from server.db.connect import connect_async
-from server.db import allowlist as allowlist_db
-from server.db.generation import renew_and_summarise
-from server.jobs.fleet import run_fleet
+from server.tuning import allowlist_sql as allowlist_db
+from server.generation.sql import renew_and_summarise
+from server.fleet.job import run_fleet
 from server.jobs.preprocess import run_preprocess
 from server.typedefs import DATABASE
 from testkit.database import command_env, settings_for

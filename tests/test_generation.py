@@ -16,9 +16,9 @@ from suricata.update import rule as peer
 
 from engine.pool import WorkerFailed, WorkerPool
 from ruledata.parser import FLOWBIT_CHECKS, FLOWBIT_SETS
-from server.db import routers as router_db
+from server.routers import sql as router_db
 from server.db.lifecycle import open_database
-from server.db import generation as queue
+from server.generation import sql as queue
 from server.generation.service import (
     CLAIM_LEASE,
     GenerationConfig,

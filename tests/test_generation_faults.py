@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 
 from engine.pool import WorkerPool
-from server.db import routers as router_db
+from server.routers import sql as router_db
 from server.db.lifecycle import open_database
-from server.db import generation as queue
+from server.generation import sql as queue
 from server.generation import service as service_module
 from server.generation.service import GenerationConfig, GenerationService
 from server.db.connect import connect_async
-from server.db.generation import LeaseLost, renew_and_summarise
+from server.generation.sql import LeaseLost, renew_and_summarise
 from server.generation.task import generate_and_store
 from server.jobs.preprocess import run_preprocess
 from testkit.rule_archives import ruleset_settings

@@ -24,7 +24,7 @@ from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt
 from server.jobs.retention import run_retention
 from server.telemetry.indicators import NAMES_PER_RECORD, indicator
-from server.telemetry.postings import POSTINGS_FREE, POSTINGS_PER_RECORD
+from server.hunt.postings import POSTINGS_FREE, POSTINGS_PER_RECORD
 from server.typedefs import DATABASE, SETTINGS
 from testkit.corpus import corpus_path
 from testkit.database import command_env

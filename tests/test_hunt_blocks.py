@@ -1,4 +1,4 @@
-"""The packed hunt index's block (server/telemetry/hunt_blocks.py): every value's postings
+"""The packed hunt index's block (server/hunt/blocks.py): every value's postings
 read back as written, for sizes from one posting to a value every router of a large fleet
 sees; a value not in the block is not found; a damaged block is refused."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.telemetry.hunt_blocks import Postings, decode, encode
+from server.hunt.blocks import Postings, decode, encode
 
 
 def postings(rng: np.random.Generator, values: int, routers: int) -> Postings:

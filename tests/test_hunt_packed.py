@@ -15,16 +15,16 @@ from datetime import datetime, timedelta, timezone
 import orjson
 import pytest
 
-from server.db.hunt import NETWORKS_KEPT, postings_statement
-from server.db.routers import unsubscribe
+from server.hunt.sql import NETWORKS_KEPT, postings_statement
+from server.routers.sql import unsubscribe
 from server.hunt import indexer, tallies
 from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt
 from server.hunt.sightings import sightings
 from server.jobs.retention import run_retention
-from server.telemetry.hunt_packing import pack
+from server.hunt.packing import pack
 from server.telemetry.indicators import indicator
-from server.telemetry.postings import POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, Postings
+from server.hunt.postings import POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, Postings
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
@@ -101,7 +101,7 @@ async def test_the_command_packs_the_days_before_today(make_client, settings, sq
 
 async def plant(db, macs: list[str], names: list[str], seen: datetime) -> None:
     """Postings as an upload of `names` from each router writes them, through the service's
-    own statement (server/db/hunt.py), at `seen`, each router registered first."""
+    own statement (server/hunt/sql.py), at `seen`, each router registered first."""
     for router in macs:  # registered, as an upload registers its router
         await db.execute("INSERT INTO routers (mac) VALUES (%s) ON CONFLICT DO NOTHING",
                          (router,))

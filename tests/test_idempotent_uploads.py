@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from server.db import upload_keys
+from server.telemetry import upload_key_sql as upload_keys
 from server.db.lifecycle import open_database
 from testkit import FIXTURES
 from testkit.database import settings_for

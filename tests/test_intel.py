@@ -25,7 +25,7 @@ from engine.intel import intel_document as build_document
 from server.intel.fetching import FetchError, _capped
 from server.intel.formats import FeedError, read
 from server.intel.jobs import fetch_feeds, match_now
-from server.telemetry.hunt_packing import pack
+from server.hunt.packing import pack
 from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env, settings_for

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager, contextmanager
 import pytest
 
 from server.db.connect import connect
-from server.db.routers import REGISTRATION_LOCK_CLASS
+from server.routers.sql import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
 from server.web import limits
 from server.web.limits import MAX_WAITING_PER_ADDRESS

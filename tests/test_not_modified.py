@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from server.db import router_keys as keys_db
-from server.db import rules as rules_db
-from server.db import routers as router_db
+from server.routers import key_sql as keys_db
+from server.generation import rules_sql as rules_db
+from server.routers import sql as router_db
 from server.db.lifecycle import open_database
 from server.polling.etag_cache import not_modified, wanted_etags
 from server.routers.keys import key_hash

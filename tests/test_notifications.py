@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from aiosmtpd.controller import Controller
 
-from server.db import notification_keys
-from server.db import notifications as notification_db
+from server.notify import key_sql as notification_keys
+from server.notify import sql as notification_db
 from server.db.lifecycle import open_database
 from server.db.pool import DatabaseUnavailable
 from server.notify.mailer import make_mailer

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from server.metrics import is_unmatched
 from server.app import create_app
-from server.db import routers as router_db
+from server.routers import sql as router_db
 from server.db.lifecycle import open_database
 from server.jobs.preprocess import run_preprocess
 from server.handlers.openapi import EXAMPLE_MAC, openapi_document

@@ -13,9 +13,9 @@ import pytest
 from server.db.connect import connect
 from server.db.partitions import grid_floor
 from server.db.reports import ACCESS_DAYS, DAILY_ACTIVITY
-from server.db.routers import SUBSCRIPTIONS
+from server.routers.sql import SUBSCRIPTIONS
 from server.db.status import ROUTERS_SEEN
-from server.db.generation import MAX_ALERTS, TELEMETRY_SUMMARY
+from server.generation.sql import MAX_ALERTS, TELEMETRY_SUMMARY
 from testkit.database import partitions_for_history
 
 MAC = "02:00:00:00:00:07"

@@ -11,7 +11,7 @@ from pathlib import Path
 from engine.generate import PayloadLimits, TelemetrySummary
 from engine.worker import GenerationJob, generate_for_router
 from server.db.connect import connect
-from server.db.generation import (MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY,
+from server.generation.sql import (MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY,
                                     TOP_FLOW_VALUES)
 from server.jobs.preprocess import run_preprocess
 from testkit import CORPUS

@@ -105,7 +105,7 @@ def test_a_filled_database_upgraded_keeps_every_record(pg_server, tmp_path):
             assert sorted(map(canonical, got)) == sorted(map(canonical, records))
             assert len(got) == len(records)
 
-        from server.db.generation import TELEMETRY_SUMMARY
+        from server.generation.sql import TELEMETRY_SUMMARY
         for mac in ROUTERS:
             now = summary_of(location, mac, TELEMETRY_SUMMARY)[0:4]
             now[3] = sorted(now[3] or [], key=lambda row: (-row[4], str(row)))

@@ -34,7 +34,7 @@ from pathlib import Path
 from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from server.db.pool import Database
-from server.jobs.fleet import run_fleet
+from server.fleet.job import run_fleet
 from server.settings import load_settings
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import Sql, database_env, migrated_database, throwaway_database

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 import aiohttp
 
 from ops.bench.wrk import POLL_SCRIPT, available, router_file, run_wrk
-from server.db import fleet as fleet_db
+from server.fleet import sql as fleet_db
 from server.db.lifecycle import open_database
 from server.settings import load_settings
 from testkit.database import database_env, throwaway_database

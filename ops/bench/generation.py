@@ -26,7 +26,7 @@ import orjson
 from engine.ruleset import load_ruleset
 from server.db.connect import connect
 from server.db.lifecycle import open_database
-from server.db import generation as queue
+from server.generation import sql as queue
 from server.generation.service import GenerationConfig, generate_router, generation_pool
 from server.jobs.preprocess import run_preprocess
 from server.settings import load_settings

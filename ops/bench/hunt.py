@@ -12,10 +12,10 @@ names and their parents), 8 signatures, plus 5 JA3, 5 JA4 and 1 file hash, each 
 a pool of 100,000 values per kind with a heavy head (index = 100,000 × u³: a few values
 every router sees, most at a few routers), 8 records each. A router-day is three uploads at
 random times (the first carries every value, the others a random half each), each written
-as the service writes an upload's postings (server/db/hunt.py postings_statement): a
+as the service writes an upload's postings (server/hunt/sql.py postings_statement): a
 value's first and last time differ as an agent's do.
 
---distinct-days of them are written and packed (server/telemetry/hunt_packing.py pack);
+--distinct-days of them are written and packed (server/hunt/packing.py pack);
 the other days of --days get copies of those days' blocks (the same bytes under another
 date), which keeps a 400-day build within a session on this 2-core machine. Sizes and hunt
 times are those of the whole window; build and packing times are per written day.
@@ -35,12 +35,12 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from server.db.connect import connect
-from server.db.hunt import postings_statement
+from server.hunt.sql import postings_statement
 from server.db.pool import Database
 from server.hunt.search import Hunt, run_hunt
-from server.telemetry.hunt_packing import pack
+from server.hunt.packing import pack
 from server.telemetry.indicators import KINDS, Indicator
-from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY
+from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
 from testkit.database import partitions_for_history, throwaway_database
 
 POOL = 100_000

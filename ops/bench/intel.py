@@ -31,12 +31,12 @@ import numpy as np
 from engine.fleet import times_written
 from engine.intel import changes, delta_document, intel_document
 from ops.bench.hunt import COPY_DAYS, _macs, _value, write_day
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.retro import retro_hunt
 from server.polling.shared_document import served_document
-from server.telemetry.hunt_packing import pack
+from server.hunt.packing import pack
 from testkit.database import partitions_for_history, settings_for, throwaway_database
 
 FEED_VALUES = 100_000

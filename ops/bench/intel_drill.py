@@ -32,10 +32,10 @@ import orjson
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
-from server.db.hunt import postings_statement
+from server.hunt.sql import postings_statement
 from server.db.location import DatabaseLocation
 from server.db.pool import Database
-from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY, Postings
+from server.hunt.postings import POSTINGS_PER_ROUTER_DAY, Postings
 from testkit.database import command_env, settings_for, throwaway_database
 from testkit.server import ServerRunner, free_port, router_backend
 

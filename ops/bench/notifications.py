@@ -28,7 +28,7 @@ import aiosmtplib
 from aiosmtpd.controller import Controller
 
 from server.db.connect import connect
-from server.db.notifications import COUNTS, PAGE_STATEMENTS
+from server.notify.sql import COUNTS, PAGE_STATEMENTS
 from testkit.database import throwaway_database
 from testkit.server import free_port, running_server
 

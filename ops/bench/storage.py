@@ -44,7 +44,7 @@ from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
 from server.telemetry.compaction import compact
 from server.hunt.indexer import index_pending
-from server.telemetry.postings import POSTINGS_PER_ROUTER_DAY
+from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
 from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
 from testkit import CORPUS

@@ -3,5 +3,5 @@ rendered on the server with aiohttp-jinja2 and working without JavaScript. `app.
 the sub-application, `auth.py` holds credentials, sessions and CSRF, `views.py` the pages and
 forms, `story.py` what one router's page shows, `charts.py` the bars of its charts,
 `hunting.py` the Hunt page and a router's records carrying an indicator; the SQL is in
-server/db/console.py and every
+server/console/sql.py and every
 change goes through server/tuning like the commands' (docs/console.md)."""

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from aiohttp import web
 
-from server.db import console_sessions as sessions_db
+from server.console import session_sql as sessions_db
 from server.db.pool import Database
 from server.settings import Settings
 

@@ -19,7 +19,7 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from server.console.auth import USER
-from server.db import hunt as hunt_db
+from server.hunt import sql as hunt_db
 from server.errors import BadRequest, Forbidden, TooManyRequests
 from server.hunt.indexer import caught_up
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,

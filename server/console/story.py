@@ -11,10 +11,10 @@ from collections import Counter
 
 import orjson
 
-from server.db import console as console_db
+from server.console import sql as console_db
 from server.db import tuning_changes
 from server.db.pool import Database
-from server.jobs import fleet_lists
+from server.fleet import lists as fleet_lists
 from server.telemetry.chunks import decompress
 
 TOP_BLOCKED = 20

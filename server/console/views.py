@@ -1,5 +1,5 @@
 """The console's pages and forms. Pages read (server/console/story.py, server/status.py,
-server/db/console.py); forms change through server/tuning, as the commands do, and answer
+server/console/sql.py); forms change through server/tuning, as the commands do, and answer
 303 back to the page they were posted from, where the change shows in the record."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from server.console.auth import (COOKIE, SESSIONS, USER, cookie_secure, hash_sec
 from server.console import hunting
 from server.console.charts import bars
 from server.console.story import router_story
-from server.db import allowlist as allowlist_db
-from server.db import console as console_db
-from server.db import intel as intel_db
-from server.db import overrides as overrides_db
+from server.tuning import allowlist_sql as allowlist_db
+from server.console import sql as console_db
+from server.intel import sql as intel_db
+from server.tuning import override_sql as overrides_db
 from server.db import tuning_changes
 from server.intel.listing import sightings as intel_sightings
 from server.intel.owners import shown
-from server.jobs import fleet_lists
+from server.fleet import lists as fleet_lists
 from server.status import fleet_status
 from server.tuning import changes as tuning
 from server.typedefs import DATABASE, FLOOD_LIMITS, SETTINGS

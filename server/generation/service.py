@@ -32,10 +32,10 @@ from engine.pool import WorkerPool
 from ruledata.workspace import Workspace
 from server.background import (BackgroundTasks, UnrecordedOutcomes, pause, process_name,
                                raise_if_cancelled)
-from server.db import routers as router_db
+from server.routers import sql as router_db
 from server.db.pool import Database, DatabaseUnavailable
-from server.db import generation as queue
-from server.db.generation import LeaseLost
+from server.generation import sql as queue
+from server.generation.sql import LeaseLost
 from server.generation.task import RouterGenerated, RouterTask, generate_and_store
 from server.metrics import Metrics
 from server.settings import Settings

@@ -1,6 +1,6 @@
 """What a generation worker process runs for one router, database work included: renew the
 lease and read the telemetry summary, generate (engine.worker), store both payloads with
-the next due time (one transaction; the statements are server/db/generation.py's). Only a small summary goes back to the event
+the next due time (one transaction; the statements are server/generation/sql.py's). Only a small summary goes back to the event
 loop, so the database work scales with the workers instead of queueing in the server process.
 
 The worker process keeps one connection of its own and an event loop to run it: each step
@@ -19,7 +19,7 @@ import psycopg
 
 from engine.generate import PayloadLimits
 from engine.worker import GenerationJob, generate_for_router
-from server.db.generation import complete, renew_and_summarise
+from server.generation.sql import complete, renew_and_summarise
 from server.db.connect import connect_async
 from server.db.location import DatabaseLocation
 from server.db.pool import CONNECTIVITY_ERRORS, DatabaseUnavailable

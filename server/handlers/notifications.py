@@ -8,7 +8,7 @@ import re
 import orjson
 from aiohttp import web
 
-from server.db import notifications as notification_db
+from server.notify import sql as notification_db
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
 from server.idempotency_key import idempotency_key
 from server.notify.fields import recipient_field, text_field

@@ -10,7 +10,7 @@ from engine.addresses import is_loopback
 from ruledata.workspace import Workspace
 from server.db.pool import DatabaseUnavailable
 from server.errors import Forbidden, json_response
-from server.db import generation as generation_queue
+from server.generation import sql as generation_queue
 from server.handlers.openapi import openapi_document
 from server.web.peers import bearer_matches
 from server.typedefs import DATABASE, ETAG_CACHE, GENERATION, METRICS, SETTINGS

@@ -10,8 +10,8 @@ from aiohttp import web
 from ruledata.workspace import Workspace
 from server import SERVICE_VERSION
 from server.routers.applied import read_report
-from server.db import applied as applied_db
-from server.db import rules as rules_db
+from server.generation import applied_sql as applied_db
+from server.generation import rules_sql as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
@@ -169,13 +169,13 @@ async def payload(request: web.Request, kind: str) -> web.Response:
 
 
 async def fleet(request: web.Request) -> web.Response:
-    """The fleet's shared block list (server/polling/fleet_list.py), or 304 when it names
+    """The fleet's shared block list (server/fleet/document.py), or 304 when it names
     the document's ETag: from memory, no query."""
     return await _shared(request, request.app[FLEET_LIST])
 
 
 async def intel(request: web.Request) -> web.Response:
-    """The threat intelligence document (server/polling/intel_list.py), as the fleet's; with
+    """The threat intelligence document (server/intel/document.py), as the fleet's; with
     `?delta=1` and If-None-Match naming an earlier document this process knows, what changed
     since it (docs/router-api.md)."""
     if request.query.get("delta") == "1":

@@ -15,7 +15,7 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
   transaction.
 
 What a record carries and how each value is stored is server/telemetry/indicators.py; the
-postings are tallied by server/telemetry/postings.py, written by server/db/hunt.py's
+postings are tallied by server/hunt/postings.py, written by server/hunt/sql.py's
 statement and packed after their day by the hunt-compact job
-(server/telemetry/hunt_packing.py).
+(server/hunt/packing.py).
 """

@@ -3,7 +3,7 @@
 An upload stores its chunks and one `hunt_pending` row (migrations 0032, 0033: with its
 record count) in its own transaction and is acknowledged; the indexer takes (deletes) the
 pending rows of a batch of uploads, reads their chunks in one stream, tallies their values
-(server/telemetry/postings.py) and writes their postings (server/db/hunt.py, a statement an
+(server/hunt/postings.py) and writes their postings (server/hunt/sql.py, a statement an
 upload, pipelined), all in one transaction. So the upload pays one small row for the index,
 not the tally and the postings' statement (a fifth of ingestion's time on alerts-only
 bodies); a crash at any moment leaves an upload pending or indexed, never both or neither;
@@ -35,12 +35,12 @@ from typing import Any
 import orjson
 
 from server.background import BackgroundTasks, pause
-from server.db import hunt as hunt_db
+from server.hunt import sql as hunt_db
 from server.db.jobs import lock_key
 from server.db.pool import CONNECTIVITY_ERRORS, Database, Reads, execute, worker_away
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
-from server.telemetry.postings import POSTINGS_FREE, Postings, PostingsBudget
+from server.hunt.postings import POSTINGS_FREE, Postings, PostingsBudget
 from server.timestamps import utc_midnight
 
 log = logging.getLogger("router_backend.hunt")

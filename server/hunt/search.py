@@ -1,5 +1,5 @@
 """A hunt across the fleet: which routers' records carried any of some indicators over the
-last days, from the hunt index (server/db/hunt.py), shaped once for the command and the
+last days, from the hunt index (server/hunt/sql.py), shaped once for the command and the
 console, and recorded: the names households look up are personal data, so every hunt is
 kept with who asked, when, what and how many matches (docs/security.md)."""
 
@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from server.db import hunt as hunt_db
+from server.hunt import sql as hunt_db
 from server.db.pool import Database
 from server.hunt.indexer import pending_note
 from server.hunt.sightings import Seen, Sightings, sightings
@@ -135,7 +135,7 @@ def _fair_order(found: list["Sightings"]) -> list[tuple[int, "Seen"]]:
 
 async def _networks(db: Database, page: list["Seen"]) -> dict[tuple[str, date], list[str]]:
     """The networks each shown router's uploads came from on the first and last day it
-    matched (kept by the indexer with the router's day: server/db/hunt.py, at most
+    matched (kept by the indexer with the router's day: server/hunt/sql.py, at most
     NETWORKS_KEPT a day): two days a match, so a page of a value every router saw over 400
     days reads 2,000 rows, not 400,000."""
     pairs = sorted({(seen.mac, day) for seen in page for day in _ends(seen)})

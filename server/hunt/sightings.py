@@ -1,5 +1,5 @@
 """Which routers saw each indicator asked, from both halves of the hunt index: the packed
-days' blocks (server/telemetry/hunt_blocks.py) and the postings still in rows (today's, and
+days' blocks (server/hunt/blocks.py) and the postings still in rows (today's, and
 any day not packed yet). Each indicator's sightings are counted exactly (every router, every day of
 the window) and its earliest are kept, as many as a page needs; the rest are counted, not
 shaped.
@@ -18,10 +18,10 @@ from datetime import date, datetime, timedelta, timezone
 
 import numpy as np
 
-from server.db import hunt as hunt_db
+from server.hunt import sql as hunt_db
 from server.db.pool import Database, Reads
-from server.telemetry.hunt_blocks import Block, decode
-from server.telemetry.hunt_packing import bucket_of
+from server.hunt.blocks import Block, decode
+from server.hunt.packing import bucket_of
 
 BLOCKS_A_READ = 512  # asked of one statement, about: bounds a hunt's memory
 UNIQUE_AT_MOST = 2_000_000  # past this, distinct routers are counted with a bitmap

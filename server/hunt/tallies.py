@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from server.db import hunt as hunt_db
+from server.hunt import sql as hunt_db
 from server.db.location import DatabaseLocation
 from server.db.pool import Database, Reads, execute
 from server.hunt.sightings import (_Gathered, _day_number, packed_reads, read_unpacked,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from server.db.upload_keys import Recorded
+from server.telemetry.upload_key_sql import Recorded
 from server.errors import Unprocessable
 from server.idempotency_key import HEADER
 

@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 
 from engine.addresses import network_of
 from server.db.pool import Database, DatabaseUnavailable
-from server.db import upload_keys
+from server.telemetry import upload_key_sql as upload_keys
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, was_committed
-from server.db.upload_keys import UploadKey
+from server.telemetry.upload_key_sql import UploadKey
 from server.errors import BadRequest, NothingStored, UnsupportedMediaType
 from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer

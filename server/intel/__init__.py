@@ -13,6 +13,6 @@
 - `jobs.py`: the intel-fetch and intel-match jobs.
 - `listing.py`: sightings as people read them (the command, the console).
 
-What routers are sent is served by server/polling/intel_list.py (GET /rules/intel), built by
-engine/intel.py; the SQL is server/db/intel.py.
+What routers are sent is served by server/intel/document.py (GET /rules/intel), built by
+engine/intel.py; the SQL is server/intel/sql.py.
 """

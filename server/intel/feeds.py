@@ -1,6 +1,6 @@
 """A feed's new version taken, from its URL (the intel-fetch job, `intel fetch`) or from a
 file (`intel import`): read in its format (server/intel/formats.py), each indicator given
-its confidence and expiry, and swapped in whole (server/db/intel.py swap_version). A fetch
+its confidence and expiry, and swapped in whole (server/intel/sql.py swap_version). A fetch
 that fails, a version that cannot be read, or one that gives no indicator from a feed that
 had some, keeps the previous version and records why."""
 
@@ -16,7 +16,7 @@ from urllib.parse import urljoin
 
 import orjson
 
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.fetching import FetchError, fetch
 from server.db.pool import DatabaseUnavailable

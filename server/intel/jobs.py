@@ -6,7 +6,7 @@ tells owners."""
 
 from __future__ import annotations
 
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.feeds import fetch_feed
 from server.intel.owners import tell_owners

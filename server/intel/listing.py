@@ -3,7 +3,7 @@ the console's pages: the indicator written as it is looked up (a domain's labels
 
 from __future__ import annotations
 
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.owners import shown
 

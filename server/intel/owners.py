@@ -13,7 +13,7 @@ import uuid
 
 import orjson
 
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.jobs import exclusive
 from server.db.pool import Database, execute
 

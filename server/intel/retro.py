@@ -3,7 +3,7 @@ HUNT_RETENTION_DAYS (the retro-hunt), and every current indicator over the last 
 (each minute, so an upload is sighted within about a minute of its acknowledgement). Both
 read the index as hunts do (server/hunt/sightings.py), in batches of BATCH indicators.
 
-Each (router, indicator) found is one sighting (server/db/intel.py record_sightings): a rerun
+Each (router, indicator) found is one sighting (server/intel/sql.py record_sightings): a rerun
 widens it, never adds one. A value more than INTEL_PREVALENCE_MAX of the fleet saw in the
 last 7 days (and at least HELD_FLOOR routers) is held for an operator and gives no sighting:
 a feed's false positive would tell every household at once. What is hunted: ip, domain (the
@@ -17,7 +17,7 @@ import ipaddress
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.jobs import exclusive
 from server.db.pool import Database
 from server.hunt.indexer import HUNT_WAIT_SECONDS, index_pending

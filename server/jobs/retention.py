@@ -37,7 +37,7 @@ DETACH_TRIES = 5
 DETACH_PAUSE_SECONDS = 2.0
 
 
-# The packed hunt index's days (server/telemetry/hunt_packing.py): a few thousand blocks a day.
+# The packed hunt index's days (server/hunt/packing.py): a few thousand blocks a day.
 EXPIRED_PACKED_DAYS = """DELETE FROM hunt_packed_days WHERE day < %(cutoff)s;
 DELETE FROM hunt_packed WHERE day < %(cutoff)s"""  # the row count: the blocks
 

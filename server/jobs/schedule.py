@@ -6,10 +6,10 @@ from datetime import timedelta
 
 from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
-from server.telemetry.hunt_packing import pack
+from server.hunt.packing import pack
 from server.jobs.cron import CronJobs, JobFailed, JobFunction
 from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
-from server.jobs.fleet import run_fleet
+from server.fleet.job import run_fleet
 from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
 from server.jobs.partitions import PARTITIONS_CRON_SCHEDULE, create_partitions_ahead

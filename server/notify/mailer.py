@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiosmtplib
 
-from server.db.notifications import NotificationRow
+from server.notify.sql import NotificationRow
 from server.settings import Settings
 from server.text import is_plain_text
 

@@ -1,12 +1,12 @@
 """The notification API's JSON of stored notifications (docs/notification-api.md, the OpenAPI
-document): the rows of server/db/notifications.py with camelCase names, times in UTC to the
+document): the rows of server/notify/sql.py with camelCase names, times in UTC to the
 millisecond (`2026-11-22T08:41:00.123Z`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from server.db.notifications import FeedRow, NotificationRow, WithDeliveries
+from server.notify.sql import FeedRow, NotificationRow, WithDeliveries
 from server.timestamps import iso_utc
 
 

@@ -18,9 +18,9 @@ from datetime import timedelta
 
 import orjson
 
-from server.db import notification_keys as keys_db
-from server.db import notifications as notification_db
-from server.db.notifications import NotificationRow
+from server.notify import key_sql as keys_db
+from server.notify import sql as notification_db
+from server.notify.sql import NotificationRow
 from server.db.pool import Database
 from server.errors import Conflict, Unprocessable
 from server.idempotency_key import HEADER

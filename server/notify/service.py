@@ -15,9 +15,9 @@ import uuid
 from datetime import timedelta
 
 from server.background import BackgroundTasks, UnrecordedOutcomes, pause, process_name
-from server.db import notification_keys
-from server.db import notifications as notification_db
-from server.db.notifications import NotificationRow
+from server.notify import key_sql as notification_keys
+from server.notify import sql as notification_db
+from server.notify.sql import NotificationRow
 from server.db.pool import Database, DatabaseUnavailable
 from server.metrics import Metrics
 from server.notify.mailer import DeliveryFailed, build_message

@@ -1,7 +1,7 @@
 """The current ETag of each payload this process served, kept in memory, so that a router
 polling with an unchanged ETag (nearly every poll) is answered 304 without a query.
 
-Kept true by PostgreSQL: the statements that write payloads (server/db/rules.py) notify
+Kept true by PostgreSQL: the statements that write payloads (server/generation/rules_sql.py) notify
 channel `router_rules` with the router's MAC, in their transaction, whenever its payload
 content changes (migration 0021 replaced the trigger of 0006, which Citus cannot keep), and
 the cache follows that channel on the process's change feed (server/changes.py), forgetting

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.payloads import pack
-from server.db import fleet as fleet_db
+from server.fleet import sql as fleet_db
 from server.db.pool import Database
 from server.polling.etag_cache import etag_header
 

@@ -1,7 +1,7 @@
 """Router identity: the `X-ID` header, registration on first contact, closed-mode admission.
 
 New registrations count against the client address's limit (open mode), in the database
-(server/db/routers.py register_from), so a burst of new MACs from one address, however
+(server/routers/sql.py register_from), so a burst of new MACs from one address, however
 many requests and processes carry it, registers no more than the limit; in each process
 the burst goes to the database one registration at a time and, once refused, until the
 address may register again, one read at a time (whether the router is registered: those are
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from multidict import CIMultiDictProxy  # a request's headers (aiohttp's)
 
-from server.db import routers as router_db
+from server.routers import sql as router_db
 from server.db.pool import Database
 from server.errors import BadRequest, Forbidden, Unauthorized
 from server.web.limits import FloodLimits

@@ -20,7 +20,7 @@ import secrets
 import time
 from typing import Mapping
 
-from server.db import router_keys as keys_db
+from server.routers import key_sql as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
 from server.web.limits import FloodLimits

@@ -10,5 +10,5 @@ small chunks (the agent's 10-second uploads) into large ones, `batch.py` turns w
 at hand into the statements that store them, `legacy.py` moves the rows of the tables of
 before into chunks, `export.py` streams a router's records back out, `sql_tables.py` turns
 them into rows of temporary tables for psql.
-Ingestion (server/ingest/) streams requests into the writer; the SQL is in server/db/chunks.py
+Ingestion (server/ingest/) streams requests into the writer; the SQL is in server/telemetry/sql.py
 and server/db/telemetry.py."""

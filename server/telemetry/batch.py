@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from server.db.chunks import INSERT_CHUNK, summary_statements
+from server.telemetry.sql import INSERT_CHUNK, summary_statements
 from server.telemetry import extract
 from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
 from server.telemetry.summary import Summary, hour_of

@@ -37,7 +37,7 @@ class Chunk:
         return self.upload_times[0]
 
     def params(self, body: bytes) -> dict:
-        """The chunk row's values (server/db/chunks.py), with its compressed `body`."""
+        """The chunk row's values (server/telemetry/sql.py), with its compressed `body`."""
         return {"received_at": self.received_at, "first_received_at": self.first_received_at,
                 "records": len(self.lines), "upload_times": self.upload_times,
                 "upload_records": self.upload_records, "body": body}

@@ -22,7 +22,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from server.db.chunks import INSERT_CHUNK, SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS
+from server.telemetry.sql import INSERT_CHUNK, SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,

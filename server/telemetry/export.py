@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from server.db.chunks import ROUTER_CHUNKS
+from server.telemetry.sql import ROUTER_CHUNKS
 from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from server.telemetry.chunks import Chunk, decompress

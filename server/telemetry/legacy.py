@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from server.db.chunks import NEXT_LEGACY_ROWS, TAKE_LEGACY_ROWS
+from server.telemetry.sql import NEXT_LEGACY_ROWS, TAKE_LEGACY_ROWS
 from server.db.pool import Database, execute
 from server.telemetry.batch import upload_statements
 

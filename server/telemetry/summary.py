@@ -1,7 +1,7 @@
 """What generation reads of a router's telemetry, tallied as records arrive: per hour,
 alerts by (signature, source, destination, severity) with their distinct flows, and flows
 by application protocol and by destination port. Written with the records' chunk, in the
-same transaction (server/db/chunks.py), so generation never scans records.
+same transaction (server/telemetry/sql.py), so generation never scans records.
 
 Only these records count, as generation counted them in the row tables of before: alerts
 are records with `alert.signature_id` sent to /log/events; flows are records with
@@ -103,7 +103,7 @@ class Summary:
             self.flows[(None, dest_port)] = self.flows.get((None, dest_port), 0) + 1
 
     def params(self, received_at: datetime) -> dict:
-        """The summary statement's values (server/db/chunks.py) for an upload received at
+        """The summary statement's values (server/telemetry/sql.py) for an upload received at
         `received_at` (or the newest of several)."""
         return {"hour": hour_of(received_at), "summarised_at": received_at,
                 "alerts": self.alert_rows(), "flows": self.flow_rows(),

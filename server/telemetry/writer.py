@@ -1,7 +1,7 @@
 """Transactional writes of a telemetry upload while its body streams in: its records in
 chunks (chunks.py) of at most `batch_rows` records or BATCH_BYTES, its summary rows
 (summary.py) and the row that tells the hunt indexer of it (server/hunt/indexer.py), all in
-one transaction with its Idempotency-Key (SQL: server/db/chunks.py, server/db/hunt.py).
+one transaction with its Idempotency-Key (SQL: server/telemetry/sql.py, server/hunt/sql.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import psycopg
 
-from server.db.chunks import INSERT_CHUNK, summary_statements
+from server.telemetry.sql import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
-from server.db.hunt import ADD_PENDING
-from server.db.upload_keys import INSERT_KEY, UploadKey, key_recorded_before
+from server.hunt.sql import ADD_PENDING
+from server.telemetry.upload_key_sql import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
 from server.telemetry.extract import ROW_OF, validate
 from server.telemetry.summary import FLOW_TYPES, Summary
@@ -149,7 +149,7 @@ class TelemetryWriter:
 
     async def _send(self, cur: psycopg.AsyncCursor, chunk: Chunk | None, summary: Summary | None,
                     key: UploadKey | None, last: bool = False) -> None:
-        """One statement per table (server/db/chunks.py), sent together: one round trip, and
+        """One statement per table (server/telemetry/sql.py), sent together: one round trip, and
         outside a transaction one implicit transaction (all or nothing). The key first: one
         recorded by another upload fails it, and nothing is written. The `last` send tells
         the hunt indexer of the upload (its records are in chunks by then)."""

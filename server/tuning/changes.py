@@ -11,10 +11,10 @@ from engine.addresses import canonical_network
 from engine.ruleset import load_ruleset
 from engine.selectors import Selector, matching
 from ruledata.workspace import Workspace
-from server.db import allowlist as allowlist_db
-from server.db import overrides as overrides_db
-from server.db import router_keys as keys_db
-from server.db import routers as router_db
+from server.tuning import allowlist_sql as allowlist_db
+from server.tuning import override_sql as overrides_db
+from server.routers import key_sql as keys_db
+from server.routers import sql as router_db
 from server.db.pool import Database
 from server.routers.mac import InvalidMac, normalise_mac
 from server.settings import Settings

@@ -4,7 +4,7 @@
 - telemetry records per router (counted as a body streams; the request that runs out is
   refused whole, 429, and stores nothing),
 - new registrations and enrollments per client address (open registration mode), counted in
-  the database across processes (server/db/routers.py); here the 429, and a gate that lets
+  the database across processes (server/routers/sql.py); here the 429, and a gate that lets
   one registration per address at a time go to the database and none while the database
   last said the address is full, so a flood of new MACs from one address waits here,
   holding no database connection, and is refused without a registration (RegistrationGate);

@@ -29,7 +29,7 @@ from datetime import timedelta
 
 from engine.addresses import ALLOCATION_PREFIX, NOT_PUBLIC, PER_ALLOCATION
 from server.db.channels import FLEET_LIST, notify
-from server.db.generation import HOURS_IN_WINDOW
+from server.generation.sql import HOURS_IN_WINDOW
 from server.db.pool import Database, execute
 
 FLEET_CHANGED = notify(FLEET_LIST)  # the lists (or the fleet's allowlist) changed

@@ -1,5 +1,5 @@
 """The threat intelligence document (GET /rules/intel): the indicators the delivery
-statement keeps (server/db/intel.py DELIVERED, every rail applied there) made into Suricata
+statement keeps (server/intel/sql.py DELIVERED, every rail applied there) made into Suricata
 datasets, a rules file and block-list entries (engine/intel.py), served as every shared
 document is (server/polling/shared_document.py). A feed's new version, a removed feed, an
 operator's decision and a held value notify channel `intel_list`; the allowlist notifies
@@ -22,7 +22,7 @@ from typing import Callable
 from engine.firewall import Exemptions
 from engine.fleet import times_written
 from engine.intel import changes, composed, delta_document, intel_document
-from server.db import intel as intel_db
+from server.intel import sql as intel_db
 from server.db.pool import Database, DatabaseUnavailable
 from server.polling.shared_document import Served, SharedDocument, served_document
 

@@ -1,6 +1,6 @@
 """The SQL of the hunt index (migrations 0027, 0030, 0032): the uploads pending for the
 indexer (server/hunt/indexer.py), the postings it writes, the packing of past days into
-blocks (server/telemetry/hunt_packing.py), the hunts that read both, and the record of every
+blocks (server/hunt/packing.py), the hunts that read both, and the record of every
 hunt.
 
 `hunt_postings` holds one row per (kind, value, day, router): the first and last time an
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from datetime import date, datetime
 
-from server.db.chunks import rows_statement
+from server.telemetry.sql import rows_statement
 from server.db.pool import Database
 
 NETWORKS_KEPT = 8  # the networks a router's uploads came from in a day, at most (the first)
@@ -164,7 +164,7 @@ async def router_days(db, mac: str, asked: list[tuple[str, str]],
     return [row[0] for row in rows]
 
 
-# --- The packed index (migration 0030, server/telemetry/hunt_packing.py) ---
+# --- The packed index (migration 0030, server/hunt/packing.py) ---
 
 # Held by the packing job over each day's transaction and by a router's removal: a removal
 # never runs beside a day's packing, which would number the router again unseen.

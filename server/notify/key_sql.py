@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import orjson
 
-from server.db.notifications import RECORD_COLUMNS, NotificationRow
+from server.notify.sql import RECORD_COLUMNS, NotificationRow
 from server.db.pool import Database
 
 

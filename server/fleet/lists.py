@@ -1,5 +1,5 @@
 """The fleet's lists as operators read them, from what the fleet job stored
-(server/db/fleet.py), their times written as the lists carry them (engine/fleet.py): the
+(server/fleet/sql.py), their times written as the lists carry them (engine/fleet.py): the
 attackers and the outbreaks (the console's fleet page, `router-backend fleet`), the entries
 one router gets (its console page, `rulegen --explain`)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from engine.firewall import Exemptions
 from engine.fleet import times_written
-from server.db import fleet as fleet_db
+from server.fleet import sql as fleet_db
 from server.db.pool import Database
 
 

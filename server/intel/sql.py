@@ -206,7 +206,7 @@ LIMIT %(max)s"""
 
 # The poll addresses that protect their networks, in a table of the transaction with an
 # index: under Citus `routers` is distributed, and a correlated subquery from the
-# coordinator's own tables into it is refused (as the fleet's job does, server/db/fleet.py).
+# coordinator's own tables into it is refused (as the fleet's job does, server/fleet/sql.py).
 _POLLED = """CREATE TEMPORARY TABLE intel_polled ON COMMIT DROP AS
 SELECT r.poll_address AS address FROM routers r
 WHERE r.poll_address IS NOT NULL

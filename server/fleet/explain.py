@@ -1,6 +1,6 @@
 """Why the fleet's list holds what it holds: every address reported in the window with the
 first rule that kept it out, or listed; the story of one address (`router-backend fleet
-attackers`, `--why ADDR`). The rules are the job's (server/db/fleet.py), in its order."""
+attackers`, `--why ADDR`). The rules are the job's (server/fleet/sql.py), in its order."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION, is_public
 from engine.firewall import Exemptions
-from server.db import fleet as fleet_db
+from server.fleet import sql as fleet_db
 from server.db.pool import Database
-from server.jobs.fleet import attackers_on, counting, service_networks
+from server.fleet.job import attackers_on, counting, service_networks
 from server.settings import Settings
 
 BELOW = "below the networks threshold"

@@ -10,7 +10,7 @@ from typing import Callable
 
 from engine.firewall import Exemptions
 from engine.fleet import fleet_document, times_written
-from server.db import fleet as fleet_db
+from server.fleet import sql as fleet_db
 from server.db.pool import Database
 from server.metrics import Metrics
 from server.polling.shared_document import Served, SharedDocument

@@ -1,8 +1,8 @@
 """The fleet job: every FLEET_CRON_SCHEDULE, the fleet's attackers and outbreaks counted over
-the last FLEET_WINDOW_HOURS of every router's alert summaries (server/db/fleet.py), the
+the last FLEET_WINDOW_HOURS of every router's alert summaries (server/fleet/sql.py), the
 rails applied (engine/fleet.py), and both lists replaced in one transaction, which notifies
 every server process: each serves the new shared document from then on (GET /rules/fleet,
-server/polling/fleet_list.py), and generation keeps the outbreaks in each IDS payload it
+server/fleet/document.py), and generation keeps the outbreaks in each IDS payload it
 makes. No router's payload is regenerated for it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import timedelta
 from engine.addresses import canonical, canonical_network
 from engine.firewall import Exemptions
 from engine.fleet import fleet_attackers, fleet_outbreaks, times_written
-from server.db import fleet as fleet_db
+from server.fleet import sql as fleet_db
 from server.db.pool import Database
 from server.metrics import Metrics
 from server.settings import Settings

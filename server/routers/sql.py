@@ -8,7 +8,7 @@ from typing import Callable
 import psycopg
 
 from server.db.channels import ROUTER_KEYS, notify
-from server.db.hunt import AFTER_PACKING, FORGET_HUNT_ROUTER
+from server.hunt.sql import AFTER_PACKING, FORGET_HUNT_ROUTER
 from server.db.pool import Database, execute
 
 
@@ -153,7 +153,7 @@ KEY_CHANGED = notify(ROUTER_KEYS, "%(mac)s::text")
 async def unsubscribe(db: Database, mac: str) -> bool:
     """Remove the router, its place in the generation queue, its allowlist entries, rule
     overrides, hunt postings (its number in the packed index forgotten, so no hunt names
-    it: server/db/hunt.py) and threat sightings; its telemetry stays until retention removes it. False when it
+    it: server/hunt/sql.py) and threat sightings; its telemetry stays until retention removes it. False when it
     was not registered."""
     async with db.transaction() as cur:
         await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import psycopg
 
-from server.db import hunt as hunt_db
+from server.hunt import sql as hunt_db
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.db.pool import Database
-from server.telemetry.hunt_blocks import Postings, encode
+from server.hunt.blocks import Postings, encode
 
 log = logging.getLogger("router_backend.hunt")
 

@@ -2,13 +2,13 @@
 fleet or for one router. A change makes the routers it concerns due for generation now, so
 their firewall payloads lose the address at the queue's pace instead of at their next turn;
 and every server process is told, so the fleet's shared list loses it at once
-(server/polling/fleet_list.py)."""
+(server/fleet/document.py)."""
 
 from __future__ import annotations
 
-from server.db.fleet import FLEET_CHANGED
+from server.fleet.sql import FLEET_CHANGED
 from server.db.pool import Database, execute
-from server.db.routers import make_due
+from server.routers.sql import make_due
 from server.db.tuning_changes import record
 
 

@@ -1,6 +1,6 @@
 """An upload's postings for the hunt index: which indicators its records carried and how
 many records carried each, tallied from its stored chunks by the hunt indexer
-(server/hunt/indexer.py) and written by server/db/hunt.py's statement."""
+(server/hunt/indexer.py) and written by server/hunt/sql.py's statement."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from server.timestamps import utc_midnight
 POSTINGS_FREE = 2_000
 POSTINGS_PER_RECORD = 4
 # New postings a router may add in a day (HUNT_POSTINGS_PER_ROUTER_DAY's default), across
-# its uploads: server/db/hunt.py counts them in the upload's statement.
+# its uploads: server/hunt/sql.py counts them in the upload's statement.
 POSTINGS_PER_ROUTER_DAY = 20_000
 
 
@@ -70,7 +70,7 @@ class Postings:
         self._triples = {}
 
     def params(self, received_at: datetime) -> dict:
-        """The hunt statement's values (server/db/hunt.py), in key order: concurrent uploads
+        """The hunt statement's values (server/hunt/sql.py), in key order: concurrent uploads
         of one router lock their rows in the same order."""
         self._settle()
         return {"day": utc_midnight(received_at), "seen": received_at,

@@ -19,7 +19,7 @@ from server.db import leases
 from server.db.leases import (Leased, claim_one_statement, claim_statement, fail_statement,
                               finish_statement, renew_statement)
 from server.db.pool import Database, execute
-from server.db.rules import PAYLOAD_CHANGED, payload_params, upsert_statement
+from server.generation.rules_sql import PAYLOAD_CHANGED, payload_params, upsert_statement
 
 # Bounds on what the summary returns per router.
 MAX_FIRED_SIDS = 2_000
@@ -181,7 +181,7 @@ async def complete(cur: psycopg.AsyncCursor, owner: str, mac: str, interval: tim
                    payloads: dict[str, tuple[bytes, str]], seconds: float) -> None:
     """In a generation worker: store both payloads and reschedule the router, atomically, if
     the lease is still ours (LeaseLost if not); the servers are notified when a payload
-    changed (server/db/rules.py)."""
+    changed (server/generation/rules_sql.py)."""
     params = {**payload_params(mac, payloads), "key": mac, "owner": owner, "interval": interval,
               "seconds": seconds}
     async with cur.connection.transaction():  # a lost connection has rolled back already

@@ -12,7 +12,7 @@ from server.db.pool import Database, execute
 # Three statements sent together (one round trip, one implicit transaction), each planned
 # by Citus onto the router's shard (data-modifying CTEs would be pulled through the
 # coordinator: issue 45). The router's poll address is written only when it moved (the
-# fleet job counts reporters by it: server/db/fleet.py); most polls only read its row.
+# fleet job counts reporters by it: server/fleet/sql.py); most polls only read its row.
 RECORD_ACTIVATION = "INSERT INTO activations (mac, address) VALUES (%(mac)s, %(address)s)"
 MOVE_POLL_ADDRESS = ("UPDATE routers SET poll_address = %(address)s WHERE mac = %(mac)s "
                      "AND %(address)s::inet IS NOT NULL "

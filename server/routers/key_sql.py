@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from server.db.pool import Database, execute
-from server.db.routers import BUCKET_WAIT, KEY_CHANGED, UNDER_LIMIT, bucket_params, from_bucket
+from server.routers.sql import BUCKET_WAIT, KEY_CHANGED, UNDER_LIMIT, bucket_params, from_bucket
 from server.db.tuning_changes import record
 
 

@@ -4,7 +4,7 @@ it concerns due for generation now, so they get it within one queue poll."""
 from __future__ import annotations
 
 from server.db.pool import Database, execute
-from server.db.routers import make_due
+from server.routers.sql import make_due
 from server.db.tuning_changes import record
 
 

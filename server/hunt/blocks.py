@@ -1,5 +1,5 @@
 """The packed hunt index's block: one day's postings of the values whose hash falls in one
-bucket, as compressed columns (migration 0030, server/telemetry/hunt_packing.py).
+bucket, as compressed columns (migration 0030, server/hunt/packing.py).
 
 A posting is (value, router, day) with the first and last time an upload carrying the value
 was received that day and how many records carried it. In a block the postings are sorted
