@@ -31,7 +31,7 @@ DISTRIBUTED_TABLES = ("routers", "router_rules", "router_keys", "enrollment_wind
 
 # Foreign keys from tables that stay on the coordinator to `routers`, which Citus refuses
 # (from a local table to a distributed one): their ON DELETE CASCADE is done by
-# `server/routers/sql.py`'s unsubscribe, in both modes.
+# `server/removal.py`'s unsubscribe, in both modes.
 LOCAL_FOREIGN_KEYS = (("firewall_allowlist", "firewall_allowlist_mac_fkey"),
                       ("rule_overrides", "rule_overrides_mac_fkey"))
 

@@ -21,6 +21,7 @@ from server.routers import key_sql as keys_db
 from server.routers import sql as router_db
 from server.db.pool import Database
 from server.notify.fields import FieldError, recipient_field, text_field
+from server.removal import unsubscribe
 from server.routers.keys import key_hash, new_key
 from server.settings import Settings
 from server.tuning.changes import reset_enrollment
@@ -90,7 +91,7 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
         print(f"{mac}: {'key revoked; ' if revoked else ''}the router may enroll within the "
               f"next {minutes} minutes (ENROLLMENT_RESET_WINDOW_MINUTES), and only then")
         return 0
-    if not await router_db.unsubscribe(db, mac):
+    if not await unsubscribe(db, mac):
         raise CommandError(f"{mac} is not registered")
     log.warning("router %s removed by an operator (its key, if any, revoked)", mac)
     print(f"{mac} removed")

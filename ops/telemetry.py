@@ -26,6 +26,7 @@ from server.db.embedded import embedded_program
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.settings import Settings
+from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
 from server.telemetry.export import ndjson, records_carrying, stored_records
 from server.telemetry.indicators import IndicatorError, match_argument
@@ -119,7 +120,8 @@ async def _sql(settings: Settings, args: argparse.Namespace, db: Database) -> in
 async def _compact(settings: Settings, args: argparse.Namespace, db: Database) -> int:
     settle = timedelta(0 if args.all else settings.telemetry_compact_settle_seconds)
     outcome = await run_job(db, "telemetry-compact", lambda: _detail(
-        compact(db, settings.telemetry_chunk_records, settle, everything=args.all)))
+        compact(db, settings.telemetry_chunk_records, settle, UNREAD_UPLOAD,
+                everything=args.all)))
     if outcome.status != "succeeded":
         raise CommandError(outcome.error or "another compaction is in progress")
     detail = outcome.detail

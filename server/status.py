@@ -1,11 +1,15 @@
 """The fleet at a glance, as `router-backend status` prints it and the console's fleet page
-shows it: the database's part (server/db/status.py) and the ruleset in use."""
+shows it: the shared tables' part (server/db/status.py), each capability's own and the
+ruleset in use."""
 
 from __future__ import annotations
 
 from ruledata.workspace import Workspace
 from server.db.pool import Database
-from server.db.status import fleet_status as database_status
+from server.db.status import shared_status
+from server.generation.status import applied_status, queue_status
+from server.hunt.status import hunt_status
+from server.notify.sql import status_counts as notification_counts
 from server.settings import Settings
 
 
@@ -18,4 +22,7 @@ def ruleset_status(settings: Settings) -> dict | None:
 
 
 async def fleet_status(db: Database, settings: Settings) -> dict:
-    return {**await database_status(db), "ruleset": ruleset_status(settings)}
+    return {**await shared_status(db), "applied": await applied_status(db),
+            "generation_queue": await queue_status(db),
+            "notifications": await notification_counts(db),
+            "hunt_index": await hunt_status(db), "ruleset": ruleset_status(settings)}

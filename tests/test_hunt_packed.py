@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from server.hunt.sql import NETWORKS_KEPT, postings_statement
-from server.routers.sql import unsubscribe
+from server.removal import unsubscribe
 from server.hunt import indexer, tallies
 from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt

@@ -46,13 +46,13 @@ def test_an_upward_import_is_reported(tmp_path):
 def test_a_capability_importing_another_or_the_plumbing_importing_up_is_reported(tmp_path):
     """server/ in layers (issue 33: 43 of its 79 imports between packages sat in cycles)."""
     copy_of_the_tree(tmp_path)
-    tally = tmp_path / "server" / "ingest" / "tally.py"
-    tally.write_text(tally.read_text() + "\nfrom server.notify import texts  # sideways\n")
+    status = tmp_path / "server" / "hunt" / "status.py"
+    status.write_text(status.read_text() + "\nfrom server.notify import texts  # sideways\n")
     limits = tmp_path / "server" / "web" / "limits.py"
     limits.write_text(limits.read_text() + "\nfrom server.routers import mac  # upward\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
-    assert "server.ingest.tally -> server.notify.texts" in result.stdout
+    assert "server.hunt.status -> server.notify.texts" in result.stdout
     assert "server.web.limits -> server.routers.mac" in result.stdout
 
 

@@ -15,6 +15,7 @@ import pytest
 from server.db.lifecycle import open_database
 from server.telemetry.chunks import Chunk, compress, decompress, merged, one_line, split
 from server.hunt.indexer import index_pending
+from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
 from server.telemetry.export import stored_records
 from testkit.database import command_env
@@ -73,7 +74,7 @@ async def indexed_then_compacted(db, **options):
     """Compaction leaves the chunks of uploads the hunt indexer has not read (its loop reads
     them within HUNT_INDEX_SECONDS): read first here."""
     assert (await index_pending(db, 20_000, 30)).left == 0
-    return await compact(db, **options)
+    return await compact(db, unread=UNREAD_UPLOAD, **options)
 
 
 async def test_an_upload_not_indexed_yet_keeps_its_chunks_until_it_is(client, sql, settings):
@@ -81,7 +82,7 @@ async def test_an_upload_not_indexed_yet_keeps_its_chunks_until_it_is(client, sq
         await upload(client, [record(n)])
     assert sql.value("SELECT count(*) FROM hunt_pending") == 4
     async with open_database(settings) as db:
-        report = await compact(db, chunk_records=100, settle=timedelta(0))
+        report = await compact(db, unread=UNREAD_UPLOAD, chunk_records=100, settle=timedelta(0))
         assert report.merged_chunks == 0 and len(chunk_rows(sql)) == 4
         report = await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
     assert report.merged_chunks == 4 and chunk_rows(sql) == [(4, 4)]
@@ -122,7 +123,7 @@ async def test_recent_chunks_wait_for_the_settle_time(client, sql, settings):
     for n in range(3):
         await upload(client, [record(n)])
     async with open_database(settings) as db:
-        report = await compact(db, chunk_records=100, settle=timedelta(minutes=5))
+        report = await compact(db, unread=UNREAD_UPLOAD, chunk_records=100, settle=timedelta(minutes=5))
     assert report.merged_chunks == 0 and len(chunk_rows(sql)) == 3
 
 
@@ -159,8 +160,8 @@ async def test_uploads_go_on_while_merges_run(client, sql, settings):
             assert asyncio.get_running_loop().time() - started < 2
 
     async with open_database(settings) as db:
-        await asyncio.gather(uploads(), compact(db, chunk_records=50, settle=timedelta(0)))
-        await compact(db, chunk_records=50, settle=timedelta(0))
+        await asyncio.gather(uploads(), compact(db, unread=UNREAD_UPLOAD, chunk_records=50, settle=timedelta(0)))
+        await compact(db, unread=UNREAD_UPLOAD, chunk_records=50, settle=timedelta(0))
     lines = [r.line for r in stored_records(sql.location, OTHER)]
     assert sorted(lines) == sorted([record(n) for n in range(200)] + sent)
     assert len(lines) == len(set(lines)) == 240

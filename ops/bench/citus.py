@@ -37,7 +37,7 @@ from ops.bench.generation import (DEFAULT_ARCHIVE, fill_telemetry, published_rul
 from ops.bench.ingest import check_stored, make_lines, ndjson_bodies, run_http
 from server.db.lifecycle import open_database
 from server.db.reports import daily_activity
-from server.db.status import fleet_status
+from server.status import fleet_status
 from server.jobs.retention import run_retention
 from testkit.citus_cluster import CitusCluster, citus_installed
 from testkit.database import Sql, migrated_database
@@ -95,7 +95,7 @@ async def fleet_reads(settings) -> tuple[float, float]:
         async for _ in daily_activity(db, now - timedelta(days=30), now):
             pass
     async with open_database(settings) as db:
-        return (await best_of(5, lambda: fleet_status(db)),
+        return (await best_of(5, lambda: fleet_status(db, settings)),
                 await best_of(5, lambda: report(db)))
 
 

@@ -42,9 +42,11 @@ from server.db.partitions import TELEMETRY_TABLES
 from server.db.pool import Database
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
+from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
+from server.hunt.sql import ADD_PENDING
 from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
 from testkit import CORPUS
@@ -256,18 +258,19 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
     try:
         for first in range(0, len(timed), part) if timed else ():
             for received_at, (mac, kind, lines) in timed[first:first + part]:
-                async with TelemetryWriter(db, mac, kind, received_at, 2_000) as writer:
+                async with TelemetryWriter(db, mac, kind, received_at, 2_000,
+                                         announce=ADD_PENDING) as writer:
                     for line in lines:
                         if writer.add(line):
                             await writer.flush()
                     await writer.commit()
             if rounds > 1:
                 await index_pending(db, POSTINGS_PER_ROUTER_DAY)  # as the service's indexer
-                await compact(db, 1_000, timedelta(0), everything=True)  # does first
+                await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True)  # does first
                 await asyncio.to_thread(vacuumed_sizes, cur)
         if not timed:
             await index_pending(db, POSTINGS_PER_ROUTER_DAY)
-            await compact(db, 1_000, timedelta(0), everything=True)
+            await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True)
     finally:
         await db.close()
 

@@ -5,6 +5,7 @@ the per-minute tallies, a few rows an hour whatever the size of the fleet)."""
 from __future__ import annotations
 
 from server.db.pool import Database
+from server.generation.rules_sql import STORED_PAYLOADS
 
 TOP = 10
 
@@ -23,11 +24,6 @@ UNION ALL
 SELECT * FROM (SELECT last_seen, host(address) FROM activation_days WHERE mac = %(mac)s
                ORDER BY day DESC, last_seen DESC LIMIT 1) rolled
 ORDER BY 1 DESC LIMIT 1"""
-
-_PAYLOADS = """
-SELECT ids_etag, ids_updated_at, firewall_etag, firewall_updated_at, ids_payload_gz,
-       firewall_payload_gz
-FROM router_rules WHERE mac = %(mac)s"""
 
 _APPLIED = """
 SELECT ids_etag, firewall_etag, ok, detail, reported_at FROM router_applied WHERE mac = %(mac)s"""
@@ -69,7 +65,7 @@ WHERE mac = %(mac)s OR mac IS NULL ORDER BY mac NULLS FIRST, network, id"""
 # The router page's statements by where Citus runs them: on the router's shard, or on the
 # coordinator's own tables (tests/test_citus.py checks both).
 ROUTER_PAGE_ON_ITS_SHARD = {"registration": _ROUTER, "last poll": _LAST_POLL,
-                            "payloads": _PAYLOADS, "applied": _APPLIED, "records": _RECORDS,
+                            "payloads": STORED_PAYLOADS, "applied": _APPLIED, "records": _RECORDS,
                             "signatures": _SIGNATURES, "newest alerts": _NEWEST_EVENTS}
 ROUTER_PAGE_ON_THE_COORDINATOR = {"generation": _GENERATION, "overrides": _OVERRIDES,
                                   "allowlist": _ALLOWED}
@@ -84,10 +80,6 @@ async def router(db: Database, mac: str) -> tuple | None:
 async def last_poll(db: Database, mac: str) -> tuple | None:
     """(when, from which address) of the router's newest /rules/last_updated call."""
     return await db.fetchone(_LAST_POLL, {"mac": mac})
-
-
-async def payloads(db: Database, mac: str) -> tuple | None:
-    return await db.fetchone(_PAYLOADS, {"mac": mac})
 
 
 async def applied(db: Database, mac: str) -> tuple | None:

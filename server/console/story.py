@@ -15,6 +15,7 @@ from server.console import sql as console_db
 from server.db import tuning_changes
 from server.db.pool import Database
 from server.fleet import lists as fleet_lists
+from server.generation.rules_sql import stored_payloads
 from server.telemetry.chunks import decompress
 
 TOP_BLOCKED = 20
@@ -28,7 +29,7 @@ async def router_story(db: Database, mac: str) -> dict | None:
         return None
     # One after another, on one connection at a time: a page never takes the pool's
     # connections from the routers' requests.
-    payloads = await console_db.payloads(db, mac)
+    payloads = await stored_payloads(db, mac)
     ids, firewall = _payload(payloads, 4), _payload(payloads, 5)
     applied = await console_db.applied(db, mac)
     alerts = recent_alerts(await console_db.newest_events_chunk(db, mac))

@@ -12,3 +12,6 @@ INTEL_LIST = "intel_list"      # what routers are sent of threat intelligence ma
 def notify(channel: str, payload: str = "''") -> str:
     """The statement that notifies `channel` (`payload`: SQL, a parameter or a literal)."""
     return f"SELECT pg_notify('{channel}', {payload})"
+
+
+FLEET_CHANGED = notify(FLEET_LIST)  # sent by the fleet job and by allowlist changes

@@ -148,6 +148,14 @@ class Database:
             await execute(cur, query, params)
             return await cur.fetchone()
 
+    async def fetchrow(self, query: str, params: Any = None) -> tuple:
+        """The row of a statement that always returns one (an aggregate; an INSERT's
+        RETURNING)."""
+        row = await self.fetchone(query, params)
+        if row is None:
+            raise LookupError("a statement that returns one row returned none")
+        return row
+
     async def fetchall(self, query: str, params: Any = None) -> list[tuple]:
         async with self.cursor() as cur:
             await execute(cur, query, params)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION, is_public
 from engine.firewall import Exemptions
 from server.fleet import sql as fleet_db
+from server.tuning import allowlist_sql
 from server.db.pool import Database
 from server.fleet.job import attackers_on, counting, service_networks
 from server.settings import Settings
@@ -48,7 +49,7 @@ def _networks(reporters: list[tuple[str, str | None, bool]]) -> int:
 
 async def stories(db: Database, settings: Settings, address: str | None = None
                   ) -> list[Story]:
-    counted = counting(settings, await fleet_db.fleet_allowlist(db)
+    counted = counting(settings, await allowlist_sql.fleet_allowlist(db)
                        + service_networks(settings))
     by_address: dict[str, Story] = {}
     for reported, mac, network, may_count in await fleet_db.reports(db, counted, address):

@@ -14,6 +14,7 @@ from engine.addresses import canonical, canonical_network
 from engine.firewall import Exemptions
 from engine.fleet import fleet_attackers, fleet_outbreaks, times_written
 from server.fleet import sql as fleet_db
+from server.tuning import allowlist_sql
 from server.db.pool import Database
 from server.metrics import Metrics
 from server.settings import Settings
@@ -54,7 +55,7 @@ def service_networks(settings: Settings) -> list[str]:
 
 async def run_fleet(db: Database, settings: Settings, metrics: Metrics | None = None) -> dict:
     started = time.monotonic()
-    exempt = await fleet_db.fleet_allowlist(db) + service_networks(settings)
+    exempt = await allowlist_sql.fleet_allowlist(db) + service_networks(settings)
     counted = await fleet_db.count(db, counting(settings, exempt), attackers_on(settings))
     # The query applied every rail before its limit; judged again here, exactly, so that no
     # difference between SQL's comparison and Python's can list an address.

@@ -8,6 +8,7 @@ from __future__ import annotations
 from engine.firewall import Exemptions
 from engine.fleet import times_written
 from server.fleet import sql as fleet_db
+from server.tuning import allowlist_sql
 from server.db.pool import Database
 
 
@@ -23,5 +24,5 @@ async def outbreaks(db: Database) -> list[dict]:
 async def for_router(db: Database, mac: str) -> list[dict]:
     """The fleet's attackers this router gets (the allowlist's, fleet-wide and its own, out),
     with the operators' evidence."""
-    exempt = Exemptions.of(await fleet_db.router_allowlist(db, mac), []).exempt
+    exempt = Exemptions.of(await allowlist_sql.router_allowlist(db, mac), []).exempt
     return [entry for entry in await attackers(db) if not exempt(entry["address"])]

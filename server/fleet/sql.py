@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine.addresses import ALLOCATION_PREFIX, NOT_PUBLIC, PER_ALLOCATION
-from server.db.channels import FLEET_LIST, notify
-from server.generation.sql import HOURS_IN_WINDOW
+from server.db.channels import FLEET_CHANGED
 from server.db.pool import Database, execute
+from server.telemetry.sql import HOURS_IN_WINDOW
 
-FLEET_CHANGED = notify(FLEET_LIST)  # the lists (or the fleet's allowlist) changed
 REPORTERS_KEPT = 50     # per entry, most alerts first: what operators see of who reported
 # The job's hash aggregates over a large fleet's window in memory rather than in temporary
 # files (one connection, every few minutes; ops/bench/fleet_job.py measures both).
@@ -272,18 +271,6 @@ def _outbreak(row: tuple) -> dict:
     return entry
 
 
-async def fleet_allowlist(db: Database) -> list[str]:
-    return [row[0] for row in await db.fetchall(
-        "SELECT network::text FROM firewall_allowlist WHERE mac IS NULL")]
-
-
-async def own_allowlists(db: Database) -> dict[str, list[str]]:
-    """Each router's own allowlist networks, for the routers that have any."""
-    rows = await db.fetchall("SELECT mac::text, array_agg(network::text ORDER BY network) "
-                             "FROM firewall_allowlist WHERE mac IS NOT NULL GROUP BY mac")
-    return {mac: networks for mac, networks in rows}
-
-
 # Each list written in one statement from one JSON document: a round trip per list, not per
 # entry (10,000 entries).
 _INSERT_ATTACKERS = """INSERT INTO fleet_attackers
@@ -321,12 +308,6 @@ async def attackers(db: Database) -> list[dict]:
     """The fleet's attackers as the job stored them, most widely reported first; their times
     (first_seen, last_seen, expires_at) datetimes."""
     return [_attacker(row) for row in await db.fetchall(_ATTACKERS)]
-
-
-async def router_allowlist(db: Database, mac: str) -> list[str]:
-    """The allowlist's networks that hold for this router: the fleet's and its own."""
-    return [row[0] for row in await db.fetchall(
-        "SELECT network::text FROM firewall_allowlist WHERE mac IS NULL OR mac = %s", (mac,))]
 
 
 async def outbreaks(db: Database) -> list[dict]:
@@ -370,3 +351,9 @@ FROM routers WHERE poll_address IS NOT NULL
                              "WHERE kept_until > now() AND text(key) = ANY(%s::text[])", (keys,))
     found = {row[0] for row in polled + kept}
     return {address for address, key in keyed.items() if key in found}
+
+
+# The fleet's outbreaks as the generation reads them with a router's tuning, in its one
+# statement (server/generation/sql.py RENEW_AND_TUNING): (sid, networks, severity) by sid.
+OUTBREAKS_FOR_GENERATION = """(SELECT json_agg(json_build_array(sid, networks, severity) ORDER BY sid)
+  FROM fleet_outbreaks)"""

@@ -14,5 +14,10 @@ One generation's path through the code:
 
 `rulegen` goes through `service.generate_once` (the same path, with a one-off worker).
 
-Imports: server.db, engine, ruledata; nothing from ops.
+Its SQL: `sql.py` (the queue's leases and a generation worker's statements), `rules_sql.py`
+(the stored payloads and activations), `applied_sql.py` (what routers report they loaded);
+`status.py` is its part of the fleet at a glance.
+
+Imports: server.db, server.fleet (the outbreaks read with a router's tuning), server.routers,
+server.telemetry, engine, ruledata; nothing from ops.
 """

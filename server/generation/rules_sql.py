@@ -102,3 +102,13 @@ def payload_params(mac: str, payloads: dict[str, tuple[bytes, str]]) -> dict[str
         params[f"{kind}_gz"], params[f"{kind}_etag"] = packed, etag
     return params
 
+
+# A router's stored payloads with their ETags and times, as the console shows them.
+STORED_PAYLOADS = """
+SELECT ids_etag, ids_updated_at, firewall_etag, firewall_updated_at, ids_payload_gz,
+       firewall_payload_gz
+FROM router_rules WHERE mac = %(mac)s"""
+
+
+async def stored_payloads(db: Database, mac: str) -> tuple | None:
+    return await db.fetchone(STORED_PAYLOADS, {"mac": mac})

@@ -19,7 +19,9 @@ from server.db import leases
 from server.db.leases import (Leased, claim_one_statement, claim_statement, fail_statement,
                               finish_statement, renew_statement)
 from server.db.pool import Database, execute
+from server.fleet.sql import OUTBREAKS_FOR_GENERATION
 from server.generation.rules_sql import PAYLOAD_CHANGED, payload_params, upsert_statement
+from server.telemetry.sql import HOURS_IN_WINDOW
 
 # Bounds on what the summary returns per router.
 MAX_FIRED_SIDS = 2_000
@@ -89,8 +91,6 @@ async def queue_state(db: Database) -> dict[str, int]:
 # tests/test_partition_pruning.py). No row is newer than now(): received_at is when its
 # request began, activated_at the database's now().
 WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
-# The hourly summaries (migration 0018) count an hour while any of it is within the window.
-HOURS_IN_WINDOW = "hour > now() - %(window)s - interval '1 hour' AND hour <= now()"
 _ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 _FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 
@@ -106,8 +106,7 @@ SELECT
   WHERE mac IS NULL OR mac = %(mac)s),
  (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
   FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s),
- (SELECT json_agg(json_build_array(sid, networks, severity) ORDER BY sid)
-  FROM fleet_outbreaks)"""
+ {OUTBREAKS_FOR_GENERATION}"""
 
 # Activations before `detail_from` (read by RENEW_AND_TUNING) are rolled up by day.
 TELEMETRY_SUMMARY = f"""WITH
@@ -191,3 +190,7 @@ async def complete(cur: psycopg.AsyncCursor, owner: str, mac: str, interval: tim
         await execute(cur, STORE_PAYLOADS, params)
         if cur.rowcount == 1:
             await execute(cur, PAYLOAD_CHANGED, params)
+
+
+# A router removed (server/removal.py): its place in the queue.
+FORGET_ROUTER = "DELETE FROM generation_queue WHERE mac = %(mac)s"

@@ -14,8 +14,12 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
   (a loop in the process that runs the jobs, and before every hunt), not in the upload's
   transaction.
 
-What a record carries and how each value is stored is server/telemetry/indicators.py; the
-postings are tallied by server/hunt/postings.py, written by server/hunt/sql.py's
-statement and packed after their day by the hunt-compact job
-(server/hunt/packing.py).
+- `postings.py`: an upload's postings tallied, within its router's daily budget.
+- `packing.py`: past days packed into compressed blocks (the hunt-compact job), laid out by
+  `blocks.py`.
+- `sql.py`: every statement of the hunt's tables (`hunt_*`): the queue ingestion announces
+  each upload to, the postings, the packed days, the record of hunts.
+- `status.py`: the index's part of the fleet at a glance.
+
+What a record carries and how each value is stored is server/telemetry/indicators.py.
 """

@@ -73,6 +73,11 @@ ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
 ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at, records, network)
 VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s, %(pending_network)s)
 ON CONFLICT DO NOTHING"""
+# An upload the indexer has not read yet, for chunk `c` of router %(mac)s: compaction leaves
+# its chunks as written (server/telemetry/compaction.py), for the indexer finds them by their
+# received_at.
+UNREAD_UPLOAD = """EXISTS (SELECT 1 FROM hunt_pending p WHERE p.mac = %(mac)s
+                      AND p.kind = c.kind AND p.received_at = c.received_at)"""
 PENDING_NOW = "SELECT clock_timestamp(), EXISTS (SELECT 1 FROM hunt_pending)"
 # A lane's: its routers are those whose MAC hashes to it (HUNT_INDEX_LANES).
 PENDING = """SELECT mac::text, kind, received_at, records FROM hunt_pending
@@ -258,3 +263,9 @@ FROM unnest(%(codes)s::"char"[], %(values)s::text[]) WITH ORDINALITY AS a(code, 
 JOIN hunt_postings h ON h.kind = a.code AND h.value = a.value
 WHERE h.day >= %(since)s AND h.day <= %(until)s AND {_REGISTERED.format(table="h")}
 GROUP BY a.n"""
+
+
+# Retention (server/jobs/retention.py) of the packed index's days (server/hunt/packing.py):
+# a few thousand blocks a day.
+EXPIRED_PACKED_DAYS = """DELETE FROM hunt_packed_days WHERE day < %(cutoff)s;
+DELETE FROM hunt_packed WHERE day < %(cutoff)s"""  # the row count: the blocks

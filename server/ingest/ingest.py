@@ -25,6 +25,7 @@ from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
 from server.settings import Settings
 from server.telemetry.extract import RecordError
+from server.hunt.sql import ADD_PENDING
 from server.telemetry.writer import TelemetryWriter
 from server.web.limits import FloodLimits
 
@@ -143,7 +144,7 @@ class Ingestion:
         report = IngestReport(settings.ingest_max_reported_errors)
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, settings.ingest_batch_rows,
-                                   _network(upload.address)) as writer:
+                                   _network(upload.address), announce=ADD_PENDING) as writer:
 
             async def take(records: list[RawRecord]) -> None:
                 self._limits.records_arrived(mac, len(records))

@@ -16,6 +16,7 @@ import orjson
 from server.intel import sql as intel_db
 from server.db.jobs import exclusive
 from server.db.pool import Database, execute
+from server.notify.sql import emailed_this_hour, store_many
 
 TYPE = "threat_sighting"
 BATCH = 1_000
@@ -23,13 +24,6 @@ TITLE = "A threat indicator was seen at router {mac}"
 MESSAGE = ("Router {mac} exchanged traffic matching {indicator} ({kind}), listed by the threat "
            "feed {source}: first seen {first}, last seen {last}, {records} records. Open the "
            "router's page to see what was matched, and check the devices behind it.")
-_STORE = """INSERT INTO notifications (id, user_id, type, channel, title, message, status,
-    recipient, metadata, sent_at, next_attempt_at)
-SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                     %s::text[], %s::text[], %s::jsonb[], %s::timestamptz[],
-                     %s::timestamptz[])"""
-
-
 def shown(kind: str, value: str) -> str:
     """An indicator as people read it: a domain's labels back in order."""
     return ".".join(reversed(value.split("."))) if kind == "domain" else value
@@ -67,14 +61,13 @@ async def _tell_owners(db: Database) -> dict:
             await execute(cur, "SELECT now()")
             (now,) = await cur.fetchone()
             owners = sorted({row[7] for row in rows})
-            await execute(cur, intel_db.EMAILED_THIS_HOUR, (owners,))
-            mailed = {user for (user,) in await cur.fetchall()}
+            mailed = await emailed_this_hour(cur, owners, TYPE)
             notifications = []
             for row in rows:
                 email = row[7] not in mailed
                 mailed.add(row[7])
                 notifications.append(_notification(row, email, now))
-            await execute(cur, _STORE, [list(column) for column in zip(*notifications)])
+            await store_many(cur, notifications)
             await execute(cur, intel_db.TOLD, ([r[0] for r in rows], [r[1] for r in rows],
                                                [r[2] for r in rows]))
         stored += len(rows)

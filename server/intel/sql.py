@@ -353,11 +353,11 @@ UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source, s.first_seen, s.last_
 FROM intel_sightings s JOIN routers r USING (mac)
 WHERE s.told_at IS NULL AND r.owner_user IS NOT NULL AND r.owner_email IS NOT NULL
 ORDER BY s.found_at, s.mac, s.kind, s.value LIMIT %(batch)s"""
-# Owners emailed a sighting within the hour.
-EMAILED_THIS_HOUR = """SELECT DISTINCT user_id FROM notifications
-WHERE user_id = ANY(%s) AND type = 'threat_sighting' AND channel = 'email'
-  AND created_at > now() - interval '1 hour'"""
 TOLD = """UPDATE intel_sightings s SET told_at = now()
 WHERE (s.mac, s.kind, s.value) IN (
     SELECT mac, kind, value COLLATE "C"
     FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value))"""
+
+
+# A router removed (server/removal.py): its sightings.
+FORGET_ROUTER = "DELETE FROM intel_sightings WHERE mac = %(mac)s"

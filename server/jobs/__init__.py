@@ -10,13 +10,12 @@
 - `retention.py`: the telemetry retention job.
 - `upload_keys.py`: the hourly job that deletes expired Idempotency-Keys of uploads.
 - `activation_days.py`: the hourly job that rolls activations older than a week up by day.
-- `fleet.py`: the fleet's attackers and outbreaks, counted over every router's alerts;
-  `fleet_explain.py`: why each reported address is listed or kept out, for operators;
-  `fleet_lists.py`: the lists as operators read them (attackers, outbreaks, the entries one
-  router gets), their times written.
 - `schedule.py`: which jobs a server process schedules, from the settings.
 
-Imports: server.db, engine (process pools), ruledata; nothing from ops.
+The fleet's job is server/fleet/job.py, the hunt's packing server/hunt/packing.py.
+
+Imports: server.db, the capabilities whose jobs it schedules, engine (process pools),
+ruledata; nothing from ops.
 """
 
 # The most jobs `scheduled_jobs` adds (fleet and retention on); each running job holds a

@@ -29,17 +29,13 @@ import psycopg
 from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
 from server.db.pool import Database, DatabaseUnavailable, execute
+from server.hunt.sql import EXPIRED_PACKED_DAYS
 
 BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
 DETACH_LOCK_TIMEOUT = "1s"   # under Citus (see detach_locking)
 DETACH_TRIES = 5
 DETACH_PAUSE_SECONDS = 2.0
-
-
-# The packed hunt index's days (server/hunt/packing.py): a few thousand blocks a day.
-EXPIRED_PACKED_DAYS = """DELETE FROM hunt_packed_days WHERE day < %(cutoff)s;
-DELETE FROM hunt_packed WHERE day < %(cutoff)s"""  # the row count: the blocks
 
 
 async def run_retention(db: Database, days: int, activation_days: int,

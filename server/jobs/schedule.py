@@ -17,6 +17,7 @@ from server.jobs.retention import run_retention
 from server.jobs.upload_keys import UPLOAD_KEYS_CRON_SCHEDULE, expire_upload_keys
 from server.metrics import Metrics
 from server.settings import Settings
+from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
 
 
@@ -53,7 +54,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
     async def telemetry_compaction() -> dict:
         return (await compact(db, settings.telemetry_chunk_records,
-                              timedelta(seconds=settings.telemetry_compact_settle_seconds))
+                              timedelta(seconds=settings.telemetry_compact_settle_seconds),
+                              UNREAD_UPLOAD)
                 ).as_detail()
 
     async def expired_upload_keys() -> dict:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import orjson
+import psycopg
 
 from server.db import leases
 from server.db.leases import Leased, claim_statement, fail_statement, finish_statement
@@ -52,7 +53,7 @@ CREATE = (f"INSERT INTO notifications (id, user_id, type, title, message, recipi
 async def create(db: Database, notification: dict) -> NotificationRow:
     """Store a `pending` record. Its next attempt is set `pending_grace` ahead, so if this
     process dies before delivering, the retry loop delivers it then (delivery clears it)."""
-    return NotificationRow(*await db.fetchone(CREATE, notification))
+    return NotificationRow(*await db.fetchrow(CREATE, notification))
 
 
 RETRIES = Leased("notifications", "id", "uuid", "next_attempt_at")
@@ -210,3 +211,38 @@ async def user_feed(db: Database, user_id: str, limit: int, offset: int,
         await execute(cur, PAGE_STATEMENTS[read],
                       {"user": user_id, "limit": limit, "offset": offset})
         return Feed([FeedRow(*row) for row in await cur.fetchall()], total, unread, True)
+
+
+_NOTIFICATIONS = """
+SELECT count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'pending')
+FROM notifications WHERE status <> 'sent'"""
+
+
+async def status_counts(db: Database) -> dict:
+    """Notifications failed for good, and waiting to be sent (`router-backend status`)."""
+    failed, pending = await db.fetchrow(_NOTIFICATIONS)
+    return {"failed": failed, "pending": pending}
+
+
+# Many notifications stored by another capability in its own transaction (the intel's
+# sightings told to owners: server/intel/owners.py), in one statement: one array a column.
+STORED_COLUMNS = ("id", "user_id", "type", "channel", "title", "message", "status",
+                  "recipient", "metadata", "sent_at", "next_attempt_at")
+_STORE_MANY = f"""INSERT INTO notifications ({", ".join(STORED_COLUMNS)})
+SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                     %s::text[], %s::text[], %s::jsonb[], %s::timestamptz[],
+                     %s::timestamptz[])"""
+_EMAILED_THIS_HOUR = """SELECT DISTINCT user_id FROM notifications
+WHERE user_id = ANY(%s) AND type = %s AND channel = 'email'
+  AND created_at > now() - interval '1 hour'"""
+
+
+async def store_many(cur: psycopg.AsyncCursor, rows: list[tuple]) -> None:
+    """`rows`: tuples of the STORED_COLUMNS' values."""
+    await execute(cur, _STORE_MANY, [list(column) for column in zip(*rows)])
+
+
+async def emailed_this_hour(cur: psycopg.AsyncCursor, users: list[str], kind: str) -> set[str]:
+    """Those of `users` emailed a notification of type `kind` within the hour."""
+    await execute(cur, _EMAILED_THIS_HOUR, (users, kind))
+    return {user for (user,) in await cur.fetchall()}

@@ -2,6 +2,6 @@
 each payload's current ETag in memory, true by PostgreSQL notifications, so that the handler
 (server/handlers/router_api.py) answers such a poll without a query; `not_modified` is the
 one 304 decision and `etag_header` the one ETag format. `shared_document.py` serves a
-document every router gets the same, built once per change on the same notifications:
-`fleet_list.py` the fleet's list (GET /rules/fleet), `intel_list.py` the threat intelligence
-(GET /rules/intel)."""
+document every router gets the same, built once per change on the same notifications: the
+fleet's list (GET /rules/fleet, server/fleet/document.py) and the threat intelligence
+(GET /rules/intel, server/intel/document.py)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.payloads import pack
-from server.fleet import sql as fleet_db
+from server.tuning import allowlist_sql
 from server.db.pool import Database
 from server.polling.etag_cache import etag_header
 
@@ -103,8 +103,8 @@ class SharedDocument(ABC):
         state = await self._load()
         fleet_allowlist, own = [], {}
         if self._allowlists_apply():
-            fleet_allowlist = await fleet_db.fleet_allowlist(self._db)
-            own = await fleet_db.own_allowlists(self._db)
+            fleet_allowlist = await allowlist_sql.fleet_allowlist(self._db)
+            own = await allowlist_sql.own_allowlists(self._db)
         # Built and packed in a thread (gzip lets go of the GIL): 10,000 entries take tens of
         # ms, 100,000 a few hundred.
         document = await asyncio.to_thread(self._build, state, fleet_allowlist)

@@ -1,6 +1,8 @@
 """Who a router is and what it may do: `mac.py` (the one form of a router identity),
 `identity.py` (the `X-ID` header, registration on first contact, closed-mode admission),
 `keys.py` (per-router keys: making them, checking the one a request presents, enrollment)
-and `applied.py` (`POST /rules/applied`: what a router reports it loaded). Their SQL is in
-server/db/ (`routers.py`, `router_keys.py`, `applied.py`), as every table's is; the
-operators' commands in ops/subscriptions.py."""
+and `applied.py` (`POST /rules/applied`: what a router reports it loaded). Their SQL:
+`sql.py` (registrations and their per-address limit) and `key_sql.py` (key hashes,
+enrollment windows); a router's removal from every capability is server/removal.py; the
+operators' commands in ops/subscriptions.py.
+"""

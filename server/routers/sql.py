@@ -8,7 +8,6 @@ from typing import Callable
 import psycopg
 
 from server.db.channels import ROUTER_KEYS, notify
-from server.hunt.sql import AFTER_PACKING, FORGET_HUNT_ROUTER
 from server.db.pool import Database, execute
 
 
@@ -150,21 +149,11 @@ async def subscribe(db: Database, mac: str, note: str | None) -> bool:
 KEY_CHANGED = notify(ROUTER_KEYS, "%(mac)s::text")
 
 
-async def unsubscribe(db: Database, mac: str) -> bool:
-    """Remove the router, its place in the generation queue, its allowlist entries, rule
-    overrides, hunt postings (its number in the packed index forgotten, so no hunt names
-    it: server/hunt/sql.py) and threat sightings; its telemetry stays until retention removes it. False when it
-    was not registered."""
-    async with db.transaction() as cur:
-        await execute(cur, "DELETE FROM generation_queue WHERE mac = %s", (mac,))
-        # Their foreign keys' cascade, which Citus mode drops (ops/citus_nodes.py).
-        await execute(cur, "DELETE FROM firewall_allowlist WHERE mac = %s", (mac,))
-        await execute(cur, "DELETE FROM rule_overrides WHERE mac = %s", (mac,))
-        await execute(cur, AFTER_PACKING)
-        await execute(cur, FORGET_HUNT_ROUTER, {"mac": mac})
-        await execute(cur, "DELETE FROM intel_sightings WHERE mac = %s", (mac,))
-        await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
-        if cur.rowcount != 1:
-            return False
-        await execute(cur, KEY_CHANGED, {"mac": mac})  # its key went with it
-        return True
+async def remove(cur: psycopg.AsyncCursor, mac: str) -> bool:
+    """The router's row deleted, in the caller's transaction, once every capability has
+    forgotten it (server/removal.py); False when it was not registered."""
+    await execute(cur, "DELETE FROM routers WHERE mac = %s", (mac,))
+    if cur.rowcount != 1:
+        return False
+    await execute(cur, KEY_CHANGED, {"mac": mac})  # its key went with it
+    return True

@@ -46,9 +46,11 @@ class CompactionReport:
                 "records": self.records, "legacy": self.legacy}
 
 
-async def compact(db: Database, chunk_records: int, settle: timedelta,
+async def compact(db: Database, chunk_records: int, settle: timedelta, unread: str,
                   everything: bool = False, now: datetime | None = None) -> CompactionReport:
-    """Move what is left of the row tables of before, then merge small chunks."""
+    """Move what is left of the row tables of before, then merge small chunks; an upload
+    for which the SQL condition `unread` holds (chunk `c`; the hunt's UNREAD_UPLOAD) is left
+    as written."""
     now = now or datetime.now(timezone.utc)
     report = CompactionReport(legacy=await move_legacy_rows(db, chunk_records))
     bounds = {"since": datetime.min.replace(tzinfo=timezone.utc) if everything
@@ -56,8 +58,8 @@ async def compact(db: Database, chunk_records: int, settle: timedelta,
     for partition in await _partitions_between(db, bounds["since"], bounds["settled"]):
         groups = await db.fetchall(SMALL_CHUNK_GROUPS.format(partition=partition), bounds)
         for mac, kind, _ in groups:
-            while await _merge(db, partition, {**bounds, "mac": mac, "kind": kind,
-                                               "chunks": CHUNKS_PER_MERGE},
+            while await _merge(db, TAKE_SMALL_CHUNKS.format(partition=partition, unread=unread),
+                               {**bounds, "mac": mac, "kind": kind, "chunks": CHUNKS_PER_MERGE},
                                chunk_records, report):
                 await asyncio.sleep(PAUSE_SECONDS)
     return report
@@ -74,12 +76,12 @@ class _Alone(Exception):
     """Fewer than two small chunks were taken (another run merged them): put nothing back."""
 
 
-async def _merge(db: Database, partition: str, params: dict, chunk_records: int,
+async def _merge(db: Database, take: str, params: dict, chunk_records: int,
                  report: CompactionReport) -> bool:
     """One transaction; whether it took a full batch (more may be waiting)."""
     try:
         async with db.transaction() as cur:
-            await execute(cur, TAKE_SMALL_CHUNKS.format(partition=partition), params)
+            await execute(cur, take, params)
             taken = sorted(await cur.fetchall(), key=lambda row: (row[0], row[1]))
             if len(taken) < 2:
                 raise _Alone

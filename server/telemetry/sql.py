@@ -95,15 +95,15 @@ GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2"""
 
 # Taken out of one partition (named: PostgreSQL takes a partition as a table), oldest first.
 # The router's MAC outside the subquery too: under Citus, that makes it one shard's statement.
-# An upload the hunt indexer has not read yet keeps its chunks as written (it finds them by
-# their received_at: server/hunt/indexer.py).
+# An upload still `unread` by the hunt indexer keeps its chunks as written (it finds them by
+# their received_at): the condition is the hunt's (server/hunt/sql.py UNREAD_UPLOAD), given
+# by the caller, so that telemetry names no table of the hunt.
 TAKE_SMALL_CHUNKS = """DELETE FROM {partition}
 WHERE mac = %(mac)s AND (mac, kind, received_at, id) IN (
     SELECT c.mac, c.kind, c.received_at, c.id FROM {partition} c
     WHERE c.mac = %(mac)s AND c.kind = %(kind)s AND c.received_at < %(settled)s
       AND c.records < %(size)s
-      AND NOT EXISTS (SELECT 1 FROM hunt_pending p WHERE p.mac = %(mac)s
-                      AND p.kind = c.kind AND p.received_at = c.received_at)
+      AND NOT {unread}
     ORDER BY c.received_at, c.id LIMIT %(chunks)s)
 RETURNING received_at, id, upload_times, upload_records, body"""
 
@@ -114,3 +114,8 @@ FROM {table} ORDER BY mac, received_at, id LIMIT %(rows)s"""
 TAKE_LEGACY_ROWS = """DELETE FROM {table} WHERE (mac, received_at, id) IN (
     SELECT * FROM unnest(%(macs)s::macaddr[], %(times)s::timestamptz[], %(ids)s::bigint[]))
 RETURNING mac::text, received_at, id, record::text"""
+
+
+# The hourly summaries (migration 0018) count an hour while any of it is within the window
+# (`window`): the generation's and the fleet job's reads of them.
+HOURS_IN_WINDOW = "hour > now() - %(window)s - interval '1 hour' AND hour <= now()"

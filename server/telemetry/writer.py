@@ -16,7 +16,6 @@ import psycopg
 from server.telemetry.sql import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
-from server.hunt.sql import ADD_PENDING
 from server.telemetry.upload_key_sql import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
 from server.telemetry.extract import ROW_OF, validate
@@ -45,12 +44,17 @@ class TelemetryWriter:
     transaction still stores all or nothing."""
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
-                 batch_rows: int, network: str | None = None):
+                 batch_rows: int, network: str | None = None, announce: str | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
-        its summary rows for the fleet to count."""
+        its summary rows for the fleet to count. `announce`: a statement sent with the
+        upload's last chunk, in its transaction, given the upload's mac, kind,
+        upload_received_at, pending_records and pending_network: how a reader of the chunks
+        learns of the whole upload (the hunt's queue, server/hunt/sql.py ADD_PENDING), named
+        by the caller so that telemetry names no table of the hunt."""
         self._db = db
         self._params = {"mac": mac, "kind": kind}
         self._network = network
+        self._announce = announce
         self._row_of = ROW_OF[kind]
         self._received_at = received_at
         self._batch_rows = batch_rows
@@ -151,8 +155,8 @@ class TelemetryWriter:
                     key: UploadKey | None, last: bool = False) -> None:
         """One statement per table (server/telemetry/sql.py), sent together: one round trip, and
         outside a transaction one implicit transaction (all or nothing). The key first: one
-        recorded by another upload fails it, and nothing is written. The `last` send tells
-        the hunt indexer of the upload (its records are in chunks by then)."""
+        recorded by another upload fails it, and nothing is written. The `last` send
+        announces the upload (its records are in chunks by then)."""
         statements: list[str] = []
         params: dict[str, Any] = dict(self._params)
         if key is not None:
@@ -167,8 +171,8 @@ class TelemetryWriter:
                      "network": self._network}):
                 statements.append(statement)
                 params.update(summary_params)
-        if last:
-            statements.append(ADD_PENDING)
+        if last and self._announce is not None:
+            statements.append(self._announce)
             params["upload_received_at"] = self._received_at
             params["pending_records"] = self._records
             params["pending_network"] = self._network

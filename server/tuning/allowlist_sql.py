@@ -6,7 +6,7 @@ and every server process is told, so the fleet's shared list loses it at once
 
 from __future__ import annotations
 
-from server.fleet.sql import FLEET_CHANGED
+from server.db.channels import FLEET_CHANGED
 from server.db.pool import Database, execute
 from server.routers.sql import make_due
 from server.db.tuning_changes import record
@@ -48,3 +48,26 @@ async def entries(db: Database) -> list[tuple]:
     return await db.fetchall("SELECT id, network::text, mac::text, note, created_at "
                              "FROM firewall_allowlist ORDER BY mac NULLS FIRST, network, id")
 
+
+async def fleet_allowlist(db: Database) -> list[str]:
+    """The fleet-wide entries' networks."""
+    return [row[0] for row in await db.fetchall(
+        "SELECT network::text FROM firewall_allowlist WHERE mac IS NULL")]
+
+
+async def own_allowlists(db: Database) -> dict[str, list[str]]:
+    """Each router's own allowlist networks, for the routers that have any."""
+    rows = await db.fetchall("SELECT mac::text, array_agg(network::text ORDER BY network) "
+                             "FROM firewall_allowlist WHERE mac IS NOT NULL GROUP BY mac")
+    return {mac: networks for mac, networks in rows}
+
+
+async def router_allowlist(db: Database, mac: str) -> list[str]:
+    """The allowlist's networks that hold for this router: the fleet's and its own."""
+    return [row[0] for row in await db.fetchall(
+        "SELECT network::text FROM firewall_allowlist WHERE mac IS NULL OR mac = %s", (mac,))]
+
+
+# A router removed (server/removal.py): its own entries (the foreign key's cascade, which
+# Citus mode drops: ops/citus_nodes.py).
+FORGET_ROUTER = "DELETE FROM firewall_allowlist WHERE mac = %(mac)s"

@@ -39,3 +39,7 @@ async def entries(db: Database) -> list[tuple]:
     return await db.fetchall("SELECT id, action, selector, mac::text, note, created_at "
                              "FROM rule_overrides ORDER BY id")
 
+
+# A router removed (server/removal.py): its own overrides (the foreign key's cascade, which
+# Citus mode drops: ops/citus_nodes.py).
+FORGET_ROUTER = "DELETE FROM rule_overrides WHERE mac = %(mac)s"

@@ -1,0 +1,29 @@
+"""Removing a router: every capability forgets it in one transaction, the router's row last.
+
+Its place in the generation queue, its allowlist entries and rule overrides, its hunt
+postings (its number in the packed index forgotten, so that no hunt names it:
+server/hunt/sql.py) and its threat sightings go; its telemetry stays until retention removes
+it. The one module that knows every capability a router lives in.
+"""
+
+from __future__ import annotations
+
+from server.db.pool import Database, execute
+from server.generation import sql as generation_sql
+from server.hunt import sql as hunt_sql
+from server.intel import sql as intel_sql
+from server.routers import sql as router_sql
+from server.tuning import allowlist_sql, override_sql
+
+FORGOTTEN_FIRST = (generation_sql.FORGET_ROUTER, allowlist_sql.FORGET_ROUTER,
+                   override_sql.FORGET_ROUTER, intel_sql.FORGET_ROUTER)
+
+
+async def unsubscribe(db: Database, mac: str) -> bool:
+    """Remove the router; False when it was not registered (nothing changes)."""
+    async with db.transaction() as cur:
+        for statement in FORGOTTEN_FIRST:
+            await execute(cur, statement, {"mac": mac})
+        await execute(cur, hunt_sql.AFTER_PACKING)
+        await execute(cur, hunt_sql.FORGET_HUNT_ROUTER, {"mac": mac})
+        return await router_sql.remove(cur, mac)
