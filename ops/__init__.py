@@ -3,7 +3,7 @@
 - `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
   `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
   `console.py` (console sign-ins), `citus.py` (the Citus mode: distribute, add a node,
-  rebalance, remove a node; `citus_nodes.py` does each to the cluster), `fleet.py` (the
+  rebalance, remove a node; server/db/citus_nodes.py does each to the cluster), `fleet.py` (the
   fleet's attackers and outbreaks), `hunt.py` (which routers saw an indicator, and the hunts
   made), `intel.py` (threat feeds, decisions on values, sightings);
   `__main__.py` and `entry.py`, the installed command, run it),

@@ -21,7 +21,7 @@ import time
 
 import psycopg
 
-from ops.citus_nodes import (DISTRIBUTED_TABLES, CitusNotReady, add_node, distribute,
+from server.db.citus_nodes import (DISTRIBUTED_TABLES, CitusNotReady, add_node, distribute,
                              drain_and_remove, rebalance_status, start_rebalance)
 from server.db.lifecycle import prepare_database, reach_server
 from server.settings import Settings

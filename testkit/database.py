@@ -23,7 +23,7 @@ from psycopg import sql as pgsql
 from yoyo import get_backend
 
 from migrations import read_schema_migrations
-from ops.citus_nodes import add_node, distribute, workers
+from server.db.citus_nodes import add_node, distribute, workers
 from server.db.connect import connect, execute_alone
 from server.db.embedded import EmbeddedPostgres
 from server.db.location import DatabaseLocation
@@ -79,7 +79,7 @@ def migrated_database(server: DatabaseLocation, prefix: str = "rb",
     """A new database on `server`, migrated (or cloned from a migrated `template`), dropped
     afterwards. A clone gets the partitions its own day needs, as the service does at start:
     the template may have been made before midnight. On a Citus coordinator the database
-    is made on every node and distributed (ops/citus_nodes.py), unless not `distributed`
+    is made on every node and distributed (server/db/citus_nodes.py), unless not `distributed`
     (a single server's database on the coordinator: for migrations rolled back and forth);
     a clone is cloned on every node, shards and Citus's metadata with it."""
     location = server.with_name(f"{prefix}_{uuid.uuid4().hex[:12]}")

@@ -11,9 +11,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ops.citus_nodes import DISTRIBUTED_TABLES
+from server.db.citus_nodes import DISTRIBUTED_TABLES
 from server.db.connect import connect
 from server.generation.applied_sql import CURRENT, STORE_REPORT
+from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.sql import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
 from server.console.sql import ROUTER_PAGE_ON_ITS_SHARD, ROUTER_PAGE_ON_THE_COORDINATOR
 from server.db.partitions import partition_name
@@ -65,7 +66,7 @@ PER_ROUTER = {
                                "until": NOW}),
     "compaction: take a router's small chunks": (
         TAKE_SMALL_CHUNKS.format(partition=partition_name(
-            "telemetry_chunks", NOW + timedelta(days=2))),
+            "telemetry_chunks", NOW + timedelta(days=2)), unread=UNREAD_UPLOAD),
         {"kind": "events", "settled": NOW, "size": 1000, "chunks": 10}),
 }
 

@@ -1,6 +1,6 @@
 """What the service reads of the Citus mode (docs/scaling.md): which tables Citus distributes,
-for retention (server/jobs/retention.py). Distributing the tables and managing the nodes are
-the operator's commands' (ops/citus_nodes.py).
+for retention (server/jobs/retention.py). Distributing the tables and managing the nodes
+(for the operator's commands, ops/citus.py, and the test clusters) are server/db/citus_nodes.py.
 """
 
 from __future__ import annotations

@@ -69,5 +69,5 @@ async def router_allowlist(db: Database, mac: str) -> list[str]:
 
 
 # A router removed (server/removal.py): its own entries (the foreign key's cascade, which
-# Citus mode drops: ops/citus_nodes.py).
+# Citus mode drops: server/db/citus_nodes.py).
 FORGET_ROUTER = "DELETE FROM firewall_allowlist WHERE mac = %(mac)s"

@@ -41,5 +41,5 @@ async def entries(db: Database) -> list[tuple]:
 
 
 # A router removed (server/removal.py): its own overrides (the foreign key's cascade, which
-# Citus mode drops: ops/citus_nodes.py).
+# Citus mode drops: server/db/citus_nodes.py).
 FORGET_ROUTER = "DELETE FROM rule_overrides WHERE mac = %(mac)s"
