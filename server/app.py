@@ -44,6 +44,7 @@ from server.notify.mailer import make_mailer
 from server.notify.sends import Sends
 from server.notify.service import Notifier
 from server.routers.keys import RouterKeys
+from server.routers.registration import Registrations
 from server.settings import Settings
 from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
@@ -101,7 +102,7 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
         metrics.http_workers.set(1)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
                                         settings.router_records_per_minute,
-                                        settings.registrations_per_minute_per_address, metrics,
+                                        metrics,
                                         settings.failed_credentials_per_minute_per_address,
                                         settings.ipv6_limit_prefix)
         if settings.console:
@@ -199,11 +200,13 @@ async def registry_context(app: web.Application) -> AsyncIterator[None]:
     (RULE_GENERATION_POLL_SECONDS)."""
     settings = app[SETTINGS]
     service = app.get(GENERATION)
+    registrations = Registrations(app[DATABASE], settings.registrations_per_minute_per_address,
+                                  app[METRICS])
     app[ROUTER_KEYS] = RouterKeys(app[DATABASE], settings.router_cache_seconds, app[METRICS],
-                                  app[FLOOD_LIMITS])
+                                  app[FLOOD_LIMITS], registrations)
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
-        app[FLOOD_LIMITS], on_new_router=service.wake if service else lambda: None)
+        app[FLOOD_LIMITS], registrations, on_new_router=service.wake if service else lambda: None)
     yield
 
 

@@ -18,7 +18,7 @@ from server.db.connect import connect
 from server.routers.sql import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
 from server.web import limits
-from server.web.limits import MAX_WAITING_PER_ADDRESS
+from server.routers.registration import MAX_WAITING_PER_ADDRESS
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
 

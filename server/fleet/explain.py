@@ -1,14 +1,14 @@
 """Why the fleet's list holds what it holds: every address reported in the window with the
 first rule that kept it out, or listed; the story of one address (`router-backend fleet
-attackers`, `--why ADDR`). The rules are the job's (server/fleet/sql.py), in its order."""
+attackers`, `--why ADDR`). The rules are the job's (server/fleet/sql.py), in its order, and each address's
+networks are counted by the job's own statement."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
 
-from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION, is_public
+from engine.addresses import is_public
 from engine.firewall import Exemptions
 from server.fleet import sql as fleet_db
 from server.tuning import allowlist_sql
@@ -32,21 +32,6 @@ class Story:
     verdict: str = ""
 
 
-def _networks(reporters: list[tuple[str, str | None, bool]]) -> int:
-    """The job's count: one network per router (its lowest), at most PER_ALLOCATION per
-    IPv6 /32."""
-    per_router = {}
-    for mac, network, may_count in reporters:
-        if may_count and network is not None:
-            per_router[mac] = min(per_router.get(mac, network), network)
-    allocations: dict[str, set[str]] = {}
-    for network in per_router.values():
-        net = ipaddress.ip_network(network)
-        key = str(net.supernet(new_prefix=ALLOCATION_PREFIX)) if net.version == 6 else network
-        allocations.setdefault(key, set()).add(network)
-    return sum(min(len(nets), PER_ALLOCATION) for nets in allocations.values())
-
-
 async def stories(db: Database, settings: Settings, address: str | None = None
                   ) -> list[Story]:
     counted = counting(settings, await allowlist_sql.fleet_allowlist(db)
@@ -58,8 +43,11 @@ async def stories(db: Database, settings: Settings, address: str | None = None
     polled = await fleet_db.polled_addresses(db, list(by_address))
     listed = {entry["address"] for entry in await fleet_db.attackers(db)}
     exemptions = Exemptions.of(list(counted.exempt), [])
+    counted_networks = await fleet_db.networks_counted(db, [
+        (story.address, mac, network) for story in by_address.values()
+        for mac, network, may_count in story.routers if may_count and network is not None])
     for story in by_address.values():
-        story.networks = _networks(story.routers)
+        story.networks = counted_networks.get(story.address, 0)
         story.verdict = _verdict(story, settings, listed, polled, exemptions)
     return sorted(by_address.values(), key=lambda s: (-s.networks, s.address))
 

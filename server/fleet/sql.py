@@ -163,18 +163,26 @@ SELECT {key}, mac, min(network) AS network, sum(alerts) AS n, min(severity) AS s
 FROM fleet_seen s WHERE {_RAILS[key]} GROUP BY {key}, mac"""
 
 
-def _listed(key: str) -> str:
-    """The WITH of both counts, from fleet_<key>s: the keys seen from at least %(min)s
-    networks (at most %(per_allocation)s per IPv6 /32), at most %(limit)s of them, the most
-    networks first, and each one's reporters ranked by their alerts."""
-    return f"""WITH
- pairs AS (SELECT * FROM fleet_{key}s),
- listed AS (SELECT {key}, sum(least(networks, %(per_allocation)s))::integer AS networks
+def _counted(key: str) -> str:
+    """The fleet's counting rule, its one form: per key of `pairs` (one row per key and
+    router, with the router's one network), its distinct networks, at most
+    %(per_allocation)s of them per IPv6 /32. The job's lists and the explanation of them
+    (server/fleet/explain.py) both count with it."""
+    return f"""SELECT {key}, sum(least(networks, %(per_allocation)s))::integer AS networks
             FROM (SELECT {key}, count(DISTINCT network) AS networks FROM pairs
                   GROUP BY {key}, CASE WHEN family(network) = 6
                       THEN network(set_masklen(network, {ALLOCATION_PREFIX})) ELSE network END
                  ) per_allocation
-            GROUP BY {key} HAVING sum(least(networks, %(per_allocation)s)) >= %(min)s
+            GROUP BY {key}"""
+
+
+def _listed(key: str) -> str:
+    """The WITH of both counts, from fleet_<key>s: the keys counted (`_counted`) from at
+    least %(min)s networks, at most %(limit)s of them, the most networks first, and each
+    one's reporters ranked by their alerts."""
+    return f"""WITH
+ pairs AS (SELECT * FROM fleet_{key}s),
+ listed AS ({_counted(key)} HAVING sum(least(networks, %(per_allocation)s)) >= %(min)s
             ORDER BY networks DESC, {key} LIMIT %(limit)s),
  ranked AS (SELECT pairs.*, row_number() OVER (PARTITION BY {key} ORDER BY n DESC, mac)
                 AS reporter_rank
@@ -357,3 +365,24 @@ FROM routers WHERE poll_address IS NOT NULL
 # statement (server/generation/sql.py RENEW_AND_TUNING): (sid, networks, severity) by sid.
 OUTBREAKS_FOR_GENERATION = """(SELECT json_agg(json_build_array(sid, networks, severity) ORDER BY sid)
   FROM fleet_outbreaks)"""
+
+
+# The explanation's count of each reported address (server/fleet/explain.py): the reports
+# that may count, one network a router (its lowest, as fleet_<key>s keeps), then `_counted`.
+_REPORTS_COUNTED = f"""WITH pairs AS (
+    SELECT address, mac, min(network) AS network
+    FROM unnest(%(addresses)s::inet[], %(macs)s::macaddr[], %(networks)s::cidr[])
+         AS t (address, mac, network)
+    GROUP BY address, mac)
+SELECT host(address), networks FROM ({_counted('address')}) counted"""
+
+
+async def networks_counted(db: Database, reports: list[tuple[str, str, str]]) -> dict[str, int]:
+    """(address, router, network) reports that may count -> each address's networks, as the
+    job counts them."""
+    if not reports:
+        return {}
+    addresses, macs, networks = (list(column) for column in zip(*reports))
+    return dict(await db.fetchall(_REPORTS_COUNTED, {
+        "addresses": addresses, "macs": macs, "networks": networks,
+        "per_allocation": PER_ALLOCATION}))

@@ -1,11 +1,7 @@
 """Router identity: the `X-ID` header, registration on first contact, closed-mode admission.
 
-New registrations count against the client address's limit (open mode), in the database
-(server/routers/sql.py register_from), so a burst of new MACs from one address, however
-many requests and processes carry it, registers no more than the limit; in each process
-the burst goes to the database one registration at a time and, once refused, until the
-address may register again, one read at a time (whether the router is registered: those are
-never refused) and no registration (server/web/limits.py RegistrationGate). Each server
+New registrations go through the registration protocol (server/routers/registration.py:
+the client address's limit, counted in the database, and this process's gate). Each server
 process remembers which routers it has seen registered, so a polling router costs
 no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
 so an operator's removal takes effect within that time).
@@ -13,7 +9,6 @@ so an operator's removal takes effect within that time).
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -23,6 +18,7 @@ if TYPE_CHECKING:
 from server.routers import sql as router_db
 from server.db.pool import Database
 from server.errors import BadRequest, Forbidden, Unauthorized
+from server.routers.registration import Registrations
 from server.web.limits import FloodLimits
 from server.routers.mac import InvalidMac, normalise_mac
 
@@ -47,9 +43,10 @@ def mac_from_header(headers: CIMultiDictProxy[str]) -> str:
 
 class RouterRegistry:
     def __init__(self, db: Database, mode: str, cache_seconds: int, limits: FloodLimits,
-                 on_new_router: Callable[[], None] = lambda: None):
+                 registrations: Registrations, on_new_router: Callable[[], None] = lambda: None):
         self._db = db
         self._limits = limits
+        self._registrations = registrations
         self._open = mode == "open"
         self._cache_seconds = cache_seconds
         self._on_new_router = on_new_router
@@ -64,31 +61,16 @@ class RouterRegistry:
         now = time.monotonic()
         if self._open:
             bucket = self._limits.bucket(address_of())
-            if (self._limits.registrations.full_for(bucket)
+            if (self._registrations.known_full(bucket)
                     or not await router_db.is_registered(self._db, mac)):
-                await self._register(mac, bucket)
+                if await self._registrations.register(mac, bucket):
+                    self._on_new_router()
             until = float("inf")
         elif await router_db.is_registered(self._db, mac):
             until = now + self._cache_seconds
         else:
             raise Forbidden("router is not subscribed (registration is closed)")
         self._remember(mac, until)
-
-    async def _register(self, mac: str, bucket: str) -> None:
-        """In the address's turn: while it is known full, a router registered before (by
-        another process, or before this one started) is let in after one read and a new one
-        refused without a registration; else the database registers it or finds it full."""
-        async with self._limits.registration_turn(bucket) as full_for:
-            if full_for:
-                if await router_db.is_registered(self._db, mac):
-                    return
-                raise self._limits.refuse_registration(bucket, math.ceil(full_for))
-            registration = await router_db.register_from(self._db, mac, bucket,
-                                                         self._limits.registrations_per_minute)
-        if registration.limited:
-            raise self._limits.address_full(bucket, registration.wait_seconds)
-        if registration.new:
-            self._on_new_router()
 
     def admitted(self, mac: str) -> bool:
         """Whether this process admitted the router lately (no database asked)."""

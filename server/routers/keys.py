@@ -23,6 +23,7 @@ from typing import Mapping
 from server.routers import key_sql as keys_db
 from server.db.pool import Database
 from server.errors import Conflict, Forbidden, Unauthorized
+from server.routers.registration import Registrations
 from server.web.limits import FloodLimits
 from server.metrics import Metrics
 
@@ -46,9 +47,10 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 class RouterKeys:
     def __init__(self, db: Database, cache_seconds: int, metrics: Metrics,
-                 limits: FloodLimits):
+                 limits: FloodLimits, registrations: Registrations):
         self._db = db
         self._limits = limits
+        self._registrations = registrations
         self._cache_seconds = cache_seconds
         self._metrics = metrics
         self._known: dict[str, tuple[bytes, float]] = {}   # mac -> (key hash, trusted until)
@@ -116,12 +118,8 @@ class RouterKeys:
         self._limits.attempt_succeeded(address)
         key = new_key()
         bucket = self._limits.bucket(address)
-        # One at a time per address, but always asked: a known router enrolls from a full one.
-        async with self._limits.registration_turn(bucket):
-            outcome = await keys_db.enroll(self._db, mac, key_hash(key), registration_open,
-                                           bucket, self._limits.registrations_per_minute)
-        if not outcome.registered and registration_open:
-            raise self._limits.address_full(bucket, outcome.wait_seconds)
+        outcome = await self._registrations.enroll(mac, key_hash(key), registration_open,
+                                                   bucket)
         if not outcome.registered:
             self._count("enroll_refused", "enrollment of %s from %s refused: not subscribed",
                         mac, address)

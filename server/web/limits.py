@@ -3,11 +3,6 @@
 - requests per router (every router endpoint but /health and /enroll),
 - telemetry records per router (counted as a body streams; the request that runs out is
   refused whole, 429, and stores nothing),
-- new registrations and enrollments per client address (open registration mode), counted in
-  the database across processes (server/routers/sql.py); here the 429, and a gate that lets
-  one registration per address at a time go to the database and none while the database
-  last said the address is full, so a flood of new MACs from one address waits here,
-  holding no database connection, and is refused without a registration (RegistrationGate);
 - failed credentials (wrong router keys, wrong enrollment tokens, wrong console secrets) per
   client address: each attempt takes its place in the allowance before its (slow) check and
   gives it back only when the credential was right, so guesses sent together are checked no
@@ -22,18 +17,16 @@ A bucket holds up to one minute's allowance and refills continuously, so a route
 a minute's worth at once and then its rate. The limits are per process: with N processes a
 client that spreads its requests gets up to N times as much. Buckets that refilled to the
 brim are forgotten when there are many, so memory follows the routers active in the last
-minute.
+minute. New routers per client address are limited by the registration protocol
+(server/routers/registration.py), which counts them under `bucket`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import math
 import time
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import AsyncIterator
 
 from engine.addresses import carried
 from server.errors import TooManyRequests
@@ -42,7 +35,6 @@ from server.metrics import Metrics
 log = logging.getLogger("router_backend.trust")
 
 PRUNE_ABOVE = 100_000  # buckets per limit before full ones are forgotten
-MAX_WAITING_PER_ADDRESS = 32  # registrations of one address waiting their turn, per process
 LOG_EVERY_SECONDS = 60.0
 
 
@@ -101,61 +93,11 @@ class Buckets:
         self._prune_above = next_prune(len(self._buckets))
 
 
-class RegistrationGate:
-    """Per address bucket, in this process: one registration at a time goes to the database,
-    and none until the time the database gave when it last refused the bucket (its oldest
-    registration of the minute leaving it). That refusal is the database's answer kept for a
-    moment, so the limit itself stays the database's; a removal of a router within that
-    moment is seen only once it passes."""
-
-    def __init__(self) -> None:
-        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # bucket -> (lock, holders)
-        self._full_until: dict[str, float] = {}
-        self._prune_above = PRUNE_ABOVE
-
-    @asynccontextmanager
-    async def turn(self, bucket: str) -> AsyncIterator[float]:
-        """Wait for the bucket's turn; yields the seconds it is still known full (0.0: ask
-        the database)."""
-        lock, holders = self._turns.get(bucket) or (asyncio.Lock(), 0)
-        self._turns[bucket] = (lock, holders + 1)
-        try:
-            async with lock:
-                yield self.full_for(bucket)
-        finally:
-            lock, holders = self._turns[bucket]
-            if holders == 1:
-                del self._turns[bucket]
-            else:
-                self._turns[bucket] = (lock, holders - 1)
-
-    def full_for(self, bucket: str) -> float:
-        """Seconds the bucket is still known full (0.0: not known full)."""
-        return max(0.0, self._full_until.get(bucket, 0.0) - time.monotonic())
-
-    def waiting(self, bucket: str) -> int:
-        """The bucket's requests in or waiting for its turn."""
-        return self._turns.get(bucket, (None, 0))[1]
-
-    def full(self, bucket: str, wait_seconds: float) -> None:
-        """The database found the bucket full for `wait_seconds` (only its answers are kept:
-        a refusal from this memory, set again, would prolong it under a flood)."""
-        now = time.monotonic()
-        if len(self._full_until) > self._prune_above:
-            self._full_until = {key: until for key, until in self._full_until.items()
-                                if until > now}
-            self._prune_above = next_prune(len(self._full_until))
-        self._full_until[bucket] = now + wait_seconds
-
-
 class FloodLimits:
     def __init__(self, requests_per_minute: int, records_per_minute: int,
-                 registrations_per_minute: int, metrics: Metrics,
-                 failures_per_minute: int = 10, ipv6_prefix: int = 64):
+                 metrics: Metrics, failures_per_minute: int = 10, ipv6_prefix: int = 64):
         self.requests = Buckets(requests_per_minute)
         self.records = Buckets(records_per_minute)
-        self.registrations_per_minute = registrations_per_minute
-        self.registrations = RegistrationGate()
         self.failures = Buckets(failures_per_minute)
         self._metrics = metrics
         self._ipv6_prefix = ipv6_prefix
@@ -170,26 +112,6 @@ class FloodLimits:
     def bucket(self, address: str) -> str:
         """What the address is counted under (address_bucket at this process's prefix)."""
         return address_bucket(address, self._ipv6_prefix)
-
-    def registration_turn(self, bucket: str) -> AbstractAsyncContextManager[float]:
-        """The bucket's turn at the gate; TooManyRequests when MAX_WAITING_PER_ADDRESS of
-        its requests wait already (aiohttp does not cancel a handler whose client left, so
-        requests sent and abandoned at once queued without bound)."""
-        if self.registrations.waiting(bucket) >= MAX_WAITING_PER_ADDRESS:
-            self._metrics.limited.labels("registrations").inc()
-            raise TooManyRequests(f"too many new routers from {bucket} at once: the limit "
-                                  f"is {MAX_WAITING_PER_ADDRESS} waiting their turn", 1)
-        return self.registrations.turn(bucket)
-
-    def address_full(self, bucket: str, wait_seconds: int) -> TooManyRequests:
-        """The database found the bucket full: the gate keeps it so for `wait_seconds`."""
-        self.registrations.full(bucket, wait_seconds)
-        return self.refuse_registration(bucket, wait_seconds)
-
-    def refuse_registration(self, bucket: str, wait_seconds: int) -> TooManyRequests:
-        self._metrics.limited.labels("registrations").inc()
-        return TooManyRequests(f"too many new routers from {bucket}: the limit is "
-                               f"{self.registrations_per_minute} a minute", wait_seconds)
 
     def begin_attempt(self, address: str) -> None:
         """Take a credential attempt's place in the address's allowance, before the check;
