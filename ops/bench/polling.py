@@ -109,7 +109,9 @@ def main() -> int:
     parser.add_argument("--routers", type=int, default=300)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--serve-constant", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-constant", type=int, metavar="PORT",
+                        help="serve only the reference (a constant aiohttp handler) on PORT; "
+                             "the benchmark starts it so")
     args = parser.parse_args()
     if args.serve_constant:
         serve_constant(args.serve_constant)
