@@ -1,4 +1,7 @@
-"""The application factory: settings in, a ready aiohttp application out."""
+"""The application factory: settings and parts in, a ready aiohttp application out for a
+process that serves; for one that serves nothing, its resources and cleanup contexts alone
+(`resources`, `contexts`), run without an aiohttp application (server/process/shutdown.py
+run_until_stopped)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, MutableMapping
 
 from aiohttp import web
 
@@ -62,6 +65,12 @@ CLIENT_MAX_SIZE = 1024 * 1024
 GAUGE_REFRESH_SECONDS = 5
 
 
+# What a process's parts hold, by the typed keys of server/typedefs.py: the aiohttp
+# application of a process that serves, a plain dict of one that serves nothing.
+Resources = MutableMapping[Any, Any]
+Context = Callable[[Any], AsyncIterator[None]]
+
+
 @dataclass(frozen=True)
 class Part:
     """One part of what a process does, as data: whether it serves HTTP, the cleanup
@@ -70,7 +79,7 @@ class Part:
     (DB_POOL_MAX): a host's total is summed from its processes' parts."""
     name: str
     serves: bool
-    router_contexts: tuple[Callable[[web.Application], AsyncIterator[None]], ...]
+    router_contexts: tuple[Context, ...]
     retries: bool
     connections: Callable[[Settings], int]
 
@@ -87,17 +96,14 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
         for risk in chosen_risks(settings):
             log.warning("%s", risk)
         quiet_refused_heads()
-    metrics, in_flight = Metrics(metrics_dir), InFlight()
-    errors = ErrorAnswers(settings.db_retry_after_seconds)
-    outer = request_middleware(in_flight, metrics, errors)
     app = web.Application(client_max_size=CLIENT_MAX_SIZE,
                           # Bodies are decoded by server/ingest/body.py, which caps the output.
                           handler_args={"auto_decompress": False})
-    app[SETTINGS] = settings
-    app[METRICS] = metrics
-    app[IN_FLIGHT] = in_flight
-    app[PARTS] = parts
-    app.cleanup_ctx.append(functools.partial(database_context, migrate=migrate))
+    app.update(resources(settings, parts, metrics_dir))
+    metrics = app[METRICS]
+    in_flight = app[IN_FLIGHT] = InFlight()
+    outer = request_middleware(in_flight, metrics, ErrorAnswers(settings.db_retry_after_seconds))
+    app.cleanup_ctx.extend(contexts(settings, parts, metrics_dir, migrate))
     if serves:
         metrics.http_workers.set(1)
         app[FLOOD_LIMITS] = FloodLimits(settings.router_requests_per_minute,
@@ -107,29 +113,42 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
                                         settings.ipv6_limit_prefix)
         if settings.console:
             app.add_subapp("/console/", create_console_app(settings, outer))
-    if "router" in settings.services:
-        for part in parts:
-            app.cleanup_ctx.extend(part.router_contexts)
-    if "notifications" in settings.services:
-        app.cleanup_ctx.append(notifications_context)
-        if serves:
+        if "notifications" in settings.services:
             app.add_subapp("/api/", create_notifications_app(settings, outer))
-    if serves:
         add_routes(app, operations.ROUTES
                    + (router_api.ROUTES if "router" in settings.services else []), outer)
-    if metrics_dir:
-        app.cleanup_ctx.append(gauge_refresh_context)
     return app
 
 
-async def database_context(app: web.Application, migrate: bool) -> AsyncIterator[None]:
+def resources(settings: Settings, parts: tuple[Part, ...], metrics_dir: str | None
+              ) -> dict[Any, Any]:
+    """What every process starts with, before its contexts add theirs."""
+    return {SETTINGS: settings, METRICS: Metrics(metrics_dir), PARTS: parts}
+
+
+def contexts(settings: Settings, parts: tuple[Part, ...], metrics_dir: str | None,
+             migrate: bool) -> list[Context]:
+    """The cleanup contexts of a process of these parts, in the order they start (and stop
+    in reverse): the database, each part's router contexts, the notifier, the gauges."""
+    started: list[Context] = [functools.partial(database_context, migrate=migrate)]
+    if "router" in settings.services:
+        for part in parts:
+            started.extend(part.router_contexts)
+    if "notifications" in settings.services:
+        started.append(notifications_context)
+    if metrics_dir:
+        started.append(gauge_refresh_context)
+    return started
+
+
+async def database_context(app: Resources, migrate: bool) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     async with open_database(settings, migrate=migrate) as database:
         app[DATABASE] = database
         yield
 
 
-async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
+async def ingest_database_context(app: Resources) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
                                     settings.ingest_max_uploads_per_address)
@@ -142,7 +161,7 @@ async def ingest_database_context(app: web.Application) -> AsyncIterator[None]:
         await database.close()
 
 
-async def traffic_tally_context(app: web.Application) -> AsyncIterator[None]:
+async def traffic_tally_context(app: Resources) -> AsyncIterator[None]:
     tally = TrafficTally(app[DATABASE], app[METRICS])
     app[TRAFFIC_TALLY] = tally
     tally.start()
@@ -152,7 +171,7 @@ async def traffic_tally_context(app: web.Application) -> AsyncIterator[None]:
         await tally.stop()
 
 
-async def change_feed_context(app: web.Application) -> AsyncIterator[None]:
+async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     """The change feed (server/changes.py) and what follows it: the ETag cache, router keys
     rotated or revoked elsewhere, the fleet's and the threat intelligence documents."""
     settings = app[SETTINGS]
@@ -175,7 +194,7 @@ async def change_feed_context(app: web.Application) -> AsyncIterator[None]:
         await feed.stop()
 
 
-async def generation_context(app: web.Application) -> AsyncIterator[None]:
+async def generation_context(app: Resources) -> AsyncIterator[None]:
     """The generation queue and its process pool, when this process generates."""
     settings = app[SETTINGS]
     if not settings.rule_generation_enabled:
@@ -194,7 +213,7 @@ async def generation_context(app: web.Application) -> AsyncIterator[None]:
         pool.close(wait=finished)
 
 
-async def registry_context(app: web.Application) -> AsyncIterator[None]:
+async def registry_context(app: Resources) -> AsyncIterator[None]:
     """Router keys and registrations. A new router wakes the generation queue when this
     process runs it; an HTTP worker's new routers are found by the queue's next poll
     (RULE_GENERATION_POLL_SECONDS)."""
@@ -210,7 +229,7 @@ async def registry_context(app: web.Application) -> AsyncIterator[None]:
     yield
 
 
-async def notifications_context(app: web.Application) -> AsyncIterator[None]:
+async def notifications_context(app: Resources) -> AsyncIterator[None]:
     """The notifier for the send endpoints. Its loop delivers retries once per host (not in
     the supervisor's HTTP workers); in every process it records the outcomes of deliveries
     made while the database was away."""
@@ -225,7 +244,7 @@ async def notifications_context(app: web.Application) -> AsyncIterator[None]:
         await notifier.stop()
 
 
-async def gauge_refresh_context(app: web.Application) -> AsyncIterator[None]:
+async def gauge_refresh_context(app: Resources) -> AsyncIterator[None]:
     """Under the supervisor a scrape is answered by one process: every process refreshes its
     own gauges (pools, caches, workers) for the others to report."""
     async def refresh() -> None:
@@ -242,7 +261,7 @@ async def gauge_refresh_context(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
-async def jobs_context(app: web.Application) -> AsyncIterator[None]:
+async def jobs_context(app: Resources) -> AsyncIterator[None]:
     """The scheduled jobs and the hunt indexer's loop."""
     settings = app[SETTINGS]
     jobs = scheduled_jobs(app[DATABASE], settings, app[METRICS],

@@ -20,7 +20,8 @@ import os
 import socket
 import sys
 
-from server.app import EVERYTHING, SERVING, WORKING, Part, create_app
+from server.app import (EVERYTHING, SERVING, WORKING, Part, Resources, contexts, create_app,
+                        resources)
 from server.db import service_settings
 from server.db.migrate import SchemaNotReady
 from server.db.service_settings import CONSOLE_SECRET_SET
@@ -32,27 +33,38 @@ from server.typedefs import DATABASE, IN_FLIGHT
 CHILDREN = {part.name: part for part in (SERVING, WORKING)}
 
 
-async def record_settings(settings: Settings, app) -> None:
+async def record_settings(settings: Settings, resources: Resources) -> None:
     """The settings this start runs with, for the operator commands (ops/command.py)."""
     values = {name: value for name, value in settings.given if shared_with_commands(name)}
     if settings.console_secret:  # that it is set, never what it is
         values[CONSOLE_SECRET_SET] = "true"
-    await service_settings.record(app[DATABASE], values, f"{socket.gethostname()}:{os.getpid()}")
+    await service_settings.record(resources[DATABASE], values,
+                                  f"{socket.gethostname()}:{os.getpid()}")
 
 
 def run(settings: Settings, parts: tuple[Part, ...] = EVERYTHING,
         metrics_dir: str | None = None, inherited: Inherited | None = None) -> int:
-    """Run these parts until stopped: a lone process (every part) migrates first."""
-    app = create_app(settings, parts, metrics_dir, migrate=parts == EVERYTHING)
-    if WORKING in parts:  # the one process that runs the jobs: recorded once a start
-        app.on_startup.append(functools.partial(record_settings, settings))
+    """Run these parts until stopped: a lone process (every part) migrates first. A process
+    that serves nothing runs its contexts without an aiohttp application."""
+    migrate = parts == EVERYTHING
     if not any(part.serves for part in parts):
-        asyncio.run(run_until_stopped(app))
-    else:
-        asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
-                                        settings.listen_port, settings.shutdown_grace_seconds,
-                                        settings.http_idle_timeout_seconds, inherited))
+        held = resources(settings, parts, metrics_dir)
+        asyncio.run(run_until_stopped(
+            held, contexts(settings, parts, metrics_dir, migrate),
+            functools.partial(record_settings, settings, held) if WORKING in parts
+            else _nothing))
+        return 0
+    app = create_app(settings, parts, metrics_dir, migrate=migrate)
+    if WORKING in parts:  # the one process that runs the jobs: recorded once a start
+        app.on_startup.append(lambda app: record_settings(settings, app))
+    asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
+                                    settings.listen_port, settings.shutdown_grace_seconds,
+                                    settings.http_idle_timeout_seconds, inherited))
     return 0
+
+
+async def _nothing() -> None:
+    return None
 
 
 def command(part: Part, metrics_dir: str, listen_fds: str = "",

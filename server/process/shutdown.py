@@ -9,12 +9,14 @@ comes first, while the connections are still read normally.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import signal
 import socket
 from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, MutableMapping
 
 from aiohttp import web
 
@@ -92,17 +94,20 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
         flush_logs()
 
 
-async def run_until_stopped(app: web.Application) -> None:
-    """The supervisor's background process: the app's services (generation, jobs, retries)
-    without listening, until SIGTERM; then they stop as in a single process."""
-    runner = web.AppRunner(app, handle_signals=False)
-    try:
-        await runner.setup()
+async def run_until_stopped(resources: MutableMapping[Any, Any],
+                            contexts: list[Callable[[Any], AsyncIterator[None]]],
+                            started: Callable[[], Awaitable[None]]) -> None:
+    """A process that serves nothing (the supervisor's working process): its contexts
+    entered in order over its `resources` (a failed start leaves those entered), `started`
+    once all are, then until SIGTERM; they stop in reverse order, as in a single process.
+    No aiohttp application: nothing here is served."""
+    async with contextlib.AsyncExitStack() as stack:
+        for context in contexts:
+            await stack.enter_async_context(contextlib.asynccontextmanager(context)(resources))
+        await started()
         log.info("background services running (pid %d)", os.getpid())
         await stop_requested().wait()
         log.info("stopping background services")
-    finally:
-        await runner.cleanup()
 
 
 def stop_requested() -> asyncio.Event:
