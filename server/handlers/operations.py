@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, MutableMapping
 
 from aiohttp import web
 
@@ -47,8 +48,9 @@ async def metrics_page(request: web.Request) -> web.Response:
     return metrics.exposition()
 
 
-def refresh_process_gauges(app: web.Application) -> None:
-    """This process's own gauges: its pool, its generation workers, its ETag cache."""
+def refresh_process_gauges(app: MutableMapping[Any, Any]) -> None:
+    """This process's own gauges: its pool, its generation workers, its ETag cache (`app`: its
+    resources, an aiohttp application or the working process's dict)."""
     metrics = app[METRICS]
     opened, idle, most = app[DATABASE].connection_counts()
     metrics.db_pool.labels("open").set(opened)
