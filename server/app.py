@@ -34,7 +34,7 @@ from server.hunt.indexer import HuntIndexer
 from server.handlers import operations, router_api
 from server.handlers.operations import refresh_process_gauges
 from server.routers.identity import RouterRegistry
-from server.ingest.ingest import Ingestion
+from server.ingest.ingest import IngestConfig, Ingestion
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
@@ -45,7 +45,7 @@ from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics
 from server.notify.mailer import make_mailer
 from server.notify.sends import Sends
-from server.notify.service import Notifier
+from server.notify.service import Delivery, Notifier
 from server.routers.keys import RouterKeys
 from server.routers.registration import Registrations
 from server.settings import Settings
@@ -154,7 +154,7 @@ async def ingest_database_context(app: Resources) -> AsyncIterator[None]:
                                     settings.ingest_max_uploads_per_address)
     database = await Database.open(app[DATABASE].location, 0, settings.ingest_db_pool_max,
                                    settings.db_timeout_seconds)
-    app[INGESTION] = Ingestion(database, app[FLOOD_LIMITS], settings)
+    app[INGESTION] = Ingestion(database, app[FLOOD_LIMITS], IngestConfig.from_settings(settings))
     try:
         yield
     finally:
@@ -233,8 +233,8 @@ async def notifications_context(app: Resources) -> AsyncIterator[None]:
     """The notifier for the send endpoints. Its loop delivers retries once per host (not in
     the supervisor's HTTP workers); in every process it records the outcomes of deliveries
     made while the database was away."""
-    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]), app[SETTINGS],
-                        app[METRICS])
+    notifier = Notifier(app[DATABASE], make_mailer(app[SETTINGS]),
+                        Delivery.from_settings(app[SETTINGS]), app[METRICS])
     app[NOTIFIER] = notifier
     app[SENDS] = Sends.from_settings(app[DATABASE], notifier, app[SETTINGS])
     notifier.start(retries=any(part.retries for part in app[PARTS]))

@@ -17,7 +17,7 @@ from server.notify import sql as notification_db
 from server.db.lifecycle import open_database
 from server.db.pool import DatabaseUnavailable
 from server.notify.mailer import make_mailer
-from server.notify.service import RETRY_BATCH, RETRY_LEASE, Notifier
+from server.notify.service import RETRY_BATCH, RETRY_LEASE, Delivery, Notifier
 from testkit.database import settings_for
 from testkit.server import free_port
 from testkit.tcp_proxy import TcpProxy
@@ -146,7 +146,7 @@ async def force_due(sql) -> None:
 
 async def retry_once(settings) -> int:
     async with open_database(settings) as db:
-        return await Notifier(db, make_mailer(settings), settings).retry_due()
+        return await Notifier(db, make_mailer(settings), Delivery.from_settings(settings)).retry_due()
 
 
 async def test_refused_delivery_is_500_failed_then_retried(api, smtp, sql, database, tmp_path):
@@ -189,7 +189,7 @@ async def test_smtp_down_then_back(database, tmp_path, make_client, sql):
 async def test_retries_stop_after_max_attempts(database, tmp_path, sql):
     settings = smtp_settings(database, tmp_path, free_port(), NOTIFICATION_MAX_ATTEMPTS="2")
     async with open_database(settings) as db:
-        notifier = Notifier(db, make_mailer(settings), settings)
+        notifier = Notifier(db, make_mailer(settings), Delivery.from_settings(settings))
         record = await store(db, "u", "scan_failed", "t", "x@example.org")
         assert await notifier.deliver(record) is not None
         await force_due(sql)
@@ -303,7 +303,7 @@ async def test_a_record_no_mail_can_carry_fails_alone_and_the_batch_goes_on(smtp
         for user in ("u10", "u11"):
             await store(db, user, "scan_failed", "t", f"{user}@example.org")
         await force_due(sql)
-        notifier = Notifier(db, make_mailer(settings), settings)
+        notifier = Notifier(db, make_mailer(settings), Delivery.from_settings(settings))
         assert await notifier.retry_due() == 2
         sql.rows("UPDATE notifications SET next_attempt_at = now() - interval '1 second' "
                  "WHERE next_attempt_at IS NOT NULL")
@@ -513,7 +513,7 @@ async def test_a_sent_mail_whose_outcome_was_not_recorded_is_never_sent_again(
     try:
         async with open_database(settings) as db:
             notifier = Notifier(db, MailerThenDatabaseGone(make_mailer(settings), proxy),
-                                settings)
+                                Delivery.from_settings(settings))
             record = await store(db, "u", "scan_failed", "t", "dave@example.org")
             with pytest.raises(DatabaseUnavailable):
                 await notifier.deliver(record)
@@ -537,8 +537,8 @@ async def test_a_claim_that_reached_the_database_after_the_loop_gave_up_is_relea
     inbox, controller = smtp
     settings = smtp_settings(database, tmp_path, controller.port)
     async with open_database(settings) as db:
-        notifier = Notifier(db, make_mailer(settings), settings)
-        other = Notifier(db, make_mailer(settings), settings)
+        notifier = Notifier(db, make_mailer(settings), Delivery.from_settings(settings))
+        other = Notifier(db, make_mailer(settings), Delivery.from_settings(settings))
         await store(db, "u", "scan_failed", "lost", "gil@example.org")
         await force_due(sql)
         # The loop's claim, executed as the late statement was: taken, its answer unseen.
@@ -574,7 +574,7 @@ async def test_a_stored_record_with_an_encoded_word_is_undeliverable(smtp, datab
     inbox, controller = smtp
     settings = smtp_settings(database, tmp_path, controller.port)
     async with open_database(settings) as db:
-        notifier = Notifier(db, make_mailer(settings), settings)
+        notifier = Notifier(db, make_mailer(settings), Delivery.from_settings(settings))
         record = await store(db, "u", "scan_failed", f"Scan failed for project {INJECTION}",
                              "erin@example.org")
         assert "Subject" in await notifier.deliver(record)

@@ -98,18 +98,33 @@ class Ingested:
     replayed: bool = False  # the first answer to this Idempotency-Key; nothing stored now
 
 
+@dataclass(frozen=True)
+class IngestConfig:
+    """The INGEST_* settings ingestion uses: a body's limits, a record's, how many errors an
+    answer lists, and the records a chunk holds."""
+    body: BodyLimits
+    max_record_bytes: int
+    max_reported_errors: int
+    batch_rows: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> IngestConfig:
+        return cls(BodyLimits(settings.ingest_max_body_bytes, settings.ingest_body_idle_seconds,
+                              settings.ingest_max_gzip_ratio),
+                   settings.ingest_max_record_bytes, settings.ingest_max_reported_errors,
+                   settings.ingest_batch_rows)
+
+
 class Ingestion:
     """Telemetry ingestion in one process: uploads stored through its own pool
     (INGEST_DB_POOL_MAX, so they never take the other requests' connections), records
     counted against each router's flood limit."""
 
-    def __init__(self, db: Database, limits: FloodLimits, settings: Settings) -> None:
+    def __init__(self, db: Database, limits: FloodLimits, config: IngestConfig) -> None:
         self._db = db
         self._limits = limits
-        self._settings = settings
-        self._body_limits = BodyLimits(settings.ingest_max_body_bytes,
-                                       settings.ingest_body_idle_seconds,
-                                       settings.ingest_max_gzip_ratio)
+        self._config = config
+        self._body_limits = config.body
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
         if upload.content_type not in ACCEPTED_TYPES:
@@ -139,11 +154,11 @@ class Ingestion:
                      fingerprint: "hashlib._Hash") -> dict:
         """Store the body's records in one transaction (with the upload's key, when given);
         the answer."""
-        settings, key, db = self._settings, upload.idempotency_key, self._db
-        splitter = splitter_for(upload.content_type, settings.ingest_max_record_bytes)
-        report = IngestReport(settings.ingest_max_reported_errors)
+        config, key, db = self._config, upload.idempotency_key, self._db
+        splitter = splitter_for(upload.content_type, config.max_record_bytes)
+        report = IngestReport(config.max_reported_errors)
         received_at = datetime.now(timezone.utc)
-        async with TelemetryWriter(db, mac, kind, received_at, settings.ingest_batch_rows,
+        async with TelemetryWriter(db, mac, kind, received_at, config.batch_rows,
                                    _network(upload.address), announce=ADD_PENDING) as writer:
 
             async def take(records: list[RawRecord]) -> None:
@@ -151,7 +166,7 @@ class Ingestion:
                 for number, raw in records:
                     if raw is None:
                         report.reject(number, "record exceeds the size limit of "
-                                              f"{settings.ingest_max_record_bytes} bytes")
+                                              f"{config.max_record_bytes} bytes")
                         continue
                     try:
                         full = writer.add(raw)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
@@ -39,20 +40,39 @@ def build_message(sender: str, record: NotificationRow) -> EmailMessage:
     return message
 
 
+@dataclass(frozen=True)
+class SmtpServer:
+    """The SMTP_* settings: where mail goes and how."""
+    host: str
+    port: int
+    username: str | None
+    password: str | None
+    security: str        # tls, starttls or none
+    timeout_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SmtpServer:
+        """ValueError without SMTP_HOST (make_mailer writes to the outbox then)."""
+        if not settings.smtp_host:
+            raise ValueError("SMTP_HOST is not set")
+        return cls(settings.smtp_host, settings.smtp_port, settings.smtp_username or None,
+                   settings.smtp_password or None, settings.smtp_security,
+                   settings.smtp_timeout_seconds)
+
+
 class SmtpMailer:
-    def __init__(self, settings: Settings):
-        self._settings = settings
+    def __init__(self, server: SmtpServer):
+        self._server = server
 
     async def send(self, message: EmailMessage) -> None:
-        s = self._settings
+        s = self._server
         try:
             await aiosmtplib.send(
-                message, hostname=s.smtp_host, port=s.smtp_port,
-                username=s.smtp_username or None, password=s.smtp_password or None,
-                use_tls=s.smtp_security == "tls", start_tls=s.smtp_security == "starttls",
-                timeout=s.smtp_timeout_seconds)
+                message, hostname=s.host, port=s.port, username=s.username,
+                password=s.password, use_tls=s.security == "tls",
+                start_tls=s.security == "starttls", timeout=s.timeout_seconds)
         except (aiosmtplib.SMTPException, OSError, asyncio.TimeoutError) as error:
-            raise DeliveryFailed(f"SMTP {s.smtp_host}:{s.smtp_port}: "
+            raise DeliveryFailed(f"SMTP {s.host}:{s.port}: "
                                  f"{str(error) or type(error).__name__}") from None
 
 
@@ -80,4 +100,5 @@ class OutboxMailer:
 
 
 def make_mailer(settings: Settings) -> SmtpMailer | OutboxMailer:
-    return SmtpMailer(settings) if settings.smtp_host else OutboxMailer(settings.outbox_path)
+    return (SmtpMailer(SmtpServer.from_settings(settings)) if settings.smtp_host
+            else OutboxMailer(settings.outbox_path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from server.background import BackgroundTasks, UnrecordedOutcomes, pause, process_name
@@ -29,16 +30,31 @@ RETRY_BATCH = 50
 RETRY_LEASE = timedelta(minutes=5)
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """The settings the notifier uses: the sender, the retries' backoff and limit, and how
+    long idempotency keys are kept."""
+    sender: str
+    retry_seconds: int
+    max_attempts: int
+    keep_keys_hours: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Delivery:
+        return cls(settings.smtp_from, settings.notification_retry_seconds,
+                   settings.notification_max_attempts, settings.notification_idempotency_hours)
+
+
 class Notifier:
-    def __init__(self, db: Database, mailer, settings: Settings, metrics: Metrics | None = None):
+    def __init__(self, db: Database, mailer, delivery: Delivery, metrics: Metrics | None = None):
         self._db = db
         self._metrics = metrics or Metrics()
         self._mailer = mailer
-        self._sender = settings.smtp_from
-        self._base_delay = timedelta(seconds=settings.notification_retry_seconds)
-        self._max_attempts = settings.notification_max_attempts
-        self._poll = min(settings.notification_retry_seconds, 30)
-        self._keep_keys = timedelta(hours=settings.notification_idempotency_hours)
+        self._sender = delivery.sender
+        self._base_delay = timedelta(seconds=delivery.retry_seconds)
+        self._max_attempts = delivery.max_attempts
+        self._poll = min(delivery.retry_seconds, 30)
+        self._keep_keys = timedelta(hours=delivery.keep_keys_hours)
         self.owner = f"{process_name()}:{uuid.uuid4().hex[:8]}"  # of its retry loop's claims
         self._tasks = BackgroundTasks()
         self._health = self._metrics.loop_health("notification-retries", log)
