@@ -6,29 +6,34 @@ same run.
 
     python -m ops.bench.hunt_flood [--flooders 1,100] [--seconds 30] [--budget 2000]
 
-The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL, its
-per-address limits raised (every client here is 127.0.0.1; a real flood comes from many
-addresses); every client is an aiohttp session of this process: the flooders' uploads
-(200 records of random names each) and the honest router's (its corpus day's alerts, 44
-records, one every 0.2 s).
-What saturates is printed: the flooders' uploads a second against the server's CPU.
+The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL (or the
+server named by DB_HOST...), its per-address limits raised (every client here is 127.0.0.1; a
+real flood comes from many addresses). The flood is driven by wrk (one connection a flooder,
+each request 200 records of random names made by its Lua script, the flooders' MACs in turn),
+since a Python client saturates before the server does; the honest router is a process of
+its own (`--honest-only PORT`: its corpus day's alerts, 44 records, one upload every 0.2 s),
+so that its times are the server's, not a busy client's. What saturates is printed: the
+cores wrk and the server kept busy.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
-import string
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import aiohttp
 import orjson
 
 from ops.bench.fleet import corpus_records
 from ops.bench.crash_drill import INDEX_TIMEOUT, await_indexed
+from ops.bench.wrk import available, run_wrk
 from testkit.database import Sql, throwaway_database
 from testkit.server import running_server
 
@@ -37,24 +42,32 @@ RECORDS_A_FLOOD = 200
 HONEST_PAUSE = 0.2
 
 
-def _flood_body(rng: random.Random) -> bytes:
-    return b"\n".join(orjson.dumps({
-        "event_type": "dns", "src_ip": "192.168.1.20", "dest_ip": "192.0.2.53",
-        "dns": {"type": "query", "rrtype": "A", "rrname": "".join(
-            rng.choices(string.ascii_lowercase, k=12)) + ".flood.example"}})
-        for _ in range(RECORDS_A_FLOOD))
-
-
-async def _post(session: aiohttp.ClientSession, port: int, mac: str, body: bytes) -> bool:
-    """One flood upload; False when the server said 429 (its limits: try again later)."""
-    async with session.post(f"http://127.0.0.1:{port}/log/cfm", data=body, headers={
-            "X-ID": mac, "Content-Type": "application/x-ndjson"}) as response:
-        await response.read()
-        if response.status == 429:
-            return False
-        if response.status != 200:
-            raise RuntimeError(f"{mac}: {response.status}")
-    return True
+# Each request: the next flooder's MAC, RECORDS_A_FLOOD DNS records of random 12-letter names.
+FLOOD_SCRIPT = """
+local flooders, records, i = 1, 200, 0
+local letters = "abcdefghijklmnopqrstuvwxyz"
+init = function(args)
+  flooders, records = tonumber(args[1]), tonumber(args[2])
+  math.randomseed(tonumber(args[3]))
+end
+local function name()
+  local t = {}
+  for k = 1, 12 do local n = math.random(1, 26); t[k] = letters:sub(n, n) end
+  return table.concat(t)
+end
+request = function()
+  local n = i % flooders
+  i = i + 1
+  local mac = string.format("02:5a:00:00:%02x:%02x", math.floor(n / 256), n % 256)
+  local lines = {}
+  for k = 1, records do
+    lines[k] = '{"event_type":"dns","src_ip":"192.168.1.20","dest_ip":"192.0.2.53",'
+      .. '"dns":{"type":"query","rrtype":"A","rrname":"' .. name() .. '.flood.example"}}'
+  end
+  return wrk.format("POST", "/log/cfm", {["X-ID"] = mac,
+    ["Content-Type"] = "application/x-ndjson"}, table.concat(lines, "\\n"))
+end
+"""
 
 
 async def honest_uploads(port: int, seconds: float, stop: asyncio.Event) -> list[float]:
@@ -77,29 +90,30 @@ async def honest_uploads(port: int, seconds: float, stop: asyncio.Event) -> list
     return times
 
 
-async def flood(port: int, flooders: int, stop: asyncio.Event) -> int:
-    sent = 0
-
-    async def one(number: int) -> None:
-        nonlocal sent
-        rng = random.Random(number)
-        mac = f"02:5a:00:00:{number >> 8:02x}:{number & 255:02x}"
-        async with aiohttp.ClientSession() as session:
-            while not stop.is_set():
-                if await _post(session, port, mac, _flood_body(rng)):
-                    sent += 1
-                else:
-                    await asyncio.sleep(0.1)
-
-    await asyncio.gather(*(one(n) for n in range(flooders)))
-    return sent
+def honest_process(port: int, seconds: float) -> list[float]:
+    """The honest router's upload times, from a process of its own."""
+    done = subprocess.run([sys.executable, "-m", "ops.bench.hunt_flood", "--honest-only",
+                           str(port), "--seconds", str(seconds)],
+                          capture_output=True, text=True, check=True)
+    return orjson.loads(done.stdout)
 
 
-async def under_flood(port: int, flooders: int, seconds: float) -> tuple[list[float], int]:
-    stop = asyncio.Event()
-    honest, sent = await asyncio.gather(honest_uploads(port, seconds, stop),
-                                        flood(port, flooders, stop))
-    return honest, sent
+def under_flood(port: int, server_pid: int, flooders: int, seconds: float, script: Path
+                ) -> tuple[list[float], dict]:
+    """wrk floods for the honest router's time and a little more on each side."""
+    flooded: dict = {}
+
+    def flood() -> None:
+        flooded.update(run_wrk(f"http://127.0.0.1:{port}/log/cfm", script, int(seconds) + 4,
+                               flooders, str(flooders), str(RECORDS_A_FLOOD), str(flooders),
+                               server_pids=[server_pid]))
+
+    thread = threading.Thread(target=flood)
+    thread.start()
+    time.sleep(2)
+    honest = honest_process(port, seconds)
+    thread.join()
+    return honest, flooded
 
 
 def main() -> int:
@@ -107,39 +121,51 @@ def main() -> int:
     parser.add_argument("--flooders", default="1,100")
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--honest-only", type=int, metavar="PORT",
+                        help="be the honest router against the server on PORT for --seconds, "
+                             "printing its upload times (the benchmark starts it so)")
     args = parser.parse_args()
+    if args.honest_only:
+        times = asyncio.run(honest_uploads(args.honest_only, args.seconds, asyncio.Event()))
+        print(orjson.dumps(times).decode())
+        return 0
+    if not available():
+        print("wrk is not installed (Debian package wrk)", file=sys.stderr)
+        return 1
     with throwaway_database() as (location, workdir), \
             running_server(location, workdir, HUNT_POSTINGS_PER_ROUTER_DAY=str(args.budget),
                            TELEMETRY_COMPACT_CRON_SCHEDULE="0 0 1 1 *",
                            # every client is 127.0.0.1 here; a real fleet's are many
                            REGISTRATIONS_PER_MINUTE_PER_ADDRESS="100000",
-                           INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server:
+                           INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server, \
+            tempfile.TemporaryDirectory() as scratch:
         sql = Sql(location)
-        quiet = asyncio.run(honest_uploads(server.port, args.seconds, asyncio.Event()))
+        script = Path(scratch) / "flood.lua"
+        script.write_text(FLOOD_SCRIPT)
+        quiet = honest_process(server.port, args.seconds)
         print(f"quiet: the honest router's upload p50 {statistics.median(quiet) * 1000:.1f} ms "
               f"({len(quiet)} uploads)")
         for flooders in (int(n) for n in args.flooders.split(",")):
             sql.rows("TRUNCATE hunt_budgets")
             before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
-            honest, sent = asyncio.run(under_flood(server.port, flooders, args.seconds))
+            honest, flooded = under_flood(server.port, server.process.pid, flooders,
+                                          args.seconds, script)
             behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT))
-            print(f"the server's hunt indexer read every upload {behind:.1f} s after the "
-                  "flood ended")
             added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s",
                               (HONEST,)) - before
             most = sql.value("SELECT max(postings) FROM hunt_budgets WHERE mac <> %s",
                              (HONEST,))
             unindexed = sql.value("SELECT sum(unindexed) FROM hunt_budgets")
             ratio = statistics.median(honest) / statistics.median(quiet)
-            print(f"{flooders} flooder(s), {args.seconds:.0f} s: {sent} uploads of "
-                  f"{RECORDS_A_FLOOD} random names ({sent / args.seconds:.0f} a second); "
-                  f"index grew by {added} postings (at most {flooders} × the budget "
-                  f"{args.budget} + one upload's allowance each: "
-                  f"{flooders * (args.budget + 2_000 + 4 * RECORDS_A_FLOOD * 3)}), the most "
-                  f"one flooder posted {most}, {unindexed} values not indexed; the honest "
-                  f"router's upload p50 {statistics.median(honest) * 1000:.1f} ms, "
-                  f"{ratio:.2f}x the quiet one (the server's one process and this client "
-                  f"share the 2 cores: the flood's uploads a second are what saturates)")
+            print(f"{flooders} flooder(s), wrk for {args.seconds + 4:.0f} s: "
+                  f"{flooded['rate']:.0f} uploads a second of {RECORDS_A_FLOOD} random names "
+                  f"({flooded['non_2xx_3xx']} refused), wrk kept {flooded['wrk_cores']:.2f} "
+                  f"cores busy, the server {flooded['server_cores']:.2f}; the indexer read "
+                  f"every upload {behind:.1f} s after; the index grew by {added} postings, "
+                  f"the most one flooder posted {most} (budget {args.budget}), {unindexed} "
+                  f"values not indexed; the honest router's upload p50 "
+                  f"{statistics.median(honest) * 1000:.1f} ms ({len(honest)} uploads), "
+                  f"{ratio:.2f}x the quiet one")
     return 0
 
 

@@ -23,6 +23,7 @@ from server.errors import BadRequest, NothingStored, UnsupportedMediaType
 from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
+from server.ingest.turns import FairTurns
 from server.settings import Settings
 from server.telemetry.extract import RecordError
 from server.hunt.sql import ADD_PENDING
@@ -125,6 +126,7 @@ class Ingestion:
         self._limits = limits
         self._config = config
         self._body_limits = config.body
+        self._turns = FairTurns()
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
         if upload.content_type not in ACCEPTED_TYPES:
@@ -163,6 +165,7 @@ class Ingestion:
 
             async def take(records: list[RawRecord]) -> None:
                 self._limits.records_arrived(mac, len(records))
+                self._turns.count(mac, len(records))
                 for number, raw in records:
                     if raw is None:
                         report.reject(number, "record exceeds the size limit of "
@@ -179,10 +182,12 @@ class Ingestion:
 
             try:
                 async for chunk in self._decoded(upload.body):
-                    if key is not None:
-                        fingerprint.update(chunk)
-                    await take(splitter.feed(chunk))
-                await take(splitter.close())
+                    async with self._turns.turn(mac):  # server/ingest/turns.py
+                        if key is not None:
+                            fingerprint.update(chunk)
+                        await take(splitter.feed(chunk))
+                async with self._turns.turn(mac):
+                    await take(splitter.close())
             except BodyError as error:
                 raise BadRequest(f"unreadable body: {error}") from None
             if report.accepted == 0:

@@ -1,0 +1,108 @@
+"""Turns at the CPU for uploads in progress (server/ingest/turns.py): the router served the
+fewest records lately goes first, so a Sybil fleet flooding at full speed does not leave an
+honest router a hundredth of the process; a waiter that leaves never holds the turn."""
+
+from __future__ import annotations
+
+import asyncio
+
+from server.ingest.turns import FairTurns
+
+
+async def _queue_behind_holder(turns: FairTurns, macs: list[str]) -> list[str]:
+    """Each mac asks for the turn while another holds it; the order they get it in."""
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with turns.turn("02:00:00:00:00:ff"):
+            await release.wait()
+
+    async def one(mac: str) -> None:
+        async with turns.turn(mac):
+            order.append(mac)
+            turns.count(mac, 200)
+
+    held = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    waiters = []
+    for mac in macs:
+        waiters.append(asyncio.create_task(one(mac)))
+        await asyncio.sleep(0)  # in this order
+    release.set()
+    await asyncio.gather(held, *waiters)
+    return order
+
+
+async def test_the_router_served_least_lately_goes_first():
+    turns = FairTurns()
+    flooders = [f"02:5a:00:00:00:{n:02x}" for n in range(5)]
+    for mac in flooders:
+        turns.count(mac, 10_000)
+    honest = "02:59:00:00:00:01"
+    turns.count(honest, 44)
+    assert await _queue_behind_holder(turns, flooders + [honest]) == [honest] + flooders
+
+
+async def test_routers_served_alike_go_in_arrival_order_and_the_window_forgets():
+    turns = FairTurns(window_seconds=0.05)
+    macs = [f"02:00:00:00:00:{n:02x}" for n in range(4)]
+    turns.count(macs[3], 1_000_000)
+    await asyncio.sleep(0.1)  # the window passed: what it served is forgotten
+    assert await _queue_behind_holder(turns, macs) == macs
+
+
+async def test_a_waiter_cancelled_never_holds_the_turn():
+    turns = FairTurns()
+    release = asyncio.Event()
+    got: list[str] = []
+
+    async def holder() -> None:
+        async with turns.turn("a"):
+            await release.wait()
+
+    async def one(mac: str) -> None:
+        async with turns.turn(mac):
+            got.append(mac)
+
+    held = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    leaving = asyncio.create_task(one("leaving"))
+    staying = asyncio.create_task(one("staying"))
+    await asyncio.sleep(0)
+    assert turns.waiting == 2
+    leaving.cancel()
+    release.set()
+    await asyncio.gather(held, staying)
+    assert got == ["staying"] and leaving.cancelled()
+    async with turns.turn("after"):  # free again: taken at once
+        got.append("after")
+    assert got == ["staying", "after"] and turns.waiting == 0
+
+
+async def test_a_waiter_cancelled_as_it_is_handed_the_turn_passes_it_on():
+    turns = FairTurns()
+    release = asyncio.Event()
+    got: list[str] = []
+    waiters: dict[str, asyncio.Task] = {}
+
+    async def holder() -> None:
+        async with turns.turn("a"):
+            await release.wait()
+        waiters["first"].cancel()  # handed the turn a moment ago, not yet running
+
+    async def one(mac: str) -> None:
+        async with turns.turn(mac):
+            got.append(mac)
+
+    held = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    for mac in ("first", "second"):
+        waiters[mac] = asyncio.create_task(one(mac))
+        await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(held, waiters["second"])
+    assert got == ["second"] and waiters["first"].cancelled()
+    async with turns.turn("after"):
+        got.append("after")
+    assert got == ["second", "after"]
