@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from server.ingest.turns import FairTurns
+from server.ingest.turns import FairTurns, Served
 
 
-async def _queue_behind_holder(turns: FairTurns, macs: list[str]) -> list[str]:
+async def _queue_behind_holder(turns: FairTurns, served: Served, macs: list[str]
+                               ) -> list[str]:
     """Each mac asks for the turn while another holds it; the order they get it in."""
     order: list[str] = []
     release = asyncio.Event()
@@ -21,7 +22,7 @@ async def _queue_behind_holder(turns: FairTurns, macs: list[str]) -> list[str]:
     async def one(mac: str) -> None:
         async with turns.turn(mac):
             order.append(mac)
-            turns.count(mac, 200)
+            served.count(mac, 200)
 
     held = asyncio.create_task(holder())
     await asyncio.sleep(0)
@@ -35,25 +36,27 @@ async def _queue_behind_holder(turns: FairTurns, macs: list[str]) -> list[str]:
 
 
 async def test_the_router_served_least_lately_goes_first():
-    turns = FairTurns()
+    served = Served()
+    turns = FairTurns(served)
     flooders = [f"02:5a:00:00:00:{n:02x}" for n in range(5)]
     for mac in flooders:
-        turns.count(mac, 10_000)
+        served.count(mac, 10_000)
     honest = "02:59:00:00:00:01"
-    turns.count(honest, 44)
-    assert await _queue_behind_holder(turns, flooders + [honest]) == [honest] + flooders
+    served.count(honest, 44)
+    assert await _queue_behind_holder(turns, served, flooders + [honest]) == [honest] + flooders
 
 
 async def test_routers_served_alike_go_in_arrival_order_and_the_window_forgets():
-    turns = FairTurns(window_seconds=0.05)
+    served = Served(window_seconds=0.05)
+    turns = FairTurns(served)
     macs = [f"02:00:00:00:00:{n:02x}" for n in range(4)]
-    turns.count(macs[3], 1_000_000)
+    served.count(macs[3], 1_000_000)
     await asyncio.sleep(0.1)  # the window passed: what it served is forgotten
-    assert await _queue_behind_holder(turns, macs) == macs
+    assert await _queue_behind_holder(turns, served, macs) == macs
 
 
 async def test_a_waiter_cancelled_never_holds_the_turn():
-    turns = FairTurns()
+    turns = FairTurns(Served())
     release = asyncio.Event()
     got: list[str] = []
 
@@ -81,7 +84,7 @@ async def test_a_waiter_cancelled_never_holds_the_turn():
 
 
 async def test_a_waiter_cancelled_as_it_is_handed_the_turn_passes_it_on():
-    turns = FairTurns()
+    turns = FairTurns(Served())
     release = asyncio.Event()
     got: list[str] = []
     waiters: dict[str, asyncio.Task] = {}
@@ -106,3 +109,48 @@ async def test_a_waiter_cancelled_as_it_is_handed_the_turn_passes_it_on():
     async with turns.turn("after"):
         got.append("after")
     assert got == ["second", "after"]
+
+
+async def test_at_most_at_once_hold_a_turn_and_the_least_served_gets_the_next():
+    served = Served()
+    turns = FairTurns(served, at_once=2)
+    release = asyncio.Event()
+    holding: list[str] = []
+    order: list[str] = []
+
+    async def hold(mac: str) -> None:
+        async with turns.turn(mac):
+            holding.append(mac)
+            await release.wait()
+
+    async def one(mac: str) -> None:
+        async with turns.turn(mac):
+            order.append(mac)
+
+    held = [asyncio.create_task(hold(mac)) for mac in ("h1", "h2")]
+    await asyncio.sleep(0)
+    assert holding == ["h1", "h2"]
+    served.count("flooder", 5_000)
+    waiters = [asyncio.create_task(one(mac)) for mac in ("flooder", "honest")]
+    await asyncio.sleep(0)
+    assert turns.waiting == 2 and order == []
+    release.set()
+    await asyncio.gather(*held, *waiters)
+    assert order == ["honest", "flooder"]
+
+
+async def test_a_turn_taken_at_once_lets_the_ready_ask_first():
+    """A block that awaits nothing, taken at once, still lets the tasks ready now queue, so
+    the next turn goes to the least served of them, not the next to arrive."""
+    served = Served()
+    turns = FairTurns(served)
+    order: list[str] = []
+
+    async def one(mac: str) -> None:
+        async with turns.turn(mac, yield_first=True):
+            order.append(mac)  # awaits nothing
+
+    served.count("flooder-1", 5_000)
+    served.count("flooder-2", 5_000)
+    await asyncio.gather(one("flooder-1"), one("flooder-2"), one("honest"))
+    assert order == ["flooder-1", "honest", "flooder-2"]

@@ -23,7 +23,7 @@ from server.errors import BadRequest, NothingStored, UnsupportedMediaType
 from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
-from server.ingest.turns import FairTurns
+from server.ingest.turns import FairTurns, Served
 from server.settings import Settings
 from server.telemetry.extract import RecordError
 from server.hunt.sql import ADD_PENDING
@@ -107,13 +107,14 @@ class IngestConfig:
     max_record_bytes: int
     max_reported_errors: int
     batch_rows: int
+    connections: int  # the ingestion pool's (INGEST_DB_POOL_MAX)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> IngestConfig:
         return cls(BodyLimits(settings.ingest_max_body_bytes, settings.ingest_body_idle_seconds,
                               settings.ingest_max_gzip_ratio),
                    settings.ingest_max_record_bytes, settings.ingest_max_reported_errors,
-                   settings.ingest_batch_rows)
+                   settings.ingest_batch_rows, settings.ingest_db_pool_max)
 
 
 class Ingestion:
@@ -126,7 +127,10 @@ class Ingestion:
         self._limits = limits
         self._config = config
         self._body_limits = config.body
-        self._turns = FairTurns()
+        self._served = Served()
+        self._uploads = 0  # reading their bodies now
+        self._turns = FairTurns(self._served)
+        self._connections = FairTurns(self._served, config.connections)
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
         if upload.content_type not in ACCEPTED_TYPES:
@@ -161,12 +165,15 @@ class Ingestion:
         report = IngestReport(config.max_reported_errors)
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, config.batch_rows,
-                                   _network(upload.address), announce=ADD_PENDING) as writer:
+                                   _network(upload.address), announce=ADD_PENDING,
+                                   connection_turn=lambda: self._connections.turn(mac)
+                                   ) as writer:
 
-            async def take(records: list[RawRecord]) -> None:
-                self._limits.records_arrived(mac, len(records))
-                self._turns.count(mac, len(records))
-                for number, raw in records:
+            def add(records: list[RawRecord], start: int) -> tuple[int, bool]:
+                """Records from `start` on, until the writer's chunk is full: where it
+                stopped, and whether the chunk is full."""
+                for at in range(start, len(records)):
+                    number, raw = records[at]
                     if raw is None:
                         report.reject(number, "record exceeds the size limit of "
                                               f"{config.max_record_bytes} bytes")
@@ -178,18 +185,33 @@ class Ingestion:
                         continue
                     report.accepted += 1
                     if full:
+                        return at + 1, True
+                return len(records), False
+
+            async def take(records: list[RawRecord]) -> None:
+                """In the router's turns at the CPU (server/ingest/turns.py); a full chunk
+                sent between two turns, never in one, so that no turn waits for a
+                connection (held by uploads that wait for a turn)."""
+                self._limits.records_arrived(mac, len(records))
+                self._served.count(mac, len(records))
+                start = 0
+                while start < len(records):
+                    async with self._turns.turn(mac, yield_first=self._uploads > 1):
+                        start, full = add(records, start)
+                    if full:
                         await writer.flush()
 
+            self._uploads += 1
             try:
                 async for chunk in self._decoded(upload.body):
-                    async with self._turns.turn(mac):  # server/ingest/turns.py
-                        if key is not None:
-                            fingerprint.update(chunk)
-                        await take(splitter.feed(chunk))
-                async with self._turns.turn(mac):
-                    await take(splitter.close())
+                    if key is not None:
+                        fingerprint.update(chunk)
+                    await take(splitter.feed(chunk))
+                await take(splitter.close())
             except BodyError as error:
                 raise BadRequest(f"unreadable body: {error}") from None
+            finally:
+                self._uploads -= 1
             if report.accepted == 0:
                 raise nothing_stored(report, kind)
             if writer.unread:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 
@@ -44,17 +44,21 @@ class TelemetryWriter:
     transaction still stores all or nothing."""
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
-                 batch_rows: int, network: str | None = None, announce: str | None = None):
+                 batch_rows: int, network: str | None = None, announce: str | None = None,
+                 connection_turn: Callable[[], contextlib.AbstractAsyncContextManager] | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
         its summary rows for the fleet to count. `announce`: a statement sent with the
         upload's last chunk, in its transaction, given the upload's mac, kind,
         upload_received_at, pending_records and pending_network: how a reader of the chunks
         learns of the whole upload (the hunt's queue, server/hunt/sql.py ADD_PENDING), named
-        by the caller so that telemetry names no table of the hunt."""
+        by the caller so that telemetry names no table of the hunt. `connection_turn`: taken
+        before the upload takes a connection and held until it gives it back (ingestion's
+        fair turns at its pool: server/ingest/turns.py)."""
         self._db = db
         self._params = {"mac": mac, "kind": kind}
         self._network = network
         self._announce = announce
+        self._connection_turn = connection_turn or contextlib.nullcontext
         self._row_of = ROW_OF[kind]
         self._received_at = received_at
         self._batch_rows = batch_rows
@@ -101,6 +105,7 @@ class TelemetryWriter:
     async def flush(self) -> None:
         """Send the full chunk (and a large summary) while the caller reads on."""
         if self._cursor is None:
+            await self._stack.enter_async_context(self._connection_turn())
             self._cursor = await self._stack.enter_async_context(self._db.transaction())
         await self._settle()
         summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
@@ -118,7 +123,7 @@ class TelemetryWriter:
         try:
             chunk, summary = self._take_chunk(), self._take_summary()
             if self._cursor is None:
-                async with self._db.cursor() as cur:
+                async with self._connection_turn(), self._db.cursor() as cur:
                     pid = backend_pid(cur)
                     await self._send(cur, chunk, summary, key, last=True)
                 return
