@@ -128,8 +128,6 @@ class Ingestion:
         self._config = config
         self._body_limits = config.body
         self._served = Served()
-        self._uploads = 0  # reading their bodies now
-        self._turns = FairTurns(self._served)
         self._connections = FairTurns(self._served, config.connections)
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
@@ -169,11 +167,10 @@ class Ingestion:
                                    connection_turn=lambda: self._connections.turn(mac)
                                    ) as writer:
 
-            def add(records: list[RawRecord], start: int) -> tuple[int, bool]:
-                """Records from `start` on, until the writer's chunk is full: where it
-                stopped, and whether the chunk is full."""
-                for at in range(start, len(records)):
-                    number, raw = records[at]
+            async def take(records: list[RawRecord]) -> None:
+                self._limits.records_arrived(mac, len(records))
+                self._served.count(mac, len(records))
+                for number, raw in records:
                     if raw is None:
                         report.reject(number, "record exceeds the size limit of "
                                               f"{config.max_record_bytes} bytes")
@@ -185,23 +182,8 @@ class Ingestion:
                         continue
                     report.accepted += 1
                     if full:
-                        return at + 1, True
-                return len(records), False
-
-            async def take(records: list[RawRecord]) -> None:
-                """In the router's turns at the CPU (server/ingest/turns.py); a full chunk
-                sent between two turns, never in one, so that no turn waits for a
-                connection (held by uploads that wait for a turn)."""
-                self._limits.records_arrived(mac, len(records))
-                self._served.count(mac, len(records))
-                start = 0
-                while start < len(records):
-                    async with self._turns.turn(mac, yield_first=self._uploads > 1):
-                        start, full = add(records, start)
-                    if full:
                         await writer.flush()
 
-            self._uploads += 1
             try:
                 async for chunk in self._decoded(upload.body):
                     if key is not None:
@@ -210,8 +192,6 @@ class Ingestion:
                 await take(splitter.close())
             except BodyError as error:
                 raise BadRequest(f"unreadable body: {error}") from None
-            finally:
-                self._uploads -= 1
             if report.accepted == 0:
                 raise nothing_stored(report, kind)
             if writer.unread:

@@ -1,17 +1,13 @@
-"""Fair turns for the uploads in progress: at this process's CPU (one decoded piece of one
-upload's body at a time is split, checked, summarised and handed to the writer) and at the
-ingestion pool's connections (INGEST_DB_POOL_MAX uploads writing at once). When several wait,
-the router served the fewest records lately goes first.
+"""Fair turns at the ingestion pool's connections for the uploads in progress: at most
+INGEST_DB_POOL_MAX uploads write at once, and when more wait, the router served the fewest
+records lately gets the next connection handed back, not the next upload in arrival order.
 
-Without them, every upload in progress gets an equal share of the event loop and waits its
-turn for a connection in arrival order, so a hundred MACs flooding at full speed (a Sybil
-fleet) leave an honest router a hundredth of the process and a place behind each of them in
-the pool's queue. With them, the honest router, which sends little, waits for at most the
-piece in progress and the first connection handed back, then goes before every flooder.
-The process's CPU work is one piece at a time either way (Python runs one thread): turns
-change only the order. What a piece awaits inside its turn (a chunk's previous write still
-being sent) holds the others back, as before; the body's reading and gzip decoding are
-outside the turns.
+Without them, a hundred MACs flooding at full speed (a Sybil fleet) fill the pool's queue
+and an honest router's upload waits behind every one of them: 45 times its quiet time in
+ops/bench/hunt_flood.py, 8 times with them (the rest is the database and the process's
+CPU, shared). The same order was tried at the CPU (one decoded piece of one upload at a
+time): it won little more (5.8 times) and cost 15 % of ingestion with 4 uploads at once,
+since a piece that awaits nothing must yield to let others queue.
 """
 
 from __future__ import annotations
@@ -57,10 +53,7 @@ class FairTurns:
         self._arrivals = itertools.count()
 
     @asynccontextmanager
-    async def turn(self, mac: str, yield_first: bool = False) -> AsyncIterator[None]:
-        """`yield_first`: a turn taken at once still lets the tasks ready now ask for theirs
-        before its holder goes on, so that they queue and the next turn is handed in order
-        (a block that awaits nothing would otherwise always run in arrival order)."""
+    async def turn(self, mac: str) -> AsyncIterator[None]:
         if self._holders >= self._at_once:
             handed: asyncio.Future = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waiting, (self._served.lately(mac), next(self._arrivals),
@@ -73,12 +66,6 @@ class FairTurns:
                 raise
         else:
             self._holders += 1
-            if yield_first:
-                try:
-                    await asyncio.sleep(0)
-                except asyncio.CancelledError:
-                    self._hand_on()
-                    raise
         try:
             yield
         finally:
