@@ -86,7 +86,7 @@ async def index_pending(db: Database, postings_per_day: int, wait_seconds: float
         finished = list(await asyncio.gather(*(_index_lane(db, plan, postings_per_day, done)
                                                 for plan in plans)))
     if wait_seconds and not all(finished):
-        done.left = (await db.fetchall("SELECT count(*) FROM hunt_pending"))[0][0]
+        done.left = (await db.fetchrow("SELECT count(*) FROM hunt_pending"))[0]
     return done
 
 

@@ -4,4 +4,5 @@ one transaction (each record checked by server/telemetry/extract.py and written 
 server/telemetry/writer.py), `idempotency.py` checks an upload's Idempotency-Key and answers
 a repeat, `slots.py` caps the uploads in progress per router and per client address,
 `turns.py` hands the ingestion pool's connections to the waiting uploads, the router
-served the fewest records lately first, `tally.py` counts accepted and rejected records per minute for `router-backend status`."""
+served the fewest records lately first, `tally.py` counts accepted and rejected records per
+minute for `router-backend status`."""

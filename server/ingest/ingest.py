@@ -126,7 +126,6 @@ class Ingestion:
         self._db = db
         self._limits = limits
         self._config = config
-        self._body_limits = config.body
         self._served = Served()
         self._connections = FairTurns(self._served, config.connections)
 
@@ -149,7 +148,7 @@ class Ingestion:
 
     async def _decoded(self, body: Body) -> AsyncIterator[bytes]:
         try:
-            async for chunk in decoded_chunks(body, self._body_limits):
+            async for chunk in decoded_chunks(body, self._config.body):
                 yield chunk
         except BodyError as error:
             raise BadRequest(f"unreadable body: {error}") from None
