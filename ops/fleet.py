@@ -13,6 +13,7 @@ from engine.addresses import canonical_text
 from ops.command import CommandError, run_command
 from server.db.pool import Database
 from server.jobs.cron import run_job
+from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
 from server.fleet import lists as fleet_lists
 from server.fleet.explain import stories, story_lines, summary_line
@@ -67,17 +68,18 @@ def outbreak_lines(entries: list[dict]) -> list[str]:
 
 
 async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> int:
+    config = FleetConfig.from_settings(settings)
     if args.action == "run":
-        outcome = await run_job(db, "fleet", lambda: run_fleet(db, settings))
+        outcome = await run_job(db, "fleet", lambda: run_fleet(db, config))
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "the fleet job is running in another process")
         print(" ".join(f"{name}={value}" for name, value in outcome.detail.items()))
         return 0
     if args.action == "attackers" and args.why is not None:
-        found = await stories(db, settings, args.why)
-        print("\n".join(story_lines(found[0], settings)) if found else
-              f"{args.why}: not reported in the last {settings.fleet_window_hours} h at "
-              f"severity {settings.rule_generation_block_severity} or worse")
+        found = await stories(db, config, args.why)
+        print("\n".join(story_lines(found[0], config)) if found else
+              f"{args.why}: not reported in the last {config.window_hours} h at "
+              f"severity {config.severity} or worse")
         return 0
     read, lines = ((fleet_lists.attackers, attacker_lines) if args.action == "attackers"
                    else (fleet_lists.outbreaks, outbreak_lines))
@@ -87,7 +89,7 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> in
         return 0
     print("\n".join(lines(entries)))
     if args.action == "attackers":  # an empty list explains itself, beside the rows
-        print(summary_line(await stories(db, settings), settings), file=sys.stderr)
+        print(summary_line(await stories(db, config), config), file=sys.stderr)
     return 0
 
 

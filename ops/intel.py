@@ -12,6 +12,7 @@ import orjson
 
 from ops.command import CommandError, UsageError, mac_argument, operator, run_command
 from server.intel import sql as intel_db
+from server.intel.config import IntelConfig
 from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.formats import FORMATS, KINDS
@@ -124,7 +125,8 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
         if args.name:
             await _feed(db, args.name)
         outcome = await run_job(db, "intel-fetch",  # never beside the job's own run
-                                lambda: fetch_feeds(db, settings, args.name, actor))
+                                lambda: fetch_feeds(db, IntelConfig.from_settings(settings),
+                                                    args.name, actor))
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "an intel fetch is running in another "
                                "process (the intel-fetch job): try again when it is done")
@@ -192,7 +194,7 @@ async def _import(args: argparse.Namespace, settings: Settings, db: Database,
     print(taken.line())
     if taken.outcome == "failed":
         return 1
-    hunted = await retro_hunt(db, settings, actor)
+    hunted = await retro_hunt(db, IntelConfig.from_settings(settings), actor)
     told = await tell_owners(db)
     print(f"retro-hunt: {hunted.hunted:,} indicators, {hunted.new_sightings:,} new sightings, "
           f"{hunted.held:,} held; owners told: {told['notifications']:,}")

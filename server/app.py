@@ -40,7 +40,7 @@ from server.ingest.tally import TrafficTally
 from server.web.limits import FloodLimits
 from server.intel.jobs import intel_jobs
 from server.jobs import MOST_JOBS
-from server.fleet.job import service_networks
+from server.fleet.config import FleetConfig
 from server.jobs.schedule import scheduled_jobs
 from server.metrics import Metrics
 from server.notify.mailer import make_mailer
@@ -182,7 +182,8 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     listening = lambda: feed.listening  # noqa: E731
     fleet = app[FLEET_LIST] = FleetList(app[DATABASE], listening, app[METRICS],
                                         settings.fleet_enabled)
-    intel = app[INTEL_LIST] = IntelList(app[DATABASE], listening, service_networks(settings),
+    intel = app[INTEL_LIST] = IntelList(app[DATABASE], listening,
+                                        list(FleetConfig.from_settings(settings).service_networks),
                                         settings.intel_max_entries)
     for document in (fleet, intel):  # the allowlist is in both
         feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)

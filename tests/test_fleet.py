@@ -23,6 +23,7 @@ from engine.ruleset import Ruleset
 from server.db.connect import connect_async
 from server.tuning import allowlist_sql as allowlist_db
 from server.generation.sql import renew_and_summarise
+from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
 from server.jobs.preprocess import run_preprocess
 from server.typedefs import DATABASE
@@ -78,7 +79,7 @@ def fleet_settings(database, tmp_path):
 async def run_job(client, settings) -> dict:
     """The job, then time for its notification to reach the app's listening connection (a
     poll in between is answered from the list before)."""
-    detail = await run_fleet(client.app[DATABASE], settings)
+    detail = await run_fleet(client.app[DATABASE], FleetConfig.from_settings(settings))
     await asyncio_pause()
     return detail
 

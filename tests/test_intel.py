@@ -24,6 +24,7 @@ from engine.intel import FILES, rules_file
 from engine.intel import intel_document as build_document
 from server.intel.fetching import FetchError, _capped
 from server.intel.formats import FeedError, read
+from server.intel.config import IntelConfig
 from server.intel.jobs import fetch_feeds, match_now
 from server.hunt.packing import pack
 from server.telemetry.indicators import feed_value
@@ -150,8 +151,8 @@ async def test_a_feed_is_delivered_sighted_and_told_to_the_owner(house, sql):
     assert sorted(to for _, (to,), _ in inbox.messages) == [
         "user-early@example.org", "user-today@example.org"]
     # A rerun (the job, a replayed feed) tells nobody again and sights nothing twice.
-    await match_now(db, settings)
-    await fetch_feeds(db, settings)
+    await match_now(db, IntelConfig.from_settings(settings))
+    await fetch_feeds(db, IntelConfig.from_settings(settings))
     assert sql.value("SELECT count(*) FROM notifications WHERE type = 'threat_sighting'") == 3
     assert sql.value("SELECT count(*) FROM intel_sightings") == 3
     feed = await client.get("/api/workflow/users/user-today/notifications")

@@ -34,6 +34,7 @@ from pathlib import Path
 from server.db.connect import connect
 from server.db.location import DatabaseLocation
 from server.db.pool import Database
+from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
 from server.settings import load_settings
 from testkit.citus_cluster import CitusCluster, citus_installed
@@ -123,7 +124,7 @@ async def run_job(location: DatabaseLocation, workdir: Path, hours: int) -> tupl
     db = await Database.open(location, 1, 2, 600)
     try:
         started = time.monotonic()
-        detail = await run_fleet(db, settings)
+        detail = await run_fleet(db, FleetConfig.from_settings(settings))
         return time.monotonic() - started, detail
     finally:
         await db.close()

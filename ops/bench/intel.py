@@ -34,6 +34,7 @@ from ops.bench.hunt import COPY_DAYS, _macs, _value, write_day
 from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.feeds import import_file
+from server.intel.config import IntelConfig
 from server.intel.retro import retro_hunt
 from server.polling.shared_document import served_document
 from server.hunt.packing import pack
@@ -101,7 +102,7 @@ async def run(location, workdir, routers: int, days: int, distinct: int,
         taken = await import_file(db, feed, "\n".join(feed_lines(1)).encode(), "bench")
         import_seconds = time.monotonic() - started
         started = time.monotonic()
-        hunted = await retro_hunt(db, settings, "bench")
+        hunted = await retro_hunt(db, IntelConfig.from_settings(settings), "bench")
         hunt_seconds = time.monotonic() - started
         before, before_bytes, build_seconds = await document(db)
         values = "".join(f"{line}\n" for line in feed_lines(1)).encode()

@@ -13,8 +13,7 @@ from engine.firewall import Exemptions
 from server.fleet import sql as fleet_db
 from server.tuning import allowlist_sql
 from server.db.pool import Database
-from server.fleet.job import attackers_on, counting, service_networks
-from server.settings import Settings
+from server.fleet.config import FleetConfig
 
 BELOW = "below the networks threshold"
 RULES = ("listed", "not public", "on the allowlist or the service's own",
@@ -32,10 +31,10 @@ class Story:
     verdict: str = ""
 
 
-async def stories(db: Database, settings: Settings, address: str | None = None
+async def stories(db: Database, config: FleetConfig, address: str | None = None
                   ) -> list[Story]:
-    counted = counting(settings, await allowlist_sql.fleet_allowlist(db)
-                       + service_networks(settings))
+    counted = config.counting(await allowlist_sql.fleet_allowlist(db)
+                              + list(config.service_networks))
     by_address: dict[str, Story] = {}
     for reported, mac, network, may_count in await fleet_db.reports(db, counted, address):
         story = by_address.setdefault(reported, Story(reported))
@@ -48,11 +47,11 @@ async def stories(db: Database, settings: Settings, address: str | None = None
         for mac, network, may_count in story.routers if may_count and network is not None])
     for story in by_address.values():
         story.networks = counted_networks.get(story.address, 0)
-        story.verdict = _verdict(story, settings, listed, polled, exemptions)
+        story.verdict = _verdict(story, config, listed, polled, exemptions)
     return sorted(by_address.values(), key=lambda s: (-s.networks, s.address))
 
 
-def _verdict(story: Story, settings: Settings, listed: set[str], polled: set[str],
+def _verdict(story: Story, config: FleetConfig, listed: set[str], polled: set[str],
              exemptions: Exemptions) -> str:
     if story.address in listed:
         return RULES[0]
@@ -62,27 +61,27 @@ def _verdict(story: Story, settings: Settings, listed: set[str], polled: set[str
         return RULES[2]
     if story.address in polled:
         return RULES[3]
-    if not attackers_on(settings):
+    if not config.attackers_counted:
         return RULES[7]
     if not any(may and network for _, network, may in story.routers):
         return RULES[4]
-    if story.networks < settings.fleet_min_networks:
+    if story.networks < config.min_networks:
         return RULES[5]
     return RULES[6]
 
 
-def summary_line(found: list[Story], settings: Settings) -> str:
+def summary_line(found: list[Story], config: FleetConfig) -> str:
     verdicts = Counter(story.verdict for story in found)
-    threshold = f" (FLEET_MIN_NETWORKS is {settings.fleet_min_networks})"
+    threshold = f" (FLEET_MIN_NETWORKS is {config.min_networks})"
     kept_out = "; ".join(f"{verdicts[rule]} {rule}{threshold if rule == BELOW else ''}"
                          for rule in RULES[1:] if verdicts[rule])
-    return (f"{len(found)} address(es) reported in the last {settings.fleet_window_hours} h: "
+    return (f"{len(found)} address(es) reported in the last {config.window_hours} h: "
             f"{verdicts[RULES[0]]} listed" + (f"; kept out: {kept_out}" if kept_out else ""))
 
 
-def story_lines(story: Story, settings: Settings) -> list[str]:
+def story_lines(story: Story, config: FleetConfig) -> list[str]:
     lines = [f"{story.address}: {story.verdict}; {story.networks} network(s) counted of "
-             f"{settings.fleet_min_networks} needed, {len(story.routers)} report(s)"]
+             f"{config.min_networks} needed, {len(story.routers)} report(s)"]
     for mac, network, may_count in story.routers[:50]:
         why = ("counts" if may_count and network else
                "does not count: no upload network (summarised before the upgrade)"

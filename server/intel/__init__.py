@@ -10,6 +10,7 @@
   by too much of the fleet held.
 - `owners.py`: each new sighting told to its router's owner through the notification
   service's records (one email an hour at most).
+- `config.py`: the settings the capability uses, taken once from `Settings`.
 - `jobs.py`: the intel-fetch and intel-match jobs.
 - `listing.py`: sightings as people read them (the command, the console).
 

@@ -21,7 +21,7 @@ from server.db.pool import Database
 from server.intel.fetching import FetchError, fetch
 from server.db.pool import DatabaseUnavailable
 from server.intel.formats import FeedError, Version, bounded, misp_event, read
-from server.settings import Settings
+from server.intel.config import IntelConfig
 
 log = logging.getLogger("router_backend.intel")
 
@@ -79,7 +79,7 @@ async def _swap(db: Database, feed: intel_db.Feed, version: Version, etag: str |
     return Taken(feed.name, "taken", len(taken), added, removed, version.refused)
 
 
-async def _misp_feed(manifest: bytes, url: str, settings: Settings) -> Version:
+async def _misp_feed(manifest: bytes, url: str, config: IntelConfig) -> Version:
     """A MISP feed: its manifest's events (the newest MISP_EVENTS_MAX), each fetched."""
     try:
         events = orjson.loads(manifest)
@@ -91,8 +91,8 @@ async def _misp_feed(manifest: bytes, url: str, settings: Settings) -> Version:
     newest = sorted(events, reverse=True, key=lambda uuid: str(
         events[uuid].get("timestamp", "") if isinstance(events[uuid], dict) else ""))
     version = Version()
-    budget = settings.intel_feed_max_bytes - len(manifest)  # the whole feed's, all events
-    deadline = time.monotonic() + settings.intel_fetch_timeout_seconds
+    budget = config.feed_max_bytes - len(manifest)  # the whole feed's, all events
+    deadline = time.monotonic() + config.fetch_timeout_seconds
     for uuid in newest[:MISP_EVENTS_MAX]:
         if not isinstance(uuid, str) or not _UUID.fullmatch(uuid.lower()):
             version.refuse("not an event uuid")
@@ -100,8 +100,8 @@ async def _misp_feed(manifest: bytes, url: str, settings: Settings) -> Version:
         left = deadline - time.monotonic()
         if budget <= 0 or left <= 0:
             raise FeedError(f"the feed's events are more than INTEL_FEED_MAX_BYTES "
-                            f"({settings.intel_feed_max_bytes:,}) or take longer than "
-                            f"INTEL_FETCH_TIMEOUT_SECONDS ({settings.intel_fetch_timeout_seconds})")
+                            f"({config.feed_max_bytes:,}) or take longer than "
+                            f"INTEL_FETCH_TIMEOUT_SECONDS ({config.fetch_timeout_seconds})")
         try:
             fetched = await fetch(urljoin(url, f"{uuid.lower()}.json"), None, None, budget,
                                   left)
@@ -114,19 +114,18 @@ async def _misp_feed(manifest: bytes, url: str, settings: Settings) -> Version:
     return version
 
 
-async def fetch_feed(db: Database, feed: intel_db.Feed, settings: Settings,
+async def fetch_feed(db: Database, feed: intel_db.Feed, config: IntelConfig,
                      actor: str) -> Taken:
     """The feed fetched from its URL and its new version taken; the previous one kept, and
     why recorded, when anything fails."""
     try:
         fetched = await fetch(feed.url, feed.etag, feed.last_modified,
-                              settings.intel_feed_max_bytes,
-                              settings.intel_fetch_timeout_seconds)
+                              config.feed_max_bytes, config.fetch_timeout_seconds)
         if fetched.data is None:
             await intel_db.record_attempt(db, feed.name, None, actor)
             return Taken(feed.name, "not modified")
         if feed.format == "misp":
-            version = await _misp_feed(fetched.data, feed.url, settings)
+            version = await _misp_feed(fetched.data, feed.url, config)
         else:
             version = await asyncio.to_thread(read, feed.format, fetched.data, feed.kind)
         return await _swap(db, feed, version, fetched.etag, fetched.last_modified, actor)

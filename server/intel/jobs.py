@@ -7,6 +7,7 @@ tells owners."""
 from __future__ import annotations
 
 from server.intel import sql as intel_db
+from server.intel.config import IntelConfig
 from server.db.pool import Database
 from server.intel.feeds import fetch_feed
 from server.intel.owners import tell_owners
@@ -16,27 +17,28 @@ from server.settings import Settings
 ACTOR = "job:{name}"
 
 
-async def fetch_feeds(db: Database, settings: Settings, name: str | None = None,
+async def fetch_feeds(db: Database, config: IntelConfig, name: str | None = None,
                       actor: str = ACTOR.format(name="intel-fetch")) -> dict:
     """Every feed with a URL (or the one named), then the retro-hunt and the owners."""
-    lines = [(await fetch_feed(db, feed, settings, actor)).line()
+    lines = [(await fetch_feed(db, feed, config, actor)).line()
              for feed in await intel_db.feeds(db, name) if feed.url]
-    hunted = await retro_hunt(db, settings, actor)
+    hunted = await retro_hunt(db, config, actor)
     told = await tell_owners(db)
     return {"feeds": lines, "retro_hunt": vars(hunted), **told}
 
 
-async def match_now(db: Database, settings: Settings,
+async def match_now(db: Database, config: IntelConfig,
                     actor: str = ACTOR.format(name="intel-match")) -> dict:
-    hunted = await retro_hunt(db, settings, actor)
-    live = await live_match(db, settings, actor)
+    hunted = await retro_hunt(db, config, actor)
+    live = await live_match(db, config, actor)
     told = await tell_owners(db)
     return {"retro_hunt": vars(hunted), "live": vars(live), **told}
 
 
 def intel_jobs(db: Database, settings: Settings) -> list[tuple]:
     """(name, cron spec, function) of each intel job."""
+    config = IntelConfig.from_settings(settings)
     return [("intel-fetch", settings.intel_fetch_cron_schedule,
-             lambda: fetch_feeds(db, settings)),
+             lambda: fetch_feeds(db, config)),
             ("intel-match", settings.intel_match_cron_schedule,
-             lambda: match_now(db, settings))]
+             lambda: match_now(db, config))]

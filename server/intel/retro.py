@@ -24,7 +24,7 @@ from server.hunt.indexer import HUNT_WAIT_SECONDS, index_pending
 from server.hunt.search import UNPACKED_READS
 from server.hunt.sightings import Sightings, sightings
 from server.hunt.tallies import Tallied, router_tallies
-from server.settings import Settings
+from server.intel.config import IntelConfig
 from server.telemetry.indicators import Indicator
 
 BATCH = 100_000  # indicators a pass over the index reads for (its memory follows the
@@ -81,12 +81,12 @@ async def _found(db: Database, indicators: list[Indicator], days: int,
     return await sightings(db, asked, slots, since, until, wanted, UNPACKED_READS)
 
 
-def held_above(settings: Settings, routers: int) -> int:
+def held_above(config: IntelConfig, routers: int) -> int:
     """Routers past which a value is held."""
-    return max(intel_db.HELD_FLOOR, int(settings.intel_prevalence_max * routers))
+    return max(intel_db.HELD_FLOOR, int(config.prevalence_max * routers))
 
 
-async def match(db: Database, settings: Settings, batch: list[tuple[str, str, str]],
+async def match(db: Database, config: IntelConfig, batch: list[tuple[str, str, str]],
                 days: int, actor: str) -> Matched:
     """One batch of (kind, value, source) over the last `days` days."""
     result = Matched(indicators=len(batch))
@@ -97,11 +97,11 @@ async def match(db: Database, settings: Settings, batch: list[tuple[str, str, st
     # Every value's routers in one pass over the index, folded per router as they are read
     # (server/hunt/tallies.py); a value more than the prevalence limit saw is a suspect,
     # held or read again whole on its own.
-    limit = held_above(settings, await intel_db.registered_routers(db))
+    limit = held_above(config, await intel_db.registered_routers(db))
     tallied = await _tallied(db, [h[3] for h in hunted], days, limit,
-                             settings.intel_retro_hunt_processes) if hunted else []
+                             config.retro_hunt_processes) if hunted else []
     suspects = [n for n, one in enumerate(tallied) if one.over]
-    held = await _prevalent(db, settings, hunted, suspects, limit)
+    held = await _prevalent(db, config, hunted, suspects, limit)
     held_values = {(kind, value) for kind, value, _ in held}
     rows = [(router.mac, kind, value, source, router.first, router.last, router.days,
              router.records)
@@ -139,15 +139,14 @@ def _broad(kind: str, value: str) -> bool:
     return network.prefixlen < intel_db.BROADEST_PREFIX[network.version]
 
 
-async def _prevalent(db: Database, settings: Settings, hunted: list[tuple],
+async def _prevalent(db: Database, config: IntelConfig, hunted: list[tuple],
                      suspects: list[int], limit: int) -> list[tuple[str, str, int]]:
     """The suspects (seen by more than `limit` routers over the window) more of the fleet saw
     in the last PREVALENCE_DAYS than INTEL_PREVALENCE_MAX allows, counting only routers old
     enough to count for the fleet (and keyed in key mode): (kind, value, routers)."""
     if not suspects:
         return []
-    trusted = await intel_db.trusted_routers(
-        db, timedelta(hours=settings.fleet_min_router_age_hours), settings.router_auth == "key")
+    trusted = await intel_db.trusted_routers(db, config.min_router_age, config.keyed)
     recent = await _found(db, [hunted[n][3] for n in suspects], PREVALENCE_DAYS,
                           SIGHTED_PER_INDICATOR)
     held = []
@@ -159,34 +158,34 @@ async def _prevalent(db: Database, settings: Settings, hunted: list[tuple],
     return held
 
 
-async def retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
+async def retro_hunt(db: Database, config: IntelConfig, actor: str) -> Matched:
     """Every indicator not hunted yet, over HUNT_RETENTION_DAYS, batch after batch; each
     batch recorded in intel_log. One at a time across processes (the jobs and the command):
     another already at it hunts these too."""
     async with exclusive(db, "intel-retro-hunt") as acquired:
-        return await _retro_hunt(db, settings, actor) if acquired else Matched()
+        return await _retro_hunt(db, config, actor) if acquired else Matched()
 
 
-async def _retro_hunt(db: Database, settings: Settings, actor: str) -> Matched:
+async def _retro_hunt(db: Database, config: IntelConfig, actor: str) -> Matched:
     total = Matched()
     while batch := await intel_db.unhunted(db, BATCH):
-        matched = await match(db, settings, batch, settings.hunt_retention_days, actor)
+        matched = await match(db, config, batch, config.retention_days, actor)
         async with db.transaction() as cur:
             await intel_db.mark_hunted(cur, [(kind, value) for kind, value, _ in batch])
             await intel_db.log(cur, actor, "retro-hunt", {
-                "days": settings.hunt_retention_days, **vars(matched)})
+                "days": config.retention_days, **vars(matched)})
         total.add(matched)
     return total
 
 
-async def live_match(db: Database, settings: Settings, actor: str) -> Matched:
+async def live_match(db: Database, config: IntelConfig, actor: str) -> Matched:
     """Every current indicator over the last LIVE_DAYS days (today's uploads), the uploads
     acknowledged before it indexed first."""
-    await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS,
-                        settings.hunt_index_lanes)
+    await index_pending(db, config.postings_per_router_day, HUNT_WAIT_SECONDS,
+                        config.index_lanes)
     total = Matched()
     everything = await intel_db.current(db)
     for start in range(0, len(everything), BATCH):
-        total.add(await match(db, settings, everything[start:start + BATCH], LIVE_DAYS,
+        total.add(await match(db, config, everything[start:start + BATCH], LIVE_DAYS,
                               actor))
     return total

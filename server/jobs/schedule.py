@@ -9,6 +9,7 @@ from server.db.pool import Database
 from server.hunt.packing import pack
 from server.jobs.cron import CronJobs, JobFailed, JobFunction
 from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
+from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
 from server.jobs.first_ruleset import publish_first_ruleset, published
 from server.jobs.preprocess import run_preprocess
@@ -70,7 +71,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     jobs.add("activation-days", ACTIVATION_DAYS_CRON_SCHEDULE,
              lambda: roll_up_activations(db))
     if settings.fleet_enabled:
-        jobs.add("fleet", settings.fleet_cron_schedule, lambda: run_fleet(db, settings, metrics))
+        fleet = FleetConfig.from_settings(settings)
+        jobs.add("fleet", settings.fleet_cron_schedule, lambda: run_fleet(db, fleet, metrics))
     if settings.data_retention_enabled:
         jobs.add("retention", settings.retention_cron_schedule, retention)
     for name, schedule, function in more:
