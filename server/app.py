@@ -182,9 +182,10 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     listening = lambda: feed.listening  # noqa: E731
     fleet = app[FLEET_LIST] = FleetList(app[DATABASE], listening, app[METRICS],
                                         settings.fleet_enabled)
+    fleet_config = FleetConfig.from_settings(settings)
     intel = app[INTEL_LIST] = IntelList(app[DATABASE], listening,
-                                        list(FleetConfig.from_settings(settings).service_networks),
-                                        settings.intel_max_entries)
+                                        list(fleet_config.service_networks),
+                                        settings.intel_max_entries, fleet_config.min_age)
     for document in (fleet, intel):  # the allowlist is in both
         feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)
     feed.follow(INTEL_LIST_CHANNEL, intel.changed, intel.changed)

@@ -99,15 +99,16 @@ async def test_the_command_packs_the_days_before_today(make_client, settings, sq
         (mac(9), [yesterday.date().isoformat()])]
 
 
-async def plant(db, macs: list[str], names: list[str], seen: datetime) -> None:
-    """Postings as an upload of `names` from each router writes them, through the service's
-    own statement (server/hunt/sql.py), at `seen`, each router registered first."""
+async def plant(db, macs: list[str], names: list[str | dict], seen: datetime) -> None:
+    """Postings as an upload of `names` (DNS queries, or records as they are) from each
+    router writes them, through the service's own statement (server/hunt/sql.py), at
+    `seen`, each router registered first."""
     for router in macs:  # registered, as an upload registers its router
         await db.execute("INSERT INTO routers (mac) VALUES (%s) ON CONFLICT DO NOTHING",
                          (router,))
         postings = Postings()
         for name in names:
-            postings.add(dns(name))
+            postings.add(name if isinstance(name, dict) else dns(name))
         statement, params = postings_statement({**postings.params(seen), "mac": router,
                                                 "budget": POSTINGS_PER_ROUTER_DAY})
         await db.execute(statement, params)

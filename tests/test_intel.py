@@ -359,14 +359,73 @@ async def test_a_stranger_cannot_unlist_an_address_by_polling_from_it(house, sql
     assert polled.status == 200
     await intel(settings, "suppress", "domain:unrelated.example", "--note", "a rebuild")
     assert await _blocks(client, "45.9.9.9")
-    # A router an operator subscribed, polling from it, keeps it off (the fleet's rail).
-    sql.rows("UPDATE routers SET registered_by = 'operator' WHERE mac = '02:11:00:00:0c:02'")
+    # Nor by enrolling one with the fleet's token: a key just issued counts for nothing.
+    sql.rows("INSERT INTO router_keys (mac, key_hash, issued_by) "
+             "VALUES ('02:11:00:00:0c:02', '\\x00', 'enrollment')")
+    await intel(settings, "suppress", "domain:third.example", "--note", "a third rebuild")
+    assert await _blocks(client, "45.9.9.9")
+    # A router keyed and registered for FLEET_MIN_ROUTER_AGE_HOURS, or one an operator
+    # subscribed, polling from it, keeps it off (the fleet's rail).
+    sql.rows("UPDATE routers SET registered_at = now() - interval '4 days' "
+             "WHERE mac = '02:11:00:00:0c:02'")
+    sql.rows("UPDATE router_keys SET issued_at = now() - interval '4 days' "
+             "WHERE mac = '02:11:00:00:0c:02'")
     await intel(settings, "suppress", "domain:other.example", "--note", "another rebuild")
     await wait_for(lambda: _not(_blocks(client, "45.9.9.9")), timeout=10, interval=0.1)
+    sql.rows("DELETE FROM router_keys")
+    sql.rows("UPDATE routers SET registered_by = 'operator', registered_at = now() "
+             "WHERE mac = '02:11:00:00:0c:02'")
+    await intel(settings, "suppress", "domain:fourth.example", "--note", "a last rebuild")
+    assert not await _blocks(client, "45.9.9.9")
 
 
 async def _not(check) -> bool:
     return not await check
+
+
+async def test_a_held_or_suppressed_address_keeps_the_networks_around_it_out(house, sql):
+    settings, client, _, served, base = house
+    db = client.app[DATABASE]
+    flow = {"event_type": "flow", "src_ip": "192.168.1.20", "dest_ip": "8.8.8.8",
+            "proto": "UDP"}
+    await plant(db, CROWD, [flow], datetime.now(timezone.utc) - timedelta(days=2))
+    await db.execute("UPDATE routers SET registered_at = now() - interval '4 days'")
+    await pack(db)
+    served.bodies["/resolver.txt"] = (200, b"8.8.8.8\n", {})
+    served.bodies["/nets.txt"] = (200, b"8.8.0.0/16\n45.20.0.0/16\n", {})
+    for name in ("resolver", "nets"):
+        assert (await intel(settings, "add", name, f"{base}{name}.txt", "--format",
+                            "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
+    assert "8.8.8.8\theld\t12" in (await intel(settings, "decisions")).stdout
+    document, _ = await intel_document(client, OTHER)
+    assert [e["address"] for e in document["block"]] == ["45.20.0.0/16"]
+    # A suppressed address takes the networks that hold it out of every document too.
+    done = await intel(settings, "suppress", "ip:45.20.1.1", "--note", "our partner's")
+    assert done.returncode == 0, done.stderr
+    await wait_for(lambda: _not(_blocks(client, "45.20.0.0/16")), timeout=10, interval=0.1)
+    # An operator who releases the network has it delivered whatever it holds.
+    assert (await intel(settings, "release", "network:8.8.0.0/16", "--note",
+                        "checked")).returncode == 0
+    await wait_for(lambda: _blocks(client, "8.8.0.0/16"), timeout=10, interval=0.1)
+
+
+async def test_a_value_the_fleet_saw_weeks_ago_is_held_not_told_to_every_household(house, sql):
+    settings, client, inbox, served, base = house
+    db = client.app[DATABASE]
+    await plant(db, CROWD, ["reused.example"], datetime.now(timezone.utc) - timedelta(days=20))
+    await db.execute("UPDATE routers SET registered_at = now() - interval '30 days'")
+    await pack(db)
+    for router in CROWD:
+        assert subscriptions(settings, "owner", router, "--user", f"u-{router[-2:]}",
+                             "--email", f"u{router[-2:]}@example.org").returncode == 0
+    served.bodies["/old.txt"] = (200, b"reused.example\n", {})
+    await intel(settings, "add", "old", f"{base}old.txt", "--format", "plain")
+    assert (await intel(settings, "fetch")).returncode == 0
+    decisions = (await intel(settings, "decisions")).stdout
+    assert "reused.example\theld\t12" in decisions and "over the days hunted" in decisions
+    assert sql.value("SELECT count(*) FROM intel_sightings") == 0
+    assert sql.value("SELECT count(*) FROM notifications") == 0
 
 
 async def test_fresh_macs_cannot_get_a_real_indicator_held(house, sql):

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from datetime import timedelta
 from typing import Callable
 
 from engine.firewall import Exemptions
@@ -34,11 +35,13 @@ HISTORY = 48  # changes of the shared document a delta may span (two days of hou
 
 class IntelList(SharedDocument):
     def __init__(self, db: Database, listening: Callable[[], bool], exempt: list[str],
-                 max_entries: int):
-        """`exempt`: the service's own networks, never delivered."""
+                 max_entries: int, trusted_after: timedelta):
+        """`exempt`: the service's own networks, never delivered; `trusted_after`: the age
+        (FLEET_MIN_ROUTER_AGE_HOURS) past which a router's poll address keeps a value out."""
         super().__init__(db, listening)
         self._exempt = exempt
         self._max_entries = max_entries
+        self._trusted_after = trusted_after
         self._previous: tuple[str, dict] | None = None  # the shared document, its ETag
         self._history: deque = deque(maxlen=HISTORY)    # (from ETag, to ETag, changes)
         self._deltas: dict[str, Served] = {}            # from ETag -> delta to the current
@@ -67,7 +70,8 @@ class IntelList(SharedDocument):
         entries of the last good load are kept and the failure logged: a feed must never
         stop routers from polling (GET /rules/last_updated names this document)."""
         try:
-            rows = await intel_db.delivered(self._db, self._exempt, self._max_entries)
+            rows = await intel_db.delivered(self._db, self._exempt, self._max_entries,
+                                            self._trusted_after)
         except DatabaseUnavailable:
             raise
         except Exception:

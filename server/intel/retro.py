@@ -4,9 +4,10 @@ HUNT_RETENTION_DAYS (the retro-hunt), and every current indicator over the last 
 read the index as hunts do (server/hunt/sightings.py), in batches of BATCH indicators.
 
 Each (router, indicator) found is one sighting (server/intel/sql.py record_sightings): a rerun
-widens it, never adds one. A value more than INTEL_PREVALENCE_MAX of the fleet saw in the
-last 7 days (and at least HELD_FLOOR routers) is held for an operator and gives no sighting:
-a feed's false positive would tell every household at once. What is hunted: ip, domain (the
+widens it, never adds one. A value more than INTEL_PREVALENCE_MAX of the fleet's counted
+routers saw (and at least HELD_FLOOR), in the last 7 days or over the days hunted, is held
+for an operator and gives no sighting: a feed's false positive would fire at every router
+and tell every household at once. What is hunted: ip, domain (the
 name and every name under it), ja3, ja4, sha256, and networks of at most
 HUNTED_NETWORK_ADDRESSES (each address of them); larger networks and md5 are delivered to the
 routers, not hunted (the index keeps no md5, and a /16 is 65,536 lookups)."""
@@ -77,8 +78,10 @@ def _asked(indicators: list[Indicator],
 
 async def _found(db: Database, indicators: list[Indicator], days: int,
                  wanted: int) -> list[Sightings]:
+    """Each indicator's `wanted` earliest routers over the last `days` days, from the packed
+    days and from today's rows alike."""
     asked, slots, since, until = _asked(indicators, days)
-    return await sightings(db, asked, slots, since, until, wanted, UNPACKED_READS)
+    return await sightings(db, asked, slots, since, until, wanted, max(wanted, UNPACKED_READS))
 
 
 def held_above(config: IntelConfig, routers: int) -> int:
@@ -97,24 +100,21 @@ async def match(db: Database, config: IntelConfig, batch: list[tuple[str, str, s
     # Every value's routers in one pass over the index, folded per router as they are read
     # (server/hunt/tallies.py); a value more than the prevalence limit saw is a suspect,
     # held or read again whole on its own.
-    limit = held_above(config, await intel_db.registered_routers(db))
+    registered = await intel_db.registered_routers(db)
+    limit = held_above(config, registered)
     tallied = await _tallied(db, [h[3] for h in hunted], days, limit,
                              config.retro_hunt_processes) if hunted else []
     suspects = [n for n, one in enumerate(tallied) if one.over]
-    held = await _prevalent(db, config, hunted, suspects, limit)
-    held_values = {(kind, value) for kind, value, _ in held}
     rows = [(router.mac, kind, value, source, router.first, router.last, router.days,
              router.records)
             for (kind, value, source, _), one in zip(hunted, tallied)
             for router in one.routers]
-    again = [n for n in suspects if (hunted[n][0], hunted[n][1]) not in held_values]
-    if again:  # suspects the trusted routers did not make prevalent: every router of theirs
-        whole = await _found(db, [hunted[n][3] for n in again], days, SIGHTED_PER_INDICATOR)
-        rows += [(seen.mac, hunted[n][0], hunted[n][1], hunted[n][2], seen.first, seen.last,
-                  len(seen.days), seen.records)
-                 for n, one in zip(again, whole) for seen in one.earliest]
+    held, more = await _suspects(db, config, [hunted[n] for n in suspects], days, limit,
+                                 registered)
+    rows += more
     async with db.transaction() as cur:
-        result.held = await intel_db.hold(cur, held, "seen by too much of the fleet", actor)
+        for note, values in held.items():
+            result.held += await intel_db.hold(cur, values, note, actor)
         result.held += await intel_db.hold(cur, broad, BROAD_NOTE, actor)
         result.new_sightings = await intel_db.record_sightings(cur, rows)
     result.sightings = len(rows)
@@ -139,23 +139,45 @@ def _broad(kind: str, value: str) -> bool:
     return network.prefixlen < intel_db.BROADEST_PREFIX[network.version]
 
 
-async def _prevalent(db: Database, config: IntelConfig, hunted: list[tuple],
-                     suspects: list[int], limit: int) -> list[tuple[str, str, int]]:
-    """The suspects (seen by more than `limit` routers over the window) more of the fleet saw
-    in the last PREVALENCE_DAYS than INTEL_PREVALENCE_MAX allows, counting only routers old
-    enough to count for the fleet (and keyed in key mode): (kind, value, routers)."""
+RECENTLY_PREVALENT = "seen by too much of the fleet"
+PREVALENT_IN_WINDOW = "seen by too much of the fleet over the days hunted"
+
+
+async def _suspects(db: Database, config: IntelConfig, suspects: list[tuple], days: int,
+                    limit: int, registered: int) -> tuple[dict[str, list[tuple]], list[tuple]]:
+    """The values more than `limit` routers saw over the window, each judged on the routers
+    that count for the fleet (old enough, and keyed in key mode: fresh MACs can neither get a
+    real indicator held nor make one seem rare), every one of them read: held when more
+    than `limit` of those saw it in the last PREVALENCE_DAYS (it would fire at every
+    router), or over the whole window (it would tell that many households); else sighted at
+    every router that saw it. The held values by why, and the sightings' rows."""
     if not suspects:
-        return []
+        return {}, []
     trusted = await intel_db.trusted_routers(db, config.min_router_age, config.keyed)
-    recent = await _found(db, [hunted[n][3] for n in suspects], PREVALENCE_DAYS,
-                          SIGHTED_PER_INDICATOR)
-    held = []
-    for n, one in zip(suspects, recent):
-        counted = one.count if one.count > len(one.earliest) else sum(
-            1 for seen in one.earliest if seen.mac in trusted)
+    everyone = registered + 1
+    recent = await _found(db, [s[3] for s in suspects], PREVALENCE_DAYS, everyone)
+    held: dict[str, list[tuple]] = {RECENTLY_PREVALENT: [], PREVALENT_IN_WINDOW: []}
+    rest = []
+    for suspect, one in zip(suspects, recent):
+        counted = _counted(one, trusted)
         if counted > limit:
-            held.append((hunted[n][0], hunted[n][1], counted))
-    return held
+            held[RECENTLY_PREVALENT].append((suspect[0], suspect[1], counted))
+        else:
+            rest.append(suspect)
+    rows = []
+    whole = await _found(db, [s[3] for s in rest], days, everyone) if rest else []
+    for (kind, value, source, _), one in zip(rest, whole):
+        counted = _counted(one, trusted)
+        if counted > limit:
+            held[PREVALENT_IN_WINDOW].append((kind, value, counted))
+            continue
+        rows += [(seen.mac, kind, value, source, seen.first, seen.last, len(seen.days),
+                  seen.records) for seen in one.earliest]
+    return held, rows
+
+
+def _counted(one: Sightings, trusted: set[str]) -> int:
+    return sum(1 for seen in one.earliest if seen.mac in trusted)
 
 
 async def retro_hunt(db: Database, config: IntelConfig, actor: str) -> Matched:

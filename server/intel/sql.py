@@ -168,14 +168,34 @@ async def decisions(db: Database) -> list[tuple]:
 _DECIDED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
                  AND d.value = i.value AND d.decision IN ('suppressed', 'held'))"""
 
+# An address or network overlapping one an operator suppressed or the job held as seen by
+# too much of the fleet (`routers` counted; not a network held for its breadth alone): a
+# held 8.8.8.8 keeps 8.8.0.0/16 of another feed out too, unless an operator released it.
+_COVERED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind IN ('ip', 'network')
+                 AND (d.decision = 'suppressed' OR (d.decision = 'held' AND d.routers IS NOT NULL))
+                 AND d.value::inet && i.value::inet)
+  AND NOT EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
+                  AND d.value = i.value AND d.decision = 'released')"""
+
+# The routers whose sightings count toward a value's prevalence, and whose poll address
+# keeps a value out, as for the fleet's lists: registered, and given their current key, at
+# least %(min_age)s ago (and, when keyed, holding one).
+def _counted_routers(keyed: bool) -> str:
+    held_key = "AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else ""
+    return f"""r.registered_at <= now() - %(min_age)s
+  AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac
+                  AND k.issued_at > now() - %(min_age)s) {held_key}"""
+
 
 # What routers are sent: current values (not expired) of every feed, once each (its highest
 # confidence, then its latest sighting by a feed), none an operator suppressed or the job
 # held; an address or a network only when public, on no allowlist of the fleet, none of the
-# service's own networks and no poll address of a router an operator subscribed or that
-# holds a key (anybody can register a MAC from the address of their own server, in open
-# mode; the poll addresses found by a range of their index, not a scan per value), and a
-# network no broader than BROADEST_PREFIX unless an operator released it; at
+# service's own networks, overlapping no value suppressed or held as prevalent, and no poll
+# address of a router an operator subscribed or that holds a key, both for at least
+# FLEET_MIN_ROUTER_AGE_HOURS (anybody can register a MAC from the address of their own
+# server, or enroll one with the fleet's token; the poll addresses found by a range of their
+# index, not a scan per value), and a network no broader than BROADEST_PREFIX unless an
+# operator released it; at
 # most %(max)s, the highest confidence first, then the most recently seen.
 _NET = "i.value::inet"
 DELIVERED = f"""WITH current AS (
@@ -191,6 +211,7 @@ WHERE i.kind NOT IN ('ip', 'network') OR (
   AND NOT {_NET} && ANY(%(exempt)s::inet[])
   AND NOT EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
                   AND a.network::inet && {_NET})
+  AND NOT ({_COVERED})
   AND NOT EXISTS (SELECT 1 FROM intel_polled p
                   WHERE p.address >= network({_NET})::inet
                     AND p.address <= set_masklen(broadcast({_NET}),
@@ -207,16 +228,16 @@ LIMIT %(max)s"""
 # The poll addresses that protect their networks, in a table of the transaction with an
 # index: under Citus `routers` is distributed, and a correlated subquery from the
 # coordinator's own tables into it is refused (as the fleet's job does, server/fleet/sql.py).
-_POLLED = """CREATE TEMPORARY TABLE intel_polled ON COMMIT DROP AS
+_POLLED = f"""CREATE TEMPORARY TABLE intel_polled ON COMMIT DROP AS
 SELECT r.poll_address AS address FROM routers r
 WHERE r.poll_address IS NOT NULL
-  AND (r.registered_by = 'operator' OR EXISTS (SELECT 1 FROM router_keys k
-                                               WHERE k.mac = r.mac))"""
+  AND (r.registered_by = 'operator' OR ({_counted_routers(keyed=True)}))"""
 
 
-async def delivered(db: Database, exempt: list[str], max_entries: int) -> list[tuple]:
+async def delivered(db: Database, exempt: list[str], max_entries: int,
+                    min_age: timedelta) -> list[tuple]:
     async with db.transaction() as cur:
-        await execute(cur, _POLLED)
+        await execute(cur, _POLLED, {"min_age": min_age})
         await execute(cur, "CREATE INDEX ON intel_polled (address); ANALYZE intel_polled")
         await execute(cur, DELIVERED, {"not_public": list(NOT_PUBLIC), "exempt": exempt,
                                        "max": max_entries})
@@ -311,10 +332,9 @@ async def trusted_routers(db: Database, min_age: timedelta, keyed: bool) -> set[
     """The routers whose sightings count toward a value's prevalence, as toward the fleet's
     lists: registered at least `min_age` ago (and, when `keyed`, holding a key), so that
     fresh MACs cannot get a real indicator held."""
-    key = ("AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else "")
     return {mac for (mac,) in await db.fetchall(
-        f"SELECT r.mac::text FROM routers r WHERE r.registered_at <= now() - %s {key}",
-        (min_age,))}
+        f"SELECT r.mac::text FROM routers r WHERE {_counted_routers(keyed)}",
+        {"min_age": min_age})}
 
 
 SIGHTINGS = """SELECT s.kind, s.value, s.source, s.mac::text, s.first_seen, s.last_seen,
