@@ -22,7 +22,8 @@ from aiohttp import web
 
 from engine.intel import FILES, rules_file
 from engine.intel import intel_document as build_document
-from server.intel.fetching import FetchError, _capped
+from server.intel import sql as intel_db
+from server.intel.fetching import FetchError, _capped, fetch
 from server.intel.formats import FeedError, read
 from server.intel.config import IntelConfig
 from server.intel.jobs import fetch_feeds, match_now
@@ -460,6 +461,101 @@ def test_a_zip_of_many_entries_is_refused_before_it_is_read():
             written.writestr(f"{n}.txt", "a.example\n")
     with pytest.raises(FetchError, match="more than one file"):
         _capped(archive.getvalue(), 10_000)
+
+
+def test_a_zip_whose_record_understates_its_directory_is_refused_before_it_is_read():
+    """Its end record says one entry; its directory holds thousands (zipfile would read them
+    all: 1.4 million took 800 MB in a review)."""
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as written:
+        for n in range(3_000):
+            written.writestr(f"{n:08}.txt", "")
+    data = bytearray(archive.getvalue())
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 8:end + 12] = (1).to_bytes(2, "little") * 2
+    with pytest.raises(FetchError, match="more than one file"):
+        _capped(bytes(data), 10_000)
+
+
+def test_a_feed_of_too_many_lines_or_objects_is_refused_before_they_are_made():
+    with pytest.raises(FeedError, match="2,000,000 lines"):
+        read("plain", b"a\n" * 2_000_000)
+    with pytest.raises(FeedError, match="objects and arrays"):
+        read("threatfox", b'{"data":[' + b"{}," * 2_000_000 + b"{}]}")
+    # A confidence of `true` is no number (Python counts it as 1): the feed's default.
+    version = read("threatfox", orjson.dumps({"data": [
+        {"ioc_type": "domain", "ioc_value": "c2.example", "confidence_level": True}]}))
+    assert [e.confidence for e in version.entries.values()] == [None]
+
+
+async def test_a_fetch_is_timed_whole_across_its_redirects(aiohttp_server):
+    async def slow_redirect(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.8)
+        hop = int(request.match_info["hop"])
+        raise web.HTTPFound(f"/hop/{hop + 1}")
+    app = web.Application()
+    app.router.add_get("/hop/{hop}", slow_redirect)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    started = time.monotonic()
+    with pytest.raises(FetchError, match="within 2 s"):
+        await fetch(str(server.make_url("/hop/0")), None, None, 10_000, 2)
+    assert time.monotonic() - started < 2.7  # each of its 4 hops took 0.8 s
+
+
+async def test_a_misp_feed_whose_events_fail_keeps_its_previous_version(house, sql):
+    settings, client, _, served, base = house
+    uuids = ["5f1e0000-0000-4000-8000-00000000000" + str(n) for n in range(3)]
+    served.bodies["/misp/manifest.json"] = (200, orjson.dumps(
+        {uuid: {"timestamp": str(1700000000 + n)} for n, uuid in enumerate(uuids)}), {})
+    for n, uuid in enumerate(uuids):
+        served.bodies[f"/misp/{uuid}.json"] = (200, orjson.dumps({"Event": {"Attribute": [
+            {"type": "domain", "value": f"c2-{n}.misp.example", "to_ids": True}]}}), {})
+    await intel(settings, "add", "misp", f"{base}misp/manifest.json", "--format", "misp")
+    assert "misp: 3 indicators" in (await intel(settings, "fetch")).stdout
+    served.bodies[f"/misp/{uuids[1]}.json"] = (503, b"slow down", {})
+    served.bodies["/misp/manifest.json"] = (200, served.bodies["/misp/manifest.json"][1]
+                                            + b" ", {})  # a new ETag: fetched again
+    done = await intel(settings, "fetch")
+    assert done.returncode == 1 and "HTTP 503" in done.stdout
+    assert sql.value("SELECT count(*) FROM intel_indicators WHERE feed = 'misp'") == 3
+
+
+async def test_a_feed_server_cannot_write_escapes_to_an_operator_terminal(house, sql):
+    """A raw server (aiohttp refuses to send it) answers with escapes in its reason phrase."""
+    settings, client, _, served, base = house
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 500 \x1b[31mRED\x1b[0m\x07 x\r\nContent-Length: 0\r\n"
+                     b"Connection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+    raw = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = raw.sockets[0].getsockname()[1]
+    try:
+        await intel(settings, "add", "esc", f"http://127.0.0.1:{port}/esc.txt", "--format",
+                    "plain")
+        done = await intel(settings, "fetch")
+        listed = (await intel(settings, "list")).stdout
+    finally:
+        raw.close()
+    assert "RED" in done.stdout and "RED" in listed
+    assert "\x1b" not in done.stdout + listed and "\x07" not in done.stdout + listed
+
+
+async def test_no_feed_pushes_another_out_of_the_budget(house, sql):
+    settings, client, _, served, base = house
+    served.bodies["/loud.json"] = (200, orjson.dumps({"data": [
+        {"ioc_type": "domain", "ioc_value": f"c2-{n}.loud.example", "confidence_level": 100}
+        for n in range(10)]}), {})
+    served.bodies["/quiet.txt"] = (200, b"one.quiet.example\ntwo.quiet.example\n", {})
+    await intel(settings, "add", "loud", f"{base}loud.json", "--format", "threatfox")
+    await intel(settings, "add", "quiet", f"{base}quiet.txt", "--format", "plain")
+    assert (await intel(settings, "fetch")).returncode == 0
+    rows = await intel_db.delivered(client.app[DATABASE], [], 4, timedelta(hours=72))
+    assert sorted(value for _, value, _ in rows if "quiet" in value) == [
+        "example.quiet.one", "example.quiet.two"]
+    assert len(rows) == 4
 
 
 def test_a_feed_value_no_database_can_take_or_too_wide_is_refused():

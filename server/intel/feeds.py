@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urljoin
 
-import orjson
 
 from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.fetching import FetchError, fetch
 from server.db.pool import DatabaseUnavailable
-from server.intel.formats import FeedError, Version, bounded, misp_event, read
+from server.intel.formats import FeedError, Version, bounded, json_document, misp_event, read
 from server.intel.config import IntelConfig
 
 log = logging.getLogger("router_backend.intel")
@@ -81,10 +80,7 @@ async def _swap(db: Database, feed: intel_db.Feed, version: Version, etag: str |
 
 async def _misp_feed(manifest: bytes, url: str, config: IntelConfig) -> Version:
     """A MISP feed: its manifest's events (the newest MISP_EVENTS_MAX), each fetched."""
-    try:
-        events = orjson.loads(manifest)
-    except orjson.JSONDecodeError as error:
-        raise FeedError(f"the manifest is not JSON: {error}") from None
+    events = json_document(manifest)
     if not isinstance(events, dict) or "Event" in events:
         raise FeedError("not a MISP feed manifest ({uuid: {...}}): a MISP feed's URL names "
                         "its manifest.json")
@@ -102,13 +98,18 @@ async def _misp_feed(manifest: bytes, url: str, config: IntelConfig) -> Version:
             raise FeedError(f"the feed's events are more than INTEL_FEED_MAX_BYTES "
                             f"({config.feed_max_bytes:,}) or take longer than "
                             f"INTEL_FETCH_TIMEOUT_SECONDS ({config.fetch_timeout_seconds})")
-        try:
+        try:  # an event not fetched fails the version (a server refusing some of them,
+            # as a rate limit does, must not remove their indicators); one not readable is
+            # refused and counted
             fetched = await fetch(urljoin(url, f"{uuid.lower()}.json"), None, None, budget,
                                   left)
-            budget -= len(fetched.data or b"")
-            event = await asyncio.to_thread(orjson.loads, fetched.data or b"{}")
+        except FetchError as error:
+            raise FeedError(f"event {uuid.lower()}: {error}") from None
+        budget -= len(fetched.data or b"")
+        try:
+            event = await asyncio.to_thread(json_document, fetched.data or b"{}")
             misp_event(version, event)
-        except (FetchError, orjson.JSONDecodeError, FeedError):
+        except FeedError:
             version.refuse("event not readable")
         bounded(version)
     return version
@@ -139,6 +140,8 @@ async def fetch_feed(db: Database, feed: intel_db.Feed, config: IntelConfig,
 
 
 async def _failed(db: Database, feed: intel_db.Feed, message: str, actor: str) -> Taken:
+    # Shown to operators in a terminal: a feed server's reason phrase may carry escapes.
+    message = "".join(c if c.isprintable() else "?" for c in message)
     log.warning("intel feed %s: kept the previous version: %s", feed.name, message)
     await intel_db.record_attempt(db, feed.name, message, actor)
     return Taken(feed.name, "failed", error=message)
@@ -152,3 +155,8 @@ async def import_file(db: Database, feed: intel_db.Feed, data: bytes, actor: str
         return await _swap(db, feed, version, None, None, actor)
     except FeedError as error:
         return await _failed(db, feed, str(error), actor)
+    except DatabaseUnavailable:
+        raise
+    except Exception as error:  # whatever a hostile file finds, as for a fetched feed
+        log.exception("intel import into %s failed", feed.name)
+        return await _failed(db, feed, f"{type(error).__name__}: {error}"[:300], actor)

@@ -80,12 +80,22 @@ def _capped(data: bytes, limit: int) -> bytes:
     return data
 
 
+MAX_ZIP_DIRECTORY = 65_536  # bytes: a one-entry directory is under 1 KiB in practice
+
+
 def _zip_entries(data: bytes) -> int | None:
-    """The entry count a zip's end-of-central-directory record gives; None without one."""
+    """The entry count a zip's end-of-central-directory record gives, on this disk and in
+    all (0 when they differ); None without a record, or with a directory larger than one
+    entry's could be (a record saying one entry before a directory of a million)."""
     end = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557))
     if end < 0 or len(data) < end + 22:
         return None
-    return int.from_bytes(data[end + 10:end + 12], "little")
+    here, total, size = (int.from_bytes(data[end + 8:end + 10], "little"),
+                         int.from_bytes(data[end + 10:end + 12], "little"),
+                         int.from_bytes(data[end + 12:end + 16], "little"))
+    if size > MAX_ZIP_DIRECTORY:
+        return None
+    return total if here == total else 0
 
 
 async def _body(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -111,8 +121,9 @@ async def fetch(url: str, etag: str | None, last_modified: str | None, max_bytes
         headers["If-Modified-Since"] = last_modified
     home = urlsplit(url).netloc
     timeout = aiohttp.ClientTimeout(total=timeout_seconds)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=True) as session:
+    try:  # the timeout is the whole fetch's, every redirect of it
+        async with asyncio.timeout(timeout_seconds), \
+                aiohttp.ClientSession(timeout=timeout, auto_decompress=True) as session:
             for _ in range(MAX_REDIRECTS + 1):
                 async with session.get(url, headers=headers, allow_redirects=False) as answer:
                     if answer.status in (301, 302, 303, 307, 308):

@@ -106,14 +106,15 @@ def inferred_kind(text: str) -> str:
 
 
 def _lines(data: bytes) -> list[str]:
+    """The lines (ended by LF or CRLF), counted before any is made: 22 million short lines
+    once took 1.8 GB before they were refused."""
+    if (count := data.count(b"\n")) >= MAX_LINES:
+        raise FeedError(f"the feed has {count:,} lines, more than {MAX_LINES:,}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise FeedError("the feed is not UTF-8 text") from None
-    lines = text.splitlines()
-    if len(lines) > MAX_LINES:
-        raise FeedError(f"the feed has {len(lines):,} lines, more than {MAX_LINES:,}")
-    return lines
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def _add_url(version: Version, url: str, **known) -> None:
@@ -158,7 +159,11 @@ def _utc(text) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def _json(data: bytes):
+def json_document(data: bytes):
+    """The document, its objects and arrays counted before it is parsed: 64 MiB of `{},`
+    once took 2.1 GB before they were refused."""
+    if (count := data.count(b"{") + data.count(b"[")) > MAX_LINES:
+        raise FeedError(f"the feed has {count:,} objects and arrays, more than {MAX_LINES:,}")
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as error:
@@ -170,7 +175,7 @@ _THREATFOX_KINDS = {"ip:port": "ip", "domain": "domain", "url": "url", "md5_hash
 
 
 def threatfox(data: bytes, kind: str | None = None) -> Version:
-    document = _json(data)
+    document = json_document(data)
     if isinstance(document, dict) and isinstance(document.get("data"), list):
         iocs = document["data"]
     elif isinstance(document, dict):
@@ -195,7 +200,7 @@ def threatfox(data: bytes, kind: str | None = None) -> Version:
         confidence = ioc.get("confidence_level")
         _add(version, ioc_kind, value,
              confidence=confidence if isinstance(confidence, int)
-             and 0 <= confidence <= 100 else None,
+             and not isinstance(confidence, bool) and 0 <= confidence <= 100 else None,
              first_seen=_utc(ioc.get("first_seen_utc", ioc.get("first_seen"))),
              last_seen=_utc(ioc.get("last_seen_utc", ioc.get("last_seen"))))
     return version
@@ -290,7 +295,7 @@ def misp_event(version: Version, document) -> None:
 
 
 def misp(data: bytes, kind: str | None = None) -> Version:
-    document = _json(data)
+    document = json_document(data)
     version = Version()
     for event in document if isinstance(document, list) else [document]:
         misp_event(version, event)

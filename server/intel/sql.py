@@ -195,17 +195,23 @@ def _counted_routers(keyed: bool) -> str:
 # FLEET_MIN_ROUTER_AGE_HOURS (anybody can register a MAC from the address of their own
 # server, or enroll one with the fleet's token; the poll addresses found by a range of their
 # index, not a scan per value), and a network no broader than BROADEST_PREFIX unless an
-# operator released it; at
-# most %(max)s, the highest confidence first, then the most recently seen.
+# operator released it; at most %(max)s, the feeds in turns (each feed's highest confidence
+# first, then its most recently seen): a feed of a million values, however confident it
+# says it is, cannot push out another's. A value several feeds name is its most confident
+# feed's.
 _NET = "i.value::inet"
 DELIVERED = f"""WITH current AS (
-    SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.confidence, i.last_seen,
+    SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.feed, i.confidence, i.last_seen,
            i.expires_at
     FROM intel_indicators i
     WHERE i.expires_at > now()
       AND NOT {_DECIDED}
-    ORDER BY i.kind, i.value, i.confidence DESC, i.last_seen DESC)
-SELECT i.kind, i.value, i.expires_at FROM current i
+    ORDER BY i.kind, i.value, i.confidence DESC, i.last_seen DESC),
+kept AS (
+SELECT i.kind, i.value, i.confidence, i.last_seen, i.expires_at,
+       row_number() OVER (PARTITION BY i.feed ORDER BY i.confidence DESC, i.last_seen DESC,
+                                                       i.kind, i.value) AS turn
+FROM current i
 WHERE i.kind NOT IN ('ip', 'network') OR (
       NOT {_NET} && ANY(%(not_public)s::inet[])
   AND NOT {_NET} && ANY(%(exempt)s::inet[])
@@ -220,8 +226,9 @@ WHERE i.kind NOT IN ('ip', 'network') OR (
   AND (masklen({_NET}) >= CASE family({_NET}) WHEN 4 THEN {BROADEST_PREFIX[4]}
                                  ELSE {BROADEST_PREFIX[6]} END
        OR EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
-                  AND d.value = i.value AND d.decision = 'released')))
-ORDER BY i.confidence DESC, i.last_seen DESC, i.kind, i.value
+                  AND d.value = i.value AND d.decision = 'released'))))
+SELECT kind, value, expires_at FROM kept
+ORDER BY turn, confidence DESC, last_seen DESC, kind, value
 LIMIT %(max)s"""
 
 
