@@ -429,6 +429,28 @@ async def test_a_value_the_fleet_saw_weeks_ago_is_held_not_told_to_every_househo
     assert sql.value("SELECT count(*) FROM notifications") == 0
 
 
+async def test_an_earlier_key_holders_sightings_are_not_told_to_the_owner(house, sql):
+    settings, client, inbox, served, base = house
+    db = client.app[DATABASE]
+    squatted, kept = "02:11:00:00:0e:01", "02:11:00:00:0e:02"
+    await plant(db, [squatted, kept], ["c2.squat.example"],
+                datetime.now(timezone.utc) - timedelta(days=2))
+    await pack(db)
+    # The squatter's enrollment was reset and the real router enrolled since; the other
+    # router has held its key all along.
+    sql.rows("INSERT INTO router_keys (mac, key_hash, issued_at, issued_by) VALUES "
+             "('02:11:00:00:0e:01', '\\x00', now(), 'enrollment'), "
+             "('02:11:00:00:0e:02', '\\x00', now() - interval '9 days', 'enrollment')")
+    for router in (squatted, kept):
+        assert subscriptions(settings, "owner", router, "--user", f"u-{router[-2:]}",
+                             "--email", f"u{router[-2:]}@example.org").returncode == 0
+    served.bodies["/squat.txt"] = (200, b"c2.squat.example\n", {})
+    await intel(settings, "add", "squat", f"{base}squat.txt", "--format", "plain")
+    assert (await intel(settings, "fetch")).returncode == 0
+    assert sql.value("SELECT count(*) FROM intel_sightings") == 2
+    assert sql.rows("SELECT metadata->>'router' FROM notifications") == [(kept,)]
+
+
 async def test_fresh_macs_cannot_get_a_real_indicator_held(house, sql):
     settings, client, _, served, base = house
     victim, sybils = "02:11:00:00:0d:00", [f"02:11:00:00:0d:{n:02x}" for n in range(1, 13)]

@@ -373,12 +373,15 @@ async def routers_without_owner(db: Database) -> list[str]:
            WHERE r.owner_user IS NULL ORDER BY 1""")]
 
 
-# Sightings not told yet, of routers with an owner, oldest first; locked, so that two
-# processes never tell one twice.
+# Sightings not told yet, of routers with an owner, oldest first; none that ended before
+# the router's current key was issued (an earlier holder's, whose enrollment an operator
+# reset: its traffic is not the owner's to be told of).
 UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source, s.first_seen, s.last_seen,
        s.records, r.owner_user, r.owner_email
 FROM intel_sightings s JOIN routers r USING (mac)
 WHERE s.told_at IS NULL AND r.owner_user IS NOT NULL AND r.owner_email IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
+                  AND k.issued_at > s.last_seen)
 ORDER BY s.found_at, s.mac, s.kind, s.value LIMIT %(batch)s"""
 TOLD = """UPDATE intel_sightings s SET told_at = now()
 WHERE (s.mac, s.kind, s.value) IN (
