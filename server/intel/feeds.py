@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urljoin
 
-
 from server.intel import sql as intel_db
-from server.db.pool import Database
+from server.db.pool import Database, DatabaseUnavailable
 from server.intel.fetching import FetchError, fetch
-from server.db.pool import DatabaseUnavailable
 from server.intel.formats import FeedError, Version, bounded, json_document, misp_event, read
 from server.intel.config import IntelConfig
 
