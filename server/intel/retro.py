@@ -30,7 +30,6 @@ from server.telemetry.indicators import Indicator
 
 BATCH = 100_000  # indicators a pass over the index reads for (its memory follows the
 # sightings found, server/hunt/tallies.py; its time, the blocks read: once a pass)
-SIGHTED_PER_INDICATOR = 10_000  # routers recorded for one value (more: it is held anyway)
 HUNTED_NETWORK_ADDRESSES = 256
 PREVALENCE_DAYS = 7
 LIVE_DAYS = 2
