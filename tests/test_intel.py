@@ -526,8 +526,9 @@ def test_a_zip_whose_record_understates_its_directory_is_refused_before_it_is_re
 
 
 def test_a_feed_of_too_many_lines_or_objects_is_refused_before_they_are_made():
-    with pytest.raises(FeedError, match="2,000,000 lines"):
-        read("plain", b"a\n" * 2_000_000)
+    with pytest.raises(FeedError, match="2,000,001 lines, more than 2,000,000"):
+        read("plain", b"a\n" * 2_000_000 + b"a")
+    assert len(read("plain", b"a.example\n" * 2_000_000).entries) == 1  # at most: taken
     with pytest.raises(FeedError, match="objects and arrays"):
         read("threatfox", b'{"data":[' + b"{}," * 2_000_000 + b"{}]}")
     # A confidence of `true` is no number (Python counts it as 1): the feed's default.

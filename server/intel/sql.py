@@ -177,6 +177,7 @@ _COVERED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind IN ('ip', 'ne
   AND NOT EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
                   AND d.value = i.value AND d.decision = 'released')"""
 
+
 # The routers whose sightings count toward a value's prevalence, and whose poll address
 # keeps a value out, as for the fleet's lists: registered, and given their current key, at
 # least %(min_age)s ago (and, when keyed, holding one).
