@@ -85,11 +85,14 @@ class ServerRunner:
     stop and start again on the same port."""
 
     def __init__(self, location: DatabaseLocation | None, data_dir: Path,
-                 flood_limits: bool = False, **settings: str):
+                 flood_limits: bool = False, checkout: Path = REPOSITORY,
+                 python: str = sys.executable, **settings: str):
         """`location` None: the service's embedded PostgreSQL in `data_dir`. `flood_limits`:
         keep the service's default flood limits (else they are raised, as a load generator's
-        fleet shares one address)."""
+        fleet shares one address). `checkout` and `python`: another release's server, run
+        from its own checkout with its own interpreter (ops/bench/ingest_pair.py)."""
         self.port = free_port()
+        self.checkout, self.python = checkout, python
         data_dir.mkdir(parents=True, exist_ok=True)
         environ = dict(os.environ)
         if location is None:  # no DB_HOST from the caller's environment: the embedded server
@@ -113,9 +116,9 @@ class ServerRunner:
         with self.log_path.open("ab") as log:
             # A session of its own, as under systemd: signals sent to the test runner's
             # process group never reach the server or its supervisor's children.
-            self.process = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"],
+            self.process = subprocess.Popen([self.python, "-m", "ops.cli", "serve"],
                                             env=self.env, stdout=log, stderr=log,
-                                            cwd=REPOSITORY, start_new_session=True)
+                                            cwd=self.checkout, start_new_session=True)
         deadline = time.monotonic() + timeout
         if not wait_listening(self.process, self.port, timeout):
             raise RuntimeError(f"server did not start listening: {self.log_tail()}")
@@ -179,10 +182,12 @@ class ServerRunner:
 
 
 @contextlib.contextmanager
-def running_server(location: DatabaseLocation, data_dir: Path,
+def running_server(location: DatabaseLocation, data_dir: Path, flood_limits: bool = False,
+                   checkout: Path = REPOSITORY, python: str = sys.executable,
                    **settings: str) -> Iterator[ServerRunner]:
-    """A started ServerRunner, stopped afterwards."""
-    runner = ServerRunner(location, data_dir, **settings).start()
+    """A started ServerRunner (its arguments), stopped afterwards."""
+    runner = ServerRunner(location, data_dir, flood_limits=flood_limits, checkout=checkout,
+                          python=python, **settings).start()
     try:
         yield runner
     finally:

@@ -52,3 +52,16 @@ def test_polling_benchmark_answers_304_without_writing():
         rate = re.search(rf"{re.escape(label)} +([\d,]+) req/s", output)
         assert rate and int(rate.group(1).replace(",", "")) > 0, output
     assert re.search(r"2 HTTP workers vs 1 on the 304 path: [\d.]+x", output), output
+
+
+def test_paired_ingestion_on_the_corpus_mix_stores_every_record_on_both_sides():
+    """ops/bench/pair.py runs the benchmark in turn in two checkouts (here this one twice)
+    and compares their medians; the corpus mix posts to both endpoints, and each run fails
+    when either endpoint's records are not all stored."""
+    output = run_benchmark("ops.bench.pair", "--before", str(REPOSITORY), "--before-python",
+                           sys.executable, "--runs", "1", "ops.bench.ingest", "--records",
+                           "3000", "--per-request", "1000", "--rounds", "1", "--body", "corpus")
+    runs = re.findall(r"run 1 +(before|this): +([\d,]+) +against COPY: ([\d.]+)", output)
+    assert [side for side, _, _ in runs] == ["before", "this"], output
+    assert all(int(rate.replace(",", "")) > 0 and float(ratio) > 0 for _, rate, ratio in runs)
+    assert re.search(r"this/before: [\d.]+ on the medians", output), output

@@ -57,7 +57,7 @@ def measure(citus: bool, args: argparse.Namespace, bodies: list[bytes]) -> dict[
             with running_server(location, workdir,
                                 INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server:
                 seconds = asyncio.run(run_http(server.port, bodies, args.concurrency))
-            check_stored(location, args.records)
+            check_stored(location, {"events": args.records})
             settings, ruleset = published_ruleset(location, workdir, args.archive)
             macs = router_macs(args.routers)
             fill_telemetry(location, macs, [rule["sid"] for rule in ruleset.rules])

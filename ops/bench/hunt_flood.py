@@ -5,15 +5,19 @@ honest router's upload time is compared with the same uploads on a quiet server,
 same run.
 
     python -m ops.bench.hunt_flood [--flooders 1,100] [--seconds 30] [--budget 2000]
+                                   [--router-limits default|off]
 
 The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL (or the
 server named by DB_HOST...), its per-address limits raised (every client here is 127.0.0.1; a
-real flood comes from many addresses). The flood is driven by wrk (one connection a flooder,
-each request 200 records of random names made by its Lua script, the flooders' MACs in turn),
-since a Python client saturates before the server does; the honest router is a process of
-its own (`--honest-only PORT`: its corpus day's alerts, 44 records, one upload every 0.2 s),
-so that its times are the server's, not a busy client's. What saturates is printed: the
-cores wrk and the server kept busy.
+real flood comes from many addresses). Its per-router limits (ROUTER_REQUESTS_PER_MINUTE,
+ROUTER_RECORDS_PER_MINUTE) are the defaults, as a real flooder meets them, unless
+--router-limits off raises them too (each flooder then sends as fast as the server answers).
+The flood is driven by wrk (one connection a flooder, each request 200 records of random
+names made by its Lua script, the flooders' MACs in turn), since a Python client saturates
+before the server does; the honest router is a process of its own (`--honest-only PORT`: its
+corpus day's alerts, 44 records, an upload every 0.2 s, or every 0.6 s within the default
+per-router limit of 2 requests a second), so that its times are the server's, not a busy
+client's. What saturates is printed: the cores wrk and the server kept busy.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ from testkit.server import running_server
 
 HONEST = "02:59:00:00:00:01"
 RECORDS_A_FLOOD = 200
-HONEST_PAUSE = 0.2
+HONEST_PAUSE = {"off": 0.2, "default": 0.6}  # by --router-limits: 2 requests/s at most
+# Raised whatever --router-limits says: every client of this benchmark is 127.0.0.1.
+PER_ADDRESS = {"REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "100000",
+               "FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS": "100000",
+               "INGEST_MAX_UPLOADS_PER_ADDRESS": "1000"}
 
 
 # Each request: the next flooder's MAC, RECORDS_A_FLOOD DNS records of random 12-letter names.
@@ -70,7 +78,8 @@ end
 """
 
 
-async def honest_uploads(port: int, seconds: float, stop: asyncio.Event) -> list[float]:
+async def honest_uploads(port: int, seconds: float, pause: float,
+                         stop: asyncio.Event) -> list[float]:
     alerts = [r for r in corpus_records()["events"]][:44]
     body = b"\n".join(orjson.dumps(r) for r in alerts)
     times: list[float] = []
@@ -85,21 +94,21 @@ async def honest_uploads(port: int, seconds: float, stop: asyncio.Event) -> list
                 if answer.status != 200:
                     raise RuntimeError(f"the honest router's upload: {answer.status}")
             times.append(time.perf_counter() - started)
-            await asyncio.sleep(HONEST_PAUSE)
+            await asyncio.sleep(pause)
     stop.set()
     return times
 
 
-def honest_process(port: int, seconds: float) -> list[float]:
+def honest_process(port: int, seconds: float, limits: str) -> list[float]:
     """The honest router's upload times, from a process of its own."""
     done = subprocess.run([sys.executable, "-m", "ops.bench.hunt_flood", "--honest-only",
-                           str(port), "--seconds", str(seconds)],
+                           str(port), "--seconds", str(seconds), "--router-limits", limits],
                           capture_output=True, text=True, check=True)
     return orjson.loads(done.stdout)
 
 
-def under_flood(port: int, server_pid: int, flooders: int, seconds: float, script: Path
-                ) -> tuple[list[float], dict]:
+def under_flood(port: int, server_pid: int, flooders: int, seconds: float, script: Path,
+                limits: str) -> tuple[list[float], dict]:
     """wrk floods for the honest router's time and a little more on each side."""
     flooded: dict = {}
 
@@ -111,7 +120,7 @@ def under_flood(port: int, server_pid: int, flooders: int, seconds: float, scrip
     thread = threading.Thread(target=flood)
     thread.start()
     time.sleep(2)
-    honest = honest_process(port, seconds)
+    honest = honest_process(port, seconds, limits)
     thread.join()
     return honest, flooded
 
@@ -121,35 +130,36 @@ def main() -> int:
     parser.add_argument("--flooders", default="1,100")
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--router-limits", choices=("default", "off"), default="default")
     parser.add_argument("--honest-only", type=int, metavar="PORT",
                         help="be the honest router against the server on PORT for --seconds, "
                              "printing its upload times (the benchmark starts it so)")
     args = parser.parse_args()
     if args.honest_only:
-        times = asyncio.run(honest_uploads(args.honest_only, args.seconds, asyncio.Event()))
+        times = asyncio.run(honest_uploads(args.honest_only, args.seconds,
+                                           HONEST_PAUSE[args.router_limits], asyncio.Event()))
         print(orjson.dumps(times).decode())
         return 0
     if not available():
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
         return 1
     with throwaway_database() as (location, workdir), \
-            running_server(location, workdir, HUNT_POSTINGS_PER_ROUTER_DAY=str(args.budget),
+            running_server(location, workdir, flood_limits=args.router_limits == "default",
+                           HUNT_POSTINGS_PER_ROUTER_DAY=str(args.budget),
                            TELEMETRY_COMPACT_CRON_SCHEDULE="0 0 1 1 *",
-                           # every client is 127.0.0.1 here; a real fleet's are many
-                           REGISTRATIONS_PER_MINUTE_PER_ADDRESS="100000",
-                           INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server, \
+                           **PER_ADDRESS) as server, \
             tempfile.TemporaryDirectory() as scratch:
         sql = Sql(location)
         script = Path(scratch) / "flood.lua"
         script.write_text(FLOOD_SCRIPT)
-        quiet = honest_process(server.port, args.seconds)
+        quiet = honest_process(server.port, args.seconds, args.router_limits)
         print(f"quiet: the honest router's upload p50 {statistics.median(quiet) * 1000:.1f} ms "
               f"({len(quiet)} uploads)")
         for flooders in (int(n) for n in args.flooders.split(",")):
             sql.rows("TRUNCATE hunt_budgets")
             before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
             honest, flooded = under_flood(server.port, server.process.pid, flooders,
-                                          args.seconds, script)
+                                          args.seconds, script, args.router_limits)
             behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT))
             added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s",
                               (HONEST,)) - before

@@ -61,7 +61,7 @@ def main() -> int:
     new_lines = make_lines(args.records)
     bodies = ndjson_bodies(new_lines, args.per_request)
     old_received = datetime.now(timezone.utc) - timedelta(days=60)
-    old_lines = make_lines(args.old)
+    old_lines = [line for _, line in make_lines(args.old)]
 
     with throwaway_database() as (location, workdir), \
             running_server(location, workdir) as server:
