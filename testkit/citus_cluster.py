@@ -15,17 +15,20 @@ only root may enter).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from server.db.lifecycle import STARTUP_WAIT_SECONDS
 from server.db.location import DatabaseLocation
 from server.db.migrate import wait_until_reachable
-from testkit.database import join_citus
+from testkit.database import join_citus, migrated_database
 from testkit.server import free_port
 
 SETTINGS = {"shared_preload_libraries": "'citus'", "listen_addresses": "'127.0.0.1'",
@@ -149,6 +152,24 @@ class CitusCluster:
     def environment(self, prefix: str = "TEST_CITUS_") -> dict[str, str]:
         return {f"{prefix}HOST": "127.0.0.1", f"{prefix}PORT": str(self.ports[0]),
                 f"{prefix}USER": "postgres"}
+
+
+@contextlib.contextmanager
+def cluster_database(citus: bool = True) -> Iterator[tuple[DatabaseLocation, Path]]:
+    """A migrated database on a cluster started for it (a coordinator with two workers, or
+    with `citus` False one plain PostgreSQL of the same installation and settings) and a work
+    directory, all removed afterwards: what a benchmark compares on the two."""
+    directory = Path(tempfile.mkdtemp(prefix="citus-bench-"))
+    cluster = CitusCluster(directory, citus=citus)
+    try:
+        cluster.start()
+        with migrated_database(cluster.coordinator, "bench") as location:
+            workdir = directory / "work"
+            workdir.mkdir()
+            yield location, workdir
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def main() -> int:

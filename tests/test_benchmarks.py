@@ -65,3 +65,16 @@ def test_paired_ingestion_on_the_corpus_mix_stores_every_record_on_both_sides():
     assert [side for side, _, _ in runs] == ["before", "this"], output
     assert all(int(rate.replace(",", "")) > 0 and float(ratio) > 0 for _, rate, ratio in runs)
     assert re.search(r"this/before: [\d.]+ on the medians", output), output
+
+
+def test_interleaved_ingestion_pair_runs_both_servers_and_checks_every_record():
+    """ops/bench/ingest_pair.py: the other checkout's server on a database its own `migrate`
+    made (here this checkout again), rounds alternating; a round fails when a side stored
+    other than the records sent."""
+    output = run_benchmark("ops.bench.ingest_pair", "--before", str(REPOSITORY),
+                           "--before-python", sys.executable, "--records", "2000",
+                           "--per-request", "500", "--rounds", "2", "--body", "corpus")
+    rounds = re.findall(r"round \d: before ([\d,]+), this ([\d,]+) records/s", output)
+    assert len(rounds) == 2, output
+    assert all(int(n.replace(",", "")) > 0 for pair in rounds for n in pair), output
+    assert re.search(r"this/before: [\d.]+ on the medians, [\d.]+ the median", output), output

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
-import shutil
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,8 +35,8 @@ from server.db.pool import Database
 from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
 from server.settings import load_settings
-from testkit.citus_cluster import CitusCluster, citus_installed
-from testkit.database import Sql, database_env, migrated_database, throwaway_database
+from testkit.citus_cluster import citus_installed, cluster_database
+from testkit.database import Sql, database_env, throwaway_database
 
 PERIOD_SECONDS = 300
 SCANNERS = 100_000
@@ -136,17 +134,8 @@ def database(citus: bool):
         with throwaway_database() as found:
             yield found
         return
-    directory = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
-    cluster = CitusCluster(directory)
-    try:
-        cluster.start()
-        with migrated_database(cluster.coordinator, "bench") as location:
-            workdir = directory / "work"
-            workdir.mkdir()
-            yield location, workdir
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with cluster_database() as found:
+        yield found
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ posting and a router-day (everything counted: heap, indexes, TOAST, after VACUUM
 packing time per million records, and hunts timed for a rare value, a value at about 1 % of
 the routers and one every router sees, over 30 days and over the whole window.
 
-    python -m ops.bench.hunt [--routers 1000,10000] [--days 30] [--distinct-days 7]
+    python -m ops.bench.hunt [--routers 1000,10000] [--days 30] [--distinct-days 7] [--citus]
 
 Per router and day: what the corpus's sensor capture (a router's day of EVE:
 tests/corpus/eve/lab-sensor-eve.json) carries: 29 addresses, 31 domain postings (its 14
@@ -21,6 +21,9 @@ date), which keeps a 400-day build within a session on this 2-core machine. Size
 times are those of the whole window; build and packing times are per written day.
 
 The reference, in the same run: the written days' rows COPY'd into a table without index.
+With --citus, each size is built and hunted twice: on one plain PostgreSQL, then on a Citus
+coordinator with two workers, both of the installation pg_config names, started for it
+(testkit/citus_cluster.py; the tables distributed as the service distributes them).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from server.hunt.search import Hunt, run_hunt
 from server.hunt.packing import pack
 from server.telemetry.indicators import KINDS, Indicator
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
+from testkit.citus_cluster import citus_installed, cluster_database
 from testkit.database import partitions_for_history, throwaway_database
 
 POOL = 100_000
@@ -234,16 +238,27 @@ def main() -> int:
     parser.add_argument("--routers", default="1000,10000")
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--distinct-days", type=int, default=7)
+    parser.add_argument("--citus", action="store_true",
+                        help="each size on one plain PostgreSQL, then on a Citus coordinator "
+                             "with two workers, both of this installation, started for it")
     args = parser.parse_args()
+    if args.citus and not citus_installed():
+        print("the citus extension is not installed (docs/scaling.md)", file=sys.stderr)
+        return 1
+    setups = [("one PostgreSQL", lambda: cluster_database(citus=False)),
+              ("Citus, a coordinator and 2 workers", cluster_database)] if args.citus else \
+        [("", throwaway_database)]
     for routers in (int(n) for n in args.routers.split(",")):
-        with throwaway_database() as (location, _):
-            partitions_for_history(location, args.days + 1)
-            result = asyncio.run(one_size(location, routers, args.days,
-                                          min(args.distinct_days, args.days)))
-        report(result)
-        per_day = result["bytes_per_router_day"]
-        print(f"    at {per_day:.0f} bytes a router-day: 1 TB holds "
-              f"{1e12 / (per_day * 400):,.0f} router-years of 400 days of index")
+        for name, database in setups:
+            with database() as (location, _):
+                partitions_for_history(location, args.days + 1)
+                result = asyncio.run(one_size(location, routers, args.days,
+                                              min(args.distinct_days, args.days)))
+            print(name)
+            report(result)
+            per_day = result["bytes_per_router_day"]
+            print(f"    at {per_day:.0f} bytes a router-day: 1 TB holds "
+                  f"{1e12 / (per_day * 400):,.0f} router-years of 400 days of index")
     return 0
 
 
