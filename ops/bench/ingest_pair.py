@@ -2,20 +2,24 @@
 up at once on one PostgreSQL, their rounds alternating: on a shared machine whose speed
 moves by a third from one minute to the next, whole benchmark runs in turn
 (ops/bench/pair.py) need dozens of runs to show a few per cent; rounds of a few seconds,
-one side's then the other's, see the same machine.
+one side's then the other's, share more of the machine's moments (how much it still
+scatters: this checkout against itself, in ops/bench/README.md).
 
     python -m ops.bench.ingest_pair --before /path/to/checkout [--before-python P]
         [--records 120000] [--per-request 10000] [--rounds 10] [--body alerts|corpus]
+        [--set NAME=VALUE]
 
 The other checkout's server runs from that checkout with its own virtualenv
 (`.venv/bin/python` in it, or --before-python) on a database its own `router-backend
 migrate` made; this one's on a database migrated here. Each round: both databases' telemetry
 emptied and a CHECKPOINT, then the same bodies (ops/bench/ingest.py's, one client) sent to one
-side and timed, then to the other (which goes first alternates); this side's hunt indexer is
-waited for after its upload, untimed, so that its work falls in its own round and not in the
-other side's. A COPY of the same records (ops/bench/ingest.py's reference) is timed every
-round too. Prints each side's median records/s, the ratio of the medians and the median of
-the rounds' own ratios.
+side and timed, then to the other (which goes first alternates); the hunt indexer is waited
+for after its upload, untimed (either side's, when its release has one), so that its work
+falls in its own round and not in the other side's. A COPY of the same records
+(ops/bench/ingest.py's reference) is timed every round too. Prints each side's median
+records/s, the ratio of the medians and the median of the rounds' own ratios. --set: a
+setting of this side's server (repeatable), e.g. HUNT_INDEX_SECONDS=3600 for this side
+without its indexer (then not waited for).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from ops.bench.ingest import (check_stored, copy_text, make_lines, ndjson_bodies
                               run_http, truncate)
 from server.db.connect import execute_alone
 from server.db.location import DatabaseLocation
-from testkit.database import database_env, database_server, migrated_database
+from testkit.database import Sql, database_env, database_server, migrated_database
 from testkit.server import running_server
 
 
@@ -63,13 +67,19 @@ def before_database(server: DatabaseLocation, checkout: Path, python: str,
             pgsql.Identifier(location.name)))
 
 
-def one_round(side: str, location: DatabaseLocation, port: int,
-              bodies: list[tuple[str, bytes]], kinds: Counter) -> float:
-    """Seconds to upload every body to one side, every record checked stored; this side's
-    indexer waited for afterwards."""
+def has_indexer(location: DatabaseLocation) -> bool:
+    """The release has the hunt indexer (migration 0032), whose work after a round is waited
+    for so that it does not fall in the other side's."""
+    return Sql(location).value("SELECT to_regclass('hunt_pending') IS NOT NULL")
+
+
+def one_round(location: DatabaseLocation, port: int, bodies: list[tuple[str, bytes]],
+              kinds: Counter, indexed: bool) -> float:
+    """Seconds to upload every body to one side, every record checked stored; its indexer
+    waited for afterwards when it has one that runs (`indexed`)."""
     seconds = asyncio.run(run_http(port, bodies, 1))
     check_stored(location, kinds)
-    if side == "this":
+    if indexed:
         asyncio.run(await_indexed(location, INDEX_TIMEOUT))
     return seconds
 
@@ -82,7 +92,10 @@ def main() -> int:
     parser.add_argument("--per-request", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--body", choices=("alerts", "corpus"), default="alerts")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of this side's server")
     args = parser.parse_args()
+    settings = dict(setting.split("=", 1) for setting in args.set)
     before_python = args.before_python or str(args.before / ".venv" / "bin" / "python")
 
     lines = make_lines(args.records, args.body)
@@ -100,18 +113,20 @@ def main() -> int:
             migrated_database(server, "bench") as this_db, \
             before_database(server, args.before, before_python,
                             Path(scratch) / "b") as before_db, \
-            running_server(this_db, Path(scratch) / "t") as this_server, \
+            running_server(this_db, Path(scratch) / "t", **settings) as this_server, \
             running_server(before_db, Path(scratch) / "b", checkout=args.before,
                            python=before_python) as before_server:
-        sides = {"before": (before_db, before_server.port), "this": (this_db, this_server.port)}
+        sides = {"before": (before_db, before_server.port, has_indexer(before_db)),
+                 "this": (this_db, this_server.port, "HUNT_INDEX_SECONDS" not in settings)}
         for number in range(args.rounds):
             truncate(before_db)
             truncate(this_db)
             copies.append(args.records / run_copy(this_db, copy_data))
             order = ("before", "this") if number % 2 == 0 else ("this", "before")
             for side in order:
-                location, port = sides[side]
-                rates[side].append(args.records / one_round(side, location, port, bodies, kinds))
+                location, port, indexed = sides[side]
+                rates[side].append(args.records / one_round(location, port, bodies, kinds,
+                                                            indexed))
             before, this = rates["before"][-1], rates["this"][-1]
             print(f"round {number + 1}: before {before:,.0f}, this {this:,.0f} records/s "
                   f"({this / before:.3f}), COPY {copies[-1]:,.0f}", flush=True)
