@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -39,42 +37,32 @@ from server.db.lifecycle import open_database
 from server.db.reports import daily_activity
 from server.status import fleet_status
 from server.jobs.retention import run_retention
-from testkit.citus_cluster import CitusCluster, citus_installed
-from testkit.database import Sql, migrated_database
+from testkit.citus_cluster import citus_installed, cluster_database
+from testkit.database import Sql
 from testkit.server import running_server
 
 SETUPS = {"one PostgreSQL": False, "Citus, coordinator + 2 workers": True}
 
 
 def measure(citus: bool, args: argparse.Namespace, bodies: list[bytes]) -> dict[str, float]:
-    directory = Path(tempfile.mkdtemp(prefix="citus-bench-"))  # one postgres can reach
-    cluster = CitusCluster(directory, citus=citus)
-    try:
-        cluster.start()
-        with migrated_database(cluster.coordinator, "bench") as location:
-            workdir = directory / "work"
-            workdir.mkdir()
-            with running_server(location, workdir,
-                                INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server:
-                seconds = asyncio.run(run_http(server.port, bodies, args.concurrency))
-            check_stored(location, {"events": args.records})
-            settings, ruleset = published_ruleset(location, workdir, args.archive)
-            macs = router_macs(args.routers)
-            fill_telemetry(location, macs, [rule["sid"] for rule in ruleset.rules])
-            reset_queue(location)
-            generation_seconds, latencies = asyncio.run(run_round(settings, macs,
-                                                                  args.workers))
-            add_activations(location, macs, args.activations)
-            status_seconds, report_seconds = asyncio.run(fleet_reads(settings))
-            retention_seconds = asyncio.run(retention_run(settings))
-        return {"records/s": args.records / seconds,
-                "routers generated/s": len(latencies) / generation_seconds,
-                "fleet status, ms": status_seconds * 1000,
-                "month's report, ms": report_seconds * 1000,
-                "retention, ms": retention_seconds * 1000}
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with cluster_database(citus) as (location, workdir):
+        with running_server(location, workdir,
+                            INGEST_MAX_UPLOADS_PER_ADDRESS="1000") as server:
+            seconds = asyncio.run(run_http(server.port, bodies, args.concurrency))
+        check_stored(location, {"events": args.records})
+        settings, ruleset = published_ruleset(location, workdir, args.archive)
+        macs = router_macs(args.routers)
+        fill_telemetry(location, macs, [rule["sid"] for rule in ruleset.rules])
+        reset_queue(location)
+        generation_seconds, latencies = asyncio.run(run_round(settings, macs, args.workers))
+        add_activations(location, macs, args.activations)
+        status_seconds, report_seconds = asyncio.run(fleet_reads(settings))
+        retention_seconds = asyncio.run(retention_run(settings))
+    return {"records/s": args.records / seconds,
+            "routers generated/s": len(latencies) / generation_seconds,
+            "fleet status, ms": status_seconds * 1000,
+            "month's report, ms": report_seconds * 1000,
+            "retention, ms": retention_seconds * 1000}
 
 
 def add_activations(location, macs: list[str], per_router: int) -> None:
