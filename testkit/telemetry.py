@@ -35,8 +35,8 @@ def load_record_tables(cur, location: DatabaseLocation) -> None:
 def store_uploads(cur, kind: str, uploads: list[Upload], chunk_records: int) -> None:
     """Whole uploads at hand stored in `cur`'s transaction, as the compaction job leaves
     them (chunks and summaries), for benchmarks that load history."""
-    for statement, params in upload_statements(kind, uploads, chunk_records):
-        cur.execute(statement, params)
+    for statement in upload_statements(kind, uploads, chunk_records, cur.mogrify):
+        cur.execute(statement)
 
 
 def telemetry(sql: Sql | DatabaseLocation) -> StoredTelemetry:

@@ -18,6 +18,7 @@ from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.sql import INSERT_CHUNK, ROUTER_CHUNKS, TAKE_SMALL_CHUNKS, summary_statements
 from server.console.sql import ROUTER_PAGE_ON_ITS_SHARD, ROUTER_PAGE_ON_THE_COORDINATOR
 from server.db.partitions import partition_name
+from server.db.rows import RowsInsert
 from server.routers.key_sql import KEY_HASH
 from server.generation.rules_sql import (MOVE_POLL_ADDRESS, PAYLOAD_CHANGED, PAYLOAD_TIMES, READ_PAYLOAD,
                              RECORD_ACTIVATION)
@@ -38,7 +39,7 @@ SUMMARY = {"mac": MAC, "hour": NOW.replace(minute=0, second=0, microsecond=0),
                        "alerts": 1, "flow_ids": [], "last_seen": NOW.isoformat()}],
            "flows": [{"app_proto": "dns", "dest_port": None, "flows": 2},
                      {"app_proto": None, "dest_port": 53, "flows": 2}]}
-(ALERTS, ALERT_PARAMS), (FLOWS, FLOW_PARAMS) = summary_statements(SUMMARY)
+ALERTS, FLOWS = summary_statements(SUMMARY)
 KEY = {"kind": "events", "key": "k-1", "fingerprint": b"\x00" * 32, "answer": "{}"}
 PAYLOADS = {"ids_gz": b"x", "ids_etag": "e1", "firewall_gz": b"y", "firewall_etag": "e2"}
 
@@ -46,8 +47,8 @@ PAYLOADS = {"ids_gz": b"x", "ids_etag": "e1", "firewall_gz": b"y", "firewall_eta
 # with parameters: each must be planned onto the router's one shard, all the way down.
 PER_ROUTER = {
     "ingestion: chunk": (INSERT_CHUNK, CHUNK),
-    "ingestion: alert summary rows": (ALERTS, ALERT_PARAMS),
-    "ingestion: flow summary rows": (FLOWS, FLOW_PARAMS),
+    "ingestion: alert summary rows": (ALERTS, {}),
+    "ingestion: flow summary rows": (FLOWS, {}),
     "idempotency key: record": (INSERT_KEY, KEY),
     "idempotency key: recorded answer": (RECORDED, KEY),
     "generation: summary": (TELEMETRY_SUMMARY, {
@@ -88,11 +89,14 @@ def citus(pg_server):
         pytest.skip("not a Citus coordinator (TEST_CITUS_HOST names one: docs/scaling.md)")
 
 
-def plan(database, statement: str, params: dict) -> str:
+def plan(database, statement: str | RowsInsert, params: dict) -> str:
     conn = connect(database)
     try:
         with conn.cursor() as cur:
-            cur.execute("EXPLAIN (COSTS OFF) " + statement, {"mac": MAC, **params})
+            if isinstance(statement, RowsInsert):  # its values bound by this cursor
+                cur.execute("EXPLAIN (COSTS OFF) " + statement.text(cur.mogrify))
+            else:
+                cur.execute("EXPLAIN (COSTS OFF) " + statement, {"mac": MAC, **params})
             return "\n".join(row[0] for row in cur.fetchall())
     finally:
         conn.close()

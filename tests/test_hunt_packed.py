@@ -109,9 +109,8 @@ async def plant(db, macs: list[str], names: list[str | dict], seen: datetime) ->
         postings = Postings()
         for name in names:
             postings.add(name if isinstance(name, dict) else dns(name))
-        statement, params = postings_statement({**postings.params(seen), "mac": router,
-                                                "budget": POSTINGS_PER_ROUTER_DAY})
-        await db.execute(statement, params)
+        await db.execute(postings_statement({**postings.params(seen), "mac": router,
+                                             "budget": POSTINGS_PER_ROUTER_DAY}))
 
 
 def sybils(prefix: str, count: int) -> list[str]:
@@ -498,10 +497,9 @@ async def test_a_routers_day_keeps_its_first_networks(make_client, settings, sql
     for network in [networks[0], *networks]:
         postings = Postings()
         postings.add(dns("framed.example"))
-        statement, params = postings_statement({**postings.params(seen), "mac": mac(50),
-                                                "budget": POSTINGS_PER_ROUTER_DAY,
-                                                "network": network})
-        await db.execute(statement, params)
+        await db.execute(postings_statement({**postings.params(seen), "mac": mac(50),
+                                             "budget": POSTINGS_PER_ROUTER_DAY,
+                                             "network": network}))
     assert sql.value("SELECT networks::text[] FROM hunt_budgets WHERE mac = %s",
                      (mac(50),)) == networks[:NETWORKS_KEPT]
 

@@ -12,7 +12,9 @@ from datetime import datetime, timedelta, timezone
 import orjson
 import pytest
 
+from server.db.connect import connect
 from server.db.lifecycle import open_database
+from server.db.rows import RowsInsert
 from server.telemetry.chunks import Chunk, compress, decompress, merged, one_line, split
 from server.hunt.indexer import index_pending
 from server.hunt.sql import UNREAD_UPLOAD
@@ -229,3 +231,36 @@ def test_legacy_batches_are_bounded_by_their_records_bytes():
     assert _within(rows, 35) == rows[:2]
     assert _within(rows, 5) == rows[:1]  # one record larger than the bound still moves
     assert _within(rows, 1_000) == rows
+
+
+# Values that look like SQL or like the binding's own markers: the statements are bound a row
+# at a time and joined (server/db/rows.py), so each must arrive as sent.
+TRICKY = ["%s", "%(mac)s", "%%", "{values}", "{mac}", "it's", "back\\slash", "ünï", "a;b--"]
+
+
+async def test_values_that_look_like_placeholders_are_stored_as_sent(client, sql):
+    flows = [orjson.dumps({"event_type": "flow", "app_proto": name, "dest_port": 1000 + n,
+                           "proto": "TCP"}) for n, name in enumerate(TRICKY)]
+    alerts = [orjson.dumps({"event_type": "alert", "flow_id": name, "src_ip": "203.0.113.5",
+                            "alert": {"signature_id": 7 + n, "severity": 1}})
+              for n, name in enumerate(TRICKY)]
+    await upload(client, flows * 2, path="/log/cfm")
+    await upload(client, alerts)
+    assert dict(sql.rows("SELECT app_proto, flows FROM telemetry_flows WHERE mac = %s "
+                         "AND app_proto IS NOT NULL", (MAC,))) == {name: 2 for name in TRICKY}
+    assert sql.value("SELECT count(*) FROM telemetry_flows WHERE mac = %s "
+                     "AND dest_port IS NOT NULL", (MAC,)) == len(TRICKY)
+    assert sql.rows("SELECT flow_ids[1] FROM telemetry_alerts WHERE mac = %s "
+                    "ORDER BY signature_id", (MAC,)) == [(name,) for name in TRICKY]
+
+
+def test_shared_values_that_look_like_placeholders_are_bound_as_sent(sql):
+    statement = RowsInsert("SELECT * FROM (VALUES {values}) v (a, b, c) WHERE %(s)s IS NOT NULL",
+                           "({s}, %s, %s)", [(TRICKY[0], 1), (None, 2)], {"s": "%(s)s {s} %"})
+    conn = connect(sql.location)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement.text(cur.mogrify))
+            assert cur.fetchall() == [("%(s)s {s} %", "%s", 1), ("%(s)s {s} %", None, 2)]
+    finally:
+        conn.close()

@@ -39,7 +39,7 @@ import numpy as np
 
 from server.db.connect import connect
 from server.hunt.sql import postings_statement
-from server.db.pool import Database
+from server.db.pool import Database, execute
 from server.hunt.search import Hunt, run_hunt
 from server.hunt.packing import pack
 from server.telemetry.indicators import KINDS, Indicator
@@ -91,15 +91,14 @@ async def write_day(db: Database, macs: list[str], day: datetime,
             chosen = values if upload == 0 else [v for v in values if rng.random() < 0.5]
             rows = [{"code": c, "value": v, "records": RECORDS_PER_POSTING // UPLOADS_A_DAY + 1}
                     for c, v in sorted(chosen)]
-            statement, params = postings_statement({
+            batch.append(postings_statement({
                 "mac": mac, "day": day, "seen": day + timedelta(seconds=second), "rows": rows,
-                "budget": POSTINGS_PER_ROUTER_DAY})
-            batch.append((statement, params))
+                "budget": POSTINGS_PER_ROUTER_DAY}))
             written += len(rows)
         if len(batch) >= ROUTERS_A_TRIP * UPLOADS_A_DAY or mac == macs[-1]:
             async with db.transaction() as cur:  # one commit a batch, not an fsync each
-                for statement, params in batch:
-                    await cur.execute(statement, params)
+                for statement in batch:
+                    await execute(cur, statement)
             batch = []
     return written
 

@@ -115,9 +115,8 @@ async def plant(db: Database, macs: list[str], names: list[str], seen: datetime)
         postings = Postings()
         for name in names:
             postings.add({"event_type": "dns", "dns": {"rrname": name}})
-        statement, params = postings_statement({**postings.params(seen), "mac": mac,
-                                                "budget": POSTINGS_PER_ROUTER_DAY})
-        await db.execute(statement, params)
+        await db.execute(postings_statement({**postings.params(seen), "mac": mac,
+                                             "budget": POSTINGS_PER_ROUTER_DAY}))
 
 
 def dns_body(names: list[str], address: str | None = None) -> bytes:

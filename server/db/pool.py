@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from server.db.connect import adapt, connect_async
 from server.db.location import DatabaseLocation
+from server.db.rows import RowsInsert
 
 log = logging.getLogger("router_backend.db")
 
@@ -176,7 +177,7 @@ class Database:
                 await conn.set_isolation_level(None)
                 await conn.set_read_only(None)
 
-    async def execute(self, query: str, params: Any = None) -> int:
+    async def execute(self, query: str | RowsInsert, params: Any = None) -> int:
         async with self.cursor() as cur:
             await execute(cur, query, params)
             return cur.rowcount
@@ -207,9 +208,12 @@ class Reads:
         return await binary.fetchall()
 
 
-async def execute(cur: psycopg.AsyncCursor, query: str, params: Any = None) -> None:
+async def execute(cur: psycopg.AsyncCursor, query: str | RowsInsert, params: Any = None
+                  ) -> None:
     """One statement, or several in one text; the cursor then holds the last one's rows
-    and row count."""
+    and row count. A RowsInsert is bound on this cursor (it has its values)."""
+    if isinstance(query, RowsInsert):
+        query = query.text(cur.mogrify)  # type: ignore[attr-defined]  # AsyncClientCursor
     if log.isEnabledFor(logging.INFO):
         log.info("SQL %s", query[:500])
     async with asyncio.timeout(_statement_seconds):

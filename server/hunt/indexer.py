@@ -38,6 +38,7 @@ from server.background import BackgroundTasks, pause
 from server.hunt import sql as hunt_db
 from server.db.jobs import lock_key
 from server.db.pool import CONNECTIVITY_ERRORS, Database, Reads, execute, worker_away
+from server.db.rows import RowsInsert
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.hunt.postings import POSTINGS_FREE, Postings, PostingsBudget
@@ -176,7 +177,7 @@ async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: f
             statements = await asyncio.to_thread(_statements, tallies, postings_per_day)
             async with asyncio.timeout(timeout), cur.connection.pipeline():
                 for statement in statements:
-                    await cur.execute(*statement)
+                    await cur.execute(statement.text(cur.mogrify))
     except Exception as error:
         if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
             raise  # the database away: the lane stops, the loop tries again at its turn
@@ -243,7 +244,7 @@ def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:
         tally.records += len(lines)
 
 
-def _statements(tallies: list[_Tally], postings_per_day: int) -> list[tuple[str, dict]]:
+def _statements(tallies: list[_Tally], postings_per_day: int) -> list[RowsInsert]:
     out = []
     for tally in tallies:
         params = tally.postings.params(tally.written_at)

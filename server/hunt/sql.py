@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 from datetime import date, datetime
 
-from server.telemetry.sql import rows_statement
+from server.db.rows import RowsInsert
 from server.db.pool import Database
 
 NETWORKS_KEPT = 8  # the networks a router's uploads came from in a day, at most (the first)
 _POSTING_FIELDS = ("code", "value", "records")
-_POSTING_VALUES = "(%({p}code)s, %({p}value)s, %({p}records)s)"
+_POSTING_ROW = "(%s, %s, %s)"
 # An upload's postings, within its router's budget for the day (hunt_budgets, migration
 # 0030): under it, every value is posted (a new one adds a row, one posted before that day
 # updates its row); past it, only the values already posted that day are updated and the
@@ -102,19 +102,17 @@ WHERE (mac, day) IN (SELECT * FROM unnest(%(macs)s::macaddr[], %(days)s::timesta
 GROUP BY mac, day"""
 
 
-def postings_statement(params: dict) -> tuple[str, dict]:
+def postings_statement(params: dict) -> RowsInsert:
     """The statement adding an upload's postings (Postings.params, with the router's `mac`
     and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY; `dropped`: values the tally already left
     out, counted as not indexed): one statement, single-shard under Citus."""
     rows = params["rows"]
-    values = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
+    shared = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
               "hunt_budget": params["budget"], "hunt_offered": len(rows),
               "hunt_dropped": params.get("dropped", 0),
               "hunt_network": params.get("network"), "hunt_networks_kept": NETWORKS_KEPT}
-    for n, row in enumerate(rows):
-        for name in _POSTING_FIELDS:
-            values[f"h{n}_{name}"] = row[name]
-    return rows_statement(_ADD_POSTINGS, _POSTING_VALUES, len(rows), "h"), values
+    return RowsInsert(_ADD_POSTINGS, _POSTING_ROW,
+                      [tuple(row[name] for name in _POSTING_FIELDS) for row in rows], shared)
 
 
 RECORD_HUNT = """INSERT INTO hunt_log (asked_by, via, indicators, since, until, matches,

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from server.db.rows import Mogrify
 from server.telemetry.sql import INSERT_CHUNK, summary_statements
 from server.telemetry import extract
 from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
@@ -19,8 +20,9 @@ Upload = tuple[str, datetime, list[bytes]]   # router, receive time, its records
 
 
 def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
-                      level: int = COMPACT_LEVEL) -> list[tuple[str, dict]]:
-    """`uploads` ordered by router, then receive time."""
+                      mogrify: Mogrify, level: int = COMPACT_LEVEL) -> list[str]:
+    """`uploads` ordered by router, then receive time; the statements bound by `mogrify`
+    (the executing ClientCursor's), each sent alone."""
     chunks, summaries = [], {}
     for (mac, _), day_uploads in itertools.groupby(
             uploads, key=lambda upload: (upload[0], _utc(upload[1]).date())):
@@ -31,9 +33,10 @@ def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
             counts.append(len(records))
             _summarise(summaries, mac, kind, received_at, records)
         for piece in split(Chunk(lines, times, counts), chunk_records):
-            chunks.append((INSERT_CHUNK, {
+            chunks.append(mogrify(INSERT_CHUNK, {
                 "mac": mac, "kind": kind, **piece.params(compress(piece.lines, level))}))
-    return chunks + [statement for (mac, _), (summary, newest) in sorted(summaries.items())
+    return chunks + [statement.text(mogrify)
+                     for (mac, _), (summary, newest) in sorted(summaries.items())
                      for statement in summary_statements({"mac": mac,
                                                           **summary.params(newest)})]
 

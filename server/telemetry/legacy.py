@@ -51,9 +51,10 @@ async def _move_batch(db: Database, table: str, kind: str, chunk_records: int) -
         uploads = [(mac, received_at, [row[3].encode() for row in upload])
                    for (mac, received_at), upload in itertools.groupby(
                        rows, key=lambda row: (row[0], row[1]))]
-        statements = await asyncio.to_thread(upload_statements, kind, uploads, chunk_records)
-        for statement, params in statements:
-            await execute(cur, statement, params)
+        statements = await asyncio.to_thread(upload_statements, kind, uploads, chunk_records,
+                                             cur.mogrify)
+        for statement in statements:
+            await execute(cur, statement)
     return len(rows)
 
 

@@ -7,7 +7,7 @@ server/telemetry/chunks.py) and a summary's (Summary.params in server/telemetry/
 
 from __future__ import annotations
 
-import functools
+from server.db.rows import RowsInsert
 
 # One statement per table, each a plain INSERT ... VALUES naming the router's MAC: under Citus
 # each is planned onto the router's one shard and run there whole (an INSERT ... SELECT from
@@ -18,11 +18,9 @@ INSERT_CHUNK = """INSERT INTO telemetry_chunks (mac, kind, received_at, first_re
 VALUES (%(mac)s, %(kind)s, %(received_at)s, %(first_received_at)s, %(records)s,
     %(upload_times)s::timestamptz[], %(upload_records)s::integer[], %(body)s)"""
 
-_ALERT_FIELDS = ("sid", "src", "dest", "severity", "alerts", "flow_ids", "last_seen")
-_ALERT_VALUES = ("(%(mac)s, %(hour)s, %({p}src)s::inet, %({p}dest)s::inet, %({p}sid)s, "
-                 "%({p}severity)s, %({p}alerts)s, "
-                 "coalesce(%({p}last_seen)s::timestamptz, %(summarised_at)s), "
-                 "%({p}flow_ids)s::text[], %(network)s::cidr)")
+_ALERT_FIELDS = ("src", "dest", "sid", "severity", "alerts", "last_seen", "flow_ids")
+_ALERT_ROW = ("({mac}, {hour}, %s::inet, %s::inet, %s, %s, %s, "
+              "coalesce(%s::timestamptz, {summarised_at}), %s::text[], {network}::cidr)")
 # `network`: the upload's reporter network (migration 0026), the last upload's on a row that
 # several added to; what the fleet credits the row's alerts to.
 _ADD_ALERTS = """INSERT INTO telemetry_alerts AS t (mac, hour, src_ip, dest_ip, signature_id,
@@ -34,36 +32,13 @@ ON CONFLICT (mac, hour, signature_id, src_ip, dest_ip, severity) DO UPDATE SET
     network = coalesce(excluded.network, t.network)"""
 
 _FLOW_FIELDS = ("app_proto", "dest_port", "flows")
-_FLOW_VALUES = "(%(mac)s, %(hour)s, %({p}app_proto)s, %({p}dest_port)s, %({p}flows)s)"
+_FLOW_ROW = "({mac}, {hour}, %s, %s, %s)"
 _ADD_FLOWS = """INSERT INTO telemetry_flows AS t (mac, hour, app_proto, dest_port, flows)
 VALUES {values}
 ON CONFLICT (mac, hour, app_proto, dest_port) DO UPDATE SET flows = t.flows + excluded.flows"""
 
 
-CACHED_ROWS = 64  # statements of up to this many rows are kept, the common sizes; a larger
-                 # one is built each time (a client choosing many large sizes must not fill
-                 # memory with their texts)
-
-
-def rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
-    if rows <= CACHED_ROWS:
-        return _cached_rows_statement(template, row, rows, prefix)
-    return _build_rows_statement(template, row, rows, prefix)
-
-
-def _build_rows_statement(template: str, row: str, rows: int, prefix: str) -> str:
-    return template.format(values=", ".join(row.format(p=f"{prefix}{n}_")
-                                            for n in range(rows)))
-
-
-_cached_rows_statement = functools.lru_cache(maxsize=2 * CACHED_ROWS)(_build_rows_statement)
-
-
-def _row_params(rows: list[dict], fields: tuple[str, ...], prefix: str) -> dict:
-    return {f"{prefix}{n}_{name}": row[name] for n, row in enumerate(rows) for name in fields}
-
-
-def summary_statements(params: dict) -> list[tuple[str, dict]]:
+def summary_statements(params: dict) -> list[RowsInsert]:
     """The statements adding a summary (Summary.params, with the router's `mac`): its alert
     rows into telemetry_alerts, its flow rows into telemetry_flows, each table one statement
     (none for a table without rows); `network`, when given, the upload's reporter network."""
@@ -71,12 +46,16 @@ def summary_statements(params: dict) -> list[tuple[str, dict]]:
     shared["network"] = params.get("network")
     statements = []
     if alerts := params["alerts"]:
-        statements.append((rows_statement(_ADD_ALERTS, _ALERT_VALUES, len(alerts), "a"),
-                           {**shared, **_row_params(alerts, _ALERT_FIELDS, "a")}))
+        statements.append(RowsInsert(_ADD_ALERTS, _ALERT_ROW, _row_values(alerts, _ALERT_FIELDS),
+                                     shared))
     if flows := params["flows"]:
-        statements.append((rows_statement(_ADD_FLOWS, _FLOW_VALUES, len(flows), "f"),
-                           {**shared, **_row_params(flows, _FLOW_FIELDS, "f")}))
+        statements.append(RowsInsert(_ADD_FLOWS, _FLOW_ROW, _row_values(flows, _FLOW_FIELDS),
+                                     shared))
     return statements
+
+
+def _row_values(rows: list[dict], fields: tuple[str, ...]) -> list[tuple]:
+    return [tuple(row[name] for name in fields) for row in rows]
 
 
 # A router's chunks (of one kind, or both), oldest first, that may hold records received in

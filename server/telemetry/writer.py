@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime
-from typing import Any, Callable
+from typing import Callable
 
 import psycopg
 
@@ -158,31 +158,27 @@ class TelemetryWriter:
 
     async def _send(self, cur: psycopg.AsyncCursor, chunk: Chunk | None, summary: Summary | None,
                     key: UploadKey | None, last: bool = False) -> None:
-        """One statement per table (server/telemetry/sql.py), sent together: one round trip, and
+        """One statement per table (server/telemetry/sql.py), bound here (server/db/rows.py:
+        each statement's parse cached by psycopg) and sent as one text: one round trip, and
         outside a transaction one implicit transaction (all or nothing). The key first: one
         recorded by another upload fails it, and nothing is written. The `last` send
         announces the upload (its records are in chunks by then)."""
-        statements: list[str] = []
-        params: dict[str, Any] = dict(self._params)
+        mogrify = cur.mogrify  # type: ignore[attr-defined]  # the pool's AsyncClientCursor
+        texts: list[str] = []
         if key is not None:
-            statements.append(INSERT_KEY)
-            params.update(key.params())
+            texts.append(mogrify(INSERT_KEY, {**self._params, **key.params()}))
         if chunk is not None:
-            statements.append(INSERT_CHUNK)
-            params.update(chunk.params(await asyncio.to_thread(compress, chunk.lines)))
+            body = await asyncio.to_thread(compress, chunk.lines)
+            texts.append(mogrify(INSERT_CHUNK, {**self._params, **chunk.params(body)}))
         if summary is not None:
-            for statement, summary_params in summary_statements(
-                    {**self._params, **summary.params(self._received_at),
-                     "network": self._network}):
-                statements.append(statement)
-                params.update(summary_params)
+            texts.extend(statement.text(mogrify) for statement in summary_statements(
+                {**self._params, **summary.params(self._received_at), "network": self._network}))
         if last and self._announce is not None:
-            statements.append(self._announce)
-            params["upload_received_at"] = self._received_at
-            params["pending_records"] = self._records
-            params["pending_network"] = self._network
+            texts.append(mogrify(self._announce, {
+                **self._params, "upload_received_at": self._received_at,
+                "pending_records": self._records, "pending_network": self._network}))
         try:
-            await execute(cur, ";\n".join(statements), params)
+            await execute(cur, ";\n".join(texts))
         except psycopg.errors.UniqueViolation as error:
             if key is not None and key_recorded_before(error):
                 raise KeyAlreadyUsed(key.key) from None
