@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -135,11 +136,11 @@ class ServerRunner:
         workers = int(self.env["HTTP_WORKERS"])
         if workers == 1:
             return True
-        serving = [line for line in self.log_tail(1_000_000).splitlines()
-                   if "serving on" in line]
-        pids = self.children("serving")
-        return len(pids) == workers and all(any(f"(pid {pid})" in line for line in serving)
-                                            for pid in pids)
+        logged = {int(pid) for pid in re.findall(r"serving on \S+ \(pid (\d+)\)",
+                                                 self.log_tail(1_000_000))}
+        # A release before this one names its children otherwise: their log lines then.
+        pids = self.children("serving") if self.checkout == REPOSITORY else sorted(logged)
+        return len(pids) == workers and logged.issuperset(pids)
 
     def kill(self) -> None:
         self.process.kill()

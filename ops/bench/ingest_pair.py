@@ -7,7 +7,7 @@ scatters: this checkout against itself, in ops/bench/README.md).
 
     python -m ops.bench.ingest_pair --before /path/to/checkout [--before-python P]
         [--records 120000] [--per-request 10000] [--rounds 10] [--body alerts|corpus]
-        [--set NAME=VALUE]
+        [--workers 1] [--set NAME=VALUE]
 
 The other checkout's server runs from that checkout with its own virtualenv
 (`.venv/bin/python` in it, or --before-python) on a database its own `router-backend
@@ -17,7 +17,9 @@ side and timed, then to the other (which goes first alternates); the hunt indexe
 for after its upload, untimed (either side's, when its release has one), so that its work
 falls in its own round and not in the other side's. A COPY of the same records
 (ops/bench/ingest.py's reference) is timed every round too. Prints each side's median
-records/s, the ratio of the medians and the median of the rounds' own ratios. --set: a
+records/s, the ratio of the medians and the median of the rounds' own ratios. --workers:
+both servers' HTTP_WORKERS (1, the default: one process serves and indexes; above 1 the
+supervisor runs the indexer in its background process, as `auto` does). --set: a
 setting of this side's server (repeatable), e.g. HUNT_INDEX_SECONDS=3600 for this side
 without its indexer (then not waited for).
 """
@@ -92,10 +94,12 @@ def main() -> int:
     parser.add_argument("--per-request", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--body", choices=("alerts", "corpus"), default="alerts")
+    parser.add_argument("--workers", type=int, default=1, help="HTTP_WORKERS of both")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of this side's server")
     args = parser.parse_args()
-    settings = dict(setting.split("=", 1) for setting in args.set)
+    workers = {"HTTP_WORKERS": str(args.workers)}
+    settings = {**workers, **dict(setting.split("=", 1) for setting in args.set)}
     before_python = args.before_python or str(args.before / ".venv" / "bin" / "python")
 
     lines = make_lines(args.records, args.body)
@@ -104,7 +108,8 @@ def main() -> int:
     copy_data = copy_text([line for _, line in lines], datetime.now(timezone.utc).isoformat())
     print(f"{args.records} records ({args.body}: "
           f"{', '.join(f'{n} to /log/{kind}' for kind, n in sorted(kinds.items()))}) in "
-          f"{len(bodies)} bodies, one client; this checkout against {args.before}")
+          f"{len(bodies)} bodies, one client, {args.workers} HTTP worker(s); this checkout "
+          f"against {args.before}")
 
     rates: dict[str, list[float]] = {"before": [], "this": []}
     copies: list[float] = []
@@ -115,7 +120,7 @@ def main() -> int:
                             Path(scratch) / "b") as before_db, \
             running_server(this_db, Path(scratch) / "t", **settings) as this_server, \
             running_server(before_db, Path(scratch) / "b", checkout=args.before,
-                           python=before_python) as before_server:
+                           python=before_python, **workers) as before_server:
         sides = {"before": (before_db, before_server.port, has_indexer(before_db)),
                  "this": (this_db, this_server.port, "HUNT_INDEX_SECONDS" not in settings)}
         for number in range(args.rounds):
