@@ -188,8 +188,8 @@ def running_server(location: DatabaseLocation, data_dir: Path, flood_limits: boo
                    **settings: str) -> Iterator[ServerRunner]:
     """A started ServerRunner (its arguments), stopped afterwards."""
     runner = ServerRunner(location, data_dir, flood_limits=flood_limits, checkout=checkout,
-                          python=python, **settings).start()
-    try:
-        yield runner
+                          python=python, **settings)
+    try:  # one that fails to start is stopped too, its supervisor's children with it
+        yield runner.start()
     finally:
         runner.stop()
