@@ -35,7 +35,7 @@ def load_record_tables(cur, location: DatabaseLocation) -> None:
 def store_uploads(cur, kind: str, uploads: list[Upload], chunk_records: int) -> None:
     """Whole uploads at hand stored in `cur`'s transaction, as the compaction job leaves
     them (chunks and summaries), for benchmarks that load history."""
-    for statement in upload_statements(kind, uploads, chunk_records, cur.mogrify):
+    for statement in upload_statements(kind, uploads, chunk_records, cur):
         cur.execute(statement)
 
 

@@ -94,7 +94,7 @@ def plan(database, statement: str | RowsInsert, params: dict) -> str:
     try:
         with conn.cursor() as cur:
             if isinstance(statement, RowsInsert):  # its values bound by this cursor
-                cur.execute("EXPLAIN (COSTS OFF) " + statement.text(cur.mogrify))
+                cur.execute("EXPLAIN (COSTS OFF) " + statement.text(cur))
             else:
                 cur.execute("EXPLAIN (COSTS OFF) " + statement, {"mac": MAC, **params})
             return "\n".join(row[0] for row in cur.fetchall())

@@ -260,7 +260,7 @@ def test_shared_values_that_look_like_placeholders_are_bound_as_sent(sql):
     conn = connect(sql.location)
     try:
         with conn.cursor() as cur:
-            cur.execute(statement.text(cur.mogrify))
+            cur.execute(statement.text(cur))
             assert cur.fetchall() == [("%(s)s {s} %", "%s", 1), ("%(s)s {s} %", None, 2)]
     finally:
         conn.close()

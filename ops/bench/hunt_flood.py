@@ -5,7 +5,7 @@ honest router's upload time is compared with the same uploads on a quiet server,
 same run.
 
     python -m ops.bench.hunt_flood [--flooders 1,100] [--seconds 30] [--budget 2000]
-                                   [--router-limits default|off]
+                                   [--router-limits default|off] [--set NAME=VALUE]
 
 The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL (or the
 server named by DB_HOST...), its per-address limits raised (every client here is 127.0.0.1; a
@@ -17,7 +17,9 @@ names made by its Lua script, the flooders' MACs in turn), since a Python client
 before the server does; the honest router is a process of its own (`--honest-only PORT`: its
 corpus day's alerts, 44 records, an upload every 0.2 s, or every 0.6 s within the default
 per-router limit of 2 requests a second), so that its times are the server's, not a busy
-client's. What saturates is printed: the cores wrk and the server kept busy.
+client's. What saturates is printed: the cores wrk and the server kept busy. --set: a
+setting of the server's (repeatable), e.g. HUNT_INDEX_SECONDS=3600 to flood with the hunt
+indexer idle (the index then does not grow, and is not waited for).
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--router-limits", choices=("default", "off"), default="default")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the server's (repeatable)")
     parser.add_argument("--honest-only", type=int, metavar="PORT",
                         help="be the honest router against the server on PORT for --seconds, "
                              "printing its upload times (the benchmark starts it so)")
@@ -140,6 +144,8 @@ def main() -> int:
                                            HONEST_PAUSE[args.router_limits], asyncio.Event()))
         print(orjson.dumps(times).decode())
         return 0
+    settings = {**PER_ADDRESS, **dict(setting.split("=", 1) for setting in args.set)}
+    indexing = "HUNT_INDEX_SECONDS" not in settings
     if not available():
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)
         return 1
@@ -147,7 +153,7 @@ def main() -> int:
             running_server(location, workdir, flood_limits=args.router_limits == "default",
                            HUNT_POSTINGS_PER_ROUTER_DAY=str(args.budget),
                            TELEMETRY_COMPACT_CRON_SCHEDULE="0 0 1 1 *",
-                           **PER_ADDRESS) as server, \
+                           **settings) as server, \
             tempfile.TemporaryDirectory() as scratch:
         sql = Sql(location)
         script = Path(scratch) / "flood.lua"
@@ -160,7 +166,8 @@ def main() -> int:
             before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
             honest, flooded = under_flood(server.port, server.process.pid, flooders,
                                           args.seconds, script, args.router_limits)
-            behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT))
+            behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT)) if indexing \
+                else float("nan")
             added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s",
                               (HONEST,)) - before
             most = sql.value("SELECT max(postings) FROM hunt_budgets WHERE mac <> %s",

@@ -2,7 +2,8 @@
 Each capability's SQL is in its own folder (server/hunt/sql.py, server/fleet/sql.py, ...).
 
 - The pool and its error mapping (`pool.py`), connections made alike for the pool and the
-  blocking code, through psycopg 3 (`connect.py`), where the database is (`location.py`),
+  blocking code, through psycopg 3 (`connect.py`), multi-row VALUES statements bound a row
+  at a time (`rows.py`), where the database is (`location.py`),
   bringing it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema
   check), time partitions (`partitions.py`), which tables the Citus mode distributes
   (`citus.py`, for retention) and its nodes (`citus_nodes.py`: distributing the tables,

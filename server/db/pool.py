@@ -213,7 +213,7 @@ async def execute(cur: psycopg.AsyncCursor, query: str | RowsInsert, params: Any
     """One statement, or several in one text; the cursor then holds the last one's rows
     and row count. A RowsInsert is bound on this cursor (it has its values)."""
     if isinstance(query, RowsInsert):
-        query = query.text(cur.mogrify)  # type: ignore[attr-defined]  # AsyncClientCursor
+        query = query.text(cur)
     if log.isEnabledFor(logging.INFO):
         log.info("SQL %s", query[:500])
     async with asyncio.timeout(_statement_seconds):

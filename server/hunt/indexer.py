@@ -38,7 +38,6 @@ from server.background import BackgroundTasks, pause
 from server.hunt import sql as hunt_db
 from server.db.jobs import lock_key
 from server.db.pool import CONNECTIVITY_ERRORS, Database, Reads, execute, worker_away
-from server.db.rows import RowsInsert
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.hunt.postings import POSTINGS_FREE, Postings, PostingsBudget
@@ -174,10 +173,10 @@ async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: f
             if not taken:  # taken by another, or their routers removed
                 return None
             tallies = await _tallied(cur, taken, postings_per_day)
-            statements = await asyncio.to_thread(_statements, tallies, postings_per_day)
+            statements = await asyncio.to_thread(_statements, tallies, postings_per_day, cur)
             async with asyncio.timeout(timeout), cur.connection.pipeline():
                 for statement in statements:
-                    await cur.execute(statement.text(cur.mogrify))
+                    await cur.execute(statement)
     except Exception as error:
         if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
             raise  # the database away: the lane stops, the loop tries again at its turn
@@ -244,14 +243,15 @@ def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:
         tally.records += len(lines)
 
 
-def _statements(tallies: list[_Tally], postings_per_day: int) -> list[RowsInsert]:
+def _statements(tallies: list[_Tally], postings_per_day: int, cur) -> list[str]:
+    """Each upload's postings statement, bound by `cur` (server/db/rows.py)."""
     out = []
     for tally in tallies:
         params = tally.postings.params(tally.written_at)
         if params["rows"] or tally.postings.budget.dropped:
             out.append(hunt_db.postings_statement({
                 "mac": tally.mac, "budget": postings_per_day, "network": tally.network,
-                "dropped": tally.postings.budget.dropped, **params}))
+                "dropped": tally.postings.budget.dropped, **params}).text(cur))
     return out
 
 

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 
 import orjson
+import psycopg
 
-from server.db.rows import Mogrify
+from server.db.rows import mogrify_of
 from server.telemetry.sql import INSERT_CHUNK, summary_statements
 from server.telemetry import extract
 from server.telemetry.chunks import COMPACT_LEVEL, Chunk, compress, split
@@ -20,9 +21,11 @@ Upload = tuple[str, datetime, list[bytes]]   # router, receive time, its records
 
 
 def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
-                      mogrify: Mogrify, level: int = COMPACT_LEVEL) -> list[str]:
-    """`uploads` ordered by router, then receive time; the statements bound by `mogrify`
-    (the executing ClientCursor's), each sent alone."""
+                      cursor: psycopg.Cursor | psycopg.AsyncCursor, level: int = COMPACT_LEVEL
+                      ) -> list[str]:
+    """`uploads` ordered by router, then receive time; the statements bound by `cursor`
+    (the one that runs them, a ClientCursor), each sent alone."""
+    mogrify = mogrify_of(cursor)
     chunks, summaries = [], {}
     for (mac, _), day_uploads in itertools.groupby(
             uploads, key=lambda upload: (upload[0], _utc(upload[1]).date())):
@@ -35,7 +38,7 @@ def upload_statements(kind: str, uploads: Iterable[Upload], chunk_records: int,
         for piece in split(Chunk(lines, times, counts), chunk_records):
             chunks.append(mogrify(INSERT_CHUNK, {
                 "mac": mac, "kind": kind, **piece.params(compress(piece.lines, level))}))
-    return chunks + [statement.text(mogrify)
+    return chunks + [statement.text(cursor)
                      for (mac, _), (summary, newest) in sorted(summaries.items())
                      for statement in summary_statements({"mac": mac,
                                                           **summary.params(newest)})]

@@ -52,7 +52,7 @@ async def _move_batch(db: Database, table: str, kind: str, chunk_records: int) -
                    for (mac, received_at), upload in itertools.groupby(
                        rows, key=lambda row: (row[0], row[1]))]
         statements = await asyncio.to_thread(upload_statements, kind, uploads, chunk_records,
-                                             cur.mogrify)
+                                             cur)
         for statement in statements:
             await execute(cur, statement)
     return len(rows)

@@ -15,6 +15,7 @@ import psycopg
 
 from server.telemetry.sql import INSERT_CHUNK, summary_statements
 from server.db.pool import Database, DatabaseUnavailable, execute
+from server.db.rows import mogrify_of
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, backend_pid
 from server.telemetry.upload_key_sql import INSERT_KEY, UploadKey, key_recorded_before
 from server.telemetry.chunks import Chunk, compress, one_line
@@ -158,28 +159,36 @@ class TelemetryWriter:
 
     async def _send(self, cur: psycopg.AsyncCursor, chunk: Chunk | None, summary: Summary | None,
                     key: UploadKey | None, last: bool = False) -> None:
-        """One statement per table (server/telemetry/sql.py), bound here (server/db/rows.py:
-        each statement's parse cached by psycopg) and sent as one text: one round trip, and
-        outside a transaction one implicit transaction (all or nothing). The key first: one
-        recorded by another upload fails it, and nothing is written. The `last` send
-        announces the upload (its records are in chunks by then)."""
-        mogrify = cur.mogrify  # type: ignore[attr-defined]  # the pool's AsyncClientCursor
+        """One statement per table (server/telemetry/sql.py), sent together as one text: one
+        round trip, and outside a transaction one implicit transaction (all or nothing). The
+        key first: one recorded by another upload fails it, and nothing is written. The
+        `last` send announces the upload (its records are in chunks by then). The text is
+        made on a thread (`_text`), off the event loop."""
+        text = await asyncio.to_thread(self._text, cur, chunk, summary, key, last)
+        try:
+            await execute(cur, text)
+        except psycopg.errors.UniqueViolation as error:
+            if key is not None and key_recorded_before(error):
+                raise KeyAlreadyUsed(key.key) from None
+            raise
+
+    def _text(self, cur: psycopg.AsyncCursor, chunk: Chunk | None, summary: Summary | None,
+              key: UploadKey | None, last: bool) -> str:
+        """The chunk compressed (zstd lets go of the GIL) and every statement bound on the
+        client, each on its own (server/db/rows.py): a summary's rows, flow ids full of
+        quotes, are milliseconds of Python that would stall every other request."""
+        mogrify = mogrify_of(cur)
         texts: list[str] = []
         if key is not None:
             texts.append(mogrify(INSERT_KEY, {**self._params, **key.params()}))
         if chunk is not None:
-            body = await asyncio.to_thread(compress, chunk.lines)
-            texts.append(mogrify(INSERT_CHUNK, {**self._params, **chunk.params(body)}))
+            texts.append(mogrify(INSERT_CHUNK,
+                                 {**self._params, **chunk.params(compress(chunk.lines))}))
         if summary is not None:
-            texts.extend(statement.text(mogrify) for statement in summary_statements(
+            texts.extend(statement.text(cur) for statement in summary_statements(
                 {**self._params, **summary.params(self._received_at), "network": self._network}))
         if last and self._announce is not None:
             texts.append(mogrify(self._announce, {
                 **self._params, "upload_received_at": self._received_at,
                 "pending_records": self._records, "pending_network": self._network}))
-        try:
-            await execute(cur, ";\n".join(texts))
-        except psycopg.errors.UniqueViolation as error:
-            if key is not None and key_recorded_before(error):
-                raise KeyAlreadyUsed(key.key) from None
-            raise
+        return ";\n".join(texts)
