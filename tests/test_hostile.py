@@ -132,50 +132,14 @@ async def test_ordinary_gzip_is_far_below_the_ratio(client, sql):
     assert response.status == 200 and count(sql) == 5000
 
 
-async def test_cpu_heavy_body_never_stalls_other_requests(make_client, database, tmp_path, sql):
-    """A 10 KB gzip body of 10 MiB of commas froze every other request for 6 s: the body was
-    decoded and split without yielding. Now pieces are small and other requests run between
-    them, whatever the ratio allows."""
-    client = await make_client(settings_for(database, tmp_path,
-                                            INGEST_MAX_GZIP_RATIO="1000000"))
-    heavy = gzip.compress(b"[" + b"[]" * (3 << 20) + b"]", 9)  # 6 MiB of brackets
-    assert (await timed_get(client, "/health"))[0] == 200
+async def post_watching_health(client, body: bytes, headers: dict
+                               ) -> tuple[object, int, float]:
+    """`body` posted to /log/events while /health is polled: the answer, the polls and the
+    longest a poll was held up. Each poll is timed with the pause after it, so a stall that
+    falls in the pause delays the next poll as much as one that falls in the request."""
     worst = 0.0
 
     async def watch(done: asyncio.Event) -> int:
-        nonlocal worst
-        polls = 0
-        while not done.is_set():
-            status, seconds = await timed_get(client, "/health")
-            assert status == 200
-            worst, polls = max(worst, seconds), polls + 1
-            await asyncio.sleep(0.01)
-        return polls
-
-    done = asyncio.Event()
-    watcher = asyncio.create_task(watch(done))
-    response = await client.post("/log/events", data=io.BytesIO(heavy), headers={
-        **NDJSON, "Content-Type": "application/json", "Content-Encoding": "gzip"})
-    done.set()
-    polls = await watcher
-    assert response.status == 422  # one element, over the record size limit: nothing stored
-    assert (await response.json())["rejected"] == 1
-    assert polls >= 5 and worst < 0.3, (polls, worst)
-
-
-async def test_summary_rows_slow_to_quote_never_stall_other_requests(client, sql):
-    """Flow ids of quotes take psycopg's quoting (Python) about 44 us each: 400 summary rows
-    of 64 such ids each are about a second of binding, which froze every other request
-    while it ran on the event loop. It runs on a thread now."""
-    rows, ids = 400, 64
-    body = b"".join(b'{"event_type": "alert", "flow_id": "%s%02d", "alert": '
-                    b'{"signature_id": %d, "severity": 1}}\n' % (b'\\"' * 38, n, row)
-                    for row in range(rows) for n in range(ids))
-    worst = 0.0
-
-    async def watch(done: asyncio.Event) -> int:
-        """Polls /health, timing each poll with the pause after it: a stall that falls
-        in the pause delays the next poll as much as one that falls in the request."""
         nonlocal worst
         polls = 0
         while not done.is_set():
@@ -188,9 +152,35 @@ async def test_summary_rows_slow_to_quote_never_stall_other_requests(client, sql
 
     done = asyncio.Event()
     watcher = asyncio.create_task(watch(done))
-    response = await client.post("/log/events", data=io.BytesIO(body), headers=NDJSON)
+    response = await client.post("/log/events", data=io.BytesIO(body), headers=headers)
     done.set()
-    polls = await watcher
+    return response, await watcher, worst
+
+
+async def test_cpu_heavy_body_never_stalls_other_requests(make_client, database, tmp_path, sql):
+    """A 10 KB gzip body of 10 MiB of commas froze every other request for 6 s: the body was
+    decoded and split without yielding. Now pieces are small and other requests run between
+    them, whatever the ratio allows."""
+    client = await make_client(settings_for(database, tmp_path,
+                                            INGEST_MAX_GZIP_RATIO="1000000"))
+    heavy = gzip.compress(b"[" + b"[]" * (3 << 20) + b"]", 9)  # 6 MiB of brackets
+    assert (await timed_get(client, "/health"))[0] == 200
+    response, polls, worst = await post_watching_health(client, heavy, {
+        **NDJSON, "Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert response.status == 422  # one element, over the record size limit: nothing stored
+    assert (await response.json())["rejected"] == 1
+    assert polls >= 5 and worst < 0.3, (polls, worst)
+
+
+async def test_summary_rows_slow_to_quote_never_stall_other_requests(client, sql):
+    """Flow ids of quotes take psycopg's quoting (Python) about 25 us each: 400 summary rows
+    of 64 such ids each are 0.7 s of binding, which froze every other request while it ran
+    on the event loop. It runs on a thread now."""
+    rows, ids = 400, 64
+    body = b"".join(b'{"event_type": "alert", "flow_id": "%s%02d", "alert": '
+                    b'{"signature_id": %d, "severity": 1}}\n' % (b'\\"' * 38, n, row)
+                    for row in range(rows) for n in range(ids))
+    response, polls, worst = await post_watching_health(client, body, NDJSON)
     assert response.status == 200, await response.text()
     assert (await response.json())["accepted"] == rows * ids
     assert sql.value("SELECT count(*) FROM telemetry_alerts WHERE mac = %s AND "
