@@ -37,9 +37,11 @@ def canonical_ip(value: str | None) -> str | None:
 
 
 def flow_id_text(value: object) -> str | None:
-    """flow_id as PostgreSQL's `record->>'flow_id'` spelled it: a string as it is, any other
-    value as its JSON text; one longer than FLOW_ID_CHARS (Suricata's are integers of up to
-    20 digits) as a digest of it, so a hostile record cannot make summary rows large."""
+    """flow_id as text: a string as it is, any other value as orjson writes it (for a string
+    or an integer of up to 64 bits, PostgreSQL's `record->>'flow_id'` spelling; a float, a
+    larger integer, parsed as a float, or an object may be spelled otherwise: `1E2` as
+    `100.0`); one longer than FLOW_ID_CHARS (Suricata's are integers of up to 20 digits)
+    as a digest of it, so a hostile record cannot make summary rows large."""
     if value is None:
         return None
     text = value if isinstance(value, str) else orjson.dumps(value).decode()
