@@ -39,6 +39,7 @@ import orjson
 
 from ops.bench.fleet import corpus_records
 from ops.bench.crash_drill import INDEX_TIMEOUT, await_indexed
+from ops.bench.ingest import add_settings_option
 from ops.bench.wrk import available, run_wrk
 from testkit.database import Sql, throwaway_database
 from testkit.server import running_server
@@ -133,8 +134,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--router-limits", choices=("default", "off"), default="default")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting of the server's (repeatable)")
+    add_settings_option(parser)
     parser.add_argument("--honest-only", type=int, metavar="PORT",
                         help="be the honest router against the server on PORT for --seconds, "
                              "printing its upload times (the benchmark starts it so)")
@@ -144,7 +144,7 @@ def main() -> int:
                                            HONEST_PAUSE[args.router_limits], asyncio.Event()))
         print(orjson.dumps(times).decode())
         return 0
-    settings = {**PER_ADDRESS, **dict(setting.split("=", 1) for setting in args.set)}
+    settings = {**PER_ADDRESS, **dict(args.set)}
     indexing = "HUNT_INDEX_SECONDS" not in settings
     if not available():
         print("wrk is not installed (Debian package wrk)", file=sys.stderr)

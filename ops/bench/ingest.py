@@ -169,6 +169,19 @@ def truncate(location: DatabaseLocation) -> None:
         conn.close()
 
 
+def add_settings_option(parser: argparse.ArgumentParser, whose: str = "the server's") -> None:
+    """--set NAME=VALUE, repeatable: `dict(args.set)` is the settings given."""
+    parser.add_argument("--set", action="append", default=[], type=_name_value,
+                        metavar="NAME=VALUE", help=f"a setting of {whose} (repeatable)")
+
+
+def _name_value(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -177,10 +190,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="HTTP_WORKERS")
     parser.add_argument("--body", choices=("alerts", "corpus"), default="alerts")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting of the server's")
+    add_settings_option(parser)
     args = parser.parse_args()
-    settings = dict(setting.split("=", 1) for setting in args.set)
+    settings = dict(args.set)
 
     lines = make_lines(args.records, args.body)
     bodies = ndjson_bodies(lines, args.per_request)

@@ -43,8 +43,8 @@ from typing import Iterator
 from psycopg import sql as pgsql
 
 from ops.bench.crash_drill import INDEX_TIMEOUT, await_indexed
-from ops.bench.ingest import (check_stored, copy_text, make_lines, ndjson_bodies, run_copy,
-                              run_http, truncate)
+from ops.bench.ingest import (add_settings_option, check_stored, copy_text, make_lines,
+                              ndjson_bodies, run_copy, run_http, truncate)
 from server.db.connect import execute_alone
 from server.db.location import DatabaseLocation
 from testkit.database import Sql, database_env, database_server, migrated_database
@@ -95,11 +95,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--body", choices=("alerts", "corpus"), default="alerts")
     parser.add_argument("--workers", type=int, default=1, help="HTTP_WORKERS of both")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting of this side's server")
+    add_settings_option(parser, "this side's server")
     args = parser.parse_args()
     workers = {"HTTP_WORKERS": str(args.workers)}
-    settings = {**workers, **dict(setting.split("=", 1) for setting in args.set)}
+    settings = {**workers, **dict(args.set)}
     before_python = args.before_python or str(args.before / ".venv" / "bin" / "python")
 
     lines = make_lines(args.records, args.body)
