@@ -82,7 +82,7 @@ def hunt_lines(hunt: dict) -> list[str]:
     lines = [f"hunt index     {hunt['packed_days']} days packed ({hunt['packed_postings']} "
              f"postings in {hunt['packed_bytes']} bytes{per}{last}); "
              f"{hunt['over_budget_routers']} routers past HUNT_POSTINGS_PER_ROUTER_DAY since "
-             f"yesterday, {hunt['unindexed_values']} values not indexed; "
+             f"yesterday, {hunt['unindexed_records']} records not indexed; "
              f"{hunt['pending_uploads']} uploads waiting for the indexer"
              + (f" (the oldest {hunt['oldest_pending_seconds']:.0f} s)"
                 if hunt["pending_uploads"] else "")]

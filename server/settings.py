@@ -500,8 +500,8 @@ class Settings:
         "New postings a router may add to the "
         "hunt index in a UTC day (a household's day is a few hundred: the corpus's "
         "sensor day 79), counted across processes and restarts: past it, its records "
-        "are still stored, the values it had already posted that day are still "
-        "updated, and the others are not indexed, counted per router and shown by "
+        "are still stored and nothing more of that day is indexed (the postings it "
+        "made stay); its records not indexed are counted per router and shown by "
         "`status` and the console (docs/security.md).")
     hunt_index_seconds: int = _retention("5", _integer(1, 3600),
         "How often the hunt indexer (in the process that "

@@ -11,8 +11,9 @@ a replayed upload stores no chunk and no pending row, so adds no posting; a rout
 meanwhile gets none back. Small uploads (the agent's cadence: a few records every 10 s)
 share a transaction up to BATCH_RECORDS records; a larger one is a batch alone. An upload
 tallies at most what its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and
-POSTINGS_FREE more, for the values it posted earlier that day), so its memory follows that,
-not its size, and the statement keeps the day within the budget. A batch that fails is
+POSTINGS_FREE more, for the values it posted earlier that day; nothing once the day has
+nothing left: its records are only counted), so its memory follows that, not its size, and
+the statement keeps the day within the budget. A batch that fails is
 indexed again an upload a transaction, and the upload that fails alone is set aside and
 logged by name: no upload holds up the others.
 
@@ -57,7 +58,7 @@ class Indexed:
     uploads: int = 0
     records: int = 0
     postings: int = 0  # values offered to the index (new or added to)
-    dropped: int = 0  # values past an upload's allowance or its router's day
+    dropped: int = 0  # records carrying values past an upload's allowance or its router's day
     set_aside: int = 0  # uploads whose postings could not be written (logged, each)
     left: int = 0  # pending uploads not indexed (the deadline came first)
 
@@ -183,7 +184,7 @@ async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: f
         return error
     for tally in tallies:
         done.uploads += 1
-        done.records += tally.records
+        done.records += tally.postings.records
         done.dropped += tally.postings.budget.dropped
         done.postings += len(tally.postings.counts)
     return None
@@ -195,7 +196,6 @@ class _Tally:
     written_at: Any
     network: str | None  # where the upload came from, kept with its router's day
     postings: Postings
-    records: int = 0
 
 
 async def _take(cur, batch: list[dict]) -> list[tuple]:
@@ -212,14 +212,16 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     """Each taken upload's values, tallied within what its router's day has left of the
     budget, and a free allowance more for the values it posted earlier that day (the
     statement adds no new one past the budget: it, not this bound of memory, keeps the day
-    within the budget when one router has several uploads in a batch)."""
+    within the budget when one router has several uploads in a batch); none when the day
+    has nothing left, whose records are only counted."""
     used = {(mac, day): count for mac, day, count in await Reads(cur).fetchall(hunt_db.DAYS_USED, {
         "macs": [row[0] for row in taken], "days": [utc_midnight(row[3]) for row in taken]})}
     tallies: dict[tuple, _Tally] = {}
     for mac, kind, received_at, written_at, network in taken:
         left = max(0, postings_per_day - used.get((mac, utc_midnight(written_at)), 0))
         tallies[(mac, kind, received_at)] = _Tally(
-            mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
+            mac, written_at, network,
+            Postings(PostingsBudget(left + POSTINGS_FREE if left else 0)))
     bodies: list[tuple[_Tally, bytes]] = []
     held = 0
     async for mac, kind, received_at, body in cur.stream(hunt_db.UPLOADS_CHUNKS, {
@@ -237,21 +239,21 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
 
 def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:
     for tally, body in bodies:
-        lines = decompress(body)
-        for line in lines:
+        for line in decompress(body):
             tally.postings.add(orjson.loads(line))
-        tally.records += len(lines)
 
 
 def _statements(tallies: list[_Tally], postings_per_day: int, cur) -> list[str]:
     """Each upload's postings statement, bound by `cur` (server/db/rows.py)."""
     out = []
     for tally in tallies:
-        params = tally.postings.params(tally.written_at)
-        if params["rows"] or tally.postings.budget.dropped:
-            out.append(hunt_db.postings_statement({
-                "mac": tally.mac, "budget": postings_per_day, "network": tally.network,
-                "dropped": tally.postings.budget.dropped, **params}).text(cur))
+        params = {**tally.postings.params(tally.written_at), "mac": tally.mac,
+                  "budget": postings_per_day, "network": tally.network,
+                  "dropped": tally.postings.budget.dropped}
+        if params["rows"]:
+            out.append(hunt_db.postings_statement(params).text(cur))
+        elif params["dropped"]:
+            out.append(cur.mogrify(*hunt_db.unindexed_statement(params)))
     return out
 
 
@@ -294,8 +296,9 @@ class HuntIndexer:
                 continue
             self._health.succeeded()
             if done.dropped:
-                log.warning("hunt index: %d values of %d uploads past their uploads' "
-                            "allowance, stored but not indexed", done.dropped, done.uploads)
+                log.warning("hunt index: %d records of %d uploads carried values past their "
+                            "upload's allowance or their router's day, stored but not indexed",
+                            done.dropped, done.uploads)
 
 
 async def caught_up(db: Database, postings_per_day: int, lanes: int) -> int:

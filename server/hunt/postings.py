@@ -30,6 +30,7 @@ class Postings:
     indicators.carried one by one. Either way a record counts once for each value."""
 
     def __init__(self, budget: "PostingsBudget | None" = None) -> None:
+        self.records = 0
         self.counts: dict[tuple[str, str], int] = {}
         self._triples: dict[tuple, int] = {}
         self.budget = budget if budget is not None else PostingsBudget()
@@ -41,6 +42,7 @@ class Postings:
         """A stored record (its addresses checked as strings; its signature id checked only
         on /log/events, so anything else is left out here: a flow carrying a list there
         must not stop the tally)."""
+        self.records += 1
         self.budget.left += POSTINGS_PER_RECORD
         get = record.get
         if get("dns") is None and get("tls") is None and get("http") is None \
@@ -54,6 +56,7 @@ class Postings:
 
     def _count(self, found: list[tuple[str, str]], records: int) -> None:
         counts, budget = self.counts, self.budget
+        left_out = False
         for key in (set(found) if len(found) > 1 else found):
             if key in counts:
                 counts[key] += records
@@ -61,7 +64,9 @@ class Postings:
                 budget.left -= 1
                 counts[key] = records
             else:
-                budget.dropped += 1
+                left_out = True
+        if left_out:
+            budget.dropped += records
 
     def _settle(self) -> None:
         for (src, dest, sid), records in self._triples.items():
@@ -71,9 +76,9 @@ class Postings:
 
     def params(self, received_at: datetime) -> dict:
         """The hunt statement's values (server/hunt/sql.py), in key order: concurrent uploads
-        of one router lock their rows in the same order."""
+        of one router lock their rows in the same order; and the records tallied."""
         self._settle()
-        return {"day": utc_midnight(received_at), "seen": received_at,
+        return {"day": utc_midnight(received_at), "seen": received_at, "records": self.records,
                 "rows": [{"code": code, "value": value, "records": count}
                          for (code, value), count in sorted(self.counts.items())]}
 
@@ -81,8 +86,8 @@ class Postings:
 class PostingsBudget:
     """The distinct values an upload may still index (POSTINGS_FREE, POSTINGS_PER_RECORD), at
     most `ceiling` (what its router's day has left, and POSTINGS_FREE more so that values it
-    posted earlier that day are still counted: server/hunt/indexer.py), and how many it
-    could not."""
+    posted earlier that day are still counted; none when the day has nothing left:
+    server/hunt/indexer.py), and the records carrying a value it could not index."""
 
     def __init__(self, ceiling: int | None = None) -> None:
         self.left = POSTINGS_FREE

@@ -26,12 +26,22 @@ from server.db.pool import Database
 NETWORKS_KEPT = 8  # the networks a router's uploads came from in a day, at most (the first)
 _POSTING_FIELDS = ("code", "value", "records")
 _POSTING_ROW = "(%s, %s, %s)"
-# An upload's postings, within its router's budget for the day (hunt_budgets, migration
-# 0030): under it, every value is posted (a new one adds a row, one posted before that day
-# updates its row); past it, only the values already posted that day are updated and the
-# others are counted as not indexed. New rows are told from updated ones by their records:
-# an updated row holds more than this upload's (a partitioned table has no xmax to return).
-_ADD_POSTINGS = """WITH v (kind, value, records) AS (VALUES {values}),
+# Where an upload's router-day is counted (hunt_budgets, migration 0030): the postings it
+# added, its records not indexed (`unindexed`: those carrying a value left out), and the
+# networks its uploads came from (the first few).
+_COUNT_ROUTER_DAY = """ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
+    unindexed = b.unindexed + excluded.unindexed,
+    networks = CASE WHEN excluded.networks <@ b.networks
+                      OR cardinality(b.networks) >= %(hunt_networks_kept)s THEN b.networks
+                    ELSE b.networks || excluded.networks END"""
+_NETWORK = "array_remove(ARRAY[%(hunt_network)s::cidr], NULL)"
+# An upload's postings, within its router's budget for the day: under it, every value is
+# posted (a new one adds a row, one posted before that day updates its row); past it,
+# nothing more of that day is indexed and the upload's records are counted as not indexed
+# (so a flooding router's later uploads cost the index a counter, not a lookup a value). New rows
+# are told from updated ones by their records: an updated row holds more than this upload's
+# (a partitioned table has no xmax to return).
+_ADD_POSTINGS = f"""WITH v (kind, value, records) AS (VALUES {{values}}),
 used AS (SELECT coalesce(sum(postings), 0) AS n FROM hunt_budgets
          WHERE mac = %(mac)s AND day = %(hunt_day)s),
 added AS (
@@ -43,27 +53,19 @@ added AS (
         first_seen = least(h.first_seen, excluded.first_seen),
         last_seen = greatest(h.last_seen, excluded.last_seen),
         records = h.records + excluded.records
-    RETURNING h.kind, h.value, h.records),
-kept AS (
-    UPDATE hunt_postings h SET last_seen = greatest(h.last_seen, %(hunt_seen)s),
-        records = h.records + v.records::integer
-    FROM v, used
-    WHERE used.n >= %(hunt_budget)s AND h.day = %(hunt_day)s AND h.mac = %(mac)s
-      AND h.kind = v.kind::"char" AND h.value = v.value COLLATE "C"
-    RETURNING 1)
+    RETURNING h.kind, h.value, h.records)
 INSERT INTO hunt_budgets AS b (mac, day, postings, unindexed, networks)
 SELECT %(mac)s, %(hunt_day)s,
        (SELECT count(*) FROM added a JOIN v ON a.kind = v.kind::"char"
             AND a.value = v.value COLLATE "C" WHERE a.records = v.records::integer),
-       CASE WHEN (SELECT n FROM used) >= %(hunt_budget)s
-            THEN %(hunt_offered)s - (SELECT count(*) FROM kept) ELSE 0 END
-       + %(hunt_dropped)s,
-       array_remove(ARRAY[%(hunt_network)s::cidr], NULL)
-ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
-    unindexed = b.unindexed + excluded.unindexed,
-    networks = CASE WHEN excluded.networks <@ b.networks
-                      OR cardinality(b.networks) >= %(hunt_networks_kept)s THEN b.networks
-                    ELSE b.networks || excluded.networks END"""
+       CASE WHEN (SELECT n FROM used) >= %(hunt_budget)s THEN %(hunt_records)s
+            ELSE %(hunt_dropped)s END,
+       {_NETWORK}
+{_COUNT_ROUTER_DAY}"""
+# An upload whose router's day had no budget left when the indexer read it: only counted.
+_UNINDEXED = f"""INSERT INTO hunt_budgets AS b (mac, day, postings, unindexed, networks)
+VALUES (%(mac)s, %(hunt_day)s, 0, %(hunt_dropped)s, {_NETWORK})
+{_COUNT_ROUTER_DAY}"""
 
 
 # --- Uploads not indexed yet (migration 0032, server/hunt/indexer.py) ---
@@ -104,15 +106,25 @@ GROUP BY mac, day"""
 
 def postings_statement(params: dict) -> RowsInsert:
     """The statement adding an upload's postings (Postings.params, with the router's `mac`
-    and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY; `dropped`: values the tally already left
-    out, counted as not indexed): one statement, single-shard under Citus."""
-    rows = params["rows"]
-    shared = {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
-              "hunt_budget": params["budget"], "hunt_offered": len(rows),
-              "hunt_dropped": params.get("dropped", 0),
-              "hunt_network": params.get("network"), "hunt_networks_kept": NETWORKS_KEPT}
+    and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY; `dropped`: records carrying a value the
+    tally already left out, counted as not indexed): one statement, single-shard under
+    Citus."""
     return RowsInsert(_ADD_POSTINGS, _POSTING_ROW,
-                      [tuple(row[name] for name in _POSTING_FIELDS) for row in rows], shared)
+                      [tuple(row[name] for name in _POSTING_FIELDS) for row in params["rows"]],
+                      _shared(params))
+
+
+def unindexed_statement(params: dict) -> tuple[str, dict]:
+    """The statement counting an upload none of whose values was tallied (its router's day
+    had no budget left), the same `params` without rows, and its parameters."""
+    return _UNINDEXED, _shared(params)
+
+
+def _shared(params: dict) -> dict:
+    return {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
+            "hunt_budget": params["budget"], "hunt_records": params["records"],
+            "hunt_dropped": params.get("dropped", 0),
+            "hunt_network": params.get("network"), "hunt_networks_kept": NETWORKS_KEPT}
 
 
 RECORD_HUNT = """INSERT INTO hunt_log (asked_by, via, indicators, since, until, matches,

@@ -29,7 +29,7 @@ async def hunt_status(db: Database) -> dict:
     return {"pending_uploads": pending, "oldest_pending_seconds": round(oldest, 1),
             "packed_days": days, "packed_postings": postings, "packed_bytes": size,
             "last_packed_day": last, "over_budget_routers": routers,
-            "unindexed_values": unindexed,
+            "unindexed_records": unindexed,
             "over_budget": [{"mac": mac, "day": day, "postings": posted, "unindexed": left_out}
                             for mac, day, posted, left_out
                             in await db.fetchall(_HUNT_OVER_BUDGET_LISTED)]}
