@@ -56,6 +56,11 @@ def _workers(value: str) -> int:
     return _integer(1, 256)(value)
 
 
+def _auto_or_integer(value: str) -> int | None:
+    """None for `auto` (resolved where the setting is used), else an integer of at least 1."""
+    return None if value.strip().lower() == "auto" else _integer(1, 1024)(value)
+
+
 def _boolean(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -337,6 +342,15 @@ class Settings:
         "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
         "take the connections that polls, health checks and generation need; further "
         "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.")
+    ingest_writes_at_once: int | None = _database("auto", _auto_or_integer,
+        "Statements of telemetry uploads one server "
+        "process runs in the database at once; when more wait, the router served the "
+        "fewest records lately goes next, so that a fleet of cheap MACs flooding at full "
+        "speed does not queue an honest router's upload behind its own in the database. "
+        "A statement running longer than a second stops counting (it may be waiting on "
+        "another upload's locks). `auto`: the host's CPU cores shared among its "
+        "HTTP_WORKERS, at least 1 (the database on the same host; raise it for a larger "
+        "database server).")
     db_timeout_seconds: int = _database("30", _integer(1),
         "Longest wait for a connection or one statement before "
         "the request fails with 503; a statement that outlasts it is cancelled on the "

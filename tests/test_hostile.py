@@ -75,6 +75,44 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
     assert (status, response.status, count(sql)) == (200, 200, 1)
 
 
+async def test_a_write_waiting_on_a_stalled_uploads_rows_does_not_hold_the_others(
+        make_client, database, tmp_path, sql, monkeypatch):
+    """An upload's statement waiting on rows another upload of its router holds (a summary
+    written with a chunk mid-body, its client then stalling) kept its turn of
+    INGEST_WRITES_AT_ONCE as long: every router's upload waited, and so did the stalled
+    upload's own next chunk, so its body's idle limit never came and all waited for the
+    statement timeout (30 s here). A turn stops counting after WRITE_OVERTIME_SECONDS."""
+    monkeypatch.setattr("server.telemetry.writer.SUMMARY_ROWS", 1)  # a summary each chunk
+    client = await make_client(settings_for(
+        database, tmp_path, INGEST_BATCH_ROWS="5", INGEST_BODY_IDLE_SECONDS="10",
+        INGEST_WRITES_AT_ONCE="1", DB_TIMEOUT_SECONDS="30"))  # no statement cut short
+    if time.time() % 3600 > 3590:  # both uploads' summary rows in the same hour
+        await asyncio.sleep(3600 - time.time() % 3600 + 0.5)
+    reader, writer = await stalled_upload(client.host, client.port, RECORD * 20)
+    try:
+        await until(lambda: idle_in_transaction(sql) == 1)
+        blocked = asyncio.create_task(client.post("/log/events", data=RECORD, headers=NDJSON))
+        await until(lambda: sql.value(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'") == 1)
+        started = time.perf_counter()
+        response = await client.post("/log/events", data=RECORD,
+                                     headers={**NDJSON, "X-ID": OTHER})
+        took = time.perf_counter() - started
+        assert response.status == 200 and took < 3, (response.status, took)
+        assert not blocked.done()  # still waiting on the stalled upload's rows
+    finally:
+        writer.close()
+    assert (await blocked).status == 200  # the stalled upload rolled back, this one stored
+
+
+async def until(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.05)
+
+
 async def test_one_router_gets_two_uploads_at_once(make_client, database, tmp_path, sql):
     """One MAC's stalled uploads filled the ingestion pool, and every other router's upload
     waited behind them; an agent uploads one body at a time."""

@@ -138,3 +138,41 @@ async def test_at_most_at_once_hold_a_turn_and_the_least_served_gets_the_next():
     await asyncio.gather(*held, *waiters)
     assert order == ["honest", "flooder"]
 
+
+
+async def test_a_turn_held_past_its_overtime_is_handed_on_once():
+    """A holder stuck past `overtime_seconds` (a statement waiting on another upload's
+    locks) stops counting: the next waiter goes on while it still holds, and when it ends
+    its turn is not handed on a second time."""
+    turns = FairTurns(Served(), at_once=1, overtime_seconds=0.2)
+    stuck, release = asyncio.Event(), asyncio.Event()
+    order: list[str] = []
+
+    async def hold(mac: str, until: asyncio.Event) -> None:
+        async with turns.turn(mac):
+            order.append(mac)
+            await until.wait()
+        order.append(f"{mac} ended")
+
+    clock = asyncio.get_running_loop().time
+    held = asyncio.create_task(hold("stuck", stuck))
+    await asyncio.sleep(0)
+    started = clock()
+    await hold("next", _set())  # waits for the overtime
+    assert order == ["stuck", "next", "next ended"] and 0.15 < clock() - started < 1
+    holding = asyncio.create_task(hold("holding", release))  # the one turn, in its time
+    await asyncio.sleep(0)
+    stuck.set()
+    await held  # ends without handing the turn on again: "holding" still has it alone
+    waiting = asyncio.create_task(hold("waiting", _set()))
+    await asyncio.sleep(0.01)
+    assert order[-2:] == ["holding", "stuck ended"] and turns.waiting == 1
+    release.set()
+    await asyncio.gather(holding, waiting)
+    assert order[-2:] == ["waiting", "waiting ended"] and turns.waiting == 0
+
+
+def _set() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event

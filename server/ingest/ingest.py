@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,7 +24,7 @@ from server.errors import BadRequest, NothingStored, UnsupportedMediaType
 from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
-from server.ingest.turns import FairTurns, Served
+from server.ingest.turns import WRITE_OVERTIME_SECONDS, FairTurns, Served
 from server.settings import Settings
 from server.telemetry.extract import RecordError
 from server.hunt.sql import ADD_PENDING
@@ -108,13 +109,15 @@ class IngestConfig:
     max_reported_errors: int
     batch_rows: int
     connections: int  # the ingestion pool's (INGEST_DB_POOL_MAX)
+    writes_at_once: int  # INGEST_WRITES_AT_ONCE, `auto` resolved
 
     @classmethod
     def from_settings(cls, settings: Settings) -> IngestConfig:
         return cls(BodyLimits(settings.ingest_max_body_bytes, settings.ingest_body_idle_seconds,
                               settings.ingest_max_gzip_ratio),
                    settings.ingest_max_record_bytes, settings.ingest_max_reported_errors,
-                   settings.ingest_batch_rows, settings.ingest_db_pool_max)
+                   settings.ingest_batch_rows, settings.ingest_db_pool_max,
+                   writes_at_once(settings))
 
 
 class Ingestion:
@@ -128,6 +131,7 @@ class Ingestion:
         self._config = config
         self._served = Served()
         self._connections = FairTurns(self._served, config.connections)
+        self._writes = FairTurns(self._served, config.writes_at_once, WRITE_OVERTIME_SECONDS)
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
         if upload.content_type not in ACCEPTED_TYPES:
@@ -163,8 +167,8 @@ class Ingestion:
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, config.batch_rows,
                                    _network(upload.address), announce=ADD_PENDING,
-                                   connection_turn=lambda: self._connections.turn(mac)
-                                   ) as writer:
+                                   connection_turn=lambda: self._connections.turn(mac),
+                                   write_turn=lambda: self._writes.turn(mac)) as writer:
 
             async def take(records: list[RawRecord]) -> None:
                 self._limits.records_arrived(mac, len(records))
@@ -204,6 +208,14 @@ class Ingestion:
                                            doubt, report.accepted):
                     raise DatabaseUnavailable(f"nothing stored: {doubt}") from None
         return report.as_json()
+
+
+def writes_at_once(settings: Settings) -> int:
+    """INGEST_WRITES_AT_ONCE, `auto` resolved: the host's cores shared among its HTTP
+    workers, at least one."""
+    if settings.ingest_writes_at_once is not None:
+        return settings.ingest_writes_at_once
+    return max(1, (os.cpu_count() or 1) // settings.http_workers)
 
 
 def _network(address: str) -> str | None:

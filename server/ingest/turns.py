@@ -1,6 +1,10 @@
-"""Fair turns at the ingestion pool's connections for the uploads in progress: at most
-INGEST_DB_POOL_MAX uploads write at once, and when more wait, the router served the fewest
-records lately gets the next connection handed back, not the next upload in arrival order.
+"""Fair turns for the uploads in progress, at two places: the ingestion pool's connections
+(at most INGEST_DB_POOL_MAX uploads hold one) and the statements running in the database
+(at most INGEST_WRITES_AT_ONCE). When more wait, the router served the fewest records lately
+gets the next turn handed back, not the next upload in arrival order. A statement's turn
+stops counting after WRITE_OVERTIME_SECONDS: one waiting on rows another upload holds (its
+own router's, stalled mid-body) would otherwise hold it for as long, and that upload's next
+chunk could then wait for the very turn (tests/test_hostile.py).
 
 Without them, a hundred MACs flooding at full speed (a Sybil fleet) fill the pool's queue
 and an honest router's upload waits behind every one of them: 45 times its quiet time in
@@ -20,6 +24,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 WINDOW_SECONDS = 10.0  # "lately": the records counted per router are forgotten this often
+WRITE_OVERTIME_SECONDS = 1.0  # a statement's turn stops counting after (INGEST_WRITES_AT_ONCE)
 
 
 class Served:
@@ -43,11 +48,13 @@ class Served:
 
 class FairTurns:
     """At most `at_once` holders; waiters handed a turn least served first, then in arrival
-    order."""
+    order. With `overtime_seconds`, a turn held that long is handed on while its holder goes
+    on: a holder stuck (a statement waiting on another upload's locks) stops counting."""
 
-    def __init__(self, served: Served, at_once: int = 1):
+    def __init__(self, served: Served, at_once: int = 1, overtime_seconds: float | None = None):
         self._served = served
         self._at_once = at_once
+        self._overtime_seconds = overtime_seconds
         self._holders = 0
         self._waiting: list[tuple[int, int, asyncio.Future]] = []  # (served, arrival, turn)
         self._arrivals = itertools.count()
@@ -66,10 +73,22 @@ class FairTurns:
                 raise
         else:
             self._holders += 1
+        handed_on = False
+
+        def hand_on_once() -> None:
+            nonlocal handed_on
+            if not handed_on:
+                handed_on = True
+                self._hand_on()
+
+        overtime = None if self._overtime_seconds is None else \
+            asyncio.get_running_loop().call_later(self._overtime_seconds, hand_on_once)
         try:
             yield
         finally:
-            self._hand_on()
+            if overtime is not None:
+                overtime.cancel()
+            hand_on_once()
 
     @property
     def waiting(self) -> int:

@@ -86,6 +86,7 @@ class Child:
 class Supervisor:
     def __init__(self, settings: Settings, workers: int):
         self._settings = settings
+        self._workers = workers
         self._children = [Child(WORKING, 0)] + [Child(SERVING, n + 1)
                                                   for n in range(workers)]
         self._metrics_dir = settings.data_dir / "metrics"
@@ -179,8 +180,10 @@ class Supervisor:
     def _child_environment(self, location: DatabaseLocation) -> dict[str, str]:
         """The supervisor's environment, plus where the database is (the embedded server is
         the supervisor's: children connect to it like to any server) and the metrics
-        directory, which prometheus_client reads when a child imports it."""
-        return {**os.environ, "DB_HOST": location.host, "DB_PORT": str(location.port),
+        directory, which prometheus_client reads when a child imports it; HTTP_WORKERS as
+        started (`serve --workers` may say otherwise), which a worker's shares follow."""
+        return {**os.environ, "HTTP_WORKERS": str(self._workers),
+                "DB_HOST": location.host, "DB_PORT": str(location.port),
                 "DB_NAME": location.name, "DB_USER": location.user,
                 "DB_PASSWORD": location.password, "DB_SSLMODE": location.sslmode,
                 "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir)}

@@ -46,7 +46,8 @@ class TelemetryWriter:
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
                  batch_rows: int, network: str | None = None, announce: str | None = None,
-                 connection_turn: Callable[[], contextlib.AbstractAsyncContextManager] | None = None):
+                 connection_turn: Callable[[], contextlib.AbstractAsyncContextManager] | None = None,
+                 write_turn: Callable[[], contextlib.AbstractAsyncContextManager] | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
         its summary rows for the fleet to count. `announce`: a statement sent with the
         upload's last chunk, in its transaction, given the upload's mac, kind,
@@ -54,12 +55,14 @@ class TelemetryWriter:
         learns of the whole upload (the hunt's queue, server/hunt/sql.py ADD_PENDING), named
         by the caller so that telemetry names no table of the hunt. `connection_turn`: taken
         before the upload takes a connection and held until it gives it back (ingestion's
-        fair turns at its pool: server/ingest/turns.py)."""
+        fair turns at its pool: server/ingest/turns.py); `write_turn`: held while one of
+        its statements runs (the turns of INGEST_WRITES_AT_ONCE)."""
         self._db = db
         self._params = {"mac": mac, "kind": kind}
         self._network = network
         self._announce = announce
         self._connection_turn = connection_turn or contextlib.nullcontext
+        self._write_turn = write_turn or contextlib.nullcontext
         self._row_of = ROW_OF[kind]
         self._received_at = received_at
         self._batch_rows = batch_rows
@@ -166,7 +169,8 @@ class TelemetryWriter:
         made on a thread (`_text`), off the event loop."""
         text = await asyncio.to_thread(self._text, cur, chunk, summary, key, last)
         try:
-            await execute(cur, text)
+            async with self._write_turn():
+                await execute(cur, text)
         except psycopg.errors.UniqueViolation as error:
             if key is not None and key_recorded_before(error):
                 raise KeyAlreadyUsed(key.key) from None
