@@ -19,7 +19,9 @@ corpus day's alerts, 44 records, an upload every 0.2 s, or every 0.6 s within th
 per-router limit of 2 requests a second), so that its times are the server's, not a busy
 client's. What saturates is printed: the cores wrk and the server kept busy. --set: a
 setting of the server's (repeatable), e.g. HUNT_INDEX_SECONDS=3600 to flood with the hunt
-indexer idle (the index then does not grow, and is not waited for).
+indexer idle (the index then does not grow, and is not waited for), or HTTP_WORKERS=2 for
+the supervisor and its processes (the layout of `auto` on two cores; the cores printed are
+all of theirs).
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def honest_process(port: int, seconds: float, limits: str) -> list[float]:
     return orjson.loads(done.stdout)
 
 
-def under_flood(port: int, server_pid: int, flooders: int, seconds: float, script: Path,
+def under_flood(port: int, server_pids: list[int], flooders: int, seconds: float, script: Path,
                 limits: str) -> tuple[list[float], dict]:
     """wrk floods for the honest router's time and a little more on each side."""
     flooded: dict = {}
@@ -118,7 +120,7 @@ def under_flood(port: int, server_pid: int, flooders: int, seconds: float, scrip
     def flood() -> None:
         flooded.update(run_wrk(f"http://127.0.0.1:{port}/log/cfm", script, int(seconds) + 4,
                                flooders, str(flooders), str(RECORDS_A_FLOOD), str(flooders),
-                               server_pids=[server_pid]))
+                               server_pids=server_pids))
 
     thread = threading.Thread(target=flood)
     thread.start()
@@ -164,7 +166,9 @@ def main() -> int:
         for flooders in (int(n) for n in args.flooders.split(",")):
             sql.rows("TRUNCATE hunt_budgets")
             before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
-            honest, flooded = under_flood(server.port, server.process.pid, flooders,
+            pids = [server.process.pid, *server.children("serving"),
+                    *server.children("working")]  # the supervisor's, with HTTP_WORKERS > 1
+            honest, flooded = under_flood(server.port, pids, flooders,
                                           args.seconds, script, args.router_limits)
             behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT)) if indexing \
                 else float("nan")
@@ -180,7 +184,7 @@ def main() -> int:
                   f"cores busy, the server {flooded['server_cores']:.2f}; the indexer read "
                   f"every upload {behind:.1f} s after; the index grew by {added} postings, "
                   f"the most one flooder posted {most} (budget {args.budget}), {unindexed} "
-                  f"values not indexed; the honest router's upload p50 "
+                  f"records not indexed; the honest router's upload p50 "
                   f"{statistics.median(honest) * 1000:.1f} ms ({len(honest)} uploads), "
                   f"{ratio:.2f}x the quiet one")
     return 0
