@@ -4,7 +4,7 @@ flooder's daily budget (HUNT_POSTINGS_PER_ROUTER_DAY), counted across its upload
 honest router's upload time is compared with the same uploads on a quiet server, in the
 same run.
 
-    python -m ops.bench.hunt_flood [--flooders 1,100] [--seconds 30] [--budget 2000]
+    python -m ops.bench.hunt_flood [--flooders 1,100] [--seconds 30] [--after 2] [--budget 2000]
                                    [--router-limits default|off] [--set NAME=VALUE]
 
 The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL (or the
@@ -112,19 +112,20 @@ def honest_process(port: int, seconds: float, limits: str) -> list[float]:
     return orjson.loads(done.stdout)
 
 
-def under_flood(port: int, server_pids: list[int], flooders: int, seconds: float, script: Path,
-                limits: str) -> tuple[list[float], dict]:
-    """wrk floods for the honest router's time and a little more on each side."""
+def under_flood(port: int, server_pids: list[int], flooders: int, seconds: float, after: float,
+                script: Path, limits: str) -> tuple[list[float], dict]:
+    """wrk floods for `after` seconds, then for the honest router's time, and 2 s more."""
     flooded: dict = {}
 
     def flood() -> None:
-        flooded.update(run_wrk(f"http://127.0.0.1:{port}/log/cfm", script, int(seconds) + 4,
+        flooded.update(run_wrk(f"http://127.0.0.1:{port}/log/cfm", script,
+                               int(after + seconds) + 2,
                                flooders, str(flooders), str(RECORDS_A_FLOOD), str(flooders),
                                server_pids=server_pids))
 
     thread = threading.Thread(target=flood)
     thread.start()
-    time.sleep(2)
+    time.sleep(after)
     honest = honest_process(port, seconds, limits)
     thread.join()
     return honest, flooded
@@ -134,6 +135,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--flooders", default="1,100")
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--after", type=float, default=2,
+                        help="seconds of flood before the honest router's time begins (past "
+                             "60, the flooders' first minute's allowance is spent: the "
+                             "sustained flood)")
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--router-limits", choices=("default", "off"), default="default")
     add_settings_option(parser)
@@ -169,7 +174,8 @@ def main() -> int:
             pids = [server.process.pid, *server.children("serving"),
                     *server.children("working")]  # the supervisor's, with HTTP_WORKERS > 1
             honest, flooded = under_flood(server.port, pids, flooders,
-                                          args.seconds, script, args.router_limits)
+                                          args.seconds, args.after, script,
+                                          args.router_limits)
             behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT)) if indexing \
                 else float("nan")
             added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s",
@@ -178,7 +184,8 @@ def main() -> int:
                              (HONEST,))
             unindexed = sql.value("SELECT sum(unindexed) FROM hunt_budgets")
             ratio = statistics.median(honest) / statistics.median(quiet)
-            print(f"{flooders} flooder(s), wrk for {args.seconds + 4:.0f} s: "
+            print(f"{flooders} flooder(s), wrk for {args.after + args.seconds + 2:.0f} s "
+                  f"(the honest router from {args.after:.0f} s): "
                   f"{flooded['rate']:.0f} uploads a second of {RECORDS_A_FLOOD} random names "
                   f"({flooded['non_2xx_3xx']} refused), wrk kept {flooded['wrk_cores']:.2f} "
                   f"cores busy, the server {flooded['server_cores']:.2f}; the indexer read "

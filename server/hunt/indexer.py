@@ -11,9 +11,9 @@ a replayed upload stores no chunk and no pending row, so adds no posting; a rout
 meanwhile gets none back. Small uploads (the agent's cadence: a few records every 10 s)
 share a transaction up to BATCH_RECORDS records; a larger one is a batch alone. An upload
 tallies at most what its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and
-POSTINGS_FREE more, for the values it posted earlier that day; nothing once the day has
-nothing left: its records are only counted), so its memory follows that, not its size, and
-the statement keeps the day within the budget. A batch that fails is
+POSTINGS_FREE more, for the values it posted earlier that day; once the day has nothing
+left, the upload is not read and its records are only counted), so its memory follows
+that, not its size, and the statement keeps the day within the budget. A batch that fails is
 indexed again an upload a transaction, and the upload that fails alone is set aside and
 logged by name: no upload holds up the others.
 
@@ -200,7 +200,7 @@ class _Tally:
 
 async def _take(cur, batch: list[dict]) -> list[tuple]:
     """The batch's pending rows deleted (pipelined, each on its router's shard): (mac, kind,
-    received_at, written_at, network) of those still there."""
+    received_at, written_at, network, records) of those still there."""
     await cur.executemany(hunt_db.TAKE_PENDING, batch, returning=True)
     taken = []
     async for _ in cur.results():
@@ -212,29 +212,41 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     """Each taken upload's values, tallied within what its router's day has left of the
     budget, and a free allowance more for the values it posted earlier that day (the
     statement adds no new one past the budget: it, not this bound of memory, keeps the day
-    within the budget when one router has several uploads in a batch); none when the day
-    has nothing left, whose records are only counted."""
+    within the budget when one router has several uploads in a batch). An upload whose
+    router's day has nothing left is not read: its records are counted as not indexed (so
+    a flooding router costs the indexer a counter an upload, not a parse of each record)."""
     used = {(mac, day): count for mac, day, count in await Reads(cur).fetchall(hunt_db.DAYS_USED, {
         "macs": [row[0] for row in taken], "days": [utc_midnight(row[3]) for row in taken]})}
     tallies: dict[tuple, _Tally] = {}
-    for mac, kind, received_at, written_at, network in taken:
+    to_read = []
+    for mac, kind, received_at, written_at, network, records in taken:
         left = max(0, postings_per_day - used.get((mac, utc_midnight(written_at)), 0))
-        tallies[(mac, kind, received_at)] = _Tally(
-            mac, written_at, network,
-            Postings(PostingsBudget(left + POSTINGS_FREE if left else 0)))
+        tally = tallies[(mac, kind, received_at)] = _Tally(
+            mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
+        if left:
+            to_read.append((mac, kind, received_at))
+        else:
+            tally.postings.left_unread(records)
+    if to_read:
+        await _tally_chunks(cur, to_read, tallies)
+    return list(tallies.values())
+
+
+async def _tally_chunks(cur, uploads: list[tuple], tallies: dict[tuple, _Tally]) -> None:
+    """The uploads' chunks (mac, kind, received_at), read in one stream and tallied on a
+    thread, at most TALLY_BYTES held at a time."""
     bodies: list[tuple[_Tally, bytes]] = []
     held = 0
     async for mac, kind, received_at, body in cur.stream(hunt_db.UPLOADS_CHUNKS, {
-            "first": min(row[2] for row in taken), "last": max(row[2] for row in taken),
-            "macs": [row[0] for row in taken], "kinds": [row[1] for row in taken],
-            "received": [row[2] for row in taken]}):
+            "first": min(row[2] for row in uploads), "last": max(row[2] for row in uploads),
+            "macs": [row[0] for row in uploads], "kinds": [row[1] for row in uploads],
+            "received": [row[2] for row in uploads]}):
         bodies.append((tallies[(mac, kind, received_at)], body))
         held += len(body)
         if held >= TALLY_BYTES:
             await asyncio.to_thread(_tally_all, bodies)
             bodies, held = [], 0
     await asyncio.to_thread(_tally_all, bodies)
-    return list(tallies.values())
 
 
 def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:

@@ -54,6 +54,12 @@ class Postings:
             return
         self._count(carried(record), 1)
 
+    def left_unread(self, records: int) -> None:
+        """An upload's `records` not read at all (its router's day had no budget left): each
+        counted as not indexed."""
+        self.records += records
+        self.budget.dropped += records
+
     def _count(self, found: list[tuple[str, str]], records: int) -> None:
         counts, budget = self.counts, self.budget
         left_out = False

@@ -90,7 +90,7 @@ ORDER BY written_at LIMIT %(limit)s"""
 # Single-shard under Citus; a batch's are pipelined (executemany).
 TAKE_PENDING = """DELETE FROM hunt_pending
 WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s
-RETURNING mac::text, kind, received_at, written_at, network::text"""
+RETURNING mac::text, kind, received_at, written_at, network::text, records"""
 # A batch's chunks, upload after upload (the received_at range prunes the partitions).
 UPLOADS_CHUNKS = """SELECT mac::text, kind, received_at, body FROM telemetry_chunks
 WHERE received_at BETWEEN %(first)s AND %(last)s
