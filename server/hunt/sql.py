@@ -29,8 +29,8 @@ _POSTING_ROW = "(%s, %s, %s)"
 # Where an upload's router-day is counted (hunt_budgets, migration 0030): the postings it
 # added, its records not indexed (`unindexed`: those carrying a value left out), and the
 # networks its uploads came from (the first few).
-_COUNT_ROUTER_DAY = """ON CONFLICT (mac, day) DO UPDATE SET postings = b.postings + excluded.postings,
-    unindexed = b.unindexed + excluded.unindexed,
+_COUNT_ROUTER_DAY = """ON CONFLICT (mac, day) DO UPDATE SET
+    postings = b.postings + excluded.postings, unindexed = b.unindexed + excluded.unindexed,
     networks = CASE WHEN excluded.networks <@ b.networks
                       OR cardinality(b.networks) >= %(hunt_networks_kept)s THEN b.networks
                     ELSE b.networks || excluded.networks END"""
@@ -38,7 +38,7 @@ _NETWORK = "array_remove(ARRAY[%(hunt_network)s::cidr], NULL)"
 # An upload's postings, within its router's budget for the day: under it, every value is
 # posted (a new one adds a row, one posted before that day updates its row); past it,
 # nothing more of that day is indexed and the upload's records are counted as not indexed
-# (so a flooding router's later uploads cost the index a counter, not a lookup a value). New rows
+# (no lookup a value: a flooding router's later uploads cost the index a counter). New rows
 # are told from updated ones by their records: an updated row holds more than this upload's
 # (a partitioned table has no xmax to return).
 _ADD_POSTINGS = f"""WITH v (kind, value, records) AS (VALUES {{values}}),

@@ -30,6 +30,7 @@ READ_TYPES = {"events": frozenset({"alert"}),
               "cfm": FLOW_TYPES | {"dns", "tls", "http", "fileinfo", "smb", "ssh"}}
 UNREAD_TYPES_NAMED = 20  # in an answer; the rest counted as "(other)"
 SUMMARY_ROWS = 10_000  # a summary this large is written with the next chunk (bounded memory)
+Turn = contextlib.AbstractAsyncContextManager  # held for a connection, or a statement
 
 
 class TelemetryWriter:
@@ -46,8 +47,8 @@ class TelemetryWriter:
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
                  batch_rows: int, network: str | None = None, announce: str | None = None,
-                 connection_turn: Callable[[], contextlib.AbstractAsyncContextManager] | None = None,
-                 write_turn: Callable[[], contextlib.AbstractAsyncContextManager] | None = None):
+                 connection_turn: Callable[[], Turn] | None = None,
+                 write_turn: Callable[[], Turn] | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
         its summary rows for the fleet to count. `announce`: a statement sent with the
         upload's last chunk, in its transaction, given the upload's mac, kind,
