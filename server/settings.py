@@ -50,9 +50,17 @@ def _integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's cpuset counts, a
+    CPU quota does not), what `auto` settings count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def _workers(value: str) -> int:
     if value.strip().lower() == "auto":
-        return os.cpu_count() or 1
+        return host_cores()
     return _integer(1, 256)(value)
 
 
@@ -234,7 +242,7 @@ class Settings:
         "HTTP worker processes under one supervising process, "
         "which listens on the address for them (a socket per worker, kept when one "
         "dies) and also runs the one generation queue, the scheduled jobs and the "
-        "notification retries of the host in a background process. `auto`: one per CPU core. 1: a single process does "
+        "notification retries of the host in a background process. `auto`: one per CPU core it may run on. 1: a single process does "
         "everything. `router-backend serve --workers N` overrides it.")
     shutdown_grace_seconds: int = _server("30", _integer(0),
         "On SIGTERM, how long requests and generations in "
@@ -348,9 +356,9 @@ class Settings:
         "fewest records lately goes next, so that a fleet of cheap MACs flooding at full "
         "speed does not queue an honest router's upload behind its own in the database. "
         "A statement running longer than a second stops counting (it may be waiting on "
-        "another upload's locks). `auto`: the host's CPU cores shared among its "
-        "HTTP_WORKERS, at least 1 (the database on the same host; raise it for a larger "
-        "database server).")
+        "another upload's locks); one that has waited 5 s goes first. `auto`: the CPU "
+        "cores the process may run on shared among HTTP_WORKERS, at least 1 (the "
+        "database on the same host; raise it for a larger database server).")
     db_timeout_seconds: int = _database("30", _integer(1),
         "Longest wait for a connection or one statement before "
         "the request fails with 503; a statement that outlasts it is cancelled on the "

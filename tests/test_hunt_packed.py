@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import orjson
 import pytest
 
-from server.hunt.sql import NETWORKS_KEPT, postings_statement
+from server.hunt.sql import INTEGER_MAX, NETWORKS_KEPT, postings_statement, unindexed_statement
 from server.removal import unsubscribe
 from server.hunt import indexer, tallies
 from server.hunt.indexer import index_pending
@@ -439,6 +439,24 @@ async def test_one_large_upload_adds_at_most_its_days_budget(make_client, settin
     rows = sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(30),))
     assert 100 <= rows <= 100 + POSTINGS_FREE
     assert sql.value("SELECT unindexed FROM hunt_budgets WHERE mac = %s", (mac(30),)) > 0
+
+
+async def test_a_router_days_counters_stop_at_their_ceiling(client, sql):
+    """A router-day's records not indexed, or a value's records, past 2**31 (integer
+    columns) failed its statement, and every later upload of the router that day was set
+    aside (a hostile review); they stop at their ceiling."""
+    db = client.app[DATABASE]
+    day = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    day_of = {"mac": mac(34), "day": day, "seen": day, "budget": 100, "network": None}
+    for _ in range(2):
+        await db.execute(*unindexed_statement({**day_of, "records": 2_000_000_000,
+                                               "dropped": 2_000_000_000}))
+        await db.execute(postings_statement({**day_of, "records": 2_000_000_000, "rows": [
+            {"code": "d", "value": "counted.example", "records": 2_000_000_000}]}))
+    assert sql.rows("SELECT unindexed FROM hunt_budgets WHERE mac = %s", (mac(34),)) == \
+        [(INTEGER_MAX,)]
+    assert sql.rows("SELECT records FROM hunt_postings WHERE mac = %s", (mac(34),)) == \
+        [(INTEGER_MAX,)]
 
 
 async def test_no_upload_holds_up_the_others(make_client, settings, sql, caplog):

@@ -176,3 +176,35 @@ def _set() -> asyncio.Event:
     event = asyncio.Event()
     event.set()
     return event
+
+
+async def test_a_router_served_more_still_gets_a_turn_within_its_patience():
+    """Cheap MACs arriving without end, each served less than an honest router that uploads
+    more, went before it for ever (a hostile review: no turn in 3 s); a waiter out of
+    patience goes first."""
+    served = Served()
+    turns = FairTurns(served, at_once=1, patience_seconds=0.3)
+    served.count("honest", 5_000)
+    got: list[str] = []
+
+    async def one(mac: str) -> None:
+        async with turns.turn(mac):
+            got.append(mac)
+            await asyncio.sleep(0.02)
+
+    async def stream_of_cheap_macs() -> None:
+        tasks = []
+        for n in range(80):  # one every 15 ms, each statement 20 ms: never a free turn
+            tasks.append(asyncio.create_task(one(f"cheap-{n}")))
+            await asyncio.sleep(0.015)
+        await asyncio.gather(*tasks)
+
+    cheap = asyncio.create_task(stream_of_cheap_macs())
+    await asyncio.sleep(0.05)
+    started = asyncio.get_running_loop().time()
+    await one("honest")
+    waited = asyncio.get_running_loop().time() - started
+    assert 0.25 < waited < 0.6, waited  # its patience, and the statement running then
+    assert "cheap-70" not in got  # it did not wait for the stream to end
+    await cheap
+    assert turns.waiting == 0

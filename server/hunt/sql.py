@@ -24,13 +24,17 @@ from server.db.rows import RowsInsert
 from server.db.pool import Database
 
 NETWORKS_KEPT = 8  # the networks a router's uploads came from in a day, at most (the first)
+# Where the counters of a router's day stop (integer columns): past it a router's records
+# would fail every statement of its day's uploads, each then set aside.
+INTEGER_MAX = 2**31 - 1
 _POSTING_FIELDS = ("code", "value", "records")
 _POSTING_ROW = "(%s, %s, %s)"
 # Where an upload's router-day is counted (hunt_budgets, migration 0030): the postings it
 # added, its records not indexed (`unindexed`: those carrying a value left out), and the
 # networks its uploads came from (the first few).
-_COUNT_ROUTER_DAY = """ON CONFLICT (mac, day) DO UPDATE SET
-    postings = b.postings + excluded.postings, unindexed = b.unindexed + excluded.unindexed,
+_COUNT_ROUTER_DAY = f"""ON CONFLICT (mac, day) DO UPDATE SET
+    postings = b.postings + excluded.postings,
+    unindexed = least(b.unindexed::bigint + excluded.unindexed, {INTEGER_MAX}),
     networks = CASE WHEN excluded.networks <@ b.networks
                       OR cardinality(b.networks) >= %(hunt_networks_kept)s THEN b.networks
                     ELSE b.networks || excluded.networks END"""
@@ -52,7 +56,7 @@ added AS (
     ON CONFLICT (kind, value, day, mac) DO UPDATE SET
         first_seen = least(h.first_seen, excluded.first_seen),
         last_seen = greatest(h.last_seen, excluded.last_seen),
-        records = h.records + excluded.records
+        records = least(h.records::bigint + excluded.records, {INTEGER_MAX})
     RETURNING h.kind, h.value, h.records)
 INSERT INTO hunt_budgets AS b (mac, day, postings, unindexed, networks)
 SELECT %(mac)s, %(hunt_day)s,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +24,7 @@ from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
 from server.ingest.turns import WRITE_OVERTIME_SECONDS, FairTurns, Served
-from server.settings import Settings
+from server.settings import Settings, host_cores
 from server.telemetry.extract import RecordError
 from server.hunt.sql import ADD_PENDING
 from server.telemetry.writer import TelemetryWriter
@@ -215,7 +214,7 @@ def writes_at_once(settings: Settings) -> int:
     workers, at least one."""
     if settings.ingest_writes_at_once is not None:
         return settings.ingest_writes_at_once
-    return max(1, (os.cpu_count() or 1) // settings.http_workers)
+    return max(1, host_cores() // settings.http_workers)
 
 
 def _network(address: str) -> str | None:

@@ -18,6 +18,7 @@ upload (ops/bench/README.md): no gain this machine could tell.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 import time
@@ -26,6 +27,7 @@ from typing import AsyncIterator
 
 WINDOW_SECONDS = 10.0  # "lately": the records counted per router are forgotten this often
 WRITE_OVERTIME_SECONDS = 1.0  # a statement's turn stops counting after (INGEST_WRITES_AT_ONCE)
+PATIENCE_SECONDS = 5.0  # a waiter this long goes before those served less
 
 
 class Served:
@@ -49,16 +51,22 @@ class Served:
 
 class FairTurns:
     """At most `at_once` holders; waiters handed a turn least served first, then in arrival
-    order. With `overtime_seconds`, a turn held that long is handed on while its holder goes
-    on: a holder stuck (a statement waiting on another upload's locks) stops counting."""
+    order, except that one waiting PATIENCE_SECONDS goes first (the longest waiting): a
+    router served more than each of a stream of cheap MACs is not kept waiting for ever.
+    With `overtime_seconds`, a turn held that long is handed on while its holder goes on: a
+    holder stuck (a statement waiting on another upload's locks) stops counting."""
 
-    def __init__(self, served: Served, at_once: int = 1, overtime_seconds: float | None = None):
+    def __init__(self, served: Served, at_once: int = 1, overtime_seconds: float | None = None,
+                 patience_seconds: float = PATIENCE_SECONDS):
         self._served = served
         self._at_once = at_once
         self._overtime_seconds = overtime_seconds
+        self._patience_seconds = patience_seconds
         self._holders = 0
         self._waiting: list[tuple[int, int, asyncio.Future]] = []  # (served, arrival, turn)
+        self._arrived: collections.deque[tuple[float, asyncio.Future]] = collections.deque()
         self._arrivals = itertools.count()
+        self._handed_out_of_order = 0  # by patience: their entries still in `_waiting`
 
     @asynccontextmanager
     async def turn(self, mac: str) -> AsyncIterator[None]:
@@ -66,6 +74,7 @@ class FairTurns:
             handed: asyncio.Future = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waiting, (self._served.lately(mac), next(self._arrivals),
                                            handed))
+            self._arrived.append((time.monotonic(), handed))
             try:
                 await handed
             except asyncio.CancelledError:
@@ -96,8 +105,20 @@ class FairTurns:
         return sum(1 for _, _, handed in self._waiting if not handed.done())
 
     def _hand_on(self) -> None:
-        """A turn given back: to the first waiter still waiting (a cancelled one is
-        skipped), or free."""
+        """A turn given back: to the waiter out of patience, else to the first waiter still
+        waiting (one cancelled, or handed its turn by the other order, is skipped), or
+        free."""
+        arrived = self._arrived
+        while arrived and arrived[0][1].done():
+            arrived.popleft()
+        if arrived and time.monotonic() - arrived[0][0] >= self._patience_seconds:
+            arrived.popleft()[1].set_result(None)
+            self._handed_out_of_order += 1
+            if self._handed_out_of_order > len(self._waiting) // 2:  # their entries let go
+                self._waiting = [entry for entry in self._waiting if not entry[2].done()]
+                heapq.heapify(self._waiting)
+                self._handed_out_of_order = 0
+            return
         while self._waiting:
             _, _, handed = heapq.heappop(self._waiting)
             if not handed.done():
