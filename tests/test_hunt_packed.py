@@ -24,12 +24,15 @@ from server.hunt.sightings import sightings
 from server.jobs.retention import run_retention
 from server.hunt.packing import pack
 from server.telemetry.indicators import indicator
-from server.hunt.postings import POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, Postings
+from server.hunt.postings import (POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, TRIPLES_ANNOUNCED,
+                                  Postings, PendingUpload)
+from server.hunt.sql import ADD_PENDING
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
 from tests.test_console import SUPPORT, console_settings, sign_in
-from tests.test_hunt import dns, expected, fleet, hunt, mac, upload  # noqa: F401 (fixture)
+from tests.test_hunt import (corpus_records, dns, expected, fleet, hunt, indexed,  # noqa: F401
+                             mac, upload)
 
 TOMORROW = timedelta(days=1)
 
@@ -535,3 +538,65 @@ def test_uploads_are_batched_by_their_records():
                (mac(4), "cfm", at, indexer.BATCH_RECORDS + 5), (mac(5), "cfm", at, 2)]
     assert [[upload["mac"] for upload in batch] for batch in indexer.batches(pending)] == \
         [[mac(1), mac(2), mac(3)], [mac(4)], [mac(5)]]
+
+
+POSTED = "SELECT kind, triples IS NOT NULL FROM hunt_pending WHERE mac = %s ORDER BY kind"
+POSTINGS_OF = "SELECT kind, value, records FROM hunt_postings WHERE mac = %s ORDER BY 1, 2"
+
+
+async def test_an_upload_of_flows_and_alerts_is_tallied_as_announced_not_read_back(
+        make_client, settings, sql, caplog):
+    """An upload carrying only flows and plain alerts is announced with its triples and
+    tallied from them: the same postings as its chunks read back give, and its chunks not
+    read (damaged here: a read would set the upload aside)."""
+    client = await make_client(settings.replace(hunt_index_seconds=3600))
+    plain = [r for r in corpus_records()
+             if r.get("event_type") in ("alert", "flow") and not r.get("dns")]
+    assert len(plain) > 1_000
+    for router in (mac(40), mac(41)):
+        for path, kind in (("/log/events", "alert"), ("/log/cfm", "flow")):
+            body = b"\n".join(orjson.dumps(r) for r in plain if r["event_type"] == kind)
+            answer = await client.post(path, data=body, headers={
+                "X-ID": router, "Content-Type": "application/x-ndjson"})
+            assert answer.status == 200, await answer.text()
+    assert sql.rows(POSTED, (mac(40),)) == [("cfm", True), ("events", True)]
+    sql.rows("UPDATE telemetry_chunks SET body = '\\x00'::bytea WHERE mac = %s", (mac(40),))
+    sql.rows("UPDATE hunt_pending SET triples = NULL WHERE mac = %s", (mac(41),))
+    await indexed(client)
+    assert "set aside" not in caplog.text
+    announced, read_back = (sql.rows(POSTINGS_OF, (router,)) for router in (mac(40), mac(41)))
+    assert announced == read_back and len(announced) > 40
+
+
+async def test_an_upload_of_protocol_records_or_many_triples_is_read_back(make_client,
+                                                                          settings, sql):
+    """One DNS record among flows, or more distinct triples than an announcement carries:
+    the upload is announced without triples (a row of bounded size) and its chunks read."""
+    client = await make_client(settings.replace(hunt_index_seconds=3600))
+    many = [flow(f"10.{n >> 8}.{n & 255}.1", "198.51.100.7") for n in range(TRIPLES_ANNOUNCED + 1)]
+    mixed = [flow("192.168.1.2", "198.51.100.8"), dns("read.back.example")]
+    for router, records in ((mac(42), many), (mac(43), mixed)):
+        await client.post("/log/cfm", data=b"\n".join(orjson.dumps(r) for r in records),
+                          headers={"X-ID": router, "Content-Type": "application/x-ndjson"})
+        assert sql.rows(POSTED, (router,)) == [("cfm", False)]
+    await indexed(client)
+    assert hunt(settings, "--ip", f"10.{TRIPLES_ANNOUNCED >> 8}.{TRIPLES_ANNOUNCED & 255}.1",
+                "--ip", "198.51.100.8", "--domain", "read.back.example")["match_count"] == 3
+
+
+async def test_two_uploads_announced_under_one_key_are_read_back_whole(client, sql):
+    """Two uploads of one router received in the same microsecond share their chunks' key
+    and one pending row: their records are summed and the triples of the first dropped, so
+    that the indexer reads the chunks of both."""
+    db = client.app[DATABASE]
+    await db.execute("INSERT INTO routers (mac) VALUES (%s)", (mac(44),))
+    received = datetime.now(timezone.utc)
+    for records in (1, 2):
+        pending = PendingUpload()
+        for _ in range(records):
+            pending.observe(flow("192.168.1.3", "198.51.100.9"))
+        await db.execute(ADD_PENDING, {"mac": mac(44), "kind": "cfm", "upload_received_at":
+                                       received, "pending_records": records,
+                                       "pending_network": None, **pending.params()})
+    assert sql.rows("SELECT records, triples FROM hunt_pending WHERE mac = %s", (mac(44),)) \
+        == [(3, None)]

@@ -33,7 +33,7 @@ from ops.bench.storage import record_stream
 from server.db.pool import Database
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
-from server.hunt.sql import ADD_PENDING
+from server.hunt.postings import PendingUpload
 from server.telemetry.writer import TelemetryWriter
 from testkit.database import Sql, throwaway_database
 
@@ -57,7 +57,7 @@ async def store(db: Database, uploads: list[tuple[str, str, list[bytes]]]) -> fl
     started = time.perf_counter()
     for mac, kind, lines in uploads:
         async with TelemetryWriter(db, mac, kind, datetime.now(timezone.utc), 2_000,
-                                   announce=ADD_PENDING) as writer:
+                                   announce=PendingUpload()) as writer:
             for line in lines:
                 if writer.add(line):
                     await writer.flush()

@@ -46,7 +46,7 @@ from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
-from server.hunt.sql import ADD_PENDING
+from server.hunt.postings import PendingUpload
 from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
 from testkit import CORPUS
@@ -259,7 +259,7 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
         for first in range(0, len(timed), part) if timed else ():
             for received_at, (mac, kind, lines) in timed[first:first + part]:
                 async with TelemetryWriter(db, mac, kind, received_at, 2_000,
-                                         announce=ADD_PENDING) as writer:
+                                         announce=PendingUpload()) as writer:
                     for line in lines:
                         if writer.add(line):
                             await writer.flush()

@@ -200,7 +200,7 @@ class _Tally:
 
 async def _take(cur, batch: list[dict]) -> list[tuple]:
     """The batch's pending rows deleted (pipelined, each on its router's shard): (mac, kind,
-    received_at, written_at, network, records) of those still there."""
+    received_at, written_at, network, records, triples) of those still there."""
     await cur.executemany(hunt_db.TAKE_PENDING, batch, returning=True)
     taken = []
     async for _ in cur.results():
@@ -214,19 +214,23 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     statement adds no new one past the budget: it, not this bound of memory, keeps the day
     within the budget when one router has several uploads in a batch). An upload whose
     router's day has nothing left is not read: its records are counted as not indexed (so
-    a flooding router costs the indexer a counter an upload, not a parse of each record)."""
+    a flooding router costs the indexer a counter an upload, not a parse of each record).
+    An upload announced with its triples (flows and plain alerts: PendingUpload) is tallied
+    from them, its chunks not read."""
     used = {(mac, day): count for mac, day, count in await Reads(cur).fetchall(hunt_db.DAYS_USED, {
         "macs": [row[0] for row in taken], "days": [utc_midnight(row[3]) for row in taken]})}
     tallies: dict[tuple, _Tally] = {}
     to_read = []
-    for mac, kind, received_at, written_at, network, records in taken:
+    for mac, kind, received_at, written_at, network, records, triples in taken:
         left = max(0, postings_per_day - used.get((mac, utc_midnight(written_at)), 0))
         tally = tallies[(mac, kind, received_at)] = _Tally(
             mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
-        if left:
-            to_read.append((mac, kind, received_at))
-        else:
+        if not left:
             tally.postings.left_unread(records)
+        elif triples is not None:
+            tally.postings.add_announced(triples, records)
+        else:
+            to_read.append((mac, kind, received_at))
     if to_read:
         await _tally_chunks(cur, to_read, tallies)
     return list(tallies.values())

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import orjson
+
+from server.hunt.sql import ADD_PENDING
 from server.telemetry.indicators import carried
 from server.timestamps import utc_midnight
 
@@ -20,7 +23,25 @@ POSTINGS_PER_RECORD = 4
 POSTINGS_PER_ROUTER_DAY = 20_000
 
 
-_PROTOCOLS = ("dns", "tls", "http", "fileinfo")  # what carries more than addresses and a sid
+# Distinct triples an upload's announcement carries at most (PendingUpload); past it the
+# indexer reads the upload's chunks, so the queue's row stays small (under 120 KB).
+TRIPLES_ANNOUNCED = 1_000
+
+Triple = tuple  # (src_ip, dest_ip, signature id), each None when absent
+
+
+def triple_of(record: dict) -> Triple | None:
+    """A record carrying nothing but its two addresses and a signature (flows, alerts
+    without protocol metadata): that triple as sent (the signature only when an integer: on
+    /log/cfm it is not checked, and a list there must not stop the tally); None for a record
+    with dns, tls, http or fileinfo, which goes through indicators.carried."""
+    get = record.get
+    if get("dns") is not None or get("tls") is not None or get("http") is not None \
+            or get("fileinfo") is not None:
+        return None
+    alert = get("alert")
+    sid = alert.get("signature_id") if alert.__class__ is dict else None
+    return get("src_ip"), get("dest_ip"), sid if sid.__class__ is int else None
 
 
 class Postings:
@@ -44,15 +65,21 @@ class Postings:
         must not stop the tally)."""
         self.records += 1
         self.budget.left += POSTINGS_PER_RECORD
-        get = record.get
-        if get("dns") is None and get("tls") is None and get("http") is None \
-                and get("fileinfo") is None:
-            alert = get("alert")
-            sid = alert.get("signature_id") if alert.__class__ is dict else None
-            triple = (get("src_ip"), get("dest_ip"), sid if sid.__class__ is int else None)
+        triple = triple_of(record)
+        if triple is None:
+            self._count(carried(record), 1)
+        else:
             self._triples[triple] = self._triples.get(triple, 0) + 1
-            return
-        self._count(carried(record), 1)
+
+    def add_announced(self, triples: bytes, records: int) -> None:
+        """An upload's `records`, all of them counted by triple when it was received
+        (PendingUpload's, in the order first seen): the same tally as `add` of each,
+        without reading its chunks."""
+        self.records += records
+        self.budget.left += POSTINGS_PER_RECORD * records
+        for src, dest, sid, count in orjson.loads(triples):
+            triple = (src, dest, sid)
+            self._triples[triple] = self._triples.get(triple, 0) + count
 
     def left_unread(self, records: int) -> None:
         """An upload's `records` not read at all (its router's day had no budget left): each
@@ -99,3 +126,33 @@ class PostingsBudget:
         self.left = POSTINGS_FREE
         self.ceiling = ceiling if ceiling is not None else 2**62
         self.dropped = 0
+
+
+class PendingUpload:
+    """An upload announced to the indexer's queue (ADD_PENDING, sent with its last chunk:
+    server/telemetry/writer.py Announcement), with its records' triples counted from the
+    records ingestion parsed anyway, so that the indexer need not read back an upload of
+    flows and plain alerts (most uploads). Given up at the first record carrying more, or
+    past TRIPLES_ANNOUNCED distinct triples: the indexer then reads that upload's chunks."""
+
+    statement = ADD_PENDING
+
+    def __init__(self) -> None:
+        self._counts: dict[Triple, int] | None = {}
+
+    def observe(self, record: dict) -> None:
+        counts = self._counts
+        if counts is None:
+            return
+        triple = triple_of(record)
+        if triple is None or (triple not in counts and len(counts) >= TRIPLES_ANNOUNCED):
+            self._counts = None
+        else:
+            counts[triple] = counts.get(triple, 0) + 1
+
+    def params(self) -> dict:
+        """`pending_triples`: [[src, dest, sid, records], ...] in the order first seen, as
+        JSON; None when the chunks must be read."""
+        counts = self._counts
+        return {"pending_triples": None if counts is None else
+                orjson.dumps([[*triple, count] for triple, count in counts.items()])}

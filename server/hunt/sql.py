@@ -75,10 +75,14 @@ VALUES (%(mac)s, %(hunt_day)s, 0, %(hunt_dropped)s, {_NETWORK})
 # --- Uploads not indexed yet (migration 0032, server/hunt/indexer.py) ---
 
 # Written with the upload's last statements, in its transaction. Two uploads of one router
-# received in the same microsecond share their chunks' key, and one row names both.
-ADD_PENDING = """INSERT INTO hunt_pending (mac, kind, received_at, records, network)
-VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s, %(pending_network)s)
-ON CONFLICT DO NOTHING"""
+# received in the same microsecond share their chunks' key, and one row names both: its
+# triples are then dropped, and the indexer reads the chunks of both.
+ADD_PENDING = """INSERT INTO hunt_pending AS p (mac, kind, received_at, records, network,
+                                             triples)
+VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s, %(pending_network)s,
+        %(pending_triples)s)
+ON CONFLICT (mac, kind, received_at) DO UPDATE
+SET records = least(p.records::bigint + excluded.records, 2147483647), triples = NULL"""
 # An upload the indexer has not read yet, for chunk `c` of router %(mac)s: compaction leaves
 # its chunks as written (server/telemetry/compaction.py), for the indexer finds them by their
 # received_at.
@@ -94,7 +98,7 @@ ORDER BY written_at LIMIT %(limit)s"""
 # Single-shard under Citus; a batch's are pipelined (executemany).
 TAKE_PENDING = """DELETE FROM hunt_pending
 WHERE mac = %(mac)s AND kind = %(kind)s AND received_at = %(received_at)s
-RETURNING mac::text, kind, received_at, written_at, network::text, records"""
+RETURNING mac::text, kind, received_at, written_at, network::text, records, triples"""
 # A batch's chunks, upload after upload (the received_at range prunes the partitions).
 UPLOADS_CHUNKS = """SELECT mac::text, kind, received_at, body FROM telemetry_chunks
 WHERE received_at BETWEEN %(first)s AND %(last)s

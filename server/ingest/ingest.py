@@ -26,7 +26,7 @@ from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter
 from server.ingest.turns import WRITE_OVERTIME_SECONDS, FairTurns, Served
 from server.settings import Settings, host_cores
 from server.telemetry.extract import RecordError
-from server.hunt.sql import ADD_PENDING
+from server.hunt.postings import PendingUpload
 from server.telemetry.writer import TelemetryWriter
 from server.web.limits import FloodLimits
 
@@ -165,7 +165,7 @@ class Ingestion:
         report = IngestReport(config.max_reported_errors)
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, config.batch_rows,
-                                   _network(upload.address), announce=ADD_PENDING,
+                                   _network(upload.address), announce=PendingUpload(),
                                    connection_turn=lambda: self._connections.turn(mac),
                                    write_turn=lambda: self._writes.turn(mac)) as writer:
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Protocol
 
 import psycopg
 
@@ -33,6 +33,20 @@ SUMMARY_ROWS = 10_000  # a summary this large is written with the next chunk (bo
 Turn = contextlib.AbstractAsyncContextManager  # held for a connection, or a statement
 
 
+class Announcement(Protocol):
+    """How a reader of the chunks learns of a whole upload (the hunt's queue:
+    server/hunt/postings.py PendingUpload): `statement`, sent with the upload's last chunk in
+    its transaction, given the upload's mac, kind, upload_received_at, pending_records,
+    pending_network and what `params` adds; `observe` is shown each stored record as parsed
+    (a record rejected is not shown)."""
+
+    statement: str
+
+    def observe(self, record: dict) -> None: ...
+
+    def params(self) -> dict: ...
+
+
 class TelemetryWriter:
     """Collects an upload's records, writes them in chunks inside one transaction, opened at
     the first full chunk, and its summary with the last one. An upload that fits one chunk
@@ -46,15 +60,14 @@ class TelemetryWriter:
     transaction still stores all or nothing."""
 
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
-                 batch_rows: int, network: str | None = None, announce: str | None = None,
+                 batch_rows: int, network: str | None = None,
+                 announce: Announcement | None = None,
                  connection_turn: Callable[[], Turn] | None = None,
                  write_turn: Callable[[], Turn] | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
-        its summary rows for the fleet to count. `announce`: a statement sent with the
-        upload's last chunk, in its transaction, given the upload's mac, kind,
-        upload_received_at, pending_records and pending_network: how a reader of the chunks
-        learns of the whole upload (the hunt's queue, server/hunt/sql.py ADD_PENDING), named
-        by the caller so that telemetry names no table of the hunt. `connection_turn`: taken
+        its summary rows for the fleet to count. `announce`: how a reader of the chunks
+        learns of the whole upload (Announcement), given by the caller so that telemetry
+        names no table of the hunt. `connection_turn`: taken
         before the upload takes a connection and held until it gives it back (ingestion's
         fair turns at its pool: server/ingest/turns.py); `write_turn`: held while one of
         its statements runs (the turns of INGEST_WRITES_AT_ONCE)."""
@@ -101,6 +114,8 @@ class TelemetryWriter:
                 self.unread[name] = self.unread.get(name, 0) + 1
             else:
                 self.unread["(other)"] = self.unread.get("(other)", 0) + 1
+        if self._announce is not None:
+            self._announce.observe(record)
         line = one_line(raw)
         self._records += 1
         self._lines.append(line)
@@ -193,7 +208,8 @@ class TelemetryWriter:
             texts.extend(statement.text(cur) for statement in summary_statements(
                 {**self._params, **summary.params(self._received_at), "network": self._network}))
         if last and self._announce is not None:
-            texts.append(mogrify(self._announce, {
+            texts.append(mogrify(self._announce.statement, {
                 **self._params, "upload_received_at": self._received_at,
-                "pending_records": self._records, "pending_network": self._network}))
+                "pending_records": self._records, "pending_network": self._network,
+                **self._announce.params()}))
         return ";\n".join(texts)

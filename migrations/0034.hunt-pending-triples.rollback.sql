@@ -1,0 +1,1 @@
+ALTER TABLE hunt_pending DROP COLUMN triples;
