@@ -1,12 +1,14 @@
 """The hunt indexer: postings written from the stored chunks, out of the upload's transaction.
 
-An upload stores its chunks and one `hunt_pending` row (migrations 0032, 0033: with its
-record count) in its own transaction and is acknowledged; the indexer takes (deletes) the
-pending rows of a batch of uploads, reads their chunks in one stream, tallies their values
-(server/hunt/postings.py) and writes their postings (server/hunt/sql.py, a statement an
-upload, pipelined), all in one transaction. So the upload pays one small row for the index,
+An upload stores its chunks and one `hunt_pending` row (migrations 0032, 0033, 0034: with
+its record count, and for flows and plain alerts their triples, counted as ingestion
+checked them: PendingUpload) in its own transaction and is acknowledged; the indexer takes
+(deletes) the pending rows of a batch of uploads, reads the chunks of those announced
+without triples in one stream, tallies their values (server/hunt/postings.py) and writes
+their postings (server/hunt/sql.py, a statement an upload, pipelined), all in one
+transaction. So the upload pays one small row for the index and a count of its triples,
 not the tally and the postings' statement (a fifth of ingestion's time on alerts-only
-bodies); a crash at any moment leaves an upload pending or indexed, never both or neither;
+bodies), and the indexer does not parse its records a second time; a crash at any moment leaves an upload pending or indexed, never both or neither;
 a replayed upload stores no chunk and no pending row, so adds no posting; a router removed
 meanwhile gets none back. Small uploads (the agent's cadence: a few records every 10 s)
 share a transaction up to BATCH_RECORDS records; a larger one is a batch alone. An upload

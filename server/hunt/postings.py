@@ -145,10 +145,14 @@ class PendingUpload:
         if counts is None:
             return
         triple = triple_of(record)
-        if triple is None or (triple not in counts and len(counts) >= TRIPLES_ANNOUNCED):
-            self._counts = None
-        else:
-            counts[triple] = counts.get(triple, 0) + 1
+        if triple is not None:  # (one lookup a record: this runs in every upload)
+            if (seen := counts.get(triple)) is not None:
+                counts[triple] = seen + 1
+                return
+            if len(counts) < TRIPLES_ANNOUNCED:
+                counts[triple] = 1
+                return
+        self._counts = None
 
     def params(self) -> dict:
         """`pending_triples`: [[src, dest, sid, records], ...] in the order first seen, as

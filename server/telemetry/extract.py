@@ -34,9 +34,11 @@ _MAX_TEXT = 256
 # doubles they are 0.0), and PostgreSQL would refuse the whole batch; numbers too large for
 # numeric are already too large for orjson (infinity). The prefilter, anchored at the start
 # of a digit run so it stays linear, lets only a negative exponent of 4+ digits or a run of
-# 4096 digits through to the exact check.
+# 4096 digits through to the exact check. The exponent's pattern begins with its literal
+# '-' (the e before it looked behind at): the regex engine then scans for that one byte,
+# 0.35 us an EVE record, where a search for "e-" and "E-" took 1.3 (e is everywhere).
 NUMERIC_MAX_SCALE = 16383
-_NEGATIVE_EXPONENT = re.compile(rb"[eE]-0*[1-9][0-9]{3}")
+_NEGATIVE_EXPONENT = re.compile(rb"-(?<=[eE]-)0*[1-9][0-9]{3}")
 _LONG_DIGITS = re.compile(rb"(?<![0-9])[0-9]{4096}")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.([0-9]+))?(?:[eE]([+-]?)([0-9]+))?")
@@ -66,14 +68,26 @@ def utc_text(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat()
 
 
+# Addresses already found valid: a router's records repeat a few addresses, and a lookup
+# costs a third of inet_pton's tries (a sixth for IPv6). Emptied when full, so a stream of
+# fresh addresses costs what it cost without.
+_ADDRESSES_SEEN: set[str] = set()
+_ADDRESSES_KEPT = 4096
+
+
 def _ip(value: object, field: str) -> str:
+    if type(value) is str and value in _ADDRESSES_SEEN:
+        return value
     if isinstance(value, str) and len(value) <= 45:
         for family in (socket.AF_INET, socket.AF_INET6):
             try:
                 socket.inet_pton(family, value)
-                return value
             except OSError:
-                pass
+                continue
+            if len(_ADDRESSES_SEEN) >= _ADDRESSES_KEPT:
+                _ADDRESSES_SEEN.clear()
+            _ADDRESSES_SEEN.add(value)
+            return value
     raise RecordError(f"{field}: not an IP address")
 
 
@@ -135,10 +149,8 @@ ROW_OF = {"events": event_row, "cfm": cfm_row}   # by kind: sent to /log/events 
 
 
 def _scale_suspect(raw: bytes) -> bool:
-    """The prefilter. Each regex runs only where it can match: bytes.find is ~50 times
-    faster than a regex scan, which was three quarters of a record's cost (and `find` a
-    third faster than `in` on EVE records, where `e` is everywhere)."""
-    if (raw.find(b"e-") >= 0 or raw.find(b"E-") >= 0) and _NEGATIVE_EXPONENT.search(raw):
+    """The prefilter: each regex runs only where it can match."""
+    if _NEGATIVE_EXPONENT.search(raw) is not None:
         return True
     return len(raw) >= 4096 and _LONG_DIGITS.search(raw) is not None
 
@@ -167,7 +179,8 @@ def validate(raw: bytes, row_of) -> tuple[list, dict]:
         raise RecordError("record is not a JSON object")
     if not record:
         raise RecordError("record is empty")
-    if raw.find(b"\\u0000") >= 0 and _NUL_ESCAPE.search(raw):
+    # (a NUL escape needs a backslash: a one-byte search rules most records out, 5x faster)
+    if raw.find(b"\\") >= 0 and raw.find(b"\\u0000") >= 0 and _NUL_ESCAPE.search(raw):
         raise RecordError("record contains a NUL character (\\u0000), which cannot be stored")
     if _scale_suspect(raw) and not _numbers_fit(raw):
         raise RecordError(f"record has a number with more than {NUMERIC_MAX_SCALE} digits "
