@@ -541,6 +541,12 @@ def test_uploads_are_batched_by_their_records():
 
 
 POSTED = "SELECT kind, triples IS NOT NULL FROM hunt_pending WHERE mac = %s ORDER BY kind"
+
+
+def quiet_indexer(settings):
+    """Uploads left pending until the test indexes them: neither the indexer's loop nor the
+    retro-hunt (which indexes first, every minute) runs meanwhile."""
+    return settings.replace(hunt_index_seconds=3600, intel_match_cron_schedule="0 0 1 1 *")
 POSTINGS_OF = "SELECT kind, value, records FROM hunt_postings WHERE mac = %s ORDER BY 1, 2"
 
 
@@ -549,7 +555,7 @@ async def test_an_upload_of_flows_and_alerts_is_tallied_as_announced_not_read_ba
     """An upload carrying only flows and plain alerts is announced with its triples and
     tallied from them: the same postings as its chunks read back give, and its chunks not
     read (damaged here: a read would set the upload aside)."""
-    client = await make_client(settings.replace(hunt_index_seconds=3600))
+    client = await make_client(quiet_indexer(settings))
     plain = [r for r in corpus_records()
              if r.get("event_type") in ("alert", "flow") and not r.get("dns")]
     assert len(plain) > 1_000
@@ -572,7 +578,7 @@ async def test_an_upload_of_protocol_records_or_many_triples_is_read_back(make_c
                                                                           settings, sql):
     """One DNS record among flows, or more distinct triples than an announcement carries:
     the upload is announced without triples (a row of bounded size) and its chunks read."""
-    client = await make_client(settings.replace(hunt_index_seconds=3600))
+    client = await make_client(quiet_indexer(settings))
     many = [flow(f"10.{n >> 8}.{n & 255}.1", "198.51.100.7") for n in range(TRIPLES_ANNOUNCED + 1)]
     mixed = [flow("192.168.1.2", "198.51.100.8"), dns("read.back.example")]
     for router, records in ((mac(42), many), (mac(43), mixed)):
