@@ -78,3 +78,14 @@ def test_interleaved_ingestion_pair_runs_both_servers_and_checks_every_record():
     assert len(rounds) == 2, output
     assert all(int(n.replace(",", "")) > 0 for pair in rounds for n in pair), output
     assert re.search(r"this/before: [\d.]+ on the medians, [\d.]+ the median", output), output
+
+
+def test_hunt_benchmark_builds_packs_and_hunts_a_small_fleet():
+    """ops/bench/hunt.py writes through the service's postings statement (a change of its
+    parameters once broke the command unnoticed), packs and hunts."""
+    output = run_benchmark("ops.bench.hunt", "--routers", "300", "--days", "3",
+                           "--distinct-days", "1")
+    assert re.search(r"300 routers × 3 days .*: [\d,]+ postings", output), output
+    assert float(re.search(r"([\d.]+) bytes a posting", output).group(1)) > 0
+    hunts = re.findall(r"hunt, (rare|about 1 %|every router)[^:]*: p50 [\d.]+ ms", output)
+    assert {"rare", "about 1 %", "every router"} <= set(hunts), output

@@ -93,6 +93,7 @@ async def write_day(db: Database, macs: list[str], day: datetime,
                     for c, v in sorted(chosen)]
             batch.append(postings_statement({
                 "mac": mac, "day": day, "seen": day + timedelta(seconds=second), "rows": rows,
+                "records": len(rows) * RECORDS_PER_POSTING // UPLOADS_A_DAY,
                 "budget": POSTINGS_PER_ROUTER_DAY}))
             written += len(rows)
         if len(batch) >= ROUTERS_A_TRIP * UPLOADS_A_DAY or mac == macs[-1]:
