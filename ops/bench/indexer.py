@@ -32,8 +32,7 @@ from datetime import datetime, timezone
 from ops.bench.storage import record_stream
 from server.db.pool import Database
 from server.hunt.indexer import index_pending
-from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
-from server.hunt.postings import PendingUpload
+from server.hunt.postings import POSTINGS_PER_ROUTER_DAY, PendingUpload
 from server.telemetry.writer import TelemetryWriter
 from testkit.database import Sql, throwaway_database
 

@@ -45,8 +45,7 @@ from server.jobs.preprocess import run_preprocess
 from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
 from server.hunt.indexer import index_pending
-from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
-from server.hunt.postings import PendingUpload
+from server.hunt.postings import POSTINGS_PER_ROUTER_DAY, PendingUpload
 from server.telemetry.writer import TelemetryWriter
 from server.settings import Settings, load_settings
 from testkit import CORPUS

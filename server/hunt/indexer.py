@@ -8,11 +8,11 @@ without triples in one stream, tallies their values (server/hunt/postings.py) an
 their postings (server/hunt/sql.py, a statement an upload, pipelined), all in one
 transaction. So the upload pays one small row for the index and a count of its triples,
 not the tally and the postings' statement (a fifth of ingestion's time on alerts-only
-bodies), and the indexer does not parse its records a second time; a crash at any moment leaves an upload pending or indexed, never both or neither;
-a replayed upload stores no chunk and no pending row, so adds no posting; a router removed
-meanwhile gets none back. Small uploads (the agent's cadence: a few records every 10 s)
-share a transaction up to BATCH_RECORDS records; a larger one is a batch alone. An upload
-tallies at most what its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and
+bodies), and the indexer does not parse its records a second time; a crash at any moment
+leaves an upload pending or indexed, never both or neither; a replayed upload stores no
+chunk and no pending row, so adds no posting; a router removed meanwhile gets none back.
+Small uploads (the agent's cadence: a few records every 10 s) share a transaction up to
+BATCH_RECORDS records; a larger one is a batch alone. An upload tallies at most what its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and
 POSTINGS_FREE more, for the values it posted earlier that day; once the day has nothing
 left, the upload is not read and its records are only counted), so its memory follows
 that, not its size, and the statement keeps the day within the budget. A batch that fails is
