@@ -1,23 +1,23 @@
 """The hunt indexer: postings written from the stored chunks, out of the upload's transaction.
 
 An upload stores its chunks and one `hunt_pending` row (migrations 0032, 0033, 0034: with
-its record count, and for flows and plain alerts their triples, counted as ingestion
-checked them: PendingUpload) in its own transaction and is acknowledged; the indexer takes
-(deletes) the pending rows of a batch of uploads, reads the chunks of those announced
-without triples in one stream, tallies their values (server/hunt/postings.py) and writes
-their postings (server/hunt/sql.py, a statement an upload, pipelined), all in one
-transaction. So the upload pays one small row for the index and a count of its triples,
-not the tally and the postings' statement (a fifth of ingestion's time on alerts-only
-bodies), and the indexer does not parse its records a second time; a crash at any moment
-leaves an upload pending or indexed, never both or neither; a replayed upload stores no
-chunk and no pending row, so adds no posting; a router removed meanwhile gets none back.
-Small uploads (the agent's cadence: a few records every 10 s) share a transaction up to
-BATCH_RECORDS records; a larger one is a batch alone. An upload tallies at most what its router's day has left of HUNT_POSTINGS_PER_ROUTER_DAY (and
-POSTINGS_FREE more, for the values it posted earlier that day; once the day has nothing
-left, the upload is not read and its records are only counted), so its memory follows
-that, not its size, and the statement keeps the day within the budget. A batch that fails is
-indexed again an upload a transaction, and the upload that fails alone is set aside and
-logged by name: no upload holds up the others.
+its record count, and for flows and plain alerts their triples, counted as ingestion checked
+them: PendingUpload) in its own transaction and is acknowledged; the indexer takes (deletes)
+the pending rows of a batch of uploads, reads the chunks of those announced without triples
+in one stream, tallies their values (server/hunt/postings.py) and writes their postings
+(server/hunt/sql.py, a statement an upload, pipelined), all in one transaction. So the
+upload pays one small row for the index and a count of its triples, not the tally and the
+postings' statement (a fifth of ingestion's time on alerts-only bodies), and the indexer
+does not parse its records a second time; a crash at any moment leaves an upload pending or
+indexed, never both or neither; a replayed upload stores no chunk and no pending row, so
+adds no posting; a router removed meanwhile gets none back. Small uploads (the agent's
+cadence: a few records every 10 s) share a transaction up to BATCH_RECORDS records; a larger
+one is a batch alone. An upload tallies at most what its router's day has left of
+HUNT_POSTINGS_PER_ROUTER_DAY (and POSTINGS_FREE more, for the values it posted earlier that
+day; once the day has nothing left, the upload is not read and its records are only
+counted), so its memory follows that, not its size, and the statement keeps the day within
+the budget. A batch that fails is indexed again an upload a transaction, and the upload that
+fails alone is set aside and logged by name: no upload holds up the others.
 
 The routers are split among HUNT_INDEX_LANES lanes by their MAC's hash; a lane is one
 connection and one advisory lock (under Citus row locks of a multi-shard read are refused),
