@@ -24,7 +24,8 @@ POSTINGS_PER_ROUTER_DAY = 20_000
 
 
 # Distinct triples an upload's announcement carries at most (PendingUpload); past it the
-# indexer reads the upload's chunks, so the queue's row stays small (under 120 KB).
+# indexer reads the upload's chunks, so the queue's row stays small (at most about 130 KB of
+# JSON: 45-character addresses, 20-digit signature ids).
 TRIPLES_ANNOUNCED = 1_000
 
 Triple = tuple  # (src_ip, dest_ip, signature id), each None when absent
