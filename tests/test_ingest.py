@@ -6,6 +6,8 @@ import asyncio
 import logging
 import gzip
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import orjson
@@ -347,3 +349,19 @@ async def test_an_outage_is_logged_once_not_per_request(proxied, caplog):
     lines = [r for r in caplog.records if "database unavailable" in r.getMessage()]
     assert len(lines) == 1
     proxy.come_back()
+
+
+async def test_a_small_upload_does_not_wait_for_the_threads(client, sql):
+    """The threads that bind large writes all busy (other uploads' binds, the jobs' work):
+    an agent's small upload is bound on the event loop and answered without them."""
+    loop = asyncio.get_running_loop()
+    threads = ThreadPoolExecutor(max_workers=2)
+    loop.set_default_executor(threads)  # (this test's loop: a pool it can fill)
+    busy = [loop.run_in_executor(None, time.sleep, 1.5) for _ in range(4)]
+    try:
+        started = time.monotonic()
+        status, _ = await post(client, SAMPLE)
+        assert status == 200 and time.monotonic() - started < 1.2
+    finally:
+        await asyncio.gather(*busy)
+    assert sql.value("SELECT count(*) FROM telemetry_chunks") == 1
