@@ -541,13 +541,13 @@ def test_uploads_are_batched_by_their_records():
 
 
 POSTED = "SELECT kind, triples IS NOT NULL FROM hunt_pending WHERE mac = %s ORDER BY kind"
+POSTINGS_OF = "SELECT kind, value, records FROM hunt_postings WHERE mac = %s ORDER BY 1, 2"
 
 
 def quiet_indexer(settings):
     """Uploads left pending until the test indexes them: neither the indexer's loop nor the
     retro-hunt (which indexes first, every minute) runs meanwhile."""
     return settings.replace(hunt_index_seconds=3600, intel_match_cron_schedule="0 0 1 1 *")
-POSTINGS_OF = "SELECT kind, value, records FROM hunt_postings WHERE mac = %s ORDER BY 1, 2"
 
 
 async def test_an_upload_of_flows_and_alerts_is_tallied_as_announced_not_read_back(
@@ -579,7 +579,8 @@ async def test_an_upload_of_protocol_records_or_many_triples_is_read_back(make_c
     """One DNS record among flows, or more distinct triples than an announcement carries:
     the upload is announced without triples (a row of bounded size) and its chunks read."""
     client = await make_client(quiet_indexer(settings))
-    many = [flow(f"10.{n >> 8}.{n & 255}.1", "198.51.100.7") for n in range(TRIPLES_ANNOUNCED + 1)]
+    many = [flow(f"10.{n >> 8}.{n & 255}.1", "198.51.100.7")
+            for n in range(TRIPLES_ANNOUNCED + 1)]
     mixed = [flow("192.168.1.2", "198.51.100.8"), dns("read.back.example")]
     for router, records in ((mac(42), many), (mac(43), mixed)):
         await client.post("/log/cfm", data=b"\n".join(orjson.dumps(r) for r in records),
