@@ -77,12 +77,12 @@ VALUES (%(mac)s, %(hunt_day)s, 0, %(hunt_dropped)s, {_NETWORK})
 # Written with the upload's last statements, in its transaction. Two uploads of one router
 # received in the same microsecond share their chunks' key, and one row names both: its
 # triples are then dropped, and the indexer reads the chunks of both.
-ADD_PENDING = """INSERT INTO hunt_pending AS p (mac, kind, received_at, records, network,
+ADD_PENDING = f"""INSERT INTO hunt_pending AS p (mac, kind, received_at, records, network,
                                              triples)
 VALUES (%(mac)s, %(kind)s, %(upload_received_at)s, %(pending_records)s, %(pending_network)s,
         %(pending_triples)s)
 ON CONFLICT (mac, kind, received_at) DO UPDATE
-SET records = least(p.records::bigint + excluded.records, 2147483647), triples = NULL"""
+SET records = least(p.records::bigint + excluded.records, {INTEGER_MAX}), triples = NULL"""
 # An upload the indexer has not read yet, for chunk `c` of router %(mac)s: compaction leaves
 # its chunks as written (server/telemetry/compaction.py), for the indexer finds them by their
 # received_at.
