@@ -40,6 +40,7 @@ from server.db.pool import Database
 from server.exposure import refuse_unchosen
 from server.jobs.cron import run_job
 from server.jobs.retention import run_retention
+from server.telemetry.summary import summaries_kept
 from server.settings import Settings, SettingsError, load_settings, unrecognised_settings
 from server.logs import configure_logging
 from server.process.instance import only_service_on
@@ -119,14 +120,15 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
     async def body(settings: Settings, db: Database) -> int:
         outcome = await run_job(db, "retention", lambda: run_retention(
             db, settings.retention_days, settings.activation_retention_days,
-            hunt_days=settings.hunt_retention_days))
+            hunt_days=settings.hunt_retention_days,
+            summaries_kept=summaries_kept(settings)))
         if outcome.status != "succeeded":
             raise CommandError(outcome.error or "another retention run is in progress")
         detail = outcome.detail
         for table, label, cutoff in (
                 ("telemetry_chunks", "telemetry chunks", detail["cutoff"]),
-                ("telemetry_alerts", "alert summaries", detail["cutoff"]),
-                ("telemetry_flows", "flow summaries", detail["cutoff"]),
+                ("telemetry_alerts", "alert summaries", detail["summary_cutoff"]),
+                ("telemetry_flows", "flow summaries", detail["summary_cutoff"]),
                 ("activations", "activations", detail["activation_cutoff"]),
                 ("activation_days", "activation days", detail["activation_cutoff"]),
                 ("hunt_postings", "hunt index", detail["hunt_cutoff"])):

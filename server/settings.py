@@ -508,7 +508,10 @@ class Settings:
         "true enables scheduled deletion of old "
         "telemetry. Default false: nothing is deleted unless an operator asks.")
     retention_days: int = _retention("30", _integer(1),
-        "Days of telemetry kept.")
+        "Days of telemetry records kept. Their hourly "
+        "summaries are kept as far back as generation, the fleet job and the console read "
+        "them (RULE_GENERATION_TELEMETRY_DAYS, FLEET_WINDOW_HOURS, a week: the longest) and "
+        "an hour more, at most this long.")
     activation_retention_days: int = _retention("400", _integer(1),
         "Days of activation records kept by the "
         "retention job (long enough for monthly and yearly access reports); after 8 days "

@@ -5,6 +5,7 @@ hourly summaries by their hour), and ingestion is never held up."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.jobs import retention
 from server.jobs.retention import run_retention
+from server.settings import load_settings
+from server.telemetry.summary import summaries_kept
 from server.telemetry.chunks import compress
 from testkit.database import command_env
 from testkit.telemetry import stored_count
@@ -214,8 +217,40 @@ async def test_concurrent_ingestion_loses_nothing(settings, sql, make_client):
     assert stored_count(sql) == 10_000
 
 
+async def test_summaries_go_once_their_readers_no_longer_look_back(settings, sql):
+    """The hourly summaries follow their own cut-off (summaries_kept: a week and an hour at
+    the defaults), the records theirs (RETENTION_DAYS)."""
+    seed_rows(sql, "events", 0, 20)  # 10 days old
+    seed_summaries(sql, 0, 3)  # 10 days old
+    sql.rows("INSERT INTO telemetry_alerts (mac, hour, signature_id, alerts, last_seen, "
+             "flow_ids) SELECT %s, date_trunc('hour', now()) - n * interval '1 hour', "
+             "2000001, 1, now(), '{}' FROM generate_series(0, 7 * 24) n", (MAC,))
+    kept = summaries_kept(settings)
+    assert kept == timedelta(days=7, hours=1)
+    async with open_database(settings) as db:
+        detail = await run_retention(db, days=30, activation_days=400, summaries_kept=kept)
+    assert detail["removed"]["telemetry_alerts"]["rows_deleted"] == 3
+    assert stored_count(sql) == 20  # records of 10 days stay
+    # What generation reads (7 days and the hour that straddles them) stays whole.
+    assert sql.value("SELECT count(*) FROM telemetry_alerts") == 7 * 24 + 1
+
+
+def test_summaries_are_kept_as_far_back_as_their_longest_reader_never_past_the_records(
+        tmp_path):
+    def kept(**environ: str) -> timedelta:
+        return summaries_kept(load_settings({"DATA_DIR": str(tmp_path), **environ},
+                                            env_file=None))
+
+    assert kept() == timedelta(days=7, hours=1)  # generation's week, the console's
+    assert kept(RULE_GENERATION_TELEMETRY_DAYS="14") == timedelta(days=14, hours=1)
+    assert kept(FLEET_WINDOW_HOURS="240") == timedelta(days=10, hours=1)
+    assert kept(FLEET_WINDOW_HOURS="720") == timedelta(days=30)  # RETENTION_DAYS
+    assert kept(RETENTION_DAYS="3") == timedelta(days=3)
+
+
 def test_retention_command(settings, sql):
     seed_rows(sql, "events", 30, 5)
+    seed_summaries(sql, 2, 4)  # 40 and 10 days old: both past the summaries' week
     seed_activations(sql, [3, 12])
     result = subprocess.run([sys.executable, "-m", "ops.cli", "retention"],
                             env=command_env(settings, RETENTION_DAYS="30",
@@ -225,6 +260,9 @@ def test_retention_command(settings, sql):
     assert "telemetry chunks before" in result.stdout
     assert ": 0 partitions dropped (about 0 rows), 30 rows deleted" in result.stdout
     assert "activations before" in result.stdout and ", 1 rows deleted" in result.stdout
+    assert re.search(r"alert summaries before \S+: 0 partitions dropped \(about 0 rows\), "
+                     r"6 rows deleted", result.stdout), result.stdout
+    assert sql.value("SELECT count(*) FROM telemetry_alerts") == 0
     assert sql.value("SELECT count(*) FROM activations") == 1
     assert sql.rows("SELECT job, status FROM job_runs") == [("retention", "succeeded")]
 

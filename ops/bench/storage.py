@@ -371,11 +371,15 @@ def main() -> int:
     one, rolled = activation
     print(f"per activation: {one:.0f} bytes, kept one by one for {DETAIL_DAYS} days; then "
           f"{rolled:.0f} bytes per router and day")
-    stored = max(sum(sizes.values()) for sizes in per_record.in_rounds.values()) / args.records
-    print(f"disk for N routers sending R records a day kept D days, polling P times a day "
+    # The cadence that costs most: the agent's small uploads.
+    worst = max(per_record.in_rounds.values(), key=lambda sizes: sum(sizes.values()))
+    chunks = worst["telemetry_chunks"] / args.records
+    summaries = sum(worst.values()) / args.records - chunks
+    print(f"disk for N routers sending R records a day kept D days, their summaries S days "
+          f"(a week and an hour at the defaults: RETENTION_DAYS), polling P times a day "
           f"with activations kept A days: N x {after.per_router / 1024:.0f} KiB "
-          f"+ N x R x D x ~{stored:.0f} bytes + N x P x {DETAIL_DAYS} x ~{one:.0f} bytes "
-          f"+ N x A x ~{rolled:.0f} bytes")
+          f"+ N x R x (D x ~{chunks:.0f} + S x ~{summaries:.0f}) bytes "
+          f"+ N x P x {DETAIL_DAYS} x ~{one:.0f} bytes + N x A x ~{rolled:.0f} bytes")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The retention job: telemetry received more than RETENTION_DAYS ago (chunks, and the
-hourly summaries), and activations older than ACTIVATION_RETENTION_DAYS, go by whole
-partitions. A chunk goes when its newest record is older than the cut-off (a merged chunk
+"""The retention job: telemetry received more than RETENTION_DAYS ago, hourly summaries
+older than their readers look back (server/telemetry/summary.py summaries_kept: a week and
+an hour at the defaults), activations older than ACTIVATION_RETENTION_DAYS and the hunt
+index older than HUNT_RETENTION_DAYS go by whole partitions. A chunk goes when its newest record is older than the cut-off (a merged chunk
 holds one router's records of at most one partition: a day).
 
 For each table, every partition entirely older than the cut-off is detached with
@@ -31,6 +32,7 @@ from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, parti
 from server.db.pool import Database, DatabaseUnavailable, execute
 from server.hunt.sql import EXPIRED_PACKED_DAYS
 
+SUMMARY_TABLES = ("telemetry_alerts", "telemetry_flows")
 BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
 DETACH_LOCK_TIMEOUT = "1s"   # under Citus (see detach_locking)
@@ -40,12 +42,17 @@ DETACH_PAUSE_SECONDS = 2.0
 
 async def run_retention(db: Database, days: int, activation_days: int,
                         batch_rows: int = BATCH_ROWS, now: datetime | None = None,
-                        hunt_days: int | None = None) -> dict:
-    """`hunt_days`: the hunt index's days (HUNT_RETENTION_DAYS); by default `days`."""
+                        hunt_days: int | None = None,
+                        summaries_kept: timedelta | None = None) -> dict:
+    """`hunt_days`: the hunt index's days (HUNT_RETENTION_DAYS); `summaries_kept`: how long
+    the hourly summaries are (server/telemetry/summary.py summaries_kept); by default
+    `days` both."""
     now = now or datetime.now(timezone.utc)
     cutoffs = {table: now - timedelta(days=days) for table in TIME_COLUMNS}
     for table in ("activations", "activation_days"):
         cutoffs[table] = now - timedelta(days=activation_days)
+    for table in SUMMARY_TABLES:
+        cutoffs[table] = now - (summaries_kept or timedelta(days=days))
     cutoffs["hunt_postings"] = now - timedelta(days=hunt_days or days)
     removed = {}
     for table, cutoff in cutoffs.items():
@@ -56,6 +63,7 @@ async def run_retention(db: Database, days: int, activation_days: int,
                                          {"cutoff": cutoffs["hunt_postings"]}),
         "partitions_deferred": []}
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
+            "summary_cutoff": cutoffs["telemetry_alerts"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(),
             "hunt_cutoff": cutoffs["hunt_postings"].isoformat(), "removed": removed}
 

@@ -20,6 +20,7 @@ from server.metrics import Metrics
 from server.settings import Settings
 from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
+from server.telemetry.summary import summaries_kept
 
 
 async def _packed(db: Database) -> dict:
@@ -47,7 +48,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     async def retention() -> dict:
         return await run_retention(db, settings.retention_days,
                                    settings.activation_retention_days,
-                                   hunt_days=settings.hunt_retention_days)
+                                   hunt_days=settings.hunt_retention_days,
+                                   summaries_kept=summaries_kept(settings))
 
     async def partitions() -> dict:
         return await create_partitions_ahead(db, settings.telemetry_partition_days)

@@ -11,19 +11,32 @@ are records with `alert.signature_id` sent to /log/events; flows are records wit
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import orjson
 
 from engine.addresses import canonical_text
+from server.settings import Settings
 
 FLOW_IDS_KEPT = 64   # distinct flows remembered per summary row; the firewall needs 2
 FLOW_ID_CHARS = 40
 FLOW_TYPES = frozenset({"flow", "netflow"})
 IPS_REMEMBERED = 4_096  # spellings of addresses canonicalised once per upload
+CONSOLE_DAYS = 7  # the console's router page counts a week of signatures (server/console)
 
 # Positions in the values of extract.py's EVENT_COLUMNS / CFM_COLUMNS.
 _EVENT_TYPE, _SRC_IP, _DEST_IP, _DEST_PORT, _APP_PROTO, _SID, _SEVERITY = 1, 2, 4, 5, 7, 8, 9
+
+
+def summaries_kept(settings: Settings) -> timedelta:
+    """How long the retention job keeps the hourly summaries: as far back as their readers
+    look (RULE_GENERATION_TELEMETRY_DAYS, FLEET_WINDOW_HOURS, the console's week), and an
+    hour more, since each counts an hour while any of it is in its window; never longer
+    than the records themselves (RETENTION_DAYS). Kept as long as the records, they were
+    nearly half of a router's bytes at the agent's cadence (docs/performance.md)."""
+    read = max(timedelta(days=settings.rule_generation_telemetry_days),
+               timedelta(days=CONSOLE_DAYS), timedelta(hours=settings.fleet_window_hours))
+    return min(timedelta(days=settings.retention_days), read + timedelta(hours=1))
 
 
 def hour_of(moment: datetime) -> datetime:
