@@ -15,7 +15,9 @@ import pytest
 from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.db.rows import RowsInsert
-from server.telemetry.chunks import Chunk, compress, decompress, merged, one_line, split
+from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
+from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
+                                     merged, one_line, split)
 from server.hunt.indexer import index_pending
 from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import compact
@@ -119,6 +121,30 @@ async def test_small_uploads_merged_into_chunks_and_every_record_kept(client, sq
     assert (report.merged_chunks, report.records) == (2, 12)
     assert [r.line for r in stored_records(sql.location, MAC, "events")] == \
         sent + [record(100), record(101)]
+
+
+async def test_a_closed_partitions_remainder_is_compressed_hard_once(client, sql, settings):
+    """While its partition may still take uploads, a remainder is compressed fast (the next
+    run rewrites it); once the partition is closed, it is written for good: hard."""
+    lines = [record(n) for n in range(7)]
+    for first in range(0, 6, 2):
+        await upload(client, lines[first:first + 2])
+    now = datetime.now(timezone.utc)
+    end = next(partition.end for partition in partitions_from_rows(
+        sql.rows(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
+        if (partition.start is None or partition.start <= now) and now < partition.end)
+
+    def bodies() -> list[bytes]:
+        return [bytes(body) for (body,) in sql.rows(
+            "SELECT body FROM telemetry_chunks WHERE mac = %s", (MAC,))]
+
+    async with open_database(settings) as db:
+        await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
+        assert bodies() == [compress(lines[:6], INGEST_LEVEL)]
+        await upload(client, lines[6:])
+        await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0),
+                                     everything=True, now=end + timedelta(seconds=1))
+    assert bodies() == [compress(lines, COMPACT_LEVEL)] != [compress(lines, INGEST_LEVEL)]
 
 
 async def test_recent_chunks_wait_for_the_settle_time(client, sql, settings):
