@@ -18,6 +18,12 @@ growth of the telemetry tables (chunks and hourly summaries, every partition, TO
 indexes included, after VACUUM) divided by the records, beside the same records COPYed
 into a row table `(mac, received_at, record jsonb)` with a (mac, received_at) index, and
 the bodies compressed with zstd alone.
+
+Then the capacity profile (docs/performance.md), the agent's day: the same records from
+routers sending 1,000 a day each in 2-record uploads spread evenly over a day (50 routers
+for 50,000 records), the compaction job at every tenth of an hour of that day as it is
+scheduled, and once after the day's partition closed. Its chunks' and summaries' bytes a
+record are the figures of the disk formula printed last.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from engine.ruleset import load_ruleset
 from ops.bench.generation import fill_telemetry, run_round
 from ops.bench.ingest import copy_rows, copy_text
 from server.db.connect import connect
-from server.db.partitions import TELEMETRY_TABLES
+from server.db.partitions import LIST_PARTITIONS, TELEMETRY_TABLES, partitions_from_rows
 from server.db.pool import Database
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
@@ -199,6 +205,8 @@ class RecordFootprint:
     merged: dict = field(default_factory=dict)
     packed: dict = field(default_factory=dict)
     in_rounds: dict = field(default_factory=dict)
+    # {table: bytes} of the agent's day (agent_day): the capacity profile
+    agent_day: dict = field(default_factory=dict)
 
     def line(self, sizes: dict) -> str:
         total = sum(sizes.values()) / self.records
@@ -234,9 +242,74 @@ def record_footprint(location, records: int) -> RecordFootprint:
                 empty = emptied(cur)
                 asyncio.run(_store(location, timed, ROUNDS, cur))
                 footprint.in_rounds[body] = growth(cur, empty)
+            empty = emptied(cur)
+            asyncio.run(_store_a_day(location, agent_day(stream, start), cur))
+            footprint.agent_day = growth(cur, empty)
     finally:
         conn.close()
     return footprint
+
+
+AGENT_RECORDS_A_DAY = 1_000  # a router's, in the capacity profile (docs/performance.md)
+AGENT_BODY = 2
+JOB_RUNS_A_DAY = 144  # TELEMETRY_COMPACT_CRON_SCHEDULE's default: every 10 minutes
+
+
+def agent_day(stream: list[tuple[str, bytes]], start: datetime
+              ) -> list[tuple[datetime, tuple[str, str, list]]]:
+    """The records as routers sending AGENT_RECORDS_A_DAY a day each in AGENT_BODY-record
+    uploads, spread evenly over the day from `start`: (receive time, upload), in time order."""
+    routers = max(1, len(stream) // AGENT_RECORDS_A_DAY)
+    interval = 86_400 * AGENT_BODY / AGENT_RECORDS_A_DAY
+    timed = []
+    for n, first in enumerate(range(0, len(stream), AGENT_BODY)):
+        router, nth = n % routers, n // routers
+        moment = start + timedelta(seconds=interval * (nth + router / routers))
+        piece = stream[first:first + AGENT_BODY]
+        for kind in ("events", "cfm"):
+            if lines := [line for record_kind, line in piece if record_kind == kind]:
+                timed.append((moment, (f"02:33:00:00:{router >> 8:02x}:{router & 255:02x}",
+                                       kind, lines)))
+    return timed
+
+
+async def _store_a_day(location, timed: list, cur) -> None:
+    """The day's uploads through the service's writer, the job at each tenth of an hour of
+    it (with a VACUUM, as autovacuum would), then once after the day's partition closed (the
+    first run past midnight, which takes the last uploads)."""
+    db = await Database.open(location, 1, 4, 60)
+    try:
+        start, period = timed[0][0], timedelta(days=1) / JOB_RUNS_A_DAY
+        run_at = start + period
+        for received_at, upload in timed:
+            while received_at >= run_at:
+                await _job(db, cur, run_at)
+                run_at += period
+            await _write(db, received_at, upload)
+        ends = [partition.end for partition in partitions_from_rows(
+                    await db.fetchall(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
+                if (partition.start is None or partition.start <= start) and start < partition.end]
+        await _job(db, cur, max(ends[0], run_at))
+    finally:
+        await db.close()
+
+
+async def _write(db: Database, received_at: datetime, upload: tuple[str, str, list]) -> None:
+    mac, kind, lines = upload
+    async with TelemetryWriter(db, mac, kind, received_at, 2_000,
+                               announce=PendingUpload()) as writer:
+        for line in lines:
+            if writer.add(line):
+                await writer.flush()
+        await writer.commit()
+
+
+async def _job(db: Database, cur, now: datetime) -> None:
+    """The compaction job as the service runs it at `now` (the hunt indexer first, as its
+    loop does), then a VACUUM as autovacuum would."""
+    await index_pending(db, POSTINGS_PER_ROUTER_DAY)
+    await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True, now=now)
+    await asyncio.to_thread(vacuumed_sizes, cur)
 
 
 def emptied(cur) -> dict[str, int]:
@@ -368,13 +441,16 @@ def main() -> int:
               f"{per_record.line(per_record.in_rounds[body])}: "
               f"{per_record.row_table / in_rounds:.1f}x denser than the row table; each "
               f"body zstd-compressed alone: {per_record.zstd_alone[body]:.0f}")
+    day = per_record.agent_day
+    print(f"  the agent's day ({AGENT_RECORDS_A_DAY:,} records a router in "
+          f"{AGENT_BODY}-record uploads over a day, {args.records // AGENT_RECORDS_A_DAY} "
+          f"routers, the job every {86_400 // JOB_RUNS_A_DAY // 60} minutes and once after "
+          f"the day): {per_record.line(day)}")
     one, rolled = activation
     print(f"per activation: {one:.0f} bytes, kept one by one for {DETAIL_DAYS} days; then "
           f"{rolled:.0f} bytes per router and day")
-    # The cadence that costs most: the agent's small uploads.
-    worst = max(per_record.in_rounds.values(), key=lambda sizes: sum(sizes.values()))
-    chunks = worst["telemetry_chunks"] / args.records
-    summaries = sum(worst.values()) / args.records - chunks
+    chunks = day["telemetry_chunks"] / args.records
+    summaries = sum(day.values()) / args.records - chunks
     print(f"disk for N routers sending R records a day kept D days, their summaries S days "
           f"(a week and an hour at the defaults: RETENTION_DAYS), polling P times a day "
           f"with activations kept A days: N x {after.per_router / 1024:.0f} KiB "
