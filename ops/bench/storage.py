@@ -243,7 +243,7 @@ def record_footprint(location, records: int) -> RecordFootprint:
                 asyncio.run(_store(location, timed, ROUNDS, cur))
                 footprint.in_rounds[body] = growth(cur, empty)
             empty = emptied(cur)
-            asyncio.run(_store_a_day(location, agent_day(stream, start), cur))
+            asyncio.run(_store_a_day(location, agent_day(stream, daily_start(cur)), cur))
             footprint.agent_day = growth(cur, empty)
     finally:
         conn.close()
@@ -271,6 +271,14 @@ def agent_day(stream: list[tuple[str, bytes]], start: datetime
                 timed.append((moment, (f"02:33:00:00:{router >> 8:02x}:{router & 255:02x}",
                                        kind, lines)))
     return timed
+
+
+def daily_start(cur) -> datetime:
+    """The start of the first day partition made ahead: the day simulated there is one of
+    the service's days (the partition before it, migration 0014's, covers all the past)."""
+    cur.execute(LIST_PARTITIONS, {"table": "telemetry_chunks"})
+    return min(partition.start for partition in partitions_from_rows(cur.fetchall())
+               if partition.start is not None)
 
 
 async def _store_a_day(location, timed: list, cur) -> None:
