@@ -1,4 +1,4 @@
-"""Quick versions of the throughput benchmarks (ops/bench/ingest.py, ops/bench/polling.py):
+"""Quick versions of the benchmarks (ops/bench/ingest.py, ops/bench/polling.py and others):
 each command runs as an operator runs it, its server under its real load generator, for a
 second or so, so that the commands keep working. Their figures belong in ops/bench/README.md
 and are not asserted here: this machine is shared and its speed varies from day to day. What
@@ -89,3 +89,15 @@ def test_hunt_benchmark_builds_packs_and_hunts_a_small_fleet():
     assert float(re.search(r"([\d.]+) bytes a posting", output).group(1)) > 0
     hunts = re.findall(r"hunt, (rare|about 1 %|every router)[^:]*: p50 [\d.]+ ms", output)
     assert {"rare", "about 1 %", "every router"} <= set(hunts), output
+
+
+def test_storage_benchmark_measures_the_agents_day():
+    """ops/bench/storage.py, small: the agent's day (2,000 records: two routers sending
+    1,000 a day) is stored, compacted on its schedule and measured, and the disk formula is
+    printed from it."""
+    output = run_benchmark("ops.bench.storage", "--routers", "5", "--records", "2000")
+    day = re.search(r"the agent's day \(1,000 records a router in 2-record uploads over a "
+                    r"day, 2 routers.*\): +(\d+) bytes a record \(chunks (\d+), summaries "
+                    r"(\d+)\)", output)
+    assert day and 0 < int(day.group(2)) < int(day.group(1)), output
+    assert re.search(rf"N x R x \(D x ~{day.group(2)} \+ S x ~{day.group(3)}\) bytes", output)

@@ -294,10 +294,11 @@ async def _store_a_day(location, timed: list, cur) -> None:
                 await _job(db, cur, run_at)
                 run_at += period
             await _write(db, received_at, upload)
-        ends = [partition.end for partition in partitions_from_rows(
-                    await db.fetchall(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
-                if (partition.start is None or partition.start <= start) and start < partition.end]
-        await _job(db, cur, max(ends[0], run_at))
+        partitions = partitions_from_rows(
+            await db.fetchall(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
+        closes = next(partition.end for partition in partitions
+                      if partition.start == start)  # daily_start's
+        await _job(db, cur, max(closes, run_at))
     finally:
         await db.close()
 

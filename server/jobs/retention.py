@@ -1,8 +1,9 @@
 """The retention job: telemetry received more than RETENTION_DAYS ago, hourly summaries
 older than their readers look back (server/telemetry/summary.py summaries_kept: a week and
 an hour at the defaults), activations older than ACTIVATION_RETENTION_DAYS and the hunt
-index older than HUNT_RETENTION_DAYS go by whole partitions. A chunk goes when its newest record is older than the cut-off (a merged chunk
-holds one router's records of at most one partition: a day).
+index older than HUNT_RETENTION_DAYS go by whole partitions. A chunk goes when its newest
+record is older than the cut-off (a merged chunk holds one router's records of at most one
+partition: a day).
 
 For each table, every partition entirely older than the cut-off is detached with
 `DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent;

@@ -56,10 +56,11 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
     as written."""
     now = now or datetime.now(timezone.utc)
     report = CompactionReport(legacy=await move_legacy_rows(db, chunk_records))
-    bounds = {"since": datetime.min.replace(tzinfo=timezone.utc) if everything
-              else now - RECENT, "settled": now - settle, "size": chunk_records}
-    for partition in await _partitions_between(db, bounds["since"], bounds["settled"]):
-        closed = partition.end <= bounds["settled"]
+    since = datetime.min.replace(tzinfo=timezone.utc) if everything else now - RECENT
+    settled = now - settle
+    bounds = {"since": since, "settled": settled, "size": chunk_records}
+    for partition in await _partitions_between(db, since, settled):
+        closed = partition.end <= settled
         take = TAKE_SMALL_CHUNKS.format(partition=partition.name, unread=unread)
         groups = await db.fetchall(SMALL_CHUNK_GROUPS.format(partition=partition.name), bounds)
         for mac, kind, _ in groups:
