@@ -313,12 +313,13 @@ async def _write(db: Database, received_at: datetime, upload: tuple[str, str, li
         await writer.commit()
 
 
-async def _job(db: Database, cur, now: datetime) -> None:
+async def _job(db: Database, cur=None, now: datetime | None = None) -> None:
     """The compaction job as the service runs it at `now` (the hunt indexer first, as its
-    loop does), then a VACUUM as autovacuum would."""
+    loop does), then, in `cur`, a VACUUM as autovacuum would."""
     await index_pending(db, POSTINGS_PER_ROUTER_DAY)
     await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True, now=now)
-    await asyncio.to_thread(vacuumed_sizes, cur)
+    if cur is not None:
+        await asyncio.to_thread(vacuumed_sizes, cur)
 
 
 def emptied(cur) -> dict[str, int]:
@@ -338,20 +339,12 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
     part = -(-len(timed) // rounds) if timed else 0
     try:
         for first in range(0, len(timed), part) if timed else ():
-            for received_at, (mac, kind, lines) in timed[first:first + part]:
-                async with TelemetryWriter(db, mac, kind, received_at, 2_000,
-                                         announce=PendingUpload()) as writer:
-                    for line in lines:
-                        if writer.add(line):
-                            await writer.flush()
-                    await writer.commit()
+            for received_at, upload in timed[first:first + part]:
+                await _write(db, received_at, upload)
             if rounds > 1:
-                await index_pending(db, POSTINGS_PER_ROUTER_DAY)  # as the service's indexer
-                await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True)  # does first
-                await asyncio.to_thread(vacuumed_sizes, cur)
+                await _job(db, cur)
         if not timed:
-            await index_pending(db, POSTINGS_PER_ROUTER_DAY)
-            await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True)
+            await _job(db)
     finally:
         await db.close()
 
