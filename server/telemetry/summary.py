@@ -33,7 +33,7 @@ def summaries_kept(settings: Settings) -> timedelta:
     look (RULE_GENERATION_TELEMETRY_DAYS, FLEET_WINDOW_HOURS, the console's week), and an
     hour more, since each counts an hour while any of it is in its window; never longer
     than the records themselves (RETENTION_DAYS). Kept as long as the records, they were
-    nearly half of a router's bytes at the agent's cadence (docs/performance.md)."""
+    more than half of a router's bytes at the agent's cadence (docs/performance.md)."""
     read = max(timedelta(days=settings.rule_generation_telemetry_days),
                timedelta(days=CONSOLE_DAYS), timedelta(hours=settings.fleet_window_hours))
     return min(timedelta(days=settings.retention_days), read + timedelta(hours=1))
