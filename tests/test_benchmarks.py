@@ -101,3 +101,19 @@ def test_storage_benchmark_measures_the_agents_day():
                     r"(\d+)\)", output)
     assert day and 0 < int(day.group(2)) < int(day.group(1)), output
     assert re.search(rf"N x R x \(D x ~{day.group(2)} \+ S x ~{day.group(3)}\) bytes", output)
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian package) is not installed")
+def test_flood_benchmark_keeps_each_flooder_within_its_budget_over_its_cycles():
+    """ops/bench/hunt_flood.py, small: two cycles of quiet and flooded time, fresh flooders
+    each; every flood grows the index by at most its flooders' budgets (plus one upload's
+    values, docs/security.md), and the pooled ratio is printed."""
+    output = run_benchmark("ops.bench.hunt_flood", "--flooders", "3", "--seconds", "2",
+                           "--after", "1", "--cycles", "2", "--budget", "100")
+    floods = re.findall(r"the index grew by (\d+) postings, the most one flooder posted "
+                        r"(\d+) \(budget 100\)", output)
+    assert len(floods) == 2, output
+    assert all(0 < int(most) <= 100 + 2_000 and int(grew) <= 3 * (100 + 2_000)
+               for grew, most in floods), output
+    assert re.search(r"3 flooder\(s\) over 2 cycles: .* [\d.]+x \(the cycles' ratios "
+                     r"[\d.]+, [\d.]+\)", output), output

@@ -5,7 +5,8 @@ honest router's upload time is compared with the same uploads on a quiet server,
 same run.
 
     python -m ops.bench.hunt_flood [--flooders 1,100] [--seconds 30] [--after 2] [--budget 2000]
-                                   [--router-limits default|off] [--set NAME=VALUE]
+                                   [--router-limits default|off] [--cycles 1]
+                                   [--set NAME=VALUE]
 
 The real server (`python -m ops.cli serve`, one process) on an embedded PostgreSQL (or the
 server named by DB_HOST...), its per-address limits raised (every client here is 127.0.0.1; a
@@ -55,13 +56,16 @@ PER_ADDRESS = {"REGISTRATIONS_PER_MINUTE_PER_ADDRESS": "100000",
                "INGEST_MAX_UPLOADS_PER_ADDRESS": "1000"}
 
 
-# Each request: the next flooder's MAC, RECORDS_A_FLOOD DNS records of random 12-letter names.
+# Each request: the next flooder's MAC (numbered from the 4th argument), RECORDS_A_FLOOD DNS
+# records of random 12-letter names.
 FLOOD_SCRIPT = """
 local flooders, records, i = 1, 200, 0
 local letters = "abcdefghijklmnopqrstuvwxyz"
+local first = 0
 init = function(args)
   flooders, records = tonumber(args[1]), tonumber(args[2])
   math.randomseed(tonumber(args[3]))
+  first = tonumber(args[4])
 end
 local function name()
   local t = {}
@@ -69,7 +73,7 @@ local function name()
   return table.concat(t)
 end
 request = function()
-  local n = i % flooders
+  local n = first + i % flooders
   i = i + 1
   local mac = string.format("02:5a:00:00:%02x:%02x", math.floor(n / 256), n % 256)
   local lines = {}
@@ -113,15 +117,16 @@ def honest_process(port: int, seconds: float, limits: str) -> list[float]:
 
 
 def under_flood(port: int, server_pids: list[int], flooders: int, seconds: float, after: float,
-                script: Path, limits: str) -> tuple[list[float], dict]:
-    """wrk floods for `after` seconds, then for the honest router's time, and 2 s more."""
+                script: Path, limits: str, first: int = 0) -> tuple[list[float], dict]:
+    """wrk floods for `after` seconds, then for the honest router's time, and 2 s more;
+    the flooders' MACs are numbered from `first`."""
     flooded: dict = {}
 
     def flood() -> None:
         flooded.update(run_wrk(f"http://127.0.0.1:{port}/log/cfm", script,
                                int(after + seconds) + 2,
                                flooders, str(flooders), str(RECORDS_A_FLOOD), str(flooders),
-                               server_pids=server_pids))
+                               str(first), server_pids=server_pids))
 
     thread = threading.Thread(target=flood)
     thread.start()
@@ -129,6 +134,34 @@ def under_flood(port: int, server_pids: list[int], flooders: int, seconds: float
     honest = honest_process(port, seconds, limits)
     thread.join()
     return honest, flooded
+
+
+def flood_once(server, location, sql: Sql, script: Path, flooders: int, first: int,
+               args: argparse.Namespace, indexing: bool, quiet_p50: float) -> list[float]:
+    """One flood (MACs numbered from `first`) with the honest router's time in it, its line
+    printed; the honest router's upload times."""
+    sql.rows("TRUNCATE hunt_budgets")
+    before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
+    pids = [server.process.pid, *server.children("serving"),
+            *server.children("working")]  # the supervisor's, with HTTP_WORKERS > 1
+    honest, flooded = under_flood(server.port, pids, flooders, args.seconds, args.after,
+                                  script, args.router_limits, first)
+    behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT)) if indexing \
+        else float("nan")
+    added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,)) - before
+    most = sql.value("SELECT max(postings) FROM hunt_budgets WHERE mac <> %s", (HONEST,))
+    unindexed = sql.value("SELECT sum(unindexed) FROM hunt_budgets")
+    print(f"{flooders} flooder(s), wrk for {args.after + args.seconds + 2:.0f} s "
+          f"(the honest router from {args.after:.0f} s): "
+          f"{flooded['rate']:.0f} uploads a second of {RECORDS_A_FLOOD} random names "
+          f"({flooded['non_2xx_3xx']} refused), wrk kept {flooded['wrk_cores']:.2f} "
+          f"cores busy, the server {flooded['server_cores']:.2f}; the indexer read "
+          f"every upload {behind:.1f} s after; the index grew by {added} postings, "
+          f"the most one flooder posted {most} (budget {args.budget}), {unindexed} "
+          f"records not indexed; the honest router's upload p50 "
+          f"{statistics.median(honest) * 1000:.1f} ms ({len(honest)} uploads), "
+          f"{statistics.median(honest) / quiet_p50:.2f}x the quiet one")
+    return honest
 
 
 def main() -> int:
@@ -140,6 +173,10 @@ def main() -> int:
                              "60, the flooders' first minute's allowance is spent: the "
                              "sustained flood)")
     parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--cycles", type=int, default=1,
+                        help="quiet and flooded times measured in turn this many times (fresh "
+                             "flooder MACs each), then pooled: the machine's drift falls on "
+                             "both alike")
     parser.add_argument("--router-limits", choices=("default", "off"), default="default")
     add_settings_option(parser)
     parser.add_argument("--honest-only", type=int, metavar="PORT",
@@ -165,35 +202,29 @@ def main() -> int:
         sql = Sql(location)
         script = Path(scratch) / "flood.lua"
         script.write_text(FLOOD_SCRIPT)
-        quiet = honest_process(server.port, args.seconds, args.router_limits)
-        print(f"quiet: the honest router's upload p50 {statistics.median(quiet) * 1000:.1f} ms "
-              f"({len(quiet)} uploads)")
-        for flooders in (int(n) for n in args.flooders.split(",")):
-            sql.rows("TRUNCATE hunt_budgets")
-            before = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s", (HONEST,))
-            pids = [server.process.pid, *server.children("serving"),
-                    *server.children("working")]  # the supervisor's, with HTTP_WORKERS > 1
-            honest, flooded = under_flood(server.port, pids, flooders,
-                                          args.seconds, args.after, script,
-                                          args.router_limits)
-            behind = asyncio.run(await_indexed(location, INDEX_TIMEOUT)) if indexing \
-                else float("nan")
-            added = sql.value("SELECT count(*) FROM hunt_postings WHERE mac <> %s",
-                              (HONEST,)) - before
-            most = sql.value("SELECT max(postings) FROM hunt_budgets WHERE mac <> %s",
-                             (HONEST,))
-            unindexed = sql.value("SELECT sum(unindexed) FROM hunt_budgets")
-            ratio = statistics.median(honest) / statistics.median(quiet)
-            print(f"{flooders} flooder(s), wrk for {args.after + args.seconds + 2:.0f} s "
-                  f"(the honest router from {args.after:.0f} s): "
-                  f"{flooded['rate']:.0f} uploads a second of {RECORDS_A_FLOOD} random names "
-                  f"({flooded['non_2xx_3xx']} refused), wrk kept {flooded['wrk_cores']:.2f} "
-                  f"cores busy, the server {flooded['server_cores']:.2f}; the indexer read "
-                  f"every upload {behind:.1f} s after; the index grew by {added} postings, "
-                  f"the most one flooder posted {most} (budget {args.budget}), {unindexed} "
-                  f"records not indexed; the honest router's upload p50 "
-                  f"{statistics.median(honest) * 1000:.1f} ms ({len(honest)} uploads), "
-                  f"{ratio:.2f}x the quiet one")
+        quiet_pooled: list[float] = []
+        flooded_pooled: dict[int, list[float]] = {}
+        ratios: dict[int, list[float]] = {}
+        first = 0  # each flood's MACs fresh: their limits and budgets untouched
+        for _ in range(args.cycles):
+            quiet = honest_process(server.port, args.seconds, args.router_limits)
+            quiet_pooled += quiet
+            print(f"quiet: the honest router's upload p50 "
+                  f"{statistics.median(quiet) * 1000:.1f} ms ({len(quiet)} uploads)")
+            for flooders in (int(n) for n in args.flooders.split(",")):
+                honest = flood_once(server, location, sql, script, flooders, first, args,
+                                    indexing, statistics.median(quiet))
+                first += flooders
+                flooded_pooled.setdefault(flooders, []).extend(honest)
+                ratios.setdefault(flooders, []).append(
+                    statistics.median(honest) / statistics.median(quiet))
+        if args.cycles > 1:
+            for flooders, honest in flooded_pooled.items():
+                print(f"{flooders} flooder(s) over {args.cycles} cycles: the honest router's "
+                      f"upload p50 {statistics.median(quiet_pooled) * 1000:.1f} ms quiet, "
+                      f"{statistics.median(honest) * 1000:.1f} ms flooded: "
+                      f"{statistics.median(honest) / statistics.median(quiet_pooled):.2f}x "
+                      f"(the cycles' ratios {', '.join(f'{r:.2f}' for r in ratios[flooders])})")
     return 0
 
 
