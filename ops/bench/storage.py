@@ -44,7 +44,8 @@ from engine.ruleset import load_ruleset
 from ops.bench.generation import fill_telemetry, run_round
 from ops.bench.ingest import copy_rows, copy_text
 from server.db.connect import connect
-from server.db.partitions import LIST_PARTITIONS, TELEMETRY_TABLES, partitions_from_rows
+from server.db.partitions import (LIST_PARTITIONS, TELEMETRY_TABLES, Partition,
+                                  partitions_from_rows)
 from server.db.pool import Database
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
@@ -243,7 +244,8 @@ def record_footprint(location, records: int) -> RecordFootprint:
                 asyncio.run(_store(location, timed, ROUNDS, cur))
                 footprint.in_rounds[body] = growth(cur, empty)
             empty = emptied(cur)
-            asyncio.run(_store_a_day(location, agent_day(stream, daily_start(cur)), cur))
+            day = first_day_partition(cur)
+            asyncio.run(_store_a_day(location, agent_day(stream, day.start), day, cur))
             footprint.agent_day = growth(cur, empty)
     finally:
         conn.close()
@@ -273,32 +275,28 @@ def agent_day(stream: list[tuple[str, bytes]], start: datetime
     return timed
 
 
-def daily_start(cur) -> datetime:
-    """The start of the first day partition made ahead: the day simulated there is one of
-    the service's days (the partition before it, migration 0014's, covers all the past)."""
+def first_day_partition(cur) -> Partition:
+    """The first day partition made ahead: the day simulated there is one of the service's
+    days (the partition before it, migration 0014's, covers all the past)."""
     cur.execute(LIST_PARTITIONS, {"table": "telemetry_chunks"})
-    return min(partition.start for partition in partitions_from_rows(cur.fetchall())
-               if partition.start is not None)
+    return min((partition for partition in partitions_from_rows(cur.fetchall())
+                if partition.start is not None), key=lambda partition: partition.start)
 
 
-async def _store_a_day(location, timed: list, cur) -> None:
-    """The day's uploads through the service's writer, the job at each tenth of an hour of
-    it (with a VACUUM, as autovacuum would), then once after the day's partition closed (the
-    first run past midnight, which takes the last uploads)."""
+async def _store_a_day(location, timed: list, day: Partition, cur) -> None:
+    """The day's uploads (in `day`) through the service's writer, the job at each tenth of
+    an hour of it (with a VACUUM, as autovacuum would), then once after the day's partition
+    closed (the first run past midnight, which takes the last uploads)."""
     db = await Database.open(location, 1, 4, 60)
     try:
-        start, period = timed[0][0], timedelta(days=1) / JOB_RUNS_A_DAY
-        run_at = start + period
+        period = timedelta(days=1) / JOB_RUNS_A_DAY
+        run_at = day.start + period
         for received_at, upload in timed:
             while received_at >= run_at:
                 await _job(db, cur, run_at)
                 run_at += period
             await _write(db, received_at, upload)
-        partitions = partitions_from_rows(
-            await db.fetchall(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
-        closes = next(partition.end for partition in partitions
-                      if partition.start == start)  # daily_start's
-        await _job(db, cur, max(closes, run_at))
+        await _job(db, cur, max(day.end, run_at))
     finally:
         await db.close()
 

@@ -106,8 +106,7 @@ async def _merge(db: Database, take: str, params: dict, chunk_records: int,
     return len(taken) == params["chunks"]
 
 
-def _recut(taken: list[tuple], chunk_records: int, closed: bool = False
-           ) -> list[tuple[Chunk, bytes]]:
+def _recut(taken: list[tuple], chunk_records: int, closed: bool) -> list[tuple[Chunk, bytes]]:
     """The taken chunks' records in order, cut into chunks and compressed (in a thread):
     full ones harder (written once), the remainder fast (rewritten at the next run) unless
     its partition is `closed` (then written once too)."""
