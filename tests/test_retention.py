@@ -15,6 +15,7 @@ import orjson
 import psycopg
 import pytest
 
+from server.db import brief_locks
 from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
@@ -270,9 +271,9 @@ def test_retention_command(settings, sql):
 async def test_a_locking_detach_gives_up_in_bounded_time_while_uploads_hold_the_table(
         settings, sql, database, monkeypatch):
     """Under Citus a partition is detached without CONCURRENTLY: while an upload holds the
-    table, each try waits DETACH_LOCK_TIMEOUT at most, and the partition is left for the next
+    table, each try waits LOCK_TIMEOUT at most (server/db/brief_locks.py), and the partition is left for the next
     run (tried here on plain PostgreSQL, where the same lock rules hold)."""
-    monkeypatch.setattr(retention, "DETACH_PAUSE_SECONDS", 0.1)
+    monkeypatch.setattr(brief_locks, "PAUSE_SECONDS", 0.1)
     partition = partitions_from_rows(sql.rows(LIST_PARTITIONS, {"table": CHUNKS}))[1]
     upload = connect(database)
     try:
@@ -285,7 +286,7 @@ async def test_a_locking_detach_gives_up_in_bounded_time_while_uploads_hold_the_
             started = time.monotonic()
             assert not await retention.detach_locking(db, CHUNKS, partition)
             waited = time.monotonic() - started
-            assert waited < retention.DETACH_TRIES * 1.0 + 1.5 + 2
+            assert waited < brief_locks.TRIES * 1.0 + 1.5 + 2
             upload.commit()  # the upload ends: the next run detaches it
             assert await retention.detach_locking(db, CHUNKS, partition)
     finally:

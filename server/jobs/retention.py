@@ -28,17 +28,15 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
+from server.db.brief_locks import with_brief_locks
 from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
-from server.db.pool import Database, DatabaseUnavailable, execute
+from server.db.pool import Database, execute
 from server.hunt.sql import EXPIRED_PACKED_DAYS
 
 SUMMARY_TABLES = ("telemetry_alerts", "telemetry_flows")
 BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
-DETACH_LOCK_TIMEOUT = "1s"   # under Citus (see detach_locking)
-DETACH_TRIES = 5
-DETACH_PAUSE_SECONDS = 2.0
 
 
 async def run_retention(db: Database, days: int, activation_days: int,
@@ -125,20 +123,11 @@ async def _detach(db: Database, table: str, partition: Partition, concurrently: 
 
 async def detach_locking(db: Database, table: str, partition: Partition) -> bool:
     """A plain DETACH, for a distributed table (Citus refuses CONCURRENTLY). It needs the
-    parent alone: it waits for the uploads in progress, and new ones queue behind it. So
-    it waits at most DETACH_LOCK_TIMEOUT each try, and after DETACH_TRIES the partition is
-    left for the next run: uploads are never held up longer than that."""
-    for attempt in range(DETACH_TRIES):
-        try:
-            async with db.transaction() as cur:
-                await execute(cur, f"SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}'")
-                await execute(cur, f"ALTER TABLE {table} DETACH PARTITION {partition.name}")
-            return True
-        except DatabaseUnavailable as error:  # the pool's name for a lock timeout too
-            if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
-                raise
-            await asyncio.sleep(DETACH_PAUSE_SECONDS * (attempt + 1))
-    return False
+    parent alone, so it waits briefly (server/db/brief_locks.py): uploads are never held up
+    long, and a partition it could not detach is left for the next run."""
+    async def detach(cur: psycopg.AsyncCursor) -> None:
+        await execute(cur, f"ALTER TABLE {table} DETACH PARTITION {partition.name}")
+    return await with_brief_locks(db, detach)
 
 
 # The straddling partition is trimmed in batches picked by key, not by `ctid` (which under

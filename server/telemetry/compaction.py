@@ -16,7 +16,9 @@ chunks, until full or its partition's day is over: a record is recompressed a fe
 its first day (docs/telemetry.md gives the arithmetic). Once a partition is closed (its
 end settled: no upload can land in it any more), what a merge writes there is written once,
 so the remainder too is compressed harder: at the agent's cadence of 1,000 records a day a
-router's day never fills a chunk, and its one remainder is nearly all it keeps.
+router's day never fills a chunk, and its one remainder is nearly all it keeps. Once
+nothing is left to merge in a closed partition, the space its day of merges left behind is
+given back (closed_days.py).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from server.telemetry.sql import INSERT_CHUNK, SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS
+from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, Partition, partitions_from_rows
 from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
                                      merged, split)
+from server.telemetry.closed_days import rewrite_if_wasteful
 from server.telemetry.legacy import move_legacy_rows
 
 RECENT = timedelta(days=2)
@@ -43,10 +47,11 @@ class CompactionReport:
     written_chunks: int = 0    # chunks written in their place
     records: int = 0
     legacy: dict = field(default_factory=dict)
+    rewritten: list[dict] = field(default_factory=list)   # closed days (closed_days.py)
 
     def as_detail(self) -> dict:
         return {"merged_chunks": self.merged_chunks, "written_chunks": self.written_chunks,
-                "records": self.records, "legacy": self.legacy}
+                "records": self.records, "legacy": self.legacy, "rewritten": self.rewritten}
 
 
 async def compact(db: Database, chunk_records: int, settle: timedelta, unread: str,
@@ -59,15 +64,20 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
     since = datetime.min.replace(tzinfo=timezone.utc) if everything else now - RECENT
     settled = now - settle
     bounds = {"since": since, "settled": settled, "size": chunk_records}
+    rewrite = "telemetry_chunks" not in await distributed_tables(db)
     for partition in await _partitions_between(db, since, settled):
         closed = partition.end <= settled
+        groups = SMALL_CHUNK_GROUPS.format(partition=partition.name)
         take = TAKE_SMALL_CHUNKS.format(partition=partition.name, unread=unread)
-        groups = await db.fetchall(SMALL_CHUNK_GROUPS.format(partition=partition.name), bounds)
-        for mac, kind, _ in groups:
+        for mac, kind, _ in await db.fetchall(groups, bounds):
             while await _merge(db, take, {**bounds, "mac": mac, "kind": kind,
                                           "chunks": CHUNKS_PER_MERGE},
                                chunk_records, report, closed):
                 await asyncio.sleep(PAUSE_SECONDS)
+        # Merged to the end (nothing left, an upload not yet indexed included): rewritten.
+        if closed and rewrite and not await db.fetchall(groups, bounds):
+            if done := await rewrite_if_wasteful(db, partition):
+                report.rewritten.append(done)
     return report
 
 
