@@ -21,7 +21,7 @@ from server.db.leases import (Leased, claim_one_statement, claim_statement, fail
 from server.db.pool import Database, execute
 from server.fleet.sql import OUTBREAKS_FOR_GENERATION
 from server.generation.rules_sql import PAYLOAD_CHANGED, payload_params, upsert_statement
-from server.telemetry.sql import HOURS_IN_WINDOW
+from server.telemetry.sql import FLOWS_IN_WINDOW, HOURS_IN_WINDOW
 
 # Bounds on what the summary returns per router.
 MAX_FIRED_SIDS = 2_000
@@ -92,7 +92,6 @@ async def queue_state(db: Database) -> dict[str, int]:
 # request began, activated_at the database's now().
 WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
 _ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
-_FLOWS = f"telemetry_flows WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 
 # Two statements, so that under Citus each runs where its tables are: the lease, the
 # rollup boundary, the allowlist, the overrides and the fleet's outbreaks are tables of the
@@ -120,9 +119,11 @@ SELECT
  (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
    SELECT signature_id AS sid, sum(alerts) AS n, coalesce(min(severity), 255) AS severity
    FROM {_ALERTS} GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
- (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM {_FLOWS} AND app_proto IS NOT NULL
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM {FLOWS_IN_WINDOW} f
+   WHERE app_proto IS NOT NULL
    GROUP BY app_proto ORDER BY sum(flows) DESC, app_proto LIMIT %(top)s) apps),
- (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM {_FLOWS} AND dest_port IS NOT NULL
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM {FLOWS_IN_WINDOW} f
+   WHERE dest_port IS NOT NULL
    GROUP BY dest_port ORDER BY sum(flows) DESC, dest_port LIMIT %(top)s) ports),
  (SELECT json_agg(json_build_array(src, dest, sid, severity, n, flows, expires)) FROM (
    SELECT host(p.src_ip) AS src, host(p.dest_ip) AS dest, p.signature_id AS sid, p.severity,

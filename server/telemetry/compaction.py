@@ -18,7 +18,8 @@ end settled: no upload can land in it any more), what a merge writes there is wr
 so the remainder too is compressed harder: at the agent's cadence of 1,000 records a day a
 router's day never fills a chunk, and its one remainder is nearly all it keeps. Once
 nothing is left to merge in a closed partition, the space its day of merges left behind is
-given back (closed_days.py).
+given back (closed_days.py). Last, each router's hourly flow summaries of the closed days
+are packed into a row a day (flow_days.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
                                      merged, split)
 from server.telemetry.closed_days import rewrite_if_wasteful
+from server.telemetry.flow_days import pack_flow_days
 from server.telemetry.legacy import move_legacy_rows
 
 RECENT = timedelta(days=2)
@@ -48,10 +50,12 @@ class CompactionReport:
     records: int = 0
     legacy: dict = field(default_factory=dict)
     rewritten: list[dict] = field(default_factory=list)   # closed days (closed_days.py)
+    flow_days: dict = field(default_factory=dict)         # flow rows packed (flow_days.py)
 
     def as_detail(self) -> dict:
         return {"merged_chunks": self.merged_chunks, "written_chunks": self.written_chunks,
-                "records": self.records, "legacy": self.legacy, "rewritten": self.rewritten}
+                "records": self.records, "legacy": self.legacy, "rewritten": self.rewritten,
+                "flow_days": self.flow_days}
 
 
 async def compact(db: Database, chunk_records: int, settle: timedelta, unread: str,
@@ -78,6 +82,7 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
         if closed and rewrite and not await db.fetchall(groups, bounds):
             if done := await rewrite_if_wasteful(db, partition):
                 report.rewritten.append(done)
+    report.flow_days = await pack_flow_days(db, None if everything else since, settled)
     return report
 
 
