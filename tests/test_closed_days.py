@@ -111,11 +111,9 @@ async def test_a_closed_day_is_rewritten_once_and_keeps_every_record(client, sql
                     "WHERE indrelid = %s::regclass", (partition.name,)) == \
         [(f"{partition.name}_pkey",)]
     assert sql.rows("SELECT relname FROM pg_class WHERE relname LIKE 'telemetry_chunks%%_rewrite%%'") == []
-    # Uploads and reads through the parent go on: today is still this partition.
-    response = await client.post("/log/cfm", headers={**NDJSON, "X-ID": MACS[0]},
-                                 data=record(999) + b"\n")
-    assert response.status == 200
-    assert len(records_of(sql, MACS[0])) == 81
+    # Reads through the parent find the day's records in its new table.
+    assert sql.value("SELECT sum(records) FROM telemetry_chunks WHERE received_at >= %s "
+                     "AND received_at < %s", (partition.start, partition.end)) == 160
 
 
 async def test_rows_deleted_while_the_day_is_copied_do_not_come_back(client, sql, settings,

@@ -1,7 +1,7 @@
 """A closed day's hourly flow summaries packed into a row a router (server/telemetry/
-flow_days.py): generation reads the same flows hour by hour before and after, the open day
-stays as rows, a failed pack changes nothing, retention keeps a packed day while any of its
-hours is kept."""
+flow_days.py): generation reads the same flows hour by hour before and after, and while a
+day is both packed and still rows, the open day stays as rows, a failed pack changes
+nothing, retention keeps a packed day while any of its hours is kept."""
 
 from __future__ import annotations
 
@@ -69,46 +69,75 @@ def today(now: datetime) -> datetime:
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def day_partitions(sql, table: str = "telemetry_flows") -> list[str]:
+    return [name for (name, start) in sql.rows(
+        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+        "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass "
+        "ORDER BY 1", (table,)) if "MINVALUE" not in start]
+
+
 async def test_packed_days_read_as_their_rows_did(flows, sql, settings):
     now = flows
     before = {mac: (in_window(sql, mac), generation_reads(sql, mac)) for mac in MACS}
     assert all(len(sums) > 1_000 and reads[0] and reads[1]
                for sums, reads in before.values())
+    partitions = day_partitions(sql)
     async with open_database(settings) as db:
-        report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True)
-    assert len(report.flow_days["days"]) == 10 and report.flow_days["router_days"] == 20
+        report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD)
+    packed = report.flow_days
+    assert packed["router_days"] == 20 and packed["partitions_deferred"] == []
+    # The closed days' partitions dropped (their space given back at once), today's kept.
+    assert len(packed["partitions_dropped"]) == 12
+    assert day_partitions(sql) == sorted(set(partitions) - set(packed["partitions_dropped"]))
     assert hourly_rows(sql, now - timedelta(days=11), today(now)) == 0
     assert hourly_rows(sql, today(now), now + timedelta(hours=1)) > 0   # open: as rows
     assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 20
     assert {mac: (in_window(sql, mac), generation_reads(sql, mac)) for mac in MACS} == before
 
 
-async def test_a_day_is_packed_once_settled_and_only_once(flows, sql, settings):
+async def test_a_day_packed_and_still_rows_is_counted_once(flows, sql, settings,
+                                                          monkeypatch):
+    """A crash between the packing and the drop: the next run packs nothing twice."""
+    before = {mac: in_window(sql, mac) for mac in MACS}
+
+    async def crashed(db, table, partitions, cutoff):
+        return [], [partition.name for partition in partitions]
+
+    monkeypatch.setattr(flow_days, "drop_partitions", crashed)
+    async with open_database(settings) as db:
+        first = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD)
+        assert first.flow_days["router_days"] == 20
+        assert {mac: in_window(sql, mac) for mac in MACS} == before
+        monkeypatch.undo()
+        second = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD)
+    assert second.flow_days["router_days"] == 0 and len(
+        second.flow_days["partitions_dropped"]) == 12
+    assert {mac: in_window(sql, mac) for mac in MACS} == before
+
+
+async def test_a_day_is_packed_once_settled(flows, sql, settings):
     now = flows
     midnight = today(now)
+    yesterday = (midnight - timedelta(days=1)).strftime("telemetry_flows_p%Y%m%d")
     async with open_database(settings) as db:
         waiting = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
                                 now=midnight + timedelta(minutes=30))
-        assert waiting.flow_days["days"] == [
-            (midnight - timedelta(days=2)).date().isoformat()]  # from RECENT on: two days
+        assert yesterday not in waiting.flow_days["partitions_dropped"]
         assert hourly_rows(sql, midnight - timedelta(days=1), midnight) > 0  # not settled
         settled = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
                                 now=midnight + timedelta(hours=1))
-        again = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
-                              now=midnight + timedelta(hours=1))
-    assert settled.flow_days == {"days": [(midnight - timedelta(days=1)).date().isoformat()],
-                                 "router_days": 2}
-    assert again.flow_days == {"days": [], "router_days": 0}
+    assert settled.flow_days == {"partitions_dropped": [yesterday], "router_days": 2,
+                                 "partitions_deferred": []}
 
 
 async def test_a_pack_that_fails_leaves_the_day_as_rows(flows, sql, settings, monkeypatch):
     now = flows
     yesterday = today(now) - timedelta(days=1)
     rows = hourly_rows(sql, yesterday, today(now))
-    monkeypatch.setattr(flow_days, "ADD_FLOW_DAY", "SELECT 1 / 0")
+    monkeypatch.setattr(flow_days, "PACK_FLOW_DAYS", "SELECT 1 / 0")
     async with open_database(settings) as db:
         with pytest.raises(Exception, match="division by zero"):
-            await flow_days.pack_flow_days(db, yesterday, now)
+            await flow_days.pack_flow_days(db, now)
     assert hourly_rows(sql, yesterday, today(now)) == rows
     assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 0
 
@@ -116,7 +145,7 @@ async def test_a_pack_that_fails_leaves_the_day_as_rows(flows, sql, settings, mo
 async def test_retention_keeps_a_packed_day_while_any_of_its_hours_is(flows, sql, settings):
     now = flows
     async with open_database(settings) as db:
-        await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True)
+        await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD)
         kept = timedelta(days=3, hours=5)
         await run_retention(db, 30, 30, summaries_kept=kept)
     oldest = sql.value("SELECT min(day) FROM telemetry_flow_days")

@@ -17,9 +17,9 @@ import pytest
 
 from server.db import brief_locks
 from server.db.connect import connect
+from server.db.detach import detach_locking
 from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
-from server.jobs import retention
 from server.jobs.retention import run_retention
 from server.settings import load_settings
 from server.telemetry.summary import summaries_kept
@@ -284,11 +284,11 @@ async def test_a_locking_detach_gives_up_in_bounded_time_while_uploads_hold_the_
                         (MAC, BODY))
         async with open_database(settings) as db:
             started = time.monotonic()
-            assert not await retention.detach_locking(db, CHUNKS, partition)
+            assert not await detach_locking(db, CHUNKS, partition)
             waited = time.monotonic() - started
             assert waited < brief_locks.TRIES * 1.0 + 1.5 + 2
             upload.commit()  # the upload ends: the next run detaches it
-            assert await retention.detach_locking(db, CHUNKS, partition)
+            assert await detach_locking(db, CHUNKS, partition)
     finally:
         upload.close()
     assert partition.name not in partitions(sql, CHUNKS)

@@ -6,7 +6,8 @@ Each capability's SQL is in its own folder (server/hunt/sql.py, server/fleet/sql
   at a time (`rows.py`), where the database is (`location.py`),
   bringing it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema
   check), time partitions (`partitions.py`), catalog changes that need a table alone,
-  taken with brief lock waits (`brief_locks.py`), which tables the Citus mode distributes
+  taken with brief lock waits (`brief_locks.py`), partitions detached and dropped
+  (`detach.py`: for retention and the packed flow summaries), which tables the Citus mode distributes
   (`citus.py`, for retention) and its nodes (`citus_nodes.py`: distributing the tables,
   adding, draining and rebalancing workers). Backups and their restore are the commands'
   (ops/pg_backup.py).

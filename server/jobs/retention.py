@@ -1,13 +1,14 @@
 """The retention job: telemetry received more than RETENTION_DAYS ago, hourly summaries
 older than their readers look back (server/telemetry/summary.py summaries_kept: a week and
-an hour at the defaults; a packed day of flows while any of its hours is), activations older than ACTIVATION_RETENTION_DAYS and the hunt
-index older than HUNT_RETENTION_DAYS go by whole partitions. A chunk goes when its newest
+an hour at the defaults; a packed day of flows while any of its hours is), activations
+older than ACTIVATION_RETENTION_DAYS and the hunt index older than HUNT_RETENTION_DAYS go
+by whole partitions. A chunk goes when its newest
 record is older than the cut-off (a merged chunk holds one router's records of at most one
 partition: a day).
 
 For each table, every partition entirely older than the cut-off is detached with
 `DETACH PARTITION ... CONCURRENTLY` (which never blocks inserts or reads of the parent;
-under Citus, which refuses it, a plain DETACH), then
+under Citus, which refuses it, a plain DETACH: server/db/detach.py), then
 all are dropped by one statement (one commit): no row is deleted one by one, no WAL is
 written for its rows, nothing is left for vacuum. Only the one partition that straddles the
 cut-off is trimmed, by small batched deletes, each its own short statement. What a crash
@@ -26,12 +27,9 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-import psycopg
-
-from server.db.brief_locks import with_brief_locks
-from server.db.citus import distributed_tables
+from server.db.detach import drop_partitions
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
-from server.db.pool import Database, execute
+from server.db.pool import Database
 from server.hunt.sql import EXPIRED_PACKED_DAYS
 
 SUMMARY_TABLES = ("telemetry_alerts", "telemetry_flows")
@@ -77,61 +75,18 @@ async def trim_table(db: Database, table: str, cutoff: datetime, batch_rows: int
     trimmed in batches."""
     outcome = {"partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
                "rows_deleted": 0, "partitions_deferred": []}
-    detached = await _detached_earlier(db, table, cutoff)
-    concurrently = table not in await distributed_tables(db)
+    old = []
     for partition in partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table})):
         if partition.detaching or partition.older_than(cutoff):
-            if not await _detach(db, table, partition, concurrently):
-                outcome["partitions_deferred"].append(partition.name)
-                continue
-            outcome["rows_in_dropped_partitions_estimate"] += partition.rows_estimate
-            if partition.name not in detached:  # a pending detach is listed by both
-                detached.append(partition.name)
+            old.append(partition)
         elif partition.straddles(cutoff):
             outcome["rows_deleted"] += await _delete_older(db, table, partition, cutoff,
                                                            batch_rows)
-    if detached:
-        await db.execute(f"DROP TABLE {', '.join(detached)}")
-    outcome["partitions_dropped"] = detached
+    dropped, deferred = await drop_partitions(db, table, old, cutoff)
+    outcome["partitions_dropped"], outcome["partitions_deferred"] = dropped, deferred
+    outcome["rows_in_dropped_partitions_estimate"] = sum(
+        partition.rows_estimate for partition in old if partition.name in dropped)
     return outcome
-
-
-# Tables of this table's partition names that are no longer attached: detached by a run
-# that died before its DROP (a partition is created and attached in one transaction, so
-# no other process ever sees one unattached).
-_DETACHED = r"""
-SELECT relname FROM pg_class
-WHERE relkind = 'r' AND NOT relispartition AND relnamespace = current_schema()::regnamespace
-  AND (relname = %(table)s || '_legacy'
-       OR (relname ~ ('^' || %(table)s || '_p[0-9]{8}$')
-           AND to_date(right(relname, 8), 'YYYYMMDD') < %(cutoff)s::date))
-ORDER BY relname"""
-
-
-async def _detached_earlier(db: Database, table: str, cutoff: datetime) -> list[str]:
-    return [name for (name,) in await db.fetchall(_DETACHED, {"table": table,
-                                                              "cutoff": cutoff})]
-
-
-async def _detach(db: Database, table: str, partition: Partition, concurrently: bool) -> bool:
-    """Detach `partition`; False when it could not be now (under Citus: left for the next
-    run)."""
-    if not concurrently:
-        return await detach_locking(db, table, partition)
-    # CONCURRENTLY cannot run inside a transaction block: each statement is its own
-    # (the pool's connections are in autocommit mode).
-    mode = "FINALIZE" if partition.detaching else "CONCURRENTLY"
-    await db.execute(f"ALTER TABLE {table} DETACH PARTITION {partition.name} {mode}")
-    return True
-
-
-async def detach_locking(db: Database, table: str, partition: Partition) -> bool:
-    """A plain DETACH, for a distributed table (Citus refuses CONCURRENTLY). It needs the
-    parent alone, so it waits briefly (server/db/brief_locks.py): uploads are never held up
-    long, and a partition it could not detach is left for the next run."""
-    async def detach(cur: psycopg.AsyncCursor) -> None:
-        await execute(cur, f"ALTER TABLE {table} DETACH PARTITION {partition.name}")
-    return await with_brief_locks(db, detach)
 
 
 # The straddling partition is trimmed in batches picked by key, not by `ctid` (which under

@@ -82,7 +82,7 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
         if closed and rewrite and not await db.fetchall(groups, bounds):
             if done := await rewrite_if_wasteful(db, partition):
                 report.rewritten.append(done)
-    report.flow_days = await pack_flow_days(db, None if everything else since, settled)
+    report.flow_days = await pack_flow_days(db, settled)
     return report
 
 

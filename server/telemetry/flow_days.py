@@ -5,67 +5,67 @@ The flow summaries keep a row per router, hour and destination port (or applicat
 protocol) seen; at the agent's cadence most ports are seen once an hour, so a router-day
 took 528 rows of about 200 bytes (a heap row and two index entries for a handful of
 numbers): 110 bytes a record for each day kept, two thirds of the summaries
-(docs/performance.md). Once a day is over and settled, no upload adds to its hours, so
-each router's rows of that day are taken out and written as one row of arrays, an entry
-per row, which generation reads with the rows of the open days (server/telemetry/sql.py
-FLOWS_IN_WINDOW): the same sums, hour by hour. One transaction per router and day: a
-crash leaves the day as rows or as its packed row, never both nor neither.
+(docs/performance.md). Once a partition's days are over and settled, no upload adds to its
+hours: each router's rows of each of its days are written as one row of arrays, an entry
+per row, a few hundred routers a statement, and then the partition is dropped (detached as
+retention detaches: server/db/detach.py), which gives its space back at once; deleting the
+rows would have left it to vacuum, and the indexes' pages for good.
+
+Generation reads the packed rows with the open days' rows (server/telemetry/sql.py
+FLOWS_IN_WINDOW), the same sums hour by hour, and skips a router's rows of a day it finds
+packed: a crash between the packing and the drop counts nothing twice, and the next run
+packs what is left (a day already packed is kept as it is) and drops the partition. The
+legacy partition (migration 0018's, the days before it) is left to retention.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
-from server.db.pool import Database, execute
-from server.telemetry.sql import (ADD_FLOW_DAY, DAY_FLOW_ROUTERS, OLDEST_FLOW_HOUR,
-                                  TAKE_DAY_FLOWS)
+from server.db.detach import drop_partitions
+from server.db.partitions import LIST_PARTITIONS, Partition, partitions_from_rows
+from server.db.pool import Database
+from server.telemetry.sql import PACK_FLOW_DAYS, PARTITION_FLOW_ROUTERS
 
+TABLE = "telemetry_flows"
 DAY = timedelta(days=1)
-PAUSE_SECONDS = 0.001   # between routers: lets ingestion's statements through
+ROUTERS_A_STATEMENT = 200   # a router-day is about 528 rows
+PAUSE_SECONDS = 0.01        # between statements: lets ingestion's statements through
 
 
-def closed_days(since: datetime, settled: datetime) -> list[datetime]:
-    """The UTC days from the one holding `since` that ended by `settled`."""
-    day = since.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    days = []
-    while day + DAY <= settled:
-        days.append(day)
-        day += DAY
-    return days
+async def pack_flow_days(db: Database, settled: datetime) -> dict:
+    """Pack every day partition of the hourly flow rows that ended by `settled`, then drop
+    it; the partitions dropped, the router-days packed, the partitions whose drop was left
+    for the next run."""
+    closed = [partition for partition in partitions_from_rows(
+                  await db.fetchall(LIST_PARTITIONS, {"table": TABLE}))
+              if partition.start is not None and partition.end <= settled]
+    router_days = 0
+    for partition in closed:
+        router_days += await _pack(db, partition)
+    dropped, deferred = await drop_partitions(db, TABLE, closed, settled)
+    return {"partitions_dropped": dropped, "router_days": router_days,
+            "partitions_deferred": deferred}
 
 
-async def pack_flow_days(db: Database, since: datetime | None, settled: datetime) -> dict:
-    """Pack each router's hourly flow rows of each day from `since`'s (None: the oldest
-    row's) that ended by `settled`; the days and router-days packed."""
-    packed: dict = {"days": [], "router_days": 0}
-    if since is None:
-        since = (await db.fetchrow(OLDEST_FLOW_HOUR, {"settled": settled}))[0] or settled
-    for day in closed_days(since, settled):
-        routers = await db.fetchall(DAY_FLOW_ROUTERS, {"day": day, "end": day + DAY})
-        for (mac,) in routers:
-            await _pack(db, mac, day)
+async def _pack(db: Database, partition: Partition) -> int:
+    """Pack `partition`'s days, router by router; the router-days written."""
+    if partition.detaching:   # packed already: its drop was interrupted
+        return 0
+    macs = [mac for (mac,) in await db.fetchall(
+        PARTITION_FLOW_ROUTERS.format(partition=partition.name))]
+    written = 0
+    for first in range(0, len(macs), ROUTERS_A_STATEMENT):
+        for day in _days(partition):
+            written += await db.execute(PACK_FLOW_DAYS, {
+                "macs": macs[first:first + ROUTERS_A_STATEMENT], "day": day,
+                "end": day + DAY})
             await asyncio.sleep(PAUSE_SECONDS)
-        if routers:
-            packed["days"].append(day.date().isoformat())
-            packed["router_days"] += len(routers)
-    return packed
+    return written
 
 
-async def _pack(db: Database, mac: str, day: datetime) -> None:
-    async with db.transaction() as cur:
-        await execute(cur, TAKE_DAY_FLOWS, {"mac": mac, "day": day, "end": day + DAY})
-        rows = sorted(await cur.fetchall(), key=_row_order)
-        if not rows:   # packed by another run meanwhile
-            return
-        await execute(cur, ADD_FLOW_DAY, {
-            "mac": mac, "day": day,
-            "hours": [(hour - day) // timedelta(hours=1) for hour, _, _, _ in rows],
-            "app_protos": [app_proto for _, app_proto, _, _ in rows],
-            "dest_ports": [dest_port for _, _, dest_port, _ in rows],
-            "flows": [flows for _, _, _, flows in rows]})
-
-
-def _row_order(row: tuple) -> tuple:
-    hour, app_proto, dest_port, _ = row
-    return hour, app_proto or "", -1 if dest_port is None else dest_port
+def _days(partition: Partition) -> list[datetime]:
+    """The UTC days of a partition (TELEMETRY_PARTITION_DAYS long, on a grid of days)."""
+    assert partition.start is not None
+    return [partition.start + n * DAY for n in range((partition.end - partition.start) // DAY)]

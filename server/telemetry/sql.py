@@ -100,29 +100,33 @@ RETURNING mac::text, received_at, id, record::text"""
 _IN_WINDOW = "{hour} > now() - %(window)s - interval '1 hour' AND {hour} <= now()"
 HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour")
 
-# A closed day's flow rows packed (server/telemetry/flow_days.py): the routers with rows
-# that day, one router's taken out, and written as one row (its arrays added to what an
-# earlier run packed of that day, if any: the sums read are the same).
-OLDEST_FLOW_HOUR = "SELECT min(hour) FROM telemetry_flows WHERE hour < %(settled)s"
-DAY_FLOW_ROUTERS = """SELECT DISTINCT mac::text FROM telemetry_flows
-WHERE hour >= %(day)s AND hour < %(end)s ORDER BY 1"""
-TAKE_DAY_FLOWS = """DELETE FROM telemetry_flows
-WHERE mac = %(mac)s AND hour >= %(day)s AND hour < %(end)s
-RETURNING hour, app_proto, dest_port, flows"""
-ADD_FLOW_DAY = """INSERT INTO telemetry_flow_days AS d (mac, day, hours, app_protos, dest_ports,
+# A closed day partition's flow rows packed (server/telemetry/flow_days.py): its routers,
+# then some of them at a time, each router's rows of one day as one row (a day packed
+# already is kept as it is: its rows are the same).
+PARTITION_FLOW_ROUTERS = "SELECT DISTINCT mac::text FROM {partition} ORDER BY 1"
+_ROW_ORDER = "ORDER BY hour, app_proto, dest_port"
+PACK_FLOW_DAYS = f"""INSERT INTO telemetry_flow_days (mac, day, hours, app_protos, dest_ports,
     flows)
-VALUES (%(mac)s, %(day)s, %(hours)s::smallint[], %(app_protos)s::text[],
-    %(dest_ports)s::integer[], %(flows)s::integer[])
-ON CONFLICT (mac, day) DO UPDATE SET hours = d.hours || excluded.hours,
-    app_protos = d.app_protos || excluded.app_protos,
-    dest_ports = d.dest_ports || excluded.dest_ports, flows = d.flows || excluded.flows"""
+SELECT mac, %(day)s,
+    array_agg((extract(epoch FROM hour - %(day)s) / 3600)::smallint {_ROW_ORDER}),
+    array_agg(app_proto {_ROW_ORDER}), array_agg(dest_port {_ROW_ORDER}),
+    array_agg(flows {_ROW_ORDER})
+FROM telemetry_flows
+WHERE mac = ANY(%(macs)s::macaddr[]) AND hour >= %(day)s AND hour < %(end)s
+GROUP BY mac
+ON CONFLICT (mac, day) DO NOTHING"""
 
 # A router's flow rows of the window (%(mac)s, %(window)s), the open days' as rows and the
-# closed days' from their packed row, hour by hour alike: (app_proto, dest_port, flows).
-FLOWS_IN_WINDOW = f"""(SELECT app_proto, dest_port, flows FROM telemetry_flows
-  WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}
+# closed days' from their packed row, hour by hour alike: (app_proto, dest_port, flows). A
+# day found packed is read packed only (its rows may not be dropped yet).
+_PACKED_DAYS_IN_WINDOW = ("d.mac = %(mac)s AND d.day > now() - %(window)s - interval '1 day "
+                          "1 hour' AND d.day <= now()")
+FLOWS_IN_WINDOW = f"""(SELECT app_proto, dest_port, flows FROM telemetry_flows r
+  WHERE mac = %(mac)s AND {_IN_WINDOW.format(hour="r.hour")}
+    AND NOT EXISTS (SELECT 1 FROM telemetry_flow_days d WHERE {_PACKED_DAYS_IN_WINDOW}
+                    AND d.day = date_trunc('day', r.hour, 'UTC'))
  UNION ALL
  SELECT f.app_proto, f.dest_port, f.flows FROM telemetry_flow_days d,
    unnest(d.hours, d.app_protos, d.dest_ports, d.flows) AS f(h, app_proto, dest_port, flows)
- WHERE d.mac = %(mac)s AND d.day > now() - %(window)s - interval '1 day 1 hour'
-   AND d.day <= now() AND {_IN_WINDOW.format(hour="d.day + f.h * interval '1 hour'")})"""
+ WHERE {_PACKED_DAYS_IN_WINDOW}
+   AND {_IN_WINDOW.format(hour="d.day + f.h * interval '1 hour'")})"""
