@@ -7,8 +7,8 @@ Each capability's SQL is in its own folder (server/hunt/sql.py, server/fleet/sql
   bringing it up (`lifecycle.py`, `embedded.py`, `migrate.py`: migrations and the schema
   check), time partitions (`partitions.py`), catalog changes that need a table alone,
   taken with brief lock waits (`brief_locks.py`), partitions detached and dropped
-  (`detach.py`: for retention and the packed flow summaries), which tables the Citus mode distributes
-  (`citus.py`, for retention) and its nodes (`citus_nodes.py`: distributing the tables,
+  (`detach.py`: for retention and the packed flow summaries), which tables the Citus mode
+  distributes (`citus.py`, for retention) and its nodes (`citus_nodes.py`: distributing the tables,
   adding, draining and rebalancing workers). Backups and their restore are the commands'
   (ops/pg_backup.py).
 - Leased work (`leases.py`: the one mechanism of claims, renewals, outcomes, backoff) and

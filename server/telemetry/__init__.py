@@ -7,8 +7,8 @@ transaction as its body streams in (announcing the whole upload with a statement
 names: the hunt's queue), `compaction.py` merges small chunks (the agent's 10-second uploads)
 into large ones, `closed_days.py` gives back the space a closed day's merges left
 behind (a fresh copy swapped in) and `flow_days.py` packs a closed day's hourly flow
-summaries into a row a router, `batch.py` turns whole uploads at hand into the statements that store them,
-`legacy.py` moves the rows of the tables of before into chunks, `export.py` streams a
+summaries into a row a router, `batch.py` turns whole uploads at hand into the statements
+that store them, `legacy.py` moves the rows of the tables of before into chunks, `export.py` streams a
 router's records back out, `sql_tables.py` turns them into rows of temporary tables for psql.
 Its SQL: `sql.py` (chunks and summaries: store, export, compaction; the window of hourly
 summaries) and `upload_key_sql.py` (the uploads' idempotency keys); an upload's commit in
