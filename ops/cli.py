@@ -129,8 +129,10 @@ def retention(settings: Settings, args: argparse.Namespace) -> int:
                 ("telemetry_chunks", "telemetry chunks", detail["cutoff"]),
                 ("telemetry_alerts", "alert summaries", detail["summary_cutoff"]),
                 ("telemetry_flows", "flow summaries", detail["summary_cutoff"]),
+                ("telemetry_alert_days", "packed days of alert summaries",
+                 detail["packed_summary_cutoff"]),
                 ("telemetry_flow_days", "packed days of flow summaries",
-                 detail["flow_days_cutoff"]),
+                 detail["packed_summary_cutoff"]),
                 ("activations", "activations", detail["activation_cutoff"]),
                 ("activation_days", "activation days", detail["activation_cutoff"]),
                 ("hunt_postings", "hunt index", detail["hunt_cutoff"])):

@@ -121,7 +121,7 @@ async def _compact(settings: Settings, args: argparse.Namespace, db: Database) -
     settle = timedelta(0 if args.all else settings.telemetry_compact_settle_seconds)
     outcome = await run_job(db, "telemetry-compact", lambda: _detail(
         compact(db, settings.telemetry_chunk_records, settle, UNREAD_UPLOAD,
-                everything=args.all)))
+                everything=args.all, fleet_window=timedelta(hours=settings.fleet_window_hours))))
     if outcome.status != "succeeded":
         raise CommandError(outcome.error or "another compaction is in progress")
     detail = outcome.detail
@@ -129,6 +129,15 @@ async def _compact(settings: Settings, args: argparse.Namespace, db: Database) -
         print(f"{PROG} compact: {moved} records moved from {table} into chunks")
     print(f"{PROG} compact: {detail['merged_chunks']} chunks merged into "
           f"{detail['written_chunks']} ({detail['records']} records)")
+    for day in detail["rewritten"]:
+        print(f"{PROG} compact: closed day {day['partition']} rewritten: "
+              + (f"{day['bytes_before']:,} -> {day['bytes_after']:,} bytes" if day["swapped"]
+                 else "left for the next run (changed, or its table kept busy)"))
+    for kind, packed in detail["summary_days"].items():
+        print(f"{PROG} compact: {kind} summaries: {packed['router_days']} router-days packed, "
+              f"{len(packed['partitions_dropped'])} hourly partitions dropped"
+              + (f", {', '.join(packed['partitions_deferred'])} left for the next run"
+                 if packed["partitions_deferred"] else ""))
     return 0
 
 

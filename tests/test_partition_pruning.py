@@ -86,13 +86,14 @@ def test_generation_summary_reads_only_the_window(daily_partitions):
     expected = (partitions_between("telemetry_alerts", hours, now)
                 | partitions_between("telemetry_flows", hours, now)
                 | partitions_between("telemetry_flow_days", hours - timedelta(days=1), now)
+                | partitions_between("telemetry_alert_days", hours - timedelta(days=1), now)
                 | partitions_between("activations", now - window, now)
                 | partitions_between("activation_days", now - window - timedelta(days=1),
                                      now))
     assert scanned and scanned <= expected
     assert {name.split("_p")[0] for name in scanned} == {
-        "telemetry_alerts", "telemetry_flows", "telemetry_flow_days", "activations",
-        "activation_days"}
+        "telemetry_alerts", "telemetry_flows", "telemetry_flow_days", "telemetry_alert_days",
+        "activations", "activation_days"}
 
 
 def test_access_reports_read_only_their_month(daily_partitions):

@@ -84,7 +84,7 @@ async def test_trims_the_straddling_partition_to_exactly_the_old_rows(settings, 
         detail = await run_retention(db, days=30, activation_days=400, batch_rows=250)
     deleted = {table: removed["rows_deleted"] for table, removed in detail["removed"].items()}
     assert deleted == {CHUNKS: 1250, "telemetry_alerts": 24, "telemetry_flows": 0,
-                       "telemetry_flow_days": 0, "activations": 2, "activation_days": 0, "hunt_postings": 0,
+                       "telemetry_flow_days": 0, "telemetry_alert_days": 0, "activations": 2, "activation_days": 0, "hunt_postings": 0,
                        "hunt_packed": 0}
     assert all(not removed["partitions_dropped"] for removed in detail["removed"].values())
     # Activations follow their own, longer limit (the monthly report reads them).

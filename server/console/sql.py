@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from server.db.pool import Database
 from server.generation.rules_sql import STORED_PAYLOADS
+from server.telemetry.sql import alerts_in_window
 from server.telemetry.summary import CONSOLE_DAYS
 
 TOP = 10
@@ -47,8 +48,7 @@ _SIGNATURES = f"""
 SELECT signature_id, min(severity),
        coalesce(sum(alerts) FILTER (WHERE hour > now() - interval '25 hours'), 0),
        sum(alerts), max(last_seen)
-FROM telemetry_alerts WHERE mac = %(mac)s
-  AND hour > now() - interval '{CONSOLE_DAYS} days 1 hour'
+FROM {alerts_in_window(f"interval '{CONSOLE_DAYS} days'")} a
 GROUP BY signature_id ORDER BY 4 DESC, 1 LIMIT {TOP}"""
 
 _NEWEST_EVENTS = """

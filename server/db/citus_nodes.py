@@ -27,7 +27,7 @@ from server.db.migrate import MIGRATION_LOCK_KEY, ensure_database
 DISTRIBUTED_TABLES = ("routers", "router_rules", "router_keys", "enrollment_windows",
                       "upload_keys", "router_applied", "telemetry_chunks",
                       "telemetry_alerts", "telemetry_flows", "telemetry_flow_days",
-                      "activations", "activation_days",
+                      "telemetry_alert_days", "activations", "activation_days",
                       "hunt_postings", "hunt_budgets", "hunt_pending", "intel_sightings")
 
 # Foreign keys from tables that stay on the coordinator to `routers`, which Citus refuses

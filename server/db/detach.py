@@ -3,7 +3,7 @@
 refuses that, with a plain DETACH whose locks wait briefly (brief_locks.py); then dropped
 by one statement. What a crash left half done is finished by the next call: a detach
 still pending, a detached partition not yet dropped. For retention (server/jobs/
-retention.py) and the packed flow summaries (server/telemetry/flow_days.py)."""
+retention.py) and the packed summaries (server/telemetry/summary_days.py)."""
 
 from __future__ import annotations
 

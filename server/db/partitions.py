@@ -24,9 +24,10 @@ from server.db.location import DatabaseLocation
 
 TIME_COLUMNS = {"telemetry_chunks": "received_at", "telemetry_alerts": "hour",
                 "telemetry_flows": "hour", "telemetry_flow_days": "day",
+                "telemetry_alert_days": "day",
                 "activations": "activated_at", "activation_days": "day", "hunt_postings": "day"}
 TELEMETRY_TABLES = ("telemetry_chunks", "telemetry_alerts", "telemetry_flows",
-                    "telemetry_flow_days")
+                    "telemetry_flow_days", "telemetry_alert_days")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 AHEAD = timedelta(days=7)        # partitions exist at least this far ahead of now
 LOCK_KEY = 7_302_145_002         # one partition creator at a time across processes

@@ -21,7 +21,7 @@ from server.db.leases import (Leased, claim_one_statement, claim_statement, fail
 from server.db.pool import Database, execute
 from server.fleet.sql import OUTBREAKS_FOR_GENERATION
 from server.generation.rules_sql import PAYLOAD_CHANGED, payload_params, upsert_statement
-from server.telemetry.sql import FLOWS_IN_WINDOW, HOURS_IN_WINDOW
+from server.telemetry.sql import ALERTS_IN_WINDOW, FLOWS_IN_WINDOW
 
 # Bounds on what the summary returns per router.
 MAX_FIRED_SIDS = 2_000
@@ -91,7 +91,6 @@ async def queue_state(db: Database) -> dict[str, int]:
 # tests/test_partition_pruning.py). No row is newer than now(): received_at is when its
 # request began, activated_at the database's now().
 WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
-_ALERTS = f"telemetry_alerts WHERE mac = %(mac)s AND {HOURS_IN_WINDOW}"
 
 # Two statements, so that under Citus each runs where its tables are: the lease, the
 # rollup boundary, the allowlist, the overrides and the fleet's outbreaks are tables of the
@@ -107,9 +106,13 @@ SELECT
   FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s),
  {OUTBREAKS_FOR_GENERATION}"""
 
-# Activations before `detail_from` (read by RENEW_AND_TUNING) are rolled up by day.
+# Activations before `detail_from` (read by RENEW_AND_TUNING) are rolled up by day. The
+# window's summaries are each read once (a CTE read twice is materialized): a packed day's
+# arrays are unnested once (server/telemetry/summary_days.py).
 TELEMETRY_SUMMARY = f"""WITH
- blockable AS (SELECT * FROM {_ALERTS} AND severity <= %(severity)s),
+ window_alerts AS (SELECT * FROM {ALERTS_IN_WINDOW} a),
+ window_flows AS (SELECT * FROM {FLOWS_IN_WINDOW} f),
+ blockable AS (SELECT * FROM window_alerts WHERE severity <= %(severity)s),
  pairs AS (SELECT src_ip, dest_ip, signature_id, min(severity) AS severity,
            sum(alerts) AS n, max(last_seen) AS last_seen
            FROM blockable GROUP BY 1, 2, 3),
@@ -118,11 +121,11 @@ TELEMETRY_SUMMARY = f"""WITH
 SELECT
  (SELECT json_agg(json_build_array(sid, n, severity)) FROM (
    SELECT signature_id AS sid, sum(alerts) AS n, coalesce(min(severity), 255) AS severity
-   FROM {_ALERTS} GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
- (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM {FLOWS_IN_WINDOW} f
+   FROM window_alerts GROUP BY 1 ORDER BY 3, 2 DESC, 1 LIMIT %(sids)s) fired),
+ (SELECT array_agg(app_proto) FROM (SELECT app_proto FROM window_flows
    WHERE app_proto IS NOT NULL
    GROUP BY app_proto ORDER BY sum(flows) DESC, app_proto LIMIT %(top)s) apps),
- (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM {FLOWS_IN_WINDOW} f
+ (SELECT array_agg(dest_port) FROM (SELECT dest_port FROM window_flows
    WHERE dest_port IS NOT NULL
    GROUP BY dest_port ORDER BY sum(flows) DESC, dest_port LIMIT %(top)s) ports),
  (SELECT json_agg(json_build_array(src, dest, sid, severity, n, flows, expires)) FROM (

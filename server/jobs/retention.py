@@ -1,6 +1,6 @@
 """The retention job: telemetry received more than RETENTION_DAYS ago, hourly summaries
 older than their readers look back (server/telemetry/summary.py summaries_kept: a week and
-an hour at the defaults; a packed day of flows while any of its hours is), activations
+an hour at the defaults; a packed day of them while any of its hours is), activations
 older than ACTIVATION_RETENTION_DAYS and the hunt index older than HUNT_RETENTION_DAYS go
 by whole partitions. A chunk goes when its newest
 record is older than the cut-off (a merged chunk holds one router's records of at most one
@@ -33,6 +33,7 @@ from server.db.pool import Database
 from server.hunt.sql import EXPIRED_PACKED_DAYS
 
 SUMMARY_TABLES = ("telemetry_alerts", "telemetry_flows")
+PACKED_SUMMARY_TABLES = ("telemetry_alert_days", "telemetry_flow_days")
 DAY = timedelta(days=1)
 BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
@@ -51,8 +52,9 @@ async def run_retention(db: Database, days: int, activation_days: int,
         cutoffs[table] = now - timedelta(days=activation_days)
     for table in SUMMARY_TABLES:
         cutoffs[table] = now - (summaries_kept or timedelta(days=days))
-    # A packed day of flows is kept while any of its hours is (server/telemetry/flow_days.py).
-    cutoffs["telemetry_flow_days"] = cutoffs["telemetry_flows"] - DAY
+    # A packed day is kept while any of its hours is (server/telemetry/summary_days.py).
+    for table in PACKED_SUMMARY_TABLES:
+        cutoffs[table] = cutoffs["telemetry_alerts"] - DAY
     cutoffs["hunt_postings"] = now - timedelta(days=hunt_days or days)
     removed = {}
     for table, cutoff in cutoffs.items():
@@ -64,7 +66,7 @@ async def run_retention(db: Database, days: int, activation_days: int,
         "partitions_deferred": []}
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
             "summary_cutoff": cutoffs["telemetry_alerts"].isoformat(),
-            "flow_days_cutoff": cutoffs["telemetry_flow_days"].isoformat(),
+            "packed_summary_cutoff": cutoffs["telemetry_flow_days"].isoformat(),
             "activation_cutoff": cutoffs["activations"].isoformat(),
             "hunt_cutoff": cutoffs["hunt_postings"].isoformat(), "removed": removed}
 
@@ -97,6 +99,7 @@ _BATCH_KEYS = {"telemetry_chunks": ("mac, kind, received_at, id", True),
                "telemetry_alerts": ("mac, hour", False),
                "telemetry_flows": ("mac, hour", False),
                "telemetry_flow_days": ("mac, day", True),
+               "telemetry_alert_days": ("mac, day", True),
                "activation_days": ("mac, day", False),
                "hunt_postings": ("mac, day", False)}
 

@@ -58,7 +58,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     async def telemetry_compaction() -> dict:
         return (await compact(db, settings.telemetry_chunk_records,
                               timedelta(seconds=settings.telemetry_compact_settle_seconds),
-                              UNREAD_UPLOAD)
+                              UNREAD_UPLOAD,
+                              fleet_window=timedelta(hours=settings.fleet_window_hours))
                 ).as_detail()
 
     async def expired_upload_keys() -> dict:

@@ -6,7 +6,7 @@ each value is stored), `writer.py` writes an upload's chunks and summary in one
 transaction as its body streams in (announcing the whole upload with a statement its caller
 names: the hunt's queue), `compaction.py` merges small chunks (the agent's 10-second uploads)
 into large ones, `closed_days.py` gives back the space a closed day's merges left
-behind (a fresh copy swapped in) and `flow_days.py` packs a closed day's hourly flow
+behind (a fresh copy swapped in) and `summary_days.py` packs a closed day's hourly
 summaries into a row a router, `batch.py` turns whole uploads at hand into the statements
 that store them, `legacy.py` moves the rows of the tables of before into chunks, `export.py` streams a
 router's records back out, `sql_tables.py` turns them into rows of temporary tables for psql.

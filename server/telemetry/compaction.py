@@ -18,8 +18,8 @@ end settled: no upload can land in it any more), what a merge writes there is wr
 so the remainder too is compressed harder: at the agent's cadence of 1,000 records a day a
 router's day never fills a chunk, and its one remainder is nearly all it keeps. Once
 nothing is left to merge in a closed partition, the space its day of merges left behind is
-given back (closed_days.py). Last, each router's hourly flow summaries of the closed days
-are packed into a row a day (flow_days.py).
+given back (closed_days.py). Last, each router's hourly summaries of the closed days are
+packed into a row a day (summary_days.py).
 """
 
 from __future__ import annotations
@@ -35,10 +35,14 @@ from server.db.pool import Database, execute
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
                                      merged, split)
 from server.telemetry.closed_days import rewrite_if_wasteful
-from server.telemetry.flow_days import pack_flow_days
+from server.telemetry.summary_days import pack_summary_days
 from server.telemetry.legacy import move_legacy_rows
 
 RECENT = timedelta(days=2)
+FLEET_WINDOW = timedelta(hours=24)   # FLEET_WINDOW_HOURS's default
+# An upload begun before midnight may still add to its hour's summaries: a day's are never
+# packed sooner after it, even by a run by hand that takes every small chunk (`--all`).
+SUMMARY_SETTLE = timedelta(minutes=5)
 CHUNKS_PER_MERGE = 2_000      # small chunks taken by one transaction at most
 PAUSE_SECONDS = 0.01          # between transactions: lets ingestion's statements through
 
@@ -50,19 +54,21 @@ class CompactionReport:
     records: int = 0
     legacy: dict = field(default_factory=dict)
     rewritten: list[dict] = field(default_factory=list)   # closed days (closed_days.py)
-    flow_days: dict = field(default_factory=dict)         # flow rows packed (flow_days.py)
+    summary_days: dict = field(default_factory=dict)      # summaries packed (summary_days.py)
 
     def as_detail(self) -> dict:
         return {"merged_chunks": self.merged_chunks, "written_chunks": self.written_chunks,
                 "records": self.records, "legacy": self.legacy, "rewritten": self.rewritten,
-                "flow_days": self.flow_days}
+                "summary_days": self.summary_days}
 
 
 async def compact(db: Database, chunk_records: int, settle: timedelta, unread: str,
-                  everything: bool = False, now: datetime | None = None) -> CompactionReport:
+                  everything: bool = False, now: datetime | None = None,
+                  fleet_window: timedelta = FLEET_WINDOW) -> CompactionReport:
     """Move what is left of the row tables of before, then merge small chunks; an upload
     for which the SQL condition `unread` holds (chunk `c`; the hunt's UNREAD_UPLOAD) is left
-    as written."""
+    as written. Then pack the closed days' hourly summaries (the alerts' once past the
+    fleet job's window, `fleet_window`: FLEET_WINDOW_HOURS)."""
     now = now or datetime.now(timezone.utc)
     report = CompactionReport(legacy=await move_legacy_rows(db, chunk_records))
     since = datetime.min.replace(tzinfo=timezone.utc) if everything else now - RECENT
@@ -82,7 +88,8 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
         if closed and rewrite and not await db.fetchall(groups, bounds):
             if done := await rewrite_if_wasteful(db, partition):
                 report.rewritten.append(done)
-    report.flow_days = await pack_flow_days(db, settled)
+    report.summary_days = await pack_summary_days(db, now, max(settle, SUMMARY_SETTLE),
+                                                  fleet_window)
     return report
 
 

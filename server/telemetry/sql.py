@@ -100,33 +100,75 @@ RETURNING mac::text, received_at, id, record::text"""
 _IN_WINDOW = "{hour} > now() - %(window)s - interval '1 hour' AND {hour} <= now()"
 HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour")
 
-# A closed day partition's flow rows packed (server/telemetry/flow_days.py): its routers,
-# then some of them at a time, each router's rows of one day as one row (a day packed
-# already is kept as it is: its rows are the same).
-PARTITION_FLOW_ROUTERS = "SELECT DISTINCT mac::text FROM {partition} ORDER BY 1"
-_ROW_ORDER = "ORDER BY hour, app_proto, dest_port"
-PACK_FLOW_DAYS = f"""INSERT INTO telemetry_flow_days (mac, day, hours, app_protos, dest_ports,
-    flows)
-SELECT mac, %(day)s,
-    array_agg((extract(epoch FROM hour - %(day)s) / 3600)::smallint {_ROW_ORDER}),
-    array_agg(app_proto {_ROW_ORDER}), array_agg(dest_port {_ROW_ORDER}),
-    array_agg(flows {_ROW_ORDER})
-FROM telemetry_flows
+# A closed day partition's summary rows packed (server/telemetry/summary_days.py): its
+# routers, then some of them at a time, each router's rows of one day as one row, an entry
+# of each array per row in one order (a day packed already is kept as it is: its rows are
+# the same).
+PARTITION_ROUTERS = "SELECT DISTINCT mac::text FROM {partition} ORDER BY 1"
+_DAY_ROWS = """FROM {table}
 WHERE mac = ANY(%(macs)s::macaddr[]) AND hour >= %(day)s AND hour < %(end)s
 GROUP BY mac
 ON CONFLICT (mac, day) DO NOTHING"""
+_HOUR_OF_DAY = "(extract(epoch FROM hour - %(day)s) / 3600)::smallint"
 
-# A router's flow rows of the window (%(mac)s, %(window)s), the open days' as rows and the
-# closed days' from their packed row, hour by hour alike: (app_proto, dest_port, flows). A
-# day found packed is read packed only (its rows may not be dropped yet).
-_PACKED_DAYS_IN_WINDOW = ("d.mac = %(mac)s AND d.day > now() - %(window)s - interval '1 day "
-                          "1 hour' AND d.day <= now()")
-FLOWS_IN_WINDOW = f"""(SELECT app_proto, dest_port, flows FROM telemetry_flows r
-  WHERE mac = %(mac)s AND {_IN_WINDOW.format(hour="r.hour")}
-    AND NOT EXISTS (SELECT 1 FROM telemetry_flow_days d WHERE {_PACKED_DAYS_IN_WINDOW}
+
+def _arrays(columns: tuple[str, ...], order: str) -> str:
+    return ",\n    ".join(f"array_agg({column} ORDER BY {order})" for column in columns)
+
+
+PACK_FLOW_DAYS = f"""INSERT INTO telemetry_flow_days (mac, day, hours, app_protos, dest_ports,
+    flows)
+SELECT mac, %(day)s,
+    {_arrays((_HOUR_OF_DAY, "app_proto", "dest_port", "flows"),
+             "hour, app_proto, dest_port")}
+{_DAY_ROWS.format(table="telemetry_flows")}"""
+PACK_ALERT_DAYS = f"""INSERT INTO telemetry_alert_days (mac, day, hours, src_ips, dest_ips,
+    signature_ids, severities, alerts, last_seen, flow_ids, networks)
+SELECT mac, %(day)s,
+    {_arrays((_HOUR_OF_DAY, "src_ip", "dest_ip", "signature_id", "severity", "alerts",
+              "last_seen", "to_json(flow_ids)::text", "network"),
+             "hour, signature_id, src_ip, dest_ip, severity")}
+{_DAY_ROWS.format(table="telemetry_alerts")}"""
+
+# A router's summary rows of a window (%(mac)s; `window`, an interval: %(window)s by
+# default): the rows of the days not packed, and the packed days' entries hour by hour
+# alike. A day found packed is read packed only (its rows may not be dropped yet).
+def _in_window(table: str, columns: str, packed: str, arrays: str, entries: str,
+               entry_columns: str, window: str) -> str:
+    hours = _IN_WINDOW.replace("%(window)s", window)
+    days = (f"d.mac = %(mac)s AND d.day > now() - {window} - interval '1 day 1 hour' "
+            "AND d.day <= now()")
+    return f"""(SELECT {columns} FROM {table} r
+  WHERE mac = %(mac)s AND {hours.format(hour="r.hour")}
+    AND NOT EXISTS (SELECT 1 FROM {packed} d WHERE {days}
                     AND d.day = date_trunc('day', r.hour, 'UTC'))
  UNION ALL
- SELECT f.app_proto, f.dest_port, f.flows FROM telemetry_flow_days d,
-   unnest(d.hours, d.app_protos, d.dest_ports, d.flows) AS f(h, app_proto, dest_port, flows)
- WHERE {_PACKED_DAYS_IN_WINDOW}
-   AND {_IN_WINDOW.format(hour="d.day + f.h * interval '1 hour'")})"""
+ SELECT {entry_columns} FROM {packed} d, unnest({arrays}) AS e({entries})
+ WHERE {days} AND (d.day > now() - {window} - interval '1 hour'
+                   OR d.day + e.h * interval '1 hour' > now() - {window} - interval '1 hour'))"""
+
+
+def flows_in_window(window: str = "%(window)s") -> str:
+    """(app_proto, dest_port, flows)"""
+    return _in_window(
+        "telemetry_flows", "app_proto, dest_port, flows", "telemetry_flow_days",
+        "d.hours, d.app_protos, d.dest_ports, d.flows", "h, app_proto, dest_port, flows",
+        "e.app_proto, e.dest_port, e.flows", window)
+
+
+def alerts_in_window(window: str = "%(window)s") -> str:
+    """(hour, src_ip, dest_ip, signature_id, severity, alerts, last_seen, flow_ids)"""
+    return _in_window(
+        "telemetry_alerts",
+        "hour, src_ip, dest_ip, signature_id, severity, alerts, last_seen, flow_ids",
+        "telemetry_alert_days",
+        "d.hours, d.src_ips, d.dest_ips, d.signature_ids, d.severities, d.alerts, "
+        "d.last_seen, d.flow_ids",
+        "h, src_ip, dest_ip, signature_id, severity, alerts, last_seen, flow_ids",
+        "d.day + e.h * interval '1 hour', e.src_ip, e.dest_ip, e.signature_id, e.severity, "
+        "e.alerts, e.last_seen, ARRAY(SELECT json_array_elements_text(e.flow_ids::json))",
+        window)
+
+
+FLOWS_IN_WINDOW = flows_in_window()
+ALERTS_IN_WINDOW = alerts_in_window()

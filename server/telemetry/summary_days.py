@@ -1,0 +1,96 @@
+"""A router's hourly summaries of a closed day packed into one row a router, by the
+compaction job: flows into telemetry_flow_days (migration 0035), alerts into
+telemetry_alert_days (migration 0036).
+
+The hourly summaries keep a row per router, hour and key (a destination port or an
+application protocol; a signature between two addresses): at the agent's cadence a
+router-day took 528 flow rows and about 190 alert rows of some 200-300 bytes each (a heap
+row and two index entries for a handful of values), 169 bytes a record for each day kept,
+most of a router's summaries (docs/performance.md). Once a partition's days are over and
+settled no upload adds to their hours: each router's rows of each day are written as one
+row of arrays, an entry per row, a few hundred routers a statement, and then the partition
+is dropped (detached as retention detaches: server/db/detach.py), which gives its space
+back at once; deleting the rows would have left the heap to vacuum and the indexes' pages
+for good.
+
+Generation reads the packed rows with the rows of the days not packed (server/telemetry/
+sql.py FLOWS_IN_WINDOW, ALERTS_IN_WINDOW), the same values hour by hour, and skips a
+router's rows of a day it finds packed: a crash between the packing and the drop counts
+nothing twice, and the next run packs what is left (a day packed already is kept as it
+is) and drops the partition. The fleet job reads the alert rows of FLEET_WINDOW_HOURS across
+the fleet as rows: alerts are packed only once the day is past that window too. The legacy
+partitions (migration 0018's, the days before it) are left to retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from server.db.detach import drop_partitions
+from server.db.partitions import LIST_PARTITIONS, Partition, partitions_from_rows
+from server.db.pool import Database
+from server.telemetry.sql import PACK_ALERT_DAYS, PACK_FLOW_DAYS, PARTITION_ROUTERS
+
+DAY = timedelta(days=1)
+ROUTERS_A_STATEMENT = 200   # a router-day is a few hundred rows
+PAUSE_SECONDS = 0.01        # between statements: lets ingestion's statements through
+
+
+@dataclass(frozen=True)
+class Summaries:
+    table: str        # the hourly rows' table
+    pack: str         # the statement packing some routers' rows of a day (%(macs)s, %(day)s)
+
+
+FLOWS = Summaries("telemetry_flows", PACK_FLOW_DAYS)
+ALERTS = Summaries("telemetry_alerts", PACK_ALERT_DAYS)
+
+
+async def pack_summary_days(db: Database, now: datetime, settle: timedelta,
+                            fleet_window: timedelta) -> dict:
+    """Pack the hourly summaries' day partitions that ended `settle` before `now` (the
+    alerts' also before the fleet job's window, `fleet_window` and the hour it counts
+    besides); for each table, what `pack_days` did."""
+    settled = now - settle
+    return {"flows": await pack_days(db, FLOWS, settled),
+            "alerts": await pack_days(db, ALERTS, min(
+                settled, now - fleet_window - timedelta(hours=1)))}
+
+
+async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> dict:
+    """Pack every day partition of `summaries` that ended by `closed_by`, then drop it; the
+    partitions dropped, the router-days packed, the partitions whose drop was left for the
+    next run."""
+    closed = [partition for partition in partitions_from_rows(
+                  await db.fetchall(LIST_PARTITIONS, {"table": summaries.table}))
+              if partition.start is not None and partition.end <= closed_by]
+    router_days = 0
+    for partition in closed:
+        router_days += await _pack(db, summaries, partition)
+    dropped, deferred = await drop_partitions(db, summaries.table, closed, closed_by)
+    return {"partitions_dropped": dropped, "router_days": router_days,
+            "partitions_deferred": deferred}
+
+
+async def _pack(db: Database, summaries: Summaries, partition: Partition) -> int:
+    """Pack `partition`'s days, some routers at a time; the router-days written."""
+    if partition.detaching:   # packed already: its drop was interrupted
+        return 0
+    macs = [mac for (mac,) in await db.fetchall(
+        PARTITION_ROUTERS.format(partition=partition.name))]
+    written = 0
+    for first in range(0, len(macs), ROUTERS_A_STATEMENT):
+        for day in _days(partition):
+            written += await db.execute(summaries.pack, {
+                "macs": macs[first:first + ROUTERS_A_STATEMENT], "day": day,
+                "end": day + DAY})
+            await asyncio.sleep(PAUSE_SECONDS)
+    return written
+
+
+def _days(partition: Partition) -> list[datetime]:
+    """The UTC days of a partition (TELEMETRY_PARTITION_DAYS long, on a grid of days)."""
+    assert partition.start is not None
+    return [partition.start + n * DAY for n in range((partition.end - partition.start) // DAY)]

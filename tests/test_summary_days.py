@@ -1,0 +1,232 @@
+"""A closed day's hourly summaries packed into a row a router (server/telemetry/
+summary_days.py): generation and the console read the same flows and alerts hour by hour
+before and after, and while a day is both packed and still rows; the open day stays as
+rows, and the alerts of the days the fleet job reads; a failed pack changes nothing;
+retention keeps a packed day while any of its hours is kept."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from server.console.sql import ROUTER_PAGE_ON_ITS_SHARD
+from server.db.connect import connect
+from server.db.lifecycle import open_database
+from server.generation.sql import MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY
+from server.hunt.sql import UNREAD_UPLOAD
+from server.jobs.retention import run_retention
+from server.telemetry import summary_days
+from server.telemetry.compaction import compact
+from server.telemetry.sql import ALERTS_IN_WINDOW, FLOWS_IN_WINDOW
+from testkit.database import migrate, partitions_for_history
+
+MACS = ("aa:bb:cc:00:59:11", "aa:bb:cc:00:59:12")
+WINDOW = timedelta(days=7)
+HISTORY_DAYS = 12   # day partitions before today
+DAYS = 10           # of rows, up to this hour
+ADD_FLOW = """INSERT INTO telemetry_flows (mac, hour, app_proto, dest_port, flows)
+VALUES (%s, %s, %s, %s, %s)"""
+ADD_ALERT = """INSERT INTO telemetry_alerts (mac, hour, src_ip, dest_ip, signature_id,
+    severity, alerts, last_seen, flow_ids, network)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+
+
+@pytest.fixture
+def summaries(sql):
+    """DAYS days of both routers' hourly summary rows, up to the current hour, as ingestion
+    writes them: per hour a few application protocols and many ports, most seen once; and
+    a few alert rows, some without a source, severity or network, with their flow ids."""
+    partitions_for_history(sql.location, HISTORY_DAYS)
+    now = datetime.now(timezone.utc)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    pick = random.Random(59)
+    flows, alerts = [], []
+    for mac in MACS:
+        for back in range(DAYS * 24):
+            at = hour - timedelta(hours=back)
+            for app_proto in pick.sample(["dns", "tls", "http", "quic", "ntp"], 2):
+                flows.append((mac, at, app_proto, None, pick.randint(1, 9)))
+            for port in pick.sample(range(1, 2_000), 12):
+                flows.append((mac, at, None, port, pick.randint(1, 3)))
+            for sid in pick.sample(range(2_000_001, 2_000_009), 3):
+                source = pick.choice([None, f"198.51.100.{pick.randint(1, 9)}"])
+                alerts.append((mac, at, source, "192.168.1.2", sid,
+                               pick.choice([None, 1, 2, 3]), pick.randint(1, 5),
+                               at + timedelta(minutes=pick.randint(0, 59)),
+                               [str(pick.randint(1, 10**18)) for _ in range(pick.randint(0, 3))],
+                               pick.choice([None, "203.0.113.0/24"])))
+    with connect(sql.location) as conn:   # committed as the block ends
+        conn.cursor().executemany(ADD_FLOW, flows)
+        conn.cursor().executemany(ADD_ALERT, alerts)
+    return now
+
+
+def reads(sql, mac: str) -> dict:
+    """Everything the router's summaries give their readers: every flow sum and alert row
+    of the window, generation's summary, the console's signatures."""
+    params = {"owner": "test", "mac": mac, "lease": timedelta(minutes=1), "window": WINDOW,
+              "severity": 2, "sids": MAX_FIRED_SIDS, "top": 10, "alerts": MAX_ALERTS,
+              "detail_from": "-infinity"}
+    return {
+        "flows": sql.rows(f"SELECT app_proto, dest_port, sum(flows) FROM {FLOWS_IN_WINDOW} f "
+                          "GROUP BY 1, 2 ORDER BY 1, 2", params),
+        "alerts": sql.rows(f"SELECT * FROM {ALERTS_IN_WINDOW} a ORDER BY 1, 4, 2, 3, 5",
+                           params),
+        "generation": generation(sql, params),
+        "console": sql.rows(ROUTER_PAGE_ON_ITS_SHARD["signatures"], {"mac": mac})}
+
+
+def generation(sql, params: dict) -> list:
+    """Generation's summary, its alert pairs ordered whole (the statement orders them by
+    count only)."""
+    fired, apps, ports, pairs, *rest = sql.rows(TELEMETRY_SUMMARY, params)[0]
+    return [fired, apps, ports, sorted(pairs or [], key=str), *rest]
+
+
+def hourly_rows(sql, table: str, since: datetime, until: datetime) -> int:
+    return sql.value(f"SELECT count(*) FROM {table} WHERE hour >= %s AND hour < %s",
+                     (since, until))
+
+
+def today(now: datetime) -> datetime:
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def day_partitions(sql, table: str) -> list[str]:
+    return [name for (name, bounds) in sql.rows(
+        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+        "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass "
+        "ORDER BY 1", (table,)) if "MINVALUE" not in bounds]
+
+
+async def test_packed_days_read_as_their_rows_did(summaries, sql, settings):
+    now = summaries
+    before = {mac: reads(sql, mac) for mac in MACS}
+    assert all(len(read["flows"]) > 1_000 and len(read["alerts"]) > 500
+               and all(read["generation"][:4]) and read["console"]
+               for read in before.values())
+    partitions = {table: day_partitions(sql, table)
+                  for table in ("telemetry_flows", "telemetry_alerts")}
+    async with open_database(settings) as db:
+        report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+    flows, alerts = report.summary_days["flows"], report.summary_days["alerts"]
+    # Flows: every day before today (the days without rows too); alerts: those the fleet's
+    # window (a day and an hour) no longer reaches.
+    assert len(flows["partitions_dropped"]) == HISTORY_DAYS and flows["router_days"] == 20
+    reach = now - timedelta(hours=25)
+    assert len(alerts["partitions_dropped"]) == (today(reach) - today(now)).days + HISTORY_DAYS
+    assert alerts["router_days"] == 2 * (DAYS - (today(now) - today(reach)).days)
+    for table, packed in (("telemetry_flows", flows), ("telemetry_alerts", alerts)):
+        assert packed["partitions_deferred"] == []
+        assert day_partitions(sql, table) == sorted(
+            set(partitions[table]) - set(packed["partitions_dropped"]))
+    assert hourly_rows(sql, "telemetry_flows", now - timedelta(days=11), today(now)) == 0
+    assert hourly_rows(sql, "telemetry_flows", today(now), now + timedelta(hours=1)) > 0
+    assert hourly_rows(sql, "telemetry_alerts", today(reach), now + timedelta(hours=1)) > 0
+    assert hourly_rows(sql, "telemetry_alerts", now - timedelta(days=11), today(reach)) == 0
+    assert {mac: reads(sql, mac) for mac in MACS} == before
+
+
+async def test_a_day_packed_and_still_rows_is_counted_once(summaries, sql, settings,
+                                                          monkeypatch):
+    """A crash between the packing and the drop: the next run packs nothing twice."""
+    now = summaries
+    before = {mac: reads(sql, mac) for mac in MACS}
+
+    async def crashed(db, table, partitions, cutoff):
+        return [], [partition.name for partition in partitions]
+
+    monkeypatch.setattr(summary_days, "drop_partitions", crashed)
+    async with open_database(settings) as db:
+        first = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+        assert first.summary_days["flows"]["router_days"] == 20
+        assert first.summary_days["alerts"]["router_days"] > 0
+        assert {mac: reads(sql, mac) for mac in MACS} == before
+        monkeypatch.undo()
+        second = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+    for packed in second.summary_days.values():
+        assert packed["router_days"] == 0 and packed["partitions_dropped"]
+    assert {mac: reads(sql, mac) for mac in MACS} == before
+
+
+async def test_a_day_is_packed_once_settled_and_its_alerts_once_past_the_fleet(
+        summaries, sql, settings):
+    now = summaries
+    midnight = today(now)
+    yesterday = midnight - timedelta(days=1)
+
+    def name(table: str, day: datetime) -> str:
+        return day.strftime(f"{table}_p%Y%m%d")
+
+    async with open_database(settings) as db:
+        waiting = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
+                                now=midnight + timedelta(minutes=30))
+        assert name("telemetry_flows", yesterday) not in \
+            waiting.summary_days["flows"]["partitions_dropped"]
+        assert hourly_rows(sql, "telemetry_flows", yesterday, midnight) > 0  # not settled
+        settled = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
+                                now=midnight + timedelta(hours=1))
+        fleet_reads_it = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
+                                       now=midnight + timedelta(hours=24))
+        past_the_fleet = await compact(db, 1_000, timedelta(hours=1), UNREAD_UPLOAD,
+                                       now=midnight + timedelta(hours=25))
+    assert settled.summary_days["flows"] == {
+        "partitions_dropped": [name("telemetry_flows", yesterday)], "router_days": 2,
+        "partitions_deferred": []}
+    assert name("telemetry_alerts", yesterday) not in \
+        fleet_reads_it.summary_days["alerts"]["partitions_dropped"]
+    assert past_the_fleet.summary_days["alerts"] == {
+        "partitions_dropped": [name("telemetry_alerts", yesterday)], "router_days": 2,
+        "partitions_deferred": []}
+
+
+async def test_a_pack_that_fails_leaves_the_day_as_rows(summaries, sql, settings):
+    now = summaries
+    yesterday = today(now) - timedelta(days=1)
+    rows = hourly_rows(sql, "telemetry_flows", yesterday, today(now))
+    failing = summary_days.Summaries("telemetry_flows", "SELECT 1 / 0")
+    async with open_database(settings) as db:
+        with pytest.raises(Exception, match="division by zero"):
+            await summary_days.pack_days(db, failing, now)
+    assert hourly_rows(sql, "telemetry_flows", yesterday, today(now)) == rows
+    assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 0
+
+
+async def test_retention_keeps_a_packed_day_while_any_of_its_hours_is(summaries, sql,
+                                                                     settings):
+    now = summaries
+    async with open_database(settings) as db:
+        await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+        kept = timedelta(days=3, hours=5)
+        await run_retention(db, 30, 30, summaries_kept=kept)
+    for table in ("telemetry_flow_days", "telemetry_alert_days"):
+        oldest = sql.value(f"SELECT min(day) FROM {table}")
+        # The oldest packed day holds the oldest hour kept; the day before it went.
+        assert oldest <= now - kept < oldest + timedelta(days=1), table
+
+
+async def test_rolled_back_the_packed_days_are_hourly_rows_again(summaries, sql, settings,
+                                                                 distributed):
+    """Migrations 0036 and 0035 rolled back: every packed entry an hourly row again, in
+    partitions made again for the days whose partitions the packing dropped."""
+    if distributed:
+        pytest.skip("migrations are rolled back on one server (tests/conftest.py "
+                    "single_server_database): the Citus mode distributes after them")
+    now = summaries
+    tables = {"telemetry_flows": "app_proto, dest_port, flows",
+              "telemetry_alerts": "src_ip, dest_ip, signature_id, severity, alerts, "
+                                  "last_seen, flow_ids, network"}
+
+    def rows() -> dict:
+        return {table: sorted(sql.rows(f"SELECT mac, hour, {columns} FROM {table}"), key=repr)
+                for table, columns in tables.items()}
+
+    before = rows()
+    async with open_database(settings) as db:
+        await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+    assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 20
+    migrate(sql.location, "0035.telemetry-flow-days", "rollback")
+    assert rows() == before
+
