@@ -93,14 +93,24 @@ def test_hunt_benchmark_builds_packs_and_hunts_a_small_fleet():
 
 def test_storage_benchmark_measures_the_agents_day():
     """ops/bench/storage.py, small: the agent's day (2,000 records: two routers sending
-    1,000 a day) is stored, compacted on its schedule and measured, and the disk formula is
-    printed from it."""
+    1,000 a day) is stored, compacted on its schedule and measured open, closed and past
+    the fleet job's window, and the disk formula is printed from it."""
     output = run_benchmark("ops.bench.storage", "--routers", "5", "--records", "2000")
+    figure = r" +(\d+) bytes a record \(chunks (\d+), summaries (\d+)\)"
     day = re.search(r"the agent's day \(1,000 records a router in 2-record uploads over a "
-                    r"day, 2 routers.*\): +(\d+) bytes a record \(chunks (\d+), summaries "
-                    r"(\d+)\)", output)
-    assert day and 0 < int(day.group(2)) < int(day.group(1)), output
-    assert re.search(rf"N x R x \(D x ~{day.group(2)} \+ S x ~{day.group(3)}\) bytes", output)
+                    r"day, 2 routers[^)]*\), past the fleet job's window \(every summary "
+                    rf"packed\):{figure}; closed \([^)]*\):{figure}; open:{figure}", output)
+    assert day, output
+    packed, closed, opened = (tuple(int(n) for n in day.groups()[at:at + 3])
+                              for at in (0, 3, 6))
+    assert 0 < packed[1] == closed[1] <= opened[1], output          # chunks
+    assert 0 < packed[2] <= closed[2] <= opened[2], output          # summaries
+    formula = re.search(r"N x R x \(D x ~(\d+) \+ ~(-?\d+) \+ \(S - 2\) x ~(\d+) \+ "
+                        r"~(\d+) \+ ~(\d+)\) bytes", output)
+    assert formula, output
+    expected = (packed[1], opened[1] - packed[1], packed[2], closed[2], opened[2])
+    assert all(abs(int(printed) - figure) <= 1   # each rounded apart
+               for printed, figure in zip(formula.groups(), expected)), output
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian package) is not installed")

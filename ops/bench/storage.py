@@ -50,7 +50,7 @@ from server.db.pool import Database
 from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
 from server.hunt.sql import UNREAD_UPLOAD
-from server.telemetry.compaction import compact
+from server.telemetry.compaction import FLEET_WINDOW, compact
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY, PendingUpload
 from server.telemetry.writer import TelemetryWriter
@@ -206,9 +206,11 @@ class RecordFootprint:
     merged: dict = field(default_factory=dict)
     packed: dict = field(default_factory=dict)
     in_rounds: dict = field(default_factory=dict)
-    # {table: bytes} of the agent's day (agent_day): the capacity profile, once the day is
-    # closed (chunks rewritten, flow summaries packed) and while it was still open
+    # {table: bytes} of the agent's day (agent_day): the capacity profile, once the fleet
+    # job's window no longer reaches it (its alert summaries packed too), once closed (its
+    # chunks rewritten, its flow summaries packed) and while it was still open
     agent_day: dict = field(default_factory=dict)
+    agent_closed_day: dict = field(default_factory=dict)
     agent_open_day: dict = field(default_factory=dict)
 
     def line(self, sizes: dict) -> str:
@@ -247,7 +249,7 @@ def record_footprint(location, records: int) -> RecordFootprint:
                 footprint.in_rounds[body] = growth(cur, empty)
             empty = emptied(cur)
             day = first_day_partition(cur)
-            footprint.agent_open_day = asyncio.run(
+            footprint.agent_open_day, footprint.agent_closed_day = asyncio.run(
                 _store_a_day(location, agent_day(stream, day.start), day, cur, empty))
             footprint.agent_day = growth(cur, empty)
     finally:
@@ -287,11 +289,12 @@ def first_day_partition(cur) -> Partition:
 
 
 async def _store_a_day(location, timed: list, day: Partition, cur, empty: dict[str, int]
-                       ) -> dict[str, int]:
+                       ) -> tuple[dict[str, int], dict[str, int]]:
     """The day's uploads (in `day`) through the service's writer, the job at each tenth of
     an hour of it (with a VACUUM, as autovacuum would), then once after the day's partition
-    closed (the first run past midnight, which takes the last uploads); the tables' growth
-    from `empty` before that last run (the day still open)."""
+    closed (the first run past midnight, which takes the last uploads), and once past the
+    fleet job's window; the tables' growth from `empty` before the first of those (the day
+    still open) and after it (closed)."""
     db = await Database.open(location, 1, 4, 60)
     try:
         period = timedelta(days=1) / JOB_RUNS_A_DAY
@@ -303,7 +306,9 @@ async def _store_a_day(location, timed: list, day: Partition, cur, empty: dict[s
             await _write(db, received_at, upload)
         still_open = await asyncio.to_thread(growth, cur, empty)
         await _job(db, cur, max(day.end, run_at))
-        return still_open
+        closed = await asyncio.to_thread(growth, cur, empty)
+        await _job(db, cur, day.end + FLEET_WINDOW + timedelta(hours=1, minutes=10))
+        return still_open, closed
     finally:
         await db.close()
 
@@ -452,22 +457,26 @@ def main() -> int:
     print(f"  the agent's day ({AGENT_RECORDS_A_DAY:,} records a router in "
           f"{AGENT_BODY}-record uploads over a day, {args.records // AGENT_RECORDS_A_DAY} "
           f"routers, the job every {86_400 // JOB_RUNS_A_DAY // 60} minutes and once after "
-          f"the day): {per_record.line(day)}; while the day was open (before its chunks "
-          f"were rewritten and its flow summaries packed): "
+          f"the day), past the fleet job's window (every summary packed): "
+          f"{per_record.line(day)}; closed (its chunks rewritten, its flow summaries packed): "
+          f"{per_record.line(per_record.agent_closed_day)}; open: "
           f"{per_record.line(per_record.agent_open_day)}")
     one, rolled = activation
     print(f"per activation: {one:.0f} bytes, kept one by one for {DETAIL_DAYS} days; then "
           f"{rolled:.0f} bytes per router and day")
     chunks = day["telemetry_chunks"] / args.records
     summaries = sum(day.values()) / args.records - chunks
-    opened = per_record.agent_open_day
+    opened, closed = per_record.agent_open_day, per_record.agent_closed_day
+    open_chunks = opened["telemetry_chunks"] / args.records - chunks
     open_summaries = (sum(opened.values()) - opened["telemetry_chunks"]) / args.records
+    closed_summaries = (sum(closed.values()) - closed["telemetry_chunks"]) / args.records
     print(f"disk for N routers sending R records a day kept D days, their summaries S days "
-          f"(a week and an hour at the defaults: RETENTION_DAYS), the open day's as rows, "
-          f"polling P times a day with activations kept A days: "
+          f"(a week and an hour at the defaults: RETENTION_DAYS; the open day's as rows, "
+          f"yesterday's alerts as rows), polling P times a day with activations kept A days: "
           f"N x {after.per_router / 1024:.0f} KiB "
-          f"+ N x R x (D x ~{chunks:.0f} + (S - 1) x ~{summaries:.0f} + ~{open_summaries:.0f})"
-          f" bytes + N x P x {DETAIL_DAYS} x ~{one:.0f} bytes + N x A x ~{rolled:.0f} bytes")
+          f"+ N x R x (D x ~{chunks:.0f} + ~{open_chunks:.0f} + (S - 2) x ~{summaries:.0f} "
+          f"+ ~{closed_summaries:.0f} + ~{open_summaries:.0f}) bytes "
+          f"+ N x P x {DETAIL_DAYS} x ~{one:.0f} bytes + N x A x ~{rolled:.0f} bytes")
     return 0
 
 
