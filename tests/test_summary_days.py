@@ -101,7 +101,8 @@ def day_partitions(sql, table: str) -> list[str]:
         "ORDER BY 1", (table,)) if "MINVALUE" not in bounds]
 
 
-async def test_packed_days_read_as_their_rows_did(summaries, sql, settings):
+async def test_packed_days_read_as_their_rows_did(summaries, sql, settings, monkeypatch):
+    monkeypatch.setattr(summary_days, "ROWS_A_STATEMENT", 300)  # a statement a router-day
     now = summaries
     before = {mac: reads(sql, mac) for mac in MACS}
     assert all(len(read["flows"]) > 1_000 and len(read["alerts"]) > 500
@@ -230,3 +231,10 @@ async def test_rolled_back_the_packed_days_are_hourly_rows_again(summaries, sql,
     migrate(sql.location, "0035.telemetry-flow-days", "rollback")
     assert rows() == before
 
+
+
+def test_batches_are_bounded_by_rows_and_a_large_router_goes_alone():
+    routers = [("a", 40_000), ("b", 40_000), ("c", 40_000), ("hostile", 1_500_000),
+               ("d", 10)]
+    assert summary_days._batches(routers) == [["a", "b"], ["c"], ["hostile"], ["d"]]
+    assert summary_days._batches([]) == []

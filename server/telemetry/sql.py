@@ -101,10 +101,10 @@ _IN_WINDOW = "{hour} > now() - %(window)s - interval '1 hour' AND {hour} <= now(
 HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour")
 
 # A closed day partition's summary rows packed (server/telemetry/summary_days.py): its
-# routers, then some of them at a time, each router's rows of one day as one row, an entry
-# of each array per row in one order (a day packed already is kept as it is: its rows are
-# the same).
-PARTITION_ROUTERS = "SELECT DISTINCT mac::text FROM {partition} ORDER BY 1"
+# routers and their rows, then some of them at a time, each router's rows of one day as
+# one row, an entry of each array per row in one order (a day packed already is kept as it
+# is: its rows are the same).
+PARTITION_ROUTERS = "SELECT mac::text, count(*) FROM {partition} GROUP BY 1 ORDER BY 1"
 _DAY_ROWS = """FROM {table}
 WHERE mac = ANY(%(macs)s::macaddr[]) AND hour >= %(day)s AND hour < %(end)s
 GROUP BY mac

@@ -8,7 +8,7 @@ router-day took 528 flow rows and about 190 alert rows of some 200-300 bytes eac
 row and two index entries for a handful of values), 169 bytes a record for each day kept,
 most of a router's summaries (docs/performance.md). Once a partition's days are over and
 settled no upload adds to their hours: each router's rows of each day are written as one
-row of arrays, an entry per row, a few hundred routers a statement, and then the partition
+row of arrays, an entry per row, about 100,000 rows a statement, and then the partition
 is dropped (detached as retention detaches: server/db/detach.py), which gives its space
 back at once; deleting the rows would have left the heap to vacuum and the indexes' pages
 for good.
@@ -34,7 +34,8 @@ from server.db.pool import Database
 from server.telemetry.sql import PACK_ALERT_DAYS, PACK_FLOW_DAYS, PARTITION_ROUTERS
 
 DAY = timedelta(days=1)
-ROUTERS_A_STATEMENT = 200   # a router-day is a few hundred rows
+ROWS_A_STATEMENT = 100_000  # about 200 routers' days at the agent's cadence; a router
+                           # sending more (a hostile one: any port, any hour) goes alone
 PAUSE_SECONDS = 0.01        # between statements: lets ingestion's statements through
 
 
@@ -78,16 +79,28 @@ async def _pack(db: Database, summaries: Summaries, partition: Partition) -> int
     """Pack `partition`'s days, some routers at a time; the router-days written."""
     if partition.detaching:   # packed already: its drop was interrupted
         return 0
-    macs = [mac for (mac,) in await db.fetchall(
-        PARTITION_ROUTERS.format(partition=partition.name))]
     written = 0
-    for first in range(0, len(macs), ROUTERS_A_STATEMENT):
+    for macs in _batches(await db.fetchall(PARTITION_ROUTERS.format(
+            partition=partition.name))):
         for day in _days(partition):
-            written += await db.execute(summaries.pack, {
-                "macs": macs[first:first + ROUTERS_A_STATEMENT], "day": day,
-                "end": day + DAY})
+            written += await db.execute(summaries.pack, {"macs": macs, "day": day,
+                                                         "end": day + DAY})
             await asyncio.sleep(PAUSE_SECONDS)
     return written
+
+
+def _batches(routers: list[tuple[str, int]]) -> list[list[str]]:
+    """The routers (MAC, rows) in batches of about ROWS_A_STATEMENT rows, so that a
+    statement's arrays stay bounded in memory and time whatever a router sent."""
+    batches: list[list[str]] = [[]]
+    rows = 0
+    for mac, count in routers:
+        if batches[-1] and rows + count > ROWS_A_STATEMENT:
+            batches.append([])
+            rows = 0
+        batches[-1].append(mac)
+        rows += count
+    return [batch for batch in batches if batch]
 
 
 def _days(partition: Partition) -> list[datetime]:
