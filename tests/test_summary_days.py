@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from server.console.sql import ROUTER_PAGE_ON_ITS_SHARD
+from server.db import jobs as ledger
 from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.generation.sql import MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY
@@ -238,3 +239,20 @@ def test_batches_are_bounded_by_rows_and_a_large_router_goes_alone():
                ("d", 10)]
     assert summary_days._batches(routers) == [["a", "b"], ["c"], ["hostile"], ["d"]]
     assert summary_days._batches([]) == []
+
+
+async def test_a_retention_run_holds_the_drop_back_to_the_next_run(summaries, sql, settings):
+    """The two never detach one partition at once: while retention runs, the packed
+    partitions are left attached (their days read packed) and dropped by the next run."""
+    now = summaries
+    before = {mac: reads(sql, mac) for mac in MACS}
+    async with open_database(settings) as db:
+        async with ledger.exclusive(db, "retention") as acquired:
+            assert acquired
+            held = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+        assert held.summary_days["flows"]["partitions_dropped"] == []
+        assert len(held.summary_days["flows"]["partitions_deferred"]) == HISTORY_DAYS
+        assert {mac: reads(sql, mac) for mac in MACS} == before
+        freed = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+    assert len(freed.summary_days["flows"]["partitions_dropped"]) == HISTORY_DAYS
+    assert {mac: reads(sql, mac) for mac in MACS} == before

@@ -305,7 +305,7 @@ async def _store_a_day(location, timed: list, day: Partition, cur, empty: dict[s
                 run_at += period
             await _write(db, received_at, upload)
         still_open = await asyncio.to_thread(growth, cur, empty)
-        await _job(db, cur, max(day.end, run_at))
+        await _job(db, cur, max(day.end + period, run_at))   # past SUMMARY_SETTLE
         closed = await asyncio.to_thread(growth, cur, empty)
         await _job(db, cur, day.end + FLEET_WINDOW + timedelta(hours=1, minutes=10))
         return still_open, closed

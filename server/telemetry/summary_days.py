@@ -28,6 +28,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from server.db import jobs as ledger
 from server.db.detach import drop_partitions
 from server.db.partitions import LIST_PARTITIONS, Partition, partitions_from_rows
 from server.db.pool import Database
@@ -70,7 +71,12 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
     router_days = 0
     for partition in closed:
         router_days += await _pack(db, summaries, partition)
-    dropped, deferred = await drop_partitions(db, summaries.table, closed, closed_by)
+    # Under retention's lock, as the activation-days job drops: the two never detach the
+    # same partition at once. Held by a retention run, the drop waits for the next run.
+    dropped, deferred = [], [partition.name for partition in closed]
+    async with ledger.exclusive(db, "retention") as acquired:
+        if acquired:
+            dropped, deferred = await drop_partitions(db, summaries.table, closed, closed_by)
     return {"partitions_dropped": dropped, "router_days": router_days,
             "partitions_deferred": deferred}
 
