@@ -104,6 +104,7 @@ def day_partitions(sql, table: str) -> list[str]:
 
 async def test_packed_days_read_as_their_rows_did(summaries, sql, settings, monkeypatch):
     monkeypatch.setattr(summary_days, "ROWS_A_STATEMENT", 300)  # a statement a router-day
+    monkeypatch.setattr(summary_days, "ROUTERS_A_PAGE", 1)       # a page a router
     now = summaries
     before = {mac: reads(sql, mac) for mac in MACS}
     assert all(len(read["flows"]) > 1_000 and len(read["alerts"]) > 500

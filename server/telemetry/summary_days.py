@@ -35,6 +35,7 @@ from server.db.pool import Database
 from server.telemetry.sql import PACK_ALERT_DAYS, PACK_FLOW_DAYS, PARTITION_ROUTERS
 
 DAY = timedelta(days=1)
+ROUTERS_A_PAGE = 1_000     # routers listed by one statement
 ROWS_A_STATEMENT = 100_000  # about 200 routers' days at the agent's cadence; a router
                            # sending more (a hostile one: any port, any hour) goes alone
 PAUSE_SECONDS = 0.01        # between statements: lets ingestion's statements through
@@ -74,9 +75,11 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
     # Under retention's lock, as the activation-days job drops: the two never detach the
     # same partition at once. Held by a retention run, the drop waits for the next run.
     dropped, deferred = [], [partition.name for partition in closed]
-    async with ledger.exclusive(db, "retention") as acquired:
-        if acquired:
-            dropped, deferred = await drop_partitions(db, summaries.table, closed, closed_by)
+    if closed:
+        async with ledger.exclusive(db, "retention") as acquired:
+            if acquired:
+                dropped, deferred = await drop_partitions(db, summaries.table, closed,
+                                                          closed_by)
     return {"partitions_dropped": dropped, "router_days": router_days,
             "partitions_deferred": deferred}
 
@@ -85,13 +88,16 @@ async def _pack(db: Database, summaries: Summaries, partition: Partition) -> int
     """Pack `partition`'s days, some routers at a time; the router-days written."""
     if partition.detaching:   # packed already: its drop was interrupted
         return 0
-    written = 0
-    for macs in _batches(await db.fetchall(PARTITION_ROUTERS.format(
-            partition=partition.name))):
-        for day in _days(partition):
-            written += await db.execute(summaries.pack, {"macs": macs, "day": day,
-                                                         "end": day + DAY})
-            await asyncio.sleep(PAUSE_SECONDS)
+    written, after = 0, None
+    listed = PARTITION_ROUTERS.format(partition=partition.name)
+    while routers := await db.fetchall(listed, {"first": after is None, "after": after,
+                                                "routers": ROUTERS_A_PAGE}):
+        for macs in _batches(routers):
+            for day in _days(partition):
+                written += await db.execute(summaries.pack, {"macs": macs, "day": day,
+                                                             "end": day + DAY})
+                await asyncio.sleep(PAUSE_SECONDS)
+        after = routers[-1][0]
     return written
 
 
