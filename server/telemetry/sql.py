@@ -104,9 +104,10 @@ HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour")
 # routers and their rows, then some of them at a time, each router's rows of one day as
 # one row, an entry of each array per row in one order (a day packed already is kept as it
 # is: its rows are the same).
-# Its routers a page at a time, in MAC order along the index its key leads: each statement
-# reads only its page's rows, whatever the day's size (DB_TIMEOUT_SECONDS bounds each).
-PARTITION_ROUTERS = """SELECT mac::text, count(*) FROM {partition}
+# Its routers a page at a time, in MAC order along the index its key leads (ordered by the
+# column, not by its text): each statement reads only its page's rows, whatever the day's
+# size (DB_TIMEOUT_SECONDS bounds each).
+PARTITION_ROUTERS = """SELECT mac::text AS router, count(*) FROM {partition}
 WHERE %(first)s OR mac > %(after)s::macaddr
 GROUP BY mac ORDER BY mac LIMIT %(routers)s"""
 _DAY_ROWS = """FROM {table}
