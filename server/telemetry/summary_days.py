@@ -74,7 +74,8 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
         router_days += await _pack(db, summaries, partition)
     # Under retention's lock, as the activation-days job drops: the two never detach the
     # same partition at once. Held by a retention run, the drop waits for the next run.
-    dropped, deferred = [], [partition.name for partition in closed]
+    dropped: list[str] = []
+    deferred = [partition.name for partition in closed]
     if closed:
         async with ledger.exclusive(db, "retention") as acquired:
             if acquired:
