@@ -13,9 +13,9 @@ is dropped (detached as retention detaches: server/db/detach.py), which gives it
 back at once; deleting the rows would have left the heap to vacuum and the indexes' pages
 for good.
 
-Generation reads the packed rows with the rows of the days not packed (server/telemetry/
-sql.py FLOWS_IN_WINDOW, ALERTS_IN_WINDOW), the same values hour by hour, and skips a
-router's rows of a day it finds packed: a crash between the packing and the drop counts
+Generation and the console's router page read the packed rows with the rows of the days not
+packed (server/telemetry/sql.py FLOWS_IN_WINDOW, alerts_in_window), the same values hour by
+hour, and skip a router's rows of a day they find packed: a crash between the packing and the drop counts
 nothing twice, and the next run packs what is left (a day packed already is kept as it
 is) and drops the partition. The fleet job reads the alert rows of FLEET_WINDOW_HOURS across
 the fleet as rows: alerts are packed only once the day is past that window too. The legacy
