@@ -593,7 +593,9 @@ class Settings:
         "Cron spec of the fleet job.")
     fleet_window_hours: int = _fleet("24", _integer(1, 24 * 30),
         "Hours of alerts the fleet job counts; an entry "
-        "expires this long after the last hour it was reported in.")
+        "expires this long after the last hour it was reported in. A day's alert summaries "
+        "are packed once this window no longer reaches it: raised later, the window finds "
+        "the packed days no more (docs/telemetry.md).")
     fleet_min_networks: int = _fleet("5", _integer(2),
         "Distinct reporter networks an address or a signature "
         "needs to be listed for the fleet: each alert counts for the network its upload "
