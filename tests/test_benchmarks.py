@@ -103,7 +103,9 @@ def test_storage_benchmark_measures_the_agents_day():
     assert day, output
     packed, closed, opened = (tuple(int(n) for n in day.groups()[at:at + 3])
                               for at in (0, 3, 6))
-    assert 0 < packed[1] == closed[1] <= opened[1], output          # chunks
+    # Chunks: the same once closed (a day this small is not worth its rewrite: the close's
+    # merge adds its last remainder beside the old one).
+    assert 0 < packed[1] == closed[1] and opened[1] > 0, output
     assert 0 < packed[2] <= closed[2] <= opened[2], output          # summaries
     formula = re.search(r"N x R x \(D x ~(\d+) \+ ~(-?\d+) \+ \(S - 2\) x ~(\d+) \+ "
                         r"~(\d+) \+ ~(\d+)\) bytes", output)
