@@ -305,9 +305,10 @@ async def _store_a_day(location, timed: list, day: Partition, cur, empty: dict[s
                 run_at += period
             await _write(db, received_at, upload)
         still_open = await asyncio.to_thread(growth, cur, empty)
-        await _job(db, cur, max(day.end + period, run_at))   # past SUMMARY_SETTLE
+        rewrites = await _job(db, cur, max(day.end + period, run_at))  # past SUMMARY_SETTLE
         closed = await asyncio.to_thread(growth, cur, empty)
-        await _job(db, cur, day.end + FLEET_WINDOW + timedelta(hours=1, minutes=10))
+        rewrites += await _job(db, cur, day.end + FLEET_WINDOW + timedelta(hours=1, minutes=10))
+        print(f"the agent's day: its chunks' partition rewritten {rewrites} time(s) once closed")
         return still_open, closed
     finally:
         await db.close()
@@ -323,13 +324,14 @@ async def _write(db: Database, received_at: datetime, upload: tuple[str, str, li
         await writer.commit()
 
 
-async def _job(db: Database, cur=None, now: datetime | None = None) -> None:
+async def _job(db: Database, cur=None, now: datetime | None = None) -> int:
     """The compaction job as the service runs it at `now` (the hunt indexer first, as its
-    loop does), then, in `cur`, a VACUUM as autovacuum would."""
+    loop does), then, in `cur`, a VACUUM as autovacuum would; the closed days it rewrote."""
     await index_pending(db, POSTINGS_PER_ROUTER_DAY)
-    await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True, now=now)
+    report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True, now=now)
     if cur is not None:
         await asyncio.to_thread(vacuumed_sizes, cur)
+    return sum(rewrite["swapped"] for rewrite in report.rewritten)
 
 
 def emptied(cur) -> dict[str, int]:

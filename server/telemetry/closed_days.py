@@ -35,16 +35,18 @@ from server.db.pool import Database, execute
 
 TABLE = "telemetry_chunks"
 FREE_RATIO = 1.3        # rewritten when it takes more than this times its rows afresh
-ROW_BYTES = 190         # a chunk's heap row and primary-key entry, written afresh (measured)
-TOAST_BYTES = 1.03      # a TOASTed body's bytes on disk per byte (2,000-byte pieces, 4 a page)
+ROW_BYTES = 100         # a chunk row's fixed columns, tuple header and primary-key entry
+TOAST_BYTES = 1.03      # a TOASTed value's bytes on disk per byte (2,000-byte pieces, 4 a page)
 LEAST_FREE_BYTES = 1 << 20   # less is not worth a rewrite (a day of a few routers)
 COPY_ROWS = 500         # chunks copied by one statement (500 routers' days: tens of MB)
 _FIRST_KEY = ("00:00:00:00:00:00", "", "-infinity", -1)  # below every chunk's key
 
-# What the partition takes on disk, and its rows' count and bodies' bytes (octet_length
-# reads a TOASTed body's length from its pointer: only the heap is read).
+# What the partition takes on disk, and its rows' count and the bytes of their values that
+# grow with the day: the body and the uploads' times and counts, as stored (pg_column_size
+# reads a TOASTed value's size from its pointer: only the heap is read).
 _USAGE = """SELECT pg_total_relation_size(%(name)s::regclass), count(*),
-    coalesce(sum(octet_length(body)), 0) FROM {partition}"""
+    coalesce(sum(pg_column_size(body) + pg_column_size(upload_times)
+                 + pg_column_size(upload_records)), 0) FROM {partition}"""
 _CREATE_COPY = """CREATE TABLE {copy} (LIKE {table} INCLUDING STORAGE INCLUDING CONSTRAINTS
     INCLUDING INDEXES, CONSTRAINT within_partition CHECK (received_at >= %(start)s
     AND received_at < %(end)s))"""
@@ -61,11 +63,11 @@ class _Changed(Exception):
     """The partition's rows changed while they were copied."""
 
 
-def wasteful(disk_bytes: int, rows: int, body_bytes: int) -> bool:
-    """Whether a partition of `rows` chunks holding `body_bytes` of bodies, taking
-    `disk_bytes`, takes more than FREE_RATIO times what it would written afresh, and
-    LEAST_FREE_BYTES more."""
-    afresh = rows * ROW_BYTES + body_bytes * TOAST_BYTES
+def wasteful(disk_bytes: int, rows: int, value_bytes: int) -> bool:
+    """Whether a partition of `rows` chunks holding `value_bytes` of bodies and upload
+    arrays, taking `disk_bytes`, takes more than FREE_RATIO times what it would written
+    afresh, and LEAST_FREE_BYTES more."""
+    afresh = rows * ROW_BYTES + value_bytes * TOAST_BYTES
     return disk_bytes > max(FREE_RATIO * afresh, afresh + LEAST_FREE_BYTES)
 
 
@@ -75,9 +77,9 @@ async def rewrite_if_wasteful(db: Database, partition: Partition) -> dict | None
     if partition.start is None:   # the legacy partition (MINVALUE) is no day
         return None
     bounds = f"FROM ('{partition.start.isoformat()}') TO ('{partition.end.isoformat()}')"
-    before, rows, body_bytes = await db.fetchrow(_USAGE.format(partition=partition.name),
-                                                 {"name": partition.name})
-    if not wasteful(before, rows, body_bytes):
+    before, rows, value_bytes = await db.fetchrow(_USAGE.format(partition=partition.name),
+                                                  {"name": partition.name})
+    if not wasteful(before, rows, value_bytes):
         return None
     copy = f"{partition.name}_rewrite"
     await db.execute(f"DROP TABLE IF EXISTS {copy}")
