@@ -137,7 +137,10 @@ async def _compact(settings: Settings, args: argparse.Namespace, db: Database) -
         print(f"{PROG} compact: {kind} summaries: {packed['router_days']} router-days packed, "
               f"{len(packed['partitions_dropped'])} hourly partitions dropped"
               + (f", {', '.join(packed['partitions_deferred'])} left for the next run"
-                 if packed["partitions_deferred"] else ""))
+                 if packed["partitions_deferred"] else "")
+              + (f", {packed['routers_left_as_rows']} router-days too large for one row "
+                 f"left as rows in {', '.join(packed['partitions_kept'])}"
+                 if packed["routers_left_as_rows"] else ""))
     return 0
 
 

@@ -177,12 +177,12 @@ async def test_a_day_is_packed_once_settled_and_its_alerts_once_past_the_fleet(
                                        now=midnight + timedelta(hours=25))
     assert settled.summary_days["flows"] == {
         "partitions_dropped": [name("telemetry_flows", yesterday)], "router_days": 2,
-        "partitions_deferred": []}
+        "partitions_deferred": [], "partitions_kept": [], "routers_left_as_rows": 0}
     assert name("telemetry_alerts", yesterday) not in \
         fleet_reads_it.summary_days["alerts"]["partitions_dropped"]
     assert past_the_fleet.summary_days["alerts"] == {
         "partitions_dropped": [name("telemetry_alerts", yesterday)], "router_days": 2,
-        "partitions_deferred": []}
+        "partitions_deferred": [], "partitions_kept": [], "routers_left_as_rows": 0}
 
 
 async def test_a_pack_that_fails_leaves_the_day_as_rows(summaries, sql, settings):
@@ -257,3 +257,30 @@ async def test_a_retention_run_holds_the_drop_back_to_the_next_run(summaries, sq
         freed = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
     assert len(freed.summary_days["flows"]["partitions_dropped"]) == HISTORY_DAYS
     assert {mac: reads(sql, mac) for mac in MACS} == before
+
+
+async def test_a_router_day_too_large_for_one_row_stays_as_rows_with_its_partition(
+        summaries, sql, settings, monkeypatch):
+    """A router that made more rows in a day than one packed row may hold: its rows stay,
+    and so does their partition (until retention); every other router's day is packed,
+    and every reader reads the same."""
+    now = summaries
+    monkeypatch.setattr(summary_days, "ROWS_A_ROUTER", 500)   # the others make 336 a day
+    hostile = "aa:bb:cc:00:59:66"
+    yesterday = today(now) - timedelta(days=1)
+    with connect(sql.location) as conn:
+        conn.cursor().executemany(ADD_FLOW, [
+            (hostile, yesterday + timedelta(hours=hour), None, port, 1)
+            for hour in range(24) for port in range(1, 31)])            # 720 rows
+    before = {mac: reads(sql, mac) for mac in (*MACS, hostile)}
+    async with open_database(settings) as db:
+        report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+    flows = report.summary_days["flows"]
+    kept = yesterday.strftime("telemetry_flows_p%Y%m%d")
+    assert flows["partitions_kept"] == [kept] and flows["routers_left_as_rows"] == 1
+    assert kept not in flows["partitions_dropped"]
+    assert len(flows["partitions_dropped"]) == HISTORY_DAYS - 1
+    assert hourly_rows(sql, "telemetry_flows", yesterday, today(now)) >= 720
+    assert sql.value("SELECT count(*) FROM telemetry_flow_days WHERE mac = %s",
+                     (hostile,)) == 0
+    assert {mac: reads(sql, mac) for mac in (*MACS, hostile)} == before

@@ -38,6 +38,10 @@ DAY = timedelta(days=1)
 ROUTERS_A_PAGE = 1_000     # routers listed by one statement
 ROWS_A_STATEMENT = 100_000  # about 200 routers' days at the agent's cadence; a router
                            # sending more (a hostile one: any port, any hour) goes alone
+# A router-day with more rows is left as rows, and its partition kept until retention: a
+# packed row's arrays must stay under PostgreSQL's 1 GB a value (an alert row with 64 flow
+# ids is about 2.7 KB of them). The agent's cadence makes 528 flow rows a day.
+ROWS_A_ROUTER = 200_000
 PAUSE_SECONDS = 0.01        # between statements: lets ingestion's statements through
 
 
@@ -69,37 +73,48 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
     closed = [partition for partition in partitions_from_rows(
                   await db.fetchall(LIST_PARTITIONS, {"table": summaries.table}))
               if partition.start is not None and partition.end <= closed_by]
-    router_days = 0
+    router_days, kept, left = 0, [], 0
     for partition in closed:
-        router_days += await _pack(db, summaries, partition)
+        written, too_large = await _pack(db, summaries, partition)
+        router_days += written
+        if too_large:   # its rows stay: so does the partition (readers skip packed days)
+            kept.append(partition)
+            left += too_large
+    droppable = [partition for partition in closed if partition not in kept]
     # Under retention's lock, as the activation-days job drops: the two never detach the
     # same partition at once. Held by a retention run, the drop waits for the next run.
     dropped: list[str] = []
-    deferred = [partition.name for partition in closed]
-    if closed:
+    deferred = [partition.name for partition in droppable]
+    if droppable:
         async with ledger.exclusive(db, "retention") as acquired:
             if acquired:
-                dropped, deferred = await drop_partitions(db, summaries.table, closed,
+                dropped, deferred = await drop_partitions(db, summaries.table, droppable,
                                                           closed_by)
     return {"partitions_dropped": dropped, "router_days": router_days,
-            "partitions_deferred": deferred}
+            "partitions_deferred": deferred,
+            "partitions_kept": [partition.name for partition in kept],
+            "routers_left_as_rows": left}
 
 
-async def _pack(db: Database, summaries: Summaries, partition: Partition) -> int:
-    """Pack `partition`'s days, some routers at a time; the router-days written."""
+async def _pack(db: Database, summaries: Summaries, partition: Partition
+                ) -> tuple[int, int]:
+    """Pack `partition`'s days, some routers at a time; the router-days written, and the
+    routers left as rows (more than ROWS_A_ROUTER)."""
     if partition.detaching:   # packed already: its drop was interrupted
-        return 0
-    written, after = 0, None
+        return 0, 0
+    written, left, after = 0, 0, None
     listed = PARTITION_ROUTERS.format(partition=partition.name)
     while routers := await db.fetchall(listed, {"first": after is None, "after": after,
                                                 "routers": ROUTERS_A_PAGE}):
-        for macs in _batches(routers):
+        packable = [(mac, rows) for mac, rows in routers if rows <= ROWS_A_ROUTER]
+        left += len(routers) - len(packable)
+        for macs in _batches(packable):
             for day in _days(partition):
                 written += await db.execute(summaries.pack, {"macs": macs, "day": day,
                                                              "end": day + DAY})
                 await asyncio.sleep(PAUSE_SECONDS)
         after = routers[-1][0]
-    return written
+    return written, left
 
 
 def _batches(routers: list[tuple[str, int]]) -> list[list[str]]:
