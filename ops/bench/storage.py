@@ -213,10 +213,15 @@ class RecordFootprint:
     agent_closed_day: dict = field(default_factory=dict)
     agent_open_day: dict = field(default_factory=dict)
 
-    def line(self, sizes: dict) -> str:
-        total = sum(sizes.values()) / self.records
+    def split(self, sizes: dict) -> tuple[float, float]:
+        """Bytes a record of the chunks and of the rest (the summaries)."""
         chunks = sizes["telemetry_chunks"] / self.records
-        return f"{total:6.0f} bytes a record (chunks {chunks:.0f}, summaries {total - chunks:.0f})"
+        return chunks, sum(sizes.values()) / self.records - chunks
+
+    def line(self, sizes: dict) -> str:
+        chunks, summaries = self.split(sizes)
+        return (f"{chunks + summaries:6.0f} bytes a record (chunks {chunks:.0f}, "
+                f"summaries {summaries:.0f})")
 
 
 ROUNDS = 48  # the job runs 144 times a day at the defaults; each run frees what the next fills
@@ -466,17 +471,15 @@ def main() -> int:
     one, rolled = activation
     print(f"per activation: {one:.0f} bytes, kept one by one for {DETAIL_DAYS} days; then "
           f"{rolled:.0f} bytes per router and day")
-    chunks = day["telemetry_chunks"] / args.records
-    summaries = sum(day.values()) / args.records - chunks
-    opened, closed = per_record.agent_open_day, per_record.agent_closed_day
-    open_chunks = opened["telemetry_chunks"] / args.records - chunks
-    open_summaries = (sum(opened.values()) - opened["telemetry_chunks"]) / args.records
-    closed_summaries = (sum(closed.values()) - closed["telemetry_chunks"]) / args.records
+    chunks, summaries = per_record.split(day)
+    _, closed_summaries = per_record.split(per_record.agent_closed_day)
+    opened_chunks, open_summaries = per_record.split(per_record.agent_open_day)
     print(f"disk for N routers sending R records a day kept D days, their summaries S days "
           f"(a week and an hour at the defaults: RETENTION_DAYS; the open day's as rows, "
           f"yesterday's alerts as rows), polling P times a day with activations kept A days: "
           f"N x {after.per_router / 1024:.0f} KiB "
-          f"+ N x R x (D x ~{chunks:.0f} + ~{open_chunks:.0f} + (S - 2) x ~{summaries:.0f} "
+          f"+ N x R x (D x ~{chunks:.0f} + ~{opened_chunks - chunks:.0f} "
+          f"+ (S - 2) x ~{summaries:.0f} "
           f"+ ~{closed_summaries:.0f} + ~{open_summaries:.0f}) bytes "
           f"+ N x P x {DETAIL_DAYS} x ~{one:.0f} bytes + N x A x ~{rolled:.0f} bytes")
     return 0

@@ -97,19 +97,19 @@ RETURNING mac::text, received_at, id, record::text"""
 
 # The hourly summaries (migration 0018) count an hour while any of it is within the window
 # (`window`): the generation's and the fleet job's reads of them.
-_IN_WINDOW = "{hour} > now() - %(window)s - interval '1 hour' AND {hour} <= now()"
-HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour")
+_IN_WINDOW = "{hour} > now() - {window} - interval '1 hour' AND {hour} <= now()"
+HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour", window="%(window)s")
 
 # A closed day partition's summary rows packed (server/telemetry/summary_days.py): its
-# routers and their rows, then some of them at a time, each router's rows of one day as
-# one row, an entry of each array per row in one order (a day packed already is kept as it
-# is: its rows are the same).
-# Its routers a page at a time, in MAC order along the index its key leads (ordered by the
-# column, not by its text): each statement reads only its page's rows, whatever the day's
-# size (DB_TIMEOUT_SECONDS bounds each).
+# routers and their rows, a page at a time, in MAC order along the index its key leads
+# (ordered by the column, not by its text): each statement reads only its page's rows,
+# whatever the day's size (DB_TIMEOUT_SECONDS bounds each).
 PARTITION_ROUTERS = """SELECT mac::text AS router, count(*) FROM {partition}
 WHERE %(first)s OR mac > %(after)s::macaddr
 GROUP BY mac ORDER BY mac LIMIT %(routers)s"""
+# Then some of them at a time, each router's rows of one day as one row, an entry of each
+# array per row in one order (a day packed already is kept as it is: its rows are the
+# same).
 _DAY_ROWS = """FROM {table}
 WHERE mac = ANY(%(macs)s::macaddr[]) AND hour >= %(day)s AND hour < %(end)s
 GROUP BY mac
@@ -140,25 +140,16 @@ SELECT mac, %(day)s,
 # alike. A day found packed is read packed only (its rows may not be dropped yet).
 def _in_window(table: str, columns: str, packed: str, arrays: str, entries: str,
                entry_columns: str, window: str) -> str:
-    hours = _IN_WINDOW.replace("%(window)s", window)
     days = (f"d.mac = %(mac)s AND d.day > now() - {window} - interval '1 day 1 hour' "
             "AND d.day <= now()")
     return f"""(SELECT {columns} FROM {table} r
-  WHERE mac = %(mac)s AND {hours.format(hour="r.hour")}
+  WHERE mac = %(mac)s AND {_IN_WINDOW.format(hour="r.hour", window=window)}
     AND NOT EXISTS (SELECT 1 FROM {packed} d WHERE {days}
                     AND d.day = date_trunc('day', r.hour, 'UTC'))
  UNION ALL
  SELECT {entry_columns} FROM {packed} d, unnest({arrays}) AS e({entries})
  WHERE {days} AND (d.day > now() - {window} - interval '1 hour'
                    OR d.day + e.h * interval '1 hour' > now() - {window} - interval '1 hour'))"""
-
-
-def flows_in_window(window: str = "%(window)s") -> str:
-    """(app_proto, dest_port, flows)"""
-    return _in_window(
-        "telemetry_flows", "app_proto, dest_port, flows", "telemetry_flow_days",
-        "d.hours, d.app_protos, d.dest_ports, d.flows", "h, app_proto, dest_port, flows",
-        "e.app_proto, e.dest_port, e.flows", window)
 
 
 def alerts_in_window(window: str = "%(window)s") -> str:
@@ -175,5 +166,9 @@ def alerts_in_window(window: str = "%(window)s") -> str:
         window)
 
 
-FLOWS_IN_WINDOW = flows_in_window()
+# (app_proto, dest_port, flows)
+FLOWS_IN_WINDOW = _in_window(
+    "telemetry_flows", "app_proto, dest_port, flows", "telemetry_flow_days",
+    "d.hours, d.app_protos, d.dest_ports, d.flows", "h, app_proto, dest_port, flows",
+    "e.app_proto, e.dest_port, e.flows", "%(window)s")
 ALERTS_IN_WINDOW = alerts_in_window()
