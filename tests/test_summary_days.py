@@ -15,6 +15,7 @@ from server.console.sql import ROUTER_PAGE_ON_ITS_SHARD
 from server.db import jobs as ledger
 from server.db.connect import connect
 from server.db.lifecycle import open_database
+from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.generation.sql import MAX_ALERTS, MAX_FIRED_SIDS, TELEMETRY_SUMMARY
 from server.hunt.sql import UNREAD_UPLOAD
 from server.jobs.retention import run_retention
@@ -26,7 +27,7 @@ from testkit.database import migrate, partitions_for_history
 MACS = ("aa:bb:cc:00:59:11", "aa:bb:cc:00:59:12")
 WINDOW = timedelta(days=7)
 HISTORY_DAYS = 12   # day partitions before today
-DAYS = 10           # of rows, up to this hour
+DAYS = 10           # whole days of rows before today, then today's up to this hour
 ADD_FLOW = """INSERT INTO telemetry_flows (mac, hour, app_proto, dest_port, flows)
 VALUES (%s, %s, %s, %s, %s)"""
 ADD_ALERT = """INSERT INTO telemetry_alerts (mac, hour, src_ip, dest_ip, signature_id,
@@ -36,17 +37,19 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
 
 @pytest.fixture
 def summaries(sql):
-    """DAYS days of both routers' hourly summary rows, up to the current hour, as ingestion
-    writes them: per hour a few application protocols and many ports, most seen once; and
-    a few alert rows, some without a source, severity or network, with their flow ids."""
+    """DAYS whole days of both routers' hourly summary rows, and today's up to the current
+    hour, as ingestion writes them: per hour a few application protocols and many ports,
+    most seen once; and a few alert rows, some without a source, severity or network, with
+    their flow ids."""
     partitions_for_history(sql.location, HISTORY_DAYS)
     now = datetime.now(timezone.utc)
-    hour = now.replace(minute=0, second=0, microsecond=0)
+    first = today(now) - timedelta(days=DAYS)   # whatever the hour of the run
+    hours = (now - first) // timedelta(hours=1) + 1
     pick = random.Random(59)
     flows, alerts = [], []
     for mac in MACS:
-        for back in range(DAYS * 24):
-            at = hour - timedelta(hours=back)
+        for back in range(hours):
+            at = first + timedelta(hours=back)
             for app_proto in pick.sample(["dns", "tls", "http", "quic", "ntp"], 2):
                 flows.append((mac, at, app_proto, None, pick.randint(1, 9)))
             for port in pick.sample(range(1, 2_000), 12):
@@ -96,10 +99,8 @@ def today(now: datetime) -> datetime:
 
 
 def day_partitions(sql, table: str) -> list[str]:
-    return [name for (name, bounds) in sql.rows(
-        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
-        "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass "
-        "ORDER BY 1", (table,)) if "MINVALUE" not in bounds]
+    return sorted(partition.name for partition in partitions_from_rows(
+        sql.rows(LIST_PARTITIONS, {"table": table})) if partition.start is not None)
 
 
 async def test_packed_days_read_as_their_rows_did(summaries, sql, settings, monkeypatch):
