@@ -60,13 +60,20 @@ class DatabaseUnavailable(Exception):
 class Database:
     """A psycopg pool plus connectivity-error handling. One per process."""
 
-    def __init__(self, pool: AsyncConnectionPool, location: DatabaseLocation, timeout: float):
-        self.pool = pool
+    def __init__(self, location: DatabaseLocation, minsize: int, maxsize: int,
+                 timeout: float):
         self.location = location
         self.timeout = timeout
         # The last connection asked for could not be had, or was lost: set also by the change
         # feed's LISTEN connection, which checks the server every few seconds when idle.
         self.unreachable = False
+        self.pool = AsyncConnectionPool(
+            location.dsn(), min_size=minsize, max_size=max(minsize, maxsize), timeout=timeout,
+            open=False, configure=_configure, check=_check, name="router_backend",
+            reconnect_timeout=RECONNECT_SECONDS,
+            reconnect_failed=self._reconnect_failed,
+            kwargs={"autocommit": True, "cursor_factory": psycopg.AsyncClientCursor,
+                    "connect_timeout": max(1, round(timeout))})
 
     @classmethod
     async def open(cls, location: DatabaseLocation, minsize: int, maxsize: int,
@@ -75,21 +82,26 @@ class Database:
         when the logger `router_backend.db` is at INFO (DB_LOG_LEVEL=info)."""
         global _statement_seconds
         _statement_seconds = timeout
-        pool = AsyncConnectionPool(
-            location.dsn(), min_size=minsize, max_size=max(minsize, maxsize), timeout=timeout,
-            open=False, configure=_configure, check=_check, name="router_backend",
-            reconnect_timeout=RECONNECT_SECONDS,
-            kwargs={"autocommit": True, "cursor_factory": psycopg.AsyncClientCursor,
-                    "connect_timeout": max(1, round(timeout))})
+        database = cls(location, minsize, maxsize, timeout)
         try:
-            await pool.open(wait=minsize > 0, timeout=timeout)
+            await database.pool.open(wait=minsize > 0, timeout=timeout)
         except BaseException:
-            await pool.close()
+            await database.pool.close()
             raise
-        return cls(pool, location, timeout)
+        return database
 
     async def close(self) -> None:
         await self.pool.close()
+
+    async def _reconnect_failed(self, pool: AsyncConnectionPool) -> None:
+        """The pool gave up a connection attempt (RECONNECT_SECONDS): later requests wait
+        briefly, and requests already waiting get another attempt. The pool tries again
+        only when a request comes, so without it those waiting, once no more requests came
+        (every router of a server process waiting on it), waited DB_TIMEOUT_SECONDS
+        although the database was back a second later (the postmaster drill, in CI)."""
+        self.unreachable = True
+        if pool.get_stats()["requests_waiting"]:
+            await pool.check()  # one more attempt, itself retried for RECONNECT_SECONDS
 
     @contextlib.asynccontextmanager
     async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor]:
