@@ -514,8 +514,8 @@ class Settings:
         "an hour more, at most this long.")
     activation_retention_days: int = _retention("400", _integer(1),
         "Days of activation records kept by the "
-        "retention job (long enough for monthly and yearly access reports); after 8 days "
-        "they are kept rolled up, one row per router, day and address.")
+        "retention job (long enough for monthly and yearly access reports); after their "
+        "UTC day they are kept rolled up, one row per router, day and address.")
     hunt_retention_days: int = _retention("400", _integer(1),
         "Days the hunt index (which routers saw which "
         "address, domain, TLS fingerprint, signature or file, per day) is kept by the "

@@ -11,7 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from server.db.activation_days import DETAIL_FROM_READ
 from server.db.lifecycle import open_database
+from server.generation.sql import MAX_ALERTS, TELEMETRY_SUMMARY
 from server.jobs.activation_days import DETAIL_DAYS, roll_up_activations
 from testkit.database import command_env
 
@@ -92,3 +94,30 @@ async def test_a_failed_roll_up_changes_nothing(settings, sql, activations):
     assert sql.value("SELECT detail_from::text FROM activation_rollup") == "-infinity"
     assert sql.value("SELECT count(*) FROM activations") == len(activations)
     assert reports(settings) == before
+
+
+async def test_where_a_router_called_from_within_the_window_reads_the_same(settings, sql):
+    """Generation's addresses a router called from within its window: a rolled day counts an
+    address when its last call from there is within the window, not the whole day."""
+    mac = "aa:bb:cc:00:19:04"
+    now = datetime.now(timezone.utc)
+    sql.rows("INSERT INTO routers (mac) VALUES (%s)", (mac,))
+    # a second before the window: its rolled day starts within a day of it (at every hour
+    # of a run but the day's last second)
+    for moment, address in ((now - timedelta(hours=24, seconds=1), "198.51.100.30"),
+                            (now - timedelta(hours=2), "198.51.100.2"),
+                            (now - timedelta(minutes=1), "198.51.100.2")):
+        sql.rows("INSERT INTO activations (mac, activated_at, address) VALUES (%s, %s, %s)",
+                 (mac, moment, address))
+
+    def addresses() -> list:
+        detail_from = sql.value(f"SELECT {DETAIL_FROM_READ}")
+        return sql.rows(TELEMETRY_SUMMARY, {
+            "mac": mac, "keys": [mac], "window": timedelta(hours=24), "detail_from": detail_from,
+            "severity": 2, "sids": 10, "top": 10, "alerts": MAX_ALERTS})[0][4]
+
+    assert addresses() == ["198.51.100.2"]
+    async with open_database(settings) as db:
+        assert (await roll_up_activations(db))["days_rolled"] >= 1
+    assert sql.value("SELECT count(*) FROM activation_days WHERE mac = %s", (mac,)) >= 1
+    assert addresses() == ["198.51.100.2"]

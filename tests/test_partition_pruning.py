@@ -115,3 +115,27 @@ def test_last_contact_stops_at_the_newest_partition_with_a_row(daily_partitions)
         scanned = scanned_partitions(daily_partitions, statement, analyze=True)
         assert today in scanned
         assert all(name >= today for name in scanned), statement
+
+
+def test_a_last_contact_rolled_up_stops_at_its_day(daily_partitions, sql):
+    """Activations before today are rolled up by day (server/jobs/activation_days.py): a
+    router silent since three days ago is found in the rolled days read newest first, which
+    stop at its day; none older is executed."""
+    silent = "02:00:00:00:00:08"
+    day = grid_floor(datetime.now(timezone.utc), 1) - timedelta(days=3)
+    sql.rows("INSERT INTO routers (mac) VALUES (%s)", (silent,))
+    for back in (3, 10):  # an older day of the same router must not be read
+        sql.rows("INSERT INTO activation_days (mac, day, address, activations, first_seen, "
+                 "last_seen) VALUES (%s, %s, '198.51.100.7', 5, %s, %s)",
+                 (silent, day - timedelta(days=back - 3), day - timedelta(days=back - 3),
+                  day - timedelta(days=back - 3, hours=-20)))
+    sql.rows("UPDATE activation_rollup SET detail_from = %s",
+             (grid_floor(datetime.now(timezone.utc), 1),))
+    for statement in (SUBSCRIPTIONS, ROUTERS_SEEN):
+        scanned = scanned_partitions(daily_partitions, statement, analyze=True)
+        rolled = {name for name in scanned if name.startswith("activation_days")}
+        assert f"activation_days_p{day:%Y%m%d}" in rolled
+        assert all(name >= f"activation_days_p{day:%Y%m%d}" for name in rolled), rolled
+    # seen within the week (not the day), from its rolled day's last call
+    assert sql.rows(ROUTERS_SEEN)[0][:6] == (2, 1, 0, 1, 0, 0)
+    assert sql.rows(SUBSCRIPTIONS)[1][4] == day + timedelta(hours=20)

@@ -469,7 +469,9 @@ def main() -> int:
           f"{per_record.line(per_record.agent_closed_day)}; open: "
           f"{per_record.line(per_record.agent_open_day)}")
     one, rolled = activation
-    print(f"per activation: {one:.0f} bytes, kept one by one for {DETAIL_DAYS} days; then "
+    detail_days = DETAIL_DAYS + 1  # today's besides, until the job's first run past midnight
+    print(f"per activation: {one:.0f} bytes, kept one by one for at most {detail_days} "
+          f"day(s) (today's and {DETAIL_DAYS} before); then "
           f"{rolled:.0f} bytes per router and day")
     chunks, summaries = per_record.split(day)
     _, closed_summaries = per_record.split(per_record.agent_closed_day)
@@ -481,7 +483,7 @@ def main() -> int:
           f"+ N x R x (D x ~{chunks:.0f} + ~{opened_chunks - chunks:.0f} "
           f"+ (S - 2) x ~{summaries:.0f} "
           f"+ ~{closed_summaries:.0f} + ~{open_summaries:.0f}) bytes "
-          f"+ N x P x {DETAIL_DAYS} x ~{one:.0f} bytes + N x A x ~{rolled:.0f} bytes")
+          f"+ N x P x {detail_days} x ~{one:.0f} bytes + N x A x ~{rolled:.0f} bytes")
     return 0
 
 

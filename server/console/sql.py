@@ -24,7 +24,8 @@ SELECT * FROM (SELECT activated_at, host(address) FROM activations
                ORDER BY activated_at DESC, id DESC LIMIT 1) detail
 UNION ALL
 SELECT * FROM (SELECT last_seen, host(address) FROM activation_days WHERE mac = %(mac)s
-               ORDER BY day DESC, last_seen DESC LIMIT 1) rolled
+               AND day = (SELECT max(day) FROM activation_days WHERE mac = %(mac)s)
+               ORDER BY last_seen DESC LIMIT 1) rolled
 ORDER BY 1 DESC LIMIT 1"""
 
 _APPLIED = """

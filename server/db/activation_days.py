@@ -15,6 +15,17 @@ DETAIL_FROM = "(SELECT detail_from FROM activation_rollup)"
 # As Python reads it: '-infinity' (nothing rolled up yet) has no datetime.
 DETAIL_FROM_READ = "(SELECT greatest(detail_from, '0001-01-01 00:00+00') FROM activation_rollup)"
 
+
+
+def last_rolled_contact(mac: str) -> str:
+    """SQL: the newest last call of the router `mac` (a column or a parameter) among the
+    rolled days: its newest day found first (partitions read newest first, stopping at the
+    first row), then that day's rows alone. Ordering the rows by (day, last_seen) instead
+    read every older partition after the first row, to know its day had no more."""
+    return (f"(SELECT max(last_seen) FROM activation_days WHERE mac = {mac} AND day = "
+            f"(SELECT max(day) FROM activation_days WHERE mac = {mac}))")
+
+
 _OLDEST_DETAIL = "SELECT min(activated_at) FROM activations WHERE activated_at < %(before)s"
 
 # One day rolled up and the watermark moved past it, in one transaction.

@@ -3,15 +3,16 @@ activations, jobs, telemetry counts); server/status.py adds each capability's ow
 
 from __future__ import annotations
 
+from server.db.activation_days import last_rolled_contact
 from server.db.pool import Database
 
 SILENT_DAYS = 7      # "silent": registered for longer and no contact in that time
 LISTED = 5           # examples shown of routers
 
 # Each router's newest poll, read newest partition first on the primary key (mac,
-# activated_at, id) of activations, stopping at the first row (the rolled-up days when there
-# is none): some 20 µs a router, where counting the distinct routers of a day of activations
-# took 5 times as long (docs/console.md).
+# activated_at, id) of activations, stopping at the first row (else the rolled-up days', the
+# newest day first): some 20 µs a router, where counting the
+# distinct routers of a day of activations took 5 times as long (docs/console.md).
 ROUTERS_SEEN = f"""
 SELECT count(*),
        count(*) FILTER (WHERE seen > now() - interval '1 hour'),
@@ -27,7 +28,7 @@ FROM (SELECT r.registered_at, coalesce(
         (SELECT activated_at FROM activations a
          WHERE a.mac = r.mac AND a.activated_at <= now()
          ORDER BY a.activated_at DESC LIMIT 1),
-        (SELECT max(last_seen) FROM activation_days d WHERE d.mac = r.mac)) AS seen
+        {last_rolled_contact("r.mac")}) AS seen
       FROM routers r) last"""
 LAST_POLL_AGES = ("within an hour", "within a day", f"within {SILENT_DAYS} days",
                   f"over {SILENT_DAYS} days ago", "never")

@@ -145,6 +145,7 @@ SELECT
    (SELECT address, last_seen FROM activation_days
     WHERE mac = %(mac)s AND address IS NOT NULL AND day < %(detail_from)s
     AND day > now() - %(window)s - interval '1 day' AND day <= now()
+    AND {WITHIN_WINDOW.format(time='last_seen')}
     ORDER BY day DESC LIMIT {OWN_ADDRESSES})
    ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own)"""
 

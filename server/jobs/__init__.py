@@ -9,7 +9,7 @@
 - `partitions.py`: the hourly job that creates the coming days' time partitions.
 - `retention.py`: the telemetry retention job.
 - `upload_keys.py`: the hourly job that deletes expired Idempotency-Keys of uploads.
-- `activation_days.py`: the hourly job that rolls activations older than a week up by day.
+- `activation_days.py`: the hourly job that rolls activations before today up by day.
 - `schedule.py`: which jobs a server process schedules, from the settings.
 
 The fleet's job is server/fleet/job.py, the hunt's packing server/hunt/packing.py.

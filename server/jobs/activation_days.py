@@ -1,10 +1,11 @@
-"""The activation-days job: every hour, each UTC day of activations older than DETAIL_DAYS
-rolled up into one row per router and address (server/db/activation_days.py: the rows and
-the watermark in one transaction), then that day's partitions of `activations` dropped as
+"""The activation-days job: every hour, each UTC day of activations before today rolled up
+into one row per router and address (server/db/activation_days.py: the rows and the
+watermark in one transaction), then that day's partitions of `activations` dropped as
 retention drops them (detached concurrently; under retention's lock, so the two never
-detach the same partition at once). The access reports read the rolled days; the last
-DETAIL_DAYS stay one row per call, which `router-backend status` (the last week) and
-generation (where a router called from) read."""
+detach the same partition at once). Today's stay one row per call. Every reader (the access
+reports, `router-backend status`, the console, generation's addresses a router called
+from) reads the rolled days and today's rows alike: kept one by one for 8 days as they
+were until 2026-11-29, a router polling every 5 minutes had 0.26 MB of them, 0.03 now."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from server.jobs.retention import trim_table
 from server.timestamps import utc_midnight
 
 ACTIVATION_DAYS_CRON_SCHEDULE = "27 * * * *"
-DETAIL_DAYS = 8   # more than status's week of silence (server/db/status.py SILENT_DAYS)
+DETAIL_DAYS = 0   # days before today kept one by one (0: yesterday rolled just past midnight)
 DAY = timedelta(days=1)
 
 

@@ -7,6 +7,7 @@ from typing import Callable
 
 import psycopg
 
+from server.db.activation_days import last_rolled_contact
 from server.db.channels import ROUTER_KEYS, notify
 from server.db.pool import Database, execute
 
@@ -83,15 +84,13 @@ async def from_bucket(cur: psycopg.AsyncCursor, statement: str, params: dict,
     return tuple(row)
 
 
-# A router's last activation: its newest, or (silent for longer than activations are kept one
-# by one) its newest rolled-up day's last one. Its last upload: its newest telemetry chunk of
+# A router's last activation: its newest, or (silent since before today, the activations kept
+# one by one) its newest rolled-up day's last one. Its last upload: its newest telemetry chunk of
 # either kind (each read backwards along the key, stopping at the first). Polls, 304s
 # included, write nothing, so no read can say when a router last polled.
 SUBSCRIPTIONS = (
     "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, "
-    "coalesce(last.activated_at, (SELECT max(last_seen) FROM activation_days d "
-    "WHERE d.mac = r.mac AND d.day = (SELECT max(day) FROM activation_days "
-    "WHERE mac = r.mac))), "
+    f"coalesce(last.activated_at, {last_rolled_contact('r.mac')}), "
     "greatest((SELECT received_at FROM telemetry_chunks c WHERE c.mac = r.mac "
     "AND c.kind = 'events' ORDER BY c.received_at DESC LIMIT 1), "
     "(SELECT received_at FROM telemetry_chunks c WHERE c.mac = r.mac "
