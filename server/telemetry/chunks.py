@@ -17,6 +17,8 @@ from datetime import datetime
 
 import zstandard
 
+from server.telemetry import columns
+
 INGEST_LEVEL = 1      # on the request path: the fastest, and on EVE records as dense as 3
 COMPACT_LEVEL = 9     # full chunks, written once: 11 % smaller than level 1, 8x the CPU
 
@@ -56,11 +58,21 @@ def one_line(raw: bytes) -> bytes:
 
 
 def compress(lines: list[bytes], level: int = INGEST_LEVEL) -> bytes:
-    return zstandard.ZstdCompressor(level=level).compress(b"\n".join(lines) + b"\n")
+    """The records one per line; a chunk written once (COMPACT_LEVEL: a full chunk, a closed
+    day's) laid out by column first (columns.py: 13 % fewer bytes on the benchmark's
+    records, for about 4 times the CPU of the compression alone), since it is never
+    rewritten; the chunks of uploads and the day's remainders, rewritten by the next merge,
+    stay as lines."""
+    text = (columns.encode(lines) if level >= COMPACT_LEVEL
+            else b"\n".join(lines) + b"\n")
+    return zstandard.ZstdCompressor(level=level).compress(text)
 
 
 def decompress(body: bytes) -> list[bytes]:
+    """The records of a chunk of either layout."""
     text = zstandard.ZstdDecompressor().decompress(body)
+    if text.startswith(columns.MAGIC):
+        return columns.decode(text)
     return text.split(b"\n")[:-1]
 
 
