@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
+from unittest.mock import patch
 
 import pytest
 
@@ -121,3 +122,38 @@ async def test_where_a_router_called_from_within_the_window_reads_the_same(setti
         assert (await roll_up_activations(db))["days_rolled"] >= 1
     assert sql.value("SELECT count(*) FROM activation_days WHERE mac = %s", (mac,)) >= 1
     assert addresses() == ["198.51.100.2"]
+
+
+async def test_a_day_rolled_a_router_a_statement_and_cut_short_reads_the_same(settings, sql,
+                                                                              activations):
+    """A day rolled a range of routers a statement (here one router each, and a MAC no
+    longer registered in the open-ended last range); a roll that fails part-way leaves the
+    watermark, so readers read the activations one by one, and the next run finishes it
+    without counting the routers rolled before twice."""
+    gone = "aa:bb:cc:00:19:ff"  # activations of a router removed since
+    first = "aa:bb:cc:00:19:00"  # rolled before the second of MACS, on the oldest day
+    oldest = datetime.now(timezone.utc) - timedelta(days=50)
+    sql.rows("INSERT INTO routers (mac) VALUES (%s)", (first,))
+    for mac, moment in ((gone, oldest), (first, oldest), (MACS[1], oldest)):
+        sql.rows("INSERT INTO activations (mac, activated_at, address) VALUES (%s, %s, NULL)",
+                 (mac, moment))
+    before = reports(settings)
+    sql.rows("ALTER TABLE activation_days ADD CONSTRAINT not_the_second CHECK "
+             f"(mac <> '{MACS[1]}') NOT VALID")
+    async with open_database(settings) as db:
+        with (pytest.raises(Exception, match="not_the_second"),
+              patch("server.db.activation_days.ROUTERS_A_STATEMENT", 1)):
+            await roll_up_activations(db)
+    assert sql.value("SELECT count(*) FROM activation_days WHERE mac = %s", (first,)) == 1
+    assert sql.value("SELECT detail_from::text FROM activation_rollup") == "-infinity"
+    assert reports(settings) == before
+    sql.rows("ALTER TABLE activation_days DROP CONSTRAINT not_the_second")
+    async with open_database(settings) as db:
+        with patch("server.db.activation_days.ROUTERS_A_STATEMENT", 1):
+            detail = await roll_up_activations(db)
+    assert detail["days_rolled"] > 0
+    assert reports(settings) == before
+    kept = sql.value("SELECT count(*) FROM activations")
+    assert sql.value("SELECT sum(activations) FROM activation_days") == \
+        len(activations) + 3 - kept
+    assert sql.value("SELECT activations FROM activation_days WHERE mac = %s", (gone,)) == 1

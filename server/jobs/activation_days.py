@@ -1,6 +1,6 @@
 """The activation-days job: every hour, each UTC day of activations before today rolled up
-into one row per router and address (server/db/activation_days.py: the rows and the
-watermark in one transaction), then that day's partitions of `activations` dropped as
+into one row per router and address (server/db/activation_days.py: the rows 10,000 routers
+a statement, then the watermark), then that day's partitions of `activations` dropped as
 retention drops them (detached concurrently; under retention's lock, so the two never
 detach the same partition at once). Today's stay one row per call. Every reader (the access
 reports, `router-backend status`, the console, generation's addresses a router called
