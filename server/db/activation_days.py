@@ -17,7 +17,6 @@ DETAIL_FROM = "(SELECT detail_from FROM activation_rollup)"
 DETAIL_FROM_READ = "(SELECT greatest(detail_from, '0001-01-01 00:00+00') FROM activation_rollup)"
 
 
-
 def last_rolled_contact(mac: str) -> str:
     """SQL: the newest last call of the router `mac` (a column or a parameter) among the
     rolled days: its newest day found first (partitions read newest first, stopping at the
@@ -33,8 +32,9 @@ _OLDEST_DETAIL = "SELECT min(activated_at) FROM activations WHERE activated_at <
 # rows whole in one statement; then the watermark is moved past it. Readers read the day
 # one by one until then; a roll cut short is done again by the next run, the routers rolled
 # already skipped (their rows conflict). In one statement, a day of 10 million activations
-# (35,000 routers polling every 5 minutes) took 4.7 s: at 200,000 routers it would outlast
-# the statements' timeout (DB_TIMEOUT_SECONDS) and never be rolled.
+# (35,000 routers polling every 5 minutes) took 4.0 s (ops/bench/activation_roll.py): from
+# about 266,000 routers it would outlast the statements' timeout (DB_TIMEOUT_SECONDS) and
+# never be rolled.
 ROUTERS_A_STATEMENT = 10_000
 _BATCH_END = ("SELECT mac FROM routers WHERE %(after)s::macaddr IS NULL OR mac > %(after)s "
               "ORDER BY mac OFFSET %(routers)s - 1 LIMIT 1")

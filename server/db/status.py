@@ -11,8 +11,8 @@ LISTED = 5           # examples shown of routers
 
 # Each router's newest poll, read newest partition first on the primary key (mac,
 # activated_at, id) of activations, stopping at the first row (else the rolled-up days', the
-# newest day first): some 20 µs a router, where counting the
-# distinct routers of a day of activations took 5 times as long (docs/console.md).
+# newest day first): some 20 µs a router, where counting the distinct routers of a day of
+# activations took 5 times as long (docs/console.md).
 ROUTERS_SEEN = f"""
 SELECT count(*),
        count(*) FILTER (WHERE seen > now() - interval '1 hour'),

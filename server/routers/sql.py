@@ -84,9 +84,9 @@ async def from_bucket(cur: psycopg.AsyncCursor, statement: str, params: dict,
     return tuple(row)
 
 
-# A router's last activation: its newest, or (silent since before today, the activations kept
-# one by one) its newest rolled-up day's last one. Its last upload: its newest telemetry chunk of
-# either kind (each read backwards along the key, stopping at the first). Polls, 304s
+# A router's last activation: its newest, or (silent since before today, the activations
+# kept one by one) its newest rolled-up day's last one. Its last upload: its newest telemetry
+# chunk of either kind (each read backwards along the key, stopping at the first). Polls, 304s
 # included, write nothing, so no read can say when a router last polled.
 SUBSCRIPTIONS = (
     "SELECT r.mac::text, r.registered_at, r.registered_by, r.note, "

@@ -1,8 +1,9 @@
 """Telemetry at rest: a router's records kept as received in zstd-compressed chunks, with
 what generation reads summarised per hour. `extract.py` checks one record and reads its
-fields, `chunks.py` encodes and decodes a chunk (`columns.py`: a chunk written once laid out by column, its records cut from their shared skeletons), `summary.py` tallies a body's records into
-the hourly summary rows, `indicators.py` says what a record carries for the hunt (and how
-each value is stored), `writer.py` writes an upload's chunks and summary in one
+fields, `chunks.py` encodes and decodes a chunk (`columns.py`: a chunk written once laid out
+by column, its records cut from their shared skeletons), `summary.py` tallies a body's
+records into the hourly summary rows, `indicators.py` says what a record carries for the
+hunt (and how each value is stored), `writer.py` writes an upload's chunks and summary in one
 transaction as its body streams in (announcing the whole upload with a statement its caller
 names: the hunt's queue), `compaction.py` merges small chunks (the agent's 10-second uploads)
 into large ones, `closed_days.py` gives back the space a closed day's merges left
