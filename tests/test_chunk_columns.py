@@ -11,15 +11,9 @@ import pytest
 import zstandard
 
 from ops.bench.chunk_layout import bodies_of, measure
-from ops.bench.storage import record_stream
+from ops.bench.storage import corpus_lines, record_stream
 from server.telemetry import columns
 from server.telemetry.chunks import COMPACT_LEVEL, INGEST_LEVEL, compress, decompress
-from testkit import CORPUS
-
-
-def corpus_lines() -> list[bytes]:
-    return [line.rstrip(b"\n") for path in sorted((CORPUS / "eve").glob("*.json"))
-            for line in path.read_bytes().splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("size", [500, 1000])
