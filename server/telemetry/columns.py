@@ -5,7 +5,9 @@ router's timestamps, its addresses, its ports) instead of the same keys at every
 the corpus's EVE records 15-20 % fewer bytes at the same level than the records one per line
 (docs/telemetry.md). Nothing of a record is parsed back: a record is cut only where its own
 bytes equal its skeleton's, so joining the pieces gives its bytes exactly, whatever the JSON
-library of the day would write; a record no skeleton cuts is kept whole.
+library of the day would write; a record no skeleton cuts is kept whole. Our own code, since
+the columnar formats that exist (Parquet, Arrow) keep parsed values, not the bytes a router
+sent, which the service keeps as received.
 
 The layout (text lines; no record holds a newline, server/telemetry/chunks.py `one_line`):
 MAGIC; "<records> <shapes>"; each shape as "<pieces>" and its pieces, one a line; the shape
