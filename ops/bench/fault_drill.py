@@ -257,43 +257,43 @@ async def fault_drill(directory: Path, routers: int = 300, rounds: int = 3,
     if db_timeout is not None:
         settings["DB_TIMEOUT_SECONDS"] = str(db_timeout)
     server = ServerRunner(via_proxy, directory, **settings)
-    await asyncio.to_thread(server.start)
-    fleet = Fleet([server.url], routers, pause_seconds=2.0, request_timeout=60)
-    sender = Notifications(server.url)
-    probe = StaleProbe(server.url, db.location)
-    running = [asyncio.create_task(fleet.run(seconds=24 * 3600)),
-               asyncio.create_task(sender.run()), asyncio.create_task(probe.run())]
     try:
-        await wait_regenerated(db.location, 0, routers, timeout=300)
-        await asyncio.sleep(5)  # every router polls its first payloads
-        first_etags = {router.mac: router.etags["/rules/ids"] for router in fleet.routers
-                       if "/rules/ids" in router.etags}
-        faults = {"terminate": lambda: terminate_connections(db.location, terminate_seconds),
-                  "restart": lambda: restart_database(db),
-                  "cut": lambda: cut_network(proxy, cut_seconds)}
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-            for number in range(rounds):
-                for name, fault in faults.items():
-                    probe.fault_started()
-                    outcome = await fault()
-                    if name == "terminate":
-                        result.terminated += outcome
-                    result.recovery.setdefault(name, []).append(
-                        await answers_again(session, server.url, time.monotonic()))
-                    probe.fault_ended()
-                    await asyncio.sleep(settle_seconds)
-                if number == 0:
-                    await asyncio.to_thread(disable_rule_fleet_wide, db.location, directory)
-        last_fault = time.time()
-        result.regenerated = await wait_regenerated(db.location, last_fault, routers,
-                                                    timeout=max(120, 3 * interval))
-        await asyncio.sleep(2)  # the last notifications go out, retries included
-    finally:
-        fleet.stop()
-        sender.stop()
-        probe.stop()
-        ledger, _, result.probe = await asyncio.gather(*running)
-    try:
+        await asyncio.to_thread(server.start)
+        fleet = Fleet([server.url], routers, pause_seconds=2.0, request_timeout=60)
+        sender = Notifications(server.url)
+        probe = StaleProbe(server.url, db.location)
+        running = [asyncio.create_task(fleet.run(seconds=24 * 3600)),
+                   asyncio.create_task(sender.run()), asyncio.create_task(probe.run())]
+        try:
+            await wait_regenerated(db.location, 0, routers, timeout=300)
+            await asyncio.sleep(5)  # every router polls its first payloads
+            first_etags = {router.mac: router.etags["/rules/ids"] for router in fleet.routers
+                           if "/rules/ids" in router.etags}
+            faults = {"terminate": lambda: terminate_connections(db.location, terminate_seconds),
+                      "restart": lambda: restart_database(db),
+                      "cut": lambda: cut_network(proxy, cut_seconds)}
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+                for number in range(rounds):
+                    for name, fault in faults.items():
+                        probe.fault_started()
+                        outcome = await fault()
+                        if name == "terminate":
+                            result.terminated += outcome
+                        result.recovery.setdefault(name, []).append(
+                            await answers_again(session, server.url, time.monotonic()))
+                        probe.fault_ended()
+                        await asyncio.sleep(settle_seconds)
+                    if number == 0:
+                        await asyncio.to_thread(disable_rule_fleet_wide, db.location, directory)
+            last_fault = time.time()
+            result.regenerated = await wait_regenerated(db.location, last_fault, routers,
+                                                        timeout=max(120, 3 * interval))
+            await asyncio.sleep(2)  # the last notifications go out, retries included
+        finally:
+            fleet.stop()
+            sender.stop()
+            probe.stop()
+            ledger, _, result.probe = await asyncio.gather(*running)
         result.still_failing = (await asyncio.to_thread(
             Sql(db.location).value,
             "SELECT count(*) FROM generation_queue WHERE attempts > 0"))
