@@ -212,11 +212,11 @@ COMMANDS = {"serve": serve, "migrate": migrate, "dbshell": dbshell, "retention":
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, extra = build_parser().parse_known_args(argv)
-    if extra and args.command != "dbshell" and getattr(args, "action", None) != "sql":
-        build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
-    args.psql_args = extra
-    try:
+    try:  # the parser too: Ctrl-C reached it while it was being built (CI, stop 74)
+        args, extra = build_parser().parse_known_args(argv)
+        if extra and args.command != "dbshell" and getattr(args, "action", None) != "sql":
+            build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
+        args.psql_args = extra
         settings = load_settings()
         configure_logging(settings.log_config)
         for warning in unrecognised_settings():

@@ -1,6 +1,6 @@
 """The `router-backend` command's entry point: Ctrl-C while the program is still loading its
-modules ends it with one line, as Ctrl-C later on does (ops/cli.py), instead of a traceback
-of whichever import was under way."""
+modules or building its parser ends it with one line, as Ctrl-C later on does (ops/cli.py),
+instead of a traceback of whichever import or call was under way."""
 
 import sys
 
@@ -8,7 +8,7 @@ import sys
 def main() -> int:
     try:
         from ops.cli import main as cli_main
+        return cli_main()
     except KeyboardInterrupt:
         print("router-backend: interrupted", file=sys.stderr)
         return 130
-    return cli_main()
