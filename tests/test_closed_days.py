@@ -16,7 +16,7 @@ from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.hunt.indexer import index_pending
 from server.hunt.sql import UNREAD_UPLOAD
-from server.telemetry import closed_days
+from server.telemetry import closed_days, compaction
 from server.telemetry.compaction import compact
 from server.telemetry.export import stored_records
 from testkit.database import partitions_for_history
@@ -195,3 +195,54 @@ def test_wasteful_is_measured_against_the_rows_written_afresh():
     assert closed_days.wasteful(int(afresh * 2), rows, bodies)
     assert not closed_days.wasteful(16_384, 0, 0)          # an empty day: its index's pages
     assert not closed_days.wasteful(900_000, 10, 300_000)  # little to give back
+
+
+async def test_a_closed_days_routers_are_merged_in_lanes_and_a_failed_lane_stops_the_run(
+        client, sql, settings, monkeypatch):
+    """More routers than lanes: at most MERGES_AT_ONCE merge at once, each router's day one
+    chunk afterwards. A lane that fails stops the others; the run raises its own error, not
+    a group of them, and every router's records stay as they were for the next run."""
+    macs = [f"aa:bb:cc:00:59:{n:02x}" for n in range(16, 16 + 2 * compaction.MERGES_AT_ONCE)]
+    partition = todays_partition(sql)
+    for n in range(3):
+        for mac in macs:
+            response = await client.post("/log/cfm", headers={**NDJSON, "X-ID": mac},
+                                         data=record(2 * n) + b"\n" + record(2 * n + 1))
+            assert response.status == 200, await response.text()
+    kept = {mac: records_of(sql, mac) for mac in macs}
+    merge, recut = compaction._merge, compaction._recut
+    running, most = 0, 0
+
+    async def counted_merge(*args, **kwargs):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            return await merge(*args, **kwargs)
+        finally:
+            running -= 1
+
+    cuts = 0
+
+    def recut_failing_for_one(taken, *args):
+        nonlocal cuts
+        cuts += 1
+        if cuts == 3:   # one router's, while other lanes merge theirs
+            raise RuntimeError("this router's chunks cannot be cut")
+        return recut(taken, *args)
+
+    monkeypatch.setattr(compaction, "_merge", counted_merge)
+    async with open_database(settings) as db:
+        await index_pending(db, 20_000)
+        monkeypatch.setattr(compaction, "_recut", recut_failing_for_one)
+        with pytest.raises(RuntimeError, match="cannot be cut"):
+            await closing_run(db, partition)
+        assert {mac: records_of(sql, mac) for mac in macs} == kept
+        monkeypatch.setattr(compaction, "_recut", recut)
+        most = 0
+        await closing_run(db, partition)
+    assert 1 < most <= compaction.MERGES_AT_ONCE
+    assert {mac: records_of(sql, mac) for mac in macs} == kept
+    assert sql.rows("SELECT mac::text, count(*), sum(records) FROM telemetry_chunks "
+                    "WHERE mac = ANY(%s::macaddr[]) GROUP BY mac ORDER BY mac", (macs,)) == \
+        [(mac, 1, 6) for mac in macs]
