@@ -3,7 +3,7 @@ zstd, and the uploads they came in (each upload's receive time and record count,
 first), so every record keeps its own receive time through merges.
 
 zstd rather than PostgreSQL's TOAST compression: on the corpus's EVE records a chunk of 200
-takes about 50 bytes a record with zstd (level 1), 38 in chunks of 1,000 (level 9),
+takes about 50 bytes a record with zstd (level 1), 38 in chunks of 1,000 (level 9, as lines),
 against 123 with TOAST's lz4 and 159 with pglz (docs/telemetry.md); PostgreSQL cannot
 decompress it, so records are read back through this module (export, and
 `router-backend telemetry sql`).
@@ -20,7 +20,11 @@ import zstandard
 from server.telemetry import columns
 
 INGEST_LEVEL = 1      # on the request path: the fastest, and on EVE records as dense as 3
-COMPACT_LEVEL = 9     # full chunks, written once: 11 % smaller than level 1, 8x the CPU
+# Full chunks and a closed day's, written once by the compaction job: laid out by column,
+# level 15 (zstd's first optimal-parsing level) takes 15 % fewer bytes than 9 on the storage
+# benchmark's records (28.1 against 33.0 a record; 11 % on the corpus's) for 12 us a record
+# more, once; 16 and beyond take no fewer (python -m ops.bench.chunk_layout --levels).
+COMPACT_LEVEL = 15
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,10 @@ def one_line(raw: bytes) -> bytes:
 
 def compress(lines: list[bytes], level: int = INGEST_LEVEL) -> bytes:
     """The records one per line; a chunk written once (COMPACT_LEVEL: a full chunk, a closed
-    day's) laid out by column first (columns.py: 14 % fewer bytes on the benchmark's
-    records, for 3 times the CPU of the compression alone), since it is never
-    rewritten; the chunks of uploads and the day's remainders, rewritten by the next merge,
-    stay as lines."""
+    day's) laid out by column first (columns.py: 25 % fewer bytes than lines at the same
+    level on the benchmark's records, for twice the CPU), since it is never rewritten;
+    the chunks of uploads and the day's remainders, rewritten by the next merge, stay as
+    lines."""
     text = (columns.encode(lines) if level >= COMPACT_LEVEL
             else b"\n".join(lines) + b"\n")
     return zstandard.ZstdCompressor(level=level).compress(text)
