@@ -45,9 +45,10 @@ FLEET_WINDOW = timedelta(hours=24)   # FLEET_WINDOW_HOURS's default
 SUMMARY_SETTLE = timedelta(minutes=5)
 CHUNKS_PER_MERGE = 2_000      # small chunks taken by one transaction at most
 PAUSE_SECONDS = 0.01          # between transactions: lets ingestion's statements through
-# A closed day's routers merged at once: its chunks are written once at COMPACT_LEVEL (about
-# 30 us a record with the column layout), a day of 440,000 routers about 3.6 hours of one
-# core; zstd lets go of the GIL, so lanes spread that part over cores.
+# A closed day's routers merged at once: its chunks are written once at COMPACT_LEVEL (24 us
+# a record with the column layout; the first run after a day of 440,000 routers took 5.7
+# hours in one lane on 2 cores, ops/bench/closing_run.py); zstd lets go of the GIL, so the
+# lanes spread its part over cores (3.3 hours there).
 MERGES_AT_ONCE = 4
 
 
