@@ -25,9 +25,11 @@ packed into a row a day (summary_days.py).
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from server.background import pause, raise_if_cancelled
 from server.telemetry.sql import INSERT_CHUNK, SMALL_CHUNK_GROUPS, TAKE_SMALL_CHUNKS
 from server.db.citus import distributed_tables
 from server.db.partitions import LIST_PARTITIONS, Partition, partitions_from_rows
@@ -37,6 +39,8 @@ from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compres
 from server.telemetry.closed_days import rewrite_if_wasteful
 from server.telemetry.summary_days import pack_summary_days
 from server.telemetry.legacy import move_legacy_rows
+
+log = logging.getLogger("router_backend.jobs")
 
 RECENT = timedelta(days=2)
 FLEET_WINDOW = timedelta(hours=24)   # FLEET_WINDOW_HOURS's default
@@ -109,22 +113,37 @@ async def _merge_groups(db: Database, take: str, bounds: dict, groups: list[tupl
                         lanes: int) -> None:
     """Merge each (mac, kind) of `groups` to its end, `lanes` routers at a time: a closed
     partition's MERGES_AT_ONCE (their compression in threads, zstd without the GIL), an
-    open one's one (its merges are cheap and share the database with the day's uploads)."""
+    open one's one (its merges are cheap and share the database with the day's uploads).
+    The first lane that fails stops the others and its error is raised; what the others
+    committed stays merged."""
     pending = iter(groups)
 
     async def merge_in_turn() -> None:
         for mac, kind, _ in pending:   # one iterator: each group taken by one lane
+            raise_if_cancelled()       # a cancellation a statement dropped (see `pause`)
             while await _merge(db, take, {**bounds, "mac": mac, "kind": kind,
                                           "chunks": CHUNKS_PER_MERGE},
                                chunk_records, report, closed):
-                await asyncio.sleep(PAUSE_SECONDS)
+                await pause(PAUSE_SECONDS)
 
+    if lanes == 1:
+        return await merge_in_turn()
+    # Plain tasks, not a TaskGroup: on Python 3.11 a TaskGroup whose task fails leaves the
+    # job's own task marked as cancelled (CPython gh-116720), and the job loop's next pause
+    # would end it.
+    tasks = [asyncio.create_task(merge_in_turn()) for _ in range(lanes)]
     try:
-        async with asyncio.TaskGroup() as group:   # a failure cancels the other lanes
-            for _ in range(lanes):
-                group.create_task(merge_in_turn())
-    except ExceptionGroup as failed:   # the job reports its first cause, as one lane would
-        raise failed.exceptions[0] from None
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+    failed = [error for task in tasks
+              if not task.cancelled() and (error := task.exception()) is not None]
+    for other in failed[1:]:
+        log.error("telemetry compaction: another lane failed too", exc_info=other)
+    if failed:
+        raise failed[0]
 
 
 class _Alone(Exception):
