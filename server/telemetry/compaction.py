@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -50,9 +51,9 @@ SUMMARY_SETTLE = timedelta(minutes=5)
 CHUNKS_PER_MERGE = 2_000      # small chunks taken by one transaction at most
 PAUSE_SECONDS = 0.01          # between transactions: lets ingestion's statements through
 # A closed day's routers merged at once: its chunks are written once at COMPACT_LEVEL (24 us
-# a record with the column layout; the first run after a day of 440,000 routers took 5.7
-# hours in one lane on 2 cores, ops/bench/closing_run.py); zstd lets go of the GIL, so the
-# lanes spread its part over cores (3.3 hours there).
+# a record with the column layout; the first run after a day of 440,000 routers would take
+# 3.9 hours in one lane on 2 cores, ops/bench/closing_run.py); zstd lets go of the GIL, so
+# the lanes spread its part over cores (2.8 hours there).
 MERGES_AT_ONCE = 4
 
 
@@ -118,26 +119,30 @@ async def _merge_groups(db: Database, take: str, bounds: dict, groups: list[tupl
     committed stays merged."""
     pending = iter(groups)
 
-    async def merge_in_turn() -> None:
+    async def merge_in_turn(threads: Executor | None) -> None:
         for mac, kind, _ in pending:   # one iterator: each group taken by one lane
             raise_if_cancelled()       # a cancellation a statement dropped (see `pause`)
             while await _merge(db, take, {**bounds, "mac": mac, "kind": kind,
                                           "chunks": CHUNKS_PER_MERGE},
-                               chunk_records, report, closed):
+                               chunk_records, report, closed, threads):
                 await pause(PAUSE_SECONDS)
 
     if lanes == 1:
-        return await merge_in_turn()
+        return await merge_in_turn(None)
+    # Threads of their own: in a lone process (HTTP_WORKERS=1) the uploads bind their large
+    # writes on the default executor's few threads, which the lanes would otherwise fill.
     # Plain tasks, not a TaskGroup: on Python 3.11 a TaskGroup whose task fails leaves the
     # job's own task marked as cancelled (CPython gh-116720), and the job loop's next pause
     # would end it.
-    tasks = [asyncio.create_task(merge_in_turn()) for _ in range(lanes)]
+    threads = ThreadPoolExecutor(lanes, thread_name_prefix="compaction")
+    tasks = [asyncio.create_task(merge_in_turn(threads)) for _ in range(lanes)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks)
+        threads.shutdown(wait=False)   # a cut still running ends on its own, unused
     failed = [error for task in tasks
               if not task.cancelled() and (error := task.exception()) is not None]
     for other in failed[1:]:
@@ -151,7 +156,8 @@ class _Alone(Exception):
 
 
 async def _merge(db: Database, take: str, params: dict, chunk_records: int,
-                 report: CompactionReport, closed: bool) -> bool:
+                 report: CompactionReport, closed: bool, threads: Executor | None = None
+                 ) -> bool:
     """One transaction; whether it took a full batch (more may be waiting). `closed`: the
     partition takes no more uploads."""
     try:
@@ -160,7 +166,8 @@ async def _merge(db: Database, take: str, params: dict, chunk_records: int,
             taken = sorted(await cur.fetchall(), key=lambda row: (row[0], row[1]))
             if len(taken) < 2:
                 raise _Alone
-            pieces = await asyncio.to_thread(_recut, taken, chunk_records, closed)
+            pieces = await asyncio.get_running_loop().run_in_executor(
+                threads, _recut, taken, chunk_records, closed)
             for piece, body in pieces:
                 await execute(cur, INSERT_CHUNK,
                               {"mac": params["mac"], "kind": params["kind"],
