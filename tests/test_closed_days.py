@@ -201,9 +201,10 @@ def test_wasteful_is_measured_against_the_rows_written_afresh():
 
 async def test_a_closed_days_routers_are_merged_in_lanes_and_a_failed_lane_stops_the_run(
         client, sql, settings, monkeypatch):
-    """Four times more routers than lanes: at most MERGES_AT_ONCE merge at once, each router's day one
-    chunk afterwards. A lane that fails stops the others; the run raises its own error, not
-    a group of them, and every router's records stay as they were for the next run."""
+    """Four times more routers than lanes: at most MERGES_AT_ONCE merge at once, each
+    router's day one chunk afterwards. A lane that fails stops the others; the run raises
+    its own error, not a group of them, and every router's records stay as they were for
+    the next run."""
     macs = [f"aa:bb:cc:00:59:{n:02x}" for n in range(16, 16 + 4 * compaction.MERGES_AT_ONCE)]
     partition = todays_partition(sql)
     for n in range(3):
