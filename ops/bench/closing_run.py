@@ -22,8 +22,8 @@ import sys
 import time
 from datetime import timedelta
 
-from ops.bench.storage import (AGENT_RECORDS_A_DAY, _write, first_day_partition,
-                               record_stream)
+from ops.bench.storage import (AGENT_RECORDS_A_DAY, first_day_partition, record_stream,
+                               write_upload)
 from server.db.connect import connect
 from server.db.pool import Database
 from server.hunt.indexer import index_pending
@@ -62,7 +62,8 @@ async def _closing_run(location, uploads: list, lanes: int) -> float:
     db = await Database.open(location, 1, 8, 120)
     try:
         for n, upload in enumerate(uploads):
-            await _write(db, day.start + timedelta(seconds=1 + n % 80_000), upload)
+            await write_upload(db, day.start + timedelta(seconds=1 + n % 80_000),
+                               upload)
         await index_pending(db, POSTINGS_PER_ROUTER_DAY)
         started = time.perf_counter()
         await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True,

@@ -308,7 +308,7 @@ async def _store_a_day(location, timed: list, day: Partition, cur, empty: dict[s
             while received_at >= run_at:
                 await _job(db, cur, run_at)
                 run_at += period
-            await _write(db, received_at, upload)
+            await write_upload(db, received_at, upload)
         still_open = await asyncio.to_thread(growth, cur, empty)
         rewrites = await _job(db, cur, max(day.end + period, run_at))  # past SUMMARY_SETTLE
         closed = await asyncio.to_thread(growth, cur, empty)
@@ -319,7 +319,9 @@ async def _store_a_day(location, timed: list, day: Partition, cur, empty: dict[s
         await db.close()
 
 
-async def _write(db: Database, received_at: datetime, upload: tuple[str, str, list]) -> None:
+async def write_upload(db: Database, received_at: datetime,
+                       upload: tuple[str, str, list]) -> None:
+    """One upload (mac, kind, lines) through the service's writer, received at `received_at`."""
     mac, kind, lines = upload
     async with TelemetryWriter(db, mac, kind, received_at, 2_000,
                                announce=PendingUpload()) as writer:
@@ -357,7 +359,7 @@ async def _store(location, timed: list, rounds: int, cur=None) -> None:
     try:
         for first in range(0, len(timed), part) if timed else ():
             for received_at, upload in timed[first:first + part]:
-                await _write(db, received_at, upload)
+                await write_upload(db, received_at, upload)
             if rounds > 1:
                 await _job(db, cur)
         if not timed:
