@@ -140,7 +140,9 @@ async def _compact(settings: Settings, args: argparse.Namespace, db: Database) -
                  if packed["partitions_deferred"] else "")
               + (f", {packed['routers_left_as_rows']} router-days too large for one row "
                  f"left as rows in {', '.join(packed['partitions_kept'])}"
-                 if packed["routers_left_as_rows"] else ""))
+                 if packed["routers_left_as_rows"] else "")
+              + (f"; the open day's settled hours: {packed['open_day']['router_days']} "
+                 "router-days packed" if "open_day" in packed else ""))
     return 0
 
 

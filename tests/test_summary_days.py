@@ -150,7 +150,7 @@ async def test_a_day_packed_and_still_rows_is_counted_once(summaries, sql, setti
         assert {mac: reads(sql, mac) for mac in MACS} == before
         monkeypatch.undo()
         second = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
-    for packed in second.summary_days.values():
+    for packed in (second.summary_days["flows"], second.summary_days["alerts"]):
         assert packed["router_days"] == 0 and packed["partitions_dropped"]
     assert {mac: reads(sql, mac) for mac in MACS} == before
 
@@ -178,7 +178,8 @@ async def test_a_day_is_packed_once_settled_and_its_alerts_once_past_the_fleet(
                                        now=midnight + timedelta(hours=25))
     assert settled.summary_days["flows"] == {
         "partitions_dropped": [name("telemetry_flows", yesterday)], "router_days": 2,
-        "partitions_deferred": [], "partitions_kept": [], "routers_left_as_rows": 0}
+        "partitions_deferred": [], "partitions_kept": [], "routers_left_as_rows": 0,
+        "open_day": {"router_days": 0, "routers_left_as_rows": 0}}   # settled at midnight
     assert name("telemetry_alerts", yesterday) not in \
         fleet_reads_it.summary_days["alerts"]["partitions_dropped"]
     assert past_the_fleet.summary_days["alerts"] == {
@@ -213,8 +214,8 @@ async def test_retention_keeps_a_packed_day_while_any_of_its_hours_is(summaries,
 
 async def test_rolled_back_the_packed_days_are_hourly_rows_again(summaries, sql, settings,
                                                                  distributed):
-    """Migrations 0036 and 0035 rolled back: every packed entry an hourly row again, in
-    partitions made again for the days whose partitions the packing dropped."""
+    """Migrations 0037, 0036 and 0035 rolled back: every packed entry an hourly row again,
+    in partitions made again for the days whose partitions the packing dropped."""
     if distributed:
         pytest.skip("migrations are rolled back on one server (tests/conftest.py "
                     "single_server_database): the Citus mode distributes after them")
@@ -230,7 +231,10 @@ async def test_rolled_back_the_packed_days_are_hourly_rows_again(summaries, sql,
     before = rows()
     async with open_database(settings) as db:
         await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
-    assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 20
+    # Today's settled hours packed in part too (none at midnight's hour).
+    in_part = 2 if now.hour else 0
+    assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 20 + in_part
+    assert sql.value("SELECT count(*) FROM telemetry_flow_days WHERE through < 24") == in_part
     migrate(sql.location, "0035.telemetry-flow-days", "rollback")
     assert rows() == before
 
@@ -285,3 +289,58 @@ async def test_a_router_day_too_large_for_one_row_stays_as_rows_with_its_partiti
     assert sql.value("SELECT count(*) FROM telemetry_flow_days WHERE mac = %s",
                      (hostile,)) == 0
     assert {mac: reads(sql, mac) for mac in (*MACS, hostile)} == before
+
+
+def packed_through(sql, day: datetime) -> list:
+    return sql.rows("SELECT mac::text, through FROM telemetry_flow_days WHERE day = %s "
+                    "ORDER BY 1", (day,))
+
+
+async def test_the_open_days_flows_are_packed_as_its_hours_settle(summaries, sql, settings,
+                                                                  monkeypatch):
+    """Yesterday taken as the open day (whatever the hour of the run): its flows packed up
+    to 14:00, then to 20:00, then the rest once it closed; each router's rows of the hours
+    packed deleted, the later hours' left as rows; every reader reads the same throughout.
+    A router with too many rows stays as rows."""
+    now = summaries
+    monkeypatch.setattr(summary_days, "ROWS_A_ROUTER", 500)   # the others make 336 a day
+    hostile = "aa:bb:cc:00:59:66"
+    yesterday = today(now) - timedelta(days=1)
+    with connect(sql.location) as conn:
+        conn.cursor().executemany(ADD_FLOW, [
+            (hostile, yesterday + timedelta(hours=hour), None, port, 1)
+            for hour in range(24) for port in range(1, 31)])            # 720 rows
+    routers = (*MACS, hostile)
+    before = {mac: reads(sql, mac) for mac in routers}
+    async with open_database(settings) as db:
+        for hour in (14, 20):
+            at = yesterday + timedelta(hours=hour, minutes=7)
+            report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=at)
+            assert report.summary_days["flows"]["open_day"] == {"router_days": 2,
+                                                                "routers_left_as_rows": 1}
+            assert packed_through(sql, yesterday) == [(mac, hour) for mac in MACS]
+            assert hourly_rows(sql, "telemetry_flows", yesterday,   # the hostile router's
+                               yesterday + timedelta(hours=hour)) == 30 * hour
+            assert hourly_rows(sql, "telemetry_flows", yesterday + timedelta(hours=hour),
+                               today(now)) == (24 - hour) * (2 * 14 + 30)
+            assert {mac: reads(sql, mac) for mac in routers} == before
+        again = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=at)
+        assert again.summary_days["flows"]["open_day"]["router_days"] == 0
+        closed = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
+    assert closed.summary_days["flows"]["routers_left_as_rows"] == 1
+    assert packed_through(sql, yesterday) == [(mac, 24) for mac in MACS]
+    assert {mac: reads(sql, mac) for mac in routers} == before
+
+
+async def test_a_pack_of_open_hours_that_fails_moves_nothing(summaries, sql, settings):
+    """The packed row and the deletion of its rows are one transaction."""
+    now = summaries
+    yesterday = today(now) - timedelta(days=1)
+    rows = hourly_rows(sql, "telemetry_flows", yesterday, today(now))
+    failing = summary_days.Summaries("telemetry_flows", summary_days.FLOWS.pack,
+                                     "SELECT 1 / 0")
+    async with open_database(settings) as db:
+        with pytest.raises(Exception, match="division by zero"):
+            await summary_days.pack_open_hours(db, failing, yesterday + timedelta(hours=9))
+    assert hourly_rows(sql, "telemetry_flows", yesterday, today(now)) == rows
+    assert sql.value("SELECT count(*) FROM telemetry_flow_days") == 0

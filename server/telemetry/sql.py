@@ -100,10 +100,10 @@ RETURNING mac::text, received_at, id, record::text"""
 _IN_WINDOW = "{hour} > now() - {window} - interval '1 hour' AND {hour} <= now()"
 HOURS_IN_WINDOW = _IN_WINDOW.format(hour="hour", window="%(window)s")
 
-# A closed day partition's summary rows packed (server/telemetry/summary_days.py): its
-# routers and their rows, a page at a time, in MAC order along the index its key leads
-# (ordered by the column, not by its text): each statement reads only its page's rows,
-# whatever the day's size (DB_TIMEOUT_SECONDS bounds each).
+# A day partition's summary rows packed (server/telemetry/summary_days.py): its routers
+# and their rows, a page at a time, in MAC order along the index its key leads (ordered by
+# the column, not by its text): each statement reads only its page's rows, whatever the
+# day's size (DB_TIMEOUT_SECONDS bounds each).
 PARTITION_ROUTERS = """SELECT mac::text AS router, count(*) FROM {partition}
 WHERE %(first)s OR mac > %(after)s::macaddr
 GROUP BY mac ORDER BY mac LIMIT %(routers)s"""
@@ -121,12 +121,31 @@ def _arrays(columns: tuple[str, ...], order: str) -> str:
     return ",\n    ".join(f"array_agg({column} ORDER BY {order})" for column in columns)
 
 
-PACK_FLOW_DAYS = f"""INSERT INTO telemetry_flow_days (mac, day, hours, app_protos, dest_ports,
-    flows)
-SELECT mac, %(day)s,
-    {_arrays((_HOUR_OF_DAY, "app_proto", "dest_port", "flows"),
-             "hour, app_proto, dest_port")}
-{_DAY_ROWS.format(table="telemetry_flows")}"""
+# Flows are packed as the day's hours settle too (migration 0037): the hours from the
+# router-day's `through` (none packed: 0) to %(through)s, an hour count, appended to its
+# packed row, or its first; a day packed as far already is left as it is. The same
+# statement packs a closed day (%(through)s 24). Then, in the same transaction, the rows
+# packed are deleted (a closed day's are dropped with their partition instead).
+_FLOW_ENTRIES = ("app_protos", "dest_ports", "flows")
+PACK_FLOW_HOURS = f"""INSERT INTO telemetry_flow_days AS d (mac, day, hours, app_protos,
+    dest_ports, flows, through)
+SELECT r.mac, %(day)s,
+    {_arrays((_HOUR_OF_DAY.replace("hour", "r.hour"), "r.app_proto", "r.dest_port",
+              "r.flows"), "r.hour, r.app_proto, r.dest_port")},
+    %(through)s
+FROM telemetry_flows r LEFT JOIN telemetry_flow_days p ON p.mac = r.mac AND p.day = %(day)s
+WHERE r.mac = ANY(%(macs)s::macaddr[]) AND r.hour >= %(day)s
+  AND r.hour >= %(day)s + coalesce(p.through, 0) * interval '1 hour'
+  AND r.hour < %(day)s + %(through)s * interval '1 hour'
+GROUP BY r.mac
+ON CONFLICT (mac, day) DO UPDATE SET
+    hours = d.hours || excluded.hours,
+    {", ".join(f"{name} = d.{name} || excluded.{name}" for name in _FLOW_ENTRIES)},
+    through = excluded.through
+WHERE d.through < excluded.through"""
+DELETE_PACKED_FLOWS = """DELETE FROM telemetry_flows r USING telemetry_flow_days d
+WHERE r.mac = ANY(%(macs)s::macaddr[]) AND d.mac = r.mac AND d.day = %(day)s
+  AND r.hour >= %(day)s AND r.hour < %(day)s + d.through * interval '1 hour'"""
 PACK_ALERT_DAYS = f"""INSERT INTO telemetry_alert_days (mac, day, hours, src_ips, dest_ips,
     signature_ids, severities, alerts, last_seen, flow_ids, networks)
 SELECT mac, %(day)s,
@@ -137,15 +156,17 @@ SELECT mac, %(day)s,
 
 # A router's summary rows of a window (%(mac)s; `window`, an interval: %(window)s by
 # default): the rows of the days not packed, and the packed days' entries hour by hour
-# alike. A day found packed is read packed only (its rows may not be dropped yet).
+# alike. A day found packed is read packed only (its rows may not be dropped yet), up to
+# the hour it is packed `through` (of the day's start), if packed in part.
 def _in_window(table: str, columns: str, packed: str, arrays: str, entries: str,
-               entry_columns: str, window: str) -> str:
+               entry_columns: str, window: str, through: str = "") -> str:
     days = (f"d.mac = %(mac)s AND d.day > now() - {window} - interval '1 day 1 hour' "
             "AND d.day <= now()")
+    packed_hour = f" AND r.hour < d.day + {through}" if through else ""
     return f"""(SELECT {columns} FROM {table} r
   WHERE mac = %(mac)s AND {_IN_WINDOW.format(hour="r.hour", window=window)}
     AND NOT EXISTS (SELECT 1 FROM {packed} d WHERE {days}
-                    AND d.day = date_trunc('day', r.hour, 'UTC'))
+                    AND d.day = date_trunc('day', r.hour, 'UTC'){packed_hour})
  UNION ALL
  SELECT {entry_columns} FROM {packed} d, unnest({arrays}) AS e({entries})
  WHERE {days} AND (d.day > now() - {window} - interval '1 hour'
@@ -170,5 +191,5 @@ def alerts_in_window(window: str = "%(window)s") -> str:
 FLOWS_IN_WINDOW = _in_window(
     "telemetry_flows", "app_proto, dest_port, flows", "telemetry_flow_days",
     "d.hours, d.app_protos, d.dest_ports, d.flows", "h, app_proto, dest_port, flows",
-    "e.app_proto, e.dest_port, e.flows", "%(window)s")
+    "e.app_proto, e.dest_port, e.flows", "%(window)s", "d.through * interval '1 hour'")
 ALERTS_IN_WINDOW = alerts_in_window()

@@ -13,13 +13,20 @@ is dropped (detached as retention detaches: server/db/detach.py), which gives it
 back at once; deleting the rows would have left the heap to vacuum and the indexes' pages
 for good.
 
+The open day's flows are packed too, as its hours settle: each run appends the hours
+settled since the last to the router-day's packed row (its `through`, migration 0037) and
+deletes their rows in the same transaction, so that the day's flow rows are only the last
+hour or so (at the agent's cadence they took 110 bytes a record by the end of the day); the
+day is then closed as any other. The open day's alerts stay rows: the fleet job reads them.
+
 Generation and the console's router page read the packed rows with the rows of the days not
 packed (server/telemetry/sql.py FLOWS_IN_WINDOW, alerts_in_window), the same values hour by
-hour, and skip a router's rows of a day they find packed: a crash between the packing and the drop counts
-nothing twice, and the next run packs what is left (a day packed already is kept as it
-is) and drops the partition. The fleet job reads the alert rows of FLEET_WINDOW_HOURS across
-the fleet as rows: alerts are packed only once the day is past that window too. The legacy
-partitions (migration 0018's, the days before it) are left to retention.
+hour, and skip a router's rows of a day they find packed (up to its `through`): a crash
+between the packing and the drop counts nothing twice, and the next run packs what is left
+(a day packed already is kept as it is) and drops the partition. The fleet job reads the
+alert rows of FLEET_WINDOW_HOURS across the fleet as rows: alerts are packed only once the
+day is past that window too. The legacy partitions (migration 0018's, the days before it)
+are left to retention.
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ from datetime import datetime, timedelta
 from server.db import jobs as ledger
 from server.db.detach import drop_partitions
 from server.db.partitions import LIST_PARTITIONS, Partition, partitions_from_rows
-from server.db.pool import Database
-from server.telemetry.sql import PACK_ALERT_DAYS, PACK_FLOW_DAYS, PARTITION_ROUTERS
+from server.db.pool import Database, execute
+from server.telemetry.sql import (DELETE_PACKED_FLOWS, PACK_ALERT_DAYS, PACK_FLOW_HOURS,
+                                  PARTITION_ROUTERS)
 
 DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
 ROUTERS_A_PAGE = 1_000     # routers listed by one statement
 ROWS_A_STATEMENT = 100_000  # about 200 routers' days at the agent's cadence; a router
                            # sending more (a hostile one: any port, any hour) goes alone
@@ -48,10 +57,14 @@ PAUSE_SECONDS = 0.01        # between statements: lets ingestion's statements th
 @dataclass(frozen=True)
 class Summaries:
     table: str        # the hourly rows' table
-    pack: str         # the statement packing some routers' rows of a day (%(macs)s, %(day)s)
+    # the statement packing some routers' rows of a day (%(macs)s, %(day)s, %(end)s; its
+    # hours before %(through)s, where a day can be packed in part)
+    pack: str
+    # the statement deleting the rows a pack of an open day moved; None: packed once closed
+    packed_rows: str | None = None
 
 
-FLOWS = Summaries("telemetry_flows", PACK_FLOW_DAYS)
+FLOWS = Summaries("telemetry_flows", PACK_FLOW_HOURS, DELETE_PACKED_FLOWS)
 ALERTS = Summaries("telemetry_alerts", PACK_ALERT_DAYS)
 
 
@@ -59,11 +72,13 @@ async def pack_summary_days(db: Database, now: datetime, settle: timedelta,
                             fleet_window: timedelta) -> dict:
     """Pack the hourly summaries' day partitions that ended `settle` before `now` (the
     alerts' also before the fleet job's window, `fleet_window` and the hour it counts
-    besides); for each table, what `pack_days` did."""
+    besides), and the open day's settled hours of flows; for each table, what `pack_days`
+    did (the flows' `open_day`: what `pack_open_hours` did)."""
     settled = now - settle
-    return {"flows": await pack_days(db, FLOWS, settled),
-            "alerts": await pack_days(db, ALERTS, min(
-                settled, now - fleet_window - timedelta(hours=1)))}
+    flows = await pack_days(db, FLOWS, settled)
+    flows["open_day"] = await pack_open_hours(db, FLOWS, settled)
+    return {"flows": flows, "alerts": await pack_days(db, ALERTS, min(
+        settled, now - fleet_window - timedelta(hours=1)))}
 
 
 async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> dict:
@@ -74,8 +89,9 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
                   await db.fetchall(LIST_PARTITIONS, {"table": summaries.table}))
               if partition.start is not None and partition.end <= closed_by]
     router_days, kept, left = 0, [], 0
-    for partition in closed:
-        written, too_large = await _pack(db, summaries, partition)
+    for partition in closed:   # one detaching was packed already: its drop was interrupted
+        written, too_large = (0, 0) if partition.detaching else await _pack(
+            db, summaries, partition, [(day, 24) for day in _days(partition)])
         router_days += written
         if too_large:   # its rows stay: so does the partition (readers skip packed days)
             kept.append(partition)
@@ -96,12 +112,26 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
             "routers_left_as_rows": left}
 
 
-async def _pack(db: Database, summaries: Summaries, partition: Partition
-                ) -> tuple[int, int]:
-    """Pack `partition`'s days, some routers at a time; the router-days written, and the
-    routers left as rows (more than ROWS_A_ROUTER)."""
-    if partition.detaching:   # packed already: its drop was interrupted
-        return 0, 0
+async def pack_open_hours(db: Database, summaries: Summaries, settled: datetime) -> dict:
+    """Pack the settled hours (ended by `settled`) of the partition still open, for the
+    summaries packed as their day goes (`packed_rows`): the router-days whose packed row
+    was written or grown, and the routers left as rows (more than ROWS_A_ROUTER)."""
+    open_now = [partition for partition in partitions_from_rows(
+                    await db.fetchall(LIST_PARTITIONS, {"table": summaries.table}))
+                if partition.start is not None and partition.start <= settled < partition.end]
+    written = left = 0
+    for partition in open_now if summaries.packed_rows else ():
+        hours = [(day, min(24, (settled - day) // HOUR)) for day in _days(partition)]
+        if days := [(day, through) for day, through in hours if through > 0]:
+            grown, too_large = await _pack(db, summaries, partition, days)
+            written, left = written + grown, left + too_large
+    return {"router_days": written, "routers_left_as_rows": left}
+
+
+async def _pack(db: Database, summaries: Summaries, partition: Partition,
+                days: list[tuple[datetime, int]]) -> tuple[int, int]:
+    """Pack `partition`'s `days` (each up to its hour), some routers at a time; the
+    router-days written, and the routers left as rows (more than ROWS_A_ROUTER)."""
     written, left, after = 0, 0, None
     listed = PARTITION_ROUTERS.format(partition=partition.name)
     while routers := await db.fetchall(listed, {"first": after is None, "after": after,
@@ -109,12 +139,25 @@ async def _pack(db: Database, summaries: Summaries, partition: Partition
         packable = [(mac, rows) for mac, rows in routers if rows <= ROWS_A_ROUTER]
         left += len(routers) - len(packable)
         for macs in _batches(packable):
-            for day in _days(partition):
-                written += await db.execute(summaries.pack, {"macs": macs, "day": day,
-                                                             "end": day + DAY})
+            for day, through in days:
+                written += await _pack_batch(db, summaries, {
+                    "macs": macs, "day": day, "end": day + DAY, "through": through},
+                    through < 24)
                 await asyncio.sleep(PAUSE_SECONDS)
         after = routers[-1][0]
     return written, left
+
+
+async def _pack_batch(db: Database, summaries: Summaries, params: dict, in_part: bool) -> int:
+    """One statement's routers of one day packed (`in_part`: up to an hour of the open day,
+    their packed rows deleted in the same transaction); the router-days written."""
+    if not in_part or summaries.packed_rows is None:
+        return await db.execute(summaries.pack, params)
+    async with db.transaction() as cur:
+        await execute(cur, summaries.pack, params)
+        written = cur.rowcount
+        await execute(cur, summaries.packed_rows, params)
+    return written
 
 
 def _batches(routers: list[tuple[str, int]]) -> list[list[str]]:
