@@ -125,7 +125,9 @@ def _arrays(columns: tuple[str, ...], order: str) -> str:
 # router-day's `through` (none packed: 0) to %(through)s, an hour count, appended to its
 # packed row, or its first; a day packed as far already is left as it is. The same
 # statement packs a closed day (%(through)s 24). Then, in the same transaction, the rows
-# packed are deleted (a closed day's are dropped with their partition instead).
+# packed are deleted (a closed day's are dropped with their partition instead). A row's
+# hour is compared as an interval from the day's start: Citus refuses a modification whose
+# row references meet a STABLE function (timestamptz + interval).
 _FLOW_ENTRIES = ("app_protos", "dest_ports", "flows")
 PACK_FLOW_HOURS = f"""INSERT INTO telemetry_flow_days AS d (mac, day, hours, app_protos,
     dest_ports, flows, through)
@@ -135,7 +137,7 @@ SELECT r.mac, %(day)s,
     %(through)s
 FROM telemetry_flows r LEFT JOIN telemetry_flow_days p ON p.mac = r.mac AND p.day = %(day)s
 WHERE r.mac = ANY(%(macs)s::macaddr[]) AND r.hour >= %(day)s
-  AND r.hour >= %(day)s + coalesce(p.through, 0) * interval '1 hour'
+  AND r.hour - %(day)s >= coalesce(p.through, 0) * interval '1 hour'
   AND r.hour < %(day)s + %(through)s * interval '1 hour'
 GROUP BY r.mac
 ON CONFLICT (mac, day) DO UPDATE SET
@@ -145,7 +147,7 @@ ON CONFLICT (mac, day) DO UPDATE SET
 WHERE d.through < excluded.through"""
 DELETE_PACKED_FLOWS = """DELETE FROM telemetry_flows r USING telemetry_flow_days d
 WHERE r.mac = ANY(%(macs)s::macaddr[]) AND d.mac = r.mac AND d.day = %(day)s
-  AND r.hour >= %(day)s AND r.hour < %(day)s + d.through * interval '1 hour'"""
+  AND r.hour >= %(day)s AND r.hour - %(day)s < d.through * interval '1 hour'"""
 PACK_ALERT_DAYS = f"""INSERT INTO telemetry_alert_days (mac, day, hours, src_ips, dest_ips,
     signature_ids, severities, alerts, last_seen, flow_ids, networks)
 SELECT mac, %(day)s,
