@@ -20,6 +20,7 @@ from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compres
                                      merged, one_line, split)
 from server.hunt.indexer import index_pending
 from server.hunt.sql import UNREAD_UPLOAD
+from server.telemetry import compaction
 from server.telemetry.compaction import compact
 from server.telemetry.export import stored_records
 from testkit.database import command_env
@@ -145,6 +146,50 @@ async def test_a_closed_partitions_remainder_is_compressed_hard_once(client, sql
         await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0),
                                      everything=True, now=end + timedelta(seconds=1))
     assert bodies() == [compress(lines, COMPACT_LEVEL)] != [compress(lines, INGEST_LEVEL)]
+
+
+async def test_an_open_days_remainder_is_left_in_blocks_until_the_day_closes(
+        client, sql, settings, monkeypatch):
+    """While its day is open, a router's remainder is cut into blocks of OPEN_BLOCK_RECORDS
+    that the next runs leave as they are (only the last, partial one is merged again), until
+    they fill a full chunk or the day is closed: then they are merged into full chunks;
+    every record keeps its time."""
+    monkeypatch.setattr(compaction, "OPEN_BLOCK_RECORDS", 6)
+    lines = [record(n) for n in range(22)]
+    for first in range(0, 20, 2):
+        await upload(client, lines[first:first + 2])
+    now = datetime.now(timezone.utc)
+    end = next(partition.end for partition in partitions_from_rows(
+        sql.rows(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
+        if (partition.start is None or partition.start <= now) and now < partition.end)
+
+    def chunks() -> list[tuple]:
+        return sql.rows("SELECT id, records, body FROM telemetry_chunks WHERE mac = %s "
+                        "ORDER BY received_at, id", (MAC,))
+
+    async with open_database(settings) as db:
+        await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
+        blocks = chunks()
+        assert [records for _, records, _ in blocks] == [6, 6, 6, 2]
+        assert [bytes(body) for *_, body in blocks] == [
+            compress(lines[:20][first:first + 6], INGEST_LEVEL) for first in range(0, 20, 6)]
+        before = [(r.received_at, r.line) for r in stored_records(sql.location, MAC)]
+        await upload(client, lines[20:])
+        report = await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0))
+        assert (report.merged_chunks, report.records) == (2, 4)
+        assert chunks()[:3] == blocks[:3]   # the full blocks, left as they were
+        assert [records for _, records, _ in chunks()] == [6, 6, 6, 4]
+        grown = [(r.received_at, r.line) for r in stored_records(sql.location, MAC)]
+        assert grown[:20] == before and [line for _, line in grown] == lines
+        # A router whose blocks and small chunks fill a chunk has them merged into it.
+        await indexed_then_compacted(db, chunk_records=20, settle=timedelta(0))
+        assert [(records, bytes(body)) for _, records, body in chunks()] == [
+            (20, compress(lines[:20], COMPACT_LEVEL)), (2, compress(lines[20:], INGEST_LEVEL))]
+        await indexed_then_compacted(db, chunk_records=100, settle=timedelta(0),
+                                     everything=True, now=end + timedelta(seconds=1))
+    assert [(records, bytes(body)) for _, records, body in chunks()] == [
+        (22, compress(lines, COMPACT_LEVEL))]
+    assert [(r.received_at, r.line) for r in stored_records(sql.location, MAC)] == grown
 
 
 async def test_recent_chunks_wait_for_the_settle_time(client, sql, settings):

@@ -12,14 +12,16 @@ or more are taken (an upload's own chunk is settled with it long before), and on
 partitions of the last two days, unless a run by hand asks for all.
 
 The remainder (fewer records than a full chunk) is merged again with the next run's small
-chunks, until full or its partition's day is over: a record is recompressed a few times in
-its first day (docs/telemetry.md gives the arithmetic). Once a partition is closed (its
-end settled: no upload can land in it any more), what a merge writes there is written once,
-so the remainder too is compressed harder: at the agent's cadence of 1,000 records a day a
-router's day never fills a chunk, and its one remainder is nearly all it keeps. Once
-nothing is left to merge in a closed partition, the space its day of merges left behind is
-given back (closed_days.py). Last, each router's hourly summaries of the closed days are
-packed into a row a day (summary_days.py).
+chunks, until its partition's day is over, in blocks: once it holds OPEN_BLOCK_RECORDS, that
+block is left as it is and the next records start another, until the router's blocks and
+small chunks fill a full chunk (merged then) or the day closes; so a record is recompressed
+a few dozen times in its first day, not a hundred (docs/telemetry.md gives the arithmetic).
+Once a partition is closed (its end settled: no upload can land in it any more), what a
+merge writes there is written once, so the remainder too is compressed harder: at the
+agent's cadence of 1,000 records a day a router's day never fills a chunk, and its one
+remainder is nearly all it keeps. Once nothing is left to merge in a closed partition, the
+space its day of merges left behind is given back (closed_days.py). Last, each router's
+hourly summaries of the closed days are packed into a row a day (summary_days.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ PAUSE_SECONDS = 0.01          # between transactions: lets ingestion's statement
 # 3.9 hours in one lane on 2 cores, ops/bench/closing_run.py); zstd lets go of the GIL, so
 # the lanes spread its part over cores (2.8 hours there).
 MERGES_AT_ONCE = 4
+# An open day's remainder is cut into blocks of this many records, each left as it is (not
+# merged again) until the day closes or a router's small chunks fill a chunk: at the
+# agent's cadence a router's remainder was its whole day, rewritten at every run, and the
+# space of its last version took as much again (its open day's chunks took 124 bytes a
+# record by the end of the day, 98 in blocks: python -m ops.bench.storage).
+OPEN_BLOCK_RECORDS = 250
 
 
 @dataclass
@@ -90,8 +98,10 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
         closed = partition.end <= settled
         groups = SMALL_CHUNK_GROUPS.format(partition=partition.name)
         take = TAKE_SMALL_CHUNKS.format(partition=partition.name, unread=unread)
-        await _merge_groups(db, take, bounds, await db.fetchall(groups, bounds),
-                            chunk_records, report, closed, lanes if closed else 1)
+        found = [(mac, kind, _taken_below(closed, records, chunk_records))
+                 for mac, kind, records in await db.fetchall(groups, bounds)]
+        await _merge_groups(db, take, bounds, found, chunk_records, report, closed,
+                            lanes if closed else 1)
         # Merged to the end (nothing left, an upload not yet indexed included): rewritten.
         if closed and rewrite and not await db.fetchall(groups, bounds):
             if done := await rewrite_if_wasteful(db, partition):
@@ -99,6 +109,15 @@ async def compact(db: Database, chunk_records: int, settle: timedelta, unread: s
     report.summary_days = await pack_summary_days(db, now, max(settle, SUMMARY_SETTLE),
                                                   fleet_window)
     return report
+
+
+def _taken_below(closed: bool, records: int, chunk_records: int) -> int:
+    """The size of the chunks a merge of a router's small chunks (`records` in all) takes:
+    all of them in a closed partition, or where they fill a chunk; otherwise the remainder
+    and what came since, an open day's blocks left as they are."""
+    if closed or records >= chunk_records:
+        return chunk_records
+    return min(chunk_records, OPEN_BLOCK_RECORDS)
 
 
 async def _partitions_between(db: Database, since: datetime, until: datetime
@@ -112,17 +131,17 @@ async def _partitions_between(db: Database, since: datetime, until: datetime
 async def _merge_groups(db: Database, take: str, bounds: dict, groups: list[tuple],
                         chunk_records: int, report: CompactionReport, closed: bool,
                         lanes: int) -> None:
-    """Merge each (mac, kind) of `groups` to its end, `lanes` routers at a time: a closed
-    partition's MERGES_AT_ONCE (their compression in threads, zstd without the GIL), an
-    open one's one (its merges are cheap and share the database with the day's uploads).
-    The first lane that fails stops the others and its error is raised; what the others
-    committed stays merged."""
+    """Merge each (mac, kind, size: the chunks below it taken) of `groups` to its end,
+    `lanes` routers at a time: a closed partition's MERGES_AT_ONCE (their compression in
+    threads, zstd without the GIL), an open one's one (its merges are cheap and share the
+    database with the day's uploads). The first lane that fails stops the others and its
+    error is raised; what the others committed stays merged."""
     pending = iter(groups)
 
     async def merge_in_turn(threads: Executor | None) -> None:
-        for mac, kind, _ in pending:   # one iterator: each group taken by one lane
-            raise_if_cancelled()       # a cancellation a statement dropped (see `pause`)
-            while await _merge(db, take, {**bounds, "mac": mac, "kind": kind,
+        for mac, kind, size in pending:   # one iterator: each group taken by one lane
+            raise_if_cancelled()          # a cancellation a statement dropped (see `pause`)
+            while await _merge(db, take, {**bounds, "mac": mac, "kind": kind, "size": size,
                                           "chunks": CHUNKS_PER_MERGE},
                                chunk_records, report, closed, threads):
                 await pause(PAUSE_SECONDS)
@@ -182,10 +201,16 @@ async def _merge(db: Database, take: str, params: dict, chunk_records: int,
 
 def _recut(taken: list[tuple], chunk_records: int, closed: bool) -> list[tuple[Chunk, bytes]]:
     """The taken chunks' records in order, cut into chunks and compressed (in a thread):
-    full ones harder (written once), the remainder fast (rewritten at the next run) unless
-    its partition is `closed` (then written once too)."""
+    full ones harder (written once), the remainder fast (merged again when its day closes,
+    in blocks of OPEN_BLOCK_RECORDS, the last one at the next run) unless its partition is
+    `closed` (then written once too)."""
     whole = merged([Chunk(decompress(bytes(body)), times, counts)
                     for _, _, times, counts, body in taken])
-    return [(piece, compress(piece.lines, COMPACT_LEVEL
-                             if closed or len(piece.lines) >= chunk_records else INGEST_LEVEL))
-            for piece in split(whole, chunk_records)]
+    pieces = split(whole, chunk_records)
+    if closed:
+        return [(piece, compress(piece.lines, COMPACT_LEVEL)) for piece in pieces]
+    full = [piece for piece in pieces if len(piece.lines) >= chunk_records]
+    blocks = [block for piece in pieces[len(full):]   # the remainder, if any
+              for block in split(piece, OPEN_BLOCK_RECORDS)]
+    return ([(piece, compress(piece.lines, COMPACT_LEVEL)) for piece in full]
+            + [(block, compress(block.lines, INGEST_LEVEL)) for block in blocks])

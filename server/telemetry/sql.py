@@ -67,8 +67,9 @@ ORDER BY received_at, id"""
 
 
 # Compaction (server/telemetry/compaction.py): routers' small settled chunks in one partition
-# (named from the catalog: under Citus a row's tableoid would name its shard).
-SMALL_CHUNK_GROUPS = """SELECT mac::text, kind, count(*) FROM {partition}
+# (named from the catalog: under Citus a row's tableoid would name its shard), and how many
+# records they hold.
+SMALL_CHUNK_GROUPS = """SELECT mac::text, kind, sum(records) FROM {partition}
 WHERE received_at >= %(since)s AND received_at < %(settled)s AND records < %(size)s
 GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2"""
 
