@@ -103,6 +103,21 @@ def day_partitions(sql, table: str) -> list[str]:
         sql.rows(LIST_PARTITIONS, {"table": table})) if partition.start is not None)
 
 
+HOSTILE = "aa:bb:cc:00:59:66"
+
+
+def router_past_the_bound(sql, monkeypatch, now: datetime) -> str:
+    """A router with more flow rows yesterday than ROWS_A_ROUTER (set to 500, where the
+    others make 336 a day): 30 ports an hour, 720 rows; its MAC."""
+    monkeypatch.setattr(summary_days, "ROWS_A_ROUTER", 500)
+    yesterday = today(now) - timedelta(days=1)
+    with connect(sql.location) as conn:
+        conn.cursor().executemany(ADD_FLOW, [
+            (HOSTILE, yesterday + timedelta(hours=hour), None, port, 1)
+            for hour in range(24) for port in range(1, 31)])
+    return HOSTILE
+
+
 async def test_packed_days_read_as_their_rows_did(summaries, sql, settings, monkeypatch):
     monkeypatch.setattr(summary_days, "ROWS_A_STATEMENT", 300)  # a statement a router-day
     monkeypatch.setattr(summary_days, "ROUTERS_A_PAGE", 1)       # a page a router
@@ -270,13 +285,8 @@ async def test_a_router_day_too_large_for_one_row_stays_as_rows_with_its_partiti
     and so does their partition (until retention); every other router's day is packed,
     and every reader reads the same."""
     now = summaries
-    monkeypatch.setattr(summary_days, "ROWS_A_ROUTER", 500)   # the others make 336 a day
-    hostile = "aa:bb:cc:00:59:66"
+    hostile = router_past_the_bound(sql, monkeypatch, now)
     yesterday = today(now) - timedelta(days=1)
-    with connect(sql.location) as conn:
-        conn.cursor().executemany(ADD_FLOW, [
-            (hostile, yesterday + timedelta(hours=hour), None, port, 1)
-            for hour in range(24) for port in range(1, 31)])            # 720 rows
     before = {mac: reads(sql, mac) for mac in (*MACS, hostile)}
     async with open_database(settings) as db:
         report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, now=now)
@@ -303,13 +313,8 @@ async def test_the_open_days_flows_are_packed_as_its_hours_settle(summaries, sql
     packed deleted, the later hours' left as rows; every reader reads the same throughout.
     A router with too many rows stays as rows."""
     now = summaries
-    monkeypatch.setattr(summary_days, "ROWS_A_ROUTER", 500)   # the others make 336 a day
-    hostile = "aa:bb:cc:00:59:66"
+    hostile = router_past_the_bound(sql, monkeypatch, now)
     yesterday = today(now) - timedelta(days=1)
-    with connect(sql.location) as conn:
-        conn.cursor().executemany(ADD_FLOW, [
-            (hostile, yesterday + timedelta(hours=hour), None, port, 1)
-            for hour in range(24) for port in range(1, 31)])            # 720 rows
     routers = (*MACS, hostile)
     before = {mac: reads(sql, mac) for mac in routers}
     async with open_database(settings) as db:

@@ -124,16 +124,21 @@ async def test_small_uploads_merged_into_chunks_and_every_record_kept(client, sq
         sent + [record(100), record(101)]
 
 
+def open_partition_end(sql) -> datetime:
+    """When the chunks' partition uploads go to now ends."""
+    now = datetime.now(timezone.utc)
+    return next(partition.end for partition in partitions_from_rows(
+        sql.rows(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
+        if (partition.start is None or partition.start <= now) and now < partition.end)
+
+
 async def test_a_closed_partitions_remainder_is_compressed_hard_once(client, sql, settings):
     """While its partition may still take uploads, a remainder is compressed fast (the next
     run rewrites it); once the partition is closed, it is written for good: hard."""
     lines = [record(n) for n in range(7)]
     for first in range(0, 6, 2):
         await upload(client, lines[first:first + 2])
-    now = datetime.now(timezone.utc)
-    end = next(partition.end for partition in partitions_from_rows(
-        sql.rows(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
-        if (partition.start is None or partition.start <= now) and now < partition.end)
+    end = open_partition_end(sql)
 
     def bodies() -> list[bytes]:
         return [bytes(body) for (body,) in sql.rows(
@@ -158,10 +163,7 @@ async def test_an_open_days_remainder_is_left_in_blocks_until_the_day_closes(
     lines = [record(n) for n in range(22)]
     for first in range(0, 20, 2):
         await upload(client, lines[first:first + 2])
-    now = datetime.now(timezone.utc)
-    end = next(partition.end for partition in partitions_from_rows(
-        sql.rows(LIST_PARTITIONS, {"table": "telemetry_chunks"}))
-        if (partition.start is None or partition.start <= now) and now < partition.end)
+    end = open_partition_end(sql)
 
     def chunks() -> list[tuple]:
         return sql.rows("SELECT id, records, body FROM telemetry_chunks WHERE mac = %s "
