@@ -115,7 +115,7 @@ _DAY_ROWS = """FROM {table}
 WHERE mac = ANY(%(macs)s::macaddr[]) AND hour >= %(day)s AND hour < %(end)s
 GROUP BY mac
 ON CONFLICT (mac, day) DO NOTHING"""
-_HOUR_OF_DAY = "(extract(epoch FROM hour - %(day)s) / 3600)::smallint"
+_HOUR_OF_DAY = "(extract(epoch FROM {hour} - %(day)s) / 3600)::smallint"
 
 
 def _arrays(columns: tuple[str, ...], order: str) -> str:
@@ -126,14 +126,15 @@ def _arrays(columns: tuple[str, ...], order: str) -> str:
 # router-day's `through` (none packed: 0) to %(through)s, an hour count, appended to its
 # packed row, or its first; a day packed as far already is left as it is. The same
 # statement packs a closed day (%(through)s 24). Then, in the same transaction, the rows
-# packed are deleted (a closed day's are dropped with their partition instead). A row's
+# packed are deleted (a closed day's are dropped with their partition instead). The bare
+# `r.hour >= %(day)s` lets the planner prune the hourly partitions. A row's
 # hour is compared as an interval from the day's start: Citus refuses a modification whose
 # row references meet a STABLE function (timestamptz + interval).
 _FLOW_ENTRIES = ("app_protos", "dest_ports", "flows")
 PACK_FLOW_HOURS = f"""INSERT INTO telemetry_flow_days AS d (mac, day, hours, app_protos,
     dest_ports, flows, through)
 SELECT r.mac, %(day)s,
-    {_arrays((_HOUR_OF_DAY.replace("hour", "r.hour"), "r.app_proto", "r.dest_port",
+    {_arrays((_HOUR_OF_DAY.format(hour="r.hour"), "r.app_proto", "r.dest_port",
               "r.flows"), "r.hour, r.app_proto, r.dest_port")},
     %(through)s
 FROM telemetry_flows r LEFT JOIN telemetry_flow_days p ON p.mac = r.mac AND p.day = %(day)s
@@ -152,8 +153,8 @@ WHERE r.mac = ANY(%(macs)s::macaddr[]) AND d.mac = r.mac AND d.day = %(day)s
 PACK_ALERT_DAYS = f"""INSERT INTO telemetry_alert_days (mac, day, hours, src_ips, dest_ips,
     signature_ids, severities, alerts, last_seen, flow_ids, networks)
 SELECT mac, %(day)s,
-    {_arrays((_HOUR_OF_DAY, "src_ip", "dest_ip", "signature_id", "severity", "alerts",
-              "last_seen", "to_json(flow_ids)::text", "network"),
+    {_arrays((_HOUR_OF_DAY.format(hour="hour"), "src_ip", "dest_ip", "signature_id",
+              "severity", "alerts", "last_seen", "to_json(flow_ids)::text", "network"),
              "hour, signature_id, src_ip, dest_ip, severity")}
 {_DAY_ROWS.format(table="telemetry_alerts")}"""
 

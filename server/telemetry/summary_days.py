@@ -85,13 +85,12 @@ async def pack_days(db: Database, summaries: Summaries, closed_by: datetime) -> 
     """Pack every day partition of `summaries` that ended by `closed_by`, then drop it; the
     partitions dropped, the router-days packed, the partitions whose drop was left for the
     next run."""
-    closed = [partition for partition in partitions_from_rows(
-                  await db.fetchall(LIST_PARTITIONS, {"table": summaries.table}))
+    closed = [partition for partition in await _partitions(db, summaries.table)
               if partition.start is not None and partition.end <= closed_by]
     router_days, kept, left = 0, [], 0
     for partition in closed:   # one detaching was packed already: its drop was interrupted
         written, too_large = (0, 0) if partition.detaching else await _pack(
-            db, summaries, partition, [(day, 24) for day in _days(partition)])
+            db, summaries, partition, [(day, 24) for day in _days(partition)], None)
         router_days += written
         if too_large:   # its rows stay: so does the partition (readers skip packed days)
             kept.append(partition)
@@ -116,22 +115,30 @@ async def pack_open_hours(db: Database, summaries: Summaries, settled: datetime)
     """Pack the settled hours (ended by `settled`) of the partition still open, for the
     summaries packed as their day goes (`packed_rows`): the router-days whose packed row
     was written or grown, and the routers left as rows (more than ROWS_A_ROUTER)."""
-    open_now = [partition for partition in partitions_from_rows(
-                    await db.fetchall(LIST_PARTITIONS, {"table": summaries.table}))
-                if partition.start is not None and partition.start <= settled < partition.end]
     written = left = 0
-    for partition in open_now if summaries.packed_rows else ():
+    if summaries.packed_rows is None:
+        return {"router_days": written, "routers_left_as_rows": left}
+    open_now = [partition for partition in await _partitions(db, summaries.table)
+                if partition.start is not None and partition.start <= settled < partition.end]
+    for partition in open_now:
         hours = [(day, min(24, (settled - day) // HOUR)) for day in _days(partition)]
         if days := [(day, through) for day, through in hours if through > 0]:
-            grown, too_large = await _pack(db, summaries, partition, days)
+            grown, too_large = await _pack(db, summaries, partition, days,
+                                           summaries.packed_rows)
             written, left = written + grown, left + too_large
     return {"router_days": written, "routers_left_as_rows": left}
 
 
+async def _partitions(db: Database, table: str) -> list[Partition]:
+    return partitions_from_rows(await db.fetchall(LIST_PARTITIONS, {"table": table}))
+
+
 async def _pack(db: Database, summaries: Summaries, partition: Partition,
-                days: list[tuple[datetime, int]]) -> tuple[int, int]:
+                days: list[tuple[datetime, int]], delete: str | None) -> tuple[int, int]:
     """Pack `partition`'s `days` (each up to its hour), some routers at a time; the
-    router-days written, and the routers left as rows (more than ROWS_A_ROUTER)."""
+    router-days written, and the routers left as rows (more than ROWS_A_ROUTER). The rows
+    packed are deleted by `delete` where the partition is still open (a closed one is
+    dropped whole: None)."""
     written, left, after = 0, 0, None
     listed = PARTITION_ROUTERS.format(partition=partition.name)
     while routers := await db.fetchall(listed, {"first": after is None, "after": after,
@@ -140,23 +147,22 @@ async def _pack(db: Database, summaries: Summaries, partition: Partition,
         left += len(routers) - len(packable)
         for macs in _batches(packable):
             for day, through in days:
-                written += await _pack_batch(db, summaries, {
-                    "macs": macs, "day": day, "end": day + DAY, "through": through},
-                    through < 24)
+                written += await _pack_batch(db, summaries.pack, delete, {
+                    "macs": macs, "day": day, "end": day + DAY, "through": through})
                 await asyncio.sleep(PAUSE_SECONDS)
         after = routers[-1][0]
     return written, left
 
 
-async def _pack_batch(db: Database, summaries: Summaries, params: dict, in_part: bool) -> int:
-    """One statement's routers of one day packed (`in_part`: up to an hour of the open day,
-    their packed rows deleted in the same transaction); the router-days written."""
-    if not in_part or summaries.packed_rows is None:
-        return await db.execute(summaries.pack, params)
+async def _pack_batch(db: Database, pack: str, delete: str | None, params: dict) -> int:
+    """One statement's routers of one day packed (and their packed rows deleted by
+    `delete`, when given, in the same transaction); the router-days written."""
+    if delete is None:
+        return await db.execute(pack, params)
     async with db.transaction() as cur:
-        await execute(cur, summaries.pack, params)
+        await execute(cur, pack, params)
         written = cur.rowcount
-        await execute(cur, summaries.packed_rows, params)
+        await execute(cur, delete, params)
     return written
 
 
