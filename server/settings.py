@@ -349,13 +349,15 @@ class Settings:
         "Most connections telemetry uploads hold at once, from "
         "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
         "take the connections that polls, health checks and generation need; further "
-        "uploads wait up to DB_TIMEOUT_SECONDS, then get 503.")
+        "uploads wait up to DB_TIMEOUT_SECONDS, then get 503. The last of them is kept "
+        "for a router served under half the average lately (an honest one beside a flood).")
     ingest_writes_at_once: int | None = _database("auto", _auto_or_integer,
         "Statements of telemetry uploads one server "
         "process runs in the database at once; when more wait, the router served the "
         "fewest records lately goes next, so that a fleet of cheap MACs flooding at full "
-        "speed does not queue an honest router's upload behind its own in the database. "
-        "A statement running longer than a second stops counting (it may be waiting on "
+        "speed does not queue an honest router's upload behind its own in the database, "
+        "and one more for a router served under half the average lately, which then waits "
+        "for no flooder's statement to end. A statement running longer than a second stops counting (it may be waiting on "
         "another upload's locks); one that has waited 5 s goes first. `auto`: the CPU "
         "cores the process may run on shared among HTTP_WORKERS, at least 1 (the "
         "database on the same host; raise it for a larger database server).")

@@ -208,3 +208,101 @@ async def test_a_router_served_more_still_gets_a_turn_within_its_patience():
     assert "cheap-70" not in got  # it did not wait for the stream to end
     await cheap
     assert turns.waiting == 0
+
+
+async def _holding(turns: FairTurns, mac: str, holding: list[str],
+                   release: asyncio.Event) -> None:
+    async with turns.turn(mac):
+        holding.append(mac)
+        await release.wait()
+    holding.remove(mac)
+
+
+async def test_an_under_served_router_takes_the_spare_turn_at_once():
+    """Flooders hold every turn and more wait: a router served under half the average
+    lately goes at once, on the one spare turn; a second such router, and a flooder served
+    a little less than the others, wait for a turn."""
+    served = Served()
+    turns = FairTurns(served, at_once=2, spare=True)
+    for n in range(6):
+        served.count(f"flooder{n}", 6_000 - 100 * n)
+    served.count("honest", 700)
+    served.count("quiet", 500)
+    holding: list[str] = []
+    release, later = asyncio.Event(), asyncio.Event()
+    tasks = [asyncio.create_task(_holding(turns, mac, holding, release))
+             for mac in ("flooder0", "flooder1", "flooder5")]
+    await asyncio.sleep(0)
+    assert holding == ["flooder0", "flooder1"] and turns.waiting == 1  # flooder5: 5,500
+    tasks.append(asyncio.create_task(_holding(turns, "honest", holding, later)))
+    await asyncio.sleep(0)
+    assert holding == ["flooder0", "flooder1", "honest"]  # the spare, nobody waited for
+    tasks.append(asyncio.create_task(_holding(turns, "quiet", holding, release)))
+    await asyncio.sleep(0)
+    assert "quiet" not in holding and turns.waiting == 2  # the spare is taken
+    release.set()
+    await asyncio.sleep(0.01)
+    assert holding == ["honest"] and turns.waiting == 0  # "quiet" went first, then flooder5
+    later.set()
+    await asyncio.gather(*tasks)
+    async with turns.turn("flooder0"), turns.turn("flooder1"):  # all free again
+        async with turns.turn("fresh"):  # never served: the spare
+            assert turns.waiting == 0
+
+
+async def test_without_a_spare_or_a_share_to_be_under_no_extra_turn():
+    """No spare (the pool of one connection): an under-served router waits like the
+    others. Nobody served lately, or all alike: nobody is under-served."""
+    served = Served()
+    served.count("flooder", 6_000)
+    for turns in (FairTurns(served, at_once=1),
+                  FairTurns(Served(), at_once=1, spare=True)):
+        holding: list[str] = []
+        release = asyncio.Event()
+        tasks = [asyncio.create_task(_holding(turns, mac, holding, release))
+                 for mac in ("flooder", "honest")]
+        await asyncio.sleep(0)
+        assert holding == ["flooder"] and turns.waiting == 1
+        release.set()
+        await asyncio.gather(*tasks)
+    alike = Served()
+    for mac in ("a", "b"):
+        alike.count(mac, 200)
+    assert not alike.under_served("a") and not alike.under_served("b")
+    assert alike.under_served("fresh")
+
+
+async def test_a_fleet_of_fresh_macs_shares_the_one_spare_turn():
+    """Hostile: 50 MACs never served (each under-served) arrive while a flooder holds the
+    only turn: they go through the spare one at a time while it holds, never more than
+    two uploads hold a turn at once, and every one gets its turn."""
+    served = Served()
+    served.count("flooder", 6_000)
+    turns = FairTurns(served, at_once=1, spare=True)
+    holders, most, beside_the_flooder = 0, 0, 0
+    release = asyncio.Event()
+
+    async def one(mac: str, hold_until: asyncio.Event | None = None) -> None:
+        nonlocal holders, most, beside_the_flooder
+        async with turns.turn(mac):
+            holders += 1
+            most = max(most, holders)
+            if hold_until is None:
+                beside_the_flooder += not release.is_set()
+                await asyncio.sleep(0.001)
+                served.count(mac, 200)
+            else:
+                await hold_until.wait()
+            holders -= 1
+
+    flooder = asyncio.create_task(one("flooder", release))
+    await asyncio.sleep(0)
+    fresh = [asyncio.create_task(one(f"02:5b:00:00:00:{n:02x}")) for n in range(50)]
+    await asyncio.sleep(0.2)
+    assert beside_the_flooder == 50 and most == 2  # all through the spare, one at a time
+    release.set()
+    await asyncio.gather(flooder, *fresh)
+    assert turns.waiting == 0 and holders == 0
+    async with turns.turn("flooder"):  # the turn and the spare both free again
+        async with turns.turn("02:5b:00:00:01:00"):  # another fresh one
+            assert holders == 0 and turns.waiting == 0

@@ -129,8 +129,11 @@ class Ingestion:
         self._limits = limits
         self._config = config
         self._served = Served()
-        self._connections = FairTurns(self._served, config.connections)
-        self._writes = FairTurns(self._served, config.writes_at_once, WRITE_OVERTIME_SECONDS)
+        # The pool's last connection is the spare turn's (turns.py), when it has two.
+        self._connections = FairTurns(self._served, max(1, config.connections - 1),
+                                      spare=config.connections > 1)
+        self._writes = FairTurns(self._served, config.writes_at_once, WRITE_OVERTIME_SECONDS,
+                                 spare=True)
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
         if upload.content_type not in ACCEPTED_TYPES:

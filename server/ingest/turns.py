@@ -13,6 +13,14 @@ which the flood saturates there). The same order was tried at the CPU (one decod
 one upload at a time): it won little more and cost 15 % of ingestion with 4 uploads at
 once, since a piece that awaits nothing must yield to let others queue; and for a whole
 upload (ops/bench/README.md): no gain this machine could tell.
+
+One turn more than `at_once` (`spare`) is kept for a router served under half the records
+of the average router served lately: an honest router beside a flood takes it at once
+rather than waiting for a flooder's statement to end, as fq_codel serves sparse flows first.
+A flooder served a little less than the others does not qualify (they are all near the
+average), and a fleet of fresh MACs that does (served nothing before) shares that one turn:
+the flood gains one turn at most. At the pool it is the last of INGEST_DB_POOL_MAX
+connections (ingest.py).
 """
 
 from __future__ import annotations
@@ -37,72 +45,108 @@ class Served:
         self._window_seconds = window_seconds
         self._window_started = time.monotonic()
         self._records: dict[str, int] = {}
+        self._total = 0  # of `_records`
 
     def count(self, mac: str, records: int) -> None:
         self._records[mac] = self.lately(mac) + records
+        self._total += records
+
+    def under_served(self, mac: str) -> bool:
+        """Whether the router was served under half the records of the average router
+        served lately."""
+        lately = self.lately(mac)
+        return lately * 2 * len(self._records) < self._total
 
     def lately(self, mac: str) -> int:
         now = time.monotonic()
         if now - self._window_started > self._window_seconds:
             self._records.clear()
+            self._total = 0
             self._window_started = now
         return self._records.get(mac, 0)
 
 
 class FairTurns:
-    """At most `at_once` holders; waiters handed a turn least served first, then in arrival
+    """At most `at_once` holders, and with `spare` one more while it is an under-served
+    router's; waiters handed a turn least served first, then in arrival
     order, except that one waiting PATIENCE_SECONDS goes first (the longest waiting): a
     router served more than each of a stream of cheap MACs is not kept waiting for ever.
     With `overtime_seconds`, a turn held that long is handed on while its holder goes on: a
     holder stuck (a statement waiting on another upload's locks) stops counting."""
 
     def __init__(self, served: Served, at_once: int = 1, overtime_seconds: float | None = None,
-                 patience_seconds: float = PATIENCE_SECONDS):
+                 patience_seconds: float = PATIENCE_SECONDS, spare: bool = False):
         self._served = served
         self._at_once = at_once
         self._overtime_seconds = overtime_seconds
         self._patience_seconds = patience_seconds
         self._holders = 0
-        self._waiting: list[tuple[int, int, asyncio.Future]] = []  # (served, arrival, turn)
+        self._spare_free = spare
+        # (served, arrival, mac, turn): the turn's result says whether it is the spare
+        self._waiting: list[tuple[int, int, str, asyncio.Future]] = []
         self._arrived: collections.deque[tuple[float, asyncio.Future]] = collections.deque()
         self._arrivals = itertools.count()
         self._handed_out_of_order = 0  # by patience: their entries still in `_waiting`
 
     @asynccontextmanager
     async def turn(self, mac: str) -> AsyncIterator[None]:
-        if self._holders >= self._at_once:
-            handed: asyncio.Future = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiting, (self._served.lately(mac), next(self._arrivals),
-                                           handed))
-            self._arrived.append((time.monotonic(), handed))
-            try:
-                await handed
-            except asyncio.CancelledError:
-                if handed.done() and not handed.cancelled():
-                    self._hand_on()  # handed the turn as it was cancelled: pass it on
-                raise
-        else:
-            self._holders += 1
-        handed_on = False
+        spare = await self._take(mac)
+        given_back = False
 
-        def hand_on_once() -> None:
-            nonlocal handed_on
-            if not handed_on:
-                handed_on = True
-                self._hand_on()
+        def give_back_once() -> None:
+            nonlocal given_back
+            if not given_back:
+                given_back = True
+                self._give_back(spare)
 
         overtime = None if self._overtime_seconds is None else \
-            asyncio.get_running_loop().call_later(self._overtime_seconds, hand_on_once)
+            asyncio.get_running_loop().call_later(self._overtime_seconds, give_back_once)
         try:
             yield
         finally:
             if overtime is not None:
                 overtime.cancel()
-            hand_on_once()
+            give_back_once()
+
+    async def _take(self, mac: str) -> bool:
+        """A turn taken, at once or when handed: whether it is the spare."""
+        if self._holders < self._at_once:
+            self._holders += 1
+            return False
+        if self._spare_free and self._served.under_served(mac):
+            self._spare_free = False
+            return True
+        handed: asyncio.Future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (self._served.lately(mac), next(self._arrivals), mac,
+                                       handed))
+        self._arrived.append((time.monotonic(), handed))
+        try:
+            return await handed
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():
+                self._give_back(handed.result())  # handed as it was cancelled: pass it on
+            raise
 
     @property
     def waiting(self) -> int:
-        return sum(1 for _, _, handed in self._waiting if not handed.done())
+        return sum(1 for *_, handed in self._waiting if not handed.done())
+
+    def _give_back(self, spare: bool) -> None:
+        if spare:
+            self._hand_spare()
+        else:
+            self._hand_on()
+
+    def _hand_spare(self) -> None:
+        """The spare given back: to the least served waiter if it is under-served, or
+        free."""
+        waiting = self._waiting
+        while waiting and waiting[0][3].done():
+            heapq.heappop(waiting)
+        if waiting and self._served.under_served(waiting[0][2]):
+            heapq.heappop(waiting)[3].set_result(True)
+        else:
+            self._spare_free = True
 
     def _hand_on(self) -> None:
         """A turn given back: to the waiter out of patience, else to the first waiter still
@@ -112,16 +156,16 @@ class FairTurns:
         while arrived and arrived[0][1].done():
             arrived.popleft()
         if arrived and time.monotonic() - arrived[0][0] >= self._patience_seconds:
-            arrived.popleft()[1].set_result(None)
+            arrived.popleft()[1].set_result(False)
             self._handed_out_of_order += 1
             if self._handed_out_of_order > len(self._waiting) // 2:  # their entries let go
-                self._waiting = [entry for entry in self._waiting if not entry[2].done()]
+                self._waiting = [entry for entry in self._waiting if not entry[3].done()]
                 heapq.heapify(self._waiting)
                 self._handed_out_of_order = 0
             return
         while self._waiting:
-            _, _, handed = heapq.heappop(self._waiting)
+            *_, handed = heapq.heappop(self._waiting)
             if not handed.done():
-                handed.set_result(None)
+                handed.set_result(False)
                 return
         self._holders -= 1
