@@ -10,6 +10,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable, MutableMapping
 
 from aiohttp import web
@@ -37,7 +38,8 @@ from server.routers.identity import RouterRegistry
 from server.ingest.ingest import IngestConfig, Ingestion
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
-from server.web.limits import FloodLimits
+from server.web.host_buckets import map_table_file
+from server.web.limits import HOST_TABLES, FloodLimits
 from server.intel.jobs import intel_jobs
 from server.jobs import MOST_JOBS
 from server.fleet.config import FleetConfig
@@ -85,11 +87,13 @@ class Part:
 
 
 def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
-               metrics_dir: str | None = None, migrate: bool = True) -> web.Application:
+               metrics_dir: str | None = None, migrate: bool = True,
+               host_tables: str | None = None) -> web.Application:
     """The process's application: its `parts` (by default EVERYTHING, HTTP_WORKERS=1) in
     order; `metrics_dir`: the supervisor's multiprocess metrics directory
     (server/metrics.py); `migrate`: a lone process migrates, the supervisor's children find
-    the schema it prepared."""
+    the schema it prepared; `host_tables`: the supervisor's file of the flood limits its HTTP
+    workers share (server/web/host_buckets.py), else this process counts its own."""
     parts = EVERYTHING if parts is None else parts
     serves = any(part.serves for part in parts)
     if serves:
@@ -110,7 +114,9 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
                                         settings.router_records_per_minute,
                                         metrics,
                                         settings.failed_credentials_per_minute_per_address,
-                                        settings.ipv6_limit_prefix)
+                                        settings.ipv6_limit_prefix,
+                                        map_table_file(Path(host_tables), HOST_TABLES)
+                                        if host_tables else None)
         if settings.console:
             app.add_subapp("/console/", create_console_app(settings, outer))
         if "notifications" in settings.services:

@@ -298,12 +298,13 @@ class Settings:
         "the same host).")
     router_requests_per_minute: int = _routers("120", _integer(1),
         "Requests one router may make per minute (a "
-        "minute's worth at once, then this rate), per server process; beyond: 429 with "
-        "Retry-After. /health and /enroll are not counted.")
+        "minute's worth at once, then this rate), counted once for the host's HTTP "
+        "workers (per host); beyond: 429 with Retry-After. /health and /enroll are not "
+        "counted.")
     router_records_per_minute: int = _routers("100000", _integer(1),
         "Telemetry records one router may send per "
-        "minute, per server process (so also the most one body may hold); the request that "
-        "goes beyond is refused whole with 429.")
+        "minute, counted once for the host's HTTP workers (so also the most one body may "
+        "hold); the request that goes beyond is refused whole with 429.")
     registrations_per_minute_per_address: int = _routers("30", _integer(1),
         "New routers one client address may "
         "register (by a first call or an enrollment) per minute in open mode, counted in "
@@ -311,9 +312,9 @@ class Settings:
         "are not affected).")
     failed_credentials_per_minute_per_address: int = _routers("10", _integer(1),
         "Wrong router keys and "
-        "enrollment tokens one client address may present per minute, per server process; "
-        "beyond, its requests without a key this process already trusts get 429 with "
-        "Retry-After until the allowance refills.")
+        "enrollment tokens one client address may present per minute, counted once for "
+        "the host's HTTP workers; beyond, its requests without a key the answering process "
+        "already trusts get 429 with Retry-After until the allowance refills.")
     ipv6_limit_prefix: int = _routers("64", _integer(1, 128),
         "Per-address limits count IPv6 clients per network of "
         "this prefix length (a subscriber's /64), not per address.")

@@ -3,6 +3,7 @@ HTTP_WORKERS=1, which calls `run`), or one of the supervisor's children, which i
 this module's own entry, not by flags of the operators' command:
 
     python -m server.process.child serving --metrics-dir DIR --listen-fds FDS --console-fds FDS
+                                           --host-tables FILE
     python -m server.process.child working --metrics-dir DIR
 
 `serving`: an HTTP worker, serving from the sockets it inherits; `working`: the host's one
@@ -43,9 +44,11 @@ async def record_settings(settings: Settings, resources: Resources) -> None:
 
 
 def run(settings: Settings, parts: tuple[Part, ...] = EVERYTHING,
-        metrics_dir: str | None = None, inherited: Inherited | None = None) -> int:
+        metrics_dir: str | None = None, inherited: Inherited | None = None,
+        host_tables: str | None = None) -> int:
     """Run these parts until stopped: a lone process (every part) migrates first. A process
-    that serves nothing runs its contexts without an aiohttp application."""
+    that serves nothing runs its contexts without an aiohttp application. `host_tables`: the
+    supervisor's file of the flood limits its HTTP workers share."""
     migrate = parts == EVERYTHING
     if not any(part.serves for part in parts):
         held = resources(settings, parts, metrics_dir)
@@ -54,7 +57,7 @@ def run(settings: Settings, parts: tuple[Part, ...] = EVERYTHING,
             functools.partial(record_settings, settings, held) if WORKING in parts
             else _nothing))
         return 0
-    app = create_app(settings, parts, metrics_dir, migrate=migrate)
+    app = create_app(settings, parts, metrics_dir, migrate=migrate, host_tables=host_tables)
     if WORKING in parts:  # the one process that runs the jobs: recorded once a start
         app.on_startup.append(lambda app: record_settings(settings, app))
     asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
@@ -68,12 +71,13 @@ async def _nothing() -> None:
 
 
 def command(part: Part, metrics_dir: str, listen_fds: str = "",
-            console_fds: str = "") -> list[str]:
+            console_fds: str = "", host_tables: str = "") -> list[str]:
     """How the supervisor starts a child running `part`."""
     started = [sys.executable, "-m", "server.process.child", part.name,
                "--metrics-dir", metrics_dir]
     if part.serves:
-        started += ["--listen-fds", listen_fds, "--console-fds", console_fds]
+        started += ["--listen-fds", listen_fds, "--console-fds", console_fds,
+                    "--host-tables", host_tables]
     return started
 
 
@@ -87,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the inherited listening sockets (serving)")
     parser.add_argument("--console-fds", default="",
                         help="the inherited console sockets (serving)")
+    parser.add_argument("--host-tables", default="",
+                        help="the flood limits' file the HTTP workers share (serving)")
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         part = CHILDREN[args.part]
         inherited = Inherited.from_fds(args.listen_fds, args.console_fds) \
             if part.serves else None
-        return run(settings, (part,), args.metrics_dir, inherited)
+        return run(settings, (part,), args.metrics_dir, inherited, args.host_tables or None)
     except SettingsError as error:
         print(f"{parser.prog}: {error}", file=sys.stderr)
         return 2

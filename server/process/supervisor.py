@@ -20,7 +20,9 @@ One process that serves nothing itself and keeps the host's service running:
 - on SIGTERM or SIGINT passes SIGTERM on, so every child drains as a single process does,
   waits for them, and exits 0;
 - collects every child's metrics in one directory (server/metrics.py), so one scrape of any
-  worker reports the host.
+  worker reports the host;
+- makes the file of flood limits its HTTP workers share (server/web/host_buckets.py), afresh
+  at each start, so a router's requests count once whichever worker answers them.
 
 Children are started by their own entry, `python -m server.process.child serving|working`
 (server/process/child.py, the parts of server/app.py); they die with the supervisor
@@ -53,6 +55,8 @@ from server.db.location import DatabaseLocation
 from server.app import SERVING, WORKING, Part, connections_needed
 from server.process.child import command as child_command
 from server.settings import Settings
+from server.web.host_buckets import make_table_file
+from server.web.limits import HOST_TABLES
 
 log = logging.getLogger("router_backend.supervisor")
 
@@ -90,6 +94,7 @@ class Supervisor:
         self._children = [Child(WORKING, 0)] + [Child(SERVING, n + 1)
                                                   for n in range(workers)]
         self._metrics_dir = settings.data_dir / "metrics"
+        self._host_tables = settings.data_dir / "flood-limits"  # the HTTP workers' buckets
         self._stopping = False
         self._stop_signal: str | None = None
 
@@ -113,6 +118,7 @@ class Supervisor:
             check_connections(location, connections)
             self._listen()
             self._prepare_metrics_dir()
+            make_table_file(self._host_tables, HOST_TABLES)
             environment = self._child_environment(location)
             for child in self._children:
                 self._start(child, environment)
@@ -192,7 +198,8 @@ class Supervisor:
         if child.part.serves and not child.sockets:  # closed for a crash loop's delay
             self._open_sockets(child)
         command = child_command(child.part, str(self._metrics_dir),
-                                fds_argument(child.sockets), fds_argument(child.console_sockets))
+                                fds_argument(child.sockets), fds_argument(child.console_sockets),
+                                str(self._host_tables))
         inherited = [sock.fileno() for sock in child.sockets + child.console_sockets]
         # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which stops
         # its children in order (SIGTERM) rather than each of them dying mid-start.

@@ -14,10 +14,12 @@ default: what one subscriber gets) for IPv6, so one host cannot multiply its all
 taking more addresses of its own network; an IPv4-mapped IPv6 address counts as its IPv4 one.
 
 A bucket holds up to one minute's allowance and refills continuously, so a router may spend
-a minute's worth at once and then its rate. The limits are per process: with N processes a
-client that spreads its requests gets up to N times as much. Buckets that refilled to the
-brim are forgotten when there are many, so memory follows the routers active in the last
-minute. New routers per client address are limited by the registration protocol
+a minute's worth at once and then its rate. Under the supervisor (HTTP_WORKERS > 1) the
+buckets are the host's, shared by its HTTP workers through a mapped file
+(host_buckets.py), so that a client spreading its requests over N workers does not get N
+times its limit; a lone process keeps its own. Buckets that refilled to the brim are
+forgotten when there are many, so memory follows the routers active in the last minute.
+Several hosts each count their own. New routers per client address are limited by the registration protocol
 (server/routers/registration.py), which counts them under `bucket`.
 """
 
@@ -26,11 +28,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import mmap
 import time
 
 from engine.addresses import carried
 from server.errors import TooManyRequests
 from server.metrics import Metrics
+from server.web.host_buckets import HostBuckets
 
 log = logging.getLogger("router_backend.trust")
 
@@ -93,12 +97,23 @@ class Buckets:
         self._prune_above = next_prune(len(self._buckets))
 
 
+HOST_TABLES = 3  # requests, records and failures: a host table file's (host_buckets.py)
+
+
 class FloodLimits:
     def __init__(self, requests_per_minute: int, records_per_minute: int,
-                 metrics: Metrics, failures_per_minute: int = 10, ipv6_prefix: int = 64):
-        self.requests = Buckets(requests_per_minute)
-        self.records = Buckets(records_per_minute)
-        self.failures = Buckets(failures_per_minute)
+                 metrics: Metrics, failures_per_minute: int = 10, ipv6_prefix: int = 64,
+                 host_tables: mmap.mmap | None = None):
+        """`host_tables`: the host's table file, mapped (host_buckets.py), when its HTTP
+        workers share their buckets."""
+
+        def buckets(per_minute: int, table: int) -> Buckets | HostBuckets:
+            return Buckets(per_minute) if host_tables is None else \
+                HostBuckets(per_minute, host_tables, table)
+
+        self.requests = buckets(requests_per_minute, 0)
+        self.records = buckets(records_per_minute, 1)
+        self.failures = buckets(failures_per_minute, 2)
         self._metrics = metrics
         self._ipv6_prefix = ipv6_prefix
         self._failures_logged: dict[str, tuple[float, int]] = {}  # bucket -> (at, unlogged)
@@ -143,7 +158,8 @@ class FloodLimits:
         log.warning("failed credentials from %s: %s%s", bucket, what,
                     f" ({unlogged} more since the last line)" if unlogged else "")
 
-    def _take(self, buckets: Buckets, limit: str, key: str, count: int, what: str) -> None:
+    def _take(self, buckets: Buckets | HostBuckets, limit: str, key: str, count: int,
+              what: str) -> None:
         wait = buckets.take(key, count, time.monotonic())
         if wait:
             self._metrics.limited.labels(limit).inc()

@@ -1,0 +1,105 @@
+"""The flood limits shared by a host's HTTP workers (server/web/host_buckets.py): a router
+that spreads its requests over the workers gets its limit once, not once a worker."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from server.web import host_buckets
+from server.web.host_buckets import HostBuckets, make_table_file, map_table_file
+from testkit.server import ServerRunner, http_get
+
+MAC = "02:00:00:00:77:01"
+
+
+def _buckets(path: Path, per_minute: int, table: int = 0, tables: int = 2) -> HostBuckets:
+    return HostBuckets(per_minute, map_table_file(path, tables), table)
+
+
+def test_two_mappings_of_the_file_are_one_bucket(tmp_path):
+    path = tmp_path / "tables"
+    make_table_file(path, 2)
+    first, second = _buckets(path, 60), _buckets(path, 60)
+    now = time.monotonic()
+    assert first.take(MAC, 40, now) == 0.0
+    assert second.available(MAC, now) == pytest.approx(20)
+    assert second.take(MAC, 30, now) == pytest.approx(10.0)  # 10 short at 1 a second
+    assert first.take(MAC, 20, now) == 0.0
+    assert second.take(MAC, 1, now + 1) == 0.0  # refilled: one a second
+    first.give_back(MAC, 5, now + 1)
+    assert second.available(MAC, now + 1) == pytest.approx(5)
+    other_table = _buckets(path, 60, table=1)
+    assert other_table.available(MAC, now) == 60  # each limit its own table
+    assert second.available("02:00:00:00:77:02", now) == 60
+    with pytest.raises(ValueError):
+        map_table_file(path, 3)  # a file of another layout is refused, not misread
+
+
+def test_more_keys_than_a_place_holds_are_each_limited(tmp_path, monkeypatch):
+    """A table of 8 slots, 3 probed: 40 keys each spend part of their bucket. A key keeps
+    its bucket while it has room; when every slot probed holds a bucket still refilling,
+    the fullest is taken over (its key starts again full); a bucket refilled to the brim
+    frees its slot. No key ever gets more than its limit from a bucket it still holds."""
+    monkeypatch.setattr(host_buckets, "SLOTS", 8)
+    monkeypatch.setattr(host_buckets, "PROBES", 3)
+    path = tmp_path / "tables"
+    make_table_file(path, 1)
+    buckets = _buckets(path, 60, tables=1)
+    now = time.monotonic()
+    keys = [f"02:00:00:00:78:{n:02x}" for n in range(40)]
+    for key in keys:
+        assert buckets.take(key, 10, now) == 0.0
+    held = [key for key in keys if buckets.available(key, now) == 50]
+    assert 0 < len(held) <= 8  # the last ones written, in the 8 slots
+    for key in held:
+        assert buckets.take(key, 50, now) == 0.0 and buckets.take(key, 1, now) > 0
+    later = now + 61  # every bucket refilled: every slot free again
+    assert all(buckets.take(key, 60, later) == 0.0 for key in keys[:8])
+
+
+def _take_in_turn(path: str, per_minute: int, tries: int, taken) -> None:
+    buckets = HostBuckets(per_minute, map_table_file(Path(path), 1), 0)
+    for _ in range(tries):
+        if buckets.take(MAC, 1, time.monotonic()) == 0.0:
+            with taken.get_lock():
+                taken.value += 1
+        time.sleep(0.0005)
+
+
+def test_processes_taking_from_one_bucket_share_its_limit(tmp_path):
+    """Two processes each try 100 requests of one router, limit 100 a minute: about 100
+    are let through in all, where each process's own buckets let 200 through."""
+    path = tmp_path / "tables"
+    make_table_file(path, 1)
+    spawn = multiprocessing.get_context("spawn")
+    taken = spawn.Value("i", 0)
+    workers = [spawn.Process(target=_take_in_turn, args=(str(path), 100, 100, taken))
+               for _ in range(2)]
+    started = time.monotonic()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    refilled = (time.monotonic() - started) * 100 / 60
+    assert 100 <= taken.value <= 100 + refilled + 2, (taken.value, refilled)
+
+
+def test_a_router_spreading_requests_over_two_workers_gets_its_limit_once(database,
+                                                                          tmp_path):
+    """HTTP_WORKERS=2, 20 requests a minute: 60 polls of one router, each on a connection
+    of its own (the kernel spreads them over both workers), get 20 answers and the rest
+    429 (each worker counting its own let up to 40 through)."""
+    server = ServerRunner(database, tmp_path, flood_limits=True, HTTP_WORKERS="2",
+                          ROUTER_REQUESTS_PER_MINUTE="20", RULE_GENERATION_ENABLED="false")
+    server.start(timeout=120)
+    try:
+        statuses = [http_get(f"{server.url}/rules/last_updated", **{
+            "X-ID": MAC, "Connection": "close"})[0] for _ in range(60)]
+    finally:
+        server.stop()
+    assert set(statuses) == {200, 429} and 20 <= statuses.count(200) <= 21, statuses
+    assert (tmp_path / "flood-limits").exists()
