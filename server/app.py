@@ -36,6 +36,7 @@ from server.handlers import operations, router_api
 from server.handlers.operations import refresh_process_gauges
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import IngestConfig, Ingestion
+from server.ingest.turns import SPARE_CONNECTIONS
 from server.ingest.slots import UploadSlots
 from server.ingest.tally import TrafficTally
 from server.web.host_buckets import map_table_file
@@ -158,7 +159,8 @@ async def ingest_database_context(app: Resources) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     app[UPLOAD_SLOTS] = UploadSlots(settings.ingest_max_uploads_per_router,
                                     settings.ingest_max_uploads_per_address)
-    database = await Database.open(app[DATABASE].location, 0, settings.ingest_db_pool_max,
+    database = await Database.open(app[DATABASE].location, 0,
+                                   settings.ingest_db_pool_max + SPARE_CONNECTIONS,
                                    settings.db_timeout_seconds)
     app[INGESTION] = Ingestion(database, app[FLOOD_LIMITS], IngestConfig.from_settings(settings))
     try:
@@ -298,8 +300,10 @@ SERVING = Part("serving", serves=True,
                router_contexts=(ingest_database_context, traffic_tally_context,
                                 registry_context, change_feed_context),
                retries=False,
-               # the ingestion pool, the change feed's LISTEN, the console's hunts' indexing
-               connections=lambda s: s.ingest_db_pool_max + 1 + HUNTS_AT_ONCE)
+               # the ingestion pool (and its spare), the change feed's LISTEN, the console's
+               # hunts' indexing
+               connections=lambda s: (s.ingest_db_pool_max + SPARE_CONNECTIONS + 1
+                                      + HUNTS_AT_ONCE))
 EVERYTHING = (WORKING, SERVING)
 
 

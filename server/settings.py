@@ -350,8 +350,9 @@ class Settings:
         "Most connections telemetry uploads hold at once, from "
         "a pool of their own beside DB_POOL_MAX's, so uploads (even stalled ones) never "
         "take the connections that polls, health checks and generation need; further "
-        "uploads wait up to DB_TIMEOUT_SECONDS, then get 503. The last of them is kept "
-        "for a router served under half the average lately (an honest one beside a flood).")
+        "uploads wait up to DB_TIMEOUT_SECONDS, then get 503. One more is kept for a "
+        "router served under half the average lately (an honest one beside a flood) whose "
+        "upload is all read.")
     ingest_writes_at_once: int | None = _database("auto", _auto_or_integer,
         "Statements of telemetry uploads one server "
         "process runs in the database at once; when more wait, the router served the "

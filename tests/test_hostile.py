@@ -53,13 +53,13 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
     that stops arriving is answered 408, its transaction rolled back."""
     client = await make_client(settings_for(
         database, tmp_path, INGEST_BATCH_ROWS="5", INGEST_BODY_IDLE_SECONDS="2",
-        DB_POOL_MAX="3", INGEST_DB_POOL_MAX="3", DB_TIMEOUT_SECONDS="5"))
+        DB_POOL_MAX="3", INGEST_DB_POOL_MAX="2", DB_TIMEOUT_SECONDS="5"))
     assert (await timed_get(client, "/rules/last_updated"))[0] == 200  # OTHER is registered
     stalls = [await stalled_upload(client.host, client.port, RECORD * 20, f"aa:bb:cc:00:14:{n:02x}")
               for n in range(4)]
     try:
-        # Two hold a transaction with batches written; two wait (the pool's third
-        # connection is kept for a router served under half the average: none of these).
+        # Two hold a transaction with batches written; two wait (the pool's spare is for an
+        # upload all read).
         await asyncio.sleep(0.5)
         assert idle_in_transaction(sql) == 2
         for path in ("/health", "/rules/last_updated", "/rules/ids"):
@@ -77,20 +77,24 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
     assert (status, response.status, count(sql)) == (200, 200, 1)
 
 
-async def test_an_upload_served_little_takes_the_pools_last_connection(
+async def test_an_upload_served_little_takes_the_pools_spare_connection(
         make_client, database, tmp_path, sql):
-    """Two MACs' uploads stalled mid-body (20 records each, batches written) hold the pool's
-    connections but its last, kept for a router served under half the average lately: a
-    third stalled MAC like them waits for a turn, while a router that sent one record goes
-    through at once."""
+    """Two MACs' uploads stalled mid-body (20 records each, batches written) hold the
+    pool's connections (INGEST_DB_POOL_MAX); a third like them waits, and so does a fresh
+    MAC's stalled after 5 records (served little, but its body still arriving: a body sent
+    a byte at a time would hold the spare). A router that sent one record takes the
+    spare connection and is answered at once."""
     client = await make_client(settings_for(
         database, tmp_path, INGEST_BATCH_ROWS="5", INGEST_BODY_IDLE_SECONDS="5",
-        INGEST_DB_POOL_MAX="3", DB_TIMEOUT_SECONDS="10"))
+        INGEST_DB_POOL_MAX="2", DB_TIMEOUT_SECONDS="10"))
     stalls = [await stalled_upload(client.host, client.port, RECORD * 20, f"aa:bb:cc:00:15:{n:02x}")
               for n in range(3)]
+    await asyncio.sleep(0.3)
+    stalls.append(await stalled_upload(client.host, client.port, RECORD * 5,
+                                       "aa:bb:cc:00:16:01"))
     try:
         await asyncio.sleep(0.5)
-        assert idle_in_transaction(sql) == 2  # the third waits for a turn
+        assert idle_in_transaction(sql) == 2  # the third and the fresh one wait
         started = time.perf_counter()
         response = await client.post("/log/events", data=RECORD,
                                      headers={**NDJSON, "X-ID": OTHER})

@@ -306,3 +306,38 @@ async def test_a_fleet_of_fresh_macs_shares_the_one_spare_turn():
     async with turns.turn("flooder"):  # the turn and the spare both free again
         async with turns.turn("02:5b:00:00:01:00"):  # another fresh one
             assert holders == 0 and turns.waiting == 0
+
+
+async def test_the_spare_goes_to_a_waiter_that_may_take_it():
+    """The spare given back goes to the first waiter under-served now that may take it:
+    not to one whose body is still arriving (spare_allowed=False), nor to one served much
+    since it began to wait; the spare is never taken by one not allowed it."""
+    served = Served()
+    for n in range(4):
+        served.count(f"flooder{n}", 6_000)
+    turns = FairTurns(served, at_once=1, spare=True)
+    holding: list[str] = []
+    release, spare_release = asyncio.Event(), asyncio.Event()
+    tasks = [asyncio.create_task(_holding(turns, "flooder0", holding, release)),
+             asyncio.create_task(_holding(turns, "first", holding, spare_release))]
+    await asyncio.sleep(0)
+    assert holding == ["flooder0", "first"]  # "first": never served, the spare
+
+    async def waiting(mac: str, spare_allowed: bool) -> None:
+        async with turns.turn(mac, spare_allowed=spare_allowed):
+            holding.append(mac)
+            await release.wait()
+        holding.remove(mac)
+
+    for mac, allowed in (("arriving", False), ("grown", True), ("sparse", True)):
+        tasks.append(asyncio.create_task(waiting(mac, allowed)))
+        await asyncio.sleep(0)
+    served.count("grown", 50_000)  # served much since it began to wait
+    served.count("sparse", 10)
+    assert turns.waiting == 3
+    spare_release.set()
+    await asyncio.sleep(0.01)
+    assert holding == ["flooder0", "sparse"] and turns.waiting == 2
+    release.set()
+    await asyncio.gather(*tasks)
+    assert holding == [] and turns.waiting == 0

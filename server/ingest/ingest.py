@@ -129,9 +129,8 @@ class Ingestion:
         self._limits = limits
         self._config = config
         self._served = Served()
-        # The pool's last connection is the spare turn's (turns.py), when it has two.
-        self._connections = FairTurns(self._served, max(1, config.connections - 1),
-                                      spare=config.connections > 1)
+        # The spare turn (turns.py) has a connection of its own (SPARE_CONNECTIONS).
+        self._connections = FairTurns(self._served, config.connections, spare=True)
         self._writes = FairTurns(self._served, config.writes_at_once, WRITE_OVERTIME_SECONDS,
                                  spare=True)
 
@@ -169,7 +168,8 @@ class Ingestion:
         received_at = datetime.now(timezone.utc)
         async with TelemetryWriter(db, mac, kind, received_at, config.batch_rows,
                                    _network(upload.address), announce=PendingUpload(),
-                                   connection_turn=lambda: self._connections.turn(mac),
+                                   connection_turn=lambda body_read: self._connections.turn(
+                                       mac, spare_allowed=body_read),
                                    write_turn=lambda: self._writes.turn(mac)) as writer:
 
             async def take(records: list[RawRecord]) -> None:

@@ -19,8 +19,9 @@ of the average router served lately: an honest router beside a flood takes it at
 rather than waiting for a flooder's statement to end, as fq_codel serves sparse flows first.
 A flooder served a little less than the others does not qualify (they are all near the
 average), and a fleet of fresh MACs that does (served nothing before) shares that one turn:
-the flood gains one turn at most. At the pool it is the last of INGEST_DB_POOL_MAX
-connections (ingest.py).
+the flood gains one turn at most. At the pool it is a connection beyond INGEST_DB_POOL_MAX
+(SPARE_CONNECTIONS), taken only by an upload whose body is all read: one whose body still
+arrives (a byte at a time, if its client likes) waits for the other turns.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 WINDOW_SECONDS = 10.0  # "lately": the records counted per router are forgotten this often
+SPARE_CONNECTIONS = 1  # the ingestion pool's beyond INGEST_DB_POOL_MAX, for the spare turn
 WRITE_OVERTIME_SECONDS = 1.0  # a statement's turn stops counting after (INGEST_WRITES_AT_ONCE)
 PATIENCE_SECONDS = 5.0  # a waiter this long goes before those served less
 
@@ -82,15 +84,18 @@ class FairTurns:
         self._patience_seconds = patience_seconds
         self._holders = 0
         self._spare_free = spare
-        # (served, arrival, mac, turn): the turn's result says whether it is the spare
-        self._waiting: list[tuple[int, int, str, asyncio.Future]] = []
+        # (served, arrival, mac or None where the spare is not allowed, turn): the turn's
+        # result says whether it is the spare
+        self._waiting: list[tuple[int, int, str | None, asyncio.Future]] = []
         self._arrived: collections.deque[tuple[float, asyncio.Future]] = collections.deque()
         self._arrivals = itertools.count()
-        self._handed_out_of_order = 0  # by patience: their entries still in `_waiting`
+        self._handed_out_of_order = 0  # by patience or as the spare: entries still waiting
 
     @asynccontextmanager
-    async def turn(self, mac: str) -> AsyncIterator[None]:
-        spare = await self._take(mac)
+    async def turn(self, mac: str, spare_allowed: bool = True) -> AsyncIterator[None]:
+        """`spare_allowed`: whether this turn may be the spare (not for an upload whose body
+        is still arriving: one sent a byte at a time would hold it)."""
+        spare = await self._take(mac, spare_allowed)
         given_back = False
 
         def give_back_once() -> None:
@@ -108,17 +113,17 @@ class FairTurns:
                 overtime.cancel()
             give_back_once()
 
-    async def _take(self, mac: str) -> bool:
+    async def _take(self, mac: str, spare_allowed: bool) -> bool:
         """A turn taken, at once or when handed: whether it is the spare."""
         if self._holders < self._at_once:
             self._holders += 1
             return False
-        if self._spare_free and self._served.under_served(mac):
+        if spare_allowed and self._spare_free and self._served.under_served(mac):
             self._spare_free = False
             return True
         handed: asyncio.Future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (self._served.lately(mac), next(self._arrivals), mac,
-                                       handed))
+        heapq.heappush(self._waiting, (self._served.lately(mac), next(self._arrivals),
+                                       mac if spare_allowed else None, handed))
         self._arrived.append((time.monotonic(), handed))
         try:
             return await handed
@@ -138,13 +143,13 @@ class FairTurns:
             self._hand_on()
 
     def _hand_spare(self) -> None:
-        """The spare given back: to the least served waiter if it is under-served, or
-        free."""
-        waiting = self._waiting
-        while waiting and waiting[0][3].done():
-            heapq.heappop(waiting)
-        if waiting and self._served.under_served(waiting[0][2]):
-            heapq.heappop(waiting)[3].set_result(True)
+        """The spare given back: to the first waiter (least served, then in arrival order)
+        that may take it and is under-served now, or free."""
+        eligible = [entry for entry in self._waiting if not entry[3].done()
+                    and entry[2] is not None and self._served.under_served(entry[2])]
+        if eligible:
+            min(eligible)[3].set_result(True)
+            self._handed_out_of_order += 1  # its entry is let go with the patience's
         else:
             self._spare_free = True
 

@@ -67,20 +67,21 @@ class TelemetryWriter:
     def __init__(self, db: Database, mac: str, kind: str, received_at: datetime,
                  batch_rows: int, network: str | None = None,
                  announce: Announcement | None = None,
-                 connection_turn: Callable[[], Turn] | None = None,
+                 connection_turn: Callable[[bool], Turn] | None = None,
                  write_turn: Callable[[], Turn] | None = None):
         """`network`: where the upload came from (engine/addresses.network_of), written with
         its summary rows for the fleet to count. `announce`: how a reader of the chunks
         learns of the whole upload (Announcement), given by the caller so that telemetry
-        names no table of the hunt. `connection_turn`: taken
+        names no table of the hunt. `connection_turn(body_read)`: taken
         before the upload takes a connection and held until it gives it back (ingestion's
-        fair turns at its pool: server/ingest/turns.py); `write_turn`: held while one of
+        fair turns at its pool: server/ingest/turns.py), `body_read` when the whole upload
+        is read (one statement to go, not a body still arriving); `write_turn`: held while one of
         its statements runs (the turns of INGEST_WRITES_AT_ONCE)."""
         self._db = db
         self._params = {"mac": mac, "kind": kind}
         self._network = network
         self._announce = announce
-        self._connection_turn = connection_turn or contextlib.nullcontext
+        self._connection_turn = connection_turn or (lambda body_read: contextlib.nullcontext())
         self._write_turn = write_turn or contextlib.nullcontext
         self._row_of = ROW_OF[kind]
         self._received_at = received_at
@@ -130,7 +131,7 @@ class TelemetryWriter:
     async def flush(self) -> None:
         """Send the full chunk (and a large summary) while the caller reads on."""
         if self._cursor is None:
-            await self._stack.enter_async_context(self._connection_turn())
+            await self._stack.enter_async_context(self._connection_turn(False))
             self._cursor = await self._stack.enter_async_context(self._db.transaction())
         await self._settle()
         summary = self._take_summary() if len(self.summary) >= SUMMARY_ROWS else None
@@ -148,7 +149,7 @@ class TelemetryWriter:
         try:
             chunk, summary = self._take_chunk(), self._take_summary()
             if self._cursor is None:
-                async with self._connection_turn(), self._db.cursor() as cur:
+                async with self._connection_turn(True), self._db.cursor() as cur:
                     pid = backend_pid(cur)
                     await self._send(cur, chunk, summary, key, last=True)
                 return
