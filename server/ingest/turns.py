@@ -8,22 +8,24 @@ chunk could then wait for the very turn (tests/test_hostile.py).
 
 Without them, a hundred MACs flooding at full speed (a Sybil fleet) fill the pool's queue
 and an honest router's upload waits behind every one of them: 45 times its quiet time in
-ops/bench/hunt_flood.py, 3.7-4.2 times with both turns on 2 cores, 2.7 with the spare
-below (the rest is the CPU and the WAL's flushes, which the flood saturates there). The same order was tried at the CPU (one decoded piece of
-one upload at a time): it won little more and cost 15 % of ingestion with 4 uploads at
-once, since a piece that awaits nothing must yield to let others queue; and for a whole
-upload (ops/bench/README.md): no gain this machine could tell.
+ops/bench/hunt_flood.py, 3.7-4.2 times with both turns on 2 cores, 2.7 with the spare below
+(the rest is the CPU and the WAL's flushes, which the flood saturates there). The same order
+was tried at the CPU (one decoded piece of one upload at a time): it won little more and
+cost 15 % of ingestion with 4 uploads at once, since a piece that awaits nothing must yield
+to let others queue; and for a whole upload (ops/bench/README.md): no gain this machine
+could tell.
 
-One turn more than `at_once` (`spare`) is kept for a router served under half the records
-of the average router served lately: an honest router beside a flood takes it at once
-rather than waiting for a flooder's statement to end, as fq_codel serves sparse flows first.
-A flooder served a little less than the others does not qualify (they are all near the
+One turn more than `at_once` (`spare`) is kept for a router served under half the records of
+the average router served lately: an honest router beside a flood takes it at once rather
+than waiting for a flooder's statement to end, as fq_codel serves sparse flows first. A
+flooder served a little less than the others does not qualify (they are all near the
 average), and a fleet of fresh MACs that does (served nothing before) shares that one turn:
 the flood gains one turn at most. Such a fleet also lowers the average: 160 MACs sending a
-record each every 10 s beside 10 flooders leave an honest router of 500 records over half
-of it, and it then waits at the turns as it did before the spare. At the pool it is a connection beyond INGEST_DB_POOL_MAX
-(SPARE_CONNECTIONS), taken only by an upload whose body is all read: one whose body still
-arrives (a byte at a time, if its client likes) waits for the other turns.
+record each every 10 s beside 10 flooders leave an honest router of 500 records over half of
+it, and it then waits at the turns as it did before the spare. At the pool it is a
+connection beyond INGEST_DB_POOL_MAX (SPARE_CONNECTIONS), taken only by an upload whose body
+is all read: one whose body still arrives (a byte at a time, if its client likes) waits for
+the other turns.
 """
 
 from __future__ import annotations
@@ -72,9 +74,9 @@ class Served:
 
 class FairTurns:
     """At most `at_once` holders, and with `spare` one more while it is an under-served
-    router's; waiters handed a turn least served first, then in arrival
-    order, except that one waiting PATIENCE_SECONDS goes first (the longest waiting): a
-    router served more than each of a stream of cheap MACs is not kept waiting for ever.
+    router's; waiters handed a turn least served first, then in arrival order, except that
+    one waiting PATIENCE_SECONDS goes first (the longest waiting): a router served more than
+    each of a stream of cheap MACs is not kept waiting for ever.
     With `overtime_seconds`, a turn held that long is handed on while its holder goes on: a
     holder stuck (a statement waiting on another upload's locks) stops counting."""
 

@@ -19,8 +19,8 @@ buckets are the host's, shared by its HTTP workers through a mapped file
 (host_buckets.py), so that a client spreading its requests over N workers does not get N
 times its limit; a lone process keeps its own. Buckets that refilled to the brim are
 forgotten when there are many, so memory follows the routers active in the last minute.
-Several hosts each count their own. New routers per client address are limited by the registration protocol
-(server/routers/registration.py), which counts them under `bucket`.
+Several hosts each count their own. New routers per client address are limited by the
+registration protocol (server/routers/registration.py), which counts them under `bucket`.
 """
 
 from __future__ import annotations
