@@ -359,8 +359,9 @@ class Settings:
         "fewest records lately goes next, so that a fleet of cheap MACs flooding at full "
         "speed does not queue an honest router's upload behind its own in the database, "
         "and one more for a router served under half the average lately, which then waits "
-        "for no flooder's statement to end. A statement running longer than a second stops counting (it may be waiting on "
-        "another upload's locks); one that has waited 5 s goes first. `auto`: the CPU "
+        "for no flooder's statement to end. A statement running longer than a second "
+        "stops counting (it may be waiting on another upload's locks); one that has waited "
+        "5 s goes first. `auto`: the CPU "
         "cores the process may run on shared among HTTP_WORKERS, at least 1 (the "
         "database on the same host; raise it for a larger database server).")
     db_timeout_seconds: int = _database("30", _integer(1),

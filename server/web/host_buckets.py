@@ -58,6 +58,17 @@ def map_table_file(path: Path, tables: int) -> mmap.mmap:
         os.close(descriptor)
 
 
+def refilled(tokens: float, at: float, now: float, capacity: float, rate: float) -> float:
+    """What a bucket that held `tokens` at `at` holds at `now` (every bucket's arithmetic,
+    limits.py Buckets' too)."""
+    return min(capacity, tokens + (now - at) * rate)
+
+
+def seconds_short(count: float, tokens: float, capacity: float, rate: float) -> float:
+    """The seconds until a bucket holding `tokens` holds `count` (at most its capacity)."""
+    return (min(count, capacity) - tokens) / rate
+
+
 def key_hash(key: str) -> int:
     """A key's 64-bit hash, the same in every process, never 0 (an empty slot)."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(),
@@ -84,7 +95,7 @@ class HostBuckets:
         if tokens >= count:
             SLOT.pack_into(self._mapping, place, hashed, tokens - count, now)
             return 0.0
-        return (min(count, self.capacity) - tokens) / self._rate
+        return seconds_short(count, tokens, self.capacity, self._rate)
 
     def give_back(self, key: str, count: float, now: float) -> None:
         hashed = key_hash(key)
@@ -101,12 +112,12 @@ class HostBuckets:
             place = self._offset + ((home + probe) & (SLOTS - 1)) * SLOT.size
             key, tokens, at = SLOT.unpack_from(mapping, place)
             if key == hashed:
-                return place, min(capacity, tokens + (now - at) * rate)
+                return place, refilled(tokens, at, now, capacity, rate)
             if free < 0:
                 if key == 0:
                     free = place
                 else:
-                    held = tokens + (now - at) * rate
+                    held = refilled(tokens, at, now, capacity, rate)
                     if held >= capacity:
                         free = place
                     elif held > most:

@@ -34,7 +34,7 @@ import time
 from engine.addresses import carried
 from server.errors import TooManyRequests
 from server.metrics import Metrics
-from server.web.host_buckets import HostBuckets
+from server.web.host_buckets import HostBuckets, refilled, seconds_short
 
 log = logging.getLogger("router_backend.trust")
 
@@ -75,7 +75,7 @@ class Buckets:
 
     def available(self, key: str, now: float) -> float:
         tokens, at = self._buckets.get(key, (self.capacity, now))
-        return min(self.capacity, tokens + (now - at) * self._rate)
+        return refilled(tokens, at, now, self.capacity, self._rate)
 
     def take(self, key: str, count: float, now: float) -> float:
         """Take `count` tokens: 0.0 when taken, else the seconds until they would be there
@@ -86,14 +86,15 @@ class Buckets:
                 self._prune(now)
             self._buckets[key] = (tokens - count, now)
             return 0.0
-        return (min(count, self.capacity) - tokens) / self._rate
+        return seconds_short(count, tokens, self.capacity, self._rate)
 
     def give_back(self, key: str, count: float, now: float) -> None:
         self._buckets[key] = (min(self.capacity, self.available(key, now) + count), now)
 
     def _prune(self, now: float) -> None:
         self._buckets = {key: (tokens, at) for key, (tokens, at) in self._buckets.items()
-                         if tokens + (now - at) * self._rate < self.capacity}
+                         if refilled(tokens, at, now, self.capacity, self._rate)
+                         < self.capacity}
         self._prune_above = next_prune(len(self._buckets))
 
 
