@@ -3,10 +3,13 @@ that spreads its requests over the workers gets its limit once, not once a worke
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import time
+from collections import Counter
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from server.web import host_buckets
@@ -14,6 +17,7 @@ from server.web.host_buckets import HostBuckets, make_table_file, map_table_file
 from testkit.server import ServerRunner, http_get
 
 MAC = "02:00:00:00:77:01"
+OTHER = "02:00:00:00:77:02"
 
 
 def _buckets(path: Path, per_minute: int, table: int = 0, tables: int = 2) -> HostBuckets:
@@ -34,7 +38,7 @@ def test_two_mappings_of_the_file_are_one_bucket(tmp_path):
     assert second.available(MAC, now + 1) == pytest.approx(5)
     other_table = _buckets(path, 60, table=1)
     assert other_table.available(MAC, now) == 60  # each limit its own table
-    assert second.available("02:00:00:00:77:02", now) == 60
+    assert second.available(OTHER, now) == 60
     with pytest.raises(ValueError):
         map_table_file(path, 3)  # a file of another layout is refused, not misread
 
@@ -88,6 +92,37 @@ def test_processes_taking_from_one_bucket_share_its_limit(tmp_path):
     assert 100 <= taken.value <= 100 + refilled + 2, (taken.value, refilled)
 
 
+def _take_at_full_speed(path: str, per_minute: int, tries: int, start, taken) -> None:
+    buckets = HostBuckets(per_minute, map_table_file(Path(path), 1), 0)
+    start.wait(60)
+    mine = sum(buckets.take(MAC, 1, time.monotonic()) == 0.0 for _ in range(tries))
+    with taken.get_lock():
+        taken.value += mine
+
+
+def test_processes_taking_at_full_speed_from_one_bucket_lose_no_take(tmp_path):
+    """Found by attacking it: two processes taking from one bucket in a tight loop each
+    read it while the other wrote it, so a router whose requests land on two workers at the
+    same moment got past its limit. Each take now holds a record lock on the key's slots:
+    1,000 a minute, two processes trying 3,000 each at once, and 1,000 are let through (and
+    what refilled meanwhile); without the lock all 6,000 were."""
+    path = tmp_path / "tables"
+    make_table_file(path, 1)
+    spawn = multiprocessing.get_context("spawn")
+    start, taken = spawn.Barrier(3), spawn.Value("i", 0)
+    workers = [spawn.Process(target=_take_at_full_speed,
+                             args=(str(path), 1000, 3000, start, taken)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    start.wait(60)
+    began = time.monotonic()
+    for worker in workers:
+        worker.join(60)
+    refilled = (time.monotonic() - began) * 1000 / 60
+    assert all(worker.exitcode == 0 for worker in workers)
+    assert 1000 <= taken.value <= 1000 + refilled + 1, (taken.value, refilled)
+
+
 def test_a_router_spreading_requests_over_two_workers_gets_its_limit_once(database,
                                                                           tmp_path):
     """HTTP_WORKERS=2, 20 requests a minute: 60 polls of one router, each on a connection
@@ -103,3 +138,47 @@ def test_a_router_spreading_requests_over_two_workers_gets_its_limit_once(databa
         server.stop()
     assert set(statuses) == {200, 429} and 20 <= statuses.count(200) <= 21, statuses
     assert (tmp_path / "flood-limits").exists()
+
+
+def test_requests_sent_at_once_over_two_workers_get_the_allowance_exactly(database, tmp_path):
+    """HTTP_WORKERS=2, key mode: 100 polls of an enrolled router sent at once, each on a
+    connection of its own (the kernel spreads them over both workers), get 20 answers (its
+    20 a minute, and what refills in the burst's seconds), the rest 429; 100 wrong keys sent
+    at once from one address have 10 checked (401), the rest 429."""
+    server = ServerRunner(database, tmp_path, flood_limits=True, HTTP_WORKERS="2",
+                          ROUTER_AUTH="key", ENROLLMENT_TOKEN="fleet-token-0123456789",
+                          ROUTER_REQUESTS_PER_MINUTE="20",
+                          FAILED_CREDENTIALS_PER_MINUTE_PER_ADDRESS="10",
+                          RULE_GENERATION_ENABLED="false")
+    server.start(timeout=120)
+    try:
+        statuses, seconds = asyncio.run(_at_once(server.url))
+    finally:
+        server.stop()
+    polls, guesses = statuses
+    assert 20 <= polls[200] <= 20 + seconds / 3 + 1 and polls[429] == 100 - polls[200], polls
+    assert guesses == {401: 10, 429: 90}, guesses
+
+
+async def _at_once(url: str) -> tuple[tuple[Counter, Counter], float]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+            limit=0, force_close=True)) as session:
+        key, _ = [await _enrolled(session, url, mac) for mac in (MAC, OTHER)]
+
+        async def status(mac: str, credential: str) -> int:
+            async with session.get(f"{url}/rules/last_updated", headers={
+                    "X-ID": mac, "Authorization": f"Bearer {credential}"}) as answer:
+                return answer.status
+        began = time.monotonic()
+        polls = Counter(await asyncio.gather(*(status(MAC, key) for _ in range(100))))
+        seconds = time.monotonic() - began
+        guesses = Counter(await asyncio.gather(*(
+            status(OTHER, f"guess-{n}") for n in range(100))))
+    return (polls, guesses), seconds
+
+
+async def _enrolled(session: aiohttp.ClientSession, url: str, mac: str) -> str:
+    async with session.post(f"{url}/enroll", headers={
+            "X-ID": mac, "Authorization": "Bearer fleet-token-0123456789"}) as enrolled:
+        assert enrolled.status == 201, await enrolled.text()
+        return (await enrolled.json())["key"]

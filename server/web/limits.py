@@ -28,13 +28,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
-import mmap
 import time
 
 from engine.addresses import carried
 from server.errors import TooManyRequests
 from server.metrics import Metrics
-from server.web.host_buckets import HostBuckets, refilled, seconds_short
+from server.web.host_buckets import HostBuckets, TableFile, refilled, seconds_short
 
 log = logging.getLogger("router_backend.trust")
 
@@ -104,7 +103,7 @@ HOST_TABLES = 3  # requests, records and failures: a host table file's (host_buc
 class FloodLimits:
     def __init__(self, requests_per_minute: int, records_per_minute: int,
                  metrics: Metrics, failures_per_minute: int = 10, ipv6_prefix: int = 64,
-                 host_tables: mmap.mmap | None = None):
+                 host_tables: TableFile | None = None):
         """`host_tables`: the host's table file, mapped (host_buckets.py), when its HTTP
         workers share their buckets."""
 
