@@ -46,6 +46,7 @@ def database_server(prefix: str, environ: Mapping[str, str] = os.environ
         embedded = EmbeddedPostgres(Path(directory) / "pgdata")
         socket_dir = embedded.start()
         try:
+            embedded.ensure_group_commit()  # as the service's own embedded server has it
             yield DatabaseLocation(socket_dir, 5432, "postgres", "postgres", "", "disable")
         finally:
             embedded.stop()

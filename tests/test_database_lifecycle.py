@@ -20,7 +20,7 @@ import psycopg
 from migrations import read_schema_migrations
 from server.db import embedded
 from server.db.connect import execute_alone
-from server.db.embedded import embedded_program
+from server.db.embedded import GROUP_COMMIT, embedded_program
 from server.db.lifecycle import open_database
 from server.db.migrate import apply_migrations, ensure_database
 from server.settings import load_settings
@@ -35,6 +35,10 @@ async def test_embedded_database_started_used_and_stopped(tmp_path):
     async with open_database(settings, migrate=True) as db:
         assert await db.fetchone("SELECT count(*) FROM routers") == (0,)
         assert (tmp_path / "postgres" / "PG_VERSION").exists()
+        # Group commit (server/db/embedded.py GROUP_COMMIT), written at the service's start.
+        assert await db.fetchone("SELECT current_setting('commit_delay'), "
+                                 "current_setting('commit_siblings')") == (
+            GROUP_COMMIT["commit_delay"], GROUP_COMMIT["commit_siblings"])
     assert processes_on(tmp_path / "postgres") == []
 
 

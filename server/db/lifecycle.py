@@ -87,6 +87,7 @@ def prepare_database(settings: Settings, connections: int | None = None, migrate
         if embedded is not None and migrate:
             location = dataclasses.replace(location, host=embedded.ensure_wal_archive(
                 settings.db_wal_archive_dir))
+            embedded.ensure_group_commit()
         if migrate:
             ensure_database(location)
             prepare_schema(location, settings.telemetry_partition_days)
