@@ -13,12 +13,13 @@ starts again with a full bucket.
 
 A take or a give-back holds a POSIX record lock (`fcntl.lockf`) on the key's PROBES slots
 while it reads and writes them, so that requests of one router answered by several workers
-at the same moment are each counted (without it, two processes taking from one bucket of
-1,000 in a tight loop got all 6,000 of their takes: lost and torn updates). The lock covers only the slots a take may touch
-(a byte a slot, numbered apart from the slots' bytes: record locks are advisory), so keys
-whose slots do not overlap never wait for each other; it is held for the few µs of the
-arithmetic, and the kernel releases it if its process dies. The probes do not wrap around
-the table's end, so that a key's slots are one range.
+at the same moment are each counted: without it, two processes taking from one bucket of
+1,000 in a tight loop, each reading it while the other wrote it, got all 6,000 of their
+takes. The lock covers only the slots a take may touch (a byte a slot, numbered apart from
+the slots' bytes: record locks are advisory), so keys whose slots do not overlap never wait
+for each other; it is held for the few µs of the arithmetic, and the kernel releases it if
+its process dies. The probes do not wrap around the table's end, so that a key's slots are
+one range.
 
 Kept rather than a library: the `limits` library shares its counters across processes only
 through a storage server (Redis, Memcached, MongoDB), one more service to run and a round
