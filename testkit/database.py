@@ -25,7 +25,7 @@ from yoyo import get_backend
 from migrations import read_schema_migrations
 from server.db.citus_nodes import add_node, distribute, workers
 from server.db.connect import connect, execute_alone
-from server.db.embedded import EmbeddedPostgres
+from server.db.embedded import EmbeddedPostgres, ensure_group_commit
 from server.db.location import DatabaseLocation
 from server.db.migrate import ensure_database, prepare_schema
 from server.db.partitions import TIME_COLUMNS, ensure_partitions
@@ -46,7 +46,7 @@ def database_server(prefix: str, environ: Mapping[str, str] = os.environ
         embedded = EmbeddedPostgres(Path(directory) / "pgdata")
         socket_dir = embedded.start()
         try:
-            embedded.ensure_group_commit()  # as the service's own embedded server has it
+            ensure_group_commit(socket_dir)  # as the service's own embedded server has it
             yield DatabaseLocation(socket_dir, 5432, "postgres", "postgres", "", "disable")
         finally:
             embedded.stop()

@@ -272,10 +272,6 @@ class EmbeddedPostgres:
             return socket_dir
         return self._restart(f"WAL archiving {f'into {archive}' if archive else 'off'}")
 
-    def ensure_group_commit(self) -> None:
-        """GROUP_COMMIT written with ALTER SYSTEM (a reload applies it)."""
-        _alter_system(str(self._server.get_postmaster_info().socket_dir), GROUP_COMMIT)
-
     def _restart(self, change: str) -> str:
         """For a setting that takes a restart (written with ALTER SYSTEM): stop the server
         unless another process uses it, and start it again; returns the socket directory."""
@@ -327,6 +323,12 @@ def admin_cursor(socket_dir: str):
             yield cur
     finally:
         conn.close()
+
+
+def ensure_group_commit(socket_dir: str) -> None:
+    """GROUP_COMMIT written with ALTER SYSTEM on the embedded server listening in
+    `socket_dir` (a reload applies it)."""
+    _alter_system(socket_dir, GROUP_COMMIT)
 
 
 def _alter_system(socket_dir: str, wanted: dict[str, str]) -> set[str]:

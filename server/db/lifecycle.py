@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import AsyncIterator
 
-from server.db.embedded import EmbeddedPostgres
+from server.db.embedded import EmbeddedPostgres, ensure_group_commit
 from server.db.location import DatabaseLocation
 from server.db.migrate import (
     SchemaNotReady,
@@ -87,7 +87,7 @@ def prepare_database(settings: Settings, connections: int | None = None, migrate
         if embedded is not None and migrate:
             location = dataclasses.replace(location, host=embedded.ensure_wal_archive(
                 settings.db_wal_archive_dir))
-            embedded.ensure_group_commit()
+            ensure_group_commit(location.host)
         if migrate:
             ensure_database(location)
             prepare_schema(location, settings.telemetry_partition_days)
