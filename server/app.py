@@ -107,7 +107,8 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
     app.update(resources(settings, parts, metrics_dir))
     metrics = app[METRICS]
     in_flight = app[IN_FLIGHT] = InFlight()
-    outer = request_middleware(in_flight, metrics, ErrorAnswers(settings.db_retry_after_seconds))
+    outer = request_middleware(in_flight, metrics, ErrorAnswers(settings.db_retry_after_seconds),
+                               settings.too_many_requests_delay_seconds)
     app.cleanup_ctx.extend(contexts(settings, parts, metrics_dir, migrate))
     if serves:
         metrics.http_workers.set(1)

@@ -129,7 +129,8 @@ def test_a_router_spreading_requests_over_two_workers_gets_its_limit_once(databa
     of its own (the kernel spreads them over both workers), get 20 answers and the rest
     429 (each worker counting its own let up to 40 through)."""
     server = ServerRunner(database, tmp_path, flood_limits=True, HTTP_WORKERS="2",
-                          ROUTER_REQUESTS_PER_MINUTE="20", RULE_GENERATION_ENABLED="false")
+                          ROUTER_REQUESTS_PER_MINUTE="20", RULE_GENERATION_ENABLED="false",
+                          TOO_MANY_REQUESTS_DELAY_SECONDS="0")  # 40 refusals one by one
     server.start(timeout=120)
     try:
         statuses = [http_get(f"{server.url}/rules/last_updated", **{

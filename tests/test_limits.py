@@ -13,11 +13,12 @@ import time
 from contextlib import asynccontextmanager, contextmanager
 
 import pytest
+from aiohttp import web
 
 from server.db.connect import connect
 from server.routers.sql import REGISTRATION_LOCK_CLASS
 from server.settings import SETTINGS
-from server.web import limits
+from server.web import limits, middleware
 from server.routers.registration import MAX_WAITING_PER_ADDRESS
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
@@ -393,3 +394,46 @@ def test_more_live_addresses_than_are_kept_are_pruned_now_and_then(monkeypatch):
         assert buckets.take(address, 1, 1000.0) == 0.0
     assert len(passes) == 4
     assert all(buckets.available(address, 1000.0) == 9 for address in addresses)
+
+
+async def test_a_refusal_is_sent_a_second_late_and_keeps_no_one_else_waiting(
+        make_client, database, tmp_path):
+    """TOO_MANY_REQUESTS_DELAY_SECONDS (1 by default): a router that sends again at once on
+    being refused, on one connection, gets about one answer a second, each a 429 with
+    Retry-After and the JSON error; another router's polls meanwhile are answered at once,
+    and the refusals' time in the request metrics leaves the delay out."""
+    client = await make_client(settings_for(database, tmp_path, ROUTER_REQUESTS_PER_MINUTE="2",
+                                            TOO_MANY_REQUESTS_DELAY_SECONDS="1"))
+    assert [await poll(client, FLOODER) for _ in range(2)] == [200, 200]
+
+    async def flooder() -> list[int]:
+        statuses, began = [], time.monotonic()
+        while time.monotonic() - began < 3.0:  # sending again at once, as a flood does
+            statuses.append(await poll(client, FLOODER))
+        return statuses
+
+    async def other() -> list[float]:  # its own 2 a minute, while the flooder is refused
+        took = []
+        for _ in range(2):
+            await asyncio.sleep(0.5)
+            began = time.monotonic()
+            assert await poll(client, OTHER) == 200
+            took.append(time.monotonic() - began)
+        return took
+
+    refused, others = await asyncio.gather(flooder(), other())
+    assert set(refused) == {429} and 3 <= len(refused) <= 4, refused
+    assert max(others) < 0.5, others
+    samples = await (await client.get("/metrics")).text()
+    seconds = [float(line.split()[-1]) for line in samples.splitlines() if line.startswith(
+        'http_request_duration_seconds_sum{route="/rules/last_updated"}')]
+    assert seconds and seconds[0] < 1.0, seconds  # 5+ refusals and polls, none timed at 1 s
+
+
+def test_a_refusal_waits_no_longer_than_its_retry_after():
+    answer = web.Response(status=429, headers={"Retry-After": "2"})
+    assert middleware.refusal_delay(answer, 10) == 2
+    assert middleware.refusal_delay(answer, 1) == 1
+    assert middleware.refusal_delay(web.Response(status=429), 3) == 3
+    assert middleware.refusal_delay(web.Response(status=429, headers={
+        "Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}), 1) == 1

@@ -2,10 +2,18 @@
 (for the drain), answered as JSON when its handler raised (server/errors.py), and counted
 and timed in the request metrics. One coroutine instead of one per concern, wrapped around
 each handler at start-up (server/web/routes.py): a 304 rules poll, the service's hottest
-path, passes through it on every poll."""
+path, passes through it on every poll.
+
+A 429 is sent TOO_MANY_REQUESTS_DELAY_SECONDS late (at most its Retry-After), after its
+handler has let go of everything it held: a flooder that ignores Retry-After and sends again
+at once on its connection got thousands of refusals a second, each a parse and a body read,
+and held both of a 2-core host's cores with them (ops/bench/hunt_flood.py: 7,300 refusals a
+second, an honest router's upload 3.9 times its quiet time; with the delay 70 a second, and
+0.9 times). The request's time in the metrics leaves the delay out."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
@@ -15,13 +23,15 @@ from server.metrics import Metrics
 from server.web.in_flight import InFlight
 
 
-def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswers):
+def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswers,
+                       too_many_requests_delay: float = 0.0):
     observe = metrics.observe_request
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500
+        took = None  # the request's time, when a delay follows it
         in_flight.count += 1
         try:
             try:
@@ -31,12 +41,23 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
             status = response.status
             if in_flight.draining:
                 response.force_close()  # no further request on this connection
+            elif status == 429 and too_many_requests_delay:
+                took = time.perf_counter() - started
+                await asyncio.sleep(refusal_delay(response, too_many_requests_delay))
             return response
         except web.HTTPException as error:  # a redirect or 304, raised again
             status = error.status
             raise
         finally:
             in_flight.count -= 1
-            observe(request, status, time.perf_counter() - started)
+            observe(request, status, took if took is not None else time.perf_counter() - started)
 
     return middleware
+
+
+def refusal_delay(response: web.StreamResponse, delay: float) -> float:
+    """`delay`, at most the response's Retry-After (seconds)."""
+    try:
+        return min(delay, float(response.headers.get("Retry-After", delay)))
+    except ValueError:
+        return delay
