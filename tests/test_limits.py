@@ -437,3 +437,23 @@ def test_a_refusal_waits_no_longer_than_its_retry_after():
     assert middleware.refusal_delay(web.Response(status=429), 3) == 3
     assert middleware.refusal_delay(web.Response(status=429, headers={
         "Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}), 1) == 1
+
+
+async def test_past_the_refusals_a_process_delays_at_once_they_are_answered_at_once(
+        make_client, database, tmp_path, monkeypatch):
+    """Each delayed refusal holds its request (and what arrived of its body) for the delay:
+    at most REFUSALS_DELAYED_AT_ONCE at a time, 2 here, so 6 refusals sent together: 2 a
+    second late, 4 at once."""
+    monkeypatch.setattr(middleware, "REFUSALS_DELAYED_AT_ONCE", 2)
+    client = await make_client(settings_for(database, tmp_path, ROUTER_REQUESTS_PER_MINUTE="1",
+                                            TOO_MANY_REQUESTS_DELAY_SECONDS="1"))
+    assert await poll(client, FLOODER) == 200
+
+    async def timed_poll() -> tuple[int, float]:
+        began = time.monotonic()
+        return await poll(client, FLOODER), time.monotonic() - began
+
+    answers = await asyncio.gather(*(timed_poll() for _ in range(6)))
+    assert {status for status, _ in answers} == {429}
+    late = sorted(took for _, took in answers)
+    assert max(late[:4]) < 0.5 and min(late[4:]) >= 0.9, late

@@ -9,7 +9,9 @@ handler has let go of everything it held: a flooder that ignores Retry-After and
 at once on its connection got thousands of refusals a second, each a parse and a body read,
 and held both of a 2-core host's cores with them (ops/bench/hunt_flood.py: 7,300 refusals a
 second, an honest router's upload 3.9 times its quiet time; with the delay 70 a second, and
-0.9 times). The request's time in the metrics leaves the delay out."""
+0.9 times). The request's time in the metrics leaves the delay out. At most
+REFUSALS_DELAYED_AT_ONCE wait in a process (each holds its request and what arrived of its
+body); past them a 429 is sent at once, as without the delay."""
 
 from __future__ import annotations
 
@@ -22,10 +24,13 @@ from server.errors import ErrorAnswers
 from server.metrics import Metrics
 from server.web.in_flight import InFlight
 
+REFUSALS_DELAYED_AT_ONCE = 1000
+
 
 def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswers,
                        too_many_requests_delay: float = 0.0):
     observe = metrics.observe_request
+    refusals = RefusalDelay(too_many_requests_delay)
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
@@ -41,9 +46,9 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
             status = response.status
             if in_flight.draining:
                 response.force_close()  # no further request on this connection
-            elif status == 429 and too_many_requests_delay:
+            elif refusals.applies(response):
                 took = time.perf_counter() - started
-                await asyncio.sleep(refusal_delay(response, too_many_requests_delay))
+                await refusals.wait(response)
             return response
         except web.HTTPException as error:  # a redirect or 304, raised again
             status = error.status
@@ -53,6 +58,26 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
             observe(request, status, took if took is not None else time.perf_counter() - started)
 
     return middleware
+
+
+class RefusalDelay:
+    """The wait before a 429 is sent: `seconds` (0: none), at most its Retry-After, for at
+    most REFUSALS_DELAYED_AT_ONCE refusals at a time."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._at_once = REFUSALS_DELAYED_AT_ONCE
+        self.waiting = 0
+
+    def applies(self, response: web.StreamResponse) -> bool:
+        return response.status == 429 and self._seconds > 0 and self.waiting < self._at_once
+
+    async def wait(self, response: web.StreamResponse) -> None:
+        self.waiting += 1
+        try:
+            await asyncio.sleep(refusal_delay(response, self._seconds))
+        finally:
+            self.waiting -= 1
 
 
 def refusal_delay(response: web.StreamResponse, delay: float) -> float:
