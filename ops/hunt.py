@@ -108,8 +108,11 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
 def table(answer: dict) -> str:
     searched = answer["searched"]
     first = answer["offset"] + 1
-    shown = (f", {first} to {first + answer['shown'] - 1} shown (earliest sighting first, "
-             "each indicator in turn)" if answer["shown"] < answer["match_count"] else "")
+    if not answer["shown"] and answer["offset"]:
+        shown = f", none shown from --offset {answer['offset']}: past the last"
+    else:
+        shown = (f", {first} to {first + answer['shown'] - 1} shown (earliest sighting first, "
+                 "each indicator in turn)" if answer["shown"] < answer["match_count"] else "")
     more = (f"; more with --offset {answer['offset'] + answer['shown']}" if answer["more"]
             else "")
     lines = [f"{count_text(answer)} match(es) in the records received from "
@@ -159,7 +162,8 @@ async def _compact(settings: Settings, db: Database) -> int:
         print(f"{indexed.left} upload(s) still pending: the indexer is behind", file=sys.stderr)
     done = (await pack(db)).as_detail()
     if not done["days"]:
-        print("nothing to pack: every day before today is packed already")
+        print("nothing to pack: no day before today has postings left unpacked (today's "
+              "are packed once the day has ended)")
     else:
         print(f"packed {len(done['days'])} day(s), {done['days'][0]} to {done['days'][-1]}: "
               f"{done['postings']} postings in {done['bytes']} bytes "

@@ -149,6 +149,10 @@ async def test_a_thousand_later_routers_do_not_bury_the_first(make_client, setti
     assert "more with --offset 1000" in first_page.stdout
     page = hunt(settings, "--domain", "evil-c2.example", "--offset", "1050")
     assert page["shown"] == 1 and not page["more"] and page["offset"] == 1050
+    past = router_backend(command_env(settings), "hunt", "--domain", "evil-c2.example",
+                          "--offset", "1051")
+    assert "1051 match(es)" in past.stdout and "none shown from --offset 1051: past the last" \
+        in past.stdout, past.stdout
 
 
 @pytest.mark.parametrize("packed", [False, True])
