@@ -243,8 +243,12 @@ async def _check(conn: psycopg.AsyncConnection) -> None:
     own check_connection costs one per statement: 0.6x the requests a second on a read):
     an idle connection has nothing to read unless the server has ended it (its last
     message, the end of the stream: a restart, a termination), which this reads, so the
-    pool discards it and hands out another."""
-    if select.select([conn.fileno()], [], [], 0)[0]:
+    pool discards it and hands out another. poll, not select: select refuses a descriptor
+    numbered 1024 or more, so a process holding a thousand client connections threw away
+    every connection it opened after them (uploads answered 503)."""
+    readable = select.poll()
+    readable.register(conn.fileno(), select.POLLIN)
+    if readable.poll(0):
         conn.pgconn.consume_input()  # OperationalError when the stream has ended
         if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
             raise psycopg.OperationalError("the server ended the connection")
