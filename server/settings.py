@@ -319,7 +319,8 @@ class Settings:
         "How long a 429 (a flood limit, an upload "
         "limit) waits before it is sent, at most its Retry-After, so that a client sending "
         "again as soon as it is refused gets at most one answer a second on a connection "
-        "(a refusal costs the server its request's parse and body); 0 answers at once.")
+        "(a refusal costs the server its request's parse and body); Retry-After still "
+        "counts from the request. 0 answers at once.")
     ipv6_limit_prefix: int = _routers("64", _integer(1, 128),
         "Per-address limits count IPv6 clients per network of "
         "this prefix length (a subscriber's /64), not per address.")

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from server.db.connect import connect
 from server.routers.sql import REGISTRATION_LOCK_CLASS
@@ -457,3 +458,29 @@ async def test_past_the_refusals_a_process_delays_at_once_they_are_answered_at_o
     assert {status for status, _ in answers} == {429}
     late = sorted(took for _, took in answers)
     assert max(late[:4]) < 0.5 and min(late[4:]) >= 0.9, late
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self, closing: bool) -> None:
+        super().__init__()
+        self._closing = closing
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+
+def test_a_refusal_whose_client_is_gone_is_not_delayed():
+    """A hostile review: aiohttp does not cancel a handler whose client hung up, so a
+    refusal delayed after it held its request (and its body's buffer) for nothing: 1,850
+    uploads a second sent and dropped at once held 342 MiB where 134 without the delay."""
+    refusals = middleware.RefusalDelay(1.0)
+    refused = web.Response(status=429, headers={"Retry-After": "1"})
+    gone = make_mocked_request("GET", "/rules/last_updated", transport=_Transport(True))
+    here = make_mocked_request("GET", "/rules/last_updated", transport=_Transport(False))
+    assert not refusals.applies(gone, refused)
+    assert refusals.applies(here, refused)
+    assert not refusals.applies(here, web.Response(status=200))
+    assert not middleware.RefusalDelay(0).applies(here, refused)

@@ -46,9 +46,9 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
             status = response.status
             if in_flight.draining:
                 response.force_close()  # no further request on this connection
-            elif refusals.applies(response):
+            elif refusals.applies(request, response):
                 took = time.perf_counter() - started
-                await refusals.wait(response)
+                await refusals.wait(request, response)
             return response
         except web.HTTPException as error:  # a redirect or 304, raised again
             status = error.status
@@ -62,17 +62,24 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
 
 class RefusalDelay:
     """The wait before a 429 is sent: `seconds` (0: none), at most its Retry-After, for at
-    most REFUSALS_DELAYED_AT_ONCE refusals at a time."""
+    most REFUSALS_DELAYED_AT_ONCE refusals at a time, and none for a client already gone
+    (aiohttp does not cancel its handler: it would hold its request for nothing). What
+    arrived of the body is let go before the wait (aiohttp reads and drops the rest after
+    the answer, as without the delay). Retry-After still counts from the request."""
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
         self._at_once = REFUSALS_DELAYED_AT_ONCE
         self.waiting = 0
 
-    def applies(self, response: web.StreamResponse) -> bool:
-        return response.status == 429 and self._seconds > 0 and self.waiting < self._at_once
+    def applies(self, request: web.Request, response: web.StreamResponse) -> bool:
+        transport = request.transport
+        return (response.status == 429 and self._seconds > 0 and self.waiting < self._at_once
+                and transport is not None and not transport.is_closing())
 
-    async def wait(self, response: web.StreamResponse) -> None:
+    async def wait(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.can_read_body and request.content.exception() is None:
+            request.content.read_nowait()  # the body's bytes buffered so far, dropped
         self.waiting += 1
         try:
             await asyncio.sleep(refusal_delay(response, self._seconds))
