@@ -316,8 +316,8 @@ class Settings:
         "the host's HTTP workers; beyond, its requests without a key the answering process "
         "already trusts get 429 with Retry-After until the allowance refills.")
     too_many_requests_delay_seconds: int = _routers("1", _integer(0, 10),
-        "How long a 429 (a flood limit, an upload "
-        "limit) waits before it is sent, at most its Retry-After, so that a client sending "
+        "How long a 429 (any flood, registration or "
+        "upload limit) waits before it is sent, at most its Retry-After, so that a client sending "
         "again as soon as it is refused gets at most one answer a second on a connection "
         "(a refusal costs the server its request's parse and body); Retry-After still "
         "counts from the request. 0 answers at once.")

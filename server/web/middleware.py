@@ -4,14 +4,13 @@ and timed in the request metrics. One coroutine instead of one per concern, wrap
 each handler at start-up (server/web/routes.py): a 304 rules poll, the service's hottest
 path, passes through it on every poll.
 
-A 429 is sent TOO_MANY_REQUESTS_DELAY_SECONDS late (at most its Retry-After), after its
-handler has let go of everything it held: a flooder that ignores Retry-After and sends again
-at once on its connection got thousands of refusals a second, each a parse and a body read,
-and held both of a 2-core host's cores with them (ops/bench/hunt_flood.py, 100 flooders past
-their first minute: 7,300 refusals a second, an honest router's upload 3.9 times its quiet
-time; with the delay 67 a second, and 1.3 times). The request's time in the metrics leaves the delay out. At most
-REFUSALS_DELAYED_AT_ONCE wait in a process (each holds its request and what arrived of its
-body); past them a 429 is sent at once, as without the delay."""
+A 429 is sent TOO_MANY_REQUESTS_DELAY_SECONDS late (RefusalDelay), after its handler has
+let go of everything it held: a flooder that ignores Retry-After and sends again at once on
+its connection got thousands of refusals a second, each a parse and a body read, and held a
+2-core host's cores with them (ops/bench/hunt_flood.py, 100 flooders past their first
+minute: 7,300 refusals a second, an honest router's upload 3.9 times its quiet time; with
+the delay 67 a second, and 1.3 times). The request's time in the metrics leaves the delay
+out."""
 
 from __future__ import annotations
 
