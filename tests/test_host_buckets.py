@@ -143,9 +143,12 @@ def test_a_router_spreading_requests_over_two_workers_gets_its_limit_once(databa
 
 def test_requests_sent_at_once_over_two_workers_get_the_allowance_exactly(database, tmp_path):
     """HTTP_WORKERS=2, key mode: 100 polls of an enrolled router sent at once, each on a
-    connection of its own (the kernel spreads them over both workers), get 20 answers (its
-    20 a minute, and what refills in the burst's seconds), the rest 429; 100 wrong keys sent
-    at once from one address have 10 checked (401), the rest 429."""
+    connection of its own (the kernel spreads them over both workers), get at most 20
+    answers (its 20 a minute, and what refills in the burst's seconds), the rest 429; 100
+    wrong keys sent at once from one address have 10 checked (401), the rest 429. Until a
+    worker trusts the router's key, each of its polls is checked like a guess (a place in
+    the address's 10 taken first, given back when right), so how many of the burst reach
+    the router's allowance depends on when the first checks end: at least those 10."""
     server = ServerRunner(database, tmp_path, flood_limits=True, HTTP_WORKERS="2",
                           ROUTER_AUTH="key", ENROLLMENT_TOKEN="fleet-token-0123456789",
                           ROUTER_REQUESTS_PER_MINUTE="20",
@@ -157,7 +160,7 @@ def test_requests_sent_at_once_over_two_workers_get_the_allowance_exactly(databa
     finally:
         server.stop()
     # What refilled while the burst lasted: 20 a minute, 10 a minute.
-    assert 20 <= polls[200] <= 20 + poll_seconds / 3 and polls[429] == 100 - polls[200], polls
+    assert 10 <= polls[200] <= 20 + poll_seconds / 3 and polls[429] == 100 - polls[200], polls
     assert 10 <= guesses[401] <= 10 + guess_seconds / 6 and \
         guesses[429] == 100 - guesses[401], guesses
 
