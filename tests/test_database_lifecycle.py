@@ -42,6 +42,21 @@ async def test_embedded_database_started_used_and_stopped(tmp_path):
     assert processes_on(tmp_path / "postgres") == []
 
 
+def test_a_failed_start_says_why_from_the_servers_log(tmp_path):
+    """A start that fails shows the end of the server's log in its error, not only where the
+    log is: a test's temporary directory is gone by the time one looks."""
+    pgdata = tmp_path / "postgres"
+    server = embedded.EmbeddedPostgres(pgdata)
+    server.start()
+    server.stop()
+    with open(pgdata / "postgresql.auto.conf", "a") as conf:
+        conf.write("shared_buffers = 'plenty'\n")
+    with pytest.raises(embedded.EmbeddedServerError) as failed:
+        server.start()
+    assert "pg_ctl failed" in str(failed.value) and "plenty" in str(failed.value), failed.value
+    assert processes_on(pgdata) == []
+
+
 @pytest.mark.drill  # an embedded server started slowly on purpose
 def test_a_start_slower_than_the_wheels_timeout_is_waited_for_and_adopted(tmp_path, caplog):
     """The wheel gives `pg_ctl start -w` 10 s. A postmaster slower than that to be ready (an

