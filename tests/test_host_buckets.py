@@ -141,7 +141,7 @@ def test_a_router_spreading_requests_over_two_workers_gets_its_limit_once(databa
     assert (tmp_path / "flood-limits").exists()
 
 
-def test_requests_sent_at_once_over_two_workers_get_the_allowance_exactly(database, tmp_path):
+def test_requests_sent_at_once_over_two_workers_get_no_more_than_the_allowance(database, tmp_path):
     """HTTP_WORKERS=2, key mode: 100 polls of an enrolled router sent at once, each on a
     connection of its own (the kernel spreads them over both workers), get at most 20
     answers (its 20 a minute, and what refills in the burst's seconds), the rest 429; 100
