@@ -14,15 +14,15 @@ real flood comes from many addresses). Its per-router limits (ROUTER_REQUESTS_PE
 ROUTER_RECORDS_PER_MINUTE) are the defaults, as a real flooder meets them, unless
 --router-limits off raises them too (each flooder then sends as fast as the server answers).
 The flood is driven by wrk (one connection a flooder, each request 200 records of random
-names, from 256 bodies its Lua script makes at the start, the flooders' MACs in turn), since a Python client saturates
-before the server does; the honest router is a process of its own (`--honest-only PORT`: its
-corpus day's alerts, 44 records, an upload every 0.2 s, or every 0.6 s within the default
-per-router limit of 2 requests a second), so that its times are the server's, not a busy
-client's. What saturates is printed: the cores wrk and the server kept busy. --set: a
-setting of the server's (repeatable), e.g. HUNT_INDEX_SECONDS=3600 to flood with the hunt
-indexer idle (the index then does not grow, and is not waited for), or HTTP_WORKERS=2 for
-the supervisor and its processes (the layout of `auto` on two cores; the cores printed are
-all of theirs).
+names, from 256 bodies its Lua script makes at the start, the flooders' MACs in turn), since
+a Python client saturates before the server does; the honest router is a process of its own
+(`--honest-only PORT`: its corpus day's alerts, 44 records, an upload every 0.2 s, or every
+0.6 s within the default per-router limit of 2 requests a second), so that its times are the
+server's, not a busy client's. What saturates is printed: the cores wrk and the server kept
+busy. --set: a setting of the server's (repeatable), e.g. HUNT_INDEX_SECONDS=3600 to flood
+with the hunt indexer idle (the index then does not grow, and is not waited for), or
+HTTP_WORKERS=2 for the supervisor and its processes (the layout of `auto` on two cores; the
+cores printed are all of theirs).
 """
 
 from __future__ import annotations
