@@ -16,11 +16,10 @@ from server.intel.config import IntelConfig
 from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.formats import FORMATS, KINDS
-from server.intel.jobs import fetch_feeds
+from server.intel.jobs import fetch_feeds, judge_and_tell
 from server.jobs.cron import run_job
 from server.intel.listing import sightings as listed_sightings
-from server.intel.owners import shown, tell_owners
-from server.intel.retro import retro_hunt
+from server.intel.owners import shown
 from server.settings import Settings
 from server.telemetry.indicators import feed_value
 from server.timestamps import iso_utc
@@ -80,12 +79,18 @@ async def _feed(db: Database, name: str) -> intel_db.Feed:
     return found[0]
 
 
-def _print_feeds(feeds: list[intel_db.Feed]) -> None:
-    print("feed\tformat\tindicators\tlines\trefused\tlast_success\tlast_error\turl")
+def _counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items()))
+
+
+def _print_feeds(feeds: list[intel_db.Feed], withheld: dict[str, dict[str, int]]) -> None:
+    print("feed\tformat\tindicators\tlines\trefused\twithheld\tlast_success\tlast_error\t"
+          "url")
     for feed in feeds:
-        refusals = ", ".join(f"{reason}: {n}" for reason, n in sorted(feed.refusals.items()))
+        refusals, kept_back = _counted(feed.refusals), withheld.get(feed.name, {})
         print(f"{feed.name}\t{feed.format}\t{feed.indicators}\t{feed.lines}\t{feed.refused}"
-              f"{f' ({refusals})' if refusals else ''}\t"
+              f"{f' ({refusals})' if refusals else ''}\t{sum(kept_back.values())}"
+              f"{f' ({_counted(kept_back)})' if kept_back else ''}\t"
               f"{iso_utc(feed.succeeded_at) or 'never'}\t{feed.error or ''}\t"
               f"{feed.url or '(imported)'}")
 
@@ -95,7 +100,7 @@ def _sightings_json(rows: list[dict]) -> dict:
         {"indicator": s["indicator"], "kind": s["kind"], "source": s["source"],
          "mac": s["mac"], "first_seen": iso_utc(s["first_seen"]),
          "last_seen": iso_utc(s["last_seen"]), "days": s["days"], "records": s["records"],
-         "owner_told": iso_utc(s["told_at"])} for s in rows]}
+         "owner_told": iso_utc(s["told_at"]), "closed": s["closed"]} for s in rows]}
 
 
 async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
@@ -114,7 +119,8 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
               f"--feed {args.name}`")
         return 0
     if args.action == "list":
-        _print_feeds(await intel_db.feeds(db))
+        exempt = list(IntelConfig.from_settings(settings).service_networks)
+        _print_feeds(await intel_db.feeds(db), await intel_db.withheld_counts(db, exempt))
         return 0
     if args.action == "remove":
         if not await intel_db.remove_feed(db, args.name, actor):
@@ -162,6 +168,7 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
     print("indicator\tkind\tsource\tmac\tfirst_seen\tlast_seen\tdays\trecords\towner")
     for s in rows:
         owner = (f"told {iso_utc(s['told_at'])}" if s["told_at"]
+                 else f"closed: {s['closed']}" if s["closed"]
                  else "to tell" if s["owned"] else "no owner")
         print(f"{s['indicator']}\t{s['kind']}\t{s['source']}\t{s['mac']}\t"
               f"{iso_utc(s['first_seen'])}\t{iso_utc(s['last_seen'])}\t{s['days']}\t"
@@ -194,10 +201,10 @@ async def _import(args: argparse.Namespace, settings: Settings, db: Database,
     print(taken.line())
     if taken.outcome == "failed":
         return 1
-    hunted = await retro_hunt(db, IntelConfig.from_settings(settings), actor)
-    told = await tell_owners(db)
-    print(f"retro-hunt: {hunted.hunted:,} indicators, {hunted.new_sightings:,} new sightings, "
-          f"{hunted.held:,} held; owners told: {told['notifications']:,}")
+    done = await judge_and_tell(db, IntelConfig.from_settings(settings), actor)
+    hunted = done["retro_hunt"]
+    print(f"retro-hunt: {hunted['hunted']:,} indicators, {hunted['new_sightings']:,} new "
+          f"sightings, {hunted['held']:,} held; owners told: {done['notifications']:,}")
     return 0
 
 

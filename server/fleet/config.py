@@ -32,7 +32,7 @@ class FleetConfig:
                    settings.fleet_min_networks,
                    timedelta(hours=settings.fleet_min_router_age_hours), keyed,
                    settings.fleet_max_entries, settings.fleet_max_per_router,
-                   keyed or settings.fleet_attackers_in_mac_mode, _service_networks(settings))
+                   keyed or settings.fleet_attackers_in_mac_mode, service_networks(settings))
 
     def counting(self, exempt: list[str]) -> Counting:
         return Counting(window=timedelta(hours=self.window_hours), severity=self.severity,
@@ -42,7 +42,7 @@ class FleetConfig:
                         exempt=tuple(str(canonical_network(n)) for n in exempt))
 
 
-def _service_networks(settings: Settings) -> tuple[str, ...]:
+def service_networks(settings: Settings) -> tuple[str, ...]:
     """SERVICE_ADDRESSES, TRUSTED_PROXIES, and the listeners' hosts when they are addresses."""
     networks = [str(network) for network in settings.service_addresses | settings.trusted_proxies]
     hosts = [settings.listen_host] + ([settings.console_listen[0]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from server.fleet.config import service_networks
 from server.settings import Settings
 
 
@@ -20,6 +21,7 @@ class IntelConfig:
     index_lanes: int             # HUNT_INDEX_LANES
     min_router_age: timedelta    # FLEET_MIN_ROUTER_AGE_HOURS: who counts for prevalence
     keyed: bool                  # ROUTER_AUTH=key: only keyed routers count
+    service_networks: tuple[str, ...]  # never delivered nor sighted (the fleet's own rail)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> IntelConfig:
@@ -28,4 +30,4 @@ class IntelConfig:
                    settings.hunt_retention_days, settings.hunt_postings_per_router_day,
                    settings.hunt_index_lanes,
                    timedelta(hours=settings.fleet_min_router_age_hours),
-                   settings.router_auth == "key")
+                   settings.router_auth == "key", service_networks(settings))

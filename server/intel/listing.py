@@ -11,6 +11,6 @@ from server.intel.owners import shown
 async def sightings(db: Database, mac: str | None = None, limit: int = 100_000) -> list[dict]:
     return [{"indicator": shown(kind, value), "kind": kind, "source": source, "mac": mac_,
              "first_seen": first, "last_seen": last, "days": days, "records": records,
-             "found_at": found, "told_at": told, "owned": owned}
-            for kind, value, source, mac_, first, last, days, records, found, told, owned
+             "found_at": found, "told_at": told, "owned": owned, "closed": closed}
+            for kind, value, source, mac_, first, last, days, records, found, told, owned, closed
             in await intel_db.sightings(db, mac, limit)]

@@ -98,9 +98,11 @@ async def match(db: Database, config: IntelConfig, batch: list[tuple[str, str, s
     result.hunted = len(hunted)
     # Every value's routers in one pass over the index, folded per router as they are read
     # (server/hunt/tallies.py); a value more than the prevalence limit saw is a suspect,
-    # held or read again whole on its own.
+    # held or read again whole on its own. The limit is a share of the routers that count
+    # for the fleet: fresh MACs, however many, neither raise it nor count toward it.
     registered = await intel_db.registered_routers(db)
-    limit = held_above(config, registered)
+    limit = held_above(config, await intel_db.counted_routers(db, config.min_router_age,
+                                                               config.keyed))
     tallied = await _tallied(db, [h[3] for h in hunted], days, limit,
                              config.retro_hunt_processes) if hunted else []
     suspects = [n for n, one in enumerate(tallied) if one.over]
@@ -115,7 +117,8 @@ async def match(db: Database, config: IntelConfig, batch: list[tuple[str, str, s
         for note, values in held.items():
             result.held += await intel_db.hold(cur, values, note, actor)
         result.held += await intel_db.hold(cur, broad, BROAD_NOTE, actor)
-        result.new_sightings = await intel_db.record_sightings(cur, rows)
+        result.new_sightings = await intel_db.record_sightings(
+            cur, rows, list(config.service_networks))
     result.sightings = len(rows)
     return result
 

@@ -188,38 +188,69 @@ def _counted_routers(keyed: bool) -> str:
                   AND k.issued_at > now() - %(min_age)s) {held_key}"""
 
 
-# What routers are sent: current values (not expired) of every feed, once each (its highest
-# confidence, then its latest sighting by a feed), none an operator suppressed or the job
-# held; an address or a network only when public, on no allowlist of the fleet, none of the
-# service's own networks, overlapping no value suppressed or held as prevalent, and no poll
-# address of a router an operator subscribed or that holds a key, both for at least
-# FLEET_MIN_ROUTER_AGE_HOURS (anybody can register a MAC from the address of their own
-# server, or enroll one with the fleet's token; the poll addresses found by a range of their
-# index, not a scan per value), and a network no broader than BROADEST_PREFIX unless an
-# operator released it; at most %(max)s, the feeds in turns (each feed's highest confidence
-# first, then its most recently seen): a feed of a million values, however confident it
-# says it is, cannot push out another's. A value several feeds name is its most confident
-# feed's.
+# Why a value (of a table aliased `i`: kind, value) is never delivered nor sighted, or NULL:
+# held or suppressed; else an address or network that is not public, is one of the service's
+# own networks, overlaps the fleet's allowlist (or, with `mac`, that router's own), or
+# overlaps a value suppressed or held as prevalent. One expression for the delivery, the
+# sightings (recorded, and closed when a rail comes later) and `intel list`'s counts. A CASE,
+# so that a domain's value is never cast to inet.
+NOT_PUBLIC_WHY = "not public"
+SERVICE_WHY = "the service's own network"
+ALLOWLISTED_WHY = "allowlisted"
+ROUTER_ALLOWLISTED_WHY = "on the router's allowlist"
+DECIDED_WHY = "held or suppressed"
+COVERED_WHY = "overlaps a held or suppressed value"
 _NET = "i.value::inet"
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def withheld(mac: str | None = None) -> str:
+    own = (f"""WHEN EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac = {mac}
+                         AND a.network::inet && {_NET}) THEN {_quoted(ROUTER_ALLOWLISTED_WHY)}"""
+           if mac else "")
+    return f"""CASE WHEN {_DECIDED} THEN {_quoted(DECIDED_WHY)}
+  WHEN i.kind NOT IN ('ip', 'network') THEN NULL
+  WHEN {_NET} && ANY(%(not_public)s::inet[]) THEN {_quoted(NOT_PUBLIC_WHY)}
+  WHEN {_NET} && ANY(%(exempt)s::inet[]) THEN {_quoted(SERVICE_WHY)}
+  WHEN EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
+               AND a.network::inet && {_NET}) THEN {_quoted(ALLOWLISTED_WHY)}
+  {own}
+  WHEN {_COVERED} THEN {_quoted(COVERED_WHY)} END"""
+
+
+def rails(exempt: list[str]) -> dict:
+    """The parameters `withheld` takes."""
+    return {"not_public": list(NOT_PUBLIC), "exempt": list(exempt)}
+
+
+# What routers are sent: current values (not expired) of every feed, once each (its highest
+# confidence, then its latest sighting by a feed), each retro-hunted already (judged by the
+# fleet's prevalence before any router gets it) or released by an operator, none `withheld`, and no address or network
+# overlapping a poll address of a router that protects its network (`_POLLED`: the poll
+# addresses found by a range of their index, not a scan per value), nor a network broader
+# than BROADEST_PREFIX unless an operator released it; at most %(max)s, the feeds in turns
+# (each feed's highest confidence first, then its most recently seen): a feed of a million
+# values, however confident it says it is, cannot push out another's. A value several feeds
+# name is its most confident feed's.
 DELIVERED = f"""WITH current AS (
     SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.feed, i.confidence, i.last_seen,
            i.expires_at
     FROM intel_indicators i
-    WHERE i.expires_at > now()
-      AND NOT {_DECIDED}
+    WHERE i.expires_at > now() AND NOT {_DECIDED}
+      AND (i.hunted_at IS NOT NULL OR EXISTS (SELECT 1 FROM intel_decisions d
+           WHERE d.kind = i.kind AND d.value = i.value AND d.decision = 'released'))
     ORDER BY i.kind, i.value, i.confidence DESC, i.last_seen DESC),
 kept AS (
 SELECT i.kind, i.value, i.confidence, i.last_seen, i.expires_at,
        row_number() OVER (PARTITION BY i.feed ORDER BY i.confidence DESC, i.last_seen DESC,
                                                        i.kind, i.value) AS turn
 FROM current i
-WHERE i.kind NOT IN ('ip', 'network') OR (
-      NOT {_NET} && ANY(%(not_public)s::inet[])
-  AND NOT {_NET} && ANY(%(exempt)s::inet[])
-  AND NOT EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac IS NULL
-                  AND a.network::inet && {_NET})
-  AND NOT ({_COVERED})
-  AND NOT EXISTS (SELECT 1 FROM intel_polled p
+WHERE ({withheld()}) IS NULL
+  AND (i.kind NOT IN ('ip', 'network') OR (
+      NOT EXISTS (SELECT 1 FROM intel_polled p
                   WHERE p.address >= network({_NET})::inet
                     AND p.address <= set_masklen(broadcast({_NET}),
                             CASE family({_NET}) WHEN 4 THEN 32 ELSE 128 END)
@@ -227,7 +258,7 @@ WHERE i.kind NOT IN ('ip', 'network') OR (
   AND (masklen({_NET}) >= CASE family({_NET}) WHEN 4 THEN {BROADEST_PREFIX[4]}
                                  ELSE {BROADEST_PREFIX[6]} END
        OR EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
-                  AND d.value = i.value AND d.decision = 'released'))))
+                  AND d.value = i.value AND d.decision = 'released')))))
 SELECT kind, value, expires_at FROM kept
 ORDER BY turn, confidence DESC, last_seen DESC, kind, value
 LIMIT %(max)s"""
@@ -247,8 +278,7 @@ async def delivered(db: Database, exempt: list[str], max_entries: int,
     async with db.transaction() as cur:
         await execute(cur, _POLLED, {"min_age": min_age})
         await execute(cur, "CREATE INDEX ON intel_polled (address); ANALYZE intel_polled")
-        await execute(cur, DELIVERED, {"not_public": list(NOT_PUBLIC), "exempt": exempt,
-                                       "max": max_entries})
+        await execute(cur, DELIVERED, {**rails(exempt), "max": max_entries})
         return await cur.fetchall()
 
 
@@ -268,15 +298,20 @@ async def current(db: Database) -> list[tuple[str, str, str]]:
 
 
 async def mark_hunted(cur, values: list[tuple[str, str]]) -> None:
+    """The values judged by a retro-hunt (held, or sighted), and so delivered from now on:
+    every process rebuilds its document."""
     await execute(cur, """UPDATE intel_indicators i SET hunted_at = now()
         FROM unnest(%s::text[], %s::text[]) AS v (kind, value)
         WHERE i.kind = v.kind AND i.value = v.value COLLATE "C" AND i.hunted_at IS NULL""",
                   ([k for k, _ in values], [v for _, v in values]))
+    if cur.rowcount:
+        await execute(cur, CHANGED)
 
 
-# A router's sighting of an indicator, once: a rerun widens its span and counts (the larger
-# of what was known and what this hunt saw: a hunt reads whole days, never a part twice),
-# and writes nothing when it saw nothing new (the match each minute finds the same again).
+# A router's sighting of an indicator, once, unless the value is `withheld` for it: a rerun
+# widens its span and counts (the larger of what was known and what this hunt saw: a hunt
+# reads whole days, never a part twice), and writes nothing when it saw nothing new (the
+# match each minute finds the same again).
 # A retro-hunt's sightings (hundreds of thousands): COPY'd into a table of the transaction's
 # own, then added in one statement (a fifth of the time of arrays bound as parameters,
 # whose lists psycopg dumps in Python).
@@ -284,10 +319,10 @@ _SIGHTED_TABLE = """CREATE TEMPORARY TABLE sighted (mac macaddr, kind text, valu
     source text, first_seen timestamptz, last_seen timestamptz, days integer, records bigint)
 ON COMMIT DROP"""
 _SIGHTED_COPY = "COPY sighted FROM STDIN"
-_SIGHTED = """WITH added AS (
+_SIGHTED = f"""WITH added AS (
     INSERT INTO intel_sightings AS s (mac, kind, value, source, first_seen, last_seen, days,
         records)
-    SELECT * FROM sighted
+    SELECT i.* FROM sighted i WHERE ({withheld("i.mac")}) IS NULL
     ON CONFLICT (mac, kind, value) DO UPDATE SET
         first_seen = least(s.first_seen, excluded.first_seen),
         last_seen = greatest(s.last_seen, excluded.last_seen),
@@ -298,17 +333,47 @@ _SIGHTED = """WITH added AS (
 SELECT count(*) FILTER (WHERE new) FROM added"""
 
 
-async def record_sightings(cur, rows: list[tuple]) -> int:
+async def record_sightings(cur, rows: list[tuple], exempt: list[str]) -> int:
     """Rows (mac, kind, value, source, first_seen, last_seen, days, records), in the
-    transaction of `cur`; how many are new."""
+    transaction of `cur`, but for values withheld (`exempt`: the service's own networks);
+    how many are new."""
     if not rows:
         return 0
     await execute(cur, _SIGHTED_TABLE)
     async with cur.copy(_SIGHTED_COPY) as copy:
         for row in rows:
             await copy.write_row(row)
-    await execute(cur, _SIGHTED)
+    await execute(cur, _SIGHTED, rails(exempt))
     return (await cur.fetchone())[0]
+
+
+# Open sightings of values now withheld (an allowlist entry, a decision, or sightings
+# recorded before the rails applied to them) closed with why: listed, never told.
+_CLOSE = f"""UPDATE intel_sightings i SET closed_at = now(), closed_why = ({withheld("i.mac")})
+WHERE i.closed_at IS NULL AND (%(all)s OR i.told_at IS NULL)
+  AND ({withheld("i.mac")}) IS NOT NULL"""
+
+
+async def close_withheld(db: Database, exempt: list[str], untold_only: bool) -> int:
+    """Open sightings of withheld values closed (only those not told yet, when
+    `untold_only`: the few the minute's match tells); how many."""
+    async with db.transaction() as cur:
+        await execute(cur, _CLOSE, {**rails(exempt), "all": not untold_only})
+        return cur.rowcount
+
+
+# Why each feed's current values are withheld, counted (`intel list`).
+_WITHHELD_COUNTS = f"""SELECT feed, why, count(*) FROM (
+    SELECT i.feed, ({withheld()}) AS why FROM intel_indicators i WHERE i.expires_at > now()
+) w WHERE why IS NOT NULL GROUP BY feed, why"""
+
+
+async def withheld_counts(db: Database, exempt: list[str]) -> dict[str, dict[str, int]]:
+    """{feed: {why: values}} of the values never delivered nor sighted."""
+    counts: dict[str, dict[str, int]] = {}
+    for feed, why, n in await db.fetchall(_WITHHELD_COUNTS, rails(exempt)):
+        counts.setdefault(feed, {})[why] = n
+    return counts
 
 
 async def hold(cur, held: list[tuple[str, str, int | None]], note: str, actor: str) -> int:
@@ -336,6 +401,13 @@ async def registered_routers(db: Database) -> int:
     return (await db.fetchone("SELECT count(*) FROM routers"))[0]
 
 
+async def counted_routers(db: Database, min_age: timedelta, keyed: bool) -> int:
+    """How many routers count toward a value's prevalence (`trusted_routers`): the share
+    that holds a value is taken of these, so that fresh MACs cannot lift one out of a hold."""
+    return (await db.fetchone(f"SELECT count(*) FROM routers r WHERE {_counted_routers(keyed)}",
+                              {"min_age": min_age}))[0]
+
+
 async def trusted_routers(db: Database, min_age: timedelta, keyed: bool) -> set[str]:
     """The routers whose sightings count toward a value's prevalence, as toward the fleet's
     lists: registered at least `min_age` ago (and, when `keyed`, holding a key), so that
@@ -346,7 +418,7 @@ async def trusted_routers(db: Database, min_age: timedelta, keyed: bool) -> set[
 
 
 SIGHTINGS = """SELECT s.kind, s.value, s.source, s.mac::text, s.first_seen, s.last_seen,
-       s.days, s.records, s.found_at, s.told_at, r.owner_user IS NOT NULL
+       s.days, s.records, s.found_at, s.told_at, r.owner_user IS NOT NULL, s.closed_why
 FROM intel_sightings s LEFT JOIN routers r USING (mac)
 WHERE %(mac)s::macaddr IS NULL OR s.mac = %(mac)s
 ORDER BY s.first_seen, s.mac, s.kind, s.value LIMIT %(limit)s"""
@@ -358,9 +430,15 @@ async def sightings(db: Database, mac: str | None = None, limit: int = 100_000) 
 
 async def set_owner(db: Database, mac: str, user: str | None, email: str | None,
                     actor: str) -> bool:
+    """An owner's ownership ended (another user, or none, set) is recorded: whoever owns the
+    router next is told only of what it saw from then on. A first owner is told of what it
+    saw before (an owner subscribes the router they installed)."""
     async with db.transaction() as cur:
-        await execute(cur, "UPDATE routers SET owner_user = %s, owner_email = %s "
-                           "WHERE mac = %s", (user, email, mac))
+        await execute(cur, "UPDATE routers SET owner_since = CASE WHEN owner_user IS NOT NULL "
+                           "AND owner_user IS DISTINCT FROM %(user)s THEN now() "
+                           "ELSE owner_since END, "
+                           "owner_user = %(user)s, owner_email = %(email)s WHERE mac = %(mac)s",
+                      {"user": user, "email": email, "mac": mac})
         if cur.rowcount == 0:
             return False
         await log(cur, actor, "owner set", {"mac": mac, "user": user, "email": email})
@@ -374,13 +452,16 @@ async def routers_without_owner(db: Database) -> list[str]:
            WHERE r.owner_user IS NULL ORDER BY 1""")]
 
 
-# Sightings not told yet, of routers with an owner, oldest first; none that ended before
-# the router's current key was issued (an earlier holder's, whose enrollment an operator
-# reset: its traffic is not the owner's to be told of).
-UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source, s.first_seen, s.last_seen,
-       s.records, r.owner_user, r.owner_email
+# Sightings not told yet nor closed, of routers with an owner, oldest first; none that ended
+# before the ownership began (before the previous owner's ended: their traffic), nor before the router's current key
+# was issued (an earlier holder's, whose enrollment an operator reset), and a first sighting
+# before the ownership told as its start.
+UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source,
+       greatest(s.first_seen, r.owner_since), s.last_seen, s.records, r.owner_user,
+       r.owner_email
 FROM intel_sightings s JOIN routers r USING (mac)
-WHERE s.told_at IS NULL AND r.owner_user IS NOT NULL AND r.owner_email IS NOT NULL
+WHERE s.told_at IS NULL AND s.closed_at IS NULL AND r.owner_user IS NOT NULL
+  AND r.owner_email IS NOT NULL AND s.last_seen >= coalesce(r.owner_since, '-infinity')
   AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
                   AND k.issued_at > s.last_seen)
 ORDER BY s.found_at, s.mac, s.kind, s.value LIMIT %(batch)s"""

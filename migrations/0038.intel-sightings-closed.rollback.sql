@@ -1,0 +1,3 @@
+ALTER TABLE routers DROP COLUMN owner_since;
+ALTER TABLE intel_sightings DROP COLUMN closed_why;
+ALTER TABLE intel_sightings DROP COLUMN closed_at;

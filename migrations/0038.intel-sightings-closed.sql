@@ -1,0 +1,20 @@
+-- Issue 80. A sighting of a value the delivery would never send (not public, allowlisted,
+-- the service's own, held or suppressed: server/intel/sql.py `withheld`) is closed, with
+-- why, and never told; closed by the intel jobs (the untold ones each minute), so that
+-- sightings recorded before this upgrade are closed too (the service's own networks are
+-- settings, not known to a migration).
+ALTER TABLE intel_sightings ADD COLUMN closed_at timestamptz;
+ALTER TABLE intel_sightings ADD COLUMN closed_why text;
+-- When the router's previous owner stopped being its owner (NULL: it never had another): its
+-- owner is told only of what the router saw from then on. Before this upgrade: the first
+-- `owner set` in intel_log after the last one naming another user.
+ALTER TABLE routers ADD COLUMN owner_since timestamptz;
+UPDATE routers r SET owner_since = (
+    SELECT min(l.at) FROM intel_log l
+    WHERE l.action = 'owner set' AND l.detail->>'mac' = r.mac::text
+      AND l.at > (SELECT max(o.at) FROM intel_log o
+                  WHERE o.action = 'owner set' AND o.detail->>'mac' = r.mac::text
+                    AND o.detail->>'user' IS NOT NULL
+                    AND o.detail->>'user' IS DISTINCT FROM r.owner_user))
+WHERE EXISTS (SELECT 1 FROM intel_log l WHERE l.action = 'owner set'
+              AND l.detail->>'mac' = r.mac::text);
