@@ -10,7 +10,9 @@ server); an alert between two local addresses blocks nothing.
 Safety rails, so the block list cannot be turned against its router:
 - an address is never blocked when it is not public (engine/addresses.py: IANA's
   special-purpose ranges, an explicit table), when it is on the allowlist (fleet-wide or the
-  router's own), or when the router itself calls from it; an IPv6 address that carries an
+  router's own) or held by the intel as seen by too much of the fleet (both given as the
+  exemptions' networks), or when the router itself calls from it; the intel rules' alerts
+  (engine/intel.py INTEL_SIDS) are no evidence of an attack; an IPv6 address that carries an
   IPv4 one is judged by that IPv4 address, so `::ffff:8.8.4.4` is on an allowlist holding
   8.8.0.0/16 and `64:ff9b::7f00:1` is loopback;
 - an address is blocked for the router's alerts only after `min_alerts` alerts from at least
@@ -60,10 +62,15 @@ class _Evidence:
     expires_at: str = ""
 
 
-def alert_evidence(alerts: list[AlertRow], exemptions: Exemptions) -> dict[str, _Evidence]:
-    """Per blockable external address: its alerts (per signature), count, flows, expiry."""
+def alert_evidence(alerts: list[AlertRow], exemptions: Exemptions,
+                   ignored_sids: range = range(0)) -> dict[str, _Evidence]:
+    """Per blockable external address: its alerts (per signature), count, flows, expiry;
+    none of `ignored_sids` (the intel rules': they say that a device talked to a listed
+    value, which the intel's own block list has or holds, not that it attacked the router)."""
     evidence: dict[str, _Evidence] = {}
     for src, dest, sid, severity, count, flows, expires_at in alerts:
+        if sid in ignored_sids:
+            continue
         address = next((a for a in (src, dest) if a and is_public(a)), None)
         if address is None or exemptions.exempt(address):
             continue
@@ -80,11 +87,12 @@ def _enough(evidence: _Evidence, min_alerts: int) -> bool:
 
 
 def firewall_entries(alerts: list[AlertRow], compromised: list[str], limit: int,
-                     min_alerts: int = 1, exemptions: Exemptions = Exemptions()
-                     ) -> tuple[list[dict], bool]:
-    """The payload's entries, most-alerted addresses first, and whether the limit cut some."""
+                     min_alerts: int = 1, exemptions: Exemptions = Exemptions(),
+                     ignored_sids: range = range(0)) -> tuple[list[dict], bool]:
+    """The payload's entries, most-alerted addresses first, and whether the limit cut some;
+    the alerts of `ignored_sids` are no evidence."""
     entries: dict[str, dict] = {}
-    evidence = alert_evidence(alerts, exemptions)
+    evidence = alert_evidence(alerts, exemptions, ignored_sids)
     ordered = sorted((item for item in evidence.items() if _enough(item[1], min_alerts)),
                      key=lambda item: (-item[1].count, item[0]))
     for address, found in ordered:

@@ -32,6 +32,7 @@ import random
 from dataclasses import dataclass, field
 
 from engine.firewall import AlertRow, Exemptions, firewall_entries
+from engine.intel import INTEL_SID_RANGE
 from engine.overrides import OverrideRow, resolve
 from engine.ruleset import Ruleset
 from ruledata.parser import FLOWBIT_CHECKS
@@ -55,7 +56,7 @@ class TelemetrySummary:
     dest_ports: list[int] = field(default_factory=list)
     alerts: list[AlertRow] = field(default_factory=list)  # of blocking severity only
     own_addresses: list[str] = field(default_factory=list)  # where the router called from
-    allowlist: list[str] = field(default_factory=list)      # networks, fleet's and its own
+    allowlist: list[str] = field(default_factory=list)  # allowlists' and intel's held networks
     overrides: list[OverrideRow] = field(default_factory=list)  # the fleet's and its own
     outbreaks: list[OutbreakRow] = field(default_factory=list)  # the fleet's (not its own)
 
@@ -89,7 +90,7 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
         _payload_rule(r, reasons[id(r)], selection.why.get(id(r), {})) for r in rules]}
     entries, truncated = firewall_entries(
         summary.alerts, compromised_ips, limits.firewall_max_entries, limits.block_min_alerts,
-        Exemptions.of(summary.allowlist, summary.own_addresses))
+        Exemptions.of(summary.allowlist, summary.own_addresses), INTEL_SID_RANGE)
     firewall = {"version": ruleset.version, "entry_count": len(entries),
                 "truncated": truncated, "entries": entries}
     counts = {"override": 0, "fired": 0, "fleet": 0, "sampled": 0, "flowbits": 0}

@@ -28,6 +28,7 @@ from engine.fleet import HOUR_FORMAT
 
 FIRST_SID = 1_990_001  # 1,000,000-1,999,999: for local use; INTEL_SIDS of them ours
 INTEL_SIDS = 20
+INTEL_SID_RANGE = range(FIRST_SID, FIRST_SID + INTEL_SIDS)
 DATASET_MEMCAP = "64mb"
 
 # (file, dataset type or the keyword that loads a hash list, the kinds it holds)

@@ -194,7 +194,8 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     fleet_config = FleetConfig.from_settings(settings)
     intel = app[INTEL_LIST] = IntelList(app[DATABASE], listening,
                                         list(fleet_config.service_networks),
-                                        settings.intel_max_entries, fleet_config.min_age)
+                                        settings.intel_max_entries, fleet_config.min_age,
+                                        fleet_config.keyed)
     for document in (fleet, intel):  # the allowlist is in both
         feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)
     feed.follow(INTEL_LIST_CHANNEL, intel.changed, intel.changed)

@@ -27,7 +27,9 @@ from agent.config import AgentConfig, ConfigError, load_config
 from agent.tail import EveTail
 from server.fleet import sql as fleet_db
 from server.intel import sql as intel_db
+from server.intel.config import IntelConfig
 from server.intel.feeds import import_file
+from server.intel.jobs import judge_and_tell
 from server.db.lifecycle import open_database
 from server.typedefs import ETAG_CACHE, FLEET_LIST, INTEL_LIST
 from testkit.corpus import corpus_path
@@ -562,6 +564,7 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
         await intel_db.add_feed(db, "test-feed", None, "plain", None, 50, "test")
         feed = (await intel_db.feeds(db, "test-feed"))[0]
         await import_file(db, feed, b"c2.bad.example\n45.33.32.66\n185.220.0.0/16\n", "test")
+        await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
     await wait_for(lambda: _intel_holds(intel_list, 3), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
     rules_dir = config.rules_file.parent
@@ -578,6 +581,7 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
     async with open_database(settings) as db:  # the next version: one gone, one new
         await import_file(db, feed, b"c2.bad.example\nnew.bad.example\n185.220.0.0/16\n",
                           "test")
+        await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
     await wait_for(lambda: _intel_holds(intel_list, 3, base64.b64encode(
         b"new.bad.example").decode()), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
@@ -589,6 +593,7 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
     (tmp_path / "test-fails").touch()  # Suricata refuses the next one: the last stays
     async with open_database(settings) as db:
         await import_file(db, feed, b"other.bad.example\n", "test")
+        await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
     await wait_for(lambda: _intel_holds(intel_list, 1), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
     assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 2

@@ -141,3 +141,21 @@ async def test_allowlisted_network_is_not_blocked_in_any_ipv6_form(fleet, sql):
     assert stored <= set(firewall(settings, sql))  # blockable without a rule
     assert command(settings, "allowlist", "add", "8.8.0.0/16").returncode == 0
     assert not (stored | set(FORMS_OF_8_8_4_4)) & set(firewall(settings, sql))
+
+
+async def test_what_the_intel_holds_or_its_own_rules_saw_is_never_blocked(fleet, sql):
+    """The red team's fifth attack: three alerts of the intel's DNS rule (sid 1990001) to a
+    resolver put it in the router's firewall for a week, although the intel held it. The
+    intel rules' alerts are no evidence, and what the intel holds as seen by too much of the
+    fleet is never blocked; a network held only for its breadth is no exemption."""
+    settings, client = fleet
+    await post(client, alerts("8.8.4.4", [1990001, 1990001, 1990001]))
+    await post(client, alerts("9.9.9.9", [9000001, 9000003, 9000003], flow=100))
+    await post(client, alerts("45.0.0.9", [9000001, 9000003, 9000003], flow=200))
+    blocked = firewall(settings, sql)
+    assert "8.8.4.4" not in blocked and {"9.9.9.9", "45.0.0.9"} <= set(blocked)
+    sql.rows("INSERT INTO intel_decisions (kind, value, decision, routers, note, decided_by) "
+             "VALUES ('ip', '9.9.9.9', 'held', 40, 'seen by too much of the fleet', 'job'), "
+             "('network', '45.0.0.0/8', 'held', NULL, 'a broad network', 'job')")
+    blocked = firewall(settings, sql)
+    assert "9.9.9.9" not in blocked and "45.0.0.9" in blocked

@@ -351,6 +351,7 @@ async def _blocks(client, address: str) -> bool:
 
 async def test_a_stranger_cannot_unlist_an_address_by_polling_from_it(house, sql):
     settings, client, _, served, base = house
+    db = client.app[DATABASE]
     served.bodies["/c2.txt"] = (200, b"45.9.9.9\n45.9.9.10\n", {})
     await intel(settings, "add", "c2", f"{base}c2.txt", "--format", "plain")
     await intel(settings, "fetch")
@@ -361,28 +362,35 @@ async def test_a_stranger_cannot_unlist_an_address_by_polling_from_it(house, sql
     assert polled.status == 200
     await rebuilt.seen()
     assert await _blocks(client, "45.9.9.9")
-    # Nor by enrolling one with the fleet's token: a key just issued counts for nothing.
-    sql.rows("INSERT INTO router_keys (mac, key_hash, issued_by) "
-             "VALUES ('02:11:00:00:0c:02', '\\x00', 'enrollment')")
+    # In mac mode (this service's), whoever knows a router's MAC polls as it: not even a
+    # router an operator subscribed, keyed and registered for days, keeps it off (the red
+    # team's fourth attack: a subscribed router's MAC polled from the address to unlist).
+    sql.rows("INSERT INTO router_keys (mac, key_hash, issued_by, issued_at) VALUES "
+             "('02:11:00:00:0c:02', '\\x00', 'enrollment', now() - interval '4 days')")
+    sql.rows("UPDATE routers SET registered_by = 'operator', "
+             "registered_at = now() - interval '4 days' WHERE mac = '02:11:00:00:0c:02'")
     await rebuilt.seen()
     assert await _blocks(client, "45.9.9.9")
-    # A router keyed and registered for FLEET_MIN_ROUTER_AGE_HOURS, or one an operator
-    # subscribed, polling from it, keeps it off (the fleet's rail).
-    sql.rows("UPDATE routers SET registered_at = now() - interval '4 days' "
-             "WHERE mac = '02:11:00:00:0c:02'")
-    sql.rows("UPDATE router_keys SET issued_at = now() - interval '4 days' "
-             "WHERE mac = '02:11:00:00:0c:02'")
-    await rebuilt.seen()
-    assert not await _blocks(client, "45.9.9.9")
-    # Its key gone (an operator reset it), the address is listed again; then an operator
-    # subscribes the router, and it protects its poll address at once.
+    # In key mode a poll needs the router's key: a router keyed and registered for
+    # FLEET_MIN_ROUTER_AGE_HOURS, or one an operator subscribed, keeps its poll address off;
+    # a key just issued (the fleet's token is enough for that) does not.
+    def kept_off() -> bool:
+        return "45.9.9.9" not in {value for _, value, _ in rows}
+    rows = await intel_db.delivered(db, [], 100, timedelta(hours=72), True)
+    assert kept_off()
+    sql.rows("UPDATE routers SET registered_by = 'auto' WHERE mac = '02:11:00:00:0c:02'")
+    rows = await intel_db.delivered(db, [], 100, timedelta(hours=72), True)
+    assert kept_off()
+    sql.rows("UPDATE router_keys SET issued_at = now()")
+    rows = await intel_db.delivered(db, [], 100, timedelta(hours=72), True)
+    assert not kept_off()
+    sql.rows("UPDATE routers SET registered_by = 'operator' WHERE mac = '02:11:00:00:0c:02'")
+    rows = await intel_db.delivered(db, [], 100, timedelta(hours=72), True)
+    assert kept_off()
+    # Its key gone (an operator reset it), nothing protects the address.
     sql.rows("DELETE FROM router_keys")
-    await rebuilt.seen()
-    assert await _blocks(client, "45.9.9.9")
-    sql.rows("UPDATE routers SET registered_by = 'operator', registered_at = now() "
-             "WHERE mac = '02:11:00:00:0c:02'")
-    await rebuilt.seen()
-    assert not await _blocks(client, "45.9.9.9")
+    rows = await intel_db.delivered(db, [], 100, timedelta(hours=72), True)
+    assert not kept_off()
 
 
 class _Rebuilds:
@@ -601,7 +609,8 @@ async def test_no_feed_pushes_another_out_of_the_budget(house, sql):
     await intel(settings, "add", "loud", f"{base}loud.json", "--format", "threatfox")
     await intel(settings, "add", "quiet", f"{base}quiet.txt", "--format", "plain")
     assert (await intel(settings, "fetch")).returncode == 0
-    rows = await intel_db.delivered(client.app[DATABASE], [], 4, timedelta(hours=72))
+    rows = await intel_db.delivered(client.app[DATABASE], [], 4, timedelta(hours=72),
+                                    True)
     assert sorted(value for _, value, _ in rows if "quiet" in value) == [
         "example.quiet.one", "example.quiet.two"]
     assert len(rows) == 4

@@ -77,8 +77,7 @@ async def test_sightings_recorded_before_the_rails_are_closed_and_never_told(hou
     sql.rows(f"INSERT INTO intel_sightings (mac, kind, value, source, first_seen, last_seen, "
              f"days, records) VALUES ('{HOME}', 'ip', '{PRIVATE}', 'old', now(), now(), 1, 1), "
              f"('{HOME}', 'ip', '{PUBLIC}', 'old', now(), now(), 1, 1)")
-    done = await match_now(client.app[DATABASE], IntelConfig.from_settings(settings))
-    assert done["closed"] == 1
+    await match_now(client.app[DATABASE], IntelConfig.from_settings(settings))  # (or the job)
     rows = orjson.loads((await intel(settings, "sightings", "--json")).stdout)["sightings"]
     assert {(s["indicator"], s["closed"]) for s in rows} == {(PRIVATE, "not public"),
                                                              (PUBLIC, None)}

@@ -79,7 +79,7 @@ async def build_index(db: Database, routers: int, days: int, distinct: int) -> N
 async def document(db: Database) -> tuple[dict, int, float]:
     """The shared document, its packed bytes and build seconds (statement, build, gzip)."""
     started = time.monotonic()
-    rows = await intel_db.delivered(db, [], FEED_VALUES, timedelta(hours=72))
+    rows = await intel_db.delivered(db, [], FEED_VALUES, timedelta(hours=72), True)
     built = intel_document([times_written({"kind": k, "value": v, "expires_at": e})
                             for k, v, e in rows])
     served = served_document(built)

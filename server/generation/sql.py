@@ -93,15 +93,20 @@ async def queue_state(db: Database) -> dict[str, int]:
 WITHIN_WINDOW = "{time} > now() - %(window)s AND {time} <= now()"
 
 # Two statements, so that under Citus each runs where its tables are: the lease, the
-# rollup boundary, the allowlist, the overrides and the fleet's outbreaks are tables of the
-# coordinator; the
-# telemetry summary and the router's addresses are the router's own (one shard).
+# rollup boundary, the allowlist, the intel's decisions, the overrides and the fleet's
+# outbreaks are tables of the coordinator; the telemetry summary and the router's addresses
+# are the router's own (one shard). What the router's firewall never blocks: the allowlist's
+# networks (the fleet's and its own), and the addresses and networks the intel holds as seen
+# by too much of the fleet (a resolver, a CDN) unless an operator released them.
 RENEW_AND_TUNING = f"""WITH renewed AS ({RENEW_ONE})
 SELECT
  (SELECT count(*) FROM renewed),
  {DETAIL_FROM_READ},
- (SELECT array_agg(network::text) FROM firewall_allowlist
-  WHERE mac IS NULL OR mac = %(mac)s),
+ (SELECT array_agg(network) FROM (
+   SELECT network::text FROM firewall_allowlist WHERE mac IS NULL OR mac = %(mac)s
+   UNION ALL
+   SELECT value FROM intel_decisions WHERE kind IN ('ip', 'network') AND decision = 'held'
+     AND routers IS NOT NULL) exempt),
  (SELECT json_agg(json_build_array(id, action, selector, mac IS NOT NULL) ORDER BY id)
   FROM rule_overrides WHERE mac IS NULL OR mac = %(mac)s),
  {OUTBREAKS_FOR_GENERATION}"""

@@ -35,13 +35,15 @@ HISTORY = 48  # changes of the shared document a delta may span (two days of hou
 
 class IntelList(SharedDocument):
     def __init__(self, db: Database, listening: Callable[[], bool], exempt: list[str],
-                 max_entries: int, trusted_after: timedelta):
+                 max_entries: int, trusted_after: timedelta, keyed: bool):
         """`exempt`: the service's own networks, never delivered; `trusted_after`: the age
-        (FLEET_MIN_ROUTER_AGE_HOURS) past which a router's poll address keeps a value out."""
+        (FLEET_MIN_ROUTER_AGE_HOURS) past which a keyed router's poll address keeps a value
+        out; `keyed`: ROUTER_AUTH=key (in mac mode no poll address does)."""
         super().__init__(db, listening)
         self._exempt = exempt
         self._max_entries = max_entries
         self._trusted_after = trusted_after
+        self._keyed = keyed
         self._previous: tuple[str, dict] | None = None  # the shared document, its ETag
         self._history: deque = deque(maxlen=HISTORY)    # (from ETag, to ETag, changes)
         self._deltas: dict[str, Served] = {}            # from ETag -> delta to the current
@@ -71,7 +73,7 @@ class IntelList(SharedDocument):
         stop routers from polling (GET /rules/last_updated names this document)."""
         try:
             rows = await intel_db.delivered(self._db, self._exempt, self._max_entries,
-                                            self._trusted_after)
+                                            self._trusted_after, self._keyed)
         except DatabaseUnavailable:
             raise
         except Exception:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from engine.addresses import NOT_PUBLIC
 from server.db.channels import INTEL_LIST, notify
 from server.db.pool import Database, execute
+from server.routers.sql import make_due
 
 CHANGED = notify(INTEL_LIST)
 HELD_FLOOR = 10  # routers: a value fewer saw is never held, whatever the fleet's size
@@ -264,19 +265,24 @@ ORDER BY turn, confidence DESC, last_seen DESC, kind, value
 LIMIT %(max)s"""
 
 
-# The poll addresses that protect their networks, in a table of the transaction with an
+# The poll addresses that protect their networks: in key mode only (in mac mode anybody who
+# knows a router's MAC polls as it from any address), of routers holding a key that an
+# operator subscribed or that count for the fleet. In a table of the transaction with an
 # index: under Citus `routers` is distributed, and a correlated subquery from the
 # coordinator's own tables into it is refused (as the fleet's job does, server/fleet/sql.py).
 _POLLED = f"""CREATE TEMPORARY TABLE intel_polled ON COMMIT DROP AS
 SELECT r.poll_address AS address FROM routers r
-WHERE r.poll_address IS NOT NULL
+WHERE %(keyed)s AND r.poll_address IS NOT NULL
+  AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)
   AND (r.registered_by = 'operator' OR ({_counted_routers(keyed=True)}))"""
 
 
 async def delivered(db: Database, exempt: list[str], max_entries: int,
-                    min_age: timedelta) -> list[tuple]:
+                    min_age: timedelta, keyed: bool) -> list[tuple]:
+    """What routers are sent (DELIVERED); `keyed`: ROUTER_AUTH=key, where poll addresses
+    protect their networks."""
     async with db.transaction() as cur:
-        await execute(cur, _POLLED, {"min_age": min_age})
+        await execute(cur, _POLLED, {"min_age": min_age, "keyed": keyed})
         await execute(cur, "CREATE INDEX ON intel_polled (address); ANALYZE intel_polled")
         await execute(cur, DELIVERED, {**rails(exempt), "max": max_entries})
         return await cur.fetchall()
@@ -394,6 +400,9 @@ async def hold(cur, held: list[tuple[str, str, int | None]], note: str, actor: s
     newly = sum(1 for (new,) in await cur.fetchall() if new)
     if newly:  # (the match each minute holds the same values again: no rebuild for that)
         await execute(cur, CHANGED)
+        if any(kind in ("ip", "network") and routers is not None
+               for kind, _, routers in held):  # no router's own firewall blocks it either
+            await make_due(cur, None)
     return newly
 
 
@@ -404,8 +413,9 @@ async def registered_routers(db: Database) -> int:
 async def counted_routers(db: Database, min_age: timedelta, keyed: bool) -> int:
     """How many routers count toward a value's prevalence (`trusted_routers`): the share
     that holds a value is taken of these, so that fresh MACs cannot lift one out of a hold."""
-    return (await db.fetchone(f"SELECT count(*) FROM routers r WHERE {_counted_routers(keyed)}",
-                              {"min_age": min_age}))[0]
+    (counted,) = await db.fetchall(f"SELECT count(*) FROM routers r "
+                                   f"WHERE {_counted_routers(keyed)}", {"min_age": min_age})
+    return counted[0]
 
 
 async def trusted_routers(db: Database, min_age: timedelta, keyed: bool) -> set[str]:
