@@ -119,6 +119,17 @@ def is_public(address: str | IPAddress) -> bool:
     return not any(ip in network for network in _NOT_PUBLIC[ip.version])
 
 
+def is_public_network(network: str) -> bool:
+    """A network of public addresses only (False when it overlaps any range that is not, or
+    is not a network)."""
+    try:
+        wanted = canonical_network(network)
+    except ValueError:
+        return False
+    return is_public(wanted.network_address) and not any(
+        wanted.overlaps(other) for other in _NOT_PUBLIC[wanted.version])
+
+
 def _within(address: str, networks: tuple) -> bool:
     """Judged as written (an IPv4-mapped address is its IPv4 one: a dual-stack socket's
     spelling): 64:ff9b::7f00:1 is a NAT64 address, not this host's loopback."""

@@ -29,6 +29,7 @@ from server.typedefs import DATABASE, SETTINGS
 from testkit.corpus import corpus_path
 from testkit.database import command_env
 from testkit.server import router_backend
+from engine.addresses import is_public
 from tests.test_console import OPERATOR, SUPPORT, console_settings, sign_in
 
 ROUTERS = 12
@@ -269,7 +270,8 @@ async def test_the_console_hunts_for_signed_in_users_and_records_them(make_clien
     assert (await sign_in(client, SUPPORT)).status == 303
     page = await client.get("/console/hunt")
     token = re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
-    address = next(r["src_ip"] for r in held[mac(0)] if r.get("src_ip"))
+    address = next(a for r in held[mac(0)] for a in (r.get("src_ip"), r.get("dest_ip"))
+                   if a and is_public(a))
     answer = await client.post("/console/hunt", data={"csrf": token, "indicators":
                                                       f"ip {address}", "days": "30"})
     text = await answer.text()
@@ -295,6 +297,39 @@ async def test_the_console_hunts_for_signed_in_users_and_records_them(make_clien
     await client.post("/console/sign-out", data={"csrf": token})
     assert (await sign_in(client, OPERATOR)).status == 303
     assert "drill-downs made" in await (await client.get("/console/hunt")).text()
+
+
+async def test_support_cannot_hunt_households_private_networks(make_client, settings, sql):
+    """The red team's sixth attack: `network 192.168.0.0/16` found 101 routers, and its
+    drill-down their households' DNS names. Support is refused a private address or network,
+    and its drill-down; an operator may, and is recorded."""
+    client = await make_client(console_settings(settings))
+    await upload(client, mac(0), [dns("family-photos.example")])
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await client.get("/console/hunt")
+    token = re.search(r'name="csrf" value="([^"]+)"', await page.text()).group(1)
+    for asked in ("network 192.168.0.0/16", "ip 192.168.1.20", "network 10.1.0.0/24",
+                  "ip 172.17.0.5\nsid 1", "ip 2002:c0a8:114::1", "ip fd00::1"):
+        answer = await client.post("/console/hunt", data={"csrf": token, "indicators": asked,
+                                                          "days": "30"})
+        assert answer.status == 403 and "not a public address" in await answer.text(), asked
+    drill = await client.get(f"/console/routers/{mac(0)}/records?match=ip:192.168.1.20")
+    assert drill.status == 403
+    assert sql.value("SELECT count(*) FROM hunt_log") == 0
+    allowed = await client.post("/console/hunt", data={"csrf": token, "indicators":
+                                                       "network 45.33.32.0/24", "days": "30"})
+    assert allowed.status == 200
+    await client.post("/console/sign-out", data={"csrf": token})
+    assert (await sign_in(client, OPERATOR)).status == 303
+    token = re.search(r'name="csrf" value="([^"]+)"',
+                      await (await client.get("/console/hunt")).text()).group(1)
+    answer = await client.post("/console/hunt", data={"csrf": token, "indicators":
+                                                      "ip 192.168.1.20", "days": "30"})
+    assert answer.status == 200 and f"/console/routers/{mac(0)}" in await answer.text()
+    assert sql.rows("SELECT asked_by FROM hunt_log ORDER BY id DESC LIMIT 1") == [
+        (f"console:{OPERATOR[0]}",)]
+    drill = await client.get(f"/console/routers/{mac(0)}/records?match=ip:192.168.1.20")
+    assert drill.status == 200
 
 
 async def test_a_value_at_very_many_routers_reads_a_bounded_number_of_postings(make_client,

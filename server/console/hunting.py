@@ -135,6 +135,7 @@ async def hunt(request: web.Request) -> web.Response:
         indicators = tuple(dict.fromkeys(i for i in map(from_line, lines) if i is not None))
         if not indicators:
             raise IndicatorError("name at least one indicator")
+        _refuse_households(request, indicators)
         days = _number(form.get("days"), 30)
         if not 1 <= days <= settings.hunt_retention_days:
             raise IndicatorError(f"days back is 1 to {settings.hunt_retention_days} (the "
@@ -143,6 +144,8 @@ async def hunt(request: web.Request) -> web.Response:
         offset = _number(form.get("offset"), 0)
         if not 0 <= offset <= MAX_OFFSET:
             raise IndicatorError(f"a page starts at 0 to {MAX_OFFSET}")
+    except HouseholdsRefused as error:
+        return await _page(request, 403, asked=asked[:10_000], error=str(error))
     except IndicatorError as error:
         return await _page(request, 400, asked=asked[:10_000], error=str(error))
     try:
@@ -159,6 +162,24 @@ async def hunt(request: web.Request) -> web.Response:
                        until=until.isoformat() if until else "", count=count_text(answer))
 
 
+class HouseholdsRefused(IndicatorError):
+    """A hunt support may not make."""
+
+
+def _refuse_households(request: web.Request, indicators) -> None:
+    """Support may not hunt a private address or network (every home network has its own
+    172.17.0.x: such a hunt, and its drill-downs, read households' traffic, as a top-level
+    domain would); an operator may, and the hunt log names them."""
+    if request[USER].may_change:
+        return
+    for wanted in indicators:
+        if wanted.in_households:
+            raise HouseholdsRefused(
+                f"{wanted.value} is not a public address: every household has its own, so "
+                "its hunt reads households' traffic, not one host's; an operator may hunt it "
+                "(recorded in the hunt log)")
+
+
 async def router_records(request: web.Request) -> web.Response:
     """The router's records carrying an indicator, recorded in the hunt log with the router."""
     mac = tuning.router_mac(request.match_info["mac"])
@@ -168,6 +189,9 @@ async def router_records(request: web.Request) -> web.Response:
             raise IndicatorError(f"{wanted.value!r} is a top-level domain: a router's records "
                                  "under it are its browsing, not a sighting; name a domain "
                                  "under it")
+        _refuse_households(request, (wanted,))
+    except HouseholdsRefused as error:
+        raise Forbidden(str(error)) from None
     except IndicatorError as error:
         raise BadRequest(f"?match=KIND:VALUE: {error}") from None
     db, settings = request.config_dict[DATABASE], request.config_dict[SETTINGS]

@@ -31,7 +31,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from engine.addresses import canonical_network, canonical_text
+from engine.addresses import canonical_network, canonical_text, is_public, is_public_network
 
 # Stored as one byte ("char") per posting.
 CODES = {"ip": "i", "domain": "d", "ja3": "3", "ja4": "4", "sid": "s", "sha256": "h"}
@@ -66,6 +66,14 @@ class Indicator:
     @property
     def code(self) -> str:
         return CODES[self.kind]
+
+    @property
+    def in_households(self) -> bool:
+        """An address or network that is not public: every home network has its own, so a
+        hunt for it reads households' traffic, not a sighting of one host."""
+        if self.kind == "ip":
+            return not is_public(self.stored)
+        return self.kind == "network" and not is_public_network(self.stored)
 
     def postings(self) -> list[tuple[str, str]]:
         """The index's (code, stored value) pairs it is found by: a network by each of its
