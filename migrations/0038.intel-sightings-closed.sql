@@ -18,3 +18,6 @@ UPDATE routers r SET owner_since = (
                     AND o.detail->>'user' IS DISTINCT FROM r.owner_user))
 WHERE EXISTS (SELECT 1 FROM intel_log l WHERE l.action = 'owner set'
               AND l.detail->>'mac' = r.mac::text);
+-- A fetched version that drops most of a feed's previous one is refused unless the feed may
+-- shrink (`intel may-shrink NAME yes`).
+ALTER TABLE intel_feeds ADD COLUMN may_shrink boolean NOT NULL DEFAULT false;

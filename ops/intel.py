@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_parser("list", help="the feeds: last success, last error, lines refused")
     remove = actions.add_parser("remove", help="remove a feed and its indicators")
     remove.add_argument("name")
+    shrink = actions.add_parser("may-shrink", help="whether a fetched version that drops "
+                                "most of the feed's previous one is taken (default: no)")
+    shrink.add_argument("name")
+    shrink.add_argument("answer", choices=("yes", "no"))
     fetch = actions.add_parser("fetch", help="fetch now (every feed with a URL, or one), "
                                "then retro-hunt and tell owners, as the job does")
     fetch.add_argument("name", nargs="?")
@@ -121,6 +125,12 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
     if args.action == "list":
         exempt = list(IntelConfig.from_settings(settings).service_networks)
         _print_feeds(await intel_db.feeds(db), await intel_db.withheld_counts(db, exempt))
+        return 0
+    if args.action == "may-shrink":
+        if not await intel_db.set_may_shrink(db, args.name, args.answer == "yes", actor):
+            raise CommandError(f"no feed named {args.name!r}")
+        print(f"feed {args.name}: a fetched version dropping most of the previous one is "
+              + ("taken" if args.answer == "yes" else "refused, the previous one kept"))
         return 0
     if args.action == "remove":
         if not await intel_db.remove_feed(db, args.name, actor):

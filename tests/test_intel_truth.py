@@ -156,3 +156,46 @@ async def test_a_new_owner_is_told_only_of_what_was_seen_while_the_router_was_th
     told = sql.rows("SELECT user_id, recipient, metadata->>'first_seen' FROM notifications")
     assert [(user, to) for user, to, _ in told] == [("bob", "bob2@example.org")]
     assert datetime.fromisoformat(told[0][2]) >= since
+
+
+PAGE = b"""<!doctype html>
+<html><head><title>Sign in</title>
+<script src="https://cdn.jsdelivr.net/npm/x.js"></script></head>
+<body><a href="https://www.google.com/">Google</a>
+<p>See https://www.w3.org/ for more</p>
+</body></html>
+"""
+
+
+async def test_a_version_that_is_not_its_feed_is_refused_and_the_previous_kept(house, sql):
+    """The red team's seventh attack: a 200 with a web page became three indicators and
+    replaced the feed whole. A web page, a version mostly not of the feed's format, and one
+    dropping most of the previous version are refused; the previous version stays."""
+    settings, client, _, served, base = house
+    listed = [f"c2-{n}.bad.example" for n in range(40)]
+    served.bodies["/list.txt"] = (200, "\n".join(listed).encode(), {})
+    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
+                        "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
+
+    async def kept(why: str) -> None:
+        done = await intel(settings, "fetch")
+        assert done.returncode == 1 and why in done.stdout, done.stdout + done.stderr
+        assert sql.value("SELECT count(*) FROM intel_indicators") == 40
+        assert why in (await intel(settings, "list")).stdout
+
+    served.bodies["/list.txt"] = (200, PAGE, {"Content-Type": "text/html; charset=utf-8"})
+    await kept("a web page (text/html)")
+    served.bodies["/list.txt"] = (200, PAGE, {"Content-Type": "text/plain"})
+    await kept("lines are not plain: not a plain feed")
+    served.bodies["/list.txt"] = (200, "\n".join(listed[:15]).encode(), {})
+    await kept("drops 25 of the previous 40 indicators")
+    # The operator says the feed may shrink: the next fetch takes it.
+    assert (await intel(settings, "may-shrink", "list", "yes")).returncode == 0
+    done = await intel(settings, "fetch")
+    assert done.returncode == 0 and "list: 15 indicators (0 new, 25 gone)" in done.stdout
+    # An operator's own import is taken as it is.
+    (file := settings.data_dir / "five.txt").write_text("\n".join(listed[:5]))
+    assert (await intel(settings, "may-shrink", "list", "no")).returncode == 0
+    done = await intel(settings, "import", str(file), "--feed", "list")
+    assert done.returncode == 0 and "5 indicators (0 new, 10 gone)" in done.stdout

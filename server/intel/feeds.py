@@ -65,14 +65,25 @@ def rows(version: Version, confidence: int, now: datetime) -> list[tuple]:
 
 
 async def _swap(db: Database, feed: intel_db.Feed, version: Version, etag: str | None,
-                last_modified: str | None, actor: str) -> Taken:
+                last_modified: str | None, actor: str, fetched: bool) -> Taken:
+    """The version taken, unless it is none of the feed's format (more than half its lines
+    not of it: a web page read as a plain list gave three of its links), gives no indicator
+    from a feed that had some, or (fetched, not imported by an operator) drops most of the
+    previous one of a feed that may not shrink."""
+    if version.malformed * 2 > version.lines:
+        raise FeedError(f"{version.malformed:,} of its {version.lines:,} lines are not "
+                        f"{feed.format}: not a {feed.format} feed (a web page, or the wrong "
+                        "format?)")
     if not version.entries and feed.indicators:
         raise FeedError(f"the new version gives no indicator ({version.lines:,} lines, "
                         f"{version.refused:,} refused)")
     taken = rows(version, feed.confidence, datetime.now(timezone.utc))
-    added, removed = await intel_db.swap_version(db, feed.name, taken, version.lines,
-                                                 dict(version.refusals), etag, last_modified,
-                                                 actor)
+    try:
+        added, removed = await intel_db.swap_version(
+            db, feed.name, taken, version.lines, dict(version.refusals), etag, last_modified,
+            actor, may_shrink=feed.may_shrink or not fetched)
+    except intel_db.Shrunk as error:
+        raise FeedError(str(error)) from None
     return Taken(feed.name, "taken", len(taken), added, removed, version.refused)
 
 
@@ -127,7 +138,8 @@ async def fetch_feed(db: Database, feed: intel_db.Feed, config: IntelConfig,
             version = await _misp_feed(fetched.data, feed.url, config)
         else:
             version = await asyncio.to_thread(read, feed.format, fetched.data, feed.kind)
-        return await _swap(db, feed, version, fetched.etag, fetched.last_modified, actor)
+        return await _swap(db, feed, version, fetched.etag, fetched.last_modified, actor,
+                           fetched=True)
     except (FetchError, FeedError) as error:
         return await _failed(db, feed, str(error), actor)
     except DatabaseUnavailable:
@@ -150,7 +162,7 @@ async def import_file(db: Database, feed: intel_db.Feed, data: bytes, actor: str
     of events."""
     try:
         version = await asyncio.to_thread(read, feed.format, data, feed.kind)
-        return await _swap(db, feed, version, None, None, actor)
+        return await _swap(db, feed, version, None, None, actor, fetched=False)
     except FeedError as error:
         return await _failed(db, feed, str(error), actor)
     except DatabaseUnavailable:

@@ -28,6 +28,9 @@ class FetchError(Exception):
     """A fetch that gave no version; the message says why in one line."""
 
 
+WEB_PAGES = ("text/html", "application/xhtml+xml")
+
+
 @dataclass(frozen=True)
 class Fetched:
     data: bytes | None       # None: not modified (304)
@@ -139,6 +142,10 @@ async def fetch(url: str, etag: str | None, last_modified: str | None, max_bytes
                         return Fetched(None, etag, last_modified)
                     if answer.status != 200:
                         raise FetchError(f"HTTP {answer.status} {answer.reason or ''}".strip())
+                    if answer.content_type in WEB_PAGES:  # no feed format is a web page
+                        raise FetchError(f"the server answered a web page "
+                                         f"({answer.content_type}), not the feed (a sign-in "
+                                         "or error page, or a feed that moved)")
                     body = await _body(answer, max_bytes)
                     data = await asyncio.to_thread(_capped, body, max_bytes)
                     return Fetched(data, answer.headers.get("ETag"),

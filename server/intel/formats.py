@@ -55,6 +55,7 @@ class Version:
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     lines: int = 0
     refusals: Counter = field(default_factory=Counter)
+    malformed: int = 0
 
     @property
     def refused(self) -> int:
@@ -63,7 +64,7 @@ class Version:
     def add(self, kind: str, text: str, **known) -> None:
         value = feed_value(kind, text) if len(text) <= MAX_LINE_BYTES else None
         if value is None:
-            self.refusals[f"not {kind}"] += 1
+            self.refuse(f"not {kind}")
             return
         entry = self.entries.get((kind, value))
         if entry is None:
@@ -78,8 +79,12 @@ class Version:
         if known.get("confidence") is not None:
             entry.confidence = max(entry.confidence or 0, known["confidence"])
 
-    def refuse(self, reason: str) -> None:
+    def refuse(self, reason: str, malformed: bool = True) -> None:
+        """A line or object not taken: `malformed` when it is not of the format at all (a
+        feed mostly of those is not one: server/intel/feeds.py), else one the format
+        writes that is not for us (a MISP attribute not `to_ids`, a type not taken)."""
         self.refusals[reason] += 1
+        self.malformed += malformed
 
 
 _HEX32 = re.compile(r"[0-9a-fA-F]{32}")
@@ -194,7 +199,8 @@ def threatfox(data: bytes, kind: str | None = None) -> Version:
         ioc_kind = _THREATFOX_KINDS.get(ioc_type) if isinstance(ioc_type, str) else None
         value = ioc.get("ioc_value", ioc.get("ioc"))
         if ioc_kind is None or not isinstance(value, str):
-            version.refuse(f"ioc_type {str(ioc.get('ioc_type'))[:40]!r} not taken")
+            version.refuse(f"ioc_type {str(ioc.get('ioc_type'))[:40]!r} not taken",
+                           malformed=False)
             continue
         if ioc_kind == "ip":
             value = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
@@ -278,13 +284,14 @@ def misp_event(version: Version, document) -> None:
     for attribute in _misp_attributes(event):
         version.lines += 1
         if not isinstance(attribute, dict) or not attribute.get("to_ids"):
-            version.refuse("not to_ids")
+            version.refuse("not to_ids", malformed=False)
             continue
         misp_type = attribute.get("type")
         kind = _MISP_KINDS.get(misp_type) if isinstance(misp_type, str) else None
         value = attribute.get("value")
         if kind is None or not isinstance(value, str):
-            version.refuse(f"type {str(attribute.get('type'))[:40]!r} not taken")
+            version.refuse(f"type {str(attribute.get('type'))[:40]!r} not taken",
+                           malformed=False)
             continue
         moment = _misp_moment(attribute)
         parts = value.split("|") if "|" in kind else [value]

@@ -38,10 +38,22 @@ class Feed:
     refused: int
     refusals: dict
     indicators: int
+    may_shrink: bool
 
 
 _FEED_COLUMNS = ("name, url, format, kind, confidence, etag, last_modified, attempted_at, "
-                 "succeeded_at, error, lines, refused, refusals, indicators")
+                 "succeeded_at, error, lines, refused, refusals, indicators, may_shrink")
+SHRINK_FLOOR = 20  # indicators: a feed this small may change whole from one version to the next
+
+
+class Shrunk(Exception):
+    """A version that drops most of the feed's previous one (a feed server's truncated or
+    wrong answer, not a real change): refused unless the feed may shrink."""
+
+    def __init__(self, removed: int, previous: int):
+        super().__init__(f"the new version drops {removed:,} of the previous {previous:,} "
+                         "indicators: kept the previous version (`router-backend intel "
+                         "may-shrink NAME yes` takes such versions)")
 
 
 async def log(cur_or_db, actor: str, action: str, detail: dict) -> None:
@@ -86,6 +98,17 @@ async def feeds(db: Database, name: str | None = None) -> list[Feed]:
     return [Feed(*row) for row in rows]
 
 
+async def set_may_shrink(db: Database, name: str, may_shrink: bool, actor: str) -> bool:
+    """False when no feed has that name."""
+    async with db.transaction() as cur:
+        await execute(cur, "UPDATE intel_feeds SET may_shrink = %s WHERE name = %s",
+                      (may_shrink, name))
+        if cur.rowcount == 0:
+            return False
+        await log(cur, actor, "may shrink" if may_shrink else "may not shrink", {"feed": name})
+    return True
+
+
 async def record_attempt(db: Database, name: str, error: str | None, actor: str) -> None:
     """A fetch that gave no new version: failed (`error`) or not modified."""
     async with db.transaction() as cur:
@@ -119,9 +142,11 @@ WHERE name = %(feed)s"""
 
 async def swap_version(db: Database, feed: str, rows: list[tuple], lines: int,
                        refusals: dict, etag: str | None, last_modified: str | None,
-                       actor: str) -> tuple[int, int]:
+                       actor: str, may_shrink: bool = True) -> tuple[int, int]:
     """The feed's indicators replaced by `rows` (kind, value, confidence, first_seen,
-    last_seen, expires_at) in one transaction; (added, removed)."""
+    last_seen, expires_at) in one transaction; (added, removed). Shrunk, and nothing
+    changed, when the version drops most of the previous one of a feed of SHRINK_FLOOR or
+    more and not `may_shrink`."""
     async with db.transaction() as cur, asyncio.timeout(SWAP_SECONDS):
         # The statements' own timeout is DB_TIMEOUT_SECONDS, too short for a million rows.
         await cur.execute(_VERSION_TABLE)
@@ -130,6 +155,10 @@ async def swap_version(db: Database, feed: str, rows: list[tuple], lines: int,
                 await copy.write_row(row)
         await cur.execute(_GONE, {"feed": feed})
         removed = cur.rowcount
+        await cur.execute("SELECT indicators FROM intel_feeds WHERE name = %s", (feed,))
+        previous = (await cur.fetchone() or (0,))[0]
+        if not may_shrink and previous >= SHRINK_FLOOR and removed * 2 > previous:
+            raise Shrunk(removed, previous)
         await cur.execute(_PUT, {"feed": feed})
         added = sum(1 for (new,) in await cur.fetchall() if new)
         await execute(cur, _FEED_DONE, {
