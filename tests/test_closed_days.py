@@ -89,6 +89,14 @@ async def closing_run(db, partition):
 
 
 @pytest.fixture
+def always_wasteful(monkeypatch):
+    """The swap's mechanics, whatever a day holding rows takes on disk: under load
+    autovacuum may truncate the day's free pages first, and the day is then not worth a
+    rewrite (the test failed by chance so: IndexError on an empty `rewritten`)."""
+    monkeypatch.setattr(closed_days, "wasteful", lambda _disk, rows, _values: rows > 0)
+
+
+@pytest.fixture
 def not_distributed(distributed):
     if distributed:
         pytest.skip("closed days are not rewritten under Citus (docs/telemetry.md; the "
@@ -130,8 +138,8 @@ async def test_a_closed_day_is_rewritten_once_and_keeps_every_record(client, sql
                      "AND received_at < %s", (partition.start, partition.end)) == 160
 
 
-async def test_rows_deleted_while_the_day_is_copied_do_not_come_back(client, sql, settings,
-                                                                    monkeypatch, not_distributed):
+async def test_rows_deleted_while_the_day_is_copied_do_not_come_back(
+        client, sql, settings, monkeypatch, not_distributed, always_wasteful):
     """A router removed while its day is copied: the swap finds the partition changed and
     drops the copy; the next run rewrites the day without it."""
     partition = todays_partition(sql)
@@ -155,8 +163,8 @@ async def test_rows_deleted_while_the_day_is_copied_do_not_come_back(client, sql
     assert records_of(sql, MACS[1]) == [] and len(records_of(sql, MACS[0])) == 80
 
 
-async def test_an_open_upload_holds_the_swap_back_only_briefly(client, sql, settings,
-                                                              monkeypatch, not_distributed):
+async def test_an_open_upload_holds_the_swap_back_only_briefly(
+        client, sql, settings, monkeypatch, not_distributed, always_wasteful):
     """An upload's transaction left open on the table (a stalled body): each try of the swap
     waits LOCK_TIMEOUT at most, the day is left as it was, and swapped in a later run."""
     monkeypatch.setattr(brief_locks, "PAUSE_SECONDS", 0.1)
@@ -178,7 +186,7 @@ async def test_an_open_upload_holds_the_swap_back_only_briefly(client, sql, sett
 
 
 async def test_a_copy_left_by_a_crash_is_dropped_and_made_again(client, sql, settings,
-                                                              not_distributed):
+                                                              not_distributed, always_wasteful):
     partition = todays_partition(sql)
     async with open_database(settings) as db:
         await a_day_of_merges(client, db)
