@@ -21,3 +21,10 @@ WHERE EXISTS (SELECT 1 FROM intel_log l WHERE l.action = 'owner set'
 -- A fetched version that drops most of a feed's previous one is refused unless the feed may
 -- shrink (`intel may-shrink NAME yes`).
 ALTER TABLE intel_feeds ADD COLUMN may_shrink boolean NOT NULL DEFAULT false;
+-- An owner's sightings of an hour whose email had gone are told in the feed at once and
+-- listed in the owner's next email (`mailed_at` set when one lists them); those told before
+-- this upgrade count as mailed.
+ALTER TABLE intel_sightings ADD COLUMN mailed_at timestamptz;
+UPDATE intel_sightings SET mailed_at = told_at WHERE told_at IS NOT NULL;
+CREATE INDEX intel_sightings_unmailed ON intel_sightings (told_at)
+    WHERE told_at IS NOT NULL AND mailed_at IS NULL;

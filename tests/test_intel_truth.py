@@ -14,7 +14,7 @@ from server.intel import sql as intel_db
 from server.intel.config import IntelConfig
 from server.intel.jobs import match_now
 from server.hunt.packing import pack
-from server.typedefs import DATABASE
+from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env
 from testkit.server import router_backend
 from tests.test_hunt import dns, upload
@@ -199,3 +199,45 @@ async def test_a_version_that_is_not_its_feed_is_refused_and_the_previous_kept(h
     assert (await intel(settings, "may-shrink", "list", "no")).returncode == 0
     done = await intel(settings, "import", str(file), "--feed", "list")
     assert done.returncode == 0 and "5 indicators (0 new, 10 gone)" in done.stdout
+
+
+def body(message) -> str:
+    part = message.get_body(("plain",)) if hasattr(message, "get_body") else message
+    return (part or message).get_payload(decode=True).decode()
+
+
+async def test_the_sightings_email_names_every_sighting_since_the_last(house, sql):
+    """A new user's finding: the one email its owner got named one of six sightings. The
+    hour's email names its batch (ten, the rest counted); a sighting later in the hour is in
+    the feed at once and in the first email after the hour, sent with nothing new."""
+    settings, client, inbox, served, base = house
+    db, notifier = client.app[DATABASE], client.app[NOTIFIER]
+    names = [f"c2-{n:02}.listed.example" for n in range(13)]
+    await upload(client, HOME, [dns(name) for name in names[:12]])
+    assert subscriptions(settings, "owner", HOME, "--user", "u1", "--email",
+                         "u1@example.org").returncode == 0
+    served.bodies["/c2.txt"] = (200, "\n".join(names).encode(), {})
+    assert (await intel(settings, "add", "c2", f"{base}c2.txt", "--format",
+                        "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
+    await notifier.retry_due()
+    [(_, to, first)] = inbox.messages
+    text = body(first)
+    assert to == ["u1@example.org"] and "Also since your last email (11)" in text
+    assert sum(name in text for name in names[:12]) == 11 and "and 1 more" in text
+    assert sql.value("SELECT count(*) FROM notifications WHERE channel = 'feed'") == 11
+
+    await upload(client, HOME, [dns(names[12])])
+    await match_now(db, IntelConfig.from_settings(settings))
+    await notifier.retry_due()
+    assert len(inbox.messages) == 1  # within the hour: the feed only
+    feed = await (await client.get("/api/workflow/users/u1/notifications")).json()
+    assert feed["total"] == 13
+    sql.rows("UPDATE notifications SET created_at = created_at - interval '61 minutes'")
+    await match_now(db, IntelConfig.from_settings(settings))
+    await notifier.retry_due()
+    [_, (_, _, digest)] = inbox.messages
+    assert digest["Subject"] == "A threat indicator was seen at your routers"
+    assert names[12] in body(digest) and names[0] not in body(digest)
+    await match_now(db, IntelConfig.from_settings(settings))  # told once
+    assert sql.value("SELECT count(*) FROM notifications WHERE channel = 'email'") == 2

@@ -1,8 +1,9 @@
 """The intel jobs, scheduled by every server process (server/app.py) beside the others:
 `intel-fetch` (INTEL_FETCH_CRON_SCHEDULE) takes each URL feed's new version, retro-hunts what
-it brings, closes sightings of withheld values and tells owners; `intel-match` (INTEL_MATCH_CRON_SCHEDULE) retro-hunts what an
-import brought, matches the last two days of the index against every current indicator, and
-tells owners."""
+it brings, closes every sighting of a withheld value and tells owners; `intel-match`
+(INTEL_MATCH_CRON_SCHEDULE) retro-hunts what an import brought, matches the last two days of
+the index against every current indicator, closes the untold sightings of withheld values,
+and tells owners."""
 
 from __future__ import annotations
 

@@ -258,8 +258,9 @@ def rails(exempt: list[str]) -> dict:
 
 # What routers are sent: current values (not expired) of every feed, once each (its highest
 # confidence, then its latest sighting by a feed), each retro-hunted already (judged by the
-# fleet's prevalence before any router gets it) or released by an operator, none `withheld`, and no address or network
-# overlapping a poll address of a router that protects its network (`_POLLED`: the poll
+# fleet's prevalence before any router gets it) or released by an operator, none `withheld`,
+# and no address or network overlapping a poll address of a router that protects its
+# network (`_POLLED`: the poll
 # addresses found by a range of their index, not a scan per value), nor a network broader
 # than BROADEST_PREFIX unless an operator released it; at most %(max)s, the feeds in turns
 # (each feed's highest confidence first, then its most recently seen): a feed of a million
@@ -492,9 +493,9 @@ async def routers_without_owner(db: Database) -> list[str]:
 
 
 # Sightings not told yet nor closed, of routers with an owner, oldest first; none that ended
-# before the ownership began (before the previous owner's ended: their traffic), nor before the router's current key
-# was issued (an earlier holder's, whose enrollment an operator reset), and a first sighting
-# before the ownership told as its start.
+# before the ownership began (before the previous owner's ended: their traffic), nor before
+# the router's current key was issued (an earlier holder's, whose enrollment an operator
+# reset); a first sighting before the ownership is told as its start.
 UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source,
        greatest(s.first_seen, r.owner_since), s.last_seen, s.records, r.owner_user,
        r.owner_email
@@ -504,10 +505,28 @@ WHERE s.told_at IS NULL AND s.closed_at IS NULL AND r.owner_user IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
                   AND k.issued_at > s.last_seen)
 ORDER BY s.found_at, s.mac, s.kind, s.value LIMIT %(batch)s"""
-TOLD = """UPDATE intel_sightings s SET told_at = now()
-WHERE (s.mac, s.kind, s.value) IN (
-    SELECT mac, kind, value COLLATE "C"
-    FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value))"""
+# Told: in the owner's feed, and emailed too when `mailed` (listed in an email).
+TOLD = """UPDATE intel_sightings s SET told_at = now(),
+    mailed_at = CASE WHEN t.mailed THEN now() END
+FROM unnest(%s::macaddr[], %s::text[], %s::text[], %s::boolean[])
+     AS t (mac, kind, value, mailed)
+WHERE s.mac = t.mac AND s.kind = t.kind AND s.value = t.value COLLATE "C"
+"""
+# Sightings told in an owner's feed but in no email yet (their hour's email had gone), of the
+# current ownership, oldest first: listed in the owner's next email.
+UNMAILED = """SELECT s.mac::text, s.kind, s.value, s.source,
+       greatest(s.first_seen, r.owner_since), s.last_seen, s.records, r.owner_user,
+       r.owner_email
+FROM intel_sightings s JOIN routers r USING (mac)
+WHERE s.told_at IS NOT NULL AND s.mailed_at IS NULL AND s.closed_at IS NULL
+  AND r.owner_user IS NOT NULL AND r.owner_email IS NOT NULL
+  AND (%(users)s::text[] IS NULL OR r.owner_user = ANY(%(users)s::text[]))
+  AND s.told_at >= coalesce(r.owner_since, '-infinity')
+ORDER BY r.owner_user, s.told_at, s.mac, s.kind, s.value"""
+MAILED = """UPDATE intel_sightings s SET mailed_at = now()
+FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value)
+WHERE s.mac = t.mac AND s.kind = t.kind AND s.value = t.value COLLATE "C"
+"""
 
 
 # A router removed (server/removal.py): its sightings.
