@@ -21,7 +21,7 @@ from ops.intel import intel
 from ops.backup import add_backup_arguments, add_restore_arguments, backup, restore
 from ops.citus import add_arguments as add_citus_arguments
 from ops.citus import citus
-from ops.command import CommandError, run_command
+from ops.command import CommandError, run_command, stdout_closed
 from ops.console import add_arguments as add_console_arguments
 from ops.console import console
 from ops.rules import add_arguments as add_rules_arguments
@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     except SchemaNotReady as error:
         print(f"router-backend: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `| head`
+        return stdout_closed()
     except OSError as error:  # the database unreachable, the port taken, DATA_DIR in use ...
         print(f"router-backend: {error}", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ from server.tuning.changes import BadInput, TuningRefused
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_STDOUT_CLOSED = 141  # as a shell reports a command SIGPIPE ended (128 + 13)
 
 
 class CommandError(Exception):
@@ -29,6 +30,14 @@ class CommandError(Exception):
 
 class UsageError(CommandError):
     """A bad argument, found once the command runs: one line, exit status 2, as argparse's."""
+
+
+def stdout_closed() -> int:
+    """The reader of standard output left (`| head`): end quietly, as a Unix tool does. What
+    is still buffered goes nowhere, so that the interpreter's last flush says nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_STDOUT_CLOSED
 
 
 def mac_argument(text: str) -> str:
@@ -79,7 +88,11 @@ def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
             return await body(await acting_settings(prog, settings, db), db)
 
     try:
-        return asyncio.run(main())
+        status = asyncio.run(main())
+        sys.stdout.flush()  # here, where a closed reader is seen
+        return status
+    except BrokenPipeError:
+        return stdout_closed()
     except (UsageError, InvalidMac, BadInput) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
