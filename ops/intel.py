@@ -21,7 +21,7 @@ from server.jobs.cron import run_job
 from server.intel.listing import sightings as listed_sightings
 from server.intel.owners import shown
 from server.settings import Settings
-from server.telemetry.indicators import feed_value
+from server.telemetry.indicators import IndicatorError, feed_value, parsed
 from server.timestamps import iso_utc
 
 PROG = "router-backend intel"
@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for verb, text in (("suppress", "never deliver nor sight a value, whatever feed names "
                         "it"), ("release", "deliver a value held for its prevalence")):
         decided = actions.add_parser(verb, help=text)
-        decided.add_argument("value", help="KIND:VALUE (KIND one of " + ", ".join(KINDS) + ")")
+        decided.add_argument("value", help="KIND:VALUE, or a bare address, domain or hash, as "
+                             "`hunt` takes it (KIND one of " + ", ".join(KINDS) + ")")
         decided.add_argument("--note", required=True, help="why (kept in the record)")
     actions.add_parser("decisions", help="values suppressed, released or held")
     seen = actions.add_parser("sightings", help="which routers saw a current or past "
@@ -67,9 +68,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> tuple[str, str]:
+    """A value as every command writes one (`KIND:VALUE`, `KIND VALUE`, or a bare address,
+    domain or hash, as `hunt` takes it), or `md5:VALUE` (no hunt's kind); its stored form."""
     kind, sep, value = text.partition(":")
-    if not sep or kind not in KINDS:
-        raise UsageError(f"{text[:80]!r}: write KIND:VALUE, KIND one of {', '.join(KINDS)}")
+    if not (sep and kind == "md5"):
+        try:
+            wanted = parsed(text)
+        except IndicatorError as error:
+            raise UsageError(f"{error} (KIND one of {', '.join(KINDS)})") from None
+        kind, value = wanted.kind, wanted.value
+    if kind not in KINDS:
+        raise UsageError(f"{text[:80]!r}: a {kind} is no threat feed's value (KIND one of "
+                         f"{', '.join(KINDS)})")
     stored = feed_value(kind, value)
     if stored is None:
         raise UsageError(f"{value[:80]!r} is not a {kind}")

@@ -241,3 +241,17 @@ async def test_the_sightings_email_names_every_sighting_since_the_last(house, sq
     assert names[12] in body(digest) and names[0] not in body(digest)
     await match_now(db, IntelConfig.from_settings(settings))  # told once
     assert sql.value("SELECT count(*) FROM notifications WHERE channel = 'email'") == 2
+
+
+async def test_a_value_is_written_as_everywhere(house, sql):
+    """A new user's finding: `intel suppress wpad.example.net` was refused ("write
+    KIND:VALUE") where `hunt` takes a bare domain."""
+    settings = house[0]
+    for written in ("wpad.example.net", "domain wpad2.example.net", "ip:45.1.2.3", "45.1.2.4"):
+        done = await intel(settings, "suppress", written, "--note", "ours")
+        assert done.returncode == 0, done.stderr
+    assert sorted(sql.rows("SELECT kind, value FROM intel_decisions")) == [
+        ("domain", "net.example.wpad"), ("domain", "net.example.wpad2"), ("ip", "45.1.2.3"),
+        ("ip", "45.1.2.4")]
+    refused = await intel(settings, "suppress", "sid:1", "--note", "no")
+    assert refused.returncode == 2 and "no threat feed's value" in refused.stderr
