@@ -89,12 +89,17 @@ def indicators_of(args: argparse.Namespace) -> list[Indicator]:
             except UnicodeDecodeError as error:
                 raise UsageError(f"--file {path}: not UTF-8 text (byte {error.start})") \
                     from None
+            before = len(found)
             for number, line in enumerate(lines, 1):
                 try:
                     if (one := from_line(line)) is not None:
                         found.append(one)
                 except IndicatorError as error:
                     raise UsageError(f"--file {path}:{number}: {error}") from None
+            if len(found) == before:
+                raise UsageError(f"--file {path} names no indicator ("
+                                 + ("it is empty" if not lines else "only blank lines and "
+                                    "comments") + "): one a line, KIND:VALUE or a bare value")
     except IndicatorError as error:
         raise UsageError(str(error)) from None
     found = list(dict.fromkeys(found))

@@ -418,6 +418,11 @@ async def test_the_hunt_log_names_the_login_and_pages(fleet, tmp_path):
     binary.write_bytes(b"sid 1\n\xff\xfe\n")
     done = router_backend(command_env(settings), "hunt", "--file", str(binary))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "UTF-8" in done.stderr
+    for content, why in ((b"", "it is empty"), (b"# none\n\n", "only blank lines")):
+        binary.write_bytes(content)  # a new user's finding: "name at least one indicator"
+        done = router_backend(command_env(settings), "hunt", "--file", str(binary))
+        assert done.returncode == 2 and "names no indicator" in done.stderr, done.stderr
+        assert why in done.stderr and done.stderr.count("\n") == 1
 
 
 async def test_a_console_user_hunts_at_most_so_often(make_client, settings):
