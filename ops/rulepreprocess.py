@@ -53,7 +53,7 @@ async def preprocess_now(settings: Settings, db: Database,
         results.append(result)
         return result.as_detail()
 
-    outcome = await run_job(db, PROG, job)
+    outcome = await run_job(db, PROG, job, log_failure=False)  # its one line is below
     if outcome.status == "skipped":
         raise CommandError("another preprocess run is in progress; try again later")
     if outcome.status == "failed":

@@ -93,6 +93,8 @@ def extract_archive(archive_path: Path, target: Path, limits: ArchiveLimits = Ar
     try:
         with archive_path.open("rb") as probe:
             magic = probe.read(4)
+        if not magic:
+            raise ArchiveError("the archive is empty (0 bytes)")
         if magic.startswith(b"PK"):
             with zipfile.ZipFile(archive_path) as archive:
                 return _extract(_zip_members(archive), target, limits)
@@ -101,7 +103,9 @@ def extract_archive(archive_path: Path, target: Path, limits: ArchiveLimits = Ar
     except ArchiveError:
         raise
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as error:
-        raise ArchiveError(f"archive is damaged or not a zip/tar.gz: {error}") from None
+        # One line: tarfile's message lists every compression it tried, a line each.
+        first = (str(error).splitlines() or [type(error).__name__])[0].rstrip(":")
+        raise ArchiveError(f"archive is damaged or not a zip/tar.gz: {first}") from None
 
 
 def _extract(members, target: Path, limits: ArchiveLimits) -> Extracted:

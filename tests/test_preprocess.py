@@ -10,7 +10,7 @@ import pytest
 
 from ruledata import fetch
 from ruledata.archive import ArchiveError, ArchiveLimits, extract_archive
-from ruledata.preprocess import PreprocessError
+from server.jobs.cron import JobFailed
 from ruledata.workspace import Workspace
 from server.jobs.preprocess import run_preprocess
 from testkit.database import settings_for
@@ -150,7 +150,7 @@ async def test_broken_archive_keeps_previous_ruleset(feed, feed_settings, case):
     before = load_rules(feed_settings.rule_data_path)
     make, expected = BROKEN_ARCHIVES[case]
     feed.version, feed.archive = b"2000", make()
-    with pytest.raises(PreprocessError, match=expected):
+    with pytest.raises(JobFailed, match=expected):
         await run_preprocess(feed_settings)
     assert load_rules(feed_settings.rule_data_path) == before
     assert list(Workspace(feed_settings.rule_data_path).staging.iterdir()) == []
@@ -161,7 +161,7 @@ async def test_version_url_failure_keeps_previous_ruleset(feed, feed_settings, s
     await run_preprocess(feed_settings)
     before = load_rules(feed_settings.rule_data_path)
     feed.version_status = status
-    with pytest.raises(PreprocessError, match=expected):
+    with pytest.raises(JobFailed, match=expected):
         await run_preprocess(feed_settings)
     assert load_rules(feed_settings.rule_data_path) == before
 
@@ -171,7 +171,7 @@ async def test_server_dying_mid_download_is_retried_then_reported(feed, feed_set
     before = load_rules(feed_settings.rule_data_path)
     feed.version, feed.die_after_bytes = b"3000", 500
     requests_before = feed.archive_requests
-    with pytest.raises(PreprocessError, match="after 3 attempts"):
+    with pytest.raises(JobFailed, match="after 3 attempts"):
         await run_preprocess(feed_settings)
     assert feed.archive_requests - requests_before == 3
     assert load_rules(feed_settings.rule_data_path) == before

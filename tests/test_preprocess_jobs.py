@@ -89,6 +89,14 @@ def test_a_local_archive_is_published_offline(settings, tmp_path):
     assert read_manifest(settings.rule_data_path / "rulefile_json")["version"].startswith("local-")
     missing = offline("--archive", str(tmp_path / "absent.zip"))
     assert missing.returncode == 1 and "no such archive file" in missing.stderr
+    # A new user's finding: an empty archive printed a 17-line traceback. One line now.
+    for content, why in ((b"", "the archive is empty (0 bytes)"),
+                         (b"not an archive at all", "archive is damaged or not a zip/tar.gz")):
+        (broken := tmp_path / "broken.zip").write_bytes(content)
+        failed = offline("--archive", str(broken))
+        errors = [line for line in failed.stderr.splitlines() if "error" in line.lower()]
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+        assert len(errors) == 1 and why in errors[0], failed.stderr
     usage = offline("--version", "1")
     assert usage.returncode == 2 and "--version goes with --archive" in usage.stderr
 

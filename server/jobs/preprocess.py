@@ -7,7 +7,8 @@ import os
 from typing import Callable
 
 from engine.processes import process_pool
-from ruledata.preprocess import PreprocessResult, RuleSource, preprocess
+from ruledata.preprocess import PreprocessError, PreprocessResult, RuleSource, preprocess
+from server.jobs.cron import JobFailed
 from server.settings import Settings
 
 MAX_PARSE_WORKERS = 8
@@ -23,10 +24,14 @@ async def run_preprocess(settings: Settings, start_method: str | None = None,
     """One run, from the settings' feed unless another `source` is given. With a start
     method (`fork` for a command, `spawn` in the server, which has threads), files are parsed
     in a pool of processes, one per core (at most 8); without one, in a thread of this
-    process."""
+    process. JobFailed (one line, no traceback) for the run's expected failures: the feed
+    unreachable, the archive damaged."""
     source = source or rule_source(settings)
-    if start_method is None:
-        return await preprocess(settings.rule_data_path, source, progress)
-    workers = max(1, min(os.cpu_count() or 1, MAX_PARSE_WORKERS))
-    with process_pool(workers, start_method) as pool:
-        return await preprocess(settings.rule_data_path, source, progress, pool)
+    try:
+        if start_method is None:
+            return await preprocess(settings.rule_data_path, source, progress)
+        workers = max(1, min(os.cpu_count() or 1, MAX_PARSE_WORKERS))
+        with process_pool(workers, start_method) as pool:
+            return await preprocess(settings.rule_data_path, source, progress, pool)
+    except PreprocessError as error:
+        raise JobFailed(str(error)) from None

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ruledata.preprocess import PreprocessError
 from server.db.pool import Database
 from server.hunt.packing import pack
-from server.jobs.cron import CronJobs, JobFailed, JobFunction
+from server.jobs.cron import CronJobs, JobFunction
 from server.jobs.activation_days import ACTIVATION_DAYS_CRON_SCHEDULE, roll_up_activations
 from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
@@ -40,10 +39,7 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 
     async def rule_preprocess() -> dict:
-        try:
-            return (await run_preprocess(settings, start_method="spawn")).as_detail()
-        except PreprocessError as error:
-            raise JobFailed(str(error)) from None
+        return (await run_preprocess(settings, start_method="spawn")).as_detail()
 
     async def retention() -> dict:
         return await run_retention(db, settings.retention_days,
