@@ -136,7 +136,8 @@ async def _batch(cur, rows: list[tuple]) -> tuple[list[tuple], dict[tuple, tuple
     mailed_lately = await emailed_this_hour(cur, sorted(owners), TYPE)
     due = sorted(set(owners) - mailed_lately)
     earlier = _by_owner(await _unmailed(cur, due)) if due else {}
-    notifications, mailed = [], {}
+    notifications: list[tuple] = []
+    mailed: dict[tuple, tuple] = {}
     for owner, theirs in owners.items():
         email = owner not in mailed_lately
         also = theirs[1:] + earlier.get(owner, []) if email else []
