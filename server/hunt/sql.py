@@ -39,8 +39,12 @@ _COUNT_ROUTER_DAY = f"""ON CONFLICT (mac, day) DO UPDATE SET
                       OR cardinality(b.networks) >= %(hunt_networks_kept)s THEN b.networks
                     ELSE b.networks || excluded.networks END"""
 _NETWORK = "array_remove(ARRAY[%(hunt_network)s::cidr], NULL)"
-# An upload's postings, within its router's budget for the day: under it, every value is
-# posted (a new one adds a row, one posted before that day updates its row); past it,
+# An upload's postings, within its router's budget for the day: under it, its values are
+# posted up to what the day has left, however the day's uploads are batched (a new one adds
+# a row, one posted before that day updates its row; an update counts against what is left
+# too, so the day never passes its budget: two uploads of a batch each read it under the
+# budget, and each was let add a budget's worth, 41,992 postings against 22,000; the records
+# of the values cut are counted as not indexed, at most the upload's); past it,
 # nothing more of that day is indexed and the upload's records are counted as not indexed
 # (no lookup a value: a flooding router's later uploads cost the index a counter). New rows
 # are told from updated ones by their records: an updated row holds more than this upload's
@@ -53,6 +57,7 @@ added AS (
     SELECT %(hunt_day)s, v.kind::"char", v.value, %(mac)s, %(hunt_seen)s, %(hunt_seen)s,
            v.records::integer
     FROM v, used WHERE used.n < %(hunt_budget)s
+    LIMIT (SELECT greatest(%(hunt_budget)s - n, 0) FROM used)
     ON CONFLICT (kind, value, day, mac) DO UPDATE SET
         first_seen = least(h.first_seen, excluded.first_seen),
         last_seen = greatest(h.last_seen, excluded.last_seen),
@@ -63,7 +68,10 @@ SELECT %(mac)s, %(hunt_day)s,
        (SELECT count(*) FROM added a JOIN v ON a.kind = v.kind::"char"
             AND a.value = v.value COLLATE "C" WHERE a.records = v.records::integer),
        CASE WHEN (SELECT n FROM used) >= %(hunt_budget)s THEN %(hunt_records)s
-            ELSE %(hunt_dropped)s END,
+            ELSE least(%(hunt_records)s, %(hunt_dropped)s + (
+                SELECT coalesce(sum(v.records), 0) FROM v WHERE NOT EXISTS (
+                    SELECT 1 FROM added a WHERE a.kind = v.kind::"char"
+                    AND a.value = v.value COLLATE "C"))) END,
        {_NETWORK}
 {_COUNT_ROUTER_DAY}"""
 # An upload whose router's day had no budget left when the indexer read it: only counted.
