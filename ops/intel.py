@@ -68,10 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> tuple[str, str]:
-    """A value as every command writes one (`KIND:VALUE`, `KIND VALUE`, or a bare address,
-    domain or hash, as `hunt` takes it), or `md5:VALUE` (no hunt's kind); its stored form."""
+    """A value as every command writes one: `KIND:VALUE` (md5 and any network a feed may name
+    included), or `KIND VALUE` or a bare address, domain or hash, as `hunt` takes it; its
+    stored form."""
     kind, sep, value = text.partition(":")
-    if not (sep and kind == "md5"):
+    if not (sep and kind in KINDS):  # (a hunt refuses networks a feed may name: a /3)
         try:
             wanted = parsed(text)
         except IndicatorError as error:

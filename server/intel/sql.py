@@ -237,11 +237,14 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def withheld(mac: str | None = None) -> str:
+def withheld(mac: str | None = None, decided: bool = True) -> str:
+    """`decided` False: the values are known to be neither held nor suppressed (the delivery
+    left them out before, where the planner joins rather than probes a value at a time)."""
     own = (f"""WHEN EXISTS (SELECT 1 FROM firewall_allowlist a WHERE a.mac = {mac}
                          AND a.network::inet && {_NET}) THEN {_quoted(ROUTER_ALLOWLISTED_WHY)}"""
            if mac else "")
-    return f"""CASE WHEN {_DECIDED} THEN {_quoted(DECIDED_WHY)}
+    held = f"WHEN {_DECIDED} THEN {_quoted(DECIDED_WHY)}" if decided else ""
+    return f"""CASE {held}
   WHEN i.kind NOT IN ('ip', 'network') THEN NULL
   WHEN {_NET} && ANY(%(not_public)s::inet[]) THEN {_quoted(NOT_PUBLIC_WHY)}
   WHEN {_NET} && ANY(%(exempt)s::inet[]) THEN {_quoted(SERVICE_WHY)}
@@ -260,9 +263,8 @@ def rails(exempt: list[str]) -> dict:
 # confidence, then its latest sighting by a feed), each retro-hunted already (judged by the
 # fleet's prevalence before any router gets it) or released by an operator, none `withheld`,
 # and no address or network overlapping a poll address of a router that protects its
-# network (`_POLLED`: the poll
-# addresses found by a range of their index, not a scan per value), nor a network broader
-# than BROADEST_PREFIX unless an operator released it; at most %(max)s, the feeds in turns
+# network (`_POLLED`: the poll addresses found by a range of their index, not a scan per
+# value), nor a network broader than BROADEST_PREFIX unless an operator released it; at most %(max)s, the feeds in turns
 # (each feed's highest confidence first, then its most recently seen): a feed of a million
 # values, however confident it says it is, cannot push out another's. A value several feeds
 # name is its most confident feed's.
@@ -279,7 +281,7 @@ SELECT i.kind, i.value, i.confidence, i.last_seen, i.expires_at,
        row_number() OVER (PARTITION BY i.feed ORDER BY i.confidence DESC, i.last_seen DESC,
                                                        i.kind, i.value) AS turn
 FROM current i
-WHERE ({withheld()}) IS NULL
+WHERE ({withheld(decided=False)}) IS NULL
   AND (i.kind NOT IN ('ip', 'network') OR (
       NOT EXISTS (SELECT 1 FROM intel_polled p
                   WHERE p.address >= network({_NET})::inet
