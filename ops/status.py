@@ -91,6 +91,9 @@ def hunt_lines(hunt: dict) -> list[str]:
     return lines
 
 
+PROBE_MAC = "02:00:00:00:00:00"  # locally administered: no router's
+
+
 def service_answer(settings: Settings) -> dict:
     """Whether the service answers GET /health where it listens (LISTEN_HOST:LISTEN_PORT, the
     running service's own when it recorded them; an all-addresses host asked on loopback):
@@ -98,8 +101,11 @@ def service_answer(settings: Settings) -> dict:
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.listen_host,
                                                                       settings.listen_host)
     url = f"http://{f'[{host}]' if ':' in host else host}:{settings.listen_port}/health"
+    # The probe's X-ID: /health checks the header's form only (it registers nothing); without
+    # one the probe was answered 401, and `status --json` said so.
+    probe = urllib.request.Request(url, headers={"X-ID": PROBE_MAC})
     try:
-        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_SECONDS) as answer:
+        with urllib.request.urlopen(probe, timeout=HEALTH_TIMEOUT_SECONDS) as answer:
             return {"url": url, "answering": True, "status": answer.status}
     except urllib.error.HTTPError as error:  # 503: it runs, its database is away
         return {"url": url, "answering": True, "status": error.code}

@@ -155,6 +155,9 @@ def test_status_says_the_service_answers(service):
     assert shown.returncode == 0
     assert shown.stdout.startswith(f"service        answering at http://127.0.0.1:{service.port}"
                                    "/health\n"), shown.stdout
+    # A new user's finding: the JSON said "status": 401 for the service's own probe.
+    answered = orjson.loads(command(service, "status", "--json").stdout)
+    assert answered["service"]["status"] == 200, answered["service"]
 
 
 def test_commands_say_the_truth_on_the_first_day(service, tmp_path):
