@@ -113,7 +113,7 @@ async def _tell_owners(db: Database) -> dict:
                 break
             notifications, mailed = await _batch(cur, rows)
             await store_many(cur, notifications)
-            await _mark(cur, intel_db.TOLD, rows, [key in mailed for key in map(_key, rows)])
+            await _mark(cur, intel_db.TOLD, rows)
             await _mark(cur, intel_db.MAILED, list(mailed.values()))
         stored += len(notifications)
         emailed += sum(1 for n in notifications if n[3] == "email")
@@ -169,7 +169,8 @@ async def _digests(cur) -> int:
     return len(due)
 
 
-async def _mark(cur, statement: str, rows: list[tuple], *flags: list) -> None:
+async def _mark(cur, statement: str, rows: list[tuple]) -> None:
+    """TOLD or MAILED of the sightings of `rows`."""
     if rows:
         await execute(cur, statement, ([r[0] for r in rows], [r[1] for r in rows],
-                                       [r[2] for r in rows], *flags))
+                                       [r[2] for r in rows]))

@@ -507,13 +507,10 @@ WHERE s.told_at IS NULL AND s.closed_at IS NULL AND r.owner_user IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
                   AND k.issued_at > s.last_seen)
 ORDER BY s.found_at, s.mac, s.kind, s.value LIMIT %(batch)s"""
-# Told: in the owner's feed, and emailed too when `mailed` (listed in an email).
-TOLD = """UPDATE intel_sightings s SET told_at = now(),
-    mailed_at = CASE WHEN t.mailed THEN now() END
-FROM unnest(%s::macaddr[], %s::text[], %s::text[], %s::boolean[])
-     AS t (mac, kind, value, mailed)
-WHERE s.mac = t.mac AND s.kind = t.kind AND s.value = t.value COLLATE "C"
-"""
+TOLD = """UPDATE intel_sightings s SET told_at = now()
+WHERE (s.mac, s.kind, s.value) IN (
+    SELECT mac, kind, value COLLATE "C"
+    FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value))"""
 # Sightings told in an owner's feed but in no email yet (their hour's email had gone), of the
 # current ownership, oldest first: listed in the owner's next email.
 UNMAILED = """SELECT s.mac::text, s.kind, s.value, s.source,
@@ -525,10 +522,11 @@ WHERE s.told_at IS NOT NULL AND s.mailed_at IS NULL AND s.closed_at IS NULL
   AND (%(users)s::text[] IS NULL OR r.owner_user = ANY(%(users)s::text[]))
   AND s.told_at >= coalesce(r.owner_since, '-infinity')
 ORDER BY r.owner_user, s.told_at, s.mac, s.kind, s.value"""
+# Listed in an email (the batch's, told in the same transaction, or earlier ones).
 MAILED = """UPDATE intel_sightings s SET mailed_at = now()
-FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value)
-WHERE s.mac = t.mac AND s.kind = t.kind AND s.value = t.value COLLATE "C"
-"""
+WHERE (s.mac, s.kind, s.value) IN (
+    SELECT mac, kind, value COLLATE "C"
+    FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value))"""
 
 
 # A router removed (server/removal.py): its sightings.
