@@ -33,6 +33,15 @@ def flow(address: str) -> dict:
             "proto": "TCP"}
 
 
+async def established(db, prefix: str, count: int, name: str, days_ago: int) -> list[str]:
+    """`count` routers that looked `name` up `days_ago` days ago, registered 4 days ago:
+    old enough to count for the fleet."""
+    routers = sybils(prefix, count)
+    await plant(db, routers, [name], datetime.now(timezone.utc) - timedelta(days=days_ago))
+    await db.execute("UPDATE routers SET registered_at = now() - interval '4 days'")
+    return routers
+
+
 def sighted(rows: dict) -> set[tuple[str, str]]:
     return {(s["mac"], s["indicator"]) for s in rows["sightings"] if not s["closed"]}
 
@@ -91,10 +100,7 @@ async def test_fresh_macs_cannot_lift_a_value_out_of_the_hold(house, sql):
     (the red team's first attack: the share was taken of every registered router)."""
     settings, client, _, served, base = house
     db = client.app[DATABASE]
-    established = sybils("02:13:00:00", 20)
-    await plant(db, established, ["popular-cdn.example"],
-                datetime.now(timezone.utc) - timedelta(days=2))
-    await db.execute("UPDATE routers SET registered_at = now() - interval '4 days'")
+    old = await established(db, "02:13:00:00", 20, "popular-cdn.example", days_ago=2)
     await pack(db)
     await db.execute("INSERT INTO routers (mac) SELECT ('02:14:00:00:' || "
                      "lpad(to_hex(n >> 8), 2, '0') || ':' || lpad(to_hex(n & 255), 2, '0'))"
@@ -105,7 +111,7 @@ async def test_fresh_macs_cannot_lift_a_value_out_of_the_hold(house, sql):
     assert (await intel(settings, "fetch")).returncode == 0
     assert "popular-cdn.example\theld\t20" in (await intel(settings, "decisions")).stdout
     assert sql.value("SELECT count(*) FROM intel_sightings") == 0
-    document, _ = await intel_document(client, established[0])
+    document, _ = await intel_document(client, old[0])
     assert decoded(document["files"].get("rb-intel-domains.lst", "")) == []
 
 
@@ -114,10 +120,7 @@ async def test_a_new_version_is_judged_before_any_router_gets_it(house, sql):
     whole fleet saw never reaches a router, not even while the hunt runs."""
     settings, client, _, _, _ = house
     db = client.app[DATABASE]
-    established = sybils("02:15:00:00", 12)
-    await plant(db, established, ["everyones-resolver.example"],
-                datetime.now(timezone.utc) - timedelta(days=1))
-    await db.execute("UPDATE routers SET registered_at = now() - interval '4 days'")
+    await established(db, "02:15:00:00", 12, "everyones-resolver.example", days_ago=1)
     await intel_db.add_feed(db, "new", None, "plain", None, 50, "test")
     now = datetime.now(timezone.utc)
     rows = [("domain", value, 50, now, now, now + timedelta(days=30))
