@@ -498,9 +498,11 @@ async def routers_without_owner(db: Database) -> list[str]:
 # before the ownership began (before the previous owner's ended: their traffic), nor before
 # the router's current key was issued (an earlier holder's, whose enrollment an operator
 # reset); a first sighting before the ownership is told as its start.
-UNTOLD = """SELECT s.mac::text, s.kind, s.value, s.source,
+# What an owner is told of a sighting (server/intel/owners.py reads the rows in this shape).
+_TOLD_COLUMNS = """s.mac::text, s.kind, s.value, s.source,
        greatest(s.first_seen, r.owner_since), s.last_seen, s.records, r.owner_user,
-       r.owner_email
+       r.owner_email"""
+UNTOLD = f"""SELECT {_TOLD_COLUMNS}
 FROM intel_sightings s JOIN routers r USING (mac)
 WHERE s.told_at IS NULL AND s.closed_at IS NULL AND r.owner_user IS NOT NULL
   AND r.owner_email IS NOT NULL AND s.last_seen >= coalesce(r.owner_since, '-infinity')
@@ -513,9 +515,7 @@ WHERE (s.mac, s.kind, s.value) IN (
     FROM unnest(%s::macaddr[], %s::text[], %s::text[]) AS t (mac, kind, value))"""
 # Sightings told in an owner's feed but in no email yet (their hour's email had gone), of the
 # current ownership, oldest first: listed in the owner's next email.
-UNMAILED = """SELECT s.mac::text, s.kind, s.value, s.source,
-       greatest(s.first_seen, r.owner_since), s.last_seen, s.records, r.owner_user,
-       r.owner_email
+UNMAILED = f"""SELECT {_TOLD_COLUMNS}
 FROM intel_sightings s JOIN routers r USING (mac)
 WHERE s.told_at IS NOT NULL AND s.mailed_at IS NULL AND s.closed_at IS NULL
   AND r.owner_user IS NOT NULL AND r.owner_email IS NOT NULL
