@@ -7,6 +7,7 @@ import os
 import resource
 import time
 
+import psycopg
 import pytest
 
 from server.db.pool import RECONNECT_SECONDS, Database, DatabaseUnavailable
@@ -57,3 +58,57 @@ async def test_a_connection_opened_past_descriptor_1024_is_handed_out(database):
         for descriptor in held:
             os.close(descriptor)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_busy_pool_after_an_outage_is_waited_for_not_answered_503(database):
+    """A red team restarted the postmaster under uploads: 25 were answered 503 51 s after
+    the database was back. Once found unreachable, a request waits only
+    UNREACHABLE_WAIT_SECONDS for a connection; a request that waited so long on a pool
+    merely busy (every connection serving another upload) marked the database unreachable
+    again, so under load the short wait, and its 503s, renewed themselves for as long as the
+    load lasted."""
+    db = await Database.open(database, 0, 2, 30)
+    try:
+        busy = [asyncio.create_task(db.fetchrow("SELECT %s FROM pg_sleep(1.5)", (n,)))
+                for n in range(2)]
+        while db.connection_counts()[:2] != (2, 0):  # both connections serving
+            await asyncio.sleep(0.01)
+        db.unreachable = True  # as the pool's failed reconnection left it, a moment before
+        first = [db.fetchrow("SELECT %s", (n,)) for n in range(4)]  # wait 1 s, then 503
+        assert all(isinstance(answer, DatabaseUnavailable)
+                   for answer in await asyncio.gather(*first, return_exceptions=True))
+        later = [db.fetchrow("SELECT %s FROM pg_sleep(0.3)", (n,)) for n in range(8)]
+        assert await asyncio.gather(*later, *busy) == [(n,) for n in range(8)] + [(0,), (1,)]
+        assert not db.unreachable
+    finally:
+        await db.close()
+
+
+async def test_connections_the_server_ended_are_never_handed_out(database):
+    """Every pooled connection ended by the server (as a restart or a termination ends
+    them) is replaced before it is handed out: no statement fails for it."""
+    db = await Database.open(database, 4, 4, 30)
+    try:
+        pids = await asyncio.gather(*[db.fetchrow(
+            "SELECT pg_backend_pid() FROM pg_sleep(0.2)") for _ in range(4)])
+        assert len({pid for (pid,) in pids}) == 4  # each of the pool's four
+        async with await psycopg.AsyncConnection.connect(
+                database.dsn(), autocommit=True) as killer:
+            await killer.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid",
+                                 ([pid for (pid,) in pids],))
+            await _ended(killer, [pid for (pid,) in pids])
+        answers = await asyncio.gather(*[db.fetchrow("SELECT %s", (n,)) for n in range(16)],
+                                       return_exceptions=True)
+        assert answers == [(n,) for n in range(16)]
+    finally:
+        await db.close()
+
+
+async def _ended(conn, pids: list[int]) -> None:
+    """Waits for the terminated backends to be gone from pg_stat_activity."""
+    while True:
+        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                                 (pids,))
+        if (await cur.fetchone())[0] == 0:
+            return
+        await asyncio.sleep(0.05)

@@ -238,5 +238,6 @@ async def test_intel_drill_quick(database, tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_postmaster_drill_quick(tmp_path, workers):
     result = await postmaster_drill(tmp_path, kills=2, routers=6, workers=workers)
-    assert result.ok, (result.back_after, result.slowest, result.statuses, result.check)
+    assert result.ok, (result.back_after, result.slowest, result.statuses, result.late_503s,
+                      result.check)
     assert result.ledger.records_acknowledged > 0

@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import logging
 import select
+import time
 from typing import Any, AsyncIterator
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.db.connect import adapt, connect_async
 from server.db.location import DatabaseLocation
@@ -109,29 +110,53 @@ class Database:
         one the server closed meanwhile, by a restart or a termination, is replaced, not
         handed out). A connection whose statement lost the server or a Citus worker is
         closed, so the pool discards it; one left in a transaction is rolled back."""
-        wait = UNREACHABLE_WAIT_SECONDS if self.unreachable else None
         try:
-            async with self.pool.connection(timeout=wait) as conn:
-                self.unreachable = False
-                try:
-                    async with conn.cursor() as cur:
-                        yield cur
-                except Exception as error:  # a statement's timeout is asyncio's
-                    if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
-                        # Never handed out again: a commit in doubt ends this session
-                        # (server/db/telemetry.py), which would fail the next holder's
-                        # statement (a router on a sound worker, in the Citus drill).
-                        await conn.close()
-                    raise
+            conn = await self._connection()
+            try:
+                async with conn:  # as the pool's own connection(): rolled back if left open
+                    try:
+                        async with conn.cursor() as cur:
+                            yield cur
+                    except Exception as error:  # a statement's timeout is asyncio's
+                        if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
+                            # Never handed out again: a commit in doubt ends this session
+                            # (server/db/telemetry.py), which would fail the next holder's
+                            # statement (a router on a sound worker, in the Citus drill).
+                            await conn.close()
+                        raise
+            finally:
+                await self.pool.putconn(conn)
         except CONNECTIVITY_ERRORS as error:
-            # A connection refused or lost, not a statement that ran out of time (the
-            # database may only be busy).
-            self.unreachable = not isinstance(error, asyncio.TimeoutError)
+            # A connection refused or lost; not a statement that ran out of time, nor a
+            # pool whose connections were all busy (the database may only be busy): under
+            # load, marking those unreachable renewed the brief wait and its 503s for as
+            # long as the load lasted (the red team's postmaster restart).
+            if not isinstance(error, (asyncio.TimeoutError, PoolTimeout)):
+                self.unreachable = True
             raise DatabaseUnavailable(_describe(error)) from error
         except psycopg.Error as error:
             if worker_away(error):
                 raise DatabaseUnavailable(_describe(error)) from error
             raise
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        """A connection of the pool: waited for UNREACHABLE_WAIT_SECONDS while the database
+        is known unreachable, else up to the pool's timeout; a request whose brief wait ran
+        out after the database was found again (another request had a connection) waits on
+        as any request would."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            brief = self.unreachable
+            left = deadline - time.monotonic()
+            try:
+                conn = await self.pool.getconn(
+                    timeout=min(UNREACHABLE_WAIT_SECONDS, left) if brief else left)
+            except PoolTimeout:
+                if brief and not self.unreachable and time.monotonic() < deadline:
+                    continue
+                raise
+            self.unreachable = False
+            return conn
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[psycopg.AsyncCursor]:
@@ -240,18 +265,20 @@ async def _configure(conn: psycopg.AsyncConnection) -> None:
 
 async def _check(conn: psycopg.AsyncConnection) -> None:
     """The pool's check before it hands a connection out, without a round trip (the pool's
-    own check_connection costs one per statement: 0.6x the requests a second on a read):
-    an idle connection has nothing to read unless the server has ended it (its last
-    message, the end of the stream: a restart, a termination), which this reads, so the
-    pool discards it and hands out another. poll, not select: select refuses a descriptor
-    numbered 1024 or more, so a process holding a thousand client connections threw away
-    every connection it opened after them (uploads answered 503)."""
+    own check_connection costs one per statement: 0.6x the requests a second on a read).
+    An idle connection of the pool (none LISTENs) has nothing to read unless the server is
+    ending it (a restart, a termination), so one with anything to read is closed, and the
+    pool replaces it. Reading the server's last message alone left the connection's status
+    OK until the end of the stream arrived: a terminated connection was handed out and its
+    statement answered 503 (the red team's postmaster restart). poll, not select: select
+    refuses a descriptor numbered 1024 or more (a process holding a thousand client
+    connections threw away every connection it opened after them)."""
     readable = select.poll()
     readable.register(conn.fileno(), select.POLLIN)
     if readable.poll(0):
-        conn.pgconn.consume_input()  # OperationalError when the stream has ended
-        if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
-            raise psycopg.OperationalError("the server ended the connection")
+        await conn.close()  # else the pool keeps it, and hands it out again
+        raise psycopg.OperationalError("the server sent an idle connection a message: "
+                                       "it is ending it")
 
 
 def worker_away(error: BaseException) -> bool:
