@@ -252,6 +252,11 @@ class Settings:
         "Longest wait for a complete request head, from "
         "connecting or from the previous response: a connection that sends its headers "
         "slower than this, or sits idle this long, is closed.")
+    http_max_connections: int = _server("0", _integer(0),
+        "Most client connections one HTTP worker holds; past it each new connection closes "
+        "the worker's oldest (a request in progress is answered first). 0: the process's "
+        "descriptor limit (its soft limit raised to the hard one) less 256 and its database "
+        "connections, so a worker never runs out of descriptors.")
     data_dir: Path = _server("./var", _path,
         "Directory for what the service keeps on local disk (the "
         "embedded database, the email outbox).")

@@ -21,8 +21,8 @@ import os
 import socket
 import sys
 
-from server.app import (EVERYTHING, SERVING, WORKING, Part, Resources, contexts, create_app,
-                        resources)
+from server.app import (EVERYTHING, SERVING, WORKING, Part, Resources, connections_needed,
+                        contexts, create_app, resources)
 from server.db import service_settings
 from server.db.migrate import SchemaNotReady
 from server.db.service_settings import CONSOLE_SECRET_SET
@@ -62,7 +62,8 @@ def run(settings: Settings, parts: tuple[Part, ...] = EVERYTHING,
         app.on_startup.append(lambda app: record_settings(settings, app))
     asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
                                     settings.listen_port, settings.shutdown_grace_seconds,
-                                    settings.http_idle_timeout_seconds, inherited))
+                                    settings.http_idle_timeout_seconds, inherited,
+                                    connections_needed(settings, parts)))
     return 0
 
 

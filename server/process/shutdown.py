@@ -23,6 +23,8 @@ from aiohttp import web
 from server.logs import flush_logs
 from server.web.access_log import access_logger_for
 from server.web.access_log import flush as flush_access_log
+from server.web.connections import (LISTEN_BACKLOG, ConnectionBound, bound_sockets, listen,
+                                    most_connections)
 from server.web.in_flight import InFlight
 from server.typedefs import METRICS, SETTINGS
 
@@ -51,39 +53,44 @@ class Inherited:
 
 async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: str, port: int,
                               grace_seconds: float, idle_timeout: float,
-                              inherited: Inherited | None = None) -> None:
+                              inherited: Inherited | None = None,
+                              database_connections: int = 0) -> None:
     """`idle_timeout`: aiohttp's keep-alive timer, which runs from connecting and from each
     response until a complete request head has arrived, so it also cuts off clients that send
     their headers a line at a time. `inherited`: the listening sockets of this HTTP worker's
     slot, which the supervisor holds (server/process/supervisor.py), instead of listening on
-    `host`:`port`."""
-    access_logger = access_logger_for(app[SETTINGS].trusted_proxies)
+    `host`:`port`. The client connections held are bounded (server/web/connections.py),
+    leaving room for the process's `database_connections`."""
+    settings = app[SETTINGS]
+    access_logger = access_logger_for(settings.trusted_proxies)
     runner = web.AppRunner(app, access_log_class=access_logger,
                            shutdown_timeout=grace_seconds, handle_signals=False,
                            keepalive_timeout=idle_timeout)
     try:
         await runner.setup()  # inside: a failed start-up still closes what it opened
         gc.set_threshold(*GC_THRESHOLDS)
-        console = app[SETTINGS].console_listen if app[SETTINGS].console else None
+        console = settings.console_listen if settings.console else None
         if inherited is not None:
-            sites = [web.SockSite(runner, sock) for sock in inherited.api + inherited.console]
+            sockets = inherited.api + inherited.console
         else:
-            sites = [web.TCPSite(runner, host, port)]
+            sockets = bound_sockets(host, port, LISTEN_BACKLOG)
             if console is not None:  # the console's own listener (CONSOLE_LISTEN)
-                sites.append(web.TCPSite(runner, *console))
+                sockets += bound_sockets(*console, LISTEN_BACKLOG)
+        bound = ConnectionBound(runner.server, most_connections(
+            settings.http_max_connections, database_connections), in_flight.answering)
         # Before listening: a SIGTERM that comes once a client may see the port stops the
         # process in order, never by the default action (killed, nothing logged or drained).
         stopping = stop_requested()
-        for site in sites:
-            await site.start()
-        log.info("serving on %s:%s (pid %d)", host, port, os.getpid())
+        listeners = await listen(bound, sockets)
+        log.info("serving on %s:%s (pid %d), holding at most %d connections", host, port,
+                 os.getpid(), bound.most)
         if console is not None:
             log.info("console on %s:%s (pid %d)", *console, os.getpid())
         await stopping.wait()
         log.info("stopping: refusing new connections, finishing %d requests in progress",
                  in_flight.count)
-        for site in sites:
-            await site.stop()
+        for listener in listeners:
+            listener.close()
         if not await in_flight.drain(grace_seconds):
             log.warning("%d requests still in progress after %ss; cutting them off",
                         in_flight.count, grace_seconds)

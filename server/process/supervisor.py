@@ -55,6 +55,7 @@ from server.db.location import DatabaseLocation
 from server.app import SERVING, WORKING, Part, connections_needed
 from server.process.child import command as child_command
 from server.settings import Settings
+from server.web.connections import LISTEN_BACKLOG, bound_sockets
 from server.web.host_buckets import make_table_file
 from server.web.limits import HOST_TABLES
 
@@ -67,7 +68,6 @@ FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 30.0
 STOP_MARGIN_SECONDS = 15.0     # beyond SHUTDOWN_GRACE_SECONDS before children are killed
 OPERATOR_CONNECTIONS = 5       # router-backend commands run beside the service
-LISTEN_BACKLOG = 128           # connections queued per worker slot (aiohttp's default)
 
 
 @dataclass
@@ -276,7 +276,7 @@ def refuse_taken(host: str, port: int) -> None:
     """OSError when another process listens on the address, even with SO_REUSEPORT (which
     would otherwise let a second service share the port and take some of its connections):
     a socket without it cannot bind there then."""
-    for probe in _bound(host, port, backlog=None):
+    for probe in bound_sockets(host, port, backlog=None):
         probe.close()
 
 
@@ -297,32 +297,7 @@ def refuse_taken_listeners(settings: Settings) -> None:
 def listen(host: str, port: int) -> list[socket.socket]:
     """A SO_REUSEPORT listening socket on every address of `host`, as aiohttp's TCPSite would
     open them; a port already taken stops the start with one clear error."""
-    return _bound(host, port, backlog=LISTEN_BACKLOG)
-
-
-def _bound(host: str, port: int, backlog: int | None) -> list[socket.socket]:
-    """A socket bound on every address of `host`: with a `backlog`, SO_REUSEPORT and
-    listening; without, a plain bind (a probe). OSError naming the address when one cannot
-    be (every socket made so far closed)."""
-    sockets = []
-    try:
-        for family, kind, proto, _, address in socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if backlog is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            if backlog is not None:
-                sock.listen(backlog)
-    except OSError as error:
-        for sock in sockets:
-            sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    return sockets
+    return bound_sockets(host, port, backlog=LISTEN_BACKLOG)
 
 
 def fds_argument(sockets: list[socket.socket]) -> str:

@@ -10,11 +10,13 @@ DRAIN_POLL_SECONDS = 0.05
 
 class InFlight:
     """Counts requests in progress: the request middleware (server/web/middleware.py) adds
-    and takes away from `count` itself, every request passing; while draining, its answers
-    close their connection."""
+    and takes away from `count` itself, every request passing, and keeps the connections
+    answering one in `answering` (which server/web/connections.py does not close first);
+    while draining, its answers close their connection."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.answering: set[object] = set()  # the aiohttp handlers of the requests counted
         self.draining = False
 
     async def drain(self, timeout: float) -> bool:

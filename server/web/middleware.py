@@ -30,6 +30,7 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
                        too_many_requests_delay: float = 0.0):
     observe = metrics.observe_request
     refusals = RefusalDelay(too_many_requests_delay)
+    answering = in_flight.answering
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
@@ -37,6 +38,7 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
         status = 500
         took = None  # the request's time, when a delay follows it
         in_flight.count += 1
+        answering.add(request.protocol)
         try:
             try:
                 response = await handler(request)
@@ -45,15 +47,16 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
             status = response.status
             if in_flight.draining:
                 response.force_close()  # no further request on this connection
-            elif refusals.applies(request, response):
+            elif response.status == 429 and refusals.seconds:
                 took = time.perf_counter() - started
-                await refusals.wait(request, response)
+                await refusals.hold(request, response)
             return response
         except web.HTTPException as error:  # a redirect or 304, raised again
             status = error.status
             raise
         finally:
             in_flight.count -= 1
+            answering.discard(request.protocol)
             observe(request, status, took if took is not None else time.perf_counter() - started)
 
     return middleware
@@ -62,28 +65,31 @@ def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswe
 class RefusalDelay:
     """The wait before a 429 is sent: `seconds` (0: none), at most its Retry-After, for at
     most REFUSALS_DELAYED_AT_ONCE refusals at a time, and none for a client already gone
-    (aiohttp does not cancel its handler: it would hold its request for nothing). What
-    arrived of the body is let go before the wait (aiohttp reads and drops the rest after
-    the answer, as without the delay). Retry-After still counts from the request."""
+    (aiohttp does not cancel its handler: it would hold its request for nothing). Past
+    them a 429 is sent at once and its connection closed: answered at once and kept, a
+    flooder's connection was refused thousands of times a second again (a red team's
+    4,000 connections from one address). What arrived of the body is let go before the
+    wait (aiohttp reads and drops the rest after the answer, as without the delay).
+    Retry-After still counts from the request."""
 
     def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
+        self.seconds = seconds
         self._at_once = REFUSALS_DELAYED_AT_ONCE
         self.waiting = 0
 
-    def applies(self, request: web.Request, response: web.StreamResponse) -> bool:
-        """Whether `response` waits (asked of every answer: the status first)."""
-        if response.status != 429 or not self._seconds or self.waiting >= self._at_once:
-            return False
+    async def hold(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Waits before `response` (a 429) is sent, or closes its connection after it."""
         transport = request.transport
-        return transport is not None and not transport.is_closing()
-
-    async def wait(self, request: web.Request, response: web.StreamResponse) -> None:
+        if transport is None or transport.is_closing():
+            return
+        if self.waiting >= self._at_once:
+            response.force_close()
+            return
         if request.can_read_body and request.content.exception() is None:
             request.content.read_nowait()  # the body's bytes buffered so far, dropped
         self.waiting += 1
         try:
-            await asyncio.sleep(refusal_delay(response, self._seconds))
+            await asyncio.sleep(refusal_delay(response, self.seconds))
         finally:
             self.waiting -= 1
 
