@@ -124,6 +124,11 @@ def _cron(value: str) -> str:
     return value
 
 
+def _cron_or_off(value: str) -> str:
+    """A cron expression, or `off` (read as ""): the job never runs by itself."""
+    return "" if value.strip().lower() == "off" else _cron(value)
+
+
 def _services(value: str) -> frozenset[str]:
     names = frozenset(part.strip().lower() for part in value.split(",") if part.strip())
     if not names or not names <= {"router", "notifications"}:
@@ -428,8 +433,10 @@ class Settings:
     rule_preprocess_version_url: str = _generation(f"{ET_OPEN_BASE}/version.txt", _text,
         "Version stamp of "
         "the rule archive.")
-    rule_preprocess_cron_schedule: str = _generation("0 0 * * 0", _cron,
-        "Cron spec of the preprocess job.")
+    rule_preprocess_cron_schedule: str = _generation("0 0 * * 0", _cron_or_off,
+        "Cron spec of the preprocess job (the ruleset's download). `off`: the service never "
+        "downloads it, neither by schedule nor at start (a host without internet access: "
+        "publish with `rulepreprocess --archive`).")
     rule_preprocess_at_start: bool = _generation("true", _boolean,
         "When no ruleset was ever published, run the "
         "preprocess job soon after start-up (once across processes, retried with backoff "

@@ -22,7 +22,7 @@ from server.db import jobs as ledger
 from server.jobs import cron as cron_module
 from server.jobs import MOST_JOBS
 from server.jobs.cron import JOB_LEASE, CronJobs, run_job
-from server.jobs.schedule import scheduled_jobs
+from server.jobs.schedule import first_download_at_start, scheduled_jobs
 from server.metrics import Metrics
 from testkit.database import command_env, settings_for
 from testkit.rule_archives import fixture_members, make_zip
@@ -190,6 +190,20 @@ async def test_the_supervisor_counts_a_lock_connection_for_every_job(database, t
         jobs = scheduled_jobs(db, settings, Metrics())
         await jobs.stop()
     assert len(jobs.names) == MOST_JOBS
+
+
+async def test_the_ruleset_download_turned_off_is_neither_scheduled_nor_run_at_start(
+        database, tmp_path):
+    """A new user offline found nothing that turned the scheduled download off (README says
+    to): the service retried the feed's host every 30 s for ever. `off` turns both off."""
+    on = settings_for(database, tmp_path, RULE_PREPROCESS_AT_START="true")
+    off = settings_for(database, tmp_path, RULE_PREPROCESS_AT_START="true",
+                       RULE_PREPROCESS_CRON_SCHEDULE="off")
+    assert first_download_at_start(on) and not first_download_at_start(off)
+    async with open_database(off) as db:
+        jobs = scheduled_jobs(db, off, Metrics())
+        await jobs.stop()
+    assert "rulepreprocess" not in jobs.names and len(jobs.names) == MOST_JOBS - 2
 
 
 async def test_a_tick_claim_whose_answer_was_lost_is_still_run(settings, sql):

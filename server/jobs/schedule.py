@@ -28,7 +28,8 @@ async def _packed(db: Database) -> dict:
 
 def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
                    more: list[tuple[str, str, JobFunction]] = ()) -> CronJobs:
-    """Rule preprocessing always (and at once when no ruleset was ever published); time
+    """Rule preprocessing unless its schedule is `off` (and at once when no ruleset was ever
+    published); time
     partitions created ahead and expired upload keys deleted every hour; small telemetry
     chunks merged on TELEMETRY_COMPACT_CRON_SCHEDULE; the hunt index's past days packed on
     HUNT_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
@@ -50,7 +51,8 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     async def partitions() -> dict:
         return await create_partitions_ahead(db, settings.telemetry_partition_days)
 
-    jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
+    if settings.rule_preprocess_cron_schedule:  # "" when off
+        jobs.add("rulepreprocess", settings.rule_preprocess_cron_schedule, rule_preprocess)
     async def telemetry_compaction() -> dict:
         return (await compact(db, settings.telemetry_chunk_records,
                               timedelta(seconds=settings.telemetry_compact_settle_seconds),
@@ -77,8 +79,15 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     for name, schedule, function in more:
         jobs.add(name, schedule, function)
     jobs.catch_up()
-    if settings.rule_preprocess_at_start and not published(settings.rule_data_path):
+    if first_download_at_start(settings):
         jobs.spawn(publish_first_ruleset(db, settings.rule_data_path, rule_preprocess,
                                          settings.job_retry_delay_seconds, metrics),
                    "first-ruleset")
     return jobs
+
+
+def first_download_at_start(settings: Settings) -> bool:
+    """Whether the service downloads the ruleset soon after start-up: none published yet,
+    RULE_PREPROCESS_AT_START, and its schedule not `off`."""
+    return (settings.rule_preprocess_at_start and bool(settings.rule_preprocess_cron_schedule)
+            and not published(settings.rule_data_path))
