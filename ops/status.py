@@ -21,6 +21,7 @@ from ops.command import run_command
 from server.db.pool import Database
 from server.settings import Settings
 from server.status import fleet_status
+from server.text import one_line
 from server.timestamps import iso_utc
 
 PROG = "router-backend status"
@@ -43,12 +44,12 @@ def render(status: dict) -> str:
            if routers["not_unicast"] else ""),
         f"applied        {applied['reporting']} reporting, {applied['behind_current_payloads']} "
         f"behind the current payloads, {applied['failed_to_load']} failed to load"]
-    lines += [f"                 {f['mac']} at {iso_utc(f['reported_at'])}: {f['detail'] or ''}"
-              for f in applied["failures"]]
+    lines += [f"                 {f['mac']} at {iso_utc(f['reported_at'])}: "
+              f"{one_line(f['detail'] or '')}" for f in applied["failures"]]
     lines.append(f"queue          {queue['claimed']} claimed, {queue['due']} due, "
                  f"{queue['overdue']} overdue (due for over an hour), {queue['failing']} failing")
-    lines += [f"                 {f['mac']}, {f['attempts']} attempts: {f['last_error']}"
-              for f in queue["failures"]]
+    lines += [f"                 {f['mac']}, {f['attempts']} attempts: "
+              f"{one_line(f['last_error'] or '')}" for f in queue["failures"]]
     if ruleset is None and last is not None and last["status"] == "succeeded":
         # The ruleset's files are in RULE_DATA_DIR, not in the database: a restore into a new
         # DATA_DIR brings the record of the run, not what it published.
@@ -61,7 +62,7 @@ def render(status: dict) -> str:
         lines.append(f"ruleset        {ruleset['version']}, published "
                      f"{iso_utc(ruleset['published_at'])} ({ruleset['age_hours']} h ago)")
     if last is not None:
-        outcome = last["status"] + (f": {last['error']}" if last["error"] else "")
+        outcome = last["status"] + (f": {one_line(last['error'])}" if last["error"] else "")
         lines.append(f"               last preprocess run {iso_utc(last['started_at'])}, "
                      f"{outcome}")
     telemetry = status["telemetry_last_hour"]

@@ -43,3 +43,13 @@ def _refused_ranges() -> list[tuple[int, int]]:
 
 def _one(code: int) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
+
+
+def one_line(text: str, width: int = 160) -> str:
+    """`text` on one line of at most `width` characters: its first non-empty line, cut
+    with an ellipsis (an error of five lines broke `status`'s table)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    more = first != text.strip()
+    if len(first) > width or more:
+        return first[:width - 1].rstrip() + "…"
+    return first

@@ -91,3 +91,18 @@ async def test_status_reports_the_fleet(database, tmp_path, make_client, sql):
     assert "4 registered, 3 seen in the last day, 1 silent for more than a week" in text
     assert f"{BROKEN}, 3 attempts: worker timed out" in text
     assert "events 5 accepted, 1 rejected" in text
+
+
+def test_a_long_error_takes_one_line_of_the_table(database, tmp_path, sql):
+    """A new user's failing preprocess left an error of five lines, which broke the table:
+    each error is its first line, cut at 160 characters; --json keeps it whole."""
+    settings = ruleset_settings("fixture", database, tmp_path)
+    error = "archive unreadable: " + "x" * 300 + "\nTraceback (most recent call last):\n  ..."
+    sql.rows("INSERT INTO job_runs (job, status, finished_at, error) "
+             "VALUES ('rulepreprocess', 'failed', now(), %s)", (error,))
+    table = status(settings).stdout
+    [line] = [line for line in table.splitlines() if "last preprocess run" in line]
+    assert line.endswith("…") and "Traceback" not in table
+    assert len(line.split("failed: ", 1)[1]) == 160
+    whole = orjson.loads(status(settings, "--json").stdout)
+    assert whole["last_preprocess"]["error"] == error
