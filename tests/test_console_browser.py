@@ -256,3 +256,28 @@ async def test_support_hunts_a_signature_and_reads_the_records_that_carry_it(ser
     assert sql.rows("SELECT asked_by, via, matches, router::text FROM hunt_log "
                     "ORDER BY id") == [(f"console:{SUPPORT[0]}", "console", 1, None),
                                        (f"console:{SUPPORT[0]}", "console", 1, MAC)]
+
+
+CHART_LABELS = """
+return Array.from(document.querySelectorAll('svg.chart')).map(chart =>
+  Array.from(chart.querySelectorAll('text')).map(text => {
+    const box = text.getBoundingClientRect();
+    return {text: text.textContent, left: box.left, right: box.right, height: box.height};
+  }));
+"""
+
+
+@pytest.mark.parametrize("width", [1200, 800])
+async def test_the_fleet_pages_chart_labels_never_overlap(served, browser, width):
+    """A new user found the labels of "Routers by last poll" written over each other at
+    1200 px. At 1200 and 800 px each chart's labels stand apart and are at least 7 px."""
+    _, console, _ = served
+    browser.set_window_size(width, 1000)
+    sign_in(browser, console, SUPPORT)
+    screenshot(browser, f"fleet-{width}px")
+    charts = browser.execute_script(CHART_LABELS)
+    assert charts and any(len(labels) > 2 for labels in charts)
+    for labels in charts:
+        for left, right in zip(labels, labels[1:]):
+            assert left["right"] <= right["left"], (width, left, right)
+        assert all(label["height"] >= 7 for label in labels), (width, labels)

@@ -157,10 +157,10 @@ async def fleet_page(request: web.Request) -> web.Response:
         "uploads": bars([(f"{hour:%H}:00 UTC", count) for hour, count, _ in uploads]),
         "records": bars([(f"{hour:%H}:00 UTC", count) for hour, _, count in uploads]),
         "polls": bars([(f"{hour:%H}:00 UTC", count) for hour, count in polls]),
-        "ages": bars(list(status["routers"]["by_last_poll"].items()), bar_width=56),
+        "ages": bars(list(status["routers"]["by_last_poll"].items()), labelled=True),
         "backlog": bars([("claimed", queue["claimed"]), ("due", queue["due"]),
                          ("overdue", queue["overdue"]), ("failing", queue["failing"])],
-                        bar_width=56)})
+                        labelled=True)})
 
 
 async def find_router(request: web.Request) -> web.StreamResponse:
