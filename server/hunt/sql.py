@@ -80,6 +80,16 @@ VALUES (%(mac)s, %(hunt_day)s, 0, %(hunt_dropped)s, {_NETWORK})
 {_COUNT_ROUTER_DAY}"""
 
 
+# --- What the index gained since a moment (server/hunt/recent.py) ---
+
+# The values posted (or posted again) from %(since)s on, over the days from %(first_day)s:
+# a posting's last_seen is the written_at of the last upload carrying it.
+POSTED_SINCE = """SELECT DISTINCT kind::text, value FROM hunt_postings
+WHERE day >= %(first_day)s AND last_seen >= %(since)s"""
+# The moment from which the uploads not indexed yet were written (now when none is).
+PENDING_FROM = "SELECT least(clock_timestamp(), min(written_at)) FROM hunt_pending"
+
+
 # --- Uploads not indexed yet (migration 0032, server/hunt/indexer.py) ---
 
 # Written with the upload's last statements, in its transaction. Two uploads of one router

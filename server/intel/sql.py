@@ -335,6 +335,50 @@ async def current(db: Database) -> list[tuple[str, str, str]]:
                                  GROUP BY kind, value""")
 
 
+# The current indicators the index's new values name (kinds as the hunt codes them, mapped
+# here): each by its value, a network of 256 addresses at most (the hunted ones) by every
+# address of it posted, found through the networks of /24 to /32 (IPv4) or /120 to /128
+# containing the address; and any released since %(since)s, which no retro-hunt reads again.
+_TOUCHED = f"""WITH posted (kind, value) AS (
+    SELECT CASE code WHEN 'i' THEN 'ip' WHEN 'd' THEN 'domain' WHEN '3' THEN 'ja3'
+                     WHEN '4' THEN 'ja4' WHEN 'h' THEN 'sha256' END, value
+    FROM unnest(%(codes)s::text[], %(values)s::text[]) AS p (code, value)),
+addresses (address) AS MATERIALIZED (  -- cast only once known to be addresses
+    SELECT value::inet FROM posted WHERE kind = 'ip'),
+named (kind, value) AS (
+    SELECT kind, value FROM posted WHERE kind IS NOT NULL
+    UNION
+    SELECT 'network', set_masklen(address, masklen(address) - bits)::cidr::text
+    FROM addresses, generate_series(0, 8) AS bits
+    UNION
+    SELECT kind, value FROM intel_decisions
+    WHERE decision = 'released' AND decided_at >= %(since)s)
+SELECT i.kind, i.value, min(i.feed) FROM intel_indicators i JOIN named
+    ON i.kind = named.kind AND i.value = named.value COLLATE "C"
+WHERE i.expires_at > now() AND NOT {_DECIDED}
+GROUP BY i.kind, i.value"""
+
+
+async def touched(db: Database, posted: list[tuple[str, str]], since: datetime
+                  ) -> list[tuple[str, str, str]]:
+    """The current indicators named by `posted` (the hunt index's (code, value) pairs) or
+    released since `since`: (kind, value, the first feed naming it)."""
+    return await db.fetchall(_TOUCHED, {"codes": [code for code, _ in posted],
+                                        "values": [value for _, value in posted],
+                                        "since": since})
+
+
+async def live_mark(db: Database) -> datetime | None:
+    """Where the last minute's match began reading the index (None: it never ran)."""
+    row = await db.fetchone("SELECT since FROM intel_live_mark")
+    return row[0] if row else None
+
+
+async def set_live_mark(db: Database, since: datetime) -> None:
+    await db.execute("""INSERT INTO intel_live_mark (since) VALUES (%s)
+                        ON CONFLICT (one) DO UPDATE SET since = excluded.since""", (since,))
+
+
 async def mark_hunted(cur, values: list[tuple[str, str]]) -> None:
     """The values judged by a retro-hunt (held, or sighted), and so delivered from now on:
     every process rebuilds its document."""

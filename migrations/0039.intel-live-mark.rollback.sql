@@ -1,0 +1,1 @@
+DROP TABLE intel_live_mark;
