@@ -15,6 +15,9 @@ the machine's cores). The document is built as a server process builds
 it (the delivery statement, engine/intel.py, gzip once); the reference, in the same run, is
 the same values written one a line and gzip-compressed. The daily change is 1 % of the
 values replaced in one new version; the delta is what `GET /rules/intel?delta=1` answers.
+The minute's match is timed reading only what 100 routers posted since its last run,
+against its first run in the same database, which reads every current indicator (as the
+release before read them every minute).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from server.intel import sql as intel_db
 from server.db.pool import Database
 from server.intel.feeds import import_file
 from server.intel.config import IntelConfig
-from server.intel.retro import retro_hunt
+from server.intel.retro import live_match, retro_hunt
 from server.polling.shared_document import served_document
 from server.hunt.packing import pack
 from testkit.database import partitions_for_history, settings_for, throwaway_database
@@ -86,6 +89,26 @@ async def document(db: Database) -> tuple[dict, int, float]:
     return built, len(served.packed), time.monotonic() - started
 
 
+NEW_ROUTERS = 100  # routers whose uploads the minute's match finds new, out of the fleet
+
+
+async def minute_match(db: Database, config: IntelConfig, routers: int) -> dict:
+    """The minute's match (server/intel/retro.py live_match) twice: its first run reads
+    every current indicator, as the release before read them every minute (the reference);
+    the next reads those named by what NEW_ROUTERS routers posted since (a day of their
+    uploads written today, seen now)."""
+    started = time.monotonic()
+    everything = await live_match(db, config, "bench")
+    every_seconds = time.monotonic() - started
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    await write_day(db, _macs(routers)[:NEW_ROUTERS], today, np.random.default_rng(80))
+    await db.execute("UPDATE hunt_postings SET last_seen = now() WHERE day = %s", (today,))
+    started = time.monotonic()
+    new = await live_match(db, config, "bench")
+    return {"every_indicators": everything.indicators, "every_seconds": every_seconds,
+            "new_indicators": new.indicators, "new_seconds": time.monotonic() - started}
+
+
 async def run(location, workdir, routers: int, days: int, distinct: int,
               processes: int) -> dict:
     settings = settings_for(location, workdir, HUNT_RETENTION_DAYS=str(days + 1),
@@ -104,6 +127,7 @@ async def run(location, workdir, routers: int, days: int, distinct: int,
         started = time.monotonic()
         hunted = await retro_hunt(db, IntelConfig.from_settings(settings), "bench")
         hunt_seconds = time.monotonic() - started
+        minute = await minute_match(db, IntelConfig.from_settings(settings), routers)
         before, before_bytes, build_seconds = await document(db)
         values = "".join(f"{line}\n" for line in feed_lines(1)).encode()
         started = time.monotonic()
@@ -117,7 +141,7 @@ async def run(location, workdir, routers: int, days: int, distinct: int,
         delta = served_document(delta_document("before", after, added, removed))
         return {"routers": routers, "days": days, "index_seconds": index_seconds,
                 "indicators": taken.indicators, "import_seconds": import_seconds,
-                "hunt_seconds": hunt_seconds, "hunted": vars(hunted),
+                "hunt_seconds": hunt_seconds, "hunted": vars(hunted), **minute,
                 "document_bytes": before_bytes, "document_entries": before["entry_count"],
                 "build_seconds": build_seconds, "reference_bytes": len(reference),
                 "reference_seconds": reference_seconds, "delta_bytes": len(delta.packed),
@@ -133,6 +157,11 @@ def report(r: dict) -> None:
     print(f"feed: {r['indicators']:,} indicators taken in {r['import_seconds']:.1f} s; "
           f"retro-hunt over {r['days']} days in {r['hunt_seconds']:.1f} s "
           f"({h['hunted']:,} hunted, {h['sightings']:,} sightings, {h['held']:,} held)")
+    print(f"minute's match: {r['new_indicators']:,} indicators named by what "
+          f"{NEW_ROUTERS} routers posted since the last run, {r['new_seconds']:.2f} s; "
+          f"reading every current one ({r['every_indicators']:,}, as the release before did "
+          f"each minute) {r['every_seconds']:.2f} s: "
+          f"{r['new_seconds'] / r['every_seconds']:.3f}×")
     print(f"document: {r['document_entries']:,} entries, {r['document_bytes'] / 1e6:.2f} MB "
           f"gzip ({r['document_bytes'] / r['document_entries']:.1f} B an entry), built in "
           f"{r['build_seconds']:.2f} s; reference (the values one a line, gzip): "
