@@ -6,10 +6,10 @@ setup(
     description="Router IDS backend: telemetry ingestion, per-router rule generation, "
                 "notifications.",
     python_requires=">=3.11",
-    # Benchmarks (ops/bench) and the test support (testkit) run from a checkout: not shipped.
+    # The benchmarks and drills (bench/) and the test support (testkit/) run from a
+    # checkout: not shipped.
     packages=find_packages(include=["server*", "engine*", "ruledata*", "ops*", "migrations",
-                                    "agent"],
-                           exclude=["ops.bench", "ops.bench.*"]),
+                                    "agent"]),
     package_data={"migrations": ["*.sql"], "agent": ["*.ini"],
                   "server.console": ["templates/*.html"]},
     install_requires=[

@@ -1,4 +1,4 @@
-"""Operator commands, deployment files, benchmarks and drills.
+"""Operator commands and deployment files (the benchmarks and drills are `bench/`, beside).
 
 - `cli.py` (`router-backend`: serve, migrate, retention, dbshell, and the subcommands of
   `subscriptions.py`, `status.py`, `rules.py`, `allowlist.py`, `telemetry.py`,
@@ -12,8 +12,8 @@
   `routeraccessreport.py`: thin commands that go one way (`command.py`): settings ->
   database -> the command's function -> exit code;
 - `settings_doc.py`: renders the settings tables into docs/settings.md and the example env file;
-- `deploy/`: systemd unit, Caddyfile, Dockerfile, compose, example environment;
-- `bench/`: benchmarks and drills (run from a checkout; not shipped; they use testkit).
+- `deploy/`: systemd unit, Caddyfile, Dockerfile, compose, example environment, the
+  kernel's bound on connections per client address (`connlimit.nft`).
 
 Layer: the top; imports server, engine and ruledata.
 """

@@ -562,7 +562,7 @@ class Settings:
         "are split among them by their MAC's hash, and each lane indexes its routers' "
         "uploads on a database connection of its own, at the same time as the others "
         "(each lane one connection more for the process that runs the jobs). More "
-        "lanes keep up with more small uploads (ops/bench/README.md).")
+        "lanes keep up with more small uploads (bench/README.md).")
     hunt_compact_cron_schedule: str = _retention("15 * * * *", _cron,
         "Cron spec of the job packing the "
         "hunt index's past days into compressed blocks (a few bytes a posting instead "
@@ -660,7 +660,7 @@ class Settings:
         "Processes a retro-hunt reads the packed hunt "
         "index with, each a range of its days in the same snapshot and a database "
         "connection of its own, at most the machine's cores: a 100,000-indicator feed "
-        "over 400 days is mostly reading (ops/bench/README.md).")
+        "over 400 days is mostly reading (bench/README.md).")
     intel_feed_max_bytes: int = _intel("67108864", _integer(1024),
         "Most bytes of one feed, after decoding "
         "(gzip, zip): a bigger one is refused and the previous version kept.")

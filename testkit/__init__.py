@@ -9,7 +9,7 @@ the processes working on a directory (`workers.py`), a Citus cluster of a coordi
 (`citus_cluster.py`), and real ET alerts as many routers report one attacker (`fleet.py`).
 
 Development only: not installed with the package, imported from a checkout by `tests/`
-and `ops/bench/`. May import anything; nothing shipped imports it (import-linter checks).
+and `bench/`. May import anything; nothing shipped imports it (import-linter checks).
 """
 
 from pathlib import Path

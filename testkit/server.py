@@ -91,7 +91,7 @@ class ServerRunner:
         """`location` None: the service's embedded PostgreSQL in `data_dir`. `flood_limits`:
         keep the service's default flood limits (else they are raised, as a load generator's
         fleet shares one address). `checkout` and `python`: another release's server, run
-        from its own checkout with its own interpreter (ops/bench/ingest_pair.py)."""
+        from its own checkout with its own interpreter (bench/ingest_pair.py)."""
         self.port = free_port()
         self.checkout, self.python = checkout, python
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
-"""Quick versions of the benchmarks (ops/bench/ingest.py, ops/bench/polling.py and others):
+"""Quick versions of the benchmarks (bench/ingest.py, bench/polling.py and others):
 each command runs as an operator runs it, its server under its real load generator, for a
-second or so, so that the commands keep working. Their figures belong in ops/bench/README.md
+second or so, so that the commands keep working. Their figures belong in bench/README.md
 and are not asserted here: this machine is shared and its speed varies from day to day. What
 is asserted is what each must never do: lose a record, answer anything but 2xx/3xx, or write
 to the database while answering 304."""
@@ -28,7 +28,7 @@ def run_benchmark(*arguments: str) -> str:
 
 def test_ingestion_benchmark_with_two_workers_stores_every_record():
     """The command fails when the database holds other than the records sent."""
-    output = run_benchmark("ops.bench.ingest", "--records", "4000", "--per-request", "1000",
+    output = run_benchmark("bench.ingest", "--records", "4000", "--per-request", "1000",
                            "--concurrency", "2", "--workers", "2", "--rounds", "1")
     assert float(re.search(r"ratio HTTP/COPY: ([\d.]+)", output).group(1)) > 0
     peaks = re.search(r"peak RSS of the serving process\(es\): (.+) MiB", output).group(1)
@@ -39,7 +39,7 @@ def test_ingestion_benchmark_with_two_workers_stores_every_record():
 def test_polling_benchmark_answers_304_without_writing():
     """The command fails on any answer but 2xx/3xx; every path is loaded and answers; the
     polls write no row."""
-    output = run_benchmark("ops.bench.polling", "--routers", "20", "--seconds", "1",
+    output = run_benchmark("bench.polling", "--routers", "20", "--seconds", "1",
                            "--rounds", "1")
     writes = re.search(r"rows written to the service's tables during the 304 runs: (\d+)"
                        r"(?: \((.*)\))?", output)
@@ -55,11 +55,11 @@ def test_polling_benchmark_answers_304_without_writing():
 
 
 def test_paired_ingestion_on_the_corpus_mix_stores_every_record_on_both_sides():
-    """ops/bench/pair.py runs the benchmark in turn in two checkouts (here this one twice)
+    """bench/pair.py runs the benchmark in turn in two checkouts (here this one twice)
     and compares their medians; the corpus mix posts to both endpoints, and each run fails
     when either endpoint's records are not all stored."""
-    output = run_benchmark("ops.bench.pair", "--before", str(REPOSITORY), "--before-python",
-                           sys.executable, "--runs", "1", "ops.bench.ingest", "--records",
+    output = run_benchmark("bench.pair", "--before", str(REPOSITORY), "--before-python",
+                           sys.executable, "--runs", "1", "bench.ingest", "--records",
                            "3000", "--per-request", "1000", "--rounds", "1", "--body", "corpus")
     runs = re.findall(r"run 1 +(before|this): +([\d,]+) +against COPY: ([\d.]+)", output)
     assert [side for side, _, _ in runs] == ["before", "this"], output
@@ -68,10 +68,10 @@ def test_paired_ingestion_on_the_corpus_mix_stores_every_record_on_both_sides():
 
 
 def test_interleaved_ingestion_pair_runs_both_servers_and_checks_every_record():
-    """ops/bench/ingest_pair.py: the other checkout's server on a database its own `migrate`
+    """bench/ingest_pair.py: the other checkout's server on a database its own `migrate`
     made (here this checkout again), rounds alternating; a round fails when a side stored
     other than the records sent."""
-    output = run_benchmark("ops.bench.ingest_pair", "--before", str(REPOSITORY),
+    output = run_benchmark("bench.ingest_pair", "--before", str(REPOSITORY),
                            "--before-python", sys.executable, "--records", "2000",
                            "--per-request", "500", "--rounds", "2", "--body", "corpus")
     rounds = re.findall(r"round \d: before ([\d,]+), this ([\d,]+) records/s", output)
@@ -81,9 +81,9 @@ def test_interleaved_ingestion_pair_runs_both_servers_and_checks_every_record():
 
 
 def test_hunt_benchmark_builds_packs_and_hunts_a_small_fleet():
-    """ops/bench/hunt.py writes through the service's postings statement (a change of its
+    """bench/hunt.py writes through the service's postings statement (a change of its
     parameters once broke the command unnoticed), packs and hunts."""
-    output = run_benchmark("ops.bench.hunt", "--routers", "300", "--days", "3",
+    output = run_benchmark("bench.hunt", "--routers", "300", "--days", "3",
                            "--distinct-days", "1")
     assert re.search(r"300 routers × 3 days .*: [\d,]+ postings", output), output
     assert float(re.search(r"([\d.]+) bytes a posting", output).group(1)) > 0
@@ -92,10 +92,10 @@ def test_hunt_benchmark_builds_packs_and_hunts_a_small_fleet():
 
 
 def test_storage_benchmark_measures_the_agents_day():
-    """ops/bench/storage.py, small: the agent's day (2,000 records: two routers sending
+    """bench/storage.py, small: the agent's day (2,000 records: two routers sending
     1,000 a day) is stored, compacted on its schedule and measured open, closed and past
     the fleet job's window, and the disk formula is printed from it."""
-    output = run_benchmark("ops.bench.storage", "--routers", "5", "--records", "2000")
+    output = run_benchmark("bench.storage", "--routers", "5", "--records", "2000")
     figure = r" +(\d+) bytes a record \(chunks (\d+), summaries (\d+)\)"
     day = re.search(r"the agent's day \(1,000 records a router in 2-record uploads over a "
                     r"day, 2 routers[^)]*\), past the fleet job's window \(every summary "
@@ -117,10 +117,10 @@ def test_storage_benchmark_measures_the_agents_day():
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian package) is not installed")
 def test_flood_benchmark_keeps_each_flooder_within_its_budget_over_its_cycles():
-    """ops/bench/hunt_flood.py, small: two cycles of quiet and flooded time, fresh flooders
+    """bench/hunt_flood.py, small: two cycles of quiet and flooded time, fresh flooders
     each; every flood grows the index by at most its flooders' budgets (plus one upload's
     values, docs/security.md), and the pooled ratio is printed."""
-    output = run_benchmark("ops.bench.hunt_flood", "--flooders", "3", "--seconds", "2",
+    output = run_benchmark("bench.hunt_flood", "--flooders", "3", "--seconds", "2",
                            "--after", "1", "--cycles", "2", "--budget", "100")
     floods = re.findall(r"the index grew by (\d+) postings, the most one flooder posted "
                         r"(\d+) \(budget 100\)", output)

@@ -1,4 +1,4 @@
-"""Quick versions of the capacity benchmarks (ops/bench/partitions.py, ops/bench/storage.py):
+"""Quick versions of the capacity benchmarks (bench/partitions.py, bench/storage.py):
 retention by partition drop against the batched delete of the same rows, and the disk each
 router and each record takes. The storage one runs on the real corpus
 (tests/corpus) for its rules and records."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 
-from ops.bench.partitions import PLAIN_TABLES, retention_figures
-from ops.bench.storage import BUDGET_BYTES, measure
+from bench.partitions import PLAIN_TABLES, retention_figures
+from bench.storage import BUDGET_BYTES, measure
 from server.db.connect import connect
 from testkit.database import partitions_for_history
 

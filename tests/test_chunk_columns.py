@@ -10,8 +10,8 @@ import orjson
 import pytest
 import zstandard
 
-from ops.bench.chunk_layout import bodies_of, measure
-from ops.bench.storage import corpus_lines, record_stream
+from bench.chunk_layout import bodies_of, measure
+from bench.storage import corpus_lines, record_stream
 from server.telemetry import columns
 from server.telemetry.chunks import COMPACT_LEVEL, INGEST_LEVEL, compress, decompress
 
@@ -118,7 +118,7 @@ def test_chunks_of_before_are_read_as_lines():
 
 
 def test_the_layout_benchmark_reads_every_record_back():
-    """ops/bench/chunk_layout.py, small: both layouts read back every record (it asserts
+    """bench/chunk_layout.py, small: both layouts read back every record (it asserts
     so) and the columns take fewer bytes on the storage benchmark's records."""
     figures = measure(bodies_of(record_stream(3000), 500), rounds=1)
     assert figures["columns"][0] < 0.95 * figures["lines"][0]

@@ -12,7 +12,7 @@ import pytest
 from testkit import REPOSITORY
 
 PAGES = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("*.md")),
-         REPOSITORY / "ops" / "bench" / "README.md"]
+         REPOSITORY / "bench" / "README.md"]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 

@@ -1,4 +1,4 @@
-"""Quick versions of the fleet drills (ops/bench/): graceful SIGTERM, SIGKILL at random
+"""Quick versions of the fleet drills (bench/): graceful SIGTERM, SIGKILL at random
 moments, PostgreSQL and SMTP outages, database faults of three kinds, hostile clients, router
 agents through every fault. Each runs the real server process under load."""
 
@@ -12,32 +12,32 @@ import time
 import aiohttp
 import pytest
 
-from ops.bench.agent_drill import agent_drill
-from ops.bench.agent_drill import report as agent_report
-from ops.bench.backup_drill import backup_drill
-from ops.bench.backup_drill import report as backup_report
-from ops.bench.citus_drill import citus_drill
-from ops.bench.citus_scale_drill import citus_scale_drill
-from ops.bench.citus_scale_drill import report as scale_report
-from ops.bench.crash_drill import crash_drill
-from ops.bench.fault_drill import fault_drill, report
-from ops.bench.fleet_drill import fleet_drill
-from ops.bench.fleet_hostile_drill import hostile_drill
-from ops.bench.hostile import hostile
-from ops.bench.intel_drill import intel_drill
-from ops.bench.interrupt_drill import interrupt_drill
-from ops.bench.postmaster_drill import postmaster_drill
-from ops.bench.interrupt_drill import report as interrupt_report
-from ops.bench.outage_drill import outage_drill
-from ops.bench.stall_drill import stall_round
-from ops.bench.two_servers import two_servers
-from ops.bench.worker_kill_drill import worker_kill_drill
+from bench.agent_drill import agent_drill
+from bench.agent_drill import report as agent_report
+from bench.backup_drill import backup_drill
+from bench.backup_drill import report as backup_report
+from bench.citus_drill import citus_drill
+from bench.citus_scale_drill import citus_scale_drill
+from bench.citus_scale_drill import report as scale_report
+from bench.crash_drill import crash_drill
+from bench.fault_drill import fault_drill, report
+from bench.fleet_drill import fleet_drill
+from bench.fleet_hostile_drill import hostile_drill
+from bench.hostile import hostile
+from bench.intel_drill import intel_drill
+from bench.interrupt_drill import interrupt_drill
+from bench.postmaster_drill import postmaster_drill
+from bench.interrupt_drill import report as interrupt_report
+from bench.outage_drill import outage_drill
+from bench.stall_drill import stall_round
+from bench.two_servers import two_servers
+from bench.worker_kill_drill import worker_kill_drill
 from testkit.citus_cluster import citus_installed
 from testkit.database import Sql
 from testkit.server import ServerRunner
 from testkit.telemetry import stored_count
 
-pytestmark = pytest.mark.drill  # the ops/bench drills, quick runs (README.md, "Tests")
+pytestmark = pytest.mark.drill  # the bench drills, quick runs (README.md, "Tests")
 
 UPLOADS, LINES, LINE_DELAY = 8, 20, 0.1
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from testkit import REPOSITORY
 
-PACKAGES = ("agent", "ops", "server", "engine", "ruledata", "migrations", "testkit")
+PACKAGES = ("agent", "bench", "ops", "server", "engine", "ruledata", "migrations", "testkit")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -24,7 +24,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 def test_the_project_keeps_its_layers():
     result = lint_imports(REPOSITORY)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 7 kept, 0 broken." in result.stdout
+    assert "Contracts: 8 kept, 0 broken." in result.stdout
 
 
 def copy_of_the_tree(root: Path) -> None:
@@ -56,6 +56,17 @@ def test_a_capability_importing_another_or_the_plumbing_importing_up_is_reported
     assert "server.web.limits -> server.routers.mac" in result.stdout
 
 
+def test_shipped_code_importing_a_benchmark_is_reported(tmp_path):
+    """bench/ is development only, like testkit/: a command importing it would fail on an
+    installed copy, where bench/ is not shipped."""
+    copy_of_the_tree(tmp_path)
+    status = tmp_path / "ops" / "status.py"
+    status.write_text(status.read_text() + "\nfrom bench import fleet  # a benchmark\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "ops.status -> bench.fleet" in result.stdout
+
+
 def test_the_agent_importing_the_service_or_a_third_party_package_is_reported(tmp_path):
     copy_of_the_tree(tmp_path)
     tail = tmp_path / "agent" / "tail.py"
@@ -70,5 +81,5 @@ def test_no_command_line_flag_is_hidden():
     the operators' commands have no flags kept from their --help."""
     hidden = [str(path.relative_to(REPOSITORY)) for folder in ("ops", "server")
               for path in (REPOSITORY / folder).rglob("*.py")
-              if "bench" not in path.parts and "argparse.SUPPRESS" in path.read_text()]
+              if "argparse.SUPPRESS" in path.read_text()]
     assert hidden == []

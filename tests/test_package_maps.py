@@ -27,7 +27,7 @@ def members(package: Path) -> list[str]:
 def test_package_docstring_names_every_module(package):
     directory = ROOT / package
     docstring = ast.get_docstring(ast.parse((directory / "__init__.py").read_text())) or ""
-    if (directory / "README.md").is_file():  # a package whose map is its README (ops/bench)
+    if (directory / "README.md").is_file():  # a package whose map is its README (bench)
         docstring += (directory / "README.md").read_text()
     missing = [name for name in members(directory)
                if f"{name}.py" not in docstring and f"`{name}" not in docstring

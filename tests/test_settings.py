@@ -148,7 +148,7 @@ QUOTED_DEFAULT = re.compile(r"`([A-Z][A-Z0-9_]+)`(?: \((?:default )?|, )`?([\d,]
 
 def test_defaults_quoted_in_the_docs_are_the_settings_defaults():
     defaults = {setting.name: setting.default for setting in SETTINGS}
-    pages = [ROOT / "README.md", ROOT / "ops" / "bench" / "README.md",
+    pages = [ROOT / "README.md", ROOT / "bench" / "README.md",
              *sorted((ROOT / "docs").glob("*.md"))]
     quoted = [(page.name, name, value.replace(",", "")) for page in pages
               for name, value in QUOTED_DEFAULT.findall(page.read_text()) if name in defaults]

@@ -1,4 +1,4 @@
-"""The fault drill's stale-304 probe (ops/bench/stale_probe.py) against a stand-in server
+"""The fault drill's stale-304 probe (bench/stale_probe.py) against a stand-in server
 whose answers the test chooses: a 304 for an ETag the database replaced is counted, a 200 is
 not, and nothing is judged while a fault is marked; the polls are keep-alive, as the fast
 path wants them, on LANES connections at once."""
@@ -10,8 +10,8 @@ import time
 
 from aiohttp import web
 
-from ops.bench import stale_probe
-from ops.bench.stale_probe import LANES, StaleProbe
+from bench import stale_probe
+from bench.stale_probe import LANES, StaleProbe
 
 ROUTER, OTHER = "02:00:00:00:00:01", "02:00:00:00:00:02"
 

@@ -32,7 +32,7 @@ _OLDEST_DETAIL = "SELECT min(activated_at) FROM activations WHERE activated_at <
 # rows whole in one statement; then the watermark is moved past it. Readers read the day
 # one by one until then; a roll cut short is done again by the next run, the routers rolled
 # already skipped (their rows conflict). In one statement, a day of 10 million activations
-# (35,000 routers polling every 5 minutes) took 4.0 s (ops/bench/activation_roll.py): from
+# (35,000 routers polling every 5 minutes) took 4.0 s (bench/activation_roll.py): from
 # about 266,000 routers it would outlast the statements' timeout (DB_TIMEOUT_SECONDS) and
 # never be rolled.
 ROUTERS_A_STATEMENT = 10_000

@@ -50,7 +50,7 @@ DISCARD_ATTEMPTS = 25  # removing a half-made directory, START_POLL_SECONDS apar
 # Group commit: a commit that finds another transaction writing waits 0.5 ms for it, so
 # that one WAL flush makes both durable. Under a flood of uploads (each a commit, as its
 # acknowledgement requires) the flushes queued behind each other, and an honest router's
-# commit waited for them: ops/bench/README.md, "The flood a seventh time".
+# commit waited for them: bench/README.md, "The flood a seventh time".
 GROUP_COMMIT = {"commit_delay": "500", "commit_siblings": "1"}
 LOG_LINES_SHOWN = 5  # of the server's log, in the error of a start that failed
 

@@ -15,7 +15,7 @@ FETCH_ROWS = 5_000
 # Both group by the macaddr itself (hashed, cheaper than its text) and by UTC day, so that
 # PostgreSQL hash-aggregates the month's partitions into (router, day) pairs instead of
 # sorting every row: over 5 million activations the access-days report takes a quarter of
-# the time of a count(DISTINCT ...) per router (ops/bench/partitions.py).
+# the time of a count(DISTINCT ...) per router (bench/partitions.py).
 
 # Days before the watermark come rolled up from activation_days, the others one by one from
 # activations (migration 0019, server/db/activation_days.py).

@@ -34,7 +34,7 @@ from server.telemetry.sql import HOURS_IN_WINDOW
 
 REPORTERS_KEPT = 50     # per entry, most alerts first: what operators see of who reported
 # The job's hash aggregates over a large fleet's window in memory rather than in temporary
-# files (one connection, every few minutes; ops/bench/fleet_job.py measures both).
+# files (one connection, every few minutes; bench/fleet_job.py measures both).
 WORK_MEM = "256MB"
 
 

@@ -6,7 +6,7 @@ not a router. Without the cap, one MAC's stalled uploads would fill the ingestio
 every other router's upload would wait behind them. The cap per client address (counted
 like the other per-address limits: an IPv6 /64 is one address) does the same for one
 client's many MACs: 12 MACs of one address each stalling an upload held the ingestion pool
-and an honest upload waited 14 s (ops/bench/stall_drill.py). Clients spread over many
+and an honest upload waited 14 s (bench/stall_drill.py). Clients spread over many
 addresses can still fill the pool; each stalled upload then ends at INGEST_BODY_IDLE_SECONDS.
 """
 

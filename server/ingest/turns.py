@@ -8,11 +8,11 @@ chunk could then wait for the very turn (tests/test_hostile.py).
 
 Without them, a hundred MACs flooding at full speed (a Sybil fleet) fill the pool's queue
 and an honest router's upload waits behind every one of them: 45 times its quiet time in
-ops/bench/hunt_flood.py, 3.7-4.2 times with both turns on 2 cores, 2.7 with the spare below
+bench/hunt_flood.py, 3.7-4.2 times with both turns on 2 cores, 2.7 with the spare below
 (the rest is the CPU and the WAL's flushes, which the flood saturates there). The same order
 was tried at the CPU (one decoded piece of one upload at a time): it won little more and
 cost 15 % of ingestion with 4 uploads at once, since a piece that awaits nothing must yield
-to let others queue; and for a whole upload (ops/bench/README.md): no gain this machine
+to let others queue; and for a whole upload (bench/README.md): no gain this machine
 could tell.
 
 One turn more than `at_once` (`spare`) is kept for a router served under half the records of

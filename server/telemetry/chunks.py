@@ -23,7 +23,7 @@ INGEST_LEVEL = 1      # on the request path: the fastest, and on EVE records as 
 # Full chunks and a closed day's, written once by the compaction job: laid out by column,
 # level 15 (zstd's first optimal-parsing level) takes 15 % fewer bytes than 9 on the storage
 # benchmark's records (28.1 against 33.0 a record; 11 % on the corpus's) for 15 us a record
-# more, once; 16 and beyond take no fewer (python -m ops.bench.chunk_layout --levels).
+# more, once; 16 and beyond take no fewer (python -m bench.chunk_layout --levels).
 COMPACT_LEVEL = 15
 
 

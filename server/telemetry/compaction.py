@@ -54,14 +54,14 @@ CHUNKS_PER_MERGE = 2_000      # small chunks taken by one transaction at most
 PAUSE_SECONDS = 0.01          # between transactions: lets ingestion's statements through
 # A closed day's routers merged at once: its chunks are written once at COMPACT_LEVEL (24 us
 # a record with the column layout; the first run after a day of 440,000 routers would take
-# 3.9 hours in one lane on 2 cores, ops/bench/closing_run.py); zstd lets go of the GIL, so
+# 3.9 hours in one lane on 2 cores, bench/closing_run.py); zstd lets go of the GIL, so
 # the lanes spread its part over cores (2.8 hours there).
 MERGES_AT_ONCE = 4
 # An open day's remainder is cut into blocks of this many records, each left as it is (not
 # merged again) until the day closes or a router's small chunks fill a chunk: at the
 # agent's cadence a router's remainder was its whole day, rewritten at every run, and the
 # space of its last version took as much again (its open day's chunks took 124 bytes a
-# record by the end of the day, 98 in blocks: python -m ops.bench.storage).
+# record by the end of the day, 98 in blocks: python -m bench.storage).
 OPEN_BLOCK_RECORDS = 250
 
 

@@ -7,7 +7,7 @@ path, passes through it on every poll.
 A 429 is sent TOO_MANY_REQUESTS_DELAY_SECONDS late (RefusalDelay), after its handler has
 let go of everything it held: a flooder that ignores Retry-After and sends again at once on
 its connection got thousands of refusals a second, each a parse and a body read, and held a
-2-core host's cores with them (ops/bench/hunt_flood.py, 100 flooders past their first
+2-core host's cores with them (bench/hunt_flood.py, 100 flooders past their first
 minute: 7,300 refusals a second, an honest router's upload 3.9 times its quiet time; with
 the delay 67 a second, and 1.3 times). The request's time in the metrics leaves the delay
 out."""

@@ -6,7 +6,7 @@ aiohttp can run the middlewares itself (`web.Application(middlewares=...)`), but
 request of every app, sub-applications' included, also passes through a middleware of
 aiohttp's own that sets the current app, built from a cache keyed by the route on each
 request: on a 304 rules poll, the hottest path of the service, about 4 µs of 60 (measured
-with `python -m ops.bench.polling`). Wrapped here, a request runs its handler's middlewares
+with `python -m bench.polling`). Wrapped here, a request runs its handler's middlewares
 and nothing else. The middlewares keep aiohttp's shape (`async def m(request, handler)`).
 """
 
