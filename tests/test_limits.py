@@ -489,3 +489,17 @@ async def test_a_refusal_whose_client_is_gone_is_not_delayed():
     await asyncio.sleep(0)
     assert refusals.waiting == 1 and not waiting.done()
     waiting.cancel()
+
+
+async def test_an_intel_delta_that_falls_back_to_the_document_counts_once(
+        make_client, database, tmp_path):
+    """A delta asked against an ETag this process does not know is answered the whole
+    document: the router's request was admitted twice on that path, each taking its
+    budget, so a router polling its intel by delta got half its allowance."""
+    client = await make_client(settings_for(database, tmp_path, ROUTER_REQUESTS_PER_MINUTE="2",
+                                            TOO_MANY_REQUESTS_DELAY_SECONDS="0"))
+    answer = await client.get("/rules/intel?delta=1", headers={
+        "X-ID": FLOODER, "If-None-Match": '"not-known-here"'})
+    assert answer.status == 200, await answer.text()
+    assert await poll(client, FLOODER) == 200  # the second of its two a minute
+    assert await poll(client, FLOODER) == 429

@@ -60,6 +60,17 @@ async def admit(request: web.Request) -> str:
     return mac
 
 
+def for_router(handler):
+    """A router handler, called with the router's MAC once it is admitted (`admitted`, else
+    `admit`): the one step every router endpoint but /health and /enroll passes, once a
+    request."""
+    @functools.wraps(handler)
+    async def admitted_first(request: web.Request, **kwargs) -> web.StreamResponse:
+        mac = admitted(request) or await admit(request)
+        return await handler(request, mac, **kwargs)
+    return admitted_first
+
+
 async def enroll(request: web.Request) -> web.Response:
     """A router's key, once, against the fleet's ENROLLMENT_TOKEN."""
     mac = mac_from_header(request.headers)
@@ -94,16 +105,17 @@ def _ruleset(settings: Settings) -> dict | None:
             "age_seconds": current.age_seconds}
 
 
-async def post_events(request: web.Request) -> web.Response:
-    return await _ingest(request, "events")
+@for_router
+async def post_events(request: web.Request, mac: str) -> web.Response:
+    return await _ingest(request, mac, "events")
 
 
-async def post_cfm(request: web.Request) -> web.Response:
-    return await _ingest(request, "cfm")
+@for_router
+async def post_cfm(request: web.Request, mac: str) -> web.Response:
+    return await _ingest(request, mac, "cfm")
 
 
-async def _ingest(request: web.Request, kind: str) -> web.Response:
-    mac = admitted(request) or await admit(request)
+async def _ingest(request: web.Request, mac: str, kind: str) -> web.Response:
     client = client_address(request, request.app[SETTINGS].trusted_proxies)
     address = request.app[FLOOD_LIMITS].bucket(client)
     upload = Upload(request.content_type, idempotency_key(request.headers), Body(
@@ -121,8 +133,8 @@ async def _ingest(request: web.Request, kind: str) -> web.Response:
     return json_response(report)
 
 
-async def last_updated(request: web.Request) -> web.Response:
-    mac = admitted(request) or await admit(request)
+@for_router
+async def last_updated(request: web.Request, mac: str) -> web.Response:
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
         request.app[DATABASE], mac, address if address != "-" else None)
@@ -134,9 +146,9 @@ async def last_updated(request: web.Request) -> web.Response:
                           "fleet_etag": fleet.header, "intel_etag": intel.header})
 
 
-async def rules_applied(request: web.Request) -> web.Response:
+@for_router
+async def rules_applied(request: web.Request, mac: str) -> web.Response:
     """What the agent loaded; answers whether those are the current payloads."""
-    mac = admitted(request) or await admit(request)
     ids_etag, firewall_etag, ok, detail = await read_report(request.content,
                                                             request.content_length)
     ids_current, firewall_current = await applied_db.report(
@@ -144,11 +156,11 @@ async def rules_applied(request: web.Request) -> web.Response:
     return json_response({"ids_current": ids_current, "firewall_current": firewall_current})
 
 
-async def payload(request: web.Request, kind: str) -> web.Response:
+@for_router
+async def payload(request: web.Request, mac: str, kind: str) -> web.Response:
     """The router's payload, or 304 when it names the current ETag: from the ETag cache
     without a query for nearly every poll (server/polling/etag_cache.py). An agent names
     the ETag header it was given, as it was given: that is one comparison."""
-    mac = admitted(request) or await admit(request)
     cache = request.app[ETAG_CACHE]
     named = request.headers.get("If-None-Match")
     current = cache.etag(mac, kind) if named is not None else None
@@ -168,18 +180,20 @@ async def payload(request: web.Request, kind: str) -> web.Response:
     return _packed_response(request, etag, packed)
 
 
-async def fleet(request: web.Request) -> web.Response:
+@for_router
+async def fleet(request: web.Request, mac: str) -> web.Response:
     """The fleet's shared block list (server/fleet/document.py), or 304 when it names
     the document's ETag: from memory, no query."""
-    return await _shared(request, request.app[FLEET_LIST])
+    return await _shared(request, mac, request.app[FLEET_LIST])
 
 
-async def intel(request: web.Request) -> web.Response:
+@for_router
+async def intel(request: web.Request, mac: str) -> web.Response:
     """The threat intelligence document (server/intel/document.py), as the fleet's; with
     `?delta=1` and If-None-Match naming an earlier document this process knows, what changed
-    since it (docs/router-api.md)."""
+    since it (docs/router-api.md). Admitted once: a delta that fell back to the whole
+    document took the router's request budget twice."""
     if request.query.get("delta") == "1":
-        mac = admitted(request) or await admit(request)
         named = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
         document = request.app[INTEL_LIST]
         if len(named) == 1 and "*" not in named:
@@ -187,11 +201,10 @@ async def intel(request: web.Request) -> web.Response:
             if delta is not None:
                 packed, etag = delta
                 return _packed_response(request, etag, packed.packed)
-    return await _shared(request, request.app[INTEL_LIST])
+    return await _shared(request, mac, request.app[INTEL_LIST])
 
 
-async def _shared(request: web.Request, document: SharedDocument) -> web.Response:
-    mac = admitted(request) or await admit(request)
+async def _shared(request: web.Request, mac: str, document: SharedDocument) -> web.Response:
     served = await document.served(mac)
     named = request.headers.get("If-None-Match")
     if named is not None and (named == served.header or not_modified(

@@ -14,6 +14,8 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
   (a loop in the process that runs the jobs, and before every hunt), not in the upload's
   transaction.
 
+- `recent.py`: the values the index gained since a moment (the minute's intel match
+  reads only those).
 - `postings.py`: an upload's postings tallied, within its router's daily budget.
 - `packing.py`: past days packed into compressed blocks (the hunt-compact job), laid out by
   `blocks.py`.
