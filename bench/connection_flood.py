@@ -1,0 +1,189 @@
+"""Connections flooding the service (issue 80, the red team's tenth finding): clients from one
+address holding idle connections, opening a new one whenever the service closes one, while an
+honest router polls and uploads; its medians against the same requests on the quiet server,
+in the same run.
+
+    python -m bench.connection_flood [--idle 42000] [--holders 3] [--workers 2]
+                                     [--requests 60] [--checkout PATH] [--set NAME=VALUE]
+
+The real server (`python -m ops.cli serve`, HTTP_WORKERS=--workers) on an embedded
+PostgreSQL. Each holder is a process of its own (its descriptor limit raised to the hard
+one) keeping `--idle / --holders` connections open, none sending a byte, and reconnecting
+each one the service closes. Printed: the honest router's poll and upload medians quiet and
+under the flood (and their ratio), the connections the service closed to make room, and the
+most descriptors a worker held against its limit. Without the bound on connections
+(server/web/connections.py) the red team's 42,000 idle connections exhausted both workers'
+descriptors and honest routers could not connect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from bench.ingest import add_settings_option
+from testkit.database import throwaway_database
+from testkit.server import running_server
+
+HONEST = "02:80:00:00:00:01"
+UPLOAD = (b'{"event_type": "alert", "src_ip": "198.51.100.7", "dest_ip": "192.168.1.20", '
+          b'"proto": "TCP", "alert": {"signature_id": 2010935, "severity": 2}}\n')
+OPENED_AT_ONCE = 200  # a holder's connections opened concurrently
+HOLD_WITHIN_SECONDS = 60.0  # a holder's time to open its connections once each (the
+# listening queues refuse some while full), then the honest router is measured
+
+
+async def hold(port: int, count: int) -> None:
+    """Keeps `count` idle connections to the service open; prints "held" once they are,
+    then how many the service closed, each second."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    closed, connected = 0, 0
+    opening = asyncio.Semaphore(OPENED_AT_ONCE)
+
+    async def one() -> None:
+        nonlocal closed, connected
+        first = True
+        while True:
+            try:
+                async with opening:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                if first:
+                    connected, first = connected + 1, False
+                await reader.read()  # nothing comes until the service closes it
+                writer.close()
+            except OSError:
+                await asyncio.sleep(0.1)
+            closed += 1
+
+    tasks = [asyncio.create_task(one()) for _ in range(count)]
+    deadline = time.monotonic() + HOLD_WITHIN_SECONDS
+    while connected < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    print(f"held {connected}", flush=True)
+    while True:
+        await asyncio.sleep(1)
+        print(f"closed {closed}", flush=True)
+    await asyncio.gather(*tasks)
+
+
+async def honest(url: str, requests: int) -> tuple[float, float, int]:
+    """Median seconds of a poll and of an upload, each on a new connection (as an agent
+    that lost its connection to the flood reconnects), and how many failed (no connection,
+    or not answered 200 within 10 s)."""
+    polls, uploads, failed = [], [], 0
+    timeout = aiohttp.ClientTimeout(total=10)
+    for _ in range(requests):
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for took, asked in ((polls, session.get(f"{url}/rules/last_updated",
+                                                    headers={"X-ID": HONEST})),
+                                (uploads, session.post(f"{url}/log/events", data=UPLOAD,
+                                                       headers={"X-ID": HONEST,
+                                                                "Content-Type":
+                                                                "application/x-ndjson"}))):
+                started = time.monotonic()
+                try:
+                    async with asked as answer:
+                        await answer.read()
+                        ok = answer.status == 200
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    ok = False
+                if ok:
+                    took.append(time.monotonic() - started)
+                failed += not ok
+        await asyncio.sleep(0.05)
+    return (statistics.median(polls) if polls else float("nan"),
+            statistics.median(uploads) if uploads else float("nan"), failed)
+
+
+def descriptors(pids: list[int]) -> int:
+    return max(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
+
+
+def descriptor_limit(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise LookupError("no descriptor limit in /proc")
+
+
+def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
+        checkout: Path | None) -> dict:
+    other = {} if checkout is None else {"checkout": checkout,
+                                         "python": str(checkout / ".venv" / "bin" / "python")}
+    with throwaway_database() as (location, workdir):
+        with running_server(location, workdir, HTTP_WORKERS=str(workers), **other,
+                            **settings) as server:
+            serving = server.children("serving") if workers > 1 else [server.process.pid]
+            quiet = asyncio.run(honest(server.url, requests))
+            started = [subprocess.Popen(
+                [sys.executable, "-m", "bench.connection_flood", "--hold", str(server.port),
+                 str(idle // holders)], stdout=subprocess.PIPE, text=True,
+                cwd=Path(__file__).resolve().parent.parent) for _ in range(holders)]
+            try:
+                held = sum(int(holder.stdout.readline().split()[1]) for holder in started)
+                most = descriptors(serving)
+                flooded = asyncio.run(honest(server.url, requests))
+                most = max(most, descriptors(serving))
+                closed = 0
+                for holder in started:
+                    line = holder.stdout.readline().split()
+                    closed += int(line[1]) if line[:1] == ["closed"] else 0
+                limit = descriptor_limit(serving[0])
+                bound = [line.rsplit("at most", 1)[1].split()[0]
+                         for line in server.log_tail(1_000_000).splitlines()
+                         if "holding at most" in line] or ["no bound"]
+            finally:
+                for holder in started:
+                    holder.kill()
+                    holder.wait()
+    return {"quiet": quiet, "flooded": flooded, "closed": closed, "descriptors": most,
+            "held": held,
+            "limit": limit, "bound": bound[-1]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--idle", type=int, default=42_000)
+    parser.add_argument("--holders", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--hold", nargs=2, type=int, metavar=("PORT", "COUNT"),
+                        help="be one holder: keep COUNT idle connections to PORT open")
+    parser.add_argument("--checkout", type=Path, default=None,
+                        help="run another checkout's server (the release before), with the "
+                             "virtualenv in it")
+    add_settings_option(parser)
+    args = parser.parse_args()
+    if args.hold:
+        asyncio.run(hold(*args.hold))
+        return 0
+    r = run(args.idle, args.holders, args.workers, args.requests, dict(args.set),
+            args.checkout)
+    (poll, upload, _), (flood_poll, flood_upload, failed) = r["quiet"], r["flooded"]
+    print(f"{args.idle:,} idle connections from {args.holders} holders on 127.0.0.1, "
+          f"HTTP_WORKERS={args.workers}, each worker holding at most {r['bound']}"
+          f"{f' (the server of {args.checkout})' if args.checkout else ''}")
+    print(f"connections opened at least once: {r['held']:,}; honest requests that failed "
+          f"under the flood: {failed} of {2 * args.requests}")
+    print(f"honest poll median: quiet {poll * 1e3:.1f} ms, flooded {flood_poll * 1e3:.1f} ms "
+          f"({flood_poll / poll:.2f}×)")
+    print(f"honest upload median: quiet {upload * 1e3:.1f} ms, flooded "
+          f"{flood_upload * 1e3:.1f} ms ({flood_upload / upload:.2f}×)")
+    print(f"connections the service closed to make room (in the holders' last second "
+          f"counts): {r['closed']:,}; most descriptors a worker held: {r['descriptors']:,} "
+          f"of its {r['limit']:,}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
