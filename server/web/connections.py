@@ -17,14 +17,11 @@ which is a protocol factory for create_server).
 from __future__ import annotations
 
 import asyncio
-import logging
 import resource
 import socket
 import time
 
 from aiohttp import web
-
-log = logging.getLogger("router_backend.http")
 
 # Descriptors kept for what is not a client: the database pool, the change feed, files,
 # logs, DNS, a job's downloads.
@@ -66,7 +63,6 @@ class ConnectionBound:
         self._answering = answering  # the connections answering a request (InFlight)
         self._held: dict[web.RequestHandler, float] = {}  # oldest first, with its start
         self._forgotten_at = time.monotonic()
-        self.closed_for_room = 0
 
     def __call__(self) -> web.RequestHandler:
         now = time.monotonic()
@@ -77,10 +73,6 @@ class ConnectionBound:
         handler = self._server()
         self._held[handler] = now
         return handler
-
-    @property
-    def held(self) -> int:
-        return len(self._held)
 
     def _close_oldest(self) -> None:
         """Closes the oldest connection that answers no request, else the oldest once its
@@ -103,7 +95,6 @@ class ConnectionBound:
             handler.close()
         else:
             handler.force_close()
-        self.closed_for_room += 1
 
     def _forget_ended(self, now: float) -> None:
         """Forgets the connections whose clients ended them. One made in this loop's turn
