@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from ruledata.workspace import Workspace
 from server.db.pool import Database
-from server.db.status import shared_status
+from server.db.status import runs_last_hour, shared_status
 from server.generation.status import applied_status, queue_status
 from server.hunt.status import hunt_status
 from server.notify.sql import status_counts as notification_counts
 from server.settings import Settings
+from server.timestamps import cron_interval_seconds
 
 
 def ruleset_status(settings: Settings) -> dict | None:
@@ -25,4 +26,6 @@ async def fleet_status(db: Database, settings: Settings) -> dict:
     return {**await shared_status(db), "applied": await applied_status(db),
             "generation_queue": await queue_status(db),
             "notifications": await notification_counts(db),
-            "hunt_index": await hunt_status(db), "ruleset": ruleset_status(settings)}
+            "hunt_index": await hunt_status(db), "ruleset": ruleset_status(settings),
+            "intel_match": await runs_last_hour(
+                db, "intel-match", cron_interval_seconds(settings.intel_match_cron_schedule))}

@@ -106,3 +106,17 @@ def test_a_long_error_takes_one_line_of_the_table(database, tmp_path, sql):
     assert len(line.split("failed: ", 1)[1]) == 160
     whole = orjson.loads(status(settings, "--json").stdout)
     assert whole["last_preprocess"]["error"] == error
+
+
+def test_a_minutes_match_longer_than_its_interval_is_said(database, tmp_path, sql):
+    """A red team's feed kept `intel-match` running 55 to 86 s of every 60: status says how
+    many of the last hour's runs took longer than the schedule's interval."""
+    settings = ruleset_settings("fixture", database, tmp_path)
+    sql.rows("INSERT INTO job_runs (job, status, started_at, finished_at) VALUES "
+             "('intel-match', 'succeeded', now() - interval '90 s', now() - interval '15 s'), "
+             "('intel-match', 'succeeded', now() - interval '10 s', now() - interval '5 s')")
+    table = status(settings).stdout
+    assert "intel match    last hour: 2 runs, slowest 75.0 s, 1 longer than its interval " \
+           "(60 s)" in table, table
+    whole = orjson.loads(status(settings, "--json").stdout)
+    assert whole["intel_match"]["longer_than_interval"] == 1

@@ -37,6 +37,13 @@ _LAST_PREPROCESS = """
 SELECT status, started_at, finished_at, error FROM job_runs WHERE job = 'rulepreprocess'
 ORDER BY id DESC LIMIT 1"""
 
+# A job's runs that finished in the last hour: how many, the slowest, and how many took
+# longer than its schedule's interval (a run then overlaps the next tick).
+_RUNS_LAST_HOUR = """
+SELECT count(*), coalesce(max(extract(epoch FROM finished_at - started_at)), 0)::float,
+       count(*) FILTER (WHERE finished_at - started_at > %(interval)s * interval '1 second')
+FROM job_runs WHERE job = %(job)s AND finished_at > now() - interval '1 hour'"""
+
 _TELEMETRY = """
 SELECT kind, sum(accepted), sum(rejected) FROM telemetry_minutes
 WHERE minute > now() - interval '1 hour' GROUP BY kind"""
@@ -66,3 +73,10 @@ async def shared_status(db: Database) -> dict:
         "telemetry_last_hour": {kind: telemetry.get(kind, {"accepted": 0, "rejected": 0})
                                 for kind in ("events", "cfm")},
     }
+
+
+async def runs_last_hour(db: Database, job: str, interval_seconds: float) -> dict:
+    runs, slowest, over = await db.fetchrow(_RUNS_LAST_HOUR, {"job": job,
+                                                              "interval": interval_seconds})
+    return {"runs": runs, "slowest_seconds": round(slowest, 1),
+            "longer_than_interval": over, "interval_seconds": interval_seconds}
