@@ -74,7 +74,8 @@ def render(status: dict) -> str:
                  f"{notifications['pending']} pending")
     lines += hunt_lines(status["hunt_index"])
     match = status["intel_match"]
-    lines.append(f"intel match    last hour: {match['runs']} runs, slowest "
+    lines.append(f"intel match    last hour: {match['runs']} "
+                 f"run{'' if match['runs'] == 1 else 's'}, slowest "
                  f"{match['slowest_seconds']} s, {match['longer_than_interval']} longer than "
                  f"its interval ({match['interval_seconds']:.0f} s)")
     return "\n".join(lines)
