@@ -23,8 +23,8 @@ from aiohttp import web
 from server.logs import flush_logs
 from server.web.access_log import access_logger_for
 from server.web.access_log import flush as flush_access_log
-from server.web.connections import (LISTEN_BACKLOG, ConnectionBound, bound_sockets, listen,
-                                    most_connections)
+from server.web.connections import (ConnectionBound, listening_sockets, most_connections,
+                                    serve)
 from server.web.in_flight import InFlight
 from server.typedefs import METRICS, SETTINGS
 
@@ -73,15 +73,15 @@ async def serve_until_stopped(app: web.Application, in_flight: InFlight, host: s
         if inherited is not None:
             sockets = inherited.api + inherited.console
         else:
-            sockets = bound_sockets(host, port, LISTEN_BACKLOG)
+            sockets = listening_sockets(host, port)
             if console is not None:  # the console's own listener (CONSOLE_LISTEN)
-                sockets += bound_sockets(*console, LISTEN_BACKLOG)
+                sockets += listening_sockets(*console)
         bound = ConnectionBound(runner.server, most_connections(
             settings.http_max_connections, database_connections), in_flight.answering)
         # Before listening: a SIGTERM that comes once a client may see the port stops the
         # process in order, never by the default action (killed, nothing logged or drained).
         stopping = stop_requested()
-        listeners = await listen(bound, sockets)
+        listeners = await serve(bound, sockets)
         log.info("serving on %s:%s (pid %d), holding at most %d connections", host, port,
                  os.getpid(), bound.most)
         if console is not None:

@@ -55,7 +55,7 @@ from server.db.location import DatabaseLocation
 from server.app import SERVING, WORKING, Part, connections_needed
 from server.process.child import command as child_command
 from server.settings import Settings
-from server.web.connections import LISTEN_BACKLOG, bound_sockets
+from server.web.connections import bound_sockets, listening_sockets
 from server.web.host_buckets import make_table_file
 from server.web.limits import HOST_TABLES
 
@@ -159,9 +159,9 @@ class Supervisor:
     def _open_sockets(self, child: Child) -> None:
         """An HTTP worker slot's listening sockets."""
         settings = self._settings
-        child.sockets = listen(settings.listen_host, settings.listen_port)
+        child.sockets = listening_sockets(settings.listen_host, settings.listen_port)
         if settings.console and settings.console_listen is not None:
-            child.console_sockets = listen(*settings.console_listen)
+            child.console_sockets = listening_sockets(*settings.console_listen)
 
     def _close_sockets(self, children: list[Child] | None = None) -> None:
         for child in self._children if children is None else children:
@@ -292,12 +292,6 @@ def refuse_taken_listeners(settings: Settings) -> None:
         except OSError as error:
             raise OSError(f"{error} (another service listens there: stop it, or set "
                           f"{setting})") from None
-
-
-def listen(host: str, port: int) -> list[socket.socket]:
-    """A SO_REUSEPORT listening socket on every address of `host`, as aiohttp's TCPSite would
-    open them; a port already taken stops the start with one clear error."""
-    return bound_sockets(host, port, backlog=LISTEN_BACKLOG)
 
 
 def fds_argument(sockets: list[socket.socket]) -> str:

@@ -105,12 +105,18 @@ class ConnectionBound:
         self._forgotten_at = now
 
 
-async def listen(bound: ConnectionBound, sockets: list[socket.socket]
-                 ) -> list[asyncio.base_events.Server]:
+async def serve(bound: ConnectionBound, sockets: list[socket.socket]
+                ) -> list[asyncio.base_events.Server]:
     """Serves `sockets` (listening, or bound to listen) through `bound`."""
     loop = asyncio.get_running_loop()
     return [await loop.create_server(bound, sock=sock, backlog=LISTEN_BACKLOG)
             for sock in sockets]
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """A SO_REUSEPORT listening socket on every address of `host` (a supervisor's slot's,
+    or a lone process's own); a port already taken stops the start with one clear error."""
+    return bound_sockets(host, port, backlog=LISTEN_BACKLOG)
 
 
 def bound_sockets(host: str, port: int, backlog: int | None) -> list[socket.socket]:
