@@ -4,7 +4,7 @@ uploads of the last minutes, not the feeds' size)."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import datetime, timedelta
 
 from server.db.pool import Database
 from server.hunt import sql as hunt_db
@@ -22,9 +22,9 @@ async def indexed_until(db: Database) -> datetime:
     return moment - MARK_MARGIN
 
 
-async def posted_since(db: Database, since: datetime, first_day: date
+async def posted_since(db: Database, since: datetime, first_day: datetime
                        ) -> list[tuple[str, str]]:
-    """(code, stored value) of every value posted from `since` on, on `first_day` or later
-    (postings still in rows: the days packed gain none)."""
-    return await db.fetchall(hunt_db.POSTED_SINCE, {
-        "since": since, "first_day": datetime.combine(first_day, time(), timezone.utc)})
+    """(code, stored value) of every value posted from `since` on, on the day starting at
+    `first_day` (a UTC midnight) or later (postings still in rows: the days packed gain
+    none)."""
+    return await db.fetchall(hunt_db.POSTED_SINCE, {"since": since, "first_day": first_day})

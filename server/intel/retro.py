@@ -64,6 +64,12 @@ def _midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
 
 
+def _window(days: int) -> tuple[datetime, datetime]:
+    """The first midnight of the last `days` days (UTC), and today's."""
+    today = datetime.now(timezone.utc).date()
+    return _midnight(today - timedelta(days=days - 1)), _midnight(today)
+
+
 def _asked(indicators: list[Indicator],
            days: int) -> tuple[list[tuple[str, str]], list[int], datetime, datetime]:
     """The index's values of the indicators, the indicator each is one of, and the window
@@ -73,8 +79,7 @@ def _asked(indicators: list[Indicator],
         for value in wanted_indicator.postings():
             asked.append(value)
             slots.append(n)
-    today = datetime.now(timezone.utc).date()
-    return asked, slots, _midnight(today - timedelta(days=days - 1)), _midnight(today)
+    return asked, slots, *_window(days)
 
 
 async def _found(db: Database, indicators: list[Indicator], days: int,
@@ -217,7 +222,7 @@ async def live_match(db: Database, config: IntelConfig, actor: str) -> Matched:
     if since is None:
         indicators = await intel_db.current(db)
     else:
-        first_day = datetime.now(timezone.utc).date() - timedelta(days=LIVE_DAYS - 1)
+        first_day, _ = _window(LIVE_DAYS)
         indicators = await intel_db.touched(db, await posted_since(db, since, first_day),
                                             since)
     total = Matched()
