@@ -26,6 +26,7 @@ from bench.storage import (AGENT_RECORDS_A_DAY, first_day_partition, record_stre
                                write_upload)
 from server.db.connect import connect
 from server.db.pool import Database
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY
 from server.hunt.sql import UNREAD_UPLOAD
@@ -64,7 +65,7 @@ async def _closing_run(location, uploads: list, lanes: int) -> float:
         for n, upload in enumerate(uploads):
             await write_upload(db, day.start + timedelta(seconds=1 + n % 80_000),
                                upload)
-        await index_pending(db, POSTINGS_PER_ROUTER_DAY)
+        await index_pending(db, HuntBudget(POSTINGS_PER_ROUTER_DAY))
         started = time.perf_counter()
         await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True,
                       now=day.end + timedelta(minutes=10), lanes=lanes)

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 
 from bench.storage import record_stream
 from server.db.pool import Database
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY, PendingUpload
 from server.telemetry.writer import TelemetryWriter
@@ -79,7 +80,7 @@ async def run(location, args) -> dict[int, list[tuple[float, float]]]:
                                       args.per_upload, stream)
                 stored = await store(db, uploads)
                 started = time.perf_counter()
-                done = await index_pending(db, POSTINGS_PER_ROUTER_DAY, lanes=lanes)
+                done = await index_pending(db, HuntBudget(POSTINGS_PER_ROUTER_DAY), lanes=lanes)
                 indexed = time.perf_counter() - started
                 pending = Sql(location).value("SELECT count(*) FROM hunt_pending")
                 if done.uploads != len(uploads) or pending:

@@ -51,6 +51,7 @@ from server.jobs.activation_days import DETAIL_DAYS
 from server.jobs.preprocess import run_preprocess
 from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry.compaction import FLEET_WINDOW, compact
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.postings import POSTINGS_PER_ROUTER_DAY, PendingUpload
 from server.telemetry.writer import TelemetryWriter
@@ -334,7 +335,7 @@ async def write_upload(db: Database, received_at: datetime,
 async def _job(db: Database, cur=None, now: datetime | None = None) -> int:
     """The compaction job as the service runs it at `now` (the hunt indexer first, as its
     loop does), then, in `cur`, a VACUUM as autovacuum would; the closed days it rewrote."""
-    await index_pending(db, POSTINGS_PER_ROUTER_DAY)
+    await index_pending(db, HuntBudget(POSTINGS_PER_ROUTER_DAY))
     report = await compact(db, 1_000, timedelta(0), UNREAD_UPLOAD, everything=True, now=now)
     if cur is not None:
         await asyncio.to_thread(vacuumed_sizes, cur)

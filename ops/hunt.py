@@ -16,6 +16,7 @@ from ops.command import EXIT_USAGE, UsageError, operator, run_command
 from server.db.pool import Database
 from server.telemetry.indicators import (Indicator, IndicatorError, from_line, indicator,
                                          parsed)
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import HUNT_WAIT_SECONDS, caught_up, index_pending
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
@@ -149,7 +150,7 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
         return 0
     hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, args.offset,
                 until=args.until)
-    left = await caught_up(db, settings.hunt_postings_per_router_day, settings.hunt_index_lanes)
+    left = await caught_up(db, HuntBudget.from_settings(settings), settings.hunt_index_lanes)
     answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings),
                             pending=left)
     print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
@@ -158,7 +159,7 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
 
 
 async def _compact(settings: Settings, db: Database) -> int:
-    indexed = await index_pending(db, settings.hunt_postings_per_router_day, HUNT_WAIT_SECONDS,
+    indexed = await index_pending(db, HuntBudget.from_settings(settings), HUNT_WAIT_SECONDS,
                                   settings.hunt_index_lanes)
     if indexed.uploads:
         print(f"indexed {indexed.uploads} upload(s) pending: {indexed.records} records, "

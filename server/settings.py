@@ -550,7 +550,9 @@ class Settings:
         "sensor day 79), counted across processes and restarts: past it, its records "
         "are still stored and nothing more of that day is indexed (the postings it "
         "made stay); its records not indexed are counted per router and shown by "
-        "`status` and the console (docs/security.md).")
+        "`status` and the console (docs/security.md). Routers that do not count for the "
+        "fleet yet (FLEET_MIN_ROUTER_AGE_HOURS) share one such budget per network their "
+        "uploads came from.")
     hunt_index_seconds: int = _retention("5", _integer(1, 3600),
         "How often the hunt indexer (in the process that "
         "runs the jobs) writes the postings of the uploads acknowledged since its last "

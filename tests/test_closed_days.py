@@ -16,6 +16,7 @@ from server.db import brief_locks
 from server.db.connect import connect
 from server.db.lifecycle import open_database
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry import closed_days, compaction
@@ -78,7 +79,7 @@ async def a_day_of_merges(client, db, uploads: int = 40) -> None:
             response = await client.post("/log/cfm", headers={**NDJSON, "X-ID": mac},
                                          data=record(2 * n) + b"\n" + record(2 * n + 1))
             assert response.status == 200, await response.text()
-        await index_pending(db, 20_000)
+        await index_pending(db, HuntBudget(20_000))
         await compact(db, CHUNK_RECORDS, timedelta(0), UNREAD_UPLOAD)
 
 
@@ -246,7 +247,7 @@ async def test_a_closed_days_routers_are_merged_in_lanes_and_a_failed_lane_stops
 
     monkeypatch.setattr(compaction, "_merge", counted_merge)
     async with open_database(settings) as db:
-        await index_pending(db, 20_000)
+        await index_pending(db, HuntBudget(20_000))
         monkeypatch.setattr(compaction, "_recut", recut_failing_for_one)
         with pytest.raises(RuntimeError, match="cannot be cut"):
             await closing_run(db, partition)

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from server.console.hunting import HUNTS_PER_MINUTE, HuntGate, HuntRefused
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt
 from server.jobs.retention import run_retention
@@ -113,7 +114,7 @@ async def indexed(client) -> None:
     """The uploads acknowledged so far, indexed (as the indexer's loop does within
     HUNT_INDEX_SECONDS, and every hunt of the command and the console first)."""
     done = await index_pending(client.app[DATABASE],
-                               client.app[SETTINGS].hunt_postings_per_router_day, 30)
+                               HuntBudget.from_settings(client.app[SETTINGS]), 30)
     assert done.left == 0
 
 

@@ -18,6 +18,7 @@ import pytest
 from server.hunt.sql import INTEGER_MAX, NETWORKS_KEPT, postings_statement, unindexed_statement
 from server.removal import unsubscribe
 from server.hunt import indexer, tallies
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.search import Hunt, run_hunt
 from server.hunt.sightings import sightings
@@ -27,7 +28,7 @@ from server.telemetry.indicators import indicator
 from server.hunt.postings import (POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, TRIPLES_ANNOUNCED,
                                   Postings, PendingUpload)
 from server.hunt.sql import ADD_PENDING
-from server.typedefs import DATABASE
+from server.typedefs import DATABASE, SETTINGS
 from testkit.database import command_env
 from testkit.server import router_backend
 from tests.test_console import SUPPORT, console_settings, sign_in
@@ -259,8 +260,10 @@ async def test_a_router_posting_random_names_stops_at_its_daily_budget(make_clie
     adds at most its day's budget, counted across uploads; past it the records are still
     stored, nothing more of the day is indexed (the names it posted before are still found,
     not counted again), and `status` and the console's fleet page say how many records
-    were not indexed."""
-    budgeted = console_settings(settings.replace(hunt_postings_per_router_day=300))
+    were not indexed. (Routers count for the fleet at once here: each has a budget of its
+    own.)"""
+    budgeted = console_settings(settings.replace(hunt_postings_per_router_day=300,
+                                                 fleet_min_router_age_hours=0))
     client = await make_client(budgeted)
     await upload(client, mac(11), [dns("early.budget.example")])
     for batch in range(6):
@@ -437,6 +440,49 @@ async def test_a_retro_hunts_tallies_agree_with_the_hunt(make_client, settings, 
             [(one.over, sorted(tuple(vars(r).values()) for r in one.routers)) for one in expected]
 
 
+async def post_names(client, router: str, names: list[str], address: str) -> None:
+    body = b"\n".join(orjson.dumps(dns(name)) for name in names)
+    answer = await client.post("/log/cfm", data=body, headers={
+        "X-ID": router, "X-Forwarded-For": address, "Content-Type": "application/x-ndjson"})
+    assert answer.status == 200, await answer.text()
+
+
+async def test_fresh_macs_of_one_network_share_one_routers_budget(make_client, settings, sql):
+    """A red team's finding: 30 fresh MACs from one address added 660,000 postings in a
+    minute, each with a day's budget of its own. Routers that do not count for the fleet yet
+    share one budget for the network they upload from: 12 fresh MACs from one /24, indexed
+    in one batch and then across three lanes at once, add at most 300 between them (the
+    network's row says what they added); an established router of the same network and a
+    fresh one of another network each keep a budget of their own."""
+    client = await make_client(settings.replace(hunt_postings_per_router_day=300,
+                                                hunt_index_seconds=3600))
+    budget = HuntBudget.from_settings(client.app[SETTINGS])
+    established, other, fresh = mac(60), mac(80), [mac(61 + n) for n in range(12)]
+    sql.rows("INSERT INTO routers (mac, registered_at) VALUES (%s, now() - interval '4 days')",
+             (established,))
+    for round_ in range(2):
+        for n, router in enumerate(fresh):
+            await post_names(client, router, [f"f{round_}-{n}-{k}.sybil.example"
+                                              for k in range(60)], "198.51.100.7")
+        # the first round in one batch, the second across three lanes at once
+        await index_pending(client.app[DATABASE], budget, lanes=1 + 2 * round_)
+    await post_names(client, established, [f"e{k}.own.example" for k in range(100)],
+                     "198.51.100.9")
+    await post_names(client, other, [f"o{k}.other.example" for k in range(100)], "203.0.113.7")
+    await indexed(client)
+    fresh_days = sql.rows("SELECT sum(postings), sum(unindexed) FROM hunt_budgets "
+                          "WHERE mac = ANY(%s::macaddr[])", (fresh,))[0]
+    rows = sql.value("SELECT count(*) FROM hunt_postings WHERE mac = ANY(%s::macaddr[])",
+                     (fresh,))
+    assert 250 <= fresh_days[0] <= 300 and rows == fresh_days[0] and fresh_days[1] > 0
+    other_day = sql.value("SELECT postings FROM hunt_budgets WHERE mac = %s", (other,))
+    assert sql.rows("SELECT network::text, postings FROM hunt_network_budgets ORDER BY network"
+                    ) == [("198.51.100.0/24", fresh_days[0]), ("203.0.113.0/24", other_day)]
+    for router, domain in ((established, "example.own"), (other, "example.other")):
+        assert sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s AND value LIKE %s",
+                         (router, f"{domain}.%")) == 100  # every name of its own (reversed)
+
+
 async def test_one_large_upload_adds_at_most_its_days_budget(make_client, settings, sql):
     """A router's first upload of the day, of 3,000 new names (review of the indexer: one
     upload of 99,000 records wrote 398,000 postings against a budget of 20,000), adds at most
@@ -502,8 +548,8 @@ async def test_lanes_index_every_upload_once(make_client, settings, sql, monkeyp
             assert answer.status == 200
     assert sql.value("SELECT count(*) FROM hunt_pending") == 21
     db = client.app[DATABASE]
-    done = await asyncio.gather(index_pending(db, POSTINGS_PER_ROUTER_DAY, lanes=3),
-                                index_pending(db, POSTINGS_PER_ROUTER_DAY, 5.0, lanes=3))
+    done = await asyncio.gather(index_pending(db, HuntBudget(POSTINGS_PER_ROUTER_DAY), lanes=3),
+                                index_pending(db, HuntBudget(POSTINGS_PER_ROUTER_DAY), 5.0, lanes=3))
     assert sum(one.uploads for one in done) == 21 and sum(one.set_aside for one in done) == 0
     assert sql.value("SELECT count(*) FROM hunt_pending") == 0
     rows = sql.rows("SELECT mac::text, records, first_seen < last_seen FROM hunt_postings "

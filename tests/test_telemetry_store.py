@@ -18,6 +18,7 @@ from server.db.rows import RowsInsert
 from server.db.partitions import LIST_PARTITIONS, partitions_from_rows
 from server.telemetry.chunks import (COMPACT_LEVEL, INGEST_LEVEL, Chunk, compress, decompress,
                                      merged, one_line, split)
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import index_pending
 from server.hunt.sql import UNREAD_UPLOAD
 from server.telemetry import compaction
@@ -78,7 +79,7 @@ def test_split_and_merge_keep_records_and_their_times():
 async def indexed_then_compacted(db, **options):
     """Compaction leaves the chunks of uploads the hunt indexer has not read (its loop reads
     them within HUNT_INDEX_SECONDS): read first here."""
-    assert (await index_pending(db, 20_000, 30)).left == 0
+    assert (await index_pending(db, HuntBudget(20_000), 30)).left == 0
     return await compact(db, unread=UNREAD_UPLOAD, **options)
 
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from server.console.auth import USER
 from server.hunt import sql as hunt_db
 from server.errors import BadRequest, Forbidden, TooManyRequests
+from server.hunt.budget import HuntBudget
 from server.hunt.indexer import caught_up
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
                                 hunt_log, records_kept_days, run_hunt)
@@ -151,7 +152,7 @@ async def hunt(request: web.Request) -> web.Response:
     try:
         async with request.config_dict[HUNT_GATE].place(request[USER].name):
             db = request.config_dict[DATABASE]
-            left = await caught_up(db, settings.hunt_postings_per_router_day,
+            left = await caught_up(db, HuntBudget.from_settings(settings),
                                    settings.hunt_index_lanes)
             answer = await run_hunt(db, Hunt(indicators, days, MATCHES_SHOWN, offset, until),
                                     f"console:{request[USER].name}", "console",

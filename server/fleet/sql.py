@@ -30,6 +30,7 @@ from datetime import timedelta
 from engine.addresses import ALLOCATION_PREFIX, NOT_PUBLIC, PER_ALLOCATION
 from server.db.channels import FLEET_CHANGED
 from server.db.pool import Database, execute
+from server.routers.sql import counted as counted_router
 from server.telemetry.sql import HOURS_IN_WINDOW
 
 REPORTERS_KEPT = 50     # per entry, most alerts first: what operators see of who reported
@@ -58,13 +59,8 @@ class Counting:
 
 
 def _reporters(keyed: bool) -> str:
-    """The routers that may report: old enough by registration and by their current key."""
-    key_is_old = ("EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac "
-                  "AND k.issued_at <= now() - %(min_age)s)")
-    key_is_new = ("NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac "
-                  "AND k.issued_at > now() - %(min_age)s)")
-    return f"""SELECT r.mac FROM routers r
-  WHERE r.registered_at <= now() - %(min_age)s AND {key_is_old if keyed else key_is_new}"""
+    """The routers that may report: those that count for the fleet."""
+    return f"SELECT r.mac FROM routers r WHERE {counted_router(keyed)}"
 
 
 _PUBLIC = "{0} IS NOT NULL AND NOT {0} <<= ANY(%(not_public)s::inet[])"

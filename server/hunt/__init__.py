@@ -17,6 +17,8 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
 - `recent.py`: the values the index gained since a moment (the minute's intel match
   reads only those).
 - `postings.py`: an upload's postings tallied, within its router's daily budget.
+- `budget.py`: that budget, and who shares one: routers that do not count for the fleet yet
+  share their network's.
 - `packing.py`: past days packed into compressed blocks (the hunt-compact job), laid out by
   `blocks.py`.
 - `sql.py`: every statement of the hunt's tables (`hunt_*`): the queue ingestion announces

@@ -13,7 +13,9 @@ indexed, never both or neither; a replayed upload stores no chunk and no pending
 adds no posting; a router removed meanwhile gets none back. Small uploads (the agent's
 cadence: a few records every 10 s) share a transaction up to BATCH_RECORDS records; a larger
 one is a batch alone. An upload tallies at most what its router's day has left of
-HUNT_POSTINGS_PER_ROUTER_DAY (and POSTINGS_FREE more, for the values it posted earlier that
+HUNT_POSTINGS_PER_ROUTER_DAY (a router that does not count for the fleet yet: what the day of
+the network it uploaded from has left, shared with every such router there, when less:
+server/hunt/budget.py) (and POSTINGS_FREE more, for the values it posted earlier that
 day; once the day has nothing left, the upload is not read and its records are only
 counted), so its memory follows that, not its size, and the statement keeps the day within
 the budget. A batch that fails is indexed again an upload a transaction, and the upload that
@@ -43,6 +45,7 @@ from server.db.jobs import lock_key
 from server.db.pool import CONNECTIVITY_ERRORS, Database, Reads, execute, worker_away
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
+from server.hunt.budget import HuntBudget
 from server.hunt.postings import POSTINGS_FREE, Postings, PostingsBudget
 from server.timestamps import utc_midnight
 
@@ -68,7 +71,7 @@ class Indexed:
         return dict(vars(self))
 
 
-async def index_pending(db: Database, postings_per_day: int, wait_seconds: float = 0.0,
+async def index_pending(db: Database, budget: HuntBudget, wait_seconds: float = 0.0,
                         lanes: int = 1) -> Indexed:
     """Index every upload pending when called, in batches, in each of `lanes` lanes (the
     routers split among them by their MAC's hash; each lane a connection and an advisory lock
@@ -84,9 +87,9 @@ async def index_pending(db: Database, postings_per_day: int, wait_seconds: float
     plans = [_Lane(lane, lanes, until, deadline if wait_seconds else None)
              for lane in range(lanes)]
     if wait_seconds:
-        finished = [await _index_lane(db, plan, postings_per_day, done) for plan in plans]
+        finished = [await _index_lane(db, plan, budget, done) for plan in plans]
     else:
-        finished = list(await asyncio.gather(*(_index_lane(db, plan, postings_per_day, done)
+        finished = list(await asyncio.gather(*(_index_lane(db, plan, budget, done)
                                                 for plan in plans)))
     if wait_seconds and not all(finished):
         done.left = (await db.fetchrow("SELECT count(*) FROM hunt_pending"))[0]
@@ -104,7 +107,7 @@ class _Lane:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
-async def _index_lane(db: Database, lane: _Lane, postings_per_day: int, done: Indexed) -> bool:
+async def _index_lane(db: Database, lane: _Lane, budget: HuntBudget, done: Indexed) -> bool:
     """The lane's pending uploads indexed on its lock's own connection, a batch a
     transaction; False when its lock or the deadline did not allow all of them."""
     key = lock_key(f"{LOCK}:{lane.number}")
@@ -116,10 +119,10 @@ async def _index_lane(db: Database, lane: _Lane, postings_per_day: int, done: In
                     "until": lane.until, "limit": LISTED_UPLOADS, "lane": lane.number,
                     "lanes": lane.lanes}):
                 for batch in batches(pending):
-                    if await _index_batch(cur, batch, postings_per_day, db.timeout,
+                    if await _index_batch(cur, batch, budget, db.timeout,
                                           done) is not None:
                         for upload in batch:  # one of them failed it: each alone, so that
-                            await _index_alone(cur, upload, postings_per_day, db.timeout,
+                            await _index_alone(cur, upload, budget, db.timeout,
                                                done)  # only that one is set aside
                     if lane.late():
                         return False
@@ -153,18 +156,18 @@ async def _locked(cur, key: int, lane: _Lane) -> bool:
         await asyncio.sleep(0.05)
 
 
-async def _index_alone(cur, upload: dict, postings_per_day: int, timeout: float,
+async def _index_alone(cur, upload: dict, budget: HuntBudget, timeout: float,
                        done: Indexed) -> None:
     """An upload of a batch that failed, in a transaction of its own: set aside, logged by
     name, when it fails again (a record the tally cannot read, a value the database
     refuses), so that it never holds up the others."""
-    error = await _index_batch(cur, [upload], postings_per_day, timeout, done)
+    error = await _index_batch(cur, [upload], budget, timeout, done)
     if error is not None:
         await _set_aside(cur, upload, error)
         done.set_aside += 1
 
 
-async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: float,
+async def _index_batch(cur, batch: list[dict], budget: HuntBudget, timeout: float,
                        done: Indexed) -> Exception | None:
     """The batch's uploads in one transaction: their pending rows taken, their chunks read
     in one stream and tallied (on a thread: the event loop goes on), their postings written,
@@ -175,11 +178,13 @@ async def _index_batch(cur, batch: list[dict], postings_per_day: int, timeout: f
             taken = await _take(cur, batch)
             if not taken:  # taken by another, or their routers removed
                 return None
-            tallies = await _tallied(cur, taken, postings_per_day)
-            statements = await asyncio.to_thread(_statements, tallies, postings_per_day, cur)
+            shares = await _NetworkShares.read(cur, taken, budget)
+            tallies = await _tallied(cur, taken, budget, shares)
+            statements = await asyncio.to_thread(_statements, tallies, budget, shares, cur)
             async with asyncio.timeout(timeout), cur.connection.pipeline():
                 for statement in statements:
                     await cur.execute(statement)
+            await shares.charge(cur)
     except Exception as error:
         if isinstance(error, CONNECTIVITY_ERRORS) or worker_away(error):
             raise  # the database away: the lane stops, the loop tries again at its turn
@@ -210,21 +215,23 @@ async def _take(cur, batch: list[dict]) -> list[tuple]:
     return taken
 
 
-async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tally]:
+async def _tallied(cur, taken: list[tuple], budget: HuntBudget,
+                   shares: _NetworkShares) -> list[_Tally]:
     """Each taken upload's values, tallied within what its router's day has left of the
-    budget, and a free allowance more for the values it posted earlier that day (the
-    statement adds no new one past the budget: it, not this bound of memory, keeps the day
-    within the budget when one router has several uploads in a batch). An upload whose
-    router's day has nothing left is not read: its records are counted as not indexed (so
-    a flooding router costs the indexer a counter an upload, not a parse of each record).
-    An upload announced with its triples (flows and plain alerts: PendingUpload) is tallied
-    from them, its chunks not read."""
-    used = {(mac, day): count for mac, day, count in await Reads(cur).fetchall(hunt_db.DAYS_USED, {
-        "macs": [row[0] for row in taken], "days": [utc_midnight(row[3]) for row in taken]})}
+    budget (a fresh router's: what its network's day has left, when less), and a free
+    allowance more for the values it posted earlier that day (the statement adds no new one
+    past the budget: it, not this bound of memory, keeps the day within the budget when one
+    router has several uploads in a batch). An upload whose router's day has nothing left is
+    not read: its records are counted as not indexed (so a flooding router costs the indexer
+    a counter an upload, not a parse of each record). An upload announced with its triples
+    (flows and plain alerts: PendingUpload) is tallied from them, its chunks not read."""
     tallies: dict[tuple, _Tally] = {}
     to_read = []
     for mac, kind, received_at, written_at, network, records, triples in taken:
-        left = max(0, postings_per_day - used.get((mac, utc_midnight(written_at)), 0))
+        day = utc_midnight(written_at)
+        left = max(0, budget.per_router_day - shares.router_used.get((mac, day), 0))
+        if shares.shares(mac, network):
+            left = min(left, shares.left[(network, day)])
         tally = tallies[(mac, kind, received_at)] = _Tally(
             mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
         if not left:
@@ -236,6 +243,68 @@ async def _tallied(cur, taken: list[tuple], postings_per_day: int) -> list[_Tall
     if to_read:
         await _tally_chunks(cur, to_read, tallies)
     return list(tallies.values())
+
+
+class _NetworkShares:
+    """A batch's fresh routers (server/hunt/budget.py) and what their networks' days have
+    left, those rows locked for the transaction; after the batch's statements, each network
+    charged with what its fresh routers added (a router's day's growth, charged to the
+    network of its first upload in the batch). Within the batch an upload may add at most
+    what its network has left after the uploads before it took their values' count."""
+
+    def __init__(self, router_used: dict, fresh: set[str], used: dict, per_day: int) -> None:
+        self.router_used = router_used  # (mac, day): postings before the batch
+        self.fresh = fresh
+        self.left = {key: max(0, per_day - count) for key, count in used.items()}
+        self._charged_to: dict[tuple, tuple] = {}  # (mac, day): (network, day)
+
+    @classmethod
+    async def read(cls, cur, taken: list[tuple], budget: HuntBudget) -> _NetworkShares:
+        reads = Reads(cur)
+        macs = [row[0] for row in taken]
+        router_used = {(mac, day): count for mac, day, count in await reads.fetchall(
+            hunt_db.DAYS_USED, {"macs": macs, "days": [utc_midnight(row[3]) for row in taken]})}
+        fresh: set[str] = set()
+        if budget.shared:
+            fresh = {mac for (mac,) in await reads.fetchall(
+                hunt_db.fresh_statement(budget.keyed),
+                {"macs": sorted(set(macs)), "min_age": budget.fresh_age})}
+        days = sorted({(row[4], utc_midnight(row[3])) for row in taken
+                       if row[0] in fresh and row[4] is not None})
+        used = {}
+        if days:
+            used = {(network, day): count for network, day, count in await reads.fetchall(
+                hunt_db.LOCK_NETWORK_DAYS, {"networks": [network for network, _ in days],
+                                            "days": [day for _, day in days]})}
+        return cls(router_used, fresh, used, budget.per_router_day)
+
+    def shares(self, mac: str, network: str | None) -> bool:
+        return mac in self.fresh and network is not None
+
+    def allowance(self, tally: _Tally, rows: int) -> int | None:
+        """What the tally's statement may add: None for a router with a budget of its own."""
+        if not self.shares(tally.mac, tally.network):
+            return None
+        day = utc_midnight(tally.written_at)
+        key = (tally.network, day)
+        given = min(rows, self.left[key])
+        self.left[key] -= given
+        self._charged_to.setdefault((tally.mac, day), key)
+        return given
+
+    async def charge(self, cur) -> None:
+        if not self._charged_to:
+            return
+        days = list(self._charged_to)
+        after = {(mac, day): count for mac, day, count in await Reads(cur).fetchall(
+            hunt_db.DAYS_USED, {"macs": [mac for mac, _ in days], "days": [d for _, d in days]})}
+        added: dict[tuple, int] = {}
+        for router_day, network_day in self._charged_to.items():
+            growth = after.get(router_day, 0) - self.router_used.get(router_day, 0)
+            added[network_day] = added.get(network_day, 0) + growth
+        await execute(cur, hunt_db.CHARGE_NETWORK_DAYS, {
+            "networks": [network for network, _ in added], "days": [day for _, day in added],
+            "added": list(added.values())})
 
 
 async def _tally_chunks(cur, uploads: list[tuple], tallies: dict[tuple, _Tally]) -> None:
@@ -261,14 +330,16 @@ def _tally_all(bodies: list[tuple[_Tally, bytes]]) -> None:
             tally.postings.add(orjson.loads(line))
 
 
-def _statements(tallies: list[_Tally], postings_per_day: int, cur) -> list[str]:
+def _statements(tallies: list[_Tally], budget: HuntBudget, shares: _NetworkShares,
+                cur) -> list[str]:
     """Each upload's postings statement, bound by `cur` (server/db/rows.py)."""
     out = []
     for tally in tallies:
         params = {**tally.postings.params(tally.written_at), "mac": tally.mac,
-                  "budget": postings_per_day, "network": tally.network,
+                  "budget": budget.per_router_day, "network": tally.network,
                   "dropped": tally.postings.budget.dropped}
         if params["rows"]:
+            params["allowance"] = shares.allowance(tally, len(params["rows"]))
             out.append(hunt_db.postings_statement(params).text(cur))
         elif params["dropped"]:
             out.append(cur.mogrify(*hunt_db.unindexed_statement(params)))
@@ -288,10 +359,10 @@ class HuntIndexer:
     upload indexed; a failure (the database away) tried again at the next turn, the pending
     rows kept."""
 
-    def __init__(self, db: Database, postings_per_day: int, seconds: float, lanes: int,
+    def __init__(self, db: Database, budget: HuntBudget, seconds: float, lanes: int,
                  metrics: Metrics) -> None:
         self._db = db
-        self._postings_per_day = postings_per_day
+        self._budget = budget
         self._seconds = seconds
         self._lanes = lanes
         self._health = metrics.loop_health("hunt-indexer", log)
@@ -307,7 +378,7 @@ class HuntIndexer:
         while True:
             await pause(self._seconds)
             try:
-                done = await index_pending(self._db, self._postings_per_day,
+                done = await index_pending(self._db, self._budget,
                                            lanes=self._lanes)
             except Exception as error:  # the database away, or a statement refused: the
                 self._health.failed(error)  # loop lives on, its health metric says so
@@ -319,10 +390,10 @@ class HuntIndexer:
                             done.dropped, done.uploads)
 
 
-async def caught_up(db: Database, postings_per_day: int, lanes: int) -> int:
+async def caught_up(db: Database, budget: HuntBudget, lanes: int) -> int:
     """Before a hunt: index what is pending, waiting up to HUNT_WAIT_SECONDS for an indexer
     at work; the uploads still pending then (the answer says so)."""
-    return (await index_pending(db, postings_per_day, HUNT_WAIT_SECONDS, lanes)).left
+    return (await index_pending(db, budget, HUNT_WAIT_SECONDS, lanes)).left
 
 
 def pending_note(left: int) -> list[str]:

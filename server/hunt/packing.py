@@ -97,7 +97,8 @@ async def pack(db: Database, before: datetime | None = None) -> PackedDays:
             done.postings += postings
             done.bytes += size
         await _emptied(cur, before)
-        await cur.execute(hunt_db.OLD_BUDGETS, {"before": before - BUDGETS_KEPT})
+        for old in (hunt_db.OLD_BUDGETS, hunt_db.OLD_NETWORK_BUDGETS):
+            await cur.execute(old, {"before": before - BUDGETS_KEPT})
     return done
 
 

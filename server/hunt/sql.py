@@ -22,6 +22,7 @@ from datetime import date, datetime
 
 from server.db.rows import RowsInsert
 from server.db.pool import Database
+from server.routers.sql import counted
 
 NETWORKS_KEPT = 8  # the networks a router's uploads came from in a day, at most (the first)
 # Where the counters of a router's day stop (integer columns): past it a router's records
@@ -46,6 +47,7 @@ _NETWORK = "array_remove(ARRAY[%(hunt_network)s::cidr], NULL)"
 # budget, and each was let add a budget's worth, 41,992 postings against 22,000; the records
 # of the values cut are counted as not indexed, at most the upload's); past it,
 # nothing more of that day is indexed and the upload's records are counted as not indexed
+# (a fresh router's upload adds at most %(hunt_allowance)s, its network's share, or NULL)
 # (no lookup a value: a flooding router's later uploads cost the index a counter). New rows
 # are told from updated ones by their records: an updated row holds more than this upload's
 # (a partitioned table has no xmax to return).
@@ -57,7 +59,7 @@ added AS (
     SELECT %(hunt_day)s, v.kind::"char", v.value, %(mac)s, %(hunt_seen)s, %(hunt_seen)s,
            v.records::integer
     FROM v, used WHERE used.n < %(hunt_budget)s
-    LIMIT (SELECT greatest(%(hunt_budget)s - n, 0) FROM used)
+    LIMIT (SELECT least(greatest(%(hunt_budget)s - n, 0), %(hunt_allowance)s::bigint) FROM used)
     ON CONFLICT (kind, value, day, mac) DO UPDATE SET
         first_seen = least(h.first_seen, excluded.first_seen),
         last_seen = greatest(h.last_seen, excluded.last_seen),
@@ -130,6 +132,28 @@ WHERE (mac, day) IN (SELECT * FROM unnest(%(macs)s::macaddr[], %(days)s::timesta
 GROUP BY mac, day"""
 
 
+def fresh_statement(keyed: bool) -> str:
+    """Which of %(macs)s do not count for the fleet (server/hunt/budget.py): they share
+    their network's budget."""
+    return f"""SELECT r.mac::text FROM routers r
+WHERE r.mac = ANY(%(macs)s::macaddr[]) AND NOT ({counted(keyed)})"""
+
+
+# The networks' days that fresh routers of a batch upload from, their rows made and locked
+# (in the order given, sorted: two lanes wait for each other, never deadlock), with the
+# postings those routers added so far: a network's budget is then read and charged by one
+# lane at a time.
+LOCK_NETWORK_DAYS = """INSERT INTO hunt_network_budgets AS n (network, day)
+SELECT * FROM unnest(%(networks)s::cidr[], %(days)s::timestamptz[])
+ON CONFLICT (network, day) DO UPDATE SET postings = n.postings
+RETURNING network::text, day, postings"""
+CHARGE_NETWORK_DAYS = f"""UPDATE hunt_network_budgets n
+SET postings = least(n.postings::bigint + c.added, {INTEGER_MAX})
+FROM unnest(%(networks)s::cidr[], %(days)s::timestamptz[], %(added)s::bigint[])
+    AS c (network, day, added)
+WHERE n.network = c.network AND n.day = c.day"""
+
+
 def postings_statement(params: dict) -> RowsInsert:
     """The statement adding an upload's postings (Postings.params, with the router's `mac`
     and its `budget`, HUNT_POSTINGS_PER_ROUTER_DAY; `dropped`: records carrying a value the
@@ -150,6 +174,7 @@ def _shared(params: dict) -> dict:
     return {"mac": params["mac"], "hunt_day": params["day"], "hunt_seen": params["seen"],
             "hunt_budget": params["budget"], "hunt_records": params["records"],
             "hunt_dropped": params.get("dropped", 0),
+            "hunt_allowance": params.get("allowance"),
             "hunt_network": params.get("network"), "hunt_networks_kept": NETWORKS_KEPT}
 
 
@@ -266,6 +291,7 @@ VALUES (%(day)s, %(bits)s, %(postings)s, %(bytes)s)
 ON CONFLICT (day) DO UPDATE SET postings = d.postings + excluded.postings,
     bytes = d.bytes + excluded.bytes, packed_at = now()"""
 OLD_BUDGETS = "DELETE FROM hunt_budgets WHERE day < %(before)s"
+OLD_NETWORK_BUDGETS = "DELETE FROM hunt_network_budgets WHERE day < %(before)s"
 PARTITION_BYTES = "SELECT pg_total_relation_size(%(name)s::regclass)"
 UNPACKED_ROWS_GONE = "DELETE FROM hunt_postings WHERE day = %(day)s"
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from engine.addresses import NOT_PUBLIC
 from server.db.channels import INTEL_LIST, notify
 from server.db.pool import Database, execute
-from server.routers.sql import make_due
+from server.routers.sql import counted as counted_router, make_due
 
 CHANGED = notify(INTEL_LIST)
 HELD_FLOOR = 10  # routers: a value fewer saw is never held, whatever the fleet's size
@@ -211,13 +211,6 @@ _COVERED = """EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind IN ('ip', 'ne
 # The routers whose sightings count toward a value's prevalence, and whose poll address
 # keeps a value out, as for the fleet's lists: registered, and given their current key, at
 # least %(min_age)s ago (and, when keyed, holding one).
-def _counted_routers(keyed: bool) -> str:
-    held_key = "AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else ""
-    return f"""r.registered_at <= now() - %(min_age)s
-  AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac
-                  AND k.issued_at > now() - %(min_age)s) {held_key}"""
-
-
 # Why a value (of a table aliased `i`: kind, value) is never delivered nor sighted, or NULL:
 # held or suppressed; else an address or network that is not public, is one of the service's
 # own networks, overlaps the fleet's allowlist (or, with `mac`, that router's own), or
@@ -306,7 +299,7 @@ _POLLED = f"""CREATE TEMPORARY TABLE intel_polled ON COMMIT DROP AS
 SELECT r.poll_address AS address FROM routers r
 WHERE %(keyed)s AND r.poll_address IS NOT NULL
   AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)
-  AND (r.registered_by = 'operator' OR ({_counted_routers(keyed=True)}))"""
+  AND (r.registered_by = 'operator' OR ({counted_router(keyed=True)}))"""
 
 
 async def delivered(db: Database, exempt: list[str], max_entries: int,
@@ -490,7 +483,7 @@ async def counted_routers(db: Database, min_age: timedelta, keyed: bool) -> int:
     """How many routers count toward a value's prevalence (`trusted_routers`): the share
     that holds a value is taken of these, so that fresh MACs cannot lift one out of a hold."""
     (counted,) = await db.fetchall(f"SELECT count(*) FROM routers r "
-                                   f"WHERE {_counted_routers(keyed)}", {"min_age": min_age})
+                                   f"WHERE {counted_router(keyed)}", {"min_age": min_age})
     return counted[0]
 
 
@@ -499,7 +492,7 @@ async def trusted_routers(db: Database, min_age: timedelta, keyed: bool) -> set[
     lists: registered at least `min_age` ago (and, when `keyed`, holding a key), so that
     fresh MACs cannot get a real indicator held."""
     return {mac for (mac,) in await db.fetchall(
-        f"SELECT r.mac::text FROM routers r WHERE {_counted_routers(keyed)}",
+        f"SELECT r.mac::text FROM routers r WHERE {counted_router(keyed)}",
         {"min_age": min_age})}
 
 

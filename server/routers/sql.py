@@ -12,6 +12,17 @@ from server.db.channels import ROUTER_KEYS, notify
 from server.db.pool import Database, execute
 
 
+def counted(keyed: bool) -> str:
+    """The condition (on `routers r`) of a router that counts for the fleet: registered at
+    least %(min_age)s ago and holding no key issued since (and, when `keyed`, a key at all),
+    so that fresh MACs weigh nothing. One definition for the fleet's lists, the intel's
+    prevalence and the hunt index's budgets."""
+    held_key = "AND EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac)" if keyed else ""
+    return f"""r.registered_at <= now() - %(min_age)s
+  AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = r.mac
+                  AND k.issued_at > now() - %(min_age)s) {held_key}"""
+
+
 # One statement: a new router is registered and queued for its first generation together.
 _REGISTER = (
     "WITH registered AS (INSERT INTO routers (mac, registered_by) VALUES (%(mac)s, %(by)s) "

@@ -1,0 +1,1 @@
+DROP TABLE hunt_network_budgets;
