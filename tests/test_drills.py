@@ -229,9 +229,12 @@ def test_fleet_hostile_drill(database, tmp_path):
 
 
 async def test_intel_drill_quick(database, tmp_path):
-    result = await intel_drill(database, tmp_path, routers=20, live_timeout=120)
+    result = await intel_drill(database, tmp_path, routers=20, live_timeout=120, fresh=2000)
     assert result.ok, result.failures
-    assert result.sightings == 6 and result.notifications == 6 and result.emails == 4
+    # 6 of the established fleet, 2,000 of the fresh MACs (the C2 they saw); the heir and its
+    # forebear are told none of theirs, the fresh MACs have no owner
+    assert result.sightings == 2006 and result.notifications == 4 and result.emails == 3
+    assert result.polls > 0
     assert result.live_seconds is not None
 
 
