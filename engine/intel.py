@@ -55,16 +55,18 @@ _HASH_RULES = (("rb-intel-sha256.txt", "file of a listed SHA-256"),
                ("rb-intel-md5.txt", "file of a listed MD5"))
 
 
-def _shown(kind: str, value: str) -> str:
-    """A stored value as Suricata matches it: a domain's labels back in order."""
+def shown(kind: str, value: str) -> str:
+    """A stored value as Suricata matches it and people read it: a domain's labels back in
+    order (the hunt index and the intel store a domain's labels reversed, so that a name's
+    parents are its prefixes). The one place that turns a stored value back."""
     return ".".join(reversed(value.split("."))) if kind == "domain" else value
 
 
 def _line(file_type: str, kind: str, value: str) -> str:
-    shown = _shown(kind, value)
+    text = shown(kind, value)
     if file_type == "string":  # a string dataset's lines are base64
-        return base64.b64encode(shown.encode("ascii")).decode("ascii")
-    return shown
+        return base64.b64encode(text.encode("ascii")).decode("ascii")
+    return text
 
 
 # What an analyst reads of an alert (suricata-check's S800-S803), last in each rule (S208).

@@ -19,7 +19,7 @@ from server.intel.formats import FORMATS, KINDS
 from server.intel.jobs import fetch_feeds, judge_and_tell
 from server.jobs.cron import run_job
 from server.intel.listing import sightings as listed_sightings
-from server.intel.owners import shown
+from engine.intel import shown
 from server.settings import Settings
 from server.telemetry.indicators import IndicatorError, feed_value, parsed
 from server.timestamps import iso_utc

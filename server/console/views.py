@@ -23,7 +23,7 @@ from server.intel import sql as intel_db
 from server.tuning import override_sql as overrides_db
 from server.db import tuning_changes
 from server.intel.listing import sightings as intel_sightings
-from server.intel.owners import shown
+from engine.intel import shown
 from server.fleet import lists as fleet_lists
 from server.status import fleet_status
 from server.tuning import changes as tuning

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from server.intel import sql as intel_db
 from server.db.pool import Database
-from server.intel.owners import shown
+from engine.intel import shown
 
 
 async def sightings(db: Database, mac: str | None = None, limit: int = 100_000) -> list[dict]:

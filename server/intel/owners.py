@@ -20,6 +20,7 @@ import orjson
 from server.intel import sql as intel_db
 from server.db.jobs import exclusive
 from server.db.pool import Database, execute
+from engine.intel import shown
 from server.notify.sql import emailed_this_hour, store_many
 
 TYPE = "threat_sighting"
@@ -36,11 +37,6 @@ DIGEST_MESSAGE = ("Your routers exchanged traffic matching indicators listed by 
 LINE = ("- {indicator} ({kind}) at router {mac}, listed by {source}: last seen {last}, "
         "{records} records")
 MORE = "... and {count} more: see your notifications."
-
-
-def shown(kind: str, value: str) -> str:
-    """An indicator as people read it: a domain's labels back in order."""
-    return ".".join(reversed(value.split("."))) if kind == "domain" else value
 
 
 def _fields(row: tuple) -> dict:

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from engine.addresses import canonical_network, canonical_text, is_public, is_public_network
+from engine.intel import shown
 
 # Stored as one byte ("char") per posting.
 CODES = {"ip": "i", "domain": "d", "ja3": "3", "ja4": "4", "sid": "s", "sha256": "h"}
@@ -174,8 +175,7 @@ def indicator(kind: str, text: str) -> Indicator:
             raise IndicatorError(f"{text.strip()[:80]!r} is a network: hunt it as "
                                  "network:VALUE (--network)")
         raise IndicatorError(f"{text[:80]!r} is not {_WHAT[kind]}")
-    shown = ".".join(reversed(stored.split("."))) if kind == "domain" else stored
-    return Indicator(kind, shown, stored)
+    return Indicator(kind, shown(kind, stored), stored)
 
 
 _IPV4_LIKE = re.compile(r"[0-9]+(\.[0-9]+){1,5}")
