@@ -16,10 +16,10 @@ from ops.command import EXIT_USAGE, UsageError, operator, run_command
 from server.db.pool import Database
 from server.telemetry.indicators import (Indicator, IndicatorError, from_line, indicator,
                                          parsed)
-from server.hunt.budget import HuntBudget
-from server.hunt.indexer import HUNT_WAIT_SECONDS, caught_up, index_pending
+from server.hunt.config import HuntConfig
+from server.hunt.indexer import HUNT_WAIT_SECONDS, index_pending
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
-                                hunt_log, records_kept_days, run_hunt)
+                                hunt_indexed, hunt_log)
 from server.settings import Settings
 from server.hunt.packing import pack
 
@@ -150,17 +150,16 @@ async def _run(settings: Settings, args: argparse.Namespace, db: Database,
         return 0
     hunt = Hunt(tuple(indicators), args.days, args.limit or MATCHES_SHOWN, args.offset,
                 until=args.until)
-    left = await caught_up(db, HuntBudget.from_settings(settings), settings.hunt_index_lanes)
-    answer = await run_hunt(db, hunt, operator(), "command", records_kept_days(settings),
-                            pending=left)
+    answer = await hunt_indexed(db, HuntConfig.from_settings(settings), hunt, operator(),
+                                "command")
     print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() if args.json
           else table(answer))
     return 0
 
 
 async def _compact(settings: Settings, db: Database) -> int:
-    indexed = await index_pending(db, HuntBudget.from_settings(settings), HUNT_WAIT_SECONDS,
-                                  settings.hunt_index_lanes)
+    config = HuntConfig.from_settings(settings)
+    indexed = await index_pending(db, config.budget, HUNT_WAIT_SECONDS, config.lanes)
     if indexed.uploads:
         print(f"indexed {indexed.uploads} upload(s) pending: {indexed.records} records, "
               f"{indexed.postings} values")

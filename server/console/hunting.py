@@ -21,10 +21,9 @@ from aiohttp import web
 from server.console.auth import USER
 from server.hunt import sql as hunt_db
 from server.errors import BadRequest, Forbidden, TooManyRequests
-from server.hunt.budget import HuntBudget
-from server.hunt.indexer import caught_up
+from server.hunt.config import HuntConfig, records_kept_days
 from server.hunt.search import (LOG_SHOWN, MATCHES_SHOWN, Hunt, count_text, day_asked,
-                                hunt_log, records_kept_days, run_hunt)
+                                hunt_indexed, hunt_log)
 from server.hunt.sightings import router_days
 from server.telemetry.export import records_carrying
 from server.telemetry.indicators import IndicatorError, from_line, match_argument
@@ -152,11 +151,9 @@ async def hunt(request: web.Request) -> web.Response:
     try:
         async with request.config_dict[HUNT_GATE].place(request[USER].name):
             db = request.config_dict[DATABASE]
-            left = await caught_up(db, HuntBudget.from_settings(settings),
-                                   settings.hunt_index_lanes)
-            answer = await run_hunt(db, Hunt(indicators, days, MATCHES_SHOWN, offset, until),
-                                    f"console:{request[USER].name}", "console",
-                                    records_kept_days(settings), pending=left)
+            answer = await hunt_indexed(db, HuntConfig.from_settings(settings),
+                                        Hunt(indicators, days, MATCHES_SHOWN, offset, until),
+                                        f"console:{request[USER].name}", "console")
     except HuntRefused as error:
         return await _page(request, 429, asked=asked[:10_000], days=days, error=str(error))
     return await _page(request, asked=asked, days=days, answer=answer, page=MATCHES_SHOWN,

@@ -21,6 +21,8 @@ it, a TLS fingerprint, a signature, a file), across the fleet and over the index
   share their network's.
 - `packing.py`: past days packed into compressed blocks (the hunt-compact job), laid out by
   `blocks.py`.
+- `config.py`: the hunt's settings, taken once (its budget, lanes, how long records are
+  kept).
 - `sql.py`: every statement of the hunt's tables (`hunt_*`): the queue ingestion announces
   each upload to, the postings, the packed days, the record of hunts.
 - `status.py`: the index's part of the fleet at a glance.

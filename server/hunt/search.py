@@ -11,9 +11,9 @@ from datetime import date, datetime, timedelta, timezone
 
 from server.hunt import sql as hunt_db
 from server.db.pool import Database
-from server.hunt.indexer import pending_note
+from server.hunt.config import HuntConfig
+from server.hunt.indexer import caught_up, pending_note
 from server.hunt.sightings import Seen, Sightings, sightings
-from server.settings import Settings
 from server.telemetry.indicators import Indicator
 
 MATCHES_SHOWN = 1_000  # per page of a hunt
@@ -60,6 +60,15 @@ def _midnight(day: date) -> datetime:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime(_ISO)
+
+
+async def hunt_indexed(db: Database, config: HuntConfig, hunt: Hunt, asked_by: str,
+                       via: str) -> dict:
+    """A hunt as a person asks it (the command, the console): every upload acknowledged
+    before it indexed first (waiting up to HUNT_WAIT_SECONDS for an indexer at work), and
+    what could not be waited for said in its notes."""
+    left = await caught_up(db, config.budget, config.lanes)
+    return await run_hunt(db, hunt, asked_by, via, config.records_kept_days, pending=left)
 
 
 async def run_hunt(db: Database, hunt: Hunt, asked_by: str, via: str,
@@ -193,9 +202,3 @@ def day_asked(text: str) -> date:
     if day < FIRST_DAY:
         raise ValueError(f"{text} is before {FIRST_DAY}: nothing was received then")
     return day
-
-
-def records_kept_days(settings: Settings) -> int | None:
-    """How long records are kept: RETENTION_DAYS while the retention job runs, else None
-    (nothing is deleted, DATA_RETENTION_ENABLED=false)."""
-    return settings.retention_days if settings.data_retention_enabled else None

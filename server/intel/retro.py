@@ -215,8 +215,7 @@ async def live_match(db: Database, config: IntelConfig, actor: str) -> Matched:
     indexed first: its cost follows the uploads of the last minutes, not the feeds' size (a
     red team's feed of 1,000,000 indicators kept the minute's match running 55 to 86 s of
     every 60 when it read every one). The first run reads every current indicator once."""
-    await index_pending(db, config.hunt_budget, HUNT_WAIT_SECONDS,
-                        config.index_lanes)
+    await index_pending(db, config.hunt.budget, HUNT_WAIT_SECONDS, config.hunt.lanes)
     mark = await indexed_until(db)
     since = await intel_db.live_mark(db)
     if since is None:
