@@ -30,6 +30,7 @@ from server.polling.etag_cache import EtagCache
 from server.fleet.document import FleetList
 from server.intel.document import IntelList
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
+from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.handlers.notifications import create_notifications_app
 from server.hunt.budget import HuntBudget
 from server.hunt.indexer import HuntIndexer
@@ -108,7 +109,8 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
     app.update(resources(settings, parts, metrics_dir))
     metrics = app[METRICS]
     in_flight = app[IN_FLIGHT] = InFlight()
-    outer = request_middleware(in_flight, metrics, ErrorAnswers(settings.db_retry_after_seconds),
+    errors = ErrorAnswers(settings.db_retry_after_seconds, domain=DOMAIN_STATUSES)
+    outer = request_middleware(in_flight, metrics, errors,
                                settings.too_many_requests_delay_seconds)
     app.cleanup_ctx.extend(contexts(settings, parts, metrics_dir, migrate))
     if serves:

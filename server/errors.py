@@ -88,16 +88,6 @@ class Unprocessable(ApiError):
     status = 422
 
 
-class NothingStored(ApiError):
-    """422: an upload none of whose records could be stored (the answer carries its first
-    errors and a hint)."""
-    status = 422
-
-    def __init__(self, message: str, details: dict):
-        super().__init__(message)
-        self.details = details
-
-
 class PayloadTooLarge(ApiError):
     status = 413
 
@@ -110,6 +100,24 @@ class TooManyRequests(ApiError):
 class UnsupportedMediaType(ApiError):
     """415: an unsupported Content-Type or Content-Encoding."""
     status = 415
+
+
+# A capability's own error class and the ApiError it is answered as
+# (server/handlers/domain_errors.py holds the table).
+DomainStatuses = tuple[tuple[type[Exception], type["ApiError"]], ...]
+
+
+def api_error(error: Exception, domain: DomainStatuses = ()) -> ApiError | None:
+    """The API's answer to `error`: itself when an ApiError, the mapped one when a
+    capability's own (it carries `message`, `retry_after_seconds` and `details`), else None."""
+    if isinstance(error, ApiError):
+        return error
+    for raised, answered in domain:
+        if isinstance(error, raised):
+            mapped = answered(error.message, error.retry_after_seconds)
+            mapped.details = error.details
+            return mapped
+    return None
 
 
 def json_response(body: object, status: int = 200,
@@ -125,19 +133,22 @@ def error_response(status: int, message: str,
 
 class ErrorAnswers:
     """The JSON answer to whatever a handler raised (`unavailable_status` when the database
-    is away: 503, or 500 where the contract says so)."""
+    is away: 503, or 500 where the contract says so; `domain`: the capabilities' own errors
+    and the statuses they are answered with)."""
 
-    def __init__(self, retry_after_seconds: int, unavailable_status: int = 503) -> None:
+    def __init__(self, retry_after_seconds: int, unavailable_status: int = 503,
+                 domain: DomainStatuses = ()) -> None:
+        self._domain = domain
         self._retry_after = {"Retry-After": str(retry_after_seconds)}
         self._unavailable_status = unavailable_status
         self._unavailable_log = UnavailableLog()
 
     def answer(self, request: web.Request, error: Exception) -> web.StreamResponse:
         """The response for `error`; an aiohttp redirect or 304 is raised again."""
-        if isinstance(error, ApiError):
-            response = json_response({"error": error.message, **(error.details or {})},
-                                     error.status, error.headers)
-            if error.close_connection:
+        if (api := api_error(error, self._domain)) is not None:
+            response = json_response({"error": api.message, **(api.details or {})},
+                                     api.status, api.headers)
+            if api.close_connection:
                 response.force_close()
             return response
         if isinstance(error, DatabaseUnavailable):

@@ -1,4 +1,5 @@
 """HTTP handlers, thin: read the request into plain values, call the capability, answer
 JSON. Router API (`router_api.py`, a rules poll answered 304 from the ETag cache),
 notification API (`notifications.py`, a sub-app at /api/), operations (`operations.py`:
-/metrics, /openapi.json, whose document is `openapi.py`)."""
+/metrics, /openapi.json, whose document is `openapi.py`); `domain_errors.py`: the
+capabilities' own errors and the statuses they are answered with."""

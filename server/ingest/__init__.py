@@ -5,4 +5,5 @@ server/telemetry/writer.py), `idempotency.py` checks an upload's Idempotency-Key
 a repeat, `slots.py` caps the uploads in progress per router and per client address,
 `turns.py` hands the ingestion pool's connections to the waiting uploads, the router
 served the fewest records lately first, `tally.py` counts accepted and rejected records per
-minute for `router-backend status`."""
+minute for `router-backend status`; `errors.py` says why an upload is refused, in
+ingestion's words (the web layer turns each into a status)."""

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterator, Protocol
 
-from server.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from server.ingest.errors import BodyStalled, BodyTooLarge, BodyUnreadable, FormatUnsupported
 
 PIECE_BYTES = 4 * 1024
 YIELD_SECONDS = 0.002
@@ -49,10 +49,10 @@ class Body:
 
 async def decoded_chunks(body: Body, limits: BodyLimits) -> AsyncIterator[bytes]:
     if body.encoding not in ("identity", "gzip", "x-gzip"):
-        raise UnsupportedMediaType(f"unsupported Content-Encoding {body.encoding!r} "
+        raise FormatUnsupported(f"unsupported Content-Encoding {body.encoding!r} "
                                    "(use gzip or none)")
     if body.declared_length is not None and body.declared_length > limits.max_bytes:
-        raise PayloadTooLarge(f"body of {body.declared_length} bytes exceeds the limit of "
+        raise BodyTooLarge(f"body of {body.declared_length} bytes exceeds the limit of "
                               f"{limits.max_bytes} bytes")
     decoded = received = 0
     inflate = _GzipStream() if body.encoding != "identity" else None
@@ -64,9 +64,9 @@ async def decoded_chunks(body: Body, limits: BodyLimits) -> AsyncIterator[bytes]
         for piece in inflate.feed(chunk) if inflate else _slices(chunk):
             decoded += len(piece)
             if decoded > limits.max_bytes:
-                raise PayloadTooLarge(f"body exceeds the limit of {limits.max_bytes} bytes")
+                raise BodyTooLarge(f"body exceeds the limit of {limits.max_bytes} bytes")
             if inflate and decoded > GZIP_FREE_BYTES + limits.max_gzip_ratio * received:
-                raise PayloadTooLarge(f"gzip body expands more than {limits.max_gzip_ratio} "
+                raise BodyTooLarge(f"gzip body expands more than {limits.max_gzip_ratio} "
                                       "times its size")
             yield piece
             if time.perf_counter() - yielded_at > YIELD_SECONDS:
@@ -77,14 +77,14 @@ async def decoded_chunks(body: Body, limits: BodyLimits) -> AsyncIterator[bytes]
 
 
 async def _next_chunk(stream: ByteStream, idle_seconds: float) -> bytes:
-    """The next network chunk (b"" at the end), or RequestTimeout when none comes in time."""
+    """The next network chunk (b"" at the end), or BodyStalled when none comes in time."""
     try:
         async with asyncio.timeout(idle_seconds):
             return await stream.readany()
     except TimeoutError:
-        raise RequestTimeout(f"body stalled: nothing received for {idle_seconds:g} s") from None
+        raise BodyStalled(f"body stalled: nothing received for {idle_seconds:g} s") from None
     except ConnectionError as error:
-        raise BadRequest(f"body ended early: {error}") from error
+        raise BodyUnreadable(f"body ended early: {error}") from error
 
 
 def _slices(chunk: bytes) -> Iterator[bytes]:
@@ -108,7 +108,7 @@ class _GzipStream:
             try:
                 piece = self._inflate.decompress(data, PIECE_BYTES)
             except zlib.error as error:
-                raise BadRequest(f"body is not valid gzip: {error}") from None
+                raise BodyUnreadable(f"body is not valid gzip: {error}") from None
             if piece:
                 yield piece
             if self._inflate.eof:
@@ -120,4 +120,4 @@ class _GzipStream:
 
     def finish(self) -> None:
         if self._seen_any and not self._inflate.eof:
-            raise BadRequest("gzip body is truncated")
+            raise BodyUnreadable("gzip body is truncated")

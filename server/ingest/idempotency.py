@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 
 from server.telemetry.upload_key_sql import Recorded
-from server.errors import Unprocessable
+from server.ingest.errors import BatchKeyReused
 from server.idempotency_key import HEADER
 
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -27,6 +27,6 @@ def body_fingerprint(content_type: str) -> "hashlib._Hash":
 def replayed_answer(earlier: Recorded, fingerprint: bytes, key: str) -> dict:
     """The first answer given for `key`, when this body is the one it was given for."""
     if earlier.fingerprint != fingerprint:
-        raise Unprocessable(f"{HEADER} {key!r} was used for another body; a new batch "
+        raise BatchKeyReused(f"{HEADER} {key!r} was used for another body; a new batch "
                             "needs a new key")
     return earlier.answer

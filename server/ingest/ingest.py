@@ -19,7 +19,7 @@ from server.db.pool import Database, DatabaseUnavailable
 from server.telemetry import upload_key_sql as upload_keys
 from server.db.telemetry import CommitInDoubt, KeyAlreadyUsed, was_committed
 from server.telemetry.upload_key_sql import UploadKey
-from server.errors import BadRequest, NothingStored, UnsupportedMediaType
+from server.ingest.errors import BodyUnreadable, FormatUnsupported, NothingStored
 from server.ingest.body import Body, BodyLimits, decoded_chunks
 from server.ingest.idempotency import body_fingerprint, replayed_answer
 from server.ingest.records import ACCEPTED_TYPES, BodyError, RawRecord, splitter_for
@@ -80,8 +80,8 @@ def nothing_stored(report: IngestReport, kind: str) -> NothingStored:
     else:
         hint = "no record could be stored: see the errors"
     return NothingStored(f"nothing stored: {report.rejected} record(s) rejected, none "
-                         f"accepted ({hint})",
-                         {**report.as_json(), "hint": hint, "endpoint": f"/log/{kind}"})
+                         f"accepted ({hint})", details={
+                             **report.as_json(), "hint": hint, "endpoint": f"/log/{kind}"})
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class Ingestion:
 
     async def ingest(self, upload: Upload, mac: str, kind: str) -> Ingested:
         if upload.content_type not in ACCEPTED_TYPES:
-            raise UnsupportedMediaType(
+            raise FormatUnsupported(
                 f"unsupported Content-Type {upload.content_type!r} "
                 "(use application/json for an array or application/x-ndjson)")
         key = upload.idempotency_key
@@ -156,7 +156,7 @@ class Ingestion:
             async for chunk in decoded_chunks(body, self._config.body):
                 yield chunk
         except BodyError as error:
-            raise BadRequest(f"unreadable body: {error}") from None
+            raise BodyUnreadable(f"unreadable body: {error}") from None
 
     async def _store(self, upload: Upload, mac: str, kind: str,
                      fingerprint: "hashlib._Hash") -> dict:
@@ -196,7 +196,7 @@ class Ingestion:
                     await take(splitter.feed(chunk))
                 await take(splitter.close())
             except BodyError as error:
-                raise BadRequest(f"unreadable body: {error}") from None
+                raise BodyUnreadable(f"unreadable body: {error}") from None
             if report.accepted == 0:
                 raise nothing_stored(report, kind)
             if writer.unread:

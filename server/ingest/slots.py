@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from server.errors import TooManyRequests
+from server.ingest.errors import UploadsBusy
 
 RETRY_AFTER_SECONDS = 5
 
@@ -30,12 +30,12 @@ class UploadSlots:
     @contextlib.contextmanager
     def take(self, mac: str, address: str) -> Iterator[None]:
         """Hold one of the router's and one of the address's (its limit bucket's) slots for
-        the block; TooManyRequests when either has none free."""
+        the block; UploadsBusy when either has none free."""
         if self._routers.get(mac, 0) >= self._per_router:
-            raise TooManyRequests(f"this router already has {self._routers[mac]} uploads in "
+            raise UploadsBusy(f"this router already has {self._routers[mac]} uploads in "
                                   "progress", RETRY_AFTER_SECONDS)
         if self._addresses.get(address, 0) >= self._per_address:
-            raise TooManyRequests(f"{address} already has {self._addresses[address]} uploads "
+            raise UploadsBusy(f"{address} already has {self._addresses[address]} uploads "
                                   "in progress", RETRY_AFTER_SECONDS)
         _add(self._routers, mac, 1)
         _add(self._addresses, address, 1)

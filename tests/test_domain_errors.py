@@ -1,0 +1,42 @@
+"""A capability's own errors are answered by the web layer's one table
+(server/handlers/domain_errors.py): every one ingestion raises has its status, keeps its
+message, Retry-After and details, and ingestion imports none of the HTTP errors."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+from server.errors import api_error
+from server.handlers.domain_errors import DOMAIN_STATUSES
+from server.ingest import errors as ingest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_ingestion_refusal_has_its_status():
+    refusals = [cls for _, cls in inspect.getmembers(ingest, inspect.isclass)
+                if issubclass(cls, ingest.UploadRefused) and cls is not ingest.UploadRefused]
+    assert len(refusals) == 7
+    for refusal in refusals:
+        answered = api_error(refusal("why", 3, {"hint": "h"}), DOMAIN_STATUSES)
+        assert answered is not None, refusal
+        assert 400 <= answered.status < 500 and answered.message == "why"
+        assert answered.headers == {"Retry-After": "3"} and answered.details == {"hint": "h"}
+    statuses = {cls.__name__: api_error(cls("x"), DOMAIN_STATUSES).status for cls in refusals}
+    assert statuses == {"BodyStalled": 408, "BodyTooLarge": 413, "FormatUnsupported": 415,
+                        "BatchKeyReused": 422, "NothingStored": 422, "UploadsBusy": 429,
+                        "BodyUnreadable": 400}
+    assert api_error(ValueError("x"), DOMAIN_STATUSES) is None  # anything else: a 500
+
+
+def test_ingestion_raises_no_http_error_of_its_own():
+    for path in (ROOT / "server" / "ingest").glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        assert "server.errors" not in imported, path
