@@ -30,7 +30,8 @@ importing only the layers below it (the `server-layers` contract of .importlinte
    middleware, client address, flood limits, requests in flight, access log),
    `idempotency_key.py`, `changes.py` (the one change feed: the LISTEN connection every
    in-memory cache and document follows),
-   `errors.py` (the JSON error shape), `metrics.py` (Prometheus), `logs.py`,
+   `errors.py` (the JSON error shape), `refusal.py` (what a capability raises when it
+   refuses, with no status), `metrics.py` (Prometheus), `logs.py`,
    `exposure.py` (a public listener starts only with each exposure chosen), then
    `background.py` (the name leases are taken under, long-running tasks, their health).
 7. `db/`: the database's own machinery (pool, connections, the embedded server, migrations,

@@ -109,7 +109,7 @@ DomainStatuses = tuple[tuple[type[Exception], type["ApiError"]], ...]
 
 def api_error(error: Exception, domain: DomainStatuses = ()) -> ApiError | None:
     """The API's answer to `error`: itself when an ApiError, the mapped one when a
-    capability's own (it carries `message`, `retry_after_seconds` and `details`), else None."""
+    capability's own (a server/refusal.py Refusal), else None."""
     if isinstance(error, ApiError):
         return error
     for raised, answered in domain:

@@ -1,6 +1,7 @@
 """A capability's own errors are answered by the web layer's one table
-(server/handlers/domain_errors.py): every one ingestion raises has its status, keeps its
-message, Retry-After and details, and ingestion imports none of the HTTP errors."""
+(server/handlers/domain_errors.py): every one ingestion and the routers raise has its status, keeps its
+message, Retry-After and details, and neither ingestion nor the routers import the HTTP
+errors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from server.errors import api_error
 from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.ingest import errors as ingest
+from server.refusal import Refusal
+from server.routers import errors as routers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,8 +34,18 @@ def test_every_ingestion_refusal_has_its_status():
     assert api_error(ValueError("x"), DOMAIN_STATUSES) is None  # anything else: a 500
 
 
-def test_ingestion_raises_no_http_error_of_its_own():
-    for path in (ROOT / "server" / "ingest").glob("*.py"):
+def test_every_routers_refusal_has_its_status():
+    refusals = [cls for _, cls in inspect.getmembers(routers, inspect.isclass)
+                if issubclass(cls, Refusal) and cls is not Refusal]
+    statuses = {cls.__name__: api_error(cls("x"), DOMAIN_STATUSES).status for cls in refusals}
+    assert statuses == {"IdentityInvalid": 400, "IdentityMissing": 401, "CredentialsWrong": 401,
+                        "NotAllowed": 403, "EnrollmentRefused": 409, "RegistrationsBusy": 429,
+                        "ReportInvalid": 400, "ReportTooLarge": 413}
+
+
+def test_ingestion_and_routers_raise_no_http_error_of_their_own():
+    for path in [*(ROOT / "server" / "ingest").glob("*.py"),
+                 *(ROOT / "server" / "routers").glob("*.py")]:
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:

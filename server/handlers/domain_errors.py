@@ -4,9 +4,11 @@ shape). A subclass is listed before its base."""
 
 from __future__ import annotations
 
-from server.errors import (BadRequest, DomainStatuses, PayloadTooLarge, RequestTimeout,
-                           TooManyRequests, Unprocessable, UnsupportedMediaType)
+from server.errors import (BadRequest, Conflict, DomainStatuses, Forbidden, PayloadTooLarge,
+                           RequestTimeout, TooManyRequests, Unauthorized, Unprocessable,
+                           UnsupportedMediaType)
 from server.ingest import errors as ingest
+from server.routers import errors as routers
 
 DOMAIN_STATUSES: DomainStatuses = (
     (ingest.BodyStalled, RequestTimeout),            # 408, the connection closed after it
@@ -16,4 +18,12 @@ DOMAIN_STATUSES: DomainStatuses = (
     (ingest.NothingStored, Unprocessable),           # 422, its errors and a hint beside
     (ingest.UploadsBusy, TooManyRequests),           # 429, with Retry-After
     (ingest.BodyUnreadable, BadRequest),             # 400
+    (routers.IdentityInvalid, BadRequest),           # 400
+    (routers.IdentityMissing, Unauthorized),         # 401
+    (routers.CredentialsWrong, Unauthorized),        # 401
+    (routers.NotAllowed, Forbidden),                 # 403
+    (routers.EnrollmentRefused, Conflict),           # 409
+    (routers.RegistrationsBusy, TooManyRequests),    # 429, with Retry-After
+    (routers.ReportInvalid, BadRequest),             # 400
+    (routers.ReportTooLarge, PayloadTooLarge),       # 413
 )

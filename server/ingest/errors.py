@@ -3,17 +3,11 @@ The web layer alone turns each into an HTTP status and the JSON error (server/er
 
 from __future__ import annotations
 
+from server.refusal import Refusal
 
-class UploadRefused(Exception):
-    """An upload refused; the message says why. `retry_after_seconds`: when sending it again
-    may succeed."""
 
-    def __init__(self, message: str, retry_after_seconds: int | None = None,
-                 details: dict | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after_seconds = retry_after_seconds
-        self.details = details  # more fields of the answer, beside the message
+class UploadRefused(Refusal):
+    """An upload refused; the message says why."""
 
 
 class BodyUnreadable(UploadRefused):

@@ -12,7 +12,7 @@ import re
 import orjson
 from aiohttp import StreamReader
 
-from server.errors import BadRequest, PayloadTooLarge
+from server.routers.errors import ReportInvalid, ReportTooLarge
 from server.text import is_plain_text
 
 MAX_BODY_BYTES = 8 * 1024
@@ -29,24 +29,24 @@ async def read_report(content: StreamReader, content_length: int | None
                       ) -> tuple[str | None, str | None, bool, str | None]:
     """The report in a request's body (its stream and declared length)."""
     if content_length is not None and content_length > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
+        raise ReportTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
     raw = await content.read(MAX_BODY_BYTES + 1)
     if len(raw) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
+        raise ReportTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise BadRequest("body is not valid JSON") from None
+        raise ReportInvalid("body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
+        raise ReportInvalid("body must be a JSON object")
     if unknown := set(body) - FIELDS:
-        raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}")
+        raise ReportInvalid(f"unknown fields: {', '.join(sorted(unknown))}")
     ok = body.get("ok")
     if not isinstance(ok, bool):
-        raise BadRequest("ok: expected true or false")
+        raise ReportInvalid("ok: expected true or false")
     detail = body.get("detail")
     if detail is not None and (not isinstance(detail, str) or len(detail) > MAX_DETAIL):
-        raise BadRequest(f"detail: expected a string of at most {MAX_DETAIL} characters")
+        raise ReportInvalid(f"detail: expected a string of at most {MAX_DETAIL} characters")
     if detail is not None and not is_plain_text(detail):
         # Kept as plain text (`router-backend status` prints it on an operator's terminal):
         # a control or format character becomes U+FFFD. Taken rather than refused: a
@@ -60,6 +60,6 @@ def _etag(body: dict, field: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not ETAG_TEXT.fullmatch(value):
-        raise BadRequest(f"{field}: expected an ETag of at most {MAX_ETAG} characters, visible "
+        raise ReportInvalid(f"{field}: expected an ETag of at most {MAX_ETAG} characters, visible "
                          "ASCII (as the payload's ETag header was sent)")
     return value.removeprefix("W/").strip('"')

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from server.routers import sql as router_db
 from server.db.pool import Database
-from server.errors import BadRequest, Forbidden, Unauthorized
+from server.routers.errors import IdentityInvalid, IdentityMissing, NotAllowed
 from server.routers.registration import Registrations
 from server.web.limits import FloodLimits
 from server.routers.mac import InvalidMac, normalise_mac
@@ -31,14 +31,14 @@ def mac_from_header(headers: CIMultiDictProxy[str]) -> str:
     them picked: a proxy or client that adds its own would otherwise decide who is calling."""
     values = headers.getall(HEADER, ())
     if len(values) > 1:
-        raise BadRequest(f"{len(values)} {HEADER} headers; send exactly one")
+        raise IdentityInvalid(f"{len(values)} {HEADER} headers; send exactly one")
     value = values[0] if values else None
     if value is None or not value.strip():
-        raise Unauthorized(f"missing {HEADER} header (the router's MAC address)")
+        raise IdentityMissing(f"missing {HEADER} header (the router's MAC address)")
     try:
         return normalise_mac(value)
     except InvalidMac as error:
-        raise BadRequest(f"invalid {HEADER} header: {error}") from None
+        raise IdentityInvalid(f"invalid {HEADER} header: {error}") from None
 
 
 class RouterRegistry:
@@ -53,8 +53,8 @@ class RouterRegistry:
         self._admitted_until: dict[str, float] = {}
 
     async def admit(self, mac: str, address_of: Callable[[], str]) -> None:
-        """Register (open mode) or check (closed mode) the router; Forbidden when refused,
-        TooManyRequests when the client's address (asked for only in open mode) registered
+        """Register (open mode) or check (closed mode) the router; NotAllowed when refused,
+        RegistrationsBusy when the client's address (asked for only in open mode) registered
         too many new routers lately."""
         if self.admitted(mac):
             return
@@ -69,7 +69,7 @@ class RouterRegistry:
         elif await router_db.is_registered(self._db, mac):
             until = now + self._cache_seconds
         else:
-            raise Forbidden("router is not subscribed (registration is closed)")
+            raise NotAllowed("router is not subscribed (registration is closed)")
         self._remember(mac, until)
 
     def admitted(self, mac: str) -> bool:

@@ -22,7 +22,7 @@ from typing import Mapping
 
 from server.routers import key_sql as keys_db
 from server.db.pool import Database
-from server.errors import Conflict, Forbidden, Unauthorized
+from server.routers.errors import CredentialsWrong, EnrollmentRefused, IdentityMissing, NotAllowed
 from server.routers.registration import Registrations
 from server.web.limits import FloodLimits
 from server.metrics import Metrics
@@ -67,14 +67,14 @@ class RouterKeys:
         self._known.clear()
 
     async def check(self, headers: Mapping[str, str], address: str, mac: str) -> None:
-        """For a request `trusted` refused: Unauthorized unless its headers carry this
+        """For a request `trusted` refused: IdentityMissing or CredentialsWrong unless its headers carry this
         router's current key (then trusted for a while); 429 while the client's `address` is
         over its failed-credential limit (the attempt counted before the key is looked up)."""
         self._limits.begin_attempt(address)
         presented = bearer_token(headers)
         if presented is None:
             self._refuse(address, mac, "no key")
-            raise Unauthorized("missing router key (Authorization: Bearer <router key>)")
+            raise IdentityMissing("missing router key (Authorization: Bearer <router key>)")
         digest = key_hash(presented)
         changes = self._changes
         try:
@@ -84,7 +84,7 @@ class RouterKeys:
             raise
         if stored is None or not hmac.compare_digest(stored, digest):
             self._refuse(address, mac, "wrong key" if stored else "no key issued")
-            raise Unauthorized("invalid router key")
+            raise CredentialsWrong("invalid router key")
         self._limits.attempt_succeeded(address)
         if changes != self._changes:  # a key changed while this one was read: not kept
             return
@@ -103,18 +103,19 @@ class RouterKeys:
     async def enroll(self, headers: Mapping[str, str], address: str, mac: str, token: str,
                      registration_open: bool) -> tuple[str, keys_db.Enrollment]:
         """Issue the router's key against the fleet's enrollment token: the key, and what
-        the enrollment did. Unauthorized, Forbidden or Conflict when refused."""
+        the enrollment did. IdentityMissing, CredentialsWrong, NotAllowed or EnrollmentRefused
+        when refused."""
         self._limits.begin_attempt(address)
         if not token:
             self._limits.attempt_succeeded(address)
             self._count("enroll_refused", "enrollment of %s from %s refused: enrollment is off",
                         mac, address)
-            raise Forbidden("enrollment is off (ENROLLMENT_TOKEN is not set)")
+            raise NotAllowed("enrollment is off (ENROLLMENT_TOKEN is not set)")
         presented = bearer_token(headers) or ""
         if not hmac.compare_digest(presented.encode(), token.encode()):
             self._metrics.auth_events.labels("enroll_refused").inc()
             self._limits.credential_failed(address, f"wrong enrollment token (for {mac})")
-            raise Unauthorized("wrong enrollment token")
+            raise CredentialsWrong("wrong enrollment token")
         self._limits.attempt_succeeded(address)
         key = new_key()
         bucket = self._limits.bucket(address)
@@ -123,12 +124,12 @@ class RouterKeys:
         if not outcome.registered:
             self._count("enroll_refused", "enrollment of %s from %s refused: not subscribed",
                         mac, address)
-            raise Forbidden("router is not subscribed (registration is closed)")
+            raise NotAllowed("router is not subscribed (registration is closed)")
         if not outcome.issued:
             why = "its reset window has passed" if outcome.window_closed else "already enrolled"
             self._count("enroll_conflict", "enrollment of %s from %s refused: %s", mac,
                         address, why)
-            raise Conflict(f"this router cannot enroll: {why}; an operator can allow one "
+            raise EnrollmentRefused(f"this router cannot enroll: {why}; an operator can allow one "
                            "enrollment for a while with `router-backend subscriptions reset "
                            "MAC`")
         self._count("enrolled", "router %s enrolled from %s", mac, address, level=logging.INFO)

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from server.db.pool import Database
-from server.errors import TooManyRequests
+from server.routers.errors import RegistrationsBusy
 from server.metrics import Metrics
 from server.routers import key_sql as keys_db
 from server.routers import sql as router_db
@@ -92,7 +92,7 @@ class Registrations:
 
     async def register(self, mac: str, bucket: str) -> bool:
         """Register `mac` calling from `bucket` in the address's turn; whether it is new.
-        TooManyRequests when the address is full (a router registered before is let in)."""
+        RegistrationsBusy when the address is full (a router registered before is let in)."""
         async with self._turn(bucket) as full_for:
             if full_for:
                 if await router_db.is_registered(self._db, mac):
@@ -106,7 +106,7 @@ class Registrations:
     async def enroll(self, mac: str, digest: bytes, registration_open: bool, bucket: str
                      ) -> keys_db.Enrollment:
         """Enroll `mac` with its key's hash in the address's turn, always asked of the
-        database (a known router enrolls from a full address); TooManyRequests when a new
+        database (a known router enrolls from a full address); RegistrationsBusy when a new
         router's address is full (open mode)."""
         async with self._turn(bucket):
             outcome = await keys_db.enroll(self._db, mac, digest, registration_open, bucket,
@@ -118,16 +118,16 @@ class Registrations:
     def _turn(self, bucket: str):
         if self._gate.waiting(bucket) >= MAX_WAITING_PER_ADDRESS:
             self._metrics.limited.labels("registrations").inc()
-            raise TooManyRequests(f"too many new routers from {bucket} at once: the limit "
+            raise RegistrationsBusy(f"too many new routers from {bucket} at once: the limit "
                                   f"is {MAX_WAITING_PER_ADDRESS} waiting their turn", 1)
         return self._gate.turn(bucket)
 
-    def _full(self, bucket: str, wait_seconds: int) -> TooManyRequests:
+    def _full(self, bucket: str, wait_seconds: int) -> RegistrationsBusy:
         """The database found the address full: the gate keeps it so for `wait_seconds`."""
         self._gate.full(bucket, wait_seconds)
         return self._refused(bucket, wait_seconds)
 
-    def _refused(self, bucket: str, wait_seconds: int) -> TooManyRequests:
+    def _refused(self, bucket: str, wait_seconds: int) -> RegistrationsBusy:
         self._metrics.limited.labels("registrations").inc()
-        return TooManyRequests(f"too many new routers from {bucket}: the limit is "
+        return RegistrationsBusy(f"too many new routers from {bucket}: the limit is "
                                f"{self.per_minute} a minute", wait_seconds)
