@@ -483,6 +483,24 @@ async def test_fresh_macs_of_one_network_share_one_routers_budget(make_client, s
                          (router, f"{domain}.%")) == 100  # every name of its own (reversed)
 
 
+async def test_fresh_macs_of_one_ipv6_allocation_share_its_budgets(make_client, settings, sql):
+    """A hostile review's finding: ten fresh MACs from ten /48s of one /32 each took a budget
+    of their own. The /48s of one /32 share PER_ALLOCATION (3) budgets, as the fleet counts
+    them: six fresh MACs from six /48s add at most 900 between them at a budget of 300."""
+    client = await make_client(settings.replace(hunt_postings_per_router_day=300,
+                                                hunt_index_seconds=3600))
+    fresh = [mac(90 + n) for n in range(6)]
+    for n, router in enumerate(fresh):
+        await post_names(client, router, [f"v{n}-{k}.six.example" for k in range(250)],
+                         f"2a01:4f8:{n + 1:x}::1")
+    await indexed(client)
+    added = sql.value("SELECT sum(postings) FROM hunt_budgets WHERE mac = ANY(%s::macaddr[])",
+                      (fresh,))
+    assert 850 <= added <= 900
+    assert sql.rows("SELECT network::text, postings FROM hunt_network_budgets") == [
+        ("2a01:4f8::/32", added)]
+
+
 async def test_one_large_upload_adds_at_most_its_days_budget(make_client, settings, sql):
     """A router's first upload of the day, of 3,000 new names (review of the indexer: one
     upload of 99,000 records wrote 398,000 postings against a budget of 20,000), adds at most

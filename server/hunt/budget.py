@@ -1,8 +1,8 @@
 """What the hunt indexer lets routers add to the index in a day (HUNT_POSTINGS_PER_ROUTER_DAY),
 and who shares a budget: a router that does not count for the fleet yet (registered less
 than FLEET_MIN_ROUTER_AGE_HOURS ago, or holding a key issued since; in key mode, one without a
-key) shares one day's budget with every such router of the network its upload came from, as
-the fleet counts networks, not MACs. So 2,000 fresh MACs from one address add to the index
+key) shares one day's budget with every such router of the network its upload came from (the
+/48s of one IPv6 /32 share PER_ALLOCATION budgets), as the fleet counts networks, not MACs. So 2,000 fresh MACs from one address add to the index
 what one router may, and an established router's budget is its own."""
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ how many it could not wait for.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION
 from server.background import BackgroundTasks, pause
 from server.hunt import sql as hunt_db
 from server.db.jobs import lock_key
@@ -231,7 +233,7 @@ async def _tallied(cur, taken: list[tuple], budget: HuntBudget,
         day = utc_midnight(written_at)
         left = max(0, budget.per_router_day - shares.router_used.get((mac, day), 0))
         if shares.shares(mac, network):
-            left = min(left, shares.left[(network, day)])
+            left = min(left, shares.left[(shared_network(network), day)])
         tally = tallies[(mac, kind, received_at)] = _Tally(
             mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
         if not left:
@@ -245,6 +247,21 @@ async def _tallied(cur, taken: list[tuple], budget: HuntBudget,
     return list(tallies.values())
 
 
+def shared_network(network: str) -> str:
+    """Where a fresh router's upload network shares its budget: the network itself (an IPv4
+    /24), or for an IPv6 /48 its /32, one ISP's or tunnel broker's allocation, which gets
+    PER_ALLOCATION budgets as the fleet counts PER_ALLOCATION of its /48s (a red team's ten
+    free /48s of one /32 each took a budget of their own)."""
+    parsed = ipaddress.ip_network(network)
+    if parsed.version == 4:
+        return network
+    return str(parsed.supernet(new_prefix=ALLOCATION_PREFIX))
+
+
+def _networks_in(shared: str) -> int:
+    return 1 if ipaddress.ip_network(shared).version == 4 else PER_ALLOCATION
+
+
 class _NetworkShares:
     """A batch's fresh routers (server/hunt/budget.py) and what their networks' days have
     left, those rows locked for the transaction; after the batch's statements, each network
@@ -255,7 +272,8 @@ class _NetworkShares:
     def __init__(self, router_used: dict, fresh: set[str], used: dict, per_day: int) -> None:
         self.router_used = router_used  # (mac, day): postings before the batch
         self.fresh = fresh
-        self.left = {key: max(0, per_day - count) for key, count in used.items()}
+        self.left = {(network, day): max(0, per_day * _networks_in(network) - count)
+                     for (network, day), count in used.items()}
         self._charged_to: dict[tuple, tuple] = {}  # (mac, day): (network, day)
 
     @classmethod
@@ -269,7 +287,7 @@ class _NetworkShares:
             fresh = {mac for (mac,) in await reads.fetchall(
                 hunt_db.fresh_statement(budget.keyed),
                 {"macs": sorted(set(macs)), "min_age": budget.fresh_age})}
-        days = sorted({(row[4], utc_midnight(row[3])) for row in taken
+        days = sorted({(shared_network(row[4]), utc_midnight(row[3])) for row in taken
                        if row[0] in fresh and row[4] is not None})
         used = {}
         if days:
@@ -286,7 +304,7 @@ class _NetworkShares:
         if not self.shares(tally.mac, tally.network):
             return None
         day = utc_midnight(tally.written_at)
-        key = (tally.network, day)
+        key = (shared_network(tally.network), day)
         given = min(rows, self.left[key])
         self.left[key] -= given
         self._charged_to.setdefault((tally.mac, day), key)
