@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from server.db.pool import DatabaseUnavailable
+from server.refusal import Refusal
 
 log = logging.getLogger("router_backend.http")
 
@@ -104,7 +105,7 @@ class UnsupportedMediaType(ApiError):
 
 # A capability's own error class and the ApiError it is answered as
 # (server/handlers/domain_errors.py holds the table).
-DomainStatuses = tuple[tuple[type[Exception], type["ApiError"]], ...]
+DomainStatuses = tuple[tuple[type[Refusal], type["ApiError"]], ...]
 
 
 def api_error(error: Exception, domain: DomainStatuses = ()) -> ApiError | None:

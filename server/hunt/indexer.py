@@ -301,7 +301,7 @@ class _NetworkShares:
 
     def allowance(self, tally: _Tally, rows: int) -> int | None:
         """What the tally's statement may add: None for a router with a budget of its own."""
-        if not self.shares(tally.mac, tally.network):
+        if tally.network is None or not self.shares(tally.mac, tally.network):
             return None
         day = utc_midnight(tally.written_at)
         key = (shared_network(tally.network), day)
