@@ -119,14 +119,17 @@ def test_storage_benchmark_measures_the_agents_day():
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian package) is not installed")
 def test_flood_benchmark_keeps_each_flooder_within_its_budget_over_its_cycles():
     """bench/hunt_flood.py, small: two cycles of quiet and flooded time, fresh flooders
-    each; every flood grows the index by at most its flooders' budgets (plus one upload's
-    values, docs/security.md), and the pooled ratio is printed."""
+    each; the floods grow the index by at most the budget their network shares (plus one
+    upload's values, docs/security.md), and the pooled ratio is printed."""
     output = run_benchmark("bench.hunt_flood", "--flooders", "3", "--seconds", "2",
                            "--after", "1", "--cycles", "2", "--budget", "100")
     floods = re.findall(r"the index grew by (\d+) postings, the most one flooder posted "
                         r"(\d+) \(budget 100\)", output)
     assert len(floods) == 2, output
-    assert all(0 < int(most) <= 100 + 2_000 and int(grew) <= 3 * (100 + 2_000)
-               for grew, most in floods), output
+    # The flooders are fresh MACs of one address: they share one budget for its network
+    # across both cycles (docs/security.md), so the first cycle takes it and the second
+    # adds what is left, if anything.
+    assert 0 < int(floods[0][1]) <= 100 + 2_000, output
+    assert sum(int(grew) for grew, _ in floods) <= 100 + 2_000, output
     assert re.search(r"3 flooder\(s\) over 2 cycles: .* [\d.]+x \(the cycles' ratios "
                      r"[\d.]+, [\d.]+\)", output), output
