@@ -32,7 +32,7 @@ from server.intel.document import IntelList
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.handlers.notifications import create_notifications_app
-from server.hunt.budget import HuntBudget
+from server.hunt.config import HuntConfig
 from server.hunt.indexer import HuntIndexer
 from server.handlers import operations, router_api
 from server.handlers.operations import refresh_process_gauges
@@ -281,8 +281,8 @@ async def jobs_context(app: Resources) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     jobs = scheduled_jobs(app[DATABASE], settings, app[METRICS],
                           intel_jobs(app[DATABASE], settings))
-    indexer = HuntIndexer(app[DATABASE], HuntBudget.from_settings(settings),
-                          settings.hunt_index_seconds, settings.hunt_index_lanes, app[METRICS])
+    indexer = HuntIndexer(app[DATABASE], HuntConfig.from_settings(settings),
+                          settings.hunt_index_seconds, app[METRICS])
     indexer.start()
     try:
         yield

@@ -48,6 +48,7 @@ from server.db.pool import CONNECTIVITY_ERRORS, Database, Reads, execute, worker
 from server.metrics import Metrics
 from server.telemetry.chunks import decompress
 from server.hunt.budget import HuntBudget
+from server.hunt.config import HuntConfig
 from server.hunt.postings import POSTINGS_FREE, Postings, PostingsBudget
 from server.timestamps import utc_midnight
 
@@ -232,8 +233,8 @@ async def _tallied(cur, taken: list[tuple], budget: HuntBudget,
     for mac, kind, received_at, written_at, network, records, triples in taken:
         day = utc_midnight(written_at)
         left = max(0, budget.per_router_day - shares.router_used.get((mac, day), 0))
-        if shares.shares(mac, network):
-            left = min(left, shares.left[(shared_network(network), day)])
+        if (shared := shares.share_of(mac, network)) is not None:
+            left = min(left, shares.left[(shared, day)])
         tally = tallies[(mac, kind, received_at)] = _Tally(
             mac, written_at, network, Postings(PostingsBudget(left + POSTINGS_FREE)))
         if not left:
@@ -296,15 +297,17 @@ class _NetworkShares:
                                             "days": [day for _, day in days]})}
         return cls(router_used, fresh, used, budget.per_router_day)
 
-    def shares(self, mac: str, network: str | None) -> bool:
-        return mac in self.fresh and network is not None
+    def share_of(self, mac: str, network: str | None) -> str | None:
+        """The network whose budget the router's upload from `network` shares; None when
+        it has a budget of its own (it counts for the fleet, or the upload had no network)."""
+        return shared_network(network) if mac in self.fresh and network is not None else None
 
     def allowance(self, tally: _Tally, rows: int) -> int | None:
         """What the tally's statement may add: None for a router with a budget of its own."""
-        if tally.network is None or not self.shares(tally.mac, tally.network):
+        if (shared := self.share_of(tally.mac, tally.network)) is None:
             return None
         day = utc_midnight(tally.written_at)
-        key = (shared_network(tally.network), day)
+        key = (shared, day)
         given = min(rows, self.left[key])
         self.left[key] -= given
         self._charged_to.setdefault((tally.mac, day), key)
@@ -377,12 +380,12 @@ class HuntIndexer:
     upload indexed; a failure (the database away) tried again at the next turn, the pending
     rows kept."""
 
-    def __init__(self, db: Database, budget: HuntBudget, seconds: float, lanes: int,
+    def __init__(self, db: Database, config: HuntConfig, seconds: float,
                  metrics: Metrics) -> None:
         self._db = db
-        self._budget = budget
+        self._budget = config.budget
         self._seconds = seconds
-        self._lanes = lanes
+        self._lanes = config.lanes
         self._health = metrics.loop_health("hunt-indexer", log)
         self._tasks = BackgroundTasks()
 
