@@ -157,9 +157,14 @@ async def test_a_new_owner_is_told_only_of_what_was_seen_while_the_router_was_th
     since = sql.value("SELECT owner_since FROM routers WHERE mac = %s", (HOME,))
     await upload(client, HOME, [dns("alices-clinic.example")])
     await match_now(client.app[DATABASE], IntelConfig.from_settings(settings))
-    told = sql.rows("SELECT user_id, recipient, metadata->>'first_seen' FROM notifications")
-    assert [(user, to) for user, to, _ in told] == [("bob", "bob2@example.org")]
+    told = sql.rows("SELECT user_id, recipient, metadata->>'first_seen', metadata, message "
+                    "FROM notifications")
+    assert [(user, to) for user, to, *_ in told] == [("bob", "bob2@example.org")]
     assert datetime.fromisoformat(told[0][2]) >= since
+    # The sighting's records count alice's upload too: bob is not told that count.
+    assert sql.value("SELECT records FROM intel_sightings") == 2
+    assert told[0][3]["records"] is None
+    assert "2 records" not in told[0][4] and "not counted apart" in told[0][4]
 
 
 PAGE = b"""<!doctype html>

@@ -28,15 +28,18 @@ BATCH = 1_000
 LISTED = 10  # sightings an email names; the rest counted
 TITLE = "A threat indicator was seen at router {mac}"
 MESSAGE = ("Router {mac} exchanged traffic matching {indicator} ({kind}), listed by the threat "
-           "feed {source}: first seen {first}, last seen {last}, {records} records. Open the "
+           "feed {source}: first seen {first}, last seen {last}, {counted}. Open the "
            "router's page to see what was matched, and check the devices behind it.")
 DIGEST_TITLE = {1: "A threat indicator was seen at your routers",
                 None: "{count} threat indicators were seen at your routers"}
 DIGEST_MESSAGE = ("Your routers exchanged traffic matching indicators listed by threat feeds, "
                   "since your last email:")
 LINE = ("- {indicator} ({kind}) at router {mac}, listed by {source}: last seen {last}, "
-        "{records} records")
+        "{counted}")
 MORE = "... and {count} more: see your notifications."
+# A sighting that began before the router became its owner's: its records count the previous
+# owner's traffic too, so they are not told (the first seen told is the ownership's start).
+SINCE_YOURS = "records since the router became yours not counted apart"
 
 
 def _fields(row: tuple) -> dict:
@@ -45,8 +48,14 @@ def _fields(row: tuple) -> dict:
             "first_seen": first.isoformat(), "last_seen": last.isoformat(), "records": records}
 
 
+def _counted(fields: dict) -> str:
+    records = fields["records"]
+    return SINCE_YOURS if records is None else f"{records} records"
+
+
 def _line(fields: dict) -> str:
-    return LINE.format(mac=fields["router"], last=fields["last_seen"], **fields)
+    return LINE.format(mac=fields["router"], last=fields["last_seen"],
+                       counted=_counted(fields), **fields)
 
 
 def _listing(rows: list[tuple]) -> str:
@@ -63,7 +72,7 @@ def _notification(row: tuple, email: bool, now, also: list[tuple]) -> tuple:
     fields = _fields(row)
     user, address = row[7], row[8]
     message = MESSAGE.format(mac=fields["router"], first=fields["first_seen"],
-                             last=fields["last_seen"], **fields)
+                             last=fields["last_seen"], counted=_counted(fields), **fields)
     if email and also:
         message += f"\n\nAlso since your last email ({len(also)}):\n{_listing(also)}"
         fields["also"] = len(also)

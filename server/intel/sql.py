@@ -534,10 +534,12 @@ async def routers_without_owner(db: Database) -> list[str]:
 # Sightings not told yet nor closed, of routers with an owner, oldest first; none that ended
 # before the ownership began (before the previous owner's ended: their traffic), nor before
 # the router's current key was issued (an earlier holder's, whose enrollment an operator
-# reset); a first sighting before the ownership is told as its start.
+# reset); a first sighting before the ownership is told as its start, and its records, which
+# count the previous owner's traffic too (the index counts whole days), are not told.
 # What an owner is told of a sighting (server/intel/owners.py reads the rows in this shape).
 _TOLD_COLUMNS = """s.mac::text, s.kind, s.value, s.source,
-       greatest(s.first_seen, r.owner_since), s.last_seen, s.records, r.owner_user,
+       greatest(s.first_seen, r.owner_since), s.last_seen,
+       CASE WHEN s.first_seen < r.owner_since THEN NULL ELSE s.records END, r.owner_user,
        r.owner_email"""
 UNTOLD = f"""SELECT {_TOLD_COLUMNS}
 FROM intel_sightings s JOIN routers r USING (mac)
