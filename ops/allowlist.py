@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import operator, run_command
+from ops.command import Command, operator, run_command
 from server.tuning import allowlist_sql as allowlist_db
 from server.db.pool import Database
 from server.settings import Settings
@@ -23,21 +23,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("network", help="an address or a network in CIDR form")
     add.add_argument("--mac", help="for this router only (default: the whole fleet)")
     add.add_argument("--note", help="free text kept with the entry")
-    actions.add_parser("list", help="every entry")
+    add.set_defaults(act=_add)
+    actions.add_parser("list", help="every entry").set_defaults(act=_list)
     remove = actions.add_parser("remove", help="remove an entry by the id `list` shows")
     remove.add_argument("id", type=int)
+    remove.set_defaults(act=_remove)
 
 
-async def _run(args: argparse.Namespace, db: Database) -> int:
-    if args.action == "list":
-        print("id\tnetwork\tmac\tcreated_at\tnote")
-        for entry_id, network, mac, note, created in await allowlist_db.entries(db):
-            print(f"{entry_id}\t{network}\t{mac or 'fleet'}\t{iso_utc(created)}\t{note or ''}")
-        return 0
-    if args.action == "remove":
-        await remove_allowed(db, args.id, operator())
-        print(f"allowlist entry {args.id} removed")
-        return 0
+async def _list(args: argparse.Namespace, db: Database) -> int:
+    print("id\tnetwork\tmac\tcreated_at\tnote")
+    for entry_id, network, mac, note, created in await allowlist_db.entries(db):
+        print(f"{entry_id}\t{network}\t{mac or 'fleet'}\t{iso_utc(created)}\t{note or ''}")
+    return 0
+
+
+async def _remove(args: argparse.Namespace, db: Database) -> int:
+    await remove_allowed(db, args.id, operator())
+    print(f"allowlist entry {args.id} removed")
+    return 0
+
+
+async def _add(args: argparse.Namespace, db: Database) -> int:
     entry_id, network, mac, due = await add_allowed(db, args.network, args.mac, args.note,
                                                     operator())
     if entry_id is None:
@@ -49,4 +55,8 @@ async def _run(args: argparse.Namespace, db: Database) -> int:
 
 
 def allowlist(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda _, db: _run(args, db), settings=settings)
+    return run_command(PROG, lambda _, db: args.act(args, db), settings=settings)
+
+
+COMMAND = Command("allowlist", "networks never blocked by a router's firewall payload",
+                  add_arguments, allowlist)

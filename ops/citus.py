@@ -21,6 +21,7 @@ import time
 
 import psycopg
 
+from ops.command import Command
 from server.db.citus_nodes import (DISTRIBUTED_TABLES, CitusNotReady, add_node, distribute,
                              drain_and_remove, rebalance_status, start_rebalance)
 from server.db.lifecycle import prepare_database, reach_server
@@ -122,3 +123,7 @@ def _rebalance(location, no_wait: bool) -> int:
         print(f"\nno longer following job {job_id}: it goes on in the background; "
               f"`{PROG} rebalance` follows it again")
         return 130
+
+
+COMMAND = Command("citus", "Citus mode: distribute the per-router tables over the workers",
+                  add_arguments, citus)

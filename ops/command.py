@@ -1,27 +1,25 @@
 """What every operator command shares: settings, logging to stderr, the database for the
-length of the command, and one mapping of failures to messages and exit codes."""
+length of the command, and the commands' own failures (reported, with every process's, by
+server/process/exits.py)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
 import pwd
 import sys
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from server.db.lifecycle import open_database
-from server.db.migrate import SchemaNotReady
-from server.db.pool import Database, DatabaseUnavailable
+from server.db.pool import Database
 from server.routers.mac import InvalidMac, normalise_mac
 from server.db import service_settings
-from server.settings import (Settings, SettingsError, load_settings, unrecognised_settings,
-                             with_service_settings)
+from server.process.exits import reported
+from server.settings import Settings, load_settings, unrecognised_settings, with_service_settings
 from server.tuning.changes import BadInput, TuningRefused
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_STDOUT_CLOSED = 141  # as a shell reports a command SIGPIPE ended (128 + 13)
 
 
 class CommandError(Exception):
@@ -32,12 +30,9 @@ class UsageError(CommandError):
     """A bad argument, found once the command runs: one line, exit status 2, as argparse's."""
 
 
-def stdout_closed() -> int:
-    """The reader of standard output left (`| head`): end quietly, as a Unix tool does. What
-    is still buffered goes nowhere, so that the interpreter's last flush says nothing."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return EXIT_STDOUT_CLOSED
+# The commands' own failures, beside those every process names (server/process/exits.py).
+USAGE = (UsageError, InvalidMac, BadInput)
+FAILED = (CommandError, TuningRefused)
 
 
 def mac_argument(text: str) -> str:
@@ -72,34 +67,37 @@ async def acting_settings(prog: str, settings: Settings, db: Database) -> Settin
 
 def run_command(prog: str, body: Callable[[Settings, Database], Awaitable[int]],
                 log_level: int = logging.WARNING, settings: Settings | None = None) -> int:
+    """`body` with the settings (loaded here when not given) and the database, its failures
+    reported as server/process/exits.py reports every process's."""
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if settings is None:
-        try:
-            settings = load_settings()
-        except SettingsError as error:
-            print(f"{prog}: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        for warning in unrecognised_settings():
-            print(f"{prog}: warning: {warning}", file=sys.stderr)
 
-    async def main() -> int:
+    async def main(settings: Settings) -> int:
         async with open_database(settings) as db:
             return await body(await acting_settings(prog, settings, db), db)
 
-    try:
-        status = asyncio.run(main())
-        sys.stdout.flush()  # here, where a closed reader is seen
-        return status
-    except BrokenPipeError:
-        return stdout_closed()
-    except (UsageError, InvalidMac, BadInput) as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except (CommandError, TuningRefused, ConnectionError, DatabaseUnavailable,
-            SchemaNotReady) as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    def command() -> int:
+        return asyncio.run(main(settings if settings is not None else
+                                _loaded_settings(prog)))
+    return reported(prog, command, usage=USAGE, failed=FAILED, marker="error: ")
+
+
+def _loaded_settings(prog: str) -> Settings:
+    loaded = load_settings()
+    for warning in unrecognised_settings():
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
+    return loaded
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `router-backend` command: its name and one-line help, what registers its
+    arguments, and what runs it (ops/cli.py holds the table of them)."""
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[Settings, argparse.Namespace], int]
+
+
+def no_arguments(parser: argparse.ArgumentParser) -> None:
+    """A command of no arguments of its own."""

@@ -15,7 +15,7 @@ import re
 import secrets
 import sys
 
-from ops.command import run_command
+from ops.command import Command, run_command
 from server.console.auth import MIN_SECRET, hash_secret
 from server.console import session_sql as sessions_db
 from server.db import service_settings
@@ -121,3 +121,8 @@ async def _sessions(settings: Settings, db: Database, end: str | None) -> int:
     for name, started, seen, address, expires in await sessions_db.live(db):
         print(f"{name}\t{iso_utc(started)}\t{iso_utc(seen)}\t{address}\t{iso_utc(expires)}")
     return 0
+
+
+COMMAND = Command("console", "console sign-ins: make a CONSOLE_USERS entry; list or end "
+                  "sessions",
+                  add_arguments, console)

@@ -1,14 +1,13 @@
 """The `router-backend` command's entry point: Ctrl-C while the program is still loading its
-modules or building its parser ends it with one line, as Ctrl-C later on does (ops/cli.py),
-instead of a traceback of whichever import or call was under way."""
+modules or building its parser ends it with one line, as Ctrl-C later on does, instead of a
+traceback of whichever import or call was under way (server/process/exits.py, imported
+first: it is small)."""
 
-import sys
+from server.process.exits import reported
 
 
 def main() -> int:
-    try:
+    def run() -> int:
         from ops.cli import main as cli_main
         return cli_main()
-    except KeyboardInterrupt:
-        print("router-backend: interrupted", file=sys.stderr)
-        return 130
+    return reported("router-backend", run)

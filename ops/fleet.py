@@ -10,7 +10,7 @@ import sys
 import orjson
 
 from engine.addresses import canonical_text
-from ops.command import CommandError, run_command
+from ops.command import Command, CommandError, run_command
 from server.db.pool import Database
 from server.jobs.cron import run_job
 from server.fleet.config import FleetConfig
@@ -30,13 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("outbreaks", "signatures firing at enough networks: kept in every "
                                      "IDS payload")):
         listing = actions.add_parser(name, help=text)
+        listing.set_defaults(act=_attackers if name == "attackers" else _outbreaks)
         listing.add_argument("--json", action="store_true", help="one JSON document, every "
                              "field (the reporters kept: at most 50 per entry)")
         if name == "attackers":
             listing.add_argument("--why", metavar="ADDR", type=_address,
                                  help="one address's story: who reported it, what counted, "
                                       "which rule kept it out or listed it")
-    actions.add_parser("run", help="count the fleet's lists now")
+    actions.add_parser("run", help="count the fleet's lists now").set_defaults(act=_run_now)
 
 
 def reporters_text(entry: dict) -> str:
@@ -67,29 +68,35 @@ def outbreak_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
-async def _run(settings: Settings, args: argparse.Namespace, db: Database) -> int:
-    config = FleetConfig.from_settings(settings)
-    if args.action == "run":
-        outcome = await run_job(db, "fleet", lambda: run_fleet(db, config))
-        if outcome.status != "succeeded":
-            raise CommandError(outcome.error or "the fleet job is running in another process")
-        print(" ".join(f"{name}={value}" for name, value in outcome.detail.items()))
-        return 0
-    if args.action == "attackers" and args.why is not None:
+async def _run_now(args: argparse.Namespace, config: FleetConfig, db: Database) -> int:
+    outcome = await run_job(db, "fleet", lambda: run_fleet(db, config))
+    if outcome.status != "succeeded":
+        raise CommandError(outcome.error or "the fleet job is running in another process")
+    print(" ".join(f"{name}={value}" for name, value in outcome.detail.items()))
+    return 0
+
+
+async def _attackers(args: argparse.Namespace, config: FleetConfig, db: Database) -> int:
+    if args.why is not None:
         found = await stories(db, config, args.why)
         print("\n".join(story_lines(found[0], config)) if found else
               f"{args.why}: not reported in the last {config.window_hours} h at "
               f"severity {config.severity} or worse")
         return 0
-    read, lines = ((fleet_lists.attackers, attacker_lines) if args.action == "attackers"
-                   else (fleet_lists.outbreaks, outbreak_lines))
-    entries = await read(db)
+    entries = await fleet_lists.attackers(db)
     if args.json:
         print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode())
         return 0
-    print("\n".join(lines(entries)))
-    if args.action == "attackers":  # an empty list explains itself, beside the rows
-        print(summary_line(await stories(db, config), config), file=sys.stderr)
+    print("\n".join(attacker_lines(entries)))
+    # an empty list explains itself, beside the rows
+    print(summary_line(await stories(db, config), config), file=sys.stderr)
+    return 0
+
+
+async def _outbreaks(args: argparse.Namespace, config: FleetConfig, db: Database) -> int:
+    entries = await fleet_lists.outbreaks(db)
+    print(orjson.dumps(entries, option=orjson.OPT_INDENT_2).decode() if args.json
+          else "\n".join(outbreak_lines(entries)))
     return 0
 
 
@@ -101,4 +108,9 @@ def _address(text: str) -> str:
 
 
 def fleet(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: _run(settings, args, db), settings=settings)
+    return run_command(PROG, lambda settings, db: args.act(
+        args, FleetConfig.from_settings(settings), db), settings=settings)
+
+
+COMMAND = Command("fleet", "what the fleet sees together: its attackers and outbreaks, with "
+                  "evidence", add_arguments, fleet)

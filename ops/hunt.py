@@ -12,7 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from ops.command import EXIT_USAGE, UsageError, operator, run_command
+from ops.command import Command, UsageError, operator, run_command
+from server.process.exits import EXIT_USAGE
 from server.db.pool import Database
 from server.telemetry.indicators import (Indicator, IndicatorError, from_line, indicator,
                                          parsed)
@@ -195,3 +196,8 @@ def hunt(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     return run_command(PROG, lambda settings, db: _run(settings, args, db, indicators),
                        settings=settings)
+
+
+COMMAND = Command("hunt", "which routers saw an address, a domain, a TLS fingerprint, a "
+                  "signature or a file, and since when (recorded)",
+                  add_arguments, hunt)

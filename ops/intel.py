@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from ops.command import CommandError, UsageError, mac_argument, operator, run_command
+from ops.command import Command, CommandError, UsageError, mac_argument, operator, run_command
 from server.intel import sql as intel_db
 from server.intel.config import IntelConfig
 from server.db.pool import Database
@@ -31,6 +31,7 @@ NAME_HELP = "a name of lower-case letters, digits, '.', '_', '-' (at most 63)"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="add a feed, fetched by the intel-fetch job")
+    add.set_defaults(act=_add)
     add.add_argument("name", help=NAME_HELP)
     add.add_argument("url", nargs="?", help="http(s) URL (none: filled by `intel import`)")
     add.add_argument("--format", required=True, choices=FORMATS)
@@ -38,33 +39,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "inferred per line)")
     add.add_argument("--confidence", type=int, default=50,
                      help="0-100, for indicators the feed gives none (default 50)")
-    actions.add_parser("list", help="the feeds: last success, last error, lines refused")
+    actions.add_parser("list", help="the feeds: last success, last error, lines refused"
+                       ).set_defaults(act=_list)
     remove = actions.add_parser("remove", help="remove a feed and its indicators")
     remove.add_argument("name")
+    remove.set_defaults(act=_remove)
     shrink = actions.add_parser("may-shrink", help="whether a fetched version that drops "
                                 "most of the feed's previous one is taken (default: no)")
     shrink.add_argument("name")
     shrink.add_argument("answer", choices=("yes", "no"))
+    shrink.set_defaults(act=_may_shrink)
     fetch = actions.add_parser("fetch", help="fetch now (every feed with a URL, or one), "
                                "then retro-hunt and tell owners, as the job does")
     fetch.add_argument("name", nargs="?")
+    fetch.set_defaults(act=_fetch)
     imported = actions.add_parser("import", help="take a feed's version from a file")
     imported.add_argument("file", type=Path)
     imported.add_argument("--feed", required=True, help="the feed (added before, or added "
                           "now without a URL)")
     imported.add_argument("--format", choices=FORMATS, help="when adding the feed")
     imported.add_argument("--kind", choices=KINDS)
+    imported.set_defaults(act=_import)
     for verb, text in (("suppress", "never deliver nor sight a value, whatever feed names "
                         "it"), ("release", "deliver a value held for its prevalence")):
         decided = actions.add_parser(verb, help=text)
         decided.add_argument("value", help="KIND:VALUE, or a bare address, domain or hash, as "
                              "`hunt` takes it (KIND one of " + ", ".join(KINDS) + ")")
         decided.add_argument("--note", required=True, help="why (kept in the record)")
-    actions.add_parser("decisions", help="values suppressed, released or held")
+        decided.set_defaults(act=_decide)
+    actions.add_parser("decisions", help="values suppressed, released or held"
+                       ).set_defaults(act=_decisions)
     seen = actions.add_parser("sightings", help="which routers saw a current or past "
                               "indicator")
     seen.add_argument("--mac")
     seen.add_argument("--json", action="store_true", help="one JSON object")
+    seen.set_defaults(act=_sightings)
 
 
 def _value(text: str) -> tuple[str, str]:
@@ -118,69 +127,81 @@ def _sightings_json(rows: list[dict]) -> dict:
          "owner_told": iso_utc(s["told_at"]), "closed": s["closed"]} for s in rows]}
 
 
-async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    if not 0 <= args.confidence <= 100:
+        raise UsageError("--confidence is 0 to 100")
+    if args.url and not args.url.startswith(("http://", "https://")):
+        raise UsageError(f"{args.url[:80]!r} is not an http(s) URL")
+    if not await intel_db.add_feed(db, args.name, args.url, args.format, args.kind,
+                                   args.confidence, operator()):
+        raise CommandError(f"a feed named {args.name!r} exists")
+    print(f"feed {args.name} added; fetched by the intel-fetch job "
+          f"({settings.intel_fetch_cron_schedule}) or now by `{PROG} fetch {args.name}`"
+          if args.url else f"feed {args.name} added; fill it with `{PROG} import FILE "
+          f"--feed {args.name}`")
+    return 0
+
+
+async def _list(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    exempt = list(IntelConfig.from_settings(settings).service_networks)
+    _print_feeds(await intel_db.feeds(db), await intel_db.withheld_counts(db, exempt))
+    return 0
+
+
+async def _may_shrink(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    if not await intel_db.set_may_shrink(db, args.name, args.answer == "yes", operator()):
+        raise CommandError(f"no feed named {args.name!r}")
+    print(f"feed {args.name}: a fetched version dropping most of the previous one is "
+          + ("taken" if args.answer == "yes" else "refused, the previous one kept"))
+    return 0
+
+
+async def _remove(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    if not await intel_db.remove_feed(db, args.name, operator()):
+        raise CommandError(f"no feed named {args.name!r}")
+    print(f"feed {args.name} removed (its sightings are kept)")
+    return 0
+
+
+async def _fetch(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    if args.name:
+        await _feed(db, args.name)
     actor = operator()
-    if args.action == "add":
-        if not 0 <= args.confidence <= 100:
-            raise UsageError("--confidence is 0 to 100")
-        if args.url and not args.url.startswith(("http://", "https://")):
-            raise UsageError(f"{args.url[:80]!r} is not an http(s) URL")
-        if not await intel_db.add_feed(db, args.name, args.url, args.format, args.kind,
-                                       args.confidence, actor):
-            raise CommandError(f"a feed named {args.name!r} exists")
-        print(f"feed {args.name} added; fetched by the intel-fetch job "
-              f"({settings.intel_fetch_cron_schedule}) or now by `{PROG} fetch {args.name}`"
-              if args.url else f"feed {args.name} added; fill it with `{PROG} import FILE "
-              f"--feed {args.name}`")
-        return 0
-    if args.action == "list":
-        exempt = list(IntelConfig.from_settings(settings).service_networks)
-        _print_feeds(await intel_db.feeds(db), await intel_db.withheld_counts(db, exempt))
-        return 0
-    if args.action == "may-shrink":
-        if not await intel_db.set_may_shrink(db, args.name, args.answer == "yes", actor):
-            raise CommandError(f"no feed named {args.name!r}")
-        print(f"feed {args.name}: a fetched version dropping most of the previous one is "
-              + ("taken" if args.answer == "yes" else "refused, the previous one kept"))
-        return 0
-    if args.action == "remove":
-        if not await intel_db.remove_feed(db, args.name, actor):
-            raise CommandError(f"no feed named {args.name!r}")
-        print(f"feed {args.name} removed (its sightings are kept)")
-        return 0
-    if args.action == "fetch":
-        if args.name:
-            await _feed(db, args.name)
-        outcome = await run_job(db, "intel-fetch",  # never beside the job's own run
-                                lambda: fetch_feeds(db, IntelConfig.from_settings(settings),
-                                                    args.name, actor))
-        if outcome.status != "succeeded":
-            raise CommandError(outcome.error or "an intel fetch is running in another "
-                               "process (the intel-fetch job): try again when it is done")
-        done = outcome.detail
-        for line in done["feeds"]:
-            print(line)
-        print(f"retro-hunt: {done['retro_hunt']['hunted']:,} indicators over "
-              f"{settings.hunt_retention_days} days, {done['retro_hunt']['new_sightings']:,} "
-              f"new sightings, {done['retro_hunt']['held']:,} held; owners told: "
-              f"{done['notifications']:,} ({done['emailed']:,} emailed)")
-        return 0 if not any(": kept the previous version" in line for line in done["feeds"]) \
-            else 1
-    if args.action == "import":
-        return await _import(args, settings, db, actor)
-    if args.action in ("suppress", "release"):
-        kind, value = _value(args.value)
-        decision = {"suppress": "suppressed", "release": "released"}[args.action]
-        await intel_db.decide(db, kind, value, decision, args.note, actor)
-        print(f"{kind}:{shown(kind, value)} {decision}; every router's document follows at "
-              "its next poll")
-        return 0
-    if args.action == "decisions":
-        print("kind\tvalue\tdecision\trouters\tnote\tby\tat")
-        for kind, value, decision, routers, note, by, at in await intel_db.decisions(db):
-            print(f"{kind}\t{shown(kind, value)}\t{decision}\t{routers or ''}\t{note}\t{by}\t"
-                  f"{iso_utc(at)}")
-        return 0
+    outcome = await run_job(db, "intel-fetch",  # never beside the job's own run
+                            lambda: fetch_feeds(db, IntelConfig.from_settings(settings),
+                                                args.name, actor))
+    if outcome.status != "succeeded":
+        raise CommandError(outcome.error or "an intel fetch is running in another "
+                           "process (the intel-fetch job): try again when it is done")
+    done = outcome.detail
+    for line in done["feeds"]:
+        print(line)
+    print(f"retro-hunt: {done['retro_hunt']['hunted']:,} indicators over "
+          f"{settings.hunt_retention_days} days, {done['retro_hunt']['new_sightings']:,} "
+          f"new sightings, {done['retro_hunt']['held']:,} held; owners told: "
+          f"{done['notifications']:,} ({done['emailed']:,} emailed)")
+    return 0 if not any(": kept the previous version" in line for line in done["feeds"]) \
+        else 1
+
+
+async def _decide(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    kind, value = _value(args.value)
+    decision = {"suppress": "suppressed", "release": "released"}[args.action]
+    await intel_db.decide(db, kind, value, decision, args.note, operator())
+    print(f"{kind}:{shown(kind, value)} {decision}; every router's document follows at "
+          "its next poll")
+    return 0
+
+
+async def _decisions(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    print("kind\tvalue\tdecision\trouters\tnote\tby\tat")
+    for kind, value, decision, routers, note, by, at in await intel_db.decisions(db):
+        print(f"{kind}\t{shown(kind, value)}\t{decision}\t{routers or ''}\t{note}\t{by}\t"
+              f"{iso_utc(at)}")
+    return 0
+
+
+async def _sightings(args: argparse.Namespace, settings: Settings, db: Database) -> int:
     mac = mac_argument(args.mac) if args.mac else None
     rows = await listed_sightings(db, mac)
     if args.json:
@@ -202,8 +223,8 @@ async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> in
     return 0
 
 
-async def _import(args: argparse.Namespace, settings: Settings, db: Database,
-                  actor: str) -> int:
+async def _import(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    actor = operator()
     try:
         size = args.file.stat().st_size
         if size > settings.intel_feed_max_bytes:
@@ -230,4 +251,9 @@ async def _import(args: argparse.Namespace, settings: Settings, db: Database,
 
 
 def intel(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)
+    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
+                       settings=settings)
+
+
+COMMAND = Command("intel", "threat feeds delivered to every router and retro-hunted; their "
+                  "sightings, told to the routers' owners", add_arguments, intel)

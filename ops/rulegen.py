@@ -10,7 +10,8 @@ import argparse
 import sys
 import time
 
-from ops.command import EXIT_USAGE, CommandError, run_command
+from ops.command import CommandError, run_command
+from server.process.exits import EXIT_USAGE
 from ops.explain import explain, summary
 from ruledata.workspace import Workspace
 from server.generation import rules_sql as rules_db

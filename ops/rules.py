@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import operator, run_command
+from ops.command import Command, operator, run_command
 from server.tuning import override_sql as overrides_db
 from server.db.pool import Database
 from server.settings import Settings
@@ -29,9 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                               "classtype:NAME")
         command.add_argument("--mac", help="for this router only (default: the whole fleet)")
         command.add_argument("--note", help="free text kept with the override")
-    actions.add_parser("overrides", help="every override")
+        command.set_defaults(act=_add)
+    actions.add_parser("overrides", help="every override").set_defaults(act=_overrides)
     remove = actions.add_parser("remove", help="remove an override by the id `overrides` shows")
     remove.add_argument("id", type=int)
+    remove.set_defaults(act=_remove)
 
 
 async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> int:
@@ -43,20 +45,24 @@ async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> in
     return 0
 
 
-async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    if args.action in ("disable", "enable"):
-        return await _add(args, settings, db)
-    if args.action == "overrides":
-        print("id\taction\tselector\tmac\tcreated_at\tnote")
-        for override_id, action, selector, mac, note, created in \
-                await overrides_db.entries(db):
-            print(f"{override_id}\t{action}\t{selector}\t{mac or 'fleet'}\t{iso_utc(created)}\t"
-                  f"{note or ''}")
-        return 0
+async def _overrides(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    print("id\taction\tselector\tmac\tcreated_at\tnote")
+    for override_id, action, selector, mac, note, created in await overrides_db.entries(db):
+        print(f"{override_id}\t{action}\t{selector}\t{mac or 'fleet'}\t{iso_utc(created)}\t"
+              f"{note or ''}")
+    return 0
+
+
+async def _remove(args: argparse.Namespace, settings: Settings, db: Database) -> int:
     due = await remove_override(db, args.id, operator())
     print(f"override {args.id} removed; {due} routers made due for generation now")
     return 0
 
 
 def rules(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)
+    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
+                       settings=settings)
+
+
+COMMAND = Command("rules", "rule overrides: keep rules off or always on, fleet-wide or per "
+                  "router", add_arguments, rules)

@@ -17,7 +17,7 @@ from datetime import datetime
 
 import orjson
 
-from ops.command import run_command
+from ops.command import Command, run_command
 from server.db.pool import Database
 from server.settings import Settings
 from server.status import fleet_status
@@ -146,3 +146,8 @@ def _moment(value):
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
     return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)
+
+
+COMMAND = Command("status", "the fleet at a glance: routers, applied rules, the generation "
+                  "queue, the ruleset, telemetry, notifications",
+                  add_arguments, status)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ops.command import CommandError, UsageError, mac_argument, operator, run_command
+from ops.command import Command, CommandError, UsageError, mac_argument, operator, run_command
 from server.intel import sql as intel_db
 from server.routers import key_sql as keys_db
 from server.routers import sql as router_db
@@ -34,63 +34,76 @@ log = logging.getLogger("router_backend.trust")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="every registered router, its last activation record "
-                       "and its last telemetry upload")
+                       "and its last telemetry upload").set_defaults(act=_list)
     add = actions.add_parser("add", help="subscribe a router")
     add.add_argument("mac")
     add.add_argument("--note", help="free text kept with the subscription")
-    for parser_ in (add, owner := actions.add_parser(
-            "owner", help="who is told of the router's threat sightings (docs/intel.md)")):
-        if parser_ is owner:
-            owner.add_argument("mac")
+    owner = actions.add_parser("owner", help="who is told of the router's threat sightings "
+                               "(docs/intel.md)")
+    owner.add_argument("mac")
+    for parser_ in (add, owner):
         parser_.add_argument("--user", help="the owner's user id in the notification service")
         parser_.add_argument("--email", help="the owner's address, where sightings are emailed")
-    remove = actions.add_parser("remove", help="remove a router's subscription (and its key)")
-    remove.add_argument("mac")
-    rotate = actions.add_parser("rotate-key", help="replace a router's key; prints the new one")
-    rotate.add_argument("mac")
-    reset = actions.add_parser("reset", help="revoke a router's key so that it can enroll "
-                               "again (after a factory reset)")
-    reset.add_argument("mac")
+    add.set_defaults(act=_add)
+    owner.set_defaults(act=_set_owner)
+    for name, act, text in (
+            ("remove", _remove, "remove a router's subscription (and its key)"),
+            ("rotate-key", _rotate_key, "replace a router's key; prints the new one"),
+            ("reset", _reset, "revoke a router's key so that it can enroll again (after a "
+                              "factory reset)")):
+        one = actions.add_parser(name, help=text)
+        one.add_argument("mac")
+        one.set_defaults(act=act)
 
 
-async def _run(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    if args.action == "list":
-        rows = await router_db.list_subscriptions(db)
-        print("mac\tregistered_at\tregistered_by\tlast_activation\tlast_upload\tnote")
-        for mac, registered_at, registered_by, note, activation, upload in rows:
-            print(f"{mac}\t{iso_utc(registered_at)}\t{registered_by}\t"
-                  f"{iso_utc(activation) or 'never'}\t{iso_utc(upload) or 'never'}\t"
-                  f"{note or ''}")
-        return 0
+async def _list(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    rows = await router_db.list_subscriptions(db)
+    print("mac\tregistered_at\tregistered_by\tlast_activation\tlast_upload\tnote")
+    for mac, registered_at, registered_by, note, activation, upload in rows:
+        print(f"{mac}\t{iso_utc(registered_at)}\t{registered_by}\t"
+              f"{iso_utc(activation) or 'never'}\t{iso_utc(upload) or 'never'}\t"
+              f"{note or ''}")
+    return 0
+
+
+async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    mac, owner = mac_argument(args.mac), _owner(args)
+    new = await router_db.subscribe(db, mac, args.note)
+    print(f"{mac} subscribed" if new else f"{mac} was already registered; now operator-added")
+    if owner:
+        await intel_db.set_owner(db, mac, *owner, operator())
+        print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>")
+    if settings.router_auth == "key":
+        await _issue_key(db, mac, replace=False)
+    return 0
+
+
+async def _set_owner(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    mac, owner = mac_argument(args.mac), _owner(args) or (None, None)
+    if not await intel_db.set_owner(db, mac, *owner, operator()):
+        raise CommandError(f"{mac} is not registered")
+    print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>" if owner[0]
+          else f"{mac}: no owner; its sightings are listed for operators")
+    return 0
+
+
+async def _rotate_key(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    await _issue_key(db, mac_argument(args.mac), replace=True)
+    return 0
+
+
+async def _reset(args: argparse.Namespace, settings: Settings, db: Database) -> int:
+    mac, minutes = mac_argument(args.mac), settings.enrollment_reset_window_minutes
+    revoked = await reset_enrollment(db, mac, minutes, operator())
+    log.warning("router %s reset by an operator (key %s): it may enroll within %d "
+                "minutes", mac, "revoked" if revoked else "none", minutes)
+    print(f"{mac}: {'key revoked; ' if revoked else ''}the router may enroll within the "
+          f"next {minutes} minutes (ENROLLMENT_RESET_WINDOW_MINUTES), and only then")
+    return 0
+
+
+async def _remove(args: argparse.Namespace, settings: Settings, db: Database) -> int:
     mac = mac_argument(args.mac)
-    if args.action == "add":
-        owner = _owner(args)
-        new = await router_db.subscribe(db, mac, args.note)
-        print(f"{mac} subscribed" if new else f"{mac} was already registered; now operator-added")
-        if owner:
-            await intel_db.set_owner(db, mac, *owner, operator())
-            print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>")
-        if settings.router_auth == "key":
-            await _issue_key(db, mac, replace=False)
-        return 0
-    if args.action == "owner":
-        owner = _owner(args) or (None, None)
-        if not await intel_db.set_owner(db, mac, *owner, operator()):
-            raise CommandError(f"{mac} is not registered")
-        print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>" if owner[0]
-              else f"{mac}: no owner; its sightings are listed for operators")
-        return 0
-    if args.action == "rotate-key":
-        await _issue_key(db, mac, replace=True)
-        return 0
-    if args.action == "reset":
-        minutes = settings.enrollment_reset_window_minutes
-        revoked = await reset_enrollment(db, mac, minutes, operator())
-        log.warning("router %s reset by an operator (key %s): it may enroll within %d "
-                    "minutes", mac, "revoked" if revoked else "none", minutes)
-        print(f"{mac}: {'key revoked; ' if revoked else ''}the router may enroll within the "
-              f"next {minutes} minutes (ENROLLMENT_RESET_WINDOW_MINUTES), and only then")
-        return 0
     if not await unsubscribe(db, mac):
         raise CommandError(f"{mac} is not registered")
     log.warning("router %s removed by an operator (its key, if any, revoked)", mac)
@@ -123,4 +136,9 @@ async def _issue_key(db: Database, mac: str, replace: bool) -> None:
 
 
 def subscriptions(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: _run(args, settings, db), settings=settings)
+    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
+                       settings=settings)
+
+
+COMMAND = Command("subscriptions", "list, add or remove router subscriptions (closed mode)",
+                  add_arguments, subscriptions)

@@ -20,7 +20,7 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ops.command import CommandError, UsageError, mac_argument, run_command
+from ops.command import Command, CommandError, UsageError, mac_argument, run_command
 from server.routers import sql as router_db
 from server.db.embedded import embedded_program
 from server.db.pool import Database
@@ -157,3 +157,8 @@ def telemetry(settings: Settings, args: argparse.Namespace) -> int:
     action = ACTIONS[args.action]
     return run_command(f"{PROG} {args.action}", lambda settings, db: action(settings, args, db),
                        settings=settings)
+
+
+COMMAND = Command("telemetry", "a router's stored records (export, sql) and the compaction "
+                  "job",
+                  add_arguments, telemetry)

@@ -24,11 +24,11 @@ import sys
 from server.app import (EVERYTHING, SERVING, WORKING, Part, Resources, connections_needed,
                         contexts, create_app, resources)
 from server.db import service_settings
-from server.db.migrate import SchemaNotReady
 from server.db.service_settings import CONSOLE_SECRET_SET
 from server.logs import configure_logging
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
-from server.settings import Settings, SettingsError, load_settings, shared_with_commands
+from server.process.exits import reported
+from server.settings import Settings, load_settings, shared_with_commands
 from server.typedefs import DATABASE, IN_FLIGHT
 
 CHILDREN = {part.name: part for part in (SERVING, WORKING)}
@@ -95,22 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-tables", default="",
                         help="the flood limits' file the HTTP workers share (serving)")
     args = parser.parse_args(argv)
-    try:
+
+    def run_part() -> int:
         settings = load_settings()
         configure_logging(settings.log_config)
         part = CHILDREN[args.part]
         inherited = Inherited.from_fds(args.listen_fds, args.console_fds) \
             if part.serves else None
         return run(settings, (part,), args.metrics_dir, inherited, args.host_tables or None)
-    except SettingsError as error:
-        print(f"{parser.prog}: {error}", file=sys.stderr)
-        return 2
-    except (SchemaNotReady, OSError) as error:
-        print(f"{parser.prog}: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
+    # Ctrl-C reaches the supervisor too, which says so once.
+    return reported(parser.prog, run_part, say_interrupted=False)
 
 if __name__ == "__main__":
     sys.exit(main())
