@@ -54,6 +54,23 @@ def applied(document: dict, delta: dict) -> dict:
             "block": block}
 
 
+def follows(delta: dict, done: dict) -> bool:
+    """Whether a delta starts at the version this router holds: its ETag, and its number
+    when both are known (a gap in the numbers: the whole document is asked instead)."""
+    if delta["delta_from"] != done.get("etag", "").removeprefix("W/").strip('"'):
+        return False
+    held, start = done.get("serial"), delta.get("from_serial")
+    return held is None or start is None or held == start
+
+
+def _serial(answer, body: dict) -> int | None:
+    """The number of the version an answer holds: a delta's, or the header's."""
+    if "serial" in body:
+        return body["serial"]
+    header = answer.headers.get("document-serial", "")
+    return int(header) if header.isdigit() else None
+
+
 def checked(document: dict) -> dict:
     for name, text in document["files"].items():
         if not FILE_NAME.fullmatch(name):
@@ -117,6 +134,12 @@ class IntelUpdater:
         new_etag = answer.headers.get("etag", "")
         try:
             body = answer.json()
+            if "delta_from" in body and not follows(body, done):
+                log.warning("intel delta from version %s, this router holds %s: the whole "
+                            "document asked", body.get("from_serial"), done.get("serial"))
+                headers.pop("If-None-Match", None)
+                answer = self._client.request("GET", "/rules/intel", headers=headers)
+                new_etag, body = answer.headers.get("etag", ""), answer.json()
             document = checked(applied(held, body) if "delta_from" in body else body)
             if not _empty(document) or (held is not None and not _empty(held)):
                 self._install(document)  # (an empty list where none was: nothing to load)
@@ -128,7 +151,8 @@ class IntelUpdater:
         write_atomically(self._kept, json.dumps(document).encode(), 0o600)
         self._state.values["applied"]["intel"] = {"etag": new_etag, "at": now(),
                                                   "entries": document["entry_count"],
-                                                  "delta": "delta_from" in body}
+                                                  "delta": "delta_from" in body,
+                                                  "serial": _serial(answer, body)}
         self._state.values["failed"].pop("intel", None)
         log.info("intel document %s applied: %d entries", new_etag, document["entry_count"])
         return True, ""

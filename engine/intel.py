@@ -174,12 +174,12 @@ def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions()) -
             "rules": rules_file(set(kept)), "block": block}
 
 
-def _items(document: dict) -> set[tuple[str, str]]:
+def items(document: dict) -> set[tuple[str, str]]:
     """A document as a set of (place, item): each file's lines, each block entry."""
-    items = {(name, line) for name, text in document["files"].items()
-             for line in text.splitlines()}
-    items |= {("block", _entry_key(entry)) for entry in document["block"]}
-    return items
+    held = {(name, line) for name, text in document["files"].items()
+            for line in text.splitlines()}
+    held |= {("block", _entry_key(entry)) for entry in document["block"]}
+    return held
 
 
 def _entry_key(entry: dict) -> str:
@@ -188,7 +188,7 @@ def _entry_key(entry: dict) -> str:
 
 def changes(old: dict, new: dict) -> tuple[set, set]:
     """What `new` adds to `old` and removes from it."""
-    before, after = _items(old), _items(new)
+    before, after = items(old), items(new)
     return after - before, before - after
 
 
@@ -210,20 +210,23 @@ def composed(steps: list[tuple[set, set]]) -> tuple[set, set]:
     return added, removed
 
 
-def delta_document(since: str, new: dict, added: set, removed: set) -> dict:
+def delta_document(since: str, new: dict, added: set, removed: set,
+                   serials: tuple[int, int] | None = None) -> dict:
     """What a router holding the document `since` (its ETag) applies to hold `new`: each
     file's lines to add and remove, the block entries to add and remove, and the rules file
-    whole (a few lines)."""
+    whole (a few lines); `serials`: the numbers of the version held and of `new`
+    (server/polling/versions.py), said so that a router sees a gap."""
     blocks = {_entry_key(entry): entry for entry in new["block"]}
     files: dict[str, dict[str, list[str]]] = {}
-    for verb, items in (("add", added), ("remove", removed)):
-        for place, item in items:
+    for verb, changed in (("add", added), ("remove", removed)):
+        for place, item in changed:
             if place != "block":
                 files.setdefault(place, {"add": [], "remove": []})[verb].append(item)
     for lists in files.values():
         lists["add"].sort()
         lists["remove"].sort()
-    return {"delta_from": since, "entry_count": new["entry_count"], "files": files,
+    numbered = {} if serials is None else {"from_serial": serials[0], "serial": serials[1]}
+    return {"delta_from": since, **numbered, "entry_count": new["entry_count"], "files": files,
             "rules": new["rules"],
             "block": {"add": sorted((blocks[item] for place, item in added if place == "block"),
                                     key=lambda e: (e["family"], e["address"])),

@@ -14,7 +14,8 @@ from testkit import REPOSITORY
 # A table family, and the one folder whose code may name its tables in SQL.
 HOMES = {r"\bhunt_\w+": "server/hunt/", r"\bfleet_\w+": "server/fleet/",
          r"\bnotifications\b": "server/notify/", r"\bconsole_\w+": "server/console/",
-         r"\brouter_rules\b": "server/generation/"}
+         r"\brouter_rules\b": "server/generation/",
+         r"\bdocument_(?:versions|items)\b": "server/polling/"}
 SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|TRUNCATE|COPY|CREATE|ALTER|DROP|FROM|JOIN)\b")
 SHIPPED = ("server", "ops", "engine", "ruledata")
 NOT_CHECKED = ("bench/",)   # benchmarks build and read any table

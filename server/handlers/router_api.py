@@ -15,7 +15,7 @@ from server.generation import rules_sql as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
-from server.polling.shared_document import SharedDocument
+from server.polling.shared_document import Served, SharedDocument
 from server.routers.identity import mac_from_header
 from server.idempotency_key import idempotency_key
 from server.ingest.body import Body
@@ -27,6 +27,10 @@ from server.timestamps import iso_utc
 from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, INGESTION, METRICS,
                              ROUTER_KEYS, ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY,
                              UPLOAD_SLOTS)
+
+
+# The number of the version of the threat intelligence document an answer holds.
+SERIAL_HEADER = "Document-Serial"
 
 
 def admitted(request: web.Request) -> str | None:
@@ -193,19 +197,27 @@ async def intel(request: web.Request, mac: str) -> web.Response:
     `?delta=1` and If-None-Match naming an earlier document this process knows, what changed
     since it (docs/router-api.md). Admitted once: a delta that fell back to the whole
     document took the router's request budget twice."""
+    document = request.app[INTEL_LIST]
     if request.query.get("delta") == "1":
         named = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
-        document = request.app[INTEL_LIST]
         if len(named) == 1 and "*" not in named:
             delta = await document.delta(mac, next(iter(named)))
             if delta is not None:
                 packed, etag = delta
                 return _packed_response(request, etag, packed.packed)
-    return await _shared(request, mac, request.app[INTEL_LIST])
+    served = await document.served(mac)
+    answer = _served(request, served)
+    serial = document.serial(served)
+    if serial is not None:  # the version's number (server/polling/versions.py)
+        answer.headers[SERIAL_HEADER] = str(serial)
+    return answer
 
 
 async def _shared(request: web.Request, mac: str, document: SharedDocument) -> web.Response:
-    served = await document.served(mac)
+    return _served(request, await document.served(mac))
+
+
+def _served(request: web.Request, served: Served) -> web.Response:
     named = request.headers.get("If-None-Match")
     if named is not None and (named == served.header or not_modified(
             wanted_etags(",".join(request.headers.getall("If-None-Match"))), served.etag)):

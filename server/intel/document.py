@@ -6,31 +6,36 @@ operator's decision and a held value notify channel `intel_list`; the allowlist 
 `fleet_list`, which this document follows too. An indicator's expiry is not notified: the
 document is rebuilt at least every REBUILD_SECONDS, so an expired value leaves it then.
 
-A router holding an earlier document asks what changed since (`delta`): this process keeps
-the changes between its last HISTORY shared documents, and answers the composed change
-(engine/intel.py delta_document), packed once per earlier ETag asked. Each change is built
-at once, so every HTTP worker knows every version since it started."""
+A router holding an earlier document asks what changed since (`delta`). Each shared document
+this process builds is recorded as a numbered version in the database
+(server/polling/versions.py); the change from any version kept (KEPT_DAYS) is read from
+there, so any process on any host, after any restart, answers it, and a process's memory
+holds its current document and the deltas to it asked lately (DELTAS_KEPT), not a history.
+A delta is packed once per earlier ETag asked, in a thread. Each change is built at once, so
+that every process records and serves it soon."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections import deque
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable
 
 from engine.firewall import Exemptions
 from engine.fleet import times_written
-from engine.intel import changes, composed, delta_document, intel_document
+from engine.intel import delta_document, intel_document, items
 from server.intel import sql as intel_db
 from server.db.pool import Database, DatabaseUnavailable
+from server.polling import versions
 from server.polling.shared_document import Served, SharedDocument, served_document
 
 log = logging.getLogger("router_backend.intel")
 
 REBUILD_SECONDS = 3600.0
-HISTORY = 48  # changes of the shared document a delta may span (two days of hourly fetches)
+NAME = "intel"          # the document's name among the versions kept
+DELTAS_KEPT = 64        # deltas to the current document kept packed, by the ETag they start at
+RETRY_SECONDS = 5.0     # a version not recorded is tried again, at a delta asked, after this
 
 
 class IntelList(SharedDocument):
@@ -44,10 +49,12 @@ class IntelList(SharedDocument):
         self._max_entries = max_entries
         self._trusted_after = trusted_after
         self._keyed = keyed
-        self._previous: tuple[str, dict] | None = None  # the shared document, its ETag
-        self._history: deque = deque(maxlen=HISTORY)    # (from ETag, to ETag, changes)
-        self._deltas: dict[str, Served] = {}            # from ETag -> delta to the current
-        self._eager: asyncio.Task | None = None         # the rebuild a change started
+        self._document: dict | None = None       # the shared document, as built
+        self._made_at: datetime | None = None    # when the state it was built from was read
+        self._version: tuple[str, int] | None = None  # an ETag recorded, and its number
+        self._recorded_at = 0.0                  # the last try to record (monotonic)
+        self._deltas: dict[str, Served] = {}     # from ETag -> delta to the current
+        self._eager: asyncio.Task | None = None  # the rebuild a change started
 
     def _outdated(self) -> bool:
         return super()._outdated() or time.monotonic() - self._loaded_at > REBUILD_SECONDS
@@ -72,6 +79,7 @@ class IntelList(SharedDocument):
         entries of the last good load are kept and the failure logged: a feed must never
         stop routers from polling (GET /rules/last_updated names this document)."""
         try:
+            (made_at,) = await self._db.fetchrow("SELECT clock_timestamp()")
             rows = await intel_db.delivered(self._db, self._exempt, self._max_entries,
                                             self._trusted_after, self._keyed)
         except DatabaseUnavailable:
@@ -80,6 +88,7 @@ class IntelList(SharedDocument):
             log.exception("the threat intelligence document could not be read; the last one "
                           "is served")
             return self._state or []
+        self._made_at = made_at
         return [times_written({"kind": kind, "value": value, "expires_at": expires_at})
                 for kind, value, expires_at in rows]
 
@@ -87,31 +96,60 @@ class IntelList(SharedDocument):
         return intel_document(entries, Exemptions.of(exempt, []))
 
     def _built(self, served: Served, document: dict) -> None:
-        """The change from the previous shared document kept (HISTORY of them)."""
-        if self._previous is not None and self._previous[0] != served.etag:
-            self._history.append((self._previous[0], served.etag,
-                                  changes(self._previous[1], document)))
-        self._previous = (served.etag, document)
+        self._document = document
         self._deltas = {}
+
+    async def _reload(self) -> None:
+        await super()._reload()
+        await self._record()
+
+    async def _record(self) -> None:
+        """The shared document recorded as a version (or found recorded); a failure is
+        logged and tried again at the next delta asked."""
+        self._recorded_at = time.monotonic()
+        shared, document, made_at = self._shared, self._document, self._made_at
+        if shared is None or document is None or made_at is None:
+            return
+        try:
+            held = await asyncio.to_thread(items, document)
+            serial = await versions.record(self._db, NAME, shared.etag, held, shared.entries,
+                                           made_at)
+        except Exception as error:  # the document is served; only its deltas wait
+            log.warning("the intel document %s was not recorded as a version: %s",
+                        shared.etag, error)
+            return
+        if serial is not None:
+            self._version = (shared.etag, serial)
+        elif self._shared is shared:  # another process recorded a newer state: read it too
+            self.changed()
+
+    def serial(self, served: Served) -> int | None:
+        """The version number of `served`, when it is the shared document, recorded."""
+        version = self._version
+        return version[1] if version is not None and served is self._shared \
+            and version[0] == served.etag else None
 
     async def delta(self, mac: str, since: str) -> tuple[Served, str] | None:
         """What changed since the shared document of ETag `since`, and the ETag it leads
-        to, for a router without an allowlist of its own; None when this process does not
-        know that document (it started later, or it is older than HISTORY changes): the
-        whole document then."""
+        to, for a router without an allowlist of its own; None when that document is not a
+        version kept before this one (unknown, another document's, pruned, later than what
+        this process serves): the whole document then."""
         current = await self.served(mac)
         if mac in self._own or current is not self._shared or since == current.etag:
             return None
-        deltas = self._deltas  # a rebuild meanwhile replaces it: this one is not kept
+        if self.serial(current) is None and time.monotonic() - self._recorded_at > RETRY_SECONDS:
+            await self._record()
+        serial, document, deltas = self.serial(current), self._document, self._deltas
+        if serial is None or document is None or current is not self._shared:
+            return None
         if (known := deltas.get(since)) is not None:
             return known, current.etag
-        steps = list(self._history)
-        start = next((n for n, (before, _, _) in enumerate(steps) if before == since), None)
-        if start is None or steps[-1][1] != current.etag or self._previous[0] != current.etag:
+        start = await versions.since_serial(self._db, NAME, since, serial)
+        if start is None or start >= serial:
             return None
-        added, removed = composed([change for _, _, change in steps[start:]])
-        delta = await asyncio.to_thread(
-            served_document, delta_document(since, self._previous[1], added, removed))
-        if len(deltas) < HISTORY:
+        added, removed = await versions.changes(self._db, NAME, start, serial)
+        delta = await asyncio.to_thread(served_document, delta_document(
+            since, document, added, removed, (start, serial)))
+        if len(deltas) < DELTAS_KEPT and deltas is self._deltas:
             deltas[since] = delta
         return delta, current.etag

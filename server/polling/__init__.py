@@ -4,4 +4,5 @@ each payload's current ETag in memory, true by PostgreSQL notifications, so that
 one 304 decision and `etag_header` the one ETag format. `shared_document.py` serves a
 document every router gets the same, built once per change on the same notifications: the
 fleet's list (GET /rules/fleet, server/fleet/document.py) and the threat intelligence
-(GET /rules/intel, server/intel/document.py)."""
+(GET /rules/intel, server/intel/document.py). `versions.py` numbers a shared document's
+versions in the database, so that any process answers a delta from any version kept."""

@@ -1,0 +1,2 @@
+DROP TABLE document_items;
+DROP TABLE document_versions;
