@@ -1,11 +1,13 @@
 """The threat intelligence document's versions, numbered in the database (issue 82): a
 delta from any version kept is answered by any process, one started after the version was
 served included (a restart, another host), and is exactly the change; a version unknown,
-of another document, pruned or later than the one served gets the whole document."""
+of another document, pruned or later than the one served gets the whole document. And the
+values of one fetch do not expire together."""
 
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -17,6 +19,8 @@ from engine.intel import items
 from server.db.pool import Database
 from server.intel import sql as intel_db
 from server.intel.document import IntelList
+from server.intel.feeds import rows
+from server.intel.formats import Version
 from server.polling import versions
 from server.telemetry.indicators import feed_value
 
@@ -163,3 +167,23 @@ async def test_items_of_a_version_are_what_its_document_holds(db):
 ])
 def test_the_agent_takes_a_delta_only_from_the_version_it_holds(delta, held, follows):
     assert follows(delta, held) is follows
+
+
+def test_the_values_of_one_fetch_expire_over_days_not_at_once():
+    """A plain feed gives no expiry: its 1,000 addresses, all seen by the fetch now, expire
+    between 30 and 45 days from now, no day taking more than a tenth of them (a feed that
+    stops answering leaves the document over days); a value's expiry is its own at every
+    fetch, and a feed's own expiry is kept."""
+    now = datetime.now(timezone.utc)
+    version = Version()
+    for n in range(1_000):
+        version.add("ip", f"45.{n >> 8}.{n & 255}.9")
+    version.add("ip", "45.99.0.1", expires_at=now + timedelta(days=3))
+    taken = rows(version, 50, now)
+    lives = [(expires - now) / timedelta(days=1) for *_, expires in taken]
+    given = lives.pop()
+    assert given == pytest.approx(3)
+    assert 30 <= min(lives) and max(lives) < 45
+    per_day = Counter(int(life) for life in lives)
+    assert len(per_day) == 15 and max(per_day.values()) <= 100
+    assert rows(version, 50, now) == taken

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urljoin
@@ -26,6 +27,10 @@ log = logging.getLogger("router_backend.intel")
 EXPIRY_DAYS = {"ip": 30, "network": 30, "domain": 180, "ja3": 365, "ja4": 365, "sha256": 365,
                "md5": 365}
 LONGEST_LIFE = timedelta(days=2 * 365)
+# That life lengthened by up to this share, by value: the values of one fetch do not all
+# expire at once (a feed that stops answering leaves the document over days, not in one
+# step: CrowdSec's imported batches expired together, cs-firewall-bouncer #509).
+EXPIRY_SPREAD = 0.5
 MISP_EVENTS_MAX = 1_000  # events of a MISP feed's manifest fetched, the newest first
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -57,11 +62,18 @@ def rows(version: Version, confidence: int, now: datetime) -> list[tuple]:
     for entry in version.entries.values():
         first = min(entry.first_seen or entry.last_seen or now, now)
         last = min(max(entry.last_seen or first, first), now)
-        expires = min(entry.expires_at or last + timedelta(days=EXPIRY_DAYS[entry.kind]),
+        expires = min(entry.expires_at or last + _life(entry.kind, entry.value),
                       now + LONGEST_LIFE)
         taken.append((entry.kind, entry.value, entry.confidence if entry.confidence is not None
                       else confidence, first, last, expires))
     return taken
+
+
+def _life(kind: str, value: str) -> timedelta:
+    """A value's life when its feed gives none: EXPIRY_DAYS of its kind, lengthened by a
+    share of up to EXPIRY_SPREAD its own (the same at every fetch)."""
+    share = zlib.crc32(f"{kind}:{value}".encode()) / 2**32
+    return timedelta(days=EXPIRY_DAYS[kind] * (1 + EXPIRY_SPREAD * share))
 
 
 async def _swap(db: Database, feed: intel_db.Feed, version: Version, etag: str | None,
