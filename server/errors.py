@@ -167,9 +167,10 @@ class ErrorAnswers:
         return error_response(500, "internal server error")
 
 
-def error_middleware(retry_after_seconds: int, unavailable_status: int = 503):
+def error_middleware(retry_after_seconds: int, unavailable_status: int = 503,
+                     domain: DomainStatuses = ()):
     """A sub-application's own error answers (the notification API's 500s)."""
-    errors = ErrorAnswers(retry_after_seconds, unavailable_status)
+    errors = ErrorAnswers(retry_after_seconds, unavailable_status, domain)
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:

@@ -158,15 +158,15 @@ async def test_items_of_a_version_are_what_its_document_holds(db):
     assert len(items(whole)) == whole["entry_count"] == 2
 
 
-@pytest.mark.parametrize("delta,held,follows", [
+@pytest.mark.parametrize("delta,held,taken", [
     ({"delta_from": "abc", "from_serial": 3}, {"etag": 'W/"abc"', "serial": 3}, True),
     ({"delta_from": "abc", "from_serial": 3}, {"etag": '"abc"', "serial": 2}, False),  # a gap
     ({"delta_from": "abc", "from_serial": 3}, {"etag": '"abd"', "serial": 3}, False),
     ({"delta_from": "abc"}, {"etag": '"abc"', "serial": 3}, True),  # a server of before
     ({"delta_from": "abc", "from_serial": 3}, {"etag": '"abc"'}, True),  # an agent of before
 ])
-def test_the_agent_takes_a_delta_only_from_the_version_it_holds(delta, held, follows):
-    assert follows(delta, held) is follows
+def test_the_agent_takes_a_delta_only_from_the_version_it_holds(delta, held, taken):
+    assert follows(delta, held) is taken
 
 
 def test_the_values_of_one_fetch_expire_over_days_not_at_once():

@@ -10,6 +10,9 @@ import inspect
 from pathlib import Path
 
 from server.errors import api_error
+from server.idempotency_key import KeyInvalid
+from server.notify.fields import FieldError
+from server.notify.sends import KeyInProgress, KeyReused
 from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.ingest import errors as ingest
 from server.refusal import Refusal
@@ -43,9 +46,14 @@ def test_every_routers_refusal_has_its_status():
                         "ReportInvalid": 400, "ReportTooLarge": 413}
 
 
-def test_ingestion_and_routers_raise_no_http_error_of_their_own():
-    for path in [*(ROOT / "server" / "ingest").glob("*.py"),
-                 *(ROOT / "server" / "routers").glob("*.py")]:
+def test_no_capability_raises_an_http_error_of_its_own():
+    """Only the web faces (server/handlers, server/web, server/console, the app's assembly)
+    know HTTP statuses."""
+    faces = ("handlers", "web", "console")
+    for path in (ROOT / "server").rglob("*.py"):
+        relative = path.relative_to(ROOT / "server")
+        if relative.parts[0] in faces or relative.as_posix() in ("errors.py", "app.py"):
+            continue
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
@@ -53,3 +61,10 @@ def test_ingestion_and_routers_raise_no_http_error_of_their_own():
             elif isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
         assert "server.errors" not in imported, path
+
+
+def test_the_notification_apis_refusals_are_answered_by_the_table():
+    statuses = {cls.__name__: api_error(cls("x"), DOMAIN_STATUSES).status
+                for cls in (KeyInvalid, FieldError, KeyReused, KeyInProgress)}
+    assert statuses == {"KeyInvalid": 400, "FieldError": 400, "KeyReused": 422,
+                        "KeyInProgress": 409}

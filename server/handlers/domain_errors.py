@@ -7,7 +7,10 @@ from __future__ import annotations
 from server.errors import (BadRequest, Conflict, DomainStatuses, Forbidden, PayloadTooLarge,
                            RequestTimeout, TooManyRequests, Unauthorized, Unprocessable,
                            UnsupportedMediaType)
+from server.idempotency_key import KeyInvalid
 from server.ingest import errors as ingest
+from server.notify.fields import FieldError
+from server.notify.sends import KeyInProgress, KeyReused
 from server.routers import errors as routers
 
 DOMAIN_STATUSES: DomainStatuses = (
@@ -26,4 +29,8 @@ DOMAIN_STATUSES: DomainStatuses = (
     (routers.RegistrationsBusy, TooManyRequests),    # 429, with Retry-After
     (routers.ReportInvalid, BadRequest),             # 400
     (routers.ReportTooLarge, PayloadTooLarge),       # 413
+    (KeyInvalid, BadRequest),                        # 400
+    (FieldError, BadRequest),                        # 400, naming the field
+    (KeyReused, Unprocessable),                      # 422
+    (KeyInProgress, Conflict),                       # 409, with Retry-After
 )

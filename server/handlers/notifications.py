@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from server.notify import sql as notification_db
+from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
 from server.idempotency_key import idempotency_key
 from server.notify.fields import recipient_field, text_field
@@ -122,7 +123,8 @@ def create_notifications_app(settings: Settings, outer: Middleware) -> web.Appli
     """Errors as the seed wants them: 500 (not 503) when the database cannot be written.
     `outer`: the middleware every request of the service passes first."""
     middlewares = [outer,
-                   error_middleware(settings.db_retry_after_seconds, unavailable_status=500)]
+                   error_middleware(settings.db_retry_after_seconds, unavailable_status=500,
+                                    domain=DOMAIN_STATUSES)]
     if settings.notification_api_token:
         middlewares.append(token_middleware(settings.notification_api_token))
     app = web.Application()

@@ -18,7 +18,7 @@ import re
 from email.errors import HeaderParseError
 from email.headerregistry import HeaderRegistry
 
-from server.errors import BadRequest
+from server.refusal import Refusal
 from server.text import is_plain_text
 
 MAX_FIELD = 256
@@ -29,8 +29,8 @@ _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _HEADERS = HeaderRegistry()
 
 
-class FieldError(BadRequest):
-    """The field's value is refused (400); the message names the field and says why."""
+class FieldError(Refusal):
+    """The field's value is refused; the message names the field and says why."""
 
 
 def text_field(name: str, value: object) -> str:

@@ -22,13 +22,21 @@ from server.notify import key_sql as keys_db
 from server.notify import sql as notification_db
 from server.notify.sql import NotificationRow
 from server.db.pool import Database
-from server.errors import Conflict, Unprocessable
+from server.refusal import Refusal
 from server.idempotency_key import HEADER
 from server.notify.service import Notifier
 from server.notify.texts import NotificationType
 from server.settings import Settings
 
 WAIT_POLL_SECONDS = 0.05
+
+
+class KeyReused(Refusal):
+    """An Idempotency-Key sent before with another body."""
+
+
+class KeyInProgress(Refusal):
+    """The request holding this Idempotency-Key has not answered yet: try again soon."""
 
 
 @dataclass(frozen=True)
@@ -85,14 +93,14 @@ class Sends:
         loop = asyncio.get_running_loop()
         while (state := await keys_db.read(self._db, key, self._keep)) is not None:
             if state.fingerprint != print_:
-                raise Unprocessable(f"this {HEADER} was used with a different request body")
+                raise KeyReused(f"this {HEADER} was used with a different request body")
             if state.status is not None:
                 return Answer(state.status, state.response)
             if state.claim_expired and await keys_db.take_over(self._db, key, self._lease):
                 return await self._finish(key, await self._answer_from_record(
                     kind, state.notification_id))
             if loop.time() > deadline:
-                raise Conflict(f"a request with this {HEADER} is still in progress",
+                raise KeyInProgress(f"a request with this {HEADER} is still in progress",
                                retry_after_seconds=5)
             await asyncio.sleep(WAIT_POLL_SECONDS)
         return None
