@@ -61,12 +61,14 @@ class ServiceClient:
         self._base = config.server_url.rstrip("/")
         self._mac = config.mac
         self._timeout = config.timeout_seconds
+        self._capacity = config.capacity_header
         self.key = key
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None,
                 bearer: str | None = None) -> Answer:
-        sent = {"X-ID": self._mac, "User-Agent": "router-agent", **(headers or {})}
+        sent = {"X-ID": self._mac, "User-Agent": "router-agent",
+                "Router-Capacity": self._capacity, **(headers or {})}
         if bearer or self.key:
             sent["Authorization"] = f"Bearer {bearer or self.key}"
         request = urllib.request.Request(self._base + path, data=body, method=method,

@@ -41,6 +41,12 @@ class AgentConfig:
     intel_dir: Path | None = None           # its rules and datasets; default: beside rules_file
     nft_set_intel_v4: str = "router_backend_intel_v4"  # interval sets: networks too
     nft_set_intel_v6: str = "router_backend_intel_v6"
+    # What this router can hold of the threat intelligence, said on every request
+    # (Router-Capacity, docs/router-api.md): dataset entries its Suricata loads, the bytes
+    # it gives them (0: not said), and whether its Suricata has JA4.
+    dataset_entries: int = 10_000
+    dataset_memory_bytes: int = 0
+    ja4: bool = False
     alert_types: tuple[str, ...] = ("alert",)
     flow_types: tuple[str, ...] = ("flow", "netflow")
     # Sent to /log/cfm with the flows and stored as sent: what the fleet's hunt indexes
@@ -54,6 +60,13 @@ class AgentConfig:
     timeout_seconds: float = 30.0
     retry_max_seconds: float = 300.0
     start_delay_max_seconds: float = 30.0
+
+    @property
+    def capacity_header(self) -> str:
+        said = [f"datasets={max(0, self.dataset_entries)}", f"ja4={int(self.ja4)}"]
+        if self.dataset_memory_bytes > 0:
+            said.append(f"memory={self.dataset_memory_bytes}")
+        return ", ".join(said)
 
     @property
     def key_path(self) -> Path:

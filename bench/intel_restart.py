@@ -30,6 +30,7 @@ from testkit.database import Sql, command_env, settings_for, throwaway_database
 from testkit.server import ServerRunner, router_backend_output
 
 SAMPLE = 10  # routers whose delta is applied and compared with the whole document
+CAPACITY = "datasets=100000"  # routers that hold the whole feed (docs/router-api.md)
 
 
 def _macs(count: int) -> list[str]:
@@ -45,8 +46,8 @@ def _feed(values: int, changed: int) -> bytes:
 
 
 def _get(url: str, mac: str, etag: str | None, delta: bool) -> tuple[int, str, bytes]:
-    headers = {"X-ID": mac, "Accept-Encoding": "gzip", **({"If-None-Match": etag}
-                                                          if etag else {})}
+    headers = {"X-ID": mac, "Accept-Encoding": "gzip", "Router-Capacity": CAPACITY,
+               **({"If-None-Match": etag} if etag else {})}
     request = urllib.request.Request(f"{url}/rules/intel{'?delta=1' if delta else ''}",
                                      headers=headers)
     try:

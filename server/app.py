@@ -28,7 +28,7 @@ from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
 from server.fleet.document import FleetList
-from server.intel.document import IntelList
+from server.intel.document import IntelList, IntelLists
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.handlers.notifications import create_notifications_app
@@ -195,10 +195,9 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     fleet = app[FLEET_LIST] = FleetList(app[DATABASE], listening, app[METRICS],
                                         settings.fleet_enabled)
     fleet_config = FleetConfig.from_settings(settings)
-    intel = app[INTEL_LIST] = IntelList(app[DATABASE], listening,
-                                        list(fleet_config.service_networks),
-                                        settings.intel_max_entries, fleet_config.min_age,
-                                        fleet_config.keyed)
+    intel = app[INTEL_LIST] = IntelLists(lambda capacity: IntelList(
+        app[DATABASE], listening, list(fleet_config.service_networks), capacity,
+        fleet_config.min_age, fleet_config.keyed), settings.intel_max_entries)
     for document in (fleet, intel):  # the allowlist is in both
         feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)
     feed.follow(INTEL_LIST_CHANNEL, intel.changed, intel.changed)

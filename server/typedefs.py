@@ -5,7 +5,7 @@ from aiohttp import web
 from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
 from server.fleet.document import FleetList
-from server.intel.document import IntelList
+from server.intel.document import IntelLists
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import Ingestion
@@ -34,6 +34,6 @@ METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
 FLEET_LIST = web.AppKey("fleet_list", FleetList)
-INTEL_LIST = web.AppKey("intel_list", IntelList)
+INTEL_LIST = web.AppKey("intel_list", IntelLists)
 # What this process does: its parts (server/app.py Part, SERVING, WORKING).
 PARTS = web.AppKey("parts", tuple)

@@ -559,7 +559,7 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
                         reload_command=recorder(tmp_path, "suricata-reload"),
                         firewall_test_command=recorder(tmp_path, "nft-check"),
                         firewall_reload_command=recorder(tmp_path, "nft-load"))
-    intel_list = client.app[INTEL_LIST]
+    intel_list = client.app[INTEL_LIST].for_router(None)  # the agent's default capacity
     async with open_database(settings) as db:
         await intel_db.add_feed(db, "test-feed", None, "plain", None, 50, "test")
         feed = (await intel_db.feeds(db, "test-feed"))[0]

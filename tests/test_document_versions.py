@@ -18,6 +18,7 @@ from agent.intel import follows, applied
 from engine.intel import items
 from server.db.pool import Database
 from server.intel import sql as intel_db
+from server.intel.capacity import Capacity
 from server.intel.document import IntelList
 from server.intel.feeds import rows
 from server.intel.formats import Version
@@ -25,12 +26,13 @@ from server.polling import versions
 from server.telemetry.indicators import feed_value
 
 MAC = "02:82:00:00:00:01"
+LARGEST = Capacity(100_000, False)
 
 
 def _document_of(db: Database) -> IntelList:
     """The document as a process serves it (server/app.py), listening to nothing: every
     test says when it changed."""
-    return IntelList(db, lambda: True, [], 100_000, timedelta(hours=72), False)
+    return IntelList(db, lambda: True, [], LARGEST, timedelta(hours=72), False)
 
 
 async def _feed(db: Database, names: list[str]) -> None:
@@ -127,9 +129,10 @@ async def test_a_process_whose_state_is_older_than_the_latest_never_records_over
     await _feed(db, ["one.example"])
     older = _document_of(db)
     made_at = datetime.now(timezone.utc) - timedelta(minutes=1)
-    assert await versions.record(db, "intel", "later-etag", {("x", "y")}, 1,
+    assert await versions.record(db, LARGEST.name, "later-etag", {("x", "y")}, 1,
                                  datetime.now(timezone.utc)) == 1
-    assert await versions.record(db, "intel", "older-etag", {("x", "z")}, 1, made_at) is None
+    assert await versions.record(db, LARGEST.name, "older-etag", {("x", "z")}, 1,
+                                 made_at) is None
     assert sql.rows("SELECT serial, etag FROM document_versions") == [(1, "later-etag")]
     assert sql.rows("SELECT place, item, until_serial FROM document_items") == [
         ("x", "y", None)]

@@ -9,6 +9,7 @@ from server.errors import (BadRequest, Conflict, DomainStatuses, Forbidden, Payl
                            UnsupportedMediaType)
 from server.idempotency_key import KeyInvalid
 from server.ingest import errors as ingest
+from server.intel.capacity import CapacityInvalid
 from server.notify.fields import FieldError
 from server.notify.sends import KeyInProgress, KeyReused
 from server.routers import errors as routers
@@ -30,6 +31,7 @@ DOMAIN_STATUSES: DomainStatuses = (
     (routers.ReportInvalid, BadRequest),             # 400
     (routers.ReportTooLarge, PayloadTooLarge),       # 413
     (KeyInvalid, BadRequest),                        # 400
+    (CapacityInvalid, BadRequest),                   # 400
     (FieldError, BadRequest),                        # 400, naming the field
     (KeyReused, Unprocessable),                      # 422
     (KeyInProgress, Conflict),                       # 409, with Retry-After

@@ -122,6 +122,34 @@ def _rules(kind: str, schema: str, found: bool = True) -> dict:
                       **_router_errors(403, *((404,) if found else ()))}}}
 
 
+CAPACITY = {"name": "Router-Capacity", "in": "header", "required": False,
+            "description": "What the router can hold of the threat intelligence: "
+                           "`datasets=N, memory=BYTES, ja4=0|1`, each optional "
+                           "(docs/router-api.md); none: 10,000 entries without JA4",
+            "schema": {"type": "string", "maxLength": 200,
+                       "pattern": r"^\s*(datasets|memory|ja4)\s*=\s*[0-9]{1,15}\s*"
+                                  r"(,\s*(datasets|memory|ja4)\s*=\s*[0-9]{1,15}\s*)*$"}}
+
+
+def _intel() -> dict:
+    """GET /rules/intel: the shared-document answer, with the capacity, delta and serial."""
+    document = _rules("threat intelligence: Suricata datasets, the rules file that loads them "
+                      "and block-list entries (one document for each capacity routers name, "
+                      "less the router's own allowlist; docs/router-api.md)", "IntelDocument",
+                      found=False)
+    get = document["get"]
+    get["parameters"] = get["parameters"] + [CAPACITY, {
+        "name": "delta", "in": "query", "required": False,
+        "description": "1: what changed since the version If-None-Match names, when it is a "
+                       "version kept (7 days); else the whole document",
+        "schema": {"type": "string", "enum": ["1"]}}]
+    get["responses"]["200"]["headers"]["Document-Serial"] = {
+        "description": "the number of the version the answer holds (absent for a router's "
+                       "own copy)", "schema": {"type": "integer"}}
+    get["responses"]["400"] = _error("X-ID not a MAC address, or Router-Capacity malformed")
+    return document
+
+
 def _send(kind) -> dict:
     body_schema = {"type": "object", "required": ["userId", "recipient", kind.field],
                    "properties": {"userId": _ref("Field"),
@@ -172,8 +200,10 @@ def _paths() -> dict:
         "/log/cfm": _telemetry("Store flow metadata (EVE flow records)"),
         "/rules/last_updated": {"get": {
             "summary": "When the router's payloads last changed; records an activation",
-            "parameters": X_ID,
+            "parameters": X_ID + [CAPACITY],
             "responses": {"200": _json(_ref("LastUpdated"), "timestamps"),
+                          "400": _error("X-ID not a MAC address, or Router-Capacity "
+                                        "malformed"),
                           **_router_errors(403)}}},
         "/rules/applied": {"post": {
             "summary": "Report what the agent loaded (optional for agents); says whether those "
@@ -198,10 +228,7 @@ def _paths() -> dict:
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
         "/rules/fleet": _rules("fleet's shared block list (the same for every router, "
                                "less its own allowlist)", "FleetList", found=False),
-        "/rules/intel": _rules("threat intelligence: Suricata datasets, the rules file that "
-                               "loads them and block-list entries (the same for every router, "
-                               "less its own allowlist; docs/router-api.md)", "IntelDocument",
-                               found=False),
+        "/rules/intel": _intel(),
         "/metrics": {"get": {
             "summary": "Prometheus metrics of this process",
             "responses": {"200": {"description": "text exposition format",

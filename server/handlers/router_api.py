@@ -15,6 +15,8 @@ from server.generation import rules_sql as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
+from server.intel.capacity import HEADER as CAPACITY_HEADER
+from server.intel.document import IntelList
 from server.polling.shared_document import Served, SharedDocument
 from server.routers.identity import mac_from_header
 from server.idempotency_key import idempotency_key
@@ -139,12 +141,13 @@ async def _ingest(request: web.Request, mac: str, kind: str) -> web.Response:
 
 @for_router
 async def last_updated(request: web.Request, mac: str) -> web.Response:
+    intel_list = _intel_list(request)  # a malformed capacity refused before anything is done
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
         request.app[DATABASE], mac, address if address != "-" else None)
     request.app[TRAFFIC_TALLY].poll()
     fleet = await request.app[FLEET_LIST].served(mac)
-    intel = await request.app[INTEL_LIST].served(mac)
+    intel = await intel_list.served(mac)
     return json_response({"ids_updated_at": iso_utc(ids_at),
                           "firewall_updated_at": iso_utc(firewall_at),
                           "fleet_etag": fleet.header, "intel_etag": intel.header})
@@ -197,7 +200,7 @@ async def intel(request: web.Request, mac: str) -> web.Response:
     `?delta=1` and If-None-Match naming an earlier document this process knows, what changed
     since it (docs/router-api.md). Admitted once: a delta that fell back to the whole
     document took the router's request budget twice."""
-    document = request.app[INTEL_LIST]
+    document = _intel_list(request)
     if request.query.get("delta") == "1":
         named = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
         if len(named) == 1 and "*" not in named:
@@ -211,6 +214,11 @@ async def intel(request: web.Request, mac: str) -> web.Response:
     if serial is not None:  # the version's number (server/polling/versions.py)
         answer.headers[SERIAL_HEADER] = str(serial)
     return answer
+
+
+def _intel_list(request: web.Request) -> IntelList:
+    """The threat intelligence document of the capacity the router names."""
+    return request.app[INTEL_LIST].for_router(request.headers.get(CAPACITY_HEADER))
 
 
 async def _shared(request: web.Request, mac: str, document: SharedDocument) -> web.Response:

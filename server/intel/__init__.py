@@ -14,6 +14,7 @@
 - `jobs.py`: the intel-fetch and intel-match jobs.
 - `listing.py`: sightings as people read them (the command, the console).
 
-What routers are sent is served by server/intel/document.py (GET /rules/intel), built by
-engine/intel.py; the SQL is server/intel/sql.py.
+What routers are sent is served by server/intel/document.py (GET /rules/intel), one
+document for each capacity routers name (`capacity.py`: the Router-Capacity header), built
+by engine/intel.py; the SQL is server/intel/sql.py.
 """

@@ -26,6 +26,7 @@ from engine.firewall import Exemptions
 from engine.fleet import times_written
 from engine.intel import delta_document, intel_document, items
 from server.intel import sql as intel_db
+from server.intel.capacity import Capacity, capacity
 from server.db.pool import Database, DatabaseUnavailable
 from server.polling import versions
 from server.polling.shared_document import Served, SharedDocument, served_document
@@ -33,20 +34,22 @@ from server.polling.shared_document import Served, SharedDocument, served_docume
 log = logging.getLogger("router_backend.intel")
 
 REBUILD_SECONDS = 3600.0
-NAME = "intel"          # the document's name among the versions kept
 DELTAS_KEPT = 64        # deltas to the current document kept packed, by the ETag they start at
 RETRY_SECONDS = 5.0     # a version not recorded is tried again, at a delta asked, after this
 
 
 class IntelList(SharedDocument):
     def __init__(self, db: Database, listening: Callable[[], bool], exempt: list[str],
-                 max_entries: int, trusted_after: timedelta, keyed: bool):
-        """`exempt`: the service's own networks, never delivered; `trusted_after`: the age
-        (FLEET_MIN_ROUTER_AGE_HOURS) past which a keyed router's poll address keeps a value
-        out; `keyed`: ROUTER_AUTH=key (in mac mode no poll address does)."""
+                 capacity: Capacity, trusted_after: timedelta, keyed: bool):
+        """`exempt`: the service's own networks, never delivered; `capacity`: the size of
+        the document and whether it holds JA4 fingerprints (server/intel/capacity.py);
+        `trusted_after`: the age (FLEET_MIN_ROUTER_AGE_HOURS) past which a keyed router's
+        poll address keeps a value out; `keyed`: ROUTER_AUTH=key (in mac mode no poll
+        address does)."""
         super().__init__(db, listening)
         self._exempt = exempt
-        self._max_entries = max_entries
+        self._capacity = capacity
+        self._max_entries = capacity.entries
         self._trusted_after = trusted_after
         self._keyed = keyed
         self._document: dict | None = None       # the shared document, as built
@@ -81,7 +84,8 @@ class IntelList(SharedDocument):
         try:
             (made_at,) = await self._db.fetchrow("SELECT clock_timestamp()")
             rows = await intel_db.delivered(self._db, self._exempt, self._max_entries,
-                                            self._trusted_after, self._keyed)
+                                            self._trusted_after, self._keyed,
+                                            () if self._capacity.ja4 else ("ja4",))
         except DatabaseUnavailable:
             raise
         except Exception:
@@ -112,7 +116,7 @@ class IntelList(SharedDocument):
             return
         try:
             held = await asyncio.to_thread(items, document)
-            serial = await versions.record(self._db, NAME, shared.etag, held, shared.entries,
+            serial = await versions.record(self._db, self._capacity.name, shared.etag, held, shared.entries,
                                            made_at)
         except Exception as error:  # the document is served; only its deltas wait
             log.warning("the intel document %s was not recorded as a version: %s",
@@ -144,12 +148,35 @@ class IntelList(SharedDocument):
             return None
         if (known := deltas.get(since)) is not None:
             return known, current.etag
-        start = await versions.since_serial(self._db, NAME, since, serial)
+        start = await versions.since_serial(self._db, self._capacity.name, since, serial)
         if start is None or start >= serial:
             return None
-        added, removed = await versions.changes(self._db, NAME, start, serial)
+        added, removed = await versions.changes(self._db, self._capacity.name, start, serial)
         delta = await asyncio.to_thread(served_document, delta_document(
             since, document, added, removed, (start, serial)))
         if len(deltas) < DELTAS_KEPT and deltas is self._deltas:
             deltas[since] = delta
         return delta, current.etag
+
+
+class IntelLists:
+    """The threat intelligence documents, one for each capacity routers name
+    (server/intel/capacity.py), each made when a router first asks for it: at most
+    len(SIZES) × 2, whatever the fleet."""
+
+    def __init__(self, make: Callable[[Capacity], IntelList], max_entries: int):
+        self._make = make
+        self._max_entries = max_entries
+        self._lists: dict[Capacity, IntelList] = {}
+
+    def for_router(self, header: str | None) -> IntelList:
+        """The document for a router naming `header` (Router-Capacity, or None);
+        CapacityInvalid when the header is malformed."""
+        wanted = capacity(header, self._max_entries)
+        if (found := self._lists.get(wanted)) is None:
+            found = self._lists[wanted] = self._make(wanted)
+        return found
+
+    def changed(self, payload: str = "") -> None:
+        for document in list(self._lists.values()):
+            document.changed(payload)

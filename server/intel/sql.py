@@ -265,7 +265,7 @@ DELIVERED = f"""WITH current AS (
     SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.feed, i.confidence, i.last_seen,
            i.expires_at
     FROM intel_indicators i
-    WHERE i.expires_at > now() AND NOT {_DECIDED}
+    WHERE i.expires_at > now() AND NOT {_DECIDED} AND i.kind <> ALL(%(left_out)s::text[])
       AND (i.hunted_at IS NOT NULL OR EXISTS (SELECT 1 FROM intel_decisions d
            WHERE d.kind = i.kind AND d.value = i.value AND d.decision = 'released'))
     ORDER BY i.kind, i.value, i.confidence DESC, i.last_seen DESC),
@@ -303,13 +303,15 @@ WHERE %(keyed)s AND r.poll_address IS NOT NULL
 
 
 async def delivered(db: Database, exempt: list[str], max_entries: int,
-                    min_age: timedelta, keyed: bool) -> list[tuple]:
+                    min_age: timedelta, keyed: bool, left_out: tuple[str, ...] = ()
+                    ) -> list[tuple]:
     """What routers are sent (DELIVERED); `keyed`: ROUTER_AUTH=key, where poll addresses
-    protect their networks."""
+    protect their networks; `left_out`: kinds the routers cannot load (JA4 without it)."""
     async with db.transaction() as cur:
         await execute(cur, _POLLED, {"min_age": min_age, "keyed": keyed})
         await execute(cur, "CREATE INDEX ON intel_polled (address); ANALYZE intel_polled")
-        await execute(cur, DELIVERED, {**rails(exempt), "max": max_entries})
+        await execute(cur, DELIVERED, {**rails(exempt), "max": max_entries,
+                                       "left_out": list(left_out)})
         return await cur.fetchall()
 
 
