@@ -65,11 +65,11 @@ async def test_a_process_started_later_answers_a_delta_from_a_version_it_never_b
     await _feed(db, ["one.example", "two.example"])
     first = _document_of(db)
     held = await first.served(MAC)
-    assert first.serial(held) == 1
+    assert await first.recorded(held) == 1
     await _feed(db, ["two.example", "three.example"])
     first.changed()
     current = await first.served(MAC)
-    assert first.serial(current) == 2
+    assert await first.recorded(current) == 2
     # A restart: a new process knows nothing of version 1 but what the database keeps.
     restarted = _document_of(db)
     answer = await restarted.delta(MAC, held.etag)
@@ -119,7 +119,7 @@ async def test_a_delta_from_a_version_later_than_the_one_served_is_the_whole_doc
     await _feed(db, ["one.example", "two.example"])
     fresh = _document_of(db)
     later = await fresh.served(MAC)
-    assert fresh.serial(later) == 2
+    assert await fresh.recorded(later) == 2
     # The stale process has not heard of the change: a router holding version 2 asking it
     # gets its whole (older) document, never a delta that goes backwards.
     assert await stale.delta(MAC, later.etag) is None
@@ -137,7 +137,7 @@ async def test_a_process_whose_state_is_older_than_the_latest_never_records_over
     assert sql.rows("SELECT place, item, until_serial FROM document_items") == [
         ("x", "y", None)]
     served = await older.served(MAC)  # read now: newer than the latest, so recorded
-    assert older.serial(served) == 2
+    assert await older.recorded(served) == 2
 
 
 async def test_versions_older_than_a_week_are_pruned_with_the_items_gone_before_them(db, sql):

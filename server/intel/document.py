@@ -56,6 +56,7 @@ class IntelList(SharedDocument):
         self._made_at: datetime | None = None    # when the state it was built from was read
         self._version: tuple[str, int] | None = None  # an ETag recorded, and its number
         self._recorded_at = 0.0                  # the last try to record (monotonic)
+        self._recording: asyncio.Task | None = None  # the recording of the last rebuild
         self._deltas: dict[str, Served] = {}     # from ETag -> delta to the current
         self._eager: asyncio.Task | None = None  # the rebuild a change started
 
@@ -104,28 +105,49 @@ class IntelList(SharedDocument):
         self._deltas = {}
 
     async def _reload(self) -> None:
+        """Rebuilt, then recorded beside (polls do not wait on the versions' table; a delta
+        asked meanwhile waits for it), each version after the one before, so that none is
+        skipped."""
         await super()._reload()
-        await self._record()
+        version = (self._shared, self._document, self._made_at)
+        self._recording = asyncio.get_running_loop().create_task(
+            self._record_after(self._recording, *version))
 
-    async def _record(self) -> None:
-        """The shared document recorded as a version (or found recorded); a failure is
-        logged and tried again at the next delta asked."""
+    async def _record_after(self, previous: asyncio.Task | None, *version) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        await self._record(*version)
+
+    async def _record(self, shared: Served | None, document: dict | None,
+                      made_at: datetime | None) -> None:
+        """A version recorded (or found recorded); a failure is logged and tried again at
+        the next delta asked."""
         self._recorded_at = time.monotonic()
-        shared, document, made_at = self._shared, self._document, self._made_at
         if shared is None or document is None or made_at is None:
             return
         try:
             held = await asyncio.to_thread(items, document)
-            serial = await versions.record(self._db, self._capacity.name, shared.etag, held, shared.entries,
-                                           made_at)
+            serial = await versions.record(self._db, self._capacity.name, shared.etag, held,
+                                           shared.entries, made_at)
         except Exception as error:  # the document is served; only its deltas wait
             log.warning("the intel document %s was not recorded as a version: %s",
                         shared.etag, error)
             return
-        if serial is not None:
+        if serial is None:  # another process recorded a newer state: read it too
+            if self._shared is shared:
+                self.changed()
+        elif self._shared is shared:
             self._version = (shared.etag, serial)
-        elif self._shared is shared:  # another process recorded a newer state: read it too
-            self.changed()
+
+    async def recorded(self, served: Served) -> int | None:
+        """The version number of `served` once its recording is done (tried again when it
+        failed RETRY_SECONDS ago)."""
+        if self.serial(served) is None:
+            if self._recording is not None and not self._recording.done():
+                await asyncio.shield(self._recording)
+            elif time.monotonic() - self._recorded_at > RETRY_SECONDS:
+                await self._record(self._shared, self._document, self._made_at)
+        return self.serial(served)
 
     def serial(self, served: Served) -> int | None:
         """The version number of `served`, when it is the shared document, recorded."""
@@ -141,9 +163,8 @@ class IntelList(SharedDocument):
         current = await self.served(mac)
         if mac in self._own or current is not self._shared or since == current.etag:
             return None
-        if self.serial(current) is None and time.monotonic() - self._recorded_at > RETRY_SECONDS:
-            await self._record()
-        serial, document, deltas = self.serial(current), self._document, self._deltas
+        serial = await self.recorded(current)
+        document, deltas = self._document, self._deltas
         if serial is None or document is None or current is not self._shared:
             return None
         if (known := deltas.get(since)) is not None:
