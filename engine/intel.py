@@ -192,24 +192,6 @@ def changes(old: dict, new: dict) -> tuple[set, set]:
     return after - before, before - after
 
 
-def composed(steps: list[tuple[set, set]]) -> tuple[set, set]:
-    """Successive changes as one: an item added then removed is neither."""
-    added: set = set()
-    removed: set = set()
-    for step_added, step_removed in steps:
-        for item in step_added:
-            if item in removed:
-                removed.discard(item)
-            else:
-                added.add(item)
-        for item in step_removed:
-            if item in added:
-                added.discard(item)
-            else:
-                removed.add(item)
-    return added, removed
-
-
 def delta_document(since: str, new: dict, added: set, removed: set,
                    serials: tuple[int, int] | None = None) -> dict:
     """What a router holding the document `since` (its ETag) applies to hold `new`: each

@@ -49,7 +49,6 @@ class IntelList(SharedDocument):
         super().__init__(db, listening)
         self._exempt = exempt
         self._capacity = capacity
-        self._max_entries = capacity.entries
         self._trusted_after = trusted_after
         self._keyed = keyed
         self._document: dict | None = None       # the shared document, as built
@@ -84,7 +83,7 @@ class IntelList(SharedDocument):
         stop routers from polling (GET /rules/last_updated names this document)."""
         try:
             (made_at,) = await self._db.fetchrow("SELECT clock_timestamp()")
-            rows = await intel_db.delivered(self._db, self._exempt, self._max_entries,
+            rows = await intel_db.delivered(self._db, self._exempt, self._capacity.entries,
                                             self._trusted_after, self._keyed,
                                             () if self._capacity.ja4 else ("ja4",))
         except DatabaseUnavailable:

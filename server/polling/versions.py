@@ -30,7 +30,6 @@ KEPT_DAYS = 7  # a router away for a week still gets a delta; about 170 hourly v
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 _LATEST = """SELECT serial, etag, made_at FROM document_versions WHERE document = %s
 ORDER BY serial DESC LIMIT 1"""
-_EQUAL = """SELECT max(serial) FROM document_versions WHERE document = %s AND etag = %s"""
 _ITEMS_TABLE = """CREATE TEMPORARY TABLE version_items (place text, item text COLLATE "C")
 ON COMMIT DROP"""
 _ITEMS_COPY = "COPY version_items FROM STDIN"
@@ -76,7 +75,7 @@ async def record(db: Database, document: str, etag: str, items: set[tuple[str, s
         if latest is not None and latest[1] == etag:
             return latest[0]
         if latest is not None and latest[2] >= made_at:
-            await execute(cur, _EQUAL, (document, etag))
+            await execute(cur, _SINCE, (document, etag, latest[0]))
             equal = await cur.fetchone()
             return None if equal is None else equal[0]
         serial = 1 if latest is None else latest[0] + 1

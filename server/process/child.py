@@ -106,5 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C reaches the supervisor too, which says so once.
     return reported(parser.prog, run_part, say_interrupted=False)
 
+
 if __name__ == "__main__":
     sys.exit(main())
