@@ -23,9 +23,10 @@ setup(
         "prometheus-client>=0.20",
         "cronsim>=2.6",  # the jobs' schedules (server/jobs/cron.py) and their validation
         "pebble>=5.0",  # generation workers: a wall-clock limit per call (engine/pool.py)
-        "zstandard>=0.22",
-        "numpy>=1.26",  # the packed hunt index's columns (server/hunt/blocks.py)  # telemetry chunks (server/telemetry/chunks.py)
+        "zstandard>=0.22",  # telemetry chunks (server/telemetry/chunks.py)
+        "numpy>=1.26",  # the packed hunt index's columns (server/hunt/blocks.py)
         "aiohttp-jinja2>=1.6",  # the console's pages (server/console/)
+        "tzdata>=2024.1",  # owners' time zones (server/reports/schedule.py) where the OS has none
         "psutil>=6.0",  # is a postmaster.pid's server alive (server/db/embedded.py); drills
     ],
     extras_require={

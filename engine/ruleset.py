@@ -71,6 +71,12 @@ def usable_rules(version_dir: Path, manifest: dict) -> Iterator[dict]:
                 yield rule
 
 
+def signature_names(version_dir: Path) -> dict[int, str]:
+    """Each usable rule's message by its sid, as reports name a signature."""
+    return {rule["sid"]: rule["msg"] for rule in usable_rules(version_dir,
+                                                             published_manifest(version_dir))}
+
+
 def load_ruleset(version_dir: Path) -> Ruleset:
     """Load a published ruleset (`versions/<stamp>`, or `current` resolved by the caller)."""
     manifest = published_manifest(version_dir)

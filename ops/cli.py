@@ -10,7 +10,8 @@ import logging
 import sys
 
 from ops import (allowlist, backup, citus, console, dbshell, fleet, hunt, intel, migrate,
-                 restore, retention, rules, serve, status, subscriptions, telemetry)
+                 reports, restore, retention, rules, serve, status, subscriptions,
+                 telemetry)
 from server import SERVICE_VERSION
 from server.logs import configure_logging
 from server.process.exits import reported
@@ -21,7 +22,7 @@ log = logging.getLogger("router_backend.settings")
 # In the order `--help` lists them.
 COMMANDS = tuple(module.COMMAND for module in (
     serve, migrate, retention, subscriptions, status, rules, allowlist, fleet, hunt, intel,
-    telemetry, console, citus, backup, restore, dbshell))
+    reports, telemetry, console, citus, backup, restore, dbshell))
 # Commands that pass what they do not know on (to psql).
 PASSING_ON = {("dbshell", None), ("telemetry", "sql")}
 

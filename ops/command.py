@@ -11,6 +11,7 @@ import os
 import pwd
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
 from server.db.lifecycle import open_database
@@ -41,6 +42,16 @@ def mac_argument(text: str) -> str:
         return normalise_mac(text)
     except InvalidMac as error:
         raise UsageError(str(error)) from None
+
+
+def moment(text: str) -> datetime:
+    """A time given on the command line (ISO 8601; UTC when it names no zone)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a time such as 2026-11-25T14:30:00Z, "
+                                         f"got {text!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def operator() -> str:

@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ops.command import Command
+from ops.command import Command, moment
 from ops.pg_backup import (BackupError, database_has_tables, load, program, recover,
                            recreate_database)
 from server.db.embedded import EmbeddedPostgres
@@ -43,15 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=moment, default=None,
                         help="with --base: replay the archive up to this time (ISO 8601; "
                              "UTC when it names no zone), not to its end")
-
-
-def moment(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a time such as 2026-11-25T14:30:00Z, "
-                                         f"got {text!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def restore(settings: Settings, args: argparse.Namespace) -> int:

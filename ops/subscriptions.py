@@ -8,7 +8,9 @@ within ENROLLMENT_RESET_WINDOW_MINUTES and only then: nobody else holding the fl
 enroll it later on. A key is printed once: only its hash is stored. Every server process
 forgets a rotated or revoked key at once (notified by the database); a removed router's
 registration within ROUTER_CACHE_SECONDS. A router's owner (`--user`, `--email`: the
-notification service's user and address) is told of its threat sightings (docs/intel.md)."""
+notification service's user and address) is told of its threat sightings (docs/intel.md)
+and gets a weekly report of all their routers (`--weekly on|off`, `--weekly-at`, `--zone`:
+docs/notification-api.md); given alone, these change the current owner's report only."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from server.routers import sql as router_db
 from server.db.pool import Database
 from server.notify.fields import FieldError, recipient_field, text_field
 from server.removal import unsubscribe
+from server.reports.choices import change_schedule
+from server.reports.schedule import ScheduleInvalid
 from server.routers.keys import key_hash, new_key
 from server.settings import Settings
 from server.tuning.changes import reset_enrollment
@@ -39,8 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("mac")
     add.add_argument("--note", help="free text kept with the subscription")
     owner = actions.add_parser("owner", help="who is told of the router's threat sightings "
-                               "(docs/intel.md)")
+                               "(docs/intel.md) and gets its weekly report "
+                               "(docs/notification-api.md)")
     owner.add_argument("mac")
+    owner.add_argument("--weekly", choices=("on", "off"),
+                       help="the owner's weekly report of all their routers on or off")
+    owner.add_argument("--weekly-at", metavar="'DAY HH:00'",
+                       help="when the owner's weekly report comes, e.g. 'mon 08:00' "
+                            "(default: mon 08:00)")
+    owner.add_argument("--zone", help="the time zone of --weekly-at, e.g. Europe/Prague "
+                                      "(default: UTC)")
     for parser_ in (add, owner):
         parser_.add_argument("--user", help="the owner's user id in the notification service")
         parser_.add_argument("--email", help="the owner's address, where sightings are emailed")
@@ -79,12 +91,31 @@ async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> in
 
 
 async def _set_owner(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    mac, owner = mac_argument(args.mac), _owner(args) or (None, None)
-    if not await intel_db.set_owner(db, mac, *owner, operator()):
-        raise CommandError(f"{mac} is not registered")
-    print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>" if owner[0]
-          else f"{mac}: no owner; its sightings are listed for operators")
+    mac, owner = mac_argument(args.mac), _owner(args)
+    scheduling = any(value is not None for value in (args.weekly, args.weekly_at, args.zone))
+    if owner is not None or not scheduling:  # the report's options alone keep the owner
+        user, email = owner or (None, None)
+        if not await intel_db.set_owner(db, mac, user, email, operator()):
+            raise CommandError(f"{mac} is not registered")
+        print(f"{mac}: sightings told to {user} <{email}>" if user
+              else f"{mac}: no owner; its sightings are listed for operators")
+    if scheduling:
+        await _schedule(db, mac, args)
     return 0
+
+
+async def _schedule(db: Database, mac: str, args: argparse.Namespace) -> None:
+    registered, user = await intel_db.owner_of(db, mac)
+    if not registered:
+        raise CommandError(f"{mac} is not registered")
+    if user is None:
+        raise UsageError(f"{mac} has no owner: give --user and --email too")
+    weekly = None if args.weekly is None else args.weekly == "on"
+    try:
+        schedule = await change_schedule(db, user, weekly, args.weekly_at, args.zone)
+    except ScheduleInvalid as error:
+        raise UsageError(str(error)) from None
+    print(f"{user}: weekly report {'every ' + schedule.described if schedule.weekly else 'off'}")
 
 
 async def _rotate_key(args: argparse.Namespace, settings: Settings, db: Database) -> int:

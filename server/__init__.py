@@ -12,7 +12,9 @@ importing only the layers below it (the `server-layers` contract of .importlinte
 3. `typedefs.py`: the application's typed keys.
 4. What reads across capabilities: `status.py` (the fleet at a glance, each capability's
    part), `jobs/` (the cron runner and the scheduled jobs: preprocess, partitions,
-   retention, compaction), `removal.py` (a router removed from every capability at once).
+   retention, compaction), `removal.py` (a router removed from every capability at once),
+   `reports/` (each owner's weekly report of their routers: alerts, sightings, rules,
+   contact, read from the summaries of telemetry, intel, generation and routers).
 5. The capabilities, each above those it uses:
    - `intel/` (threat intelligence: feeds retro-hunted over the hunt index, sightings told
      to owners through notifications) and `ingest/` (streamed telemetry ingestion, each

@@ -44,6 +44,7 @@ from server.ingest.tally import TrafficTally
 from server.web.host_buckets import map_table_file
 from server.web.limits import HOST_TABLES, FloodLimits
 from server.intel.jobs import intel_jobs
+from server.reports.jobs import report_jobs
 from server.jobs import MOST_JOBS
 from server.fleet.config import FleetConfig
 from server.jobs.schedule import scheduled_jobs
@@ -279,7 +280,8 @@ async def jobs_context(app: Resources) -> AsyncIterator[None]:
     """The scheduled jobs and the hunt indexer's loop."""
     settings = app[SETTINGS]
     jobs = scheduled_jobs(app[DATABASE], settings, app[METRICS],
-                          intel_jobs(app[DATABASE], settings))
+                          intel_jobs(app[DATABASE], settings)
+                          + report_jobs(app[DATABASE], settings))
     indexer = HuntIndexer(app[DATABASE], HuntConfig.from_settings(settings),
                           settings.hunt_index_seconds, app[METRICS])
     indexer.start()

@@ -526,6 +526,11 @@ class Settings:
         "How long the answer to a send with an "
         "`Idempotency-Key` is kept: a repeat within this time gets the same answer and "
         "sends nothing.")
+    weekly_reports_cron_schedule: str = _notifications("5 * * * *", _cron_or_off,
+        "Cron spec of the job sending each router "
+        "owner's weekly report at the weekday and hour they chose (default Monday 08:00 "
+        "UTC; docs/notification-api.md); `off`: none is sent unless an operator runs "
+        "`router-backend reports weekly`.")
     # Retention and partitions
     data_retention_enabled: bool = _retention("false", _boolean,
         "true enables scheduled deletion of old "

@@ -259,11 +259,13 @@ NO_PREPROCESS_AT_START = {"RULE_PREPROCESS_AT_START": "false"}
 
 def settings_for(location: DatabaseLocation, data_dir: Path, **overrides: str) -> Settings:
     """Settings as a test uses them: this database, a private DATA_DIR, short database
-    timeouts, no generation queue unless asked for, flood limits raised, and the hunt index
+    timeouts, no generation queue unless asked for, flood limits raised, the hunt index
     packed only when a test packs it (the job's hourly tick, caught up at start, would hold
-    the packing lock while the test asks for a packing: `hunt compact` runs the same code)."""
+    the packing lock while the test asks for a packing: `hunt compact` runs the same code),
+    and the weekly reports made only when a test makes them (`reports weekly`)."""
     environ = {**database_env(location), "DATA_DIR": str(data_dir), "DB_TIMEOUT_SECONDS": "5",
                "RULE_GENERATION_ENABLED": "false", "HUNT_COMPACT_CRON_SCHEDULE": "0 0 1 1 *",
+               "WEEKLY_REPORTS_CRON_SCHEDULE": "off",
                **NO_FLOOD_LIMITS, **NO_PREPROCESS_AT_START, **LOOPBACK_PROXY, **overrides}
     return load_settings(environ, env_file=None)
 

@@ -42,8 +42,9 @@ MORE = "... and {count} more: see your notifications."
 SINCE_YOURS = "records since the router became yours not counted apart"
 
 
-def _fields(row: tuple) -> dict:
-    mac, kind, value, source, first, last, records, _, _ = row
+def sighting_fields(row: tuple) -> dict:
+    """A sighting as an owner is told it (a row of sql.py `_TOLD_COLUMNS`)."""
+    mac, kind, value, source, first, last, records = row[:7]
     return {"indicator": shown(kind, value), "kind": kind, "source": source, "router": mac,
             "first_seen": first.isoformat(), "last_seen": last.isoformat(), "records": records}
 
@@ -60,7 +61,7 @@ def _line(fields: dict) -> str:
 
 def _listing(rows: list[tuple]) -> str:
     """Every sighting of an email, LISTED of them by name and the rest counted."""
-    lines = [_line(_fields(row)) for row in rows[:LISTED]]
+    lines = [_line(sighting_fields(row)) for row in rows[:LISTED]]
     if len(rows) > LISTED:
         lines.append(MORE.format(count=len(rows) - LISTED))
     return "\n".join(lines)
@@ -69,7 +70,7 @@ def _listing(rows: list[tuple]) -> str:
 def _notification(row: tuple, email: bool, now, also: list[tuple]) -> tuple:
     """A sighting's notification: in the feed only, or emailed with `also` (the owner's other
     sightings since their last email) listed after it."""
-    fields = _fields(row)
+    fields = sighting_fields(row)
     user, address = row[7], row[8]
     message = MESSAGE.format(mac=fields["router"], first=fields["first_seen"],
                              last=fields["last_seen"], counted=_counted(fields), **fields)
@@ -85,7 +86,8 @@ def _notification(row: tuple, email: bool, now, also: list[tuple]) -> tuple:
 def _digest(rows: list[tuple], now) -> tuple:
     """One email of an owner's sightings told in their feed since their last email."""
     user, address = rows[0][7], rows[0][8]
-    metadata = {"sightings": [_fields(row) for row in rows[:LISTED]], "count": len(rows)}
+    metadata = {"sightings": [sighting_fields(row) for row in rows[:LISTED]],
+                "count": len(rows)}
     title = DIGEST_TITLE.get(len(rows), DIGEST_TITLE[None]).format(count=len(rows))
     return (str(uuid.uuid4()), user, TYPE, "email", title,
             f"{DIGEST_MESSAGE}\n{_listing(rows)}", "pending", address,

@@ -526,6 +526,12 @@ async def set_owner(db: Database, mac: str, user: str | None, email: str | None,
     return True
 
 
+async def owner_of(db: Database, mac: str) -> tuple[bool, str | None]:
+    """Whether `mac` is registered, and its owner's user id (None: no owner)."""
+    row = await db.fetchone("SELECT owner_user FROM routers WHERE mac = %s", (mac,))
+    return (False, None) if row is None else (True, row[0])
+
+
 async def routers_without_owner(db: Database) -> list[str]:
     """Routers with a sighting nobody can be told of."""
     return [mac for (mac,) in await db.fetchall(
@@ -572,3 +578,19 @@ WHERE (s.mac, s.kind, s.value) IN (
 
 # A router removed (server/removal.py): its sightings.
 FORGET_ROUTER = "DELETE FROM intel_sightings WHERE mac = %(mac)s"
+# The sightings of the routers %(macs)s active in [%(start)s, %(end)s), as owners are told
+# them (the current ownership's, not a router key's earlier holder's), SIGHTINGS_LISTED a
+# router newest first, each with its router's count: for the owners' reports
+# (server/reports/).
+SIGHTINGS_LISTED = 5
+SIGHTED_BETWEEN = f"""SELECT * FROM (
+    SELECT {_TOLD_COLUMNS}, count(*) OVER (PARTITION BY s.mac) AS sightings,
+           row_number() OVER (PARTITION BY s.mac ORDER BY s.last_seen DESC, s.kind, s.value)
+               AS place
+    FROM intel_sightings s JOIN routers r USING (mac)
+    WHERE s.mac = ANY(%(macs)s::macaddr[]) AND s.closed_at IS NULL
+      AND s.last_seen >= %(start)s AND s.first_seen < %(end)s
+      AND s.last_seen >= coalesce(r.owner_since, '-infinity')
+      AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
+                      AND k.issued_at > s.last_seen)) listed
+WHERE place <= {SIGHTINGS_LISTED}"""

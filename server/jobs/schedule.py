@@ -35,7 +35,7 @@ def scheduled_jobs(db: Database, settings: Settings, metrics: Metrics,
     HUNT_COMPACT_CRON_SCHEDULE; activations older than a week rolled up
     by day every hour; the fleet's lists on FLEET_CRON_SCHEDULE (FLEET_ENABLED); retention when
     DATA_RETENTION_ENABLED is true; `more` (name, cron spec, function), the jobs of the
-    capabilities above this one (threat intelligence); a tick missed while the service was down runs once at
+    capabilities above this one (threat intelligence, the owners' reports); a tick missed while the service was down runs once at
     start-up."""
     jobs = CronJobs(db, settings.job_retry_delay_seconds, settings.job_retry_attempts, metrics)
 

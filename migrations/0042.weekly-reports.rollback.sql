@@ -1,0 +1,2 @@
+DROP TABLE weekly_reports;
+DROP TABLE owner_reports;
