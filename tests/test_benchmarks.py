@@ -133,3 +133,10 @@ def test_flood_benchmark_keeps_each_flooder_within_its_budget_over_its_cycles():
     assert sum(int(grew) for grew, _ in floods) <= 100 + 2_000, output
     assert re.search(r"3 flooder\(s\) over 2 cycles: .* [\d.]+x \(the cycles' ratios "
                      r"[\d.]+, [\d.]+\)", output), output
+
+
+def test_weekly_reports_benchmark_reports_every_owner_once():
+    output = run_benchmark("bench.weekly_reports", "--routers", "600", "--hourly-rows", "2",
+                           "--big-owner", "100")
+    made = re.search(r"weekly reports: ([\d,]+) made for ([\d,]+) routers", output)
+    assert made and made.groups() == ("251", "600"), output

@@ -64,10 +64,17 @@ def _reporters(keyed: bool) -> str:
 
 
 _PUBLIC = "{0} IS NOT NULL AND NOT {0} <<= ANY(%(not_public)s::inet[])"
-# The external endpoint of an alert as engine/firewall.py blocks it: the source when it is
-# public, else the destination (NULL: an alert between two local addresses).
-_ENDPOINT = (f"CASE WHEN {_PUBLIC.format('a.src_ip')} THEN a.src_ip "
-             f"WHEN {_PUBLIC.format('a.dest_ip')} THEN a.dest_ip END")
+
+
+def endpoint(otherwise: str = "NULL") -> str:
+    """SQL: the external endpoint of the alert row `a` as engine/firewall.py blocks it: the
+    source when it is public, else the destination when it is, else `otherwise` (NULL: an
+    alert between two local addresses); %(not_public)s is NOT_PUBLIC."""
+    return (f"CASE WHEN {_PUBLIC.format('a.src_ip')} THEN a.src_ip "
+            f"WHEN {_PUBLIC.format('a.dest_ip')} THEN a.dest_ip ELSE {otherwise} END")
+
+
+_ENDPOINT = endpoint()
 
 
 _SEEN_FROM = f"""FROM telemetry_alerts a JOIN ({{reporters}}) r USING (mac)
@@ -321,14 +328,13 @@ async def outbreaks(db: Database) -> list[dict]:
 def reports_statement(keyed: bool) -> str:
     """Every address reported in the window, with each reporting router, its network and
     whether it may count (old enough, keyed when `keyed`): what explains the list."""
-    endpoint = (f"CASE WHEN {_PUBLIC.format('a.src_ip')} THEN a.src_ip "
-                f"WHEN {_PUBLIC.format('a.dest_ip')} THEN a.dest_ip ELSE a.src_ip END")
+    either = endpoint("a.src_ip")
     return f"""SELECT host(address), mac::text, network::text, bool_or(may_count)
-FROM (SELECT {endpoint} AS address, a.mac, a.network, r.mac IS NOT NULL AS may_count
+FROM (SELECT {either} AS address, a.mac, a.network, r.mac IS NOT NULL AS may_count
       FROM telemetry_alerts a LEFT JOIN ({_reporters(keyed)}) r USING (mac)
       WHERE {HOURS_IN_WINDOW} AND a.severity <= %(severity)s
         AND coalesce(a.src_ip, a.dest_ip) IS NOT NULL
-        AND (%(address)s::inet IS NULL OR {endpoint} = %(address)s::inet)) reported
+        AND (%(address)s::inet IS NULL OR {either} = %(address)s::inet)) reported
 GROUP BY address, mac, network"""
 
 

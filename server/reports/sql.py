@@ -8,6 +8,7 @@ from datetime import datetime
 
 from engine.addresses import NOT_PUBLIC
 from server.db.pool import Database, execute
+from server.fleet.sql import endpoint
 from server.generation.applied_sql import RULES_STATE
 from server.intel.sql import SIGHTED_BETWEEN
 from server.reports.schedule import Schedule
@@ -40,11 +41,9 @@ SELECT * FROM unnest(%(users)s::text[], %(ends)s::timestamptz[], %(ids)s::uuid[]
 ON CONFLICT DO NOTHING RETURNING user_id"""
 
 # A batch's alerts, by (router, what, key): what is `severity`, `remote` (the side of the
-# alert that is not the router's own network: the destination when the source is not
-# public and the destination is) or `signature`, the last two TOP a router, the most first.
-_REMOTE = """CASE WHEN a.src_ip <<= ANY(%(not_public)s::inet[])
-                   AND NOT a.dest_ip <<= ANY(%(not_public)s::inet[])
-              THEN a.dest_ip ELSE a.src_ip END"""
+# alert outside the home, as the fleet counts it: the public one, the source when both or
+# neither are) or `signature`, the last two TOP a router, the most first.
+_REMOTE = endpoint("a.src_ip")
 ALERT_FIGURES = f"""WITH a AS MATERIALIZED (SELECT * FROM {ALERTS_BETWEEN} alerts),
 ranked AS (
     SELECT mac, 'remote' AS what, host({_REMOTE}) AS key, sum(alerts) AS n,
