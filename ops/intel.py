@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 
 from ops.command import Command, CommandError, UsageError, mac_argument, operator, run_command
+from server.feedback import sql as marks_db
 from server.intel import sql as intel_db
 from server.intel.config import IntelConfig
 from server.db.pool import Database
@@ -21,7 +22,7 @@ from server.jobs.cron import run_job
 from server.intel.listing import sightings as listed_sightings
 from engine.intel import shown
 from server.settings import Settings
-from server.telemetry.indicators import IndicatorError, feed_value, parsed
+from server.intel.values import ValueInvalid, written_value
 from server.timestamps import iso_utc
 
 PROG = "router-backend intel"
@@ -77,23 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> tuple[str, str]:
-    """A value as every command writes one: `KIND:VALUE` (md5 and any network a feed may name
-    included), or `KIND VALUE` or a bare address, domain or hash, as `hunt` takes it; its
-    stored form."""
-    kind, sep, value = text.partition(":")
-    if not (sep and kind in KINDS):  # (a hunt refuses networks a feed may name: a /3)
-        try:
-            wanted = parsed(text)
-        except IndicatorError as error:
-            raise UsageError(f"{error} (KIND one of {', '.join(KINDS)})") from None
-        kind, value = wanted.kind, wanted.value
-    if kind not in KINDS:
-        raise UsageError(f"{text[:80]!r}: a {kind} is no threat feed's value (KIND one of "
-                         f"{', '.join(KINDS)})")
-    stored = feed_value(kind, value)
-    if stored is None:
-        raise UsageError(f"{value[:80]!r} is not a {kind}")
-    return kind, stored
+    try:
+        return written_value(text)
+    except ValueInvalid as error:
+        raise UsageError(str(error)) from None
 
 
 async def _feed(db: Database, name: str) -> intel_db.Feed:
@@ -107,16 +95,20 @@ def _counted(counts: dict[str, int]) -> str:
     return ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items()))
 
 
-def _print_feeds(feeds: list[intel_db.Feed], withheld: dict[str, dict[str, int]]) -> None:
+def _print_feeds(feeds: list[intel_db.Feed], withheld: dict[str, dict[str, int]],
+                 sighted: dict[str, int], marked: dict[str, int]) -> None:
+    """Each feed, and beside what it gives (its routers' sightings) what it costs: the
+    sightings their owners marked not an attack."""
     print("feed\tformat\tindicators\tlines\trefused\twithheld\tlast_success\tlast_error\t"
-          "url")
+          "url\tsightings\tnot_an_attack")
     for feed in feeds:
         refusals, kept_back = _counted(feed.refusals), withheld.get(feed.name, {})
         print(f"{feed.name}\t{feed.format}\t{feed.indicators}\t{feed.lines}\t{feed.refused}"
               f"{f' ({refusals})' if refusals else ''}\t{sum(kept_back.values())}"
               f"{f' ({_counted(kept_back)})' if kept_back else ''}\t"
               f"{iso_utc(feed.succeeded_at) or 'never'}\t{feed.error or ''}\t"
-              f"{feed.url or '(imported)'}")
+              f"{feed.url or '(imported)'}\t{sighted.get(feed.name, 0)}\t"
+              f"{marked.get(feed.name, 0)}")
 
 
 def _sightings_json(rows: list[dict]) -> dict:
@@ -144,7 +136,8 @@ async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> in
 
 async def _list(args: argparse.Namespace, settings: Settings, db: Database) -> int:
     exempt = list(IntelConfig.from_settings(settings).service_networks)
-    _print_feeds(await intel_db.feeds(db), await intel_db.withheld_counts(db, exempt))
+    _print_feeds(await intel_db.feeds(db), await intel_db.withheld_counts(db, exempt),
+                 await intel_db.sightings_by_feed(db), await marks_db.by_feed(db))
     return 0
 
 

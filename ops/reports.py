@@ -10,7 +10,7 @@ import argparse
 
 from ops.command import Command, moment, run_command
 from server.db.pool import Database
-from server.reports.jobs import names_from
+from server.reports.jobs import SignatureNames
 from server.reports.weekly import send_weekly_reports
 from server.settings import Settings
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _weekly(args: argparse.Namespace, settings: Settings, db: Database) -> int:
-    done = await send_weekly_reports(db, names_from(settings.rule_data_path),
+    done = await send_weekly_reports(db, SignatureNames(settings.rule_data_path),
                                      users=args.user, week_end=args.week_ending)
     if done.get("elsewhere"):
         print("reports: the weekly-reports job is running in another process; nothing done")

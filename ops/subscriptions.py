@@ -105,7 +105,7 @@ async def _set_owner(args: argparse.Namespace, settings: Settings, db: Database)
 
 
 async def _schedule(db: Database, mac: str, args: argparse.Namespace) -> None:
-    registered, user = await intel_db.owner_of(db, mac)
+    registered, user, _ = await intel_db.owner_of(db, mac)
     if not registered:
         raise CommandError(f"{mac} is not registered")
     if user is None:

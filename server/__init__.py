@@ -14,7 +14,9 @@ importing only the layers below it (the `server-layers` contract of .importlinte
    part), `jobs/` (the cron runner and the scheduled jobs: preprocess, partitions,
    retention, compaction), `removal.py` (a router removed from every capability at once),
    `reports/` (each owner's weekly report of their routers: alerts, sightings, rules,
-   contact, read from the summaries of telemetry, intel, generation and routers).
+   contact, read from the summaries of telemetry, intel, generation and routers),
+   `feedback/` (owners' marks "not an attack": the router's allowlist, overrides and
+   sightings, and the fleet's holds by the networks marking a value).
 5. The capabilities, each above those it uses:
    - `intel/` (threat intelligence: feeds retro-hunted over the hunt index, sightings told
      to owners through notifications) and `ingest/` (streamed telemetry ingestion, each

@@ -645,6 +645,17 @@ class Settings:
         "MAC uploads as that router, so the fleet's attackers list is empty unless this "
         "is true (outbreaks are still counted): set it only on a network where every "
         "router is yours (docs/rules.md).")
+    false_positive_networks: int = _fleet("5", _integer(2, 1000),
+        "Reporter networks (a /24, or a /48 and at "
+        "most 3 of one IPv6 /32) whose routers' owners marked a threat feed's value \"not "
+        "an attack\" before it is held for an operator (`intel decisions`), as a value "
+        "seen by too much of the fleet is; a signature so marked is listed as a candidate "
+        "to disable (`router-backend feedback`). Only routers that count for the fleet "
+        "(FLEET_MIN_ROUTER_AGE_HOURS, keyed) count.")
+    false_positive_marks_per_router_day: int = _fleet("50", _integer(1, 10_000),
+        "Marks \"not an attack\" an owner may "
+        "make of one router in a day (each is an allowlist entry or an override of its "
+        "own); past it, 429.")
     fleet_max_entries: int = _fleet("10000", _integer(1),
         "Most addresses in the fleet's list (the most widely "
         "reported first).")

@@ -4,12 +4,15 @@ shape). A subclass is listed before its base."""
 
 from __future__ import annotations
 
-from server.errors import (BadRequest, Conflict, DomainStatuses, Forbidden, PayloadTooLarge,
-                           RequestTimeout, TooManyRequests, Unauthorized, Unprocessable,
-                           UnsupportedMediaType)
+from server.errors import (BadRequest, Conflict, DomainStatuses, Forbidden, NotFound,
+                           PayloadTooLarge, RequestTimeout, TooManyRequests, Unauthorized,
+                           Unprocessable, UnsupportedMediaType)
 from server.idempotency_key import KeyInvalid
 from server.ingest import errors as ingest
+from server.feedback import marks
 from server.intel.capacity import CapacityInvalid
+from server.intel.values import ValueInvalid
+from server.reports.schedule import ScheduleInvalid
 from server.notify.fields import FieldError
 from server.notify.sends import KeyInProgress, KeyReused
 from server.routers import errors as routers
@@ -35,4 +38,10 @@ DOMAIN_STATUSES: DomainStatuses = (
     (FieldError, BadRequest),                        # 400, naming the field
     (KeyReused, Unprocessable),                      # 422
     (KeyInProgress, Conflict),                       # 409, with Retry-After
+    (marks.NotYours, NotFound),                      # 404, whether another's or none
+    (marks.MarkNotFound, NotFound),                  # 404
+    (marks.MarkInvalid, BadRequest),                 # 400
+    (marks.MarksExhausted, TooManyRequests),         # 429, with Retry-After
+    (ScheduleInvalid, BadRequest),                   # 400
+    (ValueInvalid, BadRequest),                      # 400
 )

@@ -3,9 +3,7 @@ docs/notification-api.md and the OpenAPI document)."""
 
 from __future__ import annotations
 
-import re
 
-import orjson
 from aiohttp import web
 
 from server.notify import sql as notification_db
@@ -13,6 +11,8 @@ from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.errors import BadRequest, NotFound, Unauthorized, error_middleware, json_response
 from server.idempotency_key import idempotency_key
 from server.notify.fields import recipient_field, text_field
+from server.handlers.owners import owner_routes
+from server.handlers.reading import json_object, paging
 from server.notify.records import feed_item_json, record_json, with_deliveries_json
 from server.notify.sends import fingerprint
 from server.notify.texts import TYPES, NotificationType
@@ -21,22 +21,9 @@ from server.web.routes import Middleware, add_routes
 from server.settings import Settings
 from server.typedefs import DATABASE, SENDS
 
-DEFAULT_LIMIT, MAX_LIMIT = 20, 100
-
-
-async def _json_object(request: web.Request) -> dict:
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        raise BadRequest("body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
-    return body
-
-
 def send_handler(kind: NotificationType):
     async def handler(request: web.Request) -> web.Response:
-        body = await _json_object(request)
+        body = await json_object(request)
         key = idempotency_key(request.headers)
         user_id = text_field("userId", body.get("userId"))
         recipient = recipient_field(body.get("recipient"))
@@ -84,23 +71,8 @@ def _read_filter(request: web.Request) -> bool | None:
     return raw == "true"
 
 
-def _paging(request: web.Request) -> tuple[int, int]:
-    def number(name: str, default: int, low: int, high: int | None) -> int:
-        raw = request.query.get(name)
-        if raw is None:
-            return default
-        if not re.fullmatch(r"\d{1,9}", raw):
-            raise BadRequest(f"{name} must be a whole number")
-        value = int(raw)
-        if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise BadRequest(f"{name} must be {bound}")
-        return value
-    return number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT), number("offset", 0, 0, None)
-
-
 async def user_notifications(request: web.Request) -> web.Response:
-    limit, offset = _paging(request)
+    limit, offset = paging(request)
     feed = await notification_db.user_feed(request.config_dict[DATABASE],
                                            request.match_info["userId"], limit, offset,
                                            _read_filter(request))
@@ -134,5 +106,6 @@ def create_notifications_app(settings: Settings, outer: Middleware) -> web.Appli
         web.get("/notifications/{notificationId:[0-9a-fA-F-]{32,36}}", one_notification),
         web.put("/notifications/{notificationId}/read", mark_read),
         web.get("/workflow/users/{userId}/notifications", user_notifications),
-        web.put("/workflow/users/{userId}/notifications/read", mark_all_read)], *middlewares)
+        web.put("/workflow/users/{userId}/notifications/read", mark_all_read)]
+        + owner_routes(settings), *middlewares)
     return app

@@ -128,7 +128,6 @@ def _intel() -> dict:
                       "and block-list entries (one document for each capacity routers name, "
                       "less the router's own allowlist; docs/router-api.md)", "IntelDocument",
                       found=False)
-    get = document["get"]
     # Router-Capacity and ?delta=1 (docs/router-api.md) are left out, as ?delta was: their
     # grammar is more than a schema says (each name once, ja4 0 or 1; any other delta is
     # the whole document), and a fuzzer's schema-valid value refused would read as a defect.
@@ -259,11 +258,80 @@ def _paths() -> dict:
             {"name": "userId", "in": "path", "required": True, "schema": {"type": "string"}}],
         "responses": {"200": _json(_ref("MarkedAllRead"), "how many were unread"),
                       **_notification_errors(404)}}}
+    api.update(_owners())
     for item in api.values():
         for operation in item.values():
             operation["security"] = [{}, {"bearer": []}]
-            operation["tags"] = ["notifications"]
+            operation.setdefault("tags", ["notifications"])
     return {**paths, **api}
+
+
+def _owners() -> dict:
+    """The owners' API (server/handlers/owners.py): every route names a user and, but for
+    two, one of their routers (404 when it is not theirs or not at all)."""
+    user = {"name": "userId", "in": "path", "required": True,
+            "schema": {"type": "string", "maxLength": 256}}
+    router = [user, {"name": "mac", "in": "path", "required": True,
+                     "schema": {"type": "string", "maxLength": 64}}]
+    page = [{"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
+            {"name": "offset", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999,
+                        "default": 0}}]
+    answer = {"type": "object"}
+    base = "/api/owners/{userId}/routers/{mac}"
+
+    def read(summary: str, parameters: list, statuses=(400, 404)) -> dict:
+        return {"summary": summary, "parameters": parameters, "tags": ["owners"],
+                "responses": {"200": _json(answer, "found"),
+                              **_notification_errors(*statuses)}}
+
+    mark_body = {"type": "object", "required": ["what", "value"], "properties": {
+        "what": {"type": "string", "enum": ["address", "signature", "sighting"]},
+        "value": {"type": "string", "minLength": 1, "maxLength": 300,
+                  "description": "an address; a signature's sid; a sighting's markValue"},
+        "note": {"type": "string", "nullable": True, "maxLength": 500}}}
+    schedule_body = {"type": "object", "properties": {
+        "weekly": {"type": "boolean"},
+        "at": {"type": "string", "maxLength": 40, "description": "e.g. 'mon 08:00'"},
+        "zone": {"type": "string", "maxLength": 64, "description": "e.g. Europe/Prague"}}}
+    return {
+        "/api/owners/{userId}/routers": {"get": read("The user's routers", [user], (404,))},
+        f"{base}/summary": {"get": read("The router's figures of the last day or week, as "
+                                        "the weekly report gives them", router + [
+            {"name": "period", "in": "query", "required": False,
+             "schema": {"type": "string", "enum": ["week", "day"], "default": "week"}}])},
+        f"{base}/alerts": {"get": read("The router's hourly alert summaries of the last 30 "
+                                       "days (as far back as kept), newest first", router + page)},
+        f"{base}/sightings": {"get": read("The router's threat sightings of the last 30 days, "
+                                          "newest first", router + page)},
+        f"{base}/false-positives": {
+            "get": read("The owner's marks 'not an attack' of the router, newest first",
+                        router + page),
+            "post": {"summary": "Mark an address, a signature or a sighting 'not an "
+                                "attack' for this router (again: the mark stored)",
+                     "parameters": router, "tags": ["owners"],
+                     "requestBody": {"required": True, "content": {
+                         "application/json": {"schema": mark_body}}},
+                     "responses": {"200": _json(answer, "marked already: that mark"),
+                                   "201": _json(answer, "marked"),
+                                   "429": _error("the router's marks of the day are used up",
+                                                 retry=True),
+                                   **_notification_errors(400, 404)}}},
+        f"{base}/false-positives/{{markId}}": {"delete": {
+            "summary": "Undo a mark", "tags": ["owners"],
+            "parameters": router + [{"name": "markId", "in": "path", "required": True,
+                                     "schema": {"type": "integer", "minimum": 1,
+                                                "maximum": 10**17}}],
+            "responses": {"200": _json(_ref("Message"), "undone"),
+                          **_notification_errors(400, 404)}}},
+        "/api/owners/{userId}/weekly-report": {"put": {
+            "summary": "The user's weekly report on or off, and when", "tags": ["owners"],
+            "parameters": [user],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": schedule_body}}},
+            "responses": {"200": _json(answer, "the schedule now"),
+                          **_notification_errors(400, 404)}}}}
 
 
 def _schemas() -> dict:

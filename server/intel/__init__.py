@@ -13,6 +13,7 @@
 - `config.py`: the settings the capability uses, taken once from `Settings`.
 - `jobs.py`: the intel-fetch and intel-match jobs.
 - `listing.py`: sightings as people read them (the command, the console).
+- `values.py`: a value as people write it (`KIND:VALUE`, or bare) read into its stored form.
 
 What routers are sent is served by server/intel/document.py (GET /rules/intel), one
 document for each capacity routers name (`capacity.py`: the Router-Capacity header), built

@@ -526,10 +526,12 @@ async def set_owner(db: Database, mac: str, user: str | None, email: str | None,
     return True
 
 
-async def owner_of(db: Database, mac: str) -> tuple[bool, str | None]:
-    """Whether `mac` is registered, and its owner's user id (None: no owner)."""
-    row = await db.fetchone("SELECT owner_user FROM routers WHERE mac = %s", (mac,))
-    return (False, None) if row is None else (True, row[0])
+async def owner_of(db: Database, mac: str) -> tuple[bool, str | None, datetime | None]:
+    """Whether `mac` is registered, its owner's user id (None: no owner), and since when
+    the router is theirs (None: since before any other owner)."""
+    row = await db.fetchone("SELECT owner_user, owner_since FROM routers WHERE mac = %s",
+                            (mac,))
+    return (False, None, None) if row is None else (True, row[0], row[1])
 
 
 async def routers_without_owner(db: Database) -> list[str]:
@@ -594,3 +596,76 @@ SIGHTED_BETWEEN = f"""SELECT * FROM (
       AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
                       AND k.issued_at > s.last_seen)) listed
 WHERE place <= {SIGHTINGS_LISTED}"""
+
+
+# --- Owners' marks of a sighting as not an attack (server/feedback/) ---
+
+FALSE_POSITIVE_WHY = "not an attack (its owner)"
+OWNERS = "owners"  # who decided a value held by owners' marks (intel_decisions.decided_by)
+
+
+async def sighting_source(db: Database, mac: str, kind: str, value: str) -> str | None:
+    """The feed of the router's sighting of (kind, value); None when it has none."""
+    row = await db.fetchone("SELECT source FROM intel_sightings WHERE mac = %s AND kind = %s "
+                            "AND value = %s", (mac, kind, value))
+    return None if row is None else row[0]
+
+
+async def close_as_false_positive(cur, mac: str, kind: str, value: str, closed: bool) -> None:
+    """The sighting closed as not an attack, or (`closed` False) reopened when it was."""
+    if closed:
+        await execute(cur, "UPDATE intel_sightings SET closed_at = now(), closed_why = %s "
+                           "WHERE mac = %s AND kind = %s AND value = %s AND closed_at IS NULL",
+                      (FALSE_POSITIVE_WHY, mac, kind, value))
+    else:
+        await execute(cur, "UPDATE intel_sightings SET closed_at = NULL, closed_why = NULL "
+                           "WHERE mac = %s AND kind = %s AND value = %s AND closed_why = %s",
+                      (mac, kind, value, FALSE_POSITIVE_WHY))
+
+
+async def hold_for_owners(cur, kind: str, value: str, networks: int | None) -> None:
+    """The value held for an operator as marked not an attack by owners of `networks`
+    networks (an operator's decision, or a hold of the job's, stays as it is); with None,
+    that hold lifted (marks undone)."""
+    if networks is None:
+        await execute(cur, "DELETE FROM intel_decisions WHERE kind = %s AND value = %s "
+                           "AND decision = 'held' AND decided_by = %s", (kind, value, OWNERS))
+        if cur.rowcount:
+            await log(cur, OWNERS, "hold lifted", {"kind": kind, "value": value})
+            await execute(cur, CHANGED)
+        return
+    note = f"marked not an attack by owners on {networks} networks"
+    await execute(cur, "INSERT INTO intel_decisions (kind, value, decision, note, decided_by) "
+                       "VALUES (%s, %s, 'held', %s, %s) ON CONFLICT (kind, value) DO UPDATE "
+                       "SET note = excluded.note WHERE intel_decisions.decided_by = %s",
+                  (kind, value, note, OWNERS, OWNERS))
+    if cur.rowcount:
+        await log(cur, OWNERS, "held", {"kind": kind, "value": value, "note": note})
+        await execute(cur, CHANGED)
+
+
+# One router's sightings of the current ownership, last seen from %(since)s, newest first,
+# paged (the frontend's API), with why each was closed (NULL: open).
+_SIGHTINGS_OF = f"""FROM intel_sightings s JOIN routers r USING (mac)
+WHERE s.mac = %(mac)s AND s.last_seen >= %(since)s
+  AND s.last_seen >= coalesce(r.owner_since, '-infinity')
+  AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac
+                  AND k.issued_at > s.last_seen)"""
+SIGHTINGS_PAGE = f"""SELECT {_TOLD_COLUMNS}, s.closed_why {_SIGHTINGS_OF}
+ORDER BY s.last_seen DESC, s.kind, s.value LIMIT %(limit)s OFFSET %(offset)s"""
+SIGHTINGS_COUNT = f"SELECT count(*) {_SIGHTINGS_OF}"
+
+
+async def sightings_page(db: Database, mac: str, since: datetime, limit: int,
+                         offset: int) -> tuple[list[tuple], int]:
+    names = {"mac": mac, "since": since, "limit": limit, "offset": offset}
+    async with db.snapshot() as reads:
+        rows = await reads.fetchall(SIGHTINGS_PAGE, names)
+        (total,) = (await reads.fetchall(SIGHTINGS_COUNT, names))[0]
+    return rows, total
+
+
+async def sightings_by_feed(db: Database) -> dict[str, int]:
+    """The sightings each feed's values made (the feed that named a value first)."""
+    return dict(await db.fetchall("SELECT source, count(*) FROM intel_sightings "
+                                  "GROUP BY source"))

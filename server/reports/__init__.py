@@ -8,4 +8,5 @@ routers did, through the notification service (type `weekly_report`).
 - `figures.py`: a router's week and an owner's, bounded, as the metadata holds them;
 - `texts.py`: the title and the plain-text message;
 - `weekly.py`: the run that makes every due report, once;
-- `jobs.py`: the scheduled job."""
+- `summary.py`: one router's day or week, as the owners' API answers it;
+- `jobs.py`: the scheduled job, and the signatures' names."""

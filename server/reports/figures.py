@@ -19,6 +19,16 @@ MAX_NAME = 120
 SEVERITIES = {"1": "high", "2": "medium", "3": "low"}  # Suricata's: 1 is the most severe
 
 
+def ownership_start(start: datetime, end: datetime, owner_since: datetime | None) -> datetime:
+    """Where a router's period [start, end) starts for its owner: `start`, or the first
+    whole hour of the ownership when it began later (the summaries are hourly: the hour of
+    the change is nobody's, as docs/intel.md says of its second)."""
+    if owner_since is None or owner_since <= start:
+        return start
+    hour = owner_since.replace(minute=0, second=0, microsecond=0)
+    return min(end, hour if hour == owner_since else hour + timedelta(hours=1))
+
+
 def _empty(mac: str) -> dict:
     return {"mac": mac,
             "alerts": {"total": 0, "high": 0, "medium": 0, "low": 0, "other": 0},

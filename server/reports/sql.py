@@ -59,6 +59,24 @@ UNION ALL
 SELECT mac::text, what, key, n FROM ranked WHERE place <= {TOP}"""
 
 
+# One router's alert summaries of a period, newest first, paged (the frontend's API).
+ALERTS_PAGE = f"""SELECT hour, host(src_ip), host(dest_ip), signature_id, severity, alerts
+FROM {ALERTS_BETWEEN} a ORDER BY hour DESC, alerts DESC, signature_id, src_ip, dest_ip
+LIMIT %(limit)s OFFSET %(offset)s"""
+ALERTS_COUNT = f"SELECT count(*) FROM {ALERTS_BETWEEN} a"
+
+
+async def alerts_page(db: Database, mac: str, start: datetime, end: datetime, limit: int,
+                      offset: int) -> tuple[list[tuple], int]:
+    """A page of the router's hourly alert summaries in [start, end), and how many there
+    are."""
+    names = {**_names([mac], start, end), "limit": limit, "offset": offset}
+    async with db.snapshot() as reads:
+        rows = await reads.fetchall(ALERTS_PAGE, names)
+        (total,) = (await reads.fetchall(ALERTS_COUNT, names))[0]
+    return rows, total
+
+
 def _names(macs: list[str], start: datetime, end: datetime) -> dict:
     return {"macs": macs, "start": start, "end": end, "not_public": list(NOT_PUBLIC)}
 

@@ -12,9 +12,10 @@ one batch whatever the fleet."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Callable
 
 import orjson
@@ -23,7 +24,7 @@ from server.db.jobs import exclusive
 from server.db.pool import Database
 from server.notify.sql import store_many
 from server.reports import sql as reports_db
-from server.reports.figures import owner_report, router_weeks
+from server.reports.figures import ownership_start, owner_report, router_weeks
 from server.reports.schedule import APART, DEFAULT, WEEK, Schedule
 from server.reports.texts import message, title
 
@@ -82,12 +83,13 @@ class _Run:
         if not due:
             return
         if self._known_names is None:
-            self._known_names = self._names()
+            self._known_names = await asyncio.to_thread(self._names)
         routers = await reports_db.routers_of(self._db, sorted(due))
         periods: dict[tuple[datetime, datetime], list[str]] = {}
         for user, (_, _, end) in due.items():
             for mac, since in routers.get(user, []):
-                periods.setdefault((_start(end, since), end), []).append(mac)
+                start = ownership_start(end - WEEK, end, since)
+                periods.setdefault((start, end), []).append(mac)
         weeks: dict[str, dict] = {}
         for (start, end), macs in periods.items():
             weeks |= await self._weeks(macs, start, end)
@@ -117,13 +119,3 @@ class _Run:
                       for week in router_weeks(rows, chunk, end, self._known_names or {})}
         return weeks
 
-
-def _start(end: datetime, owner_since: datetime | None) -> datetime:
-    """Where a router's week starts for its owner: the week's start, or the first whole hour
-    of the ownership when it began later (the summaries are hourly: the hour of the change
-    is nobody's, as docs/intel.md says of the second of one)."""
-    start = end - WEEK
-    if owner_since is None or owner_since <= start:
-        return start
-    hour = owner_since.replace(minute=0, second=0, microsecond=0)
-    return min(end, hour if hour == owner_since else hour + timedelta(hours=1))

@@ -180,3 +180,18 @@ LAST_CONTACTS = f"""SELECT r.mac::text, coalesce(
      AND d.day > %(end)s - interval '{CONTACT_DAYS} days' AND d.day < %(end)s
      AND d.last_seen < %(end)s))
 FROM routers r WHERE r.mac = ANY(%(macs)s::macaddr[])"""
+
+
+# A router's newest known client address (its polls'): its newest activation kept one by
+# one, else its newest rolled-up day's. What a router's owner's marks count for
+# (server/feedback/): the network it reaches the service from.
+_LAST_ADDRESS = f"""SELECT host(coalesce(
+    (SELECT a.address FROM activations a WHERE a.mac = %(mac)s AND a.address IS NOT NULL
+     ORDER BY a.activated_at DESC LIMIT 1),
+    (SELECT d.address FROM activation_days d WHERE d.mac = %(mac)s AND d.address IS NOT NULL
+     AND d.day > now() - interval '{CONTACT_DAYS} days' ORDER BY d.last_seen DESC LIMIT 1)))"""
+
+
+async def last_address(db: Database, mac: str) -> str | None:
+    row = await db.fetchone(_LAST_ADDRESS, {"mac": mac})
+    return None if row is None else row[0]

@@ -198,17 +198,19 @@ FLOWS_IN_WINDOW = _in_window(
     "e.app_proto, e.dest_port, e.flows", "%(window)s", "d.through * interval '1 hour'")
 ALERTS_IN_WINDOW = alerts_in_window()
 
-# The alert summaries of the routers %(macs)s in the period [%(start)s, %(end)s), hour by
-# hour: the hourly rows of the days not packed, the packed days' entries alike (a day found
+# The alert summaries (mac, hour, src_ip, dest_ip, signature_id, severity, alerts) of the
+# routers %(macs)s in the period [%(start)s, %(end)s), hour by hour: the hourly rows of the days not packed, the packed days' entries alike (a day found
 # packed is read packed only). For the owners' reports (server/reports/): a batch of routers
 # in one statement, each read along its key.
-ALERTS_BETWEEN = """(SELECT r.mac, r.src_ip, r.dest_ip, r.signature_id, r.severity, r.alerts
+ALERTS_BETWEEN = """(SELECT r.mac, r.hour, r.src_ip, r.dest_ip, r.signature_id, r.severity,
+         r.alerts
   FROM telemetry_alerts r
   WHERE r.mac = ANY(%(macs)s::macaddr[]) AND r.hour >= %(start)s AND r.hour < %(end)s
     AND NOT EXISTS (SELECT 1 FROM telemetry_alert_days d WHERE d.mac = r.mac
                     AND d.day = date_trunc('day', r.hour, 'UTC'))
  UNION ALL
- SELECT d.mac, e.src_ip, e.dest_ip, e.signature_id, e.severity, e.alerts
+ SELECT d.mac, d.day + e.h * interval '1 hour', e.src_ip, e.dest_ip, e.signature_id,
+        e.severity, e.alerts
  FROM telemetry_alert_days d,
       unnest(d.hours, d.src_ips, d.dest_ips, d.signature_ids, d.severities, d.alerts)
           AS e(h, src_ip, dest_ip, signature_id, severity, alerts)

@@ -61,7 +61,8 @@ async def registered_router(db: Database, text: str | None) -> str | None:
     return mac
 
 
-def _note(text: str | None) -> str | None:
+def note_text(text: str | None) -> str | None:
+    """A note kept with a change: plain text of at most MAX_NOTE characters, or None."""
     text = (text or "").strip()
     if len(text) > MAX_NOTE or not is_plain_text(text):
         raise TuningRefused(f"a note is plain text of at most {MAX_NOTE} characters (no "
@@ -93,7 +94,7 @@ async def add_override(db: Database, settings: Settings, action: str, selector_t
     except ValueError as error:  # malformed: a bad argument, as argparse's (exit 2)
         raise BadInput(str(error)) from None
     mac = await registered_router(db, mac_text)
-    note = _note(note)
+    note = note_text(note)
     version, count = await asyncio.to_thread(matched_rules, settings, selector)
     if count == 0:
         raise TuningRefused(f"{selector.text} matches no rule of ruleset {version}; "
@@ -124,7 +125,7 @@ async def add_allowed(db: Database, network_text: str, mac_text: str | None,
     made due)."""
     allowed = network(network_text)
     mac = await registered_router(db, mac_text)
-    entry_id, due = await allowlist_db.add(db, allowed, mac, _note(note), made_by)
+    entry_id, due = await allowlist_db.add(db, allowed, mac, note_text(note), made_by)
     return entry_id, allowed, mac, due
 
 

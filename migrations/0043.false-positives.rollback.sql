@@ -1,0 +1,1 @@
+DROP TABLE false_positives;

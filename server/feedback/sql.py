@@ -1,0 +1,109 @@
+"""The SQL of the owners' marks (migration 0043, table `false_positives`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION
+from server.db.pool import Database, execute
+from server.routers.sql import counted as counted_router
+
+_COLUMNS = "id, kind, value, feed, note, marked_at, unmarked_at"
+_LIVE = f"""SELECT {_COLUMNS} FROM false_positives
+WHERE mac = %(mac)s AND kind = %(kind)s AND value = %(value)s AND unmarked_at IS NULL"""
+_MADE_TODAY = """SELECT count(*) FROM false_positives
+WHERE mac = %(mac)s AND marked_at > now() - interval '1 day'"""
+_ADD = f"""INSERT INTO false_positives (mac, user_id, kind, value, feed, network, note, effect)
+VALUES (%(mac)s, %(user)s, %(kind)s, %(value)s, %(feed)s, %(network)s, %(note)s, %(effect)s)
+ON CONFLICT DO NOTHING RETURNING {_COLUMNS}"""
+_UNMARK = """UPDATE false_positives SET unmarked_at = now(), unmarked_by = %(user)s
+WHERE id = %(id)s AND mac = %(mac)s AND unmarked_at IS NULL
+RETURNING kind, value, effect"""
+_OF_ROUTER = f"""SELECT {_COLUMNS} FROM false_positives WHERE mac = %(mac)s
+ORDER BY marked_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"""
+_COUNT_OF_ROUTER = "SELECT count(*) FROM false_positives WHERE mac = %(mac)s"
+_BY_FEED = """SELECT feed, count(*) FROM false_positives
+WHERE kind = 'sighting' AND unmarked_at IS NULL AND feed IS NOT NULL GROUP BY feed"""
+_SIGNATURES = """SELECT value, array_agg(DISTINCT network) FILTER (WHERE network IS NOT NULL)
+FROM false_positives f WHERE kind = 'signature' AND unmarked_at IS NULL GROUP BY value"""
+
+
+def _networks(keyed: bool) -> str:
+    """The distinct reporter networks of the counted routers whose live marks name one of
+    %(kinds)s/%(values)s, at most PER_ALLOCATION of one IPv6 allocation, as the fleet counts
+    its reporters (server/fleet/sql.py)."""
+    return f"""SELECT count(*) FROM (
+    SELECT row_number() OVER (
+        PARTITION BY CASE WHEN family(network) = 6
+                          THEN set_masklen(network, {ALLOCATION_PREFIX}) ELSE network END
+        ORDER BY network) AS place
+    FROM (SELECT DISTINCT f.network FROM false_positives f JOIN routers r USING (mac)
+          WHERE f.unmarked_at IS NULL AND f.network IS NOT NULL
+            AND (f.kind, f.value) IN (SELECT * FROM unnest(%(kinds)s::text[],
+                                                           %(values)s::text[]))
+            AND {counted_router(keyed)}) marked) ranked
+WHERE place <= {PER_ALLOCATION}"""
+
+
+@dataclass(frozen=True)
+class Mark:
+    id: int
+    kind: str
+    value: str
+    feed: str | None
+    note: str | None
+    marked_at: datetime
+    unmarked_at: datetime | None
+
+
+async def live(db: Database, mac: str, kind: str, value: str) -> Mark | None:
+    row = await db.fetchone(_LIVE, {"mac": mac, "kind": kind, "value": value})
+    return None if row is None else Mark(*row)
+
+
+async def made_today(db: Database, mac: str) -> int:
+    (count,) = await db.fetchrow(_MADE_TODAY, {"mac": mac})
+    return count
+
+
+async def add(cur, mac: str, user: str, kind: str, value: str, feed: str | None,
+              network: str | None, note: str | None, effect: int | None) -> Mark | None:
+    """The mark stored, or None when a live one of the same value was (concurrently)."""
+    await execute(cur, _ADD, {"mac": mac, "user": user, "kind": kind, "value": value,
+                              "feed": feed, "network": network, "note": note,
+                              "effect": effect})
+    row = await cur.fetchone()
+    return None if row is None else Mark(*row)
+
+
+async def unmark(cur, mac: str, mark_id: int, user: str) -> tuple[str, str, int | None] | None:
+    """(kind, value, effect) of the live mark undone; None when there was none."""
+    await execute(cur, _UNMARK, {"mac": mac, "id": mark_id, "user": user})
+    return await cur.fetchone()
+
+
+async def of_router(db: Database, mac: str, limit: int, offset: int) -> tuple[list[Mark], int]:
+    names = {"mac": mac, "limit": limit, "offset": offset}
+    rows = await db.fetchall(_OF_ROUTER, names)
+    (total,) = await db.fetchrow(_COUNT_OF_ROUTER, names)
+    return [Mark(*row) for row in rows], total
+
+
+async def networks(cur, values: list[tuple[str, str]], min_age: timedelta, keyed: bool) -> int:
+    """The networks counting for the fleet whose owners marked one of `values`."""
+    await execute(cur, _networks(keyed), {"kinds": [kind for kind, _ in values],
+                                          "values": [value for _, value in values],
+                                          "min_age": min_age})
+    (count,) = await cur.fetchone()
+    return count
+
+
+async def by_feed(db: Database) -> dict[str, int]:
+    """Live sighting marks per feed."""
+    return dict(await db.fetchall(_BY_FEED))
+
+
+async def signatures(db: Database) -> list[tuple[str, list[str]]]:
+    """Each signature marked, and the networks its marks came from."""
+    return [(sid, networks or []) for sid, networks in await db.fetchall(_SIGNATURES)]
