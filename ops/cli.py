@@ -9,8 +9,8 @@ import argparse
 import logging
 import sys
 
-from ops import (allowlist, backup, citus, console, dbshell, fleet, hunt, intel, migrate,
-                 reports, restore, retention, rules, serve, status, subscriptions,
+from ops import (allowlist, backup, citus, console, dbshell, feedback, fleet, hunt, intel,
+                 migrate, reports, restore, retention, rules, serve, status, subscriptions,
                  telemetry)
 from server import SERVICE_VERSION
 from server.logs import configure_logging
@@ -22,7 +22,7 @@ log = logging.getLogger("router_backend.settings")
 # In the order `--help` lists them.
 COMMANDS = tuple(module.COMMAND for module in (
     serve, migrate, retention, subscriptions, status, rules, allowlist, fleet, hunt, intel,
-    reports, telemetry, console, citus, backup, restore, dbshell))
+    reports, feedback, telemetry, console, citus, backup, restore, dbshell))
 # Commands that pass what they do not know on (to psql).
 PASSING_ON = {("dbshell", None), ("telemetry", "sql")}
 

@@ -14,10 +14,10 @@ importing only the layers below it (the `server-layers` contract of .importlinte
    part), `jobs/` (the cron runner and the scheduled jobs: preprocess, partitions,
    retention, compaction), `removal.py` (a router removed from every capability at once),
    `reports/` (each owner's weekly report of their routers: alerts, sightings, rules,
-   contact, read from the summaries of telemetry, intel, generation and routers),
-   `feedback/` (owners' marks "not an attack": the router's allowlist, overrides and
+   contact, read from the summaries of telemetry, intel, generation and routers).
+5. `feedback/`: owners' marks "not an attack" (the router's allowlist, overrides and
    sightings, and the fleet's holds by the networks marking a value).
-5. The capabilities, each above those it uses:
+6. The capabilities, each above those it uses:
    - `intel/` (threat intelligence: feeds retro-hunted over the hunt index, sightings told
      to owners through notifications) and `ingest/` (streamed telemetry ingestion, each
      upload announced to the hunt's queue);
@@ -30,7 +30,7 @@ importing only the layers below it (the `server-layers` contract of .importlinte
    - `tuning/` (operators' overrides, allowlist and enrollment resets);
    - `routers/` (router identity, registration, keys) and `telemetry/` (telemetry at rest:
      compressed chunks, hourly summaries, compaction, export).
-6. Shared plumbing: `web/` (what every request passes through: routes wrapped in the one
+7. Shared plumbing: `web/` (what every request passes through: routes wrapped in the one
    middleware, client address, flood limits, requests in flight, access log),
    `idempotency_key.py`, `changes.py` (the one change feed: the LISTEN connection every
    in-memory cache and document follows),
@@ -38,9 +38,9 @@ importing only the layers below it (the `server-layers` contract of .importlinte
    refuses, with no status), `metrics.py` (Prometheus), `logs.py`,
    `exposure.py` (a public listener starts only with each exposure chosen), then
    `background.py` (the name leases are taken under, long-running tasks, their health).
-7. `db/`: the database's own machinery (pool, connections, the embedded server, migrations,
+8. `db/`: the database's own machinery (pool, connections, the embedded server, migrations,
    partitions, leases, Citus) and the tables several capabilities share.
-8. `settings.py` (the one settings object), `text.py`, `timestamps.py`.
+9. `settings.py` (the one settings object), `text.py`, `timestamps.py`.
 
 Layer of the whole tree: imports engine and ruledata (below it), never ops (above it).
 """

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from server.typedefs import DATABASE
+from testkit.database import command_env
+from testkit.server import router_backend
 from tests.test_hunt import dns, upload
 from tests.test_intel import house, intel, intel_document, subscriptions  # noqa: F401
 from tests.test_intel import feeds  # noqa: F401 (fixture)
@@ -172,6 +174,14 @@ async def test_marks_from_five_networks_hold_a_value_and_one_network_holds_nothi
     assert sql.rows("SELECT value FROM intel_decisions") == [(NAS,)]
     decisions = (await intel(settings, "decisions")).stdout
     assert "marked not an attack by owners on 5 networks" in decisions
+    for n in range(5):
+        await marked(client, f"owner{n}", f"02:86:00:00:00:{n:02x}", "signature", "2013028")
+    for n in range(40):
+        await marked(client, f"same{n}", f"02:87:00:00:00:{n:02x}", "signature", "2013029")
+    shown = await asyncio.to_thread(router_backend, command_env(settings), "feedback")
+    assert shown.returncode == 0, shown.stderr
+    assert "2013028\t5\t5\tyes" in shown.stdout and "2013029\t40\t1\tno" in shown.stdout
+    assert f"ip\t{NAS}\tmarked not an attack by owners on 5 networks" in shown.stdout
 
     undone = sql.value("SELECT id FROM false_positives WHERE user_id = 'owner0'")
     assert (await client.delete(at("owner0", "02:86:00:00:00:00",
@@ -233,3 +243,13 @@ async def test_an_owner_chooses_their_weekly_report_through_the_api(house, sql):
     assert answer.status == 404
     assert sql.rows("SELECT user_id, weekly, weekday, hour, zone FROM owner_reports") == [
         ("alice", False, 5, 17, "America/New_York")]
+
+
+async def test_a_removed_routers_marks_end_and_their_record_stays(house, sql):
+    settings, client, _, _, _ = house
+    await homes(client, settings)
+    assert (await marked(client, "alice", HOME, "address", NAS))[0] == 201
+    assert subscriptions(settings, "remove", HOME).returncode == 0
+    assert sql.rows("SELECT user_id, unmarked_by FROM false_positives") == [
+        ("alice", "router removed")]
+    assert sql.value("SELECT count(*) FROM firewall_allowlist") == 0

@@ -183,3 +183,22 @@ async def _judged(cur, config: FeedbackConfig, intel_value: tuple[str, str] | No
     networks = await marks_db.networks(cur, named, config.min_router_age, config.keyed)
     await intel_db.hold_for_owners(cur, kind, value,
                                    networks if networks >= config.networks else None)
+
+
+async def fleet_view(db: Database, config: FeedbackConfig, listed: int = 20) -> dict:
+    """What owners marked, as the fleet counts it: the signatures most marked with their
+    networks (a candidate to disable fleet-wide at `config.networks`), the values held by
+    owners' marks, each feed's sightings and marks."""
+    signatures = []
+    async with db.transaction() as cur:
+        for sid, count in await marks_db.signatures(db, listed):
+            networks = await marks_db.networks(cur, [("signature", sid)],
+                                               config.min_router_age, config.keyed)
+            signatures.append({"sid": int(sid), "marks": count, "networks": networks,
+                               "candidate": networks >= config.networks})
+    held = [{"kind": kind, "value": value, "note": note, "at": at}
+            for kind, value, decision, _, note, by, at in await intel_db.decisions(db)
+            if decision == "held" and by == intel_db.OWNERS]
+    return {"signatures": signatures, "held": held,
+            "feeds": {"sightings": await intel_db.sightings_by_feed(db),
+                      "marked": await marks_db.by_feed(db)}}

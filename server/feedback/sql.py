@@ -10,6 +10,10 @@ from server.db.pool import Database, execute
 from server.routers.sql import counted as counted_router
 
 _COLUMNS = "id, kind, value, feed, note, marked_at, unmarked_at"
+# A removed router's marks end with it (their effects, its allowlist entries and overrides,
+# are forgotten beside them: server/removal.py); the record of them stays.
+FORGET_ROUTER = """UPDATE false_positives SET unmarked_at = now(), unmarked_by = 'router removed'
+WHERE mac = %(mac)s AND unmarked_at IS NULL"""
 _LIVE = f"""SELECT {_COLUMNS} FROM false_positives
 WHERE mac = %(mac)s AND kind = %(kind)s AND value = %(value)s AND unmarked_at IS NULL"""
 _MADE_TODAY = """SELECT count(*) FROM false_positives
@@ -25,8 +29,9 @@ ORDER BY marked_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"""
 _COUNT_OF_ROUTER = "SELECT count(*) FROM false_positives WHERE mac = %(mac)s"
 _BY_FEED = """SELECT feed, count(*) FROM false_positives
 WHERE kind = 'sighting' AND unmarked_at IS NULL AND feed IS NOT NULL GROUP BY feed"""
-_SIGNATURES = """SELECT value, array_agg(DISTINCT network) FILTER (WHERE network IS NOT NULL)
-FROM false_positives f WHERE kind = 'signature' AND unmarked_at IS NULL GROUP BY value"""
+_SIGNATURES = """SELECT value, count(*) FROM false_positives
+WHERE kind = 'signature' AND unmarked_at IS NULL GROUP BY value ORDER BY 2 DESC, 1
+LIMIT %(limit)s"""
 
 
 def _networks(keyed: bool) -> str:
@@ -104,6 +109,6 @@ async def by_feed(db: Database) -> dict[str, int]:
     return dict(await db.fetchall(_BY_FEED))
 
 
-async def signatures(db: Database) -> list[tuple[str, list[str]]]:
-    """Each signature marked, and the networks its marks came from."""
-    return [(sid, networks or []) for sid, networks in await db.fetchall(_SIGNATURES)]
+async def signatures(db: Database, limit: int) -> list[tuple[str, int]]:
+    """The signatures most marked, with their live marks."""
+    return await db.fetchall(_SIGNATURES, {"limit": limit})
