@@ -29,6 +29,7 @@ from bench.interrupt_drill import interrupt_drill
 from bench.postmaster_drill import postmaster_drill
 from bench.interrupt_drill import report as interrupt_report
 from bench.outage_drill import outage_drill
+from bench.report_drill import report_drill
 from bench.stall_drill import stall_round
 from bench.two_servers import two_servers
 from bench.worker_kill_drill import worker_kill_drill
@@ -236,6 +237,13 @@ async def test_intel_drill_quick(database, tmp_path):
     assert result.sightings == 2006 and result.notifications == 4 and result.emails == 3
     assert result.polls > 0
     assert result.live_seconds is not None
+
+
+async def test_report_drill_quick(database, tmp_path):
+    result = await report_drill(database, tmp_path, routers=60)
+    assert result.ok, result.failures
+    assert result.emails_first == 30 and result.emails_second == 60
+    assert result.figures_checked == 60
 
 
 @pytest.mark.parametrize("workers", [1, 2])
