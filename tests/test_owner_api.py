@@ -12,6 +12,7 @@ import pytest
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
+from tests.test_console import SUPPORT, sign_in
 from tests.test_hunt import dns, upload
 from tests.test_intel import house, intel, intel_document, subscriptions  # noqa: F401
 from tests.test_intel import feeds  # noqa: F401 (fixture)
@@ -142,6 +143,18 @@ async def test_a_sighting_marked_is_closed_and_counted_against_its_feed(house, s
     assert listed[0].split("\t")[-1] == "not_an_attack" and listed[1].split("\t")[-1] == "1"
     status, _ = await marked(client, "alice", HOME, "sighting", "domain:never.example")
     assert status == 404
+
+    # The console shows the feed's marks beside its sightings, and the router's marks, the
+    # owner's note escaped.
+    assert (await marked(client, "alice", HOME, "signature", "2013028",
+                         "<script>alert(1)</script>"))[0] == 201
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await (await client.get("/console/intel")).text()
+    assert "<td>1</td>\n    <td class=\"bad\">1</td>" in page  # sightings, not an attack
+    assert "<td>2013028</td><td>1</td>" in page
+    page = await (await client.get(f"/console/routers/{HOME}")).text()
+    assert "Marked not an attack by its owner (2)" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
 
 
 async def test_marks_from_five_networks_hold_a_value_and_one_network_holds_nothing(house, sql):

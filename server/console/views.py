@@ -19,6 +19,9 @@ from server.console.charts import bars
 from server.console.story import router_story
 from server.tuning import allowlist_sql as allowlist_db
 from server.console import sql as console_db
+from server.feedback import sql as marks_db
+from server.feedback.config import FeedbackConfig
+from server.feedback.marks import fleet_view
 from server.intel import sql as intel_db
 from server.tuning import override_sql as overrides_db
 from server.db import tuning_changes
@@ -179,10 +182,13 @@ async def router_page(request: web.Request) -> web.Response:
         "story": story, "window_days": settings.rule_generation_telemetry_days,
         "sightings": await intel_sightings(request.config_dict[DATABASE], mac,
                                            SIGHTINGS_SHOWN),
+        "marks": (await marks_db.of_router(request.config_dict[DATABASE], mac,
+                                           MARKS_SHOWN, 0))[0],
         "reset_minutes": settings.enrollment_reset_window_minutes})
 
 
 SIGHTINGS_SHOWN = 500
+MARKS_SHOWN = 100
 
 
 async def intel_page(request: web.Request) -> web.Response:
@@ -192,7 +198,9 @@ async def intel_page(request: web.Request) -> web.Response:
         "decisions": [(kind, shown(kind, value), *rest)
                       for kind, value, *rest in await intel_db.decisions(db)],
         "sightings": await intel_sightings(db, limit=SIGHTINGS_SHOWN),
-        "shown": SIGHTINGS_SHOWN, "unowned": await intel_db.routers_without_owner(db)})
+        "shown": SIGHTINGS_SHOWN, "unowned": await intel_db.routers_without_owner(db),
+        "feedback": await fleet_view(db, FeedbackConfig.from_settings(
+            request.config_dict[SETTINGS]))})
 
 
 async def tuning_page(request: web.Request) -> web.Response:
