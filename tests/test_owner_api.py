@@ -89,11 +89,12 @@ async def test_not_an_attack_takes_effect_for_the_router_at_its_next_poll(house,
     assert {e["address"] for e in before["block"]} == {NAS, ATTACKER}
 
     status, body = await marked(client, "alice", HOME, "address", NAS, "my NAS")
-    assert status == 201 and body["created"] is True
+    assert status == 201
     first = body["falsePositive"]
     for _ in range(5):
         status, again = await marked(client, "alice", HOME, "address", NAS, "my NAS")
-        assert status == 200 and again["falsePositive"]["id"] == first["id"]
+        assert status == 409 and again["falsePositive"]["id"] == first["id"]
+        assert "marked already" in again["error"]
     assert sql.rows("SELECT mac::text, network::text, note FROM firewall_allowlist") == [
         (HOME, f"{NAS}/32", "not an attack, says its owner alice: my NAS")]
     after, _ = await intel_document(client, HOME)
@@ -242,7 +243,7 @@ async def test_hostile_marks_get_a_clear_answer_and_change_nothing(house, sql):
     # One mark sent 300 times at once: stored once, one allowlist entry.
     answers = await asyncio.gather(*(marked(client, "alice", HOME, "address", NAS)
                                      for _ in range(300)))
-    assert sorted({status for status, _ in answers}) == [200, 201]
+    assert sorted({status for status, _ in answers}) == [201, 409]
     assert len({body["falsePositive"]["id"] for _, body in answers}) == 1
     assert sql.value("SELECT count(*) FROM false_positives") == 1
     assert sql.value("SELECT count(*) FROM firewall_allowlist") == 1

@@ -313,8 +313,9 @@ def _owners() -> dict:
                      "parameters": router, "tags": ["owners"],
                      "requestBody": {"required": True, "content": {
                          "application/json": {"schema": mark_body}}},
-                     "responses": {"200": _json(answer, "marked already: that mark"),
-                                   "201": _json(answer, "marked"),
+                     "responses": {"201": _json(answer, "marked"),
+                                   "409": _json(answer, "marked already: the error, and "
+                                                "that mark (falsePositive)"),
                                    "429": _error("the router's marks of the day are used up",
                                                  retry=True),
                                    **_notification_errors(400, 404)}}},

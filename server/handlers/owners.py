@@ -11,7 +11,7 @@ from datetime import datetime
 
 from aiohttp import web
 
-from server.errors import BadRequest, json_response
+from server.errors import BadRequest, Conflict, json_response
 from server.feedback import marks
 from server.feedback import sql as marks_db
 from server.feedback.config import FeedbackConfig
@@ -119,8 +119,11 @@ def owner_routes(settings: Settings) -> list[web.RouteDef]:
                              "\"value\": \"...\", \"note\": \"...\" (optional)}")
         made, new = await marks.mark(request.config_dict[DATABASE], config, user,
                                      request.match_info["mac"], what, value, note)
-        return json_response({"falsePositive": _mark_json(made), "created": new},
-                             status=201 if new else 200)
+        if not new:  # recorded once: the repeat is told so, with the mark stored
+            repeated = Conflict(f"{what} {value[:80]!r} is marked already for this router")
+            repeated.details = {"falsePositive": _mark_json(made)}
+            raise repeated
+        return json_response({"falsePositive": _mark_json(made)}, status=201)
 
     async def unmark(request: web.Request) -> web.Response:
         user = _user(request)
