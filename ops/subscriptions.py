@@ -23,6 +23,8 @@ from server.routers import key_sql as keys_db
 from server.routers import sql as router_db
 from server.db.pool import Database
 from server.notify.fields import FieldError, recipient_field, text_field
+from server.feedback.config import FeedbackConfig
+from server.feedback.marks import owner_changed
 from server.removal import unsubscribe
 from server.reports.choices import change_schedule
 from server.reports.schedule import ScheduleInvalid
@@ -84,6 +86,7 @@ async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> in
     print(f"{mac} subscribed" if new else f"{mac} was already registered; now operator-added")
     if owner:
         await intel_db.set_owner(db, mac, *owner, operator())
+        await owner_changed(db, FeedbackConfig.from_settings(settings), mac, owner[0])
         print(f"{mac}: sightings told to {owner[0]} <{owner[1]}>")
     if settings.router_auth == "key":
         await _issue_key(db, mac, replace=False)
@@ -97,6 +100,7 @@ async def _set_owner(args: argparse.Namespace, settings: Settings, db: Database)
         user, email = owner or (None, None)
         if not await intel_db.set_owner(db, mac, user, email, operator()):
             raise CommandError(f"{mac} is not registered")
+        await owner_changed(db, FeedbackConfig.from_settings(settings), mac, user)
         print(f"{mac}: sightings told to {user} <{email}>" if user
               else f"{mac}: no owner; its sightings are listed for operators")
     if scheduling:

@@ -9,6 +9,8 @@ import asyncio
 
 import pytest
 
+from server.feedback.config import FeedbackConfig
+from server.feedback.marks import rejudged
 from server.typedefs import DATABASE
 from testkit.database import command_env
 from testkit.server import router_backend
@@ -171,8 +173,12 @@ async def test_three_hundred_routers_of_one_network_and_a_thousand_fresh_macs_ho
 
 
 async def five_networks_and_a_crowd(house, sql, same: int, fresh: int) -> None:
-    settings, client, _, _, _ = house
+    settings, client, _, served, base = house
     db = client.app[DATABASE]
+    served.bodies["/list.txt"] = (200, f"{NAS}\n{ATTACKER}\n".encode(), {})
+    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
+                        "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
 
     async def router(mac: str, address: str, user: str) -> None:
         answer = await client.get("/rules/last_updated", headers={
@@ -214,9 +220,18 @@ async def five_networks_and_a_crowd(house, sql, same: int, fresh: int) -> None:
     assert f"2013029\t{same}\t1\tno" in shown.stdout
     assert f"ip\t{NAS}\tmarked not an attack by owners on 5 networks" in shown.stdout
 
-    undone = sql.value("SELECT id FROM false_positives WHERE user_id = 'owner0'")
+    undone = sql.value("SELECT id FROM false_positives WHERE user_id = 'owner0' "
+                       "AND kind = 'address'")
     assert (await client.delete(at("owner0", "02:86:00:00:00:00",
                                    f"/false-positives/{undone}"))).status == 200
+    assert sql.value("SELECT count(*) FROM intel_decisions") == 0  # four networks
+    assert (await marked(client, "owner0", "02:86:00:00:00:00", "address", NAS))[0] == 201
+    assert sql.value("SELECT count(*) FROM intel_decisions") == 1
+    # Routers removed: the next judgement (the false-positive-holds job) lifts the hold.
+    for n in (3, 4):
+        assert subscriptions(settings, "remove", f"02:86:00:00:00:{n:02x}").returncode == 0
+    assert sql.value("SELECT count(*) FROM intel_decisions") == 1
+    await rejudged(db, FeedbackConfig.from_settings(settings))
     assert sql.value("SELECT count(*) FROM intel_decisions") == 0
 
 
@@ -248,12 +263,17 @@ async def test_hostile_marks_get_a_clear_answer_and_change_nothing(house, sql):
     assert sql.value("SELECT count(*) FROM false_positives") == 1
     assert sql.value("SELECT count(*) FROM firewall_allowlist") == 1
 
-    # A router's marks of a day are bounded (50 by default), counted before any work.
-    for n in range(49):
-        assert (await marked(client, "alice", HOME, "signature", str(2_100_000 + n)))[0] == 201
-    status, body = await marked(client, "alice", HOME, "signature", "2200000")
-    assert status == 429 and "marks of the last day" in body["error"]
+    # A router's marks of a day are bounded (50 by default), even sent all at once.
+    answers = await asyncio.gather(*(marked(client, "alice", HOME, "signature",
+                                            str(2_100_000 + n)) for n in range(120)))
+    statuses = [status for status, _ in answers]
+    assert statuses.count(201) == 49 and statuses.count(429) == 71
+    assert "marks of the last day" in next(b for s, b in answers if s == 429)["error"]
     assert sql.value("SELECT count(*) FROM rule_overrides") == 49
+    assert sql.value("SELECT count(*) FROM false_positives") == 50
+    # Every live mark is in force: the address's allowlist entry is the one stored.
+    assert sql.value("SELECT count(*) FROM false_positives f JOIN firewall_allowlist a "
+                     "ON a.id = f.effect WHERE f.kind = 'address'") == 1
     # bob's router is not held back by alice's.
     assert (await marked(client, "bob", OTHER, "signature", "2200000"))[0] == 201
 
@@ -284,3 +304,47 @@ async def test_a_removed_routers_marks_end_and_their_record_stays(house, sql):
     assert sql.rows("SELECT user_id, unmarked_by FROM false_positives") == [
         ("alice", "router removed")]
     assert sql.value("SELECT count(*) FROM firewall_allowlist") == 0
+
+
+async def test_an_owner_weighs_one_network_and_no_value_is_held_before_a_feed_names_it(
+        house, sql):
+    """The red team's: one owner polling five routers from five networks held a value (each
+    owner now counts one network); five owners marking an address no feed lists and none
+    of their routers saw held it before any feed named it (such a mark counts for nothing
+    in the fleet: it is the router's alone)."""
+    settings, client, _, served, base = house
+    db = client.app[DATABASE]
+    served.bodies["/list.txt"] = (200, f"{NAS}\n".encode(), {})
+    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
+                        "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
+    for n in range(10):
+        mac = crowd("02:89", n)
+        answer = await client.get("/rules/last_updated", headers={
+            "X-ID": mac, "X-Forwarded-For": f"47.{n}.0.1"})
+        assert answer.status == 200
+        user = "mallory" if n < 5 else f"owner{n}"
+        await db.execute("UPDATE routers SET owner_user = %s, owner_email = %s, "
+                         "registered_at = now() - interval '4 days' WHERE mac = %s",
+                         (user, f"{user}@example.org", mac))
+    for n in range(5):
+        assert (await marked(client, "mallory", crowd("02:89", n), "address", NAS))[0] == 201
+        assert (await marked(client, f"owner{n + 5}", crowd("02:89", n + 5), "address",
+                             "45.99.99.99"))[0] == 201
+    assert sql.value("SELECT count(*) FROM intel_decisions") == 0
+    assert sql.value("SELECT count(*) FROM firewall_allowlist") == 10  # each router's own
+
+
+async def test_a_new_owner_neither_sees_nor_inherits_the_previous_owners_marks(house, sql):
+    settings, client, _, _, _ = house
+    await homes(client, settings)
+    assert (await marked(client, "alice", HOME, "address", NAS, "my vpn"))[0] == 201
+    assert (await marked(client, "alice", HOME, "signature", "2010935"))[0] == 201
+    own(settings, HOME, "carol")
+    listed = await (await client.get(at("carol", HOME, "/false-positives"))).json()
+    assert listed == {"falsePositives": [], "total": 0}
+    assert sql.value("SELECT count(*) FROM firewall_allowlist") == 0
+    assert sql.value("SELECT count(*) FROM rule_overrides") == 0
+    assert sql.rows("SELECT DISTINCT unmarked_by FROM false_positives") == [("owner changed",)]
+    summary = await (await client.get(at("carol", HOME, "/summary"))).json()
+    assert summary["last_contact"] is None  # alice's poll is not carol's to be told

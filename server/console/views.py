@@ -182,7 +182,7 @@ async def router_page(request: web.Request) -> web.Response:
         "story": story, "window_days": settings.rule_generation_telemetry_days,
         "sightings": await intel_sightings(request.config_dict[DATABASE], mac,
                                            SIGHTINGS_SHOWN),
-        "marks": (await marks_db.of_router(request.config_dict[DATABASE], mac,
+        "marks": (await marks_db.of_router(request.config_dict[DATABASE], mac, None,
                                            MARKS_SHOWN, 0))[0],
         "reset_minutes": settings.enrollment_reset_window_minutes})
 

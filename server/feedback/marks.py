@@ -4,20 +4,24 @@ address on its own allowlist (its firewall payload and threat intelligence docum
 at its next poll), the signature disabled by an override of its own, the sighting closed.
 Undone as it was done; every mark kept with who and when (table `false_positives`).
 
-For the fleet, marks are counted by the reporter networks of the routers that made them, as
-the fleet counts its reporters (aged, keyed, at most a few /48s of one IPv6 allocation):
-a threat feed's value marked from FALSE_POSITIVE_NETWORKS networks is held for an operator
-(`intel decisions`), as a value seen by too much of the fleet is; a signature so marked is
-listed as a candidate to disable (`router-backend feedback`). One owner of many routers, or
-a thousand fresh MACs, weigh what their networks weigh.
+For the fleet, marks are counted by owners, each for one reporter network (of a router of
+theirs that counts for the fleet: aged, keyed, at most a few /48s of one IPv6 allocation),
+and an address only when the router alerted on it, sighted it or a feed lists it: a threat
+feed's value marked from FALSE_POSITIVE_NETWORKS networks is held for an operator (`intel
+decisions`), as a value seen by too much of the fleet is; a signature so marked is listed
+as a candidate to disable (`router-backend feedback`). One owner of many routers, or a
+thousand fresh MACs, weigh one network or nothing. A new owner ends the previous owner's
+marks (`owner_changed`).
 
 A repeated mark is answered with the one stored and changes nothing; a router's marks are
-at most FALSE_POSITIVE_MARKS_PER_ROUTER_DAY a day, counted before any work."""
+at most FALSE_POSITIVE_MARKS_PER_ROUTER_DAY a day. A mark, its effect and the judgement
+are one transaction under the router's lock; a value is judged one transaction at a
+time."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from engine.addresses import canonical_text, network_of
 from server.db.pool import Database
@@ -34,6 +38,7 @@ from server.tuning import override_sql as overrides_db
 from server.tuning.changes import TuningRefused, note_text
 
 KINDS = ("address", "signature", "sighting")
+QUALIFYING = timedelta(days=8)  # an address alerted on this recently counts for the fleet
 MAX_VALUE = 300
 _SID = re.compile(r"[0-9]{1,10}")
 
@@ -99,86 +104,128 @@ def _note(note: str | None) -> str | None:
 
 async def mark(db: Database, config: FeedbackConfig, user: str, mac_text: str, kind: str,
                value: str, note: str | None) -> tuple[Mark, bool]:
-    """The live mark, and whether this call made it (False: it was marked already)."""
+    """The live mark, and whether this call made it (False: it was marked already). The
+    mark, its effect and the fleet's judgement are one transaction, under the router's lock
+    (its day's count holds against concurrent marks)."""
     mac, _ = await owned_router(db, user, mac_text)
     stored, intel_value = checked(kind, value)
     note = _note(note)
-    if (found := await marks_db.live(db, mac, kind, stored)) is not None:
-        return found, False
-    if await marks_db.made_today(db, mac) >= config.per_router_day:
-        raise MarksExhausted(f"router {mac} has made its {config.per_router_day} marks of "
-                             "the last day", retry_after_seconds=3600)
     feed = None
     if kind == "sighting" and intel_value is not None:
         feed = await intel_db.sighting_source(db, mac, intel_value[0], intel_value[1])
         if feed is None:
             raise MarkNotFound(f"router {mac} has no sighting of {value[:80]!r}")
-    address = await last_address(db, mac)
-    effect = await _effect(mac, user, kind, stored, intel_value, note, db)
+    network = await _counts_for(db, config, mac, kind, intel_value)
     async with db.transaction() as cur:
-        made = await marks_db.add(cur, mac, user, kind, stored, feed,
-                                  address and network_of(address), note, effect)
-        if made is not None and kind == "sighting" and intel_value is not None:
+        await marks_db.lock_router(cur, mac)
+        if (found := await marks_db.live(cur, mac, kind, stored)) is not None:
+            return found, False
+        if await marks_db.made_today(cur, mac, user) >= config.per_router_day:
+            raise MarksExhausted(f"router {mac} has made its {config.per_router_day} marks "
+                                 "of the last day", retry_after_seconds=3600)
+        effect = await _effect(cur, mac, user, kind, stored, intel_value, note)
+        made = await marks_db.add(cur, mac, user, kind, stored, feed, network, note, effect)
+        if made is None:
+            raise MarkNotFound(f"router {mac}'s mark of {value[:80]!r} was not stored")
+        if kind == "sighting" and intel_value is not None:
             await intel_db.close_as_false_positive(cur, mac, intel_value[0], intel_value[1],
                                                    closed=True)
-        if made is not None:
-            await _judged(cur, config, intel_value)
-    if made is None:  # marked meanwhile by another request: that one's effect stands
-        await _undo(kind, effect, user, db)
-        found = await marks_db.live(db, mac, kind, stored)
-        if found is None:  # and undone meanwhile too
-            raise MarkNotFound(f"router {mac}'s mark of {value[:80]!r} was undone meanwhile")
-        return found, False
+        await _judged(cur, config, intel_value)
     return made, True
+
+
+async def _counts_for(db: Database, config: FeedbackConfig, mac: str, kind: str,
+                      intel_value: tuple[str, str] | None) -> str | None:
+    """The reporter network the mark counts for in the fleet (the router's, from its last
+    poll), or None when it counts for nothing: a signature's is counted by its own
+    network too, an address only when the router alerted on it, sighted it or a feed lists
+    it, so that no value is held before any feed names it."""
+    address = await last_address(db, mac)
+    if address is None:
+        return None
+    if kind == "address" and intel_value is not None:
+        seen = (await marks_db.alerted_on(db, mac, intel_value[1], QUALIFYING)
+                or await intel_db.listed_now(db, *intel_value)
+                or await intel_db.sighting_source(db, mac, *intel_value) is not None)
+        if not seen:
+            return None
+    return network_of(address)
 
 
 async def unmark(db: Database, config: FeedbackConfig, user: str, mac_text: str,
                  mark_id: int) -> None:
     mac, _ = await owned_router(db, user, mac_text)
     async with db.transaction() as cur:
+        await marks_db.lock_router(cur, mac)
         undone = await marks_db.unmark(cur, mac, mark_id, user)
         if undone is None:
             raise MarkNotFound(f"router {mac} has no live mark {mark_id}")
-        kind, stored, effect = undone
-        intel_value = checked(kind, stored)[1]
-        if kind == "sighting" and intel_value is not None:
-            await intel_db.close_as_false_positive(cur, mac, intel_value[0], intel_value[1],
-                                                   closed=False)
-        await _judged(cur, config, intel_value)
-    await _undo(kind, effect, user, db)
+        await _undone(cur, config, mac, user, *undone)
 
 
-async def _effect(mac: str, user: str, kind: str, stored: str,
-                  intel_value: tuple[str, str] | None, note: str | None,
-                  db: Database) -> int | None:
+async def owner_changed(db: Database, config: FeedbackConfig, mac: str,
+                        user: str | None) -> int:
+    """The router's live marks of anyone but its owner now (`user`) ended, their effects
+    undone: a new owner neither sees nor inherits the previous owner's marks."""
+    async with db.transaction() as cur:
+        await marks_db.lock_router(cur, mac)
+        ended = await marks_db.end_others(cur, mac, user)
+        for kind, stored, effect in ended:
+            await _undone(cur, config, mac, "owner changed", kind, stored, effect)
+    return len(ended)
+
+
+async def rejudged(db: Database, config: FeedbackConfig) -> dict:
+    """Every value owners marked or hold judged again: routers removed, aged into the
+    fleet's count or re-keyed since move a hold that no mark or unmark moved (the
+    `false-positive-holds` job)."""
+    values = {intel_value for kind, stored in await marks_db.marked_values(db)
+              if (intel_value := checked(kind, stored)[1]) is not None}
+    values |= {(kind, value) for kind, value, decision, _, _, by, _
+               in await intel_db.decisions(db) if by == intel_db.OWNERS}
+    for intel_value in sorted(values):
+        async with db.transaction() as cur:
+            await _judged(cur, config, intel_value)
+    return {"values": len(values)}
+
+
+async def _undone(cur, config: FeedbackConfig, mac: str, by: str, kind: str, stored: str,
+                  effect: int | None) -> None:
+    intel_value = checked(kind, stored)[1]
+    if effect is not None:
+        if kind == "signature":
+            await overrides_db.remove_in(cur, effect, f"owner {by}")
+        else:
+            await allowlist_db.remove_in(cur, effect, f"owner {by}")
+    if intel_value is not None:
+        await intel_db.close_as_false_positive(cur, mac, intel_value[0], intel_value[1],
+                                               closed=False)
+    await _judged(cur, config, intel_value)
+
+
+async def _effect(cur, mac: str, user: str, kind: str, stored: str,
+                  intel_value: tuple[str, str] | None, note: str | None) -> int | None:
     """What the mark changes for its router: the allowlist entry or override made (None:
     none new, as when an operator had allowlisted the address already)."""
     why = f"not an attack, says its owner {user}" + (f": {note}" if note else "")
     if kind == "signature":
-        override_id, _ = await overrides_db.add(db, "disable", stored, mac, why[:500],
-                                                f"owner {user}")
+        override_id, _ = await overrides_db.add_in(cur, "disable", stored, mac, why[:500],
+                                                   f"owner {user}")
         return override_id
     if intel_value is not None and intel_value[0] == "ip":
-        entry_id, _ = await allowlist_db.add(db, intel_value[1], mac, why[:500],
-                                             f"owner {user}")
+        entry_id, _ = await allowlist_db.add_in(cur, intel_value[1], mac, why[:500],
+                                                f"owner {user}")
         return entry_id
     return None
 
 
-async def _undo(kind: str, effect: int | None, user: str, db: Database) -> None:
-    if effect is None:
-        return
-    if kind == "signature":
-        await overrides_db.remove(db, effect, f"owner {user}")
-    else:
-        await allowlist_db.remove(db, effect, f"owner {user}")
-
-
 async def _judged(cur, config: FeedbackConfig, intel_value: tuple[str, str] | None) -> None:
-    """The fleet's hold on the value, as the marks of its networks now stand."""
+    """The fleet's hold on the value, as the marks of its owners' networks now stand, one
+    judgement of a value at a time."""
     if intel_value is None:
         return
     kind, value = intel_value
+    await marks_db.lock_value(cur, f"{kind}:{value}")
     named = [("sighting", f"{kind}:{value}")] + ([("address", value)] if kind == "ip" else [])
     networks = await marks_db.networks(cur, named, config.min_router_age, config.keyed)
     await intel_db.hold_for_owners(cur, kind, value,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION
 from server.db.pool import Database, execute
 from server.routers.sql import counted as counted_router
+from server.telemetry.sql import ALERTED_ON
 
 _COLUMNS = "id, kind, value, feed, note, marked_at, unmarked_at"
 # A removed router's marks end with it (their effects, its allowlist entries and overrides,
@@ -16,17 +17,30 @@ FORGET_ROUTER = """UPDATE false_positives SET unmarked_at = now(), unmarked_by =
 WHERE mac = %(mac)s AND unmarked_at IS NULL"""
 _LIVE = f"""SELECT {_COLUMNS} FROM false_positives
 WHERE mac = %(mac)s AND kind = %(kind)s AND value = %(value)s AND unmarked_at IS NULL"""
+# Marks of one router are made one at a time (its lock), so that its day's count holds.
+_LOCK_ROUTER = "SELECT pg_advisory_xact_lock(hashtext('false-positives:' || %(mac)s))"
+# A value's hold is judged one transaction at a time, each counting what the others did.
+_LOCK_VALUE = "SELECT pg_advisory_xact_lock(hashtext('false-positive-hold:' || %(value)s))"
 _MADE_TODAY = """SELECT count(*) FROM false_positives
-WHERE mac = %(mac)s AND marked_at > now() - interval '1 day'"""
+WHERE mac = %(mac)s AND user_id = %(user)s AND marked_at > now() - interval '1 day'"""
 _ADD = f"""INSERT INTO false_positives (mac, user_id, kind, value, feed, network, note, effect)
 VALUES (%(mac)s, %(user)s, %(kind)s, %(value)s, %(feed)s, %(network)s, %(note)s, %(effect)s)
 ON CONFLICT DO NOTHING RETURNING {_COLUMNS}"""
 _UNMARK = """UPDATE false_positives SET unmarked_at = now(), unmarked_by = %(user)s
 WHERE id = %(id)s AND mac = %(mac)s AND unmarked_at IS NULL
 RETURNING kind, value, effect"""
-_OF_ROUTER = f"""SELECT {_COLUMNS} FROM false_positives WHERE mac = %(mac)s
+_OF_ROUTER = f"""SELECT {_COLUMNS} FROM false_positives
+WHERE mac = %(mac)s AND (%(user)s::text IS NULL OR user_id = %(user)s)
 ORDER BY marked_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"""
-_COUNT_OF_ROUTER = "SELECT count(*) FROM false_positives WHERE mac = %(mac)s"
+_COUNT_OF_ROUTER = """SELECT count(*) FROM false_positives
+WHERE mac = %(mac)s AND (%(user)s::text IS NULL OR user_id = %(user)s)"""
+# Live marks of a router by others than its owner now: ended when the owner changes.
+_OTHERS_LIVE = """UPDATE false_positives SET unmarked_at = now(), unmarked_by = 'owner changed'
+WHERE mac = %(mac)s AND unmarked_at IS NULL AND user_id IS DISTINCT FROM %(user)s
+RETURNING kind, value, effect"""
+# The threat feeds' values that live marks name, and those owners' marks hold.
+_MARKED_VALUES = """SELECT DISTINCT kind, value FROM false_positives
+WHERE unmarked_at IS NULL AND kind IN ('address', 'sighting')"""
 _BY_FEED = """SELECT feed, count(*) FROM false_positives
 WHERE kind = 'sighting' AND unmarked_at IS NULL AND feed IS NOT NULL GROUP BY feed"""
 _SIGNATURES = """SELECT value, count(*) FROM false_positives
@@ -35,19 +49,24 @@ LIMIT %(limit)s"""
 
 
 def _networks(keyed: bool) -> str:
-    """The distinct reporter networks of the counted routers whose live marks name one of
-    %(kinds)s/%(values)s, at most PER_ALLOCATION of one IPv6 allocation, as the fleet counts
-    its reporters (server/fleet/sql.py)."""
+    """The distinct reporter networks of the owners whose live marks name one of
+    %(kinds)s/%(values)s: one network an owner (that of their first such mark), of a router
+    they own now that counts for the fleet, at most PER_ALLOCATION of one IPv6 allocation,
+    as the fleet counts its reporters (server/fleet/sql.py)."""
     return f"""SELECT count(*) FROM (
     SELECT row_number() OVER (
         PARTITION BY CASE WHEN family(network) = 6
                           THEN set_masklen(network, {ALLOCATION_PREFIX}) ELSE network END
         ORDER BY network) AS place
-    FROM (SELECT DISTINCT f.network FROM false_positives f JOIN routers r USING (mac)
-          WHERE f.unmarked_at IS NULL AND f.network IS NOT NULL
-            AND (f.kind, f.value) IN (SELECT * FROM unnest(%(kinds)s::text[],
-                                                           %(values)s::text[]))
-            AND {counted_router(keyed)}) marked) ranked
+    FROM (SELECT DISTINCT network FROM (
+            SELECT DISTINCT ON (f.user_id) f.network
+            FROM false_positives f JOIN routers r USING (mac)
+            WHERE f.unmarked_at IS NULL AND f.network IS NOT NULL
+              AND r.owner_user = f.user_id
+              AND (f.kind, f.value) IN (SELECT * FROM unnest(%(kinds)s::text[],
+                                                             %(values)s::text[]))
+              AND {counted_router(keyed)}
+            ORDER BY f.user_id, f.marked_at, f.id) per_owner) marked) ranked
 WHERE place <= {PER_ALLOCATION}"""
 
 
@@ -62,19 +81,39 @@ class Mark:
     unmarked_at: datetime | None
 
 
-async def live(db: Database, mac: str, kind: str, value: str) -> Mark | None:
-    row = await db.fetchone(_LIVE, {"mac": mac, "kind": kind, "value": value})
+async def live(cur, mac: str, kind: str, value: str) -> Mark | None:
+    await execute(cur, _LIVE, {"mac": mac, "kind": kind, "value": value})
+    row = await cur.fetchone()
     return None if row is None else Mark(*row)
 
 
-async def made_today(db: Database, mac: str) -> int:
-    (count,) = await db.fetchrow(_MADE_TODAY, {"mac": mac})
+async def lock_router(cur, mac: str) -> None:
+    await execute(cur, _LOCK_ROUTER, {"mac": mac})
+
+
+async def lock_value(cur, value: str) -> None:
+    await execute(cur, _LOCK_VALUE, {"value": value})
+
+
+async def made_today(cur, mac: str, user: str) -> int:
+    await execute(cur, _MADE_TODAY, {"mac": mac, "user": user})
+    (count,) = await cur.fetchone()
     return count
+
+
+async def end_others(cur, mac: str, user: str | None) -> list[tuple[str, str, int | None]]:
+    """The router's live marks by others than `user` ended: (kind, value, effect) each."""
+    await execute(cur, _OTHERS_LIVE, {"mac": mac, "user": user})
+    return await cur.fetchall()
+
+
+async def marked_values(db: Database) -> list[tuple[str, str]]:
+    return await db.fetchall(_MARKED_VALUES)
 
 
 async def add(cur, mac: str, user: str, kind: str, value: str, feed: str | None,
               network: str | None, note: str | None, effect: int | None) -> Mark | None:
-    """The mark stored, or None when a live one of the same value was (concurrently)."""
+    """The mark stored (the router's lock held: no live one of the same value exists)."""
     await execute(cur, _ADD, {"mac": mac, "user": user, "kind": kind, "value": value,
                               "feed": feed, "network": network, "note": note,
                               "effect": effect})
@@ -88,8 +127,10 @@ async def unmark(cur, mac: str, mark_id: int, user: str) -> tuple[str, str, int 
     return await cur.fetchone()
 
 
-async def of_router(db: Database, mac: str, limit: int, offset: int) -> tuple[list[Mark], int]:
-    names = {"mac": mac, "limit": limit, "offset": offset}
+async def of_router(db: Database, mac: str, user: str | None, limit: int,
+                    offset: int) -> tuple[list[Mark], int]:
+    """A page of the router's marks by `user` (None: by anyone), and how many there are."""
+    names = {"mac": mac, "user": user, "limit": limit, "offset": offset}
     rows = await db.fetchall(_OF_ROUTER, names)
     (total,) = await db.fetchrow(_COUNT_OF_ROUTER, names)
     return [Mark(*row) for row in rows], total
@@ -112,3 +153,11 @@ async def by_feed(db: Database) -> dict[str, int]:
 async def signatures(db: Database, limit: int) -> list[tuple[str, int]]:
     """The signatures most marked, with their live marks."""
     return await db.fetchall(_SIGNATURES, {"limit": limit})
+
+
+async def alerted_on(db: Database, mac: str, address: str, since: timedelta) -> bool:
+    """Whether the router alerted on the address in the last `since` (its summaries)."""
+    (found,) = await db.fetchrow(ALERTED_ON, {"macs": [mac], "address": address,
+                                             "start": datetime.now(timezone.utc) - since,
+                                             "end": datetime.now(timezone.utc)})
+    return found

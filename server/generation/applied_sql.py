@@ -26,9 +26,12 @@ async def report(db: Database, mac: str, ids_etag: str | None, firewall_etag: st
     return row[0], row[1]
 
 # Whether each router of %(macs)s last reported loading its current payloads: (mac, the
-# report's ok or NULL when it never reported, when, whether its ETags are the stored ones).
+# report's ok or NULL when it never reported since its owner's ownership began, when,
+# whether its ETags are the stored ones).
 RULES_STATE = """SELECT r.mac::text, a.ok, a.reported_at,
        a.ids_etag IS NOT DISTINCT FROM r.ids_etag
        AND a.firewall_etag IS NOT DISTINCT FROM r.firewall_etag
-FROM router_rules r LEFT JOIN router_applied a USING (mac)
+FROM router_rules r JOIN routers o USING (mac)
+     LEFT JOIN router_applied a ON a.mac = r.mac
+                               AND a.reported_at >= coalesce(o.owner_since, '-infinity')
 WHERE r.mac = ANY(%(macs)s::macaddr[])"""

@@ -103,9 +103,9 @@ def owner_routes(settings: Settings) -> list[web.RouteDef]:
 
     async def false_positives(request: web.Request) -> web.Response:
         limit, offset = paging(request)
-        _, mac, _ = await _owned(request)
-        found, total = await marks_db.of_router(request.config_dict[DATABASE], mac, limit,
-                                                offset)
+        user, mac, _ = await _owned(request)
+        found, total = await marks_db.of_router(request.config_dict[DATABASE], mac, user,
+                                                limit, offset)
         return json_response({"falsePositives": [_mark_json(m) for m in found],
                               "total": total})
 

@@ -605,22 +605,33 @@ OWNERS = "owners"  # who decided a value held by owners' marks (intel_decisions.
 
 
 async def sighting_source(db: Database, mac: str, kind: str, value: str) -> str | None:
-    """The feed of the router's sighting of (kind, value); None when it has none."""
-    row = await db.fetchone("SELECT source FROM intel_sightings WHERE mac = %s AND kind = %s "
-                            "AND value = %s", (mac, kind, value))
+    """The feed of the router's sighting of (kind, value) of its current ownership, as its
+    owner is shown it; None when it has none."""
+    row = await db.fetchone(
+        f"SELECT s.source {_SIGHTINGS_OF} AND s.kind = %(kind)s AND s.value = %(value)s",
+        {"mac": mac, "kind": kind, "value": value, "since": "-infinity"})
     return None if row is None else row[0]
 
 
+async def listed_now(db: Database, kind: str, value: str) -> bool:
+    """Whether a feed lists the value now (delivered to routers unless withheld)."""
+    row = await db.fetchone("SELECT 1 FROM intel_indicators WHERE kind = %s AND value = %s "
+                            "AND expires_at > now() LIMIT 1", (kind, value))
+    return row is not None
+
+
 async def close_as_false_positive(cur, mac: str, kind: str, value: str, closed: bool) -> None:
-    """The sighting closed as not an attack, or (`closed` False) reopened when it was."""
+    """The sighting closed as not an attack, or (`closed` False) reopened when it was so
+    closed, or closed for the router's allowlist (the entry the mark made)."""
     if closed:
         await execute(cur, "UPDATE intel_sightings SET closed_at = now(), closed_why = %s "
                            "WHERE mac = %s AND kind = %s AND value = %s AND closed_at IS NULL",
                       (FALSE_POSITIVE_WHY, mac, kind, value))
-    else:
+    else:  # (the match job closes it again if anything else still withholds it)
         await execute(cur, "UPDATE intel_sightings SET closed_at = NULL, closed_why = NULL "
-                           "WHERE mac = %s AND kind = %s AND value = %s AND closed_why = %s",
-                      (mac, kind, value, FALSE_POSITIVE_WHY))
+                           "WHERE mac = %s AND kind = %s AND value = %s "
+                           "AND closed_why IN (%s, %s)",
+                      (mac, kind, value, FALSE_POSITIVE_WHY, ROUTER_ALLOWLISTED_WHY))
 
 
 async def hold_for_owners(cur, kind: str, value: str, networks: int | None) -> None:
@@ -646,7 +657,7 @@ async def hold_for_owners(cur, kind: str, value: str, networks: int | None) -> N
 
 # One router's sightings of the current ownership, last seen from %(since)s, newest first,
 # paged (the frontend's API), with why each was closed (NULL: open).
-_SIGHTINGS_OF = f"""FROM intel_sightings s JOIN routers r USING (mac)
+_SIGHTINGS_OF = """FROM intel_sightings s JOIN routers r USING (mac)
 WHERE s.mac = %(mac)s AND s.last_seen >= %(since)s
   AND s.last_seen >= coalesce(r.owner_since, '-infinity')
   AND NOT EXISTS (SELECT 1 FROM router_keys k WHERE k.mac = s.mac

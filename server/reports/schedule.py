@@ -89,4 +89,4 @@ def checked_zone(name: str) -> str:
 
 @functools.cache
 def _zones() -> frozenset[str]:
-    return frozenset(available_timezones()) | {"UTC"}
+    return (frozenset(available_timezones()) | {"UTC"}) - {"localtime", "Factory"}

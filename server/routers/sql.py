@@ -171,14 +171,16 @@ async def remove(cur: psycopg.AsyncCursor, mac: str) -> bool:
 
 # Each router of %(macs)s's last contact (activation) before %(end)s: its newest activation
 # kept one by one, else its newest rolled-up day's last one (server/db/activation_days.py)
-# of the CONTACT_DAYS before; NULL: none in that time.
+# of the CONTACT_DAYS before; NULL: none in that time, or none since its owner's ownership
+# began (the previous owner's polls are not theirs to be told).
 CONTACT_DAYS = 35
 LAST_CONTACTS = f"""SELECT r.mac::text, coalesce(
     (SELECT a.activated_at FROM activations a WHERE a.mac = r.mac AND a.activated_at < %(end)s
+     AND a.activated_at >= coalesce(r.owner_since, '-infinity')
      ORDER BY a.activated_at DESC LIMIT 1),
     (SELECT max(d.last_seen) FROM activation_days d WHERE d.mac = r.mac
      AND d.day > %(end)s - interval '{CONTACT_DAYS} days' AND d.day < %(end)s
-     AND d.last_seen < %(end)s))
+     AND d.last_seen < %(end)s AND d.last_seen >= coalesce(r.owner_since, '-infinity')))
 FROM routers r WHERE r.mac = ANY(%(macs)s::macaddr[])"""
 
 

@@ -16,31 +16,42 @@ async def add(db: Database, network: str, mac: str | None, note: str | None, mad
               ) -> tuple[int | None, int]:
     """(id of the new entry, or None when it existed; routers made due)."""
     async with db.transaction() as cur:
-        await execute(cur, "INSERT INTO firewall_allowlist (network, mac, note) "
-                           "SELECT %(network)s, %(mac)s, %(note)s "
-                           "WHERE %(mac)s::macaddr IS NULL OR EXISTS "
-                           "(SELECT 1 FROM routers WHERE mac = %(mac)s) "
-                           "ON CONFLICT DO NOTHING RETURNING id",
-                      {"network": network, "mac": mac, "note": note})
-        row = await cur.fetchone()
-        if row is None:
-            return None, 0
-        await record(cur, made_by, "allowlist entry added",
-                     f"{row[0]}: {network}" + (f" ({note})" if note else ""), mac)
-        await execute(cur, FLEET_CHANGED)
-        return row[0], await make_due(cur, mac)
+        return await add_in(cur, network, mac, note, made_by)
+
+
+async def add_in(cur, network: str, mac: str | None, note: str | None, made_by: str
+                 ) -> tuple[int | None, int]:
+    """`add` in the caller's transaction."""
+    await execute(cur, "INSERT INTO firewall_allowlist (network, mac, note) "
+                       "SELECT %(network)s, %(mac)s, %(note)s "
+                       "WHERE %(mac)s::macaddr IS NULL OR EXISTS "
+                       "(SELECT 1 FROM routers WHERE mac = %(mac)s) "
+                       "ON CONFLICT DO NOTHING RETURNING id",
+                  {"network": network, "mac": mac, "note": note})
+    row = await cur.fetchone()
+    if row is None:
+        return None, 0
+    await record(cur, made_by, "allowlist entry added",
+                 f"{row[0]}: {network}" + (f" ({note})" if note else ""), mac)
+    await execute(cur, FLEET_CHANGED)
+    return row[0], await make_due(cur, mac)
 
 
 async def remove(db: Database, entry_id: int, made_by: str) -> bool:
     async with db.transaction() as cur:
-        await execute(cur, "DELETE FROM firewall_allowlist WHERE id = %s "
-                           "RETURNING network::text, mac::text", (entry_id,))
-        row = await cur.fetchone()
-        if row is None:
-            return False
-        await record(cur, made_by, "allowlist entry removed", f"{entry_id}: {row[0]}", row[1])
-        await execute(cur, FLEET_CHANGED)
-        return True
+        return await remove_in(cur, entry_id, made_by)
+
+
+async def remove_in(cur, entry_id: int, made_by: str) -> bool:
+    """`remove` in the caller's transaction."""
+    await execute(cur, "DELETE FROM firewall_allowlist WHERE id = %s "
+                       "RETURNING network::text, mac::text", (entry_id,))
+    row = await cur.fetchone()
+    if row is None:
+        return False
+    await record(cur, made_by, "allowlist entry removed", f"{entry_id}: {row[0]}", row[1])
+    await execute(cur, FLEET_CHANGED)
+    return True
 
 
 async def entries(db: Database) -> list[tuple]:

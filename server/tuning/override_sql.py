@@ -12,26 +12,37 @@ async def add(db: Database, action: str, selector: str, mac: str | None,
               note: str | None, made_by: str) -> tuple[int, int]:
     """(the override's id, routers made due)."""
     async with db.transaction() as cur:
-        await execute(cur, "INSERT INTO rule_overrides (action, selector, mac, note) "
-                           "VALUES (%s, %s, %s, %s) RETURNING id", (action, selector, mac, note))
-        override_id = (await cur.fetchone())[0]
-        await record(cur, made_by, "override added",
-                     f"{override_id}: {action} {selector}" + (f" ({note})" if note else ""), mac)
-        return override_id, await make_due(cur, mac)
+        return await add_in(cur, action, selector, mac, note, made_by)
+
+
+async def add_in(cur, action: str, selector: str, mac: str | None, note: str | None,
+                 made_by: str) -> tuple[int, int]:
+    """`add` in the caller's transaction."""
+    await execute(cur, "INSERT INTO rule_overrides (action, selector, mac, note) "
+                       "VALUES (%s, %s, %s, %s) RETURNING id", (action, selector, mac, note))
+    override_id = (await cur.fetchone())[0]
+    await record(cur, made_by, "override added",
+                 f"{override_id}: {action} {selector}" + (f" ({note})" if note else ""), mac)
+    return override_id, await make_due(cur, mac)
 
 
 async def remove(db: Database, override_id: int, made_by: str) -> int | None:
     """Routers made due, or None when there was no such override."""
     async with db.transaction() as cur:
-        await execute(cur, "DELETE FROM rule_overrides WHERE id = %s "
-                           "RETURNING mac::text, action, selector", (override_id,))
-        row = await cur.fetchone()
-        if row is None:
-            return None
-        mac, action, selector = row
-        await record(cur, made_by, "override removed", f"{override_id}: {action} {selector}",
-                     mac)
-        return await make_due(cur, mac)
+        return await remove_in(cur, override_id, made_by)
+
+
+async def remove_in(cur, override_id: int, made_by: str) -> int | None:
+    """`remove` in the caller's transaction."""
+    await execute(cur, "DELETE FROM rule_overrides WHERE id = %s "
+                       "RETURNING mac::text, action, selector", (override_id,))
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    mac, action, selector = row
+    await record(cur, made_by, "override removed", f"{override_id}: {action} {selector}",
+                 mac)
+    return await make_due(cur, mac)
 
 
 async def entries(db: Database) -> list[tuple]:
