@@ -110,6 +110,10 @@ async def mark(db: Database, config: FeedbackConfig, user: str, mac_text: str, k
     mac, _ = await owned_router(db, user, mac_text)
     stored, intel_value = checked(kind, value)
     note = _note(note)
+    async with db.transaction() as cur:  # a repeat, or a day's marks used up, does no more
+        if (found := await marks_db.live(cur, mac, kind, stored)) is not None:
+            return found, False
+        await _within_the_day(cur, config, mac, user)
     feed = None
     if kind == "sighting" and intel_value is not None:
         feed = await intel_db.sighting_source(db, mac, intel_value[0], intel_value[1])
@@ -120,9 +124,7 @@ async def mark(db: Database, config: FeedbackConfig, user: str, mac_text: str, k
         await marks_db.lock_router(cur, mac)
         if (found := await marks_db.live(cur, mac, kind, stored)) is not None:
             return found, False
-        if await marks_db.made_today(cur, mac, user) >= config.per_router_day:
-            raise MarksExhausted(f"router {mac} has made its {config.per_router_day} marks "
-                                 "of the last day", retry_after_seconds=3600)
+        await _within_the_day(cur, config, mac, user)
         effect = await _effect(cur, mac, user, kind, stored, intel_value, note)
         made = await marks_db.add(cur, mac, user, kind, stored, feed, network, note, effect)
         if made is None:
@@ -132,6 +134,12 @@ async def mark(db: Database, config: FeedbackConfig, user: str, mac_text: str, k
                                                    closed=True)
         await _judged(cur, config, intel_value)
     return made, True
+
+
+async def _within_the_day(cur, config: FeedbackConfig, mac: str, user: str) -> None:
+    if await marks_db.made_today(cur, mac, user) >= config.per_router_day:
+        raise MarksExhausted(f"router {mac} has made its {config.per_router_day} marks of "
+                             "the last day", retry_after_seconds=3600)
 
 
 async def _counts_for(db: Database, config: FeedbackConfig, mac: str, kind: str,
@@ -170,7 +178,9 @@ async def owner_changed(db: Database, config: FeedbackConfig, mac: str,
     async with db.transaction() as cur:
         await marks_db.lock_router(cur, mac)
         ended = await marks_db.end_others(cur, mac, user)
-        for kind, stored, effect in ended:
+        # Values judged in one order whatever the transaction, so that two never wait on
+        # each other's value locks.
+        for kind, stored, effect in sorted(ended, key=lambda mark: _lock_order(*mark[:2])):
             await _undone(cur, config, mac, "owner changed", kind, stored, effect)
     return len(ended)
 
@@ -187,6 +197,11 @@ async def rejudged(db: Database, config: FeedbackConfig) -> dict:
         async with db.transaction() as cur:
             await _judged(cur, config, intel_value)
     return {"values": len(values)}
+
+
+def _lock_order(kind: str, stored: str) -> str:
+    intel_value = checked(kind, stored)[1]
+    return "" if intel_value is None else f"{intel_value[0]}:{intel_value[1]}"
 
 
 async def _undone(cur, config: FeedbackConfig, mac: str, by: str, kind: str, stored: str,
