@@ -16,7 +16,9 @@ from server.intel import sql as intel_sql
 from server.routers import sql as router_sql
 from server.tuning import allowlist_sql, override_sql
 
-FORGOTTEN_FIRST = (generation_sql.FORGET_ROUTER, allowlist_sql.FORGET_ROUTER,
+# The owners' marks' lock on the router first: a mark made meanwhile waits, then finds the
+# router gone (it would otherwise wait on the queue row this deletes, and this on it).
+FORGOTTEN_FIRST = (feedback_sql.LOCK_ROUTER, generation_sql.FORGET_ROUTER, allowlist_sql.FORGET_ROUTER,
                    override_sql.FORGET_ROUTER, intel_sql.FORGET_ROUTER,
                    feedback_sql.FORGET_ROUTER)
 

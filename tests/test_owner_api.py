@@ -348,3 +348,36 @@ async def test_a_new_owner_neither_sees_nor_inherits_the_previous_owners_marks(h
     assert sql.rows("SELECT DISTINCT unmarked_by FROM false_positives") == [("owner changed",)]
     summary = await (await client.get(at("carol", HOME, "/summary"))).json()
     assert summary["last_contact"] is None  # alice's poll is not carol's to be told
+
+
+async def test_what_the_second_review_found_stays_mended(house, sql):
+    """A sighting's mark and its address's share one allowlist entry, kept while either is
+    live; a mark id written in other digits is a 400; a MAC removed and subscribed again
+    shows its new owner nothing of its earlier subscription."""
+    settings, client, _, served, base = house
+    await upload(client, HOME, [{"event_type": "flow", "src_ip": LAN, "dest_ip": ATTACKER,
+                                 "proto": "TCP"}])
+    await poll(client, HOME)
+    own(settings, HOME, "alice")
+    served.bodies["/list.txt"] = (200, f"{ATTACKER}\n".encode(), {})
+    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
+                        "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
+    status, sighting = await marked(client, "alice", HOME, "sighting", f"ip:{ATTACKER}")
+    assert status == 201
+    assert (await marked(client, "alice", HOME, "address", ATTACKER))[0] == 201
+    mark_id = sighting["falsePositive"]["id"]
+    assert (await client.delete(at("alice", HOME, f"/false-positives/{mark_id}"))).status == 200
+    assert sql.value("SELECT count(*) FROM false_positives f JOIN firewall_allowlist a "
+                     "ON a.id = f.effect WHERE f.unmarked_at IS NULL") == 1
+    assert (await client.delete(at("alice", HOME, "/false-positives/%C2%B2"))).status == 400
+
+    sql.rows(f"INSERT INTO telemetry_alerts (mac, hour, src_ip, dest_ip, signature_id, "
+             f"severity, alerts, last_seen, flow_ids) VALUES ('{HOME}', date_trunc('hour', "
+             f"now()) - interval '3 hours', '{ATTACKER}', '{LAN}', 2001219, 1, 7, now(), "
+             "'{}')")  # the earlier subscription's (summaries stay until retention)
+    assert subscriptions(settings, "remove", HOME).returncode == 0
+    assert subscriptions(settings, "add", HOME, "--user", "newbie", "--email",
+                         "newbie@example.org").returncode == 0
+    summary = await (await client.get(at("newbie", HOME, "/summary"))).json()
+    assert summary["alerts"]["total"] == 0 and summary["last_contact"] is None

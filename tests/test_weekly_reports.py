@@ -88,6 +88,7 @@ async def test_each_owner_gets_one_true_report_a_week_quiet_ones_too(house, sql)
     own(settings, BUSY, "alice")
     own(settings, SILENT, "alice")
     own(settings, CALM, "carol")
+    sql.rows("UPDATE routers SET registered_at = now() - interval '9 days'")  # planted below
     day = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     sql.rows(f"""INSERT INTO telemetry_alerts (mac, hour, src_ip, dest_ip, signature_id,
                      severity, alerts, last_seen, flow_ids)

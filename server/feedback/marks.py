@@ -21,7 +21,7 @@ time."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from engine.addresses import canonical_text, network_of
 from server.db.pool import Database
@@ -38,7 +38,6 @@ from server.tuning import override_sql as overrides_db
 from server.tuning.changes import TuningRefused, note_text
 
 KINDS = ("address", "signature", "sighting")
-QUALIFYING = timedelta(days=8)  # an address alerted on this recently counts for the fleet
 MAX_VALUE = 300
 _SID = re.compile(r"[0-9]{1,10}")
 
@@ -95,6 +94,16 @@ def checked(kind: str, value: str) -> tuple[str, tuple[str, str] | None]:
     return f"{indicator[0]}:{indicator[1]}", indicator
 
 
+def stored_value(kind: str, stored: str) -> tuple[str, str] | None:
+    """The threat feeds' value a stored mark names (as `checked` stored it)."""
+    if kind == "address":
+        return "ip", stored
+    if kind == "sighting":
+        feed_kind, _, value = stored.partition(":")
+        return feed_kind, value
+    return None
+
+
 def _note(note: str | None) -> str | None:
     try:
         return note_text(note)
@@ -122,6 +131,8 @@ async def mark(db: Database, config: FeedbackConfig, user: str, mac_text: str, k
     network = await _counts_for(db, config, mac, kind, intel_value)
     async with db.transaction() as cur:
         await marks_db.lock_router(cur, mac)
+        if await intel_db.owner_in(cur, mac) != user:  # changed (or removed) meanwhile
+            raise NotYours(f"no router {mac} of user {user[:64]!r}")
         if (found := await marks_db.live(cur, mac, kind, stored)) is not None:
             return found, False
         await _within_the_day(cur, config, mac, user)
@@ -145,17 +156,16 @@ async def _within_the_day(cur, config: FeedbackConfig, mac: str, user: str) -> N
 async def _counts_for(db: Database, config: FeedbackConfig, mac: str, kind: str,
                       intel_value: tuple[str, str] | None) -> str | None:
     """The reporter network the mark counts for in the fleet (the router's, from its last
-    poll), or None when it counts for nothing: a signature's is counted by its own
-    network too, an address only when the router alerted on it, sighted it or a feed lists
-    it, so that no value is held before any feed names it."""
+    poll), or None when it counts for nothing: an address counts only when a feed lists it
+    or the router sighted it (what a router says it alerted on is its own to say), and no
+    value is held unless a feed lists it (`_judged`)."""
     address = await last_address(db, mac)
     if address is None:
         return None
     if kind == "address" and intel_value is not None:
-        seen = (await marks_db.alerted_on(db, mac, intel_value[1], QUALIFYING)
-                or await intel_db.listed_now(db, *intel_value)
-                or await intel_db.sighting_source(db, mac, *intel_value) is not None)
-        if not seen:
+        async with db.cursor() as cur:
+            listed = await intel_db.listed_now(cur, *intel_value)
+        if not listed and await intel_db.sighting_source(db, mac, *intel_value) is None:
             return None
     return network_of(address)
 
@@ -190,7 +200,7 @@ async def rejudged(db: Database, config: FeedbackConfig) -> dict:
     fleet's count or re-keyed since move a hold that no mark or unmark moved (the
     `false-positive-holds` job)."""
     values = {intel_value for kind, stored in await marks_db.marked_values(db)
-              if (intel_value := checked(kind, stored)[1]) is not None}
+              if (intel_value := stored_value(kind, stored)) is not None}
     values |= {(kind, value) for kind, value, decision, _, _, by, _
                in await intel_db.decisions(db) if by == intel_db.OWNERS}
     for intel_value in sorted(values):
@@ -200,17 +210,18 @@ async def rejudged(db: Database, config: FeedbackConfig) -> dict:
 
 
 def _lock_order(kind: str, stored: str) -> str:
-    intel_value = checked(kind, stored)[1]
+    intel_value = stored_value(kind, stored)
     return "" if intel_value is None else f"{intel_value[0]}:{intel_value[1]}"
 
 
 async def _undone(cur, config: FeedbackConfig, mac: str, by: str, kind: str, stored: str,
                   effect: int | None) -> None:
-    intel_value = checked(kind, stored)[1]
+    intel_value = stored_value(kind, stored)
     if effect is not None:
         if kind == "signature":
             await overrides_db.remove_in(cur, effect, f"owner {by}")
-        else:
+        elif intel_value is None or not await marks_db.hand_over(cur, mac, intel_value[1],
+                                                                 effect):
             await allowlist_db.remove_in(cur, effect, f"owner {by}")
     if intel_value is not None:
         await intel_db.close_as_false_positive(cur, mac, intel_value[0], intel_value[1],
@@ -243,8 +254,8 @@ async def _judged(cur, config: FeedbackConfig, intel_value: tuple[str, str] | No
     await marks_db.lock_value(cur, f"{kind}:{value}")
     named = [("sighting", f"{kind}:{value}")] + ([("address", value)] if kind == "ip" else [])
     networks = await marks_db.networks(cur, named, config.min_router_age, config.keyed)
-    await intel_db.hold_for_owners(cur, kind, value,
-                                   networks if networks >= config.networks else None)
+    held = networks >= config.networks and await intel_db.listed_now(cur, kind, value)
+    await intel_db.hold_for_owners(cur, kind, value, networks if held else None)
 
 
 async def fleet_view(db: Database, config: FeedbackConfig, listed: int = 20) -> dict:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from engine.addresses import ALLOCATION_PREFIX, PER_ALLOCATION
 from server.db.pool import Database, execute
 from server.routers.sql import counted as counted_router
-from server.telemetry.sql import ALERTED_ON
 
 _COLUMNS = "id, kind, value, feed, note, marked_at, unmarked_at"
 # A removed router's marks end with it (their effects, its allowlist entries and overrides,
@@ -18,7 +17,8 @@ WHERE mac = %(mac)s AND unmarked_at IS NULL"""
 _LIVE = f"""SELECT {_COLUMNS} FROM false_positives
 WHERE mac = %(mac)s AND kind = %(kind)s AND value = %(value)s AND unmarked_at IS NULL"""
 # Marks of one router are made one at a time (its lock), so that its day's count holds.
-_LOCK_ROUTER = "SELECT pg_advisory_xact_lock(hashtext('false-positives:' || %(mac)s))"
+# (A router's removal takes it too, first: server/removal.py.)
+LOCK_ROUTER = "SELECT pg_advisory_xact_lock(hashtext('false-positives:' || %(mac)s))"
 # A value's hold is judged one transaction at a time, each counting what the others did.
 _LOCK_VALUE = "SELECT pg_advisory_xact_lock(hashtext('false-positive-hold:' || %(value)s))"
 _MADE_TODAY = """SELECT count(*) FROM false_positives
@@ -27,7 +27,7 @@ _ADD = f"""INSERT INTO false_positives (mac, user_id, kind, value, feed, network
 VALUES (%(mac)s, %(user)s, %(kind)s, %(value)s, %(feed)s, %(network)s, %(note)s, %(effect)s)
 ON CONFLICT DO NOTHING RETURNING {_COLUMNS}"""
 _UNMARK = """UPDATE false_positives SET unmarked_at = now(), unmarked_by = %(user)s
-WHERE id = %(id)s AND mac = %(mac)s AND unmarked_at IS NULL
+WHERE id = %(id)s AND mac = %(mac)s AND user_id = %(user)s AND unmarked_at IS NULL
 RETURNING kind, value, effect"""
 _OF_ROUTER = f"""SELECT {_COLUMNS} FROM false_positives
 WHERE mac = %(mac)s AND (%(user)s::text IS NULL OR user_id = %(user)s)
@@ -38,6 +38,13 @@ WHERE mac = %(mac)s AND (%(user)s::text IS NULL OR user_id = %(user)s)"""
 _OTHERS_LIVE = """UPDATE false_positives SET unmarked_at = now(), unmarked_by = 'owner changed'
 WHERE mac = %(mac)s AND unmarked_at IS NULL AND user_id IS DISTINCT FROM %(user)s
 RETURNING kind, value, effect"""
+# Another live mark of the router naming the same address takes over an allowlist entry
+# the mark undone made (the address's mark and the sighting's share one entry).
+_HAND_OVER = """UPDATE false_positives SET effect = %(effect)s
+WHERE id = (SELECT id FROM false_positives WHERE mac = %(mac)s AND unmarked_at IS NULL
+            AND effect IS NULL AND kind IN ('address', 'sighting')
+            AND value IN (%(address)s, 'ip:' || %(address)s) LIMIT 1)
+RETURNING id"""
 # The threat feeds' values that live marks name, and those owners' marks hold.
 _MARKED_VALUES = """SELECT DISTINCT kind, value FROM false_positives
 WHERE unmarked_at IS NULL AND kind IN ('address', 'sighting')"""
@@ -88,7 +95,7 @@ async def live(cur, mac: str, kind: str, value: str) -> Mark | None:
 
 
 async def lock_router(cur, mac: str) -> None:
-    await execute(cur, _LOCK_ROUTER, {"mac": mac})
+    await execute(cur, LOCK_ROUTER, {"mac": mac})
 
 
 async def lock_value(cur, value: str) -> None:
@@ -105,6 +112,12 @@ async def end_others(cur, mac: str, user: str | None) -> list[tuple[str, str, in
     """The router's live marks by others than `user` ended: (kind, value, effect) each."""
     await execute(cur, _OTHERS_LIVE, {"mac": mac, "user": user})
     return await cur.fetchall()
+
+
+async def hand_over(cur, mac: str, address: str, effect: int) -> bool:
+    """Whether another live mark of the router took over the allowlist entry `effect`."""
+    await execute(cur, _HAND_OVER, {"mac": mac, "address": address, "effect": effect})
+    return await cur.fetchone() is not None
 
 
 async def marked_values(db: Database) -> list[tuple[str, str]]:
@@ -154,10 +167,3 @@ async def signatures(db: Database, limit: int) -> list[tuple[str, int]]:
     """The signatures most marked, with their live marks."""
     return await db.fetchall(_SIGNATURES, {"limit": limit})
 
-
-async def alerted_on(db: Database, mac: str, address: str, since: timedelta) -> bool:
-    """Whether the router alerted on the address in the last `since` (its summaries)."""
-    (found,) = await db.fetchrow(ALERTED_ON, {"macs": [mac], "address": address,
-                                             "start": datetime.now(timezone.utc) - since,
-                                             "end": datetime.now(timezone.utc)})
-    return found

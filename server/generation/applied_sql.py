@@ -33,5 +33,5 @@ RULES_STATE = """SELECT r.mac::text, a.ok, a.reported_at,
        AND a.firewall_etag IS NOT DISTINCT FROM r.firewall_etag
 FROM router_rules r JOIN routers o USING (mac)
      LEFT JOIN router_applied a ON a.mac = r.mac
-                               AND a.reported_at >= coalesce(o.owner_since, '-infinity')
+                               AND a.reported_at >= coalesce(o.owner_since, o.registered_at)
 WHERE r.mac = ANY(%(macs)s::macaddr[])"""

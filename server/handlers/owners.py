@@ -7,6 +7,7 @@ routers: another user's router, or one that does not exist, is the same 404."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime
 
 from aiohttp import web
@@ -128,7 +129,7 @@ def owner_routes(settings: Settings) -> list[web.RouteDef]:
     async def unmark(request: web.Request) -> web.Response:
         user = _user(request)
         raw = request.match_info["markId"]
-        if not raw.isdigit() or len(raw) > 18:
+        if not re.fullmatch(r"[0-9]{1,18}", raw):
             raise BadRequest("a mark's id is a number")
         await marks.unmark(request.config_dict[DATABASE], config, user,
                            request.match_info["mac"], int(raw))

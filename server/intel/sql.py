@@ -526,11 +526,25 @@ async def set_owner(db: Database, mac: str, user: str | None, email: str | None,
     return True
 
 
+# A router's owner, and since when it is theirs: from the ownership's change, or for its
+# first owner from the hour of the router's registration (a MAC removed and registered
+# again starts afresh: its earlier subscription's telemetry is not the new owner's; the
+# hourly summaries of its first hour are).
+OWNER_SINCE = "coalesce(owner_since, date_trunc('hour', registered_at, 'UTC'))"
+OWNER_OF = f"SELECT owner_user, {OWNER_SINCE} FROM routers WHERE mac = %s"
+
+
+async def owner_in(cur, mac: str) -> str | None:
+    """The router's owner, read in the caller's transaction (None: none, or no router)."""
+    await execute(cur, OWNER_OF, (mac,))
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
 async def owner_of(db: Database, mac: str) -> tuple[bool, str | None, datetime | None]:
     """Whether `mac` is registered, its owner's user id (None: no owner), and since when
-    the router is theirs (None: since before any other owner)."""
-    row = await db.fetchone("SELECT owner_user, owner_since FROM routers WHERE mac = %s",
-                            (mac,))
+    the router is theirs (OWNER_OF)."""
+    row = await db.fetchone(OWNER_OF, (mac,))
     return (False, None, None) if row is None else (True, row[0], row[1])
 
 
@@ -613,11 +627,11 @@ async def sighting_source(db: Database, mac: str, kind: str, value: str) -> str 
     return None if row is None else row[0]
 
 
-async def listed_now(db: Database, kind: str, value: str) -> bool:
+async def listed_now(cur, kind: str, value: str) -> bool:
     """Whether a feed lists the value now (delivered to routers unless withheld)."""
-    row = await db.fetchone("SELECT 1 FROM intel_indicators WHERE kind = %s AND value = %s "
-                            "AND expires_at > now() LIMIT 1", (kind, value))
-    return row is not None
+    await execute(cur, "SELECT 1 FROM intel_indicators WHERE kind = %s AND value = %s "
+                       "AND expires_at > now() LIMIT 1", (kind, value))
+    return await cur.fetchone() is not None
 
 
 async def close_as_false_positive(cur, mac: str, kind: str, value: str, closed: bool) -> None:

@@ -10,7 +10,7 @@ from engine.addresses import NOT_PUBLIC
 from server.db.pool import Database, execute
 from server.fleet.sql import endpoint
 from server.generation.applied_sql import RULES_STATE
-from server.intel.sql import SIGHTED_BETWEEN
+from server.intel.sql import OWNER_SINCE, SIGHTED_BETWEEN
 from server.reports.schedule import Schedule
 from server.routers.sql import LAST_CONTACTS
 from server.telemetry.sql import ALERTS_BETWEEN
@@ -27,7 +27,8 @@ SCHEDULES = """SELECT user_id, weekly, weekday, hour, zone FROM owner_reports
 WHERE user_id = ANY(%(users)s::text[])"""
 LAST_ENDS = """SELECT user_id, max(week_end) FROM weekly_reports
 WHERE user_id = ANY(%(users)s::text[]) GROUP BY user_id"""
-ROUTERS_OF = """SELECT owner_user, mac::text, owner_since FROM routers
+# (since when each is the owner's: server/intel/sql.py OWNER_SINCE)
+ROUTERS_OF = f"""SELECT owner_user, mac::text, {OWNER_SINCE} FROM routers
 WHERE owner_user = ANY(%(users)s::text[]) AND owner_email IS NOT NULL ORDER BY owner_user, mac"""
 SET_SCHEDULE = """INSERT INTO owner_reports AS o (user_id, weekly, weekday, hour, zone)
 VALUES (%(user)s, %(weekly)s, %(weekday)s, %(hour)s, %(zone)s)
@@ -110,7 +111,7 @@ async def last_ends(db: Database, users: list[str]) -> dict[str, datetime]:
 
 async def routers_of(db: Database, users: list[str]
                      ) -> dict[str, list[tuple[str, datetime | None]]]:
-    """Each of `users`' routers: (MAC, since when it is theirs or None: always)."""
+    """Each of `users`' routers: (MAC, since when it is theirs)."""
     found: dict[str, list[tuple[str, datetime | None]]] = {}
     for user, mac, since in await db.fetchall(ROUTERS_OF, {"users": users}):
         found.setdefault(user, []).append((mac, since))

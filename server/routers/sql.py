@@ -176,11 +176,11 @@ async def remove(cur: psycopg.AsyncCursor, mac: str) -> bool:
 CONTACT_DAYS = 35
 LAST_CONTACTS = f"""SELECT r.mac::text, coalesce(
     (SELECT a.activated_at FROM activations a WHERE a.mac = r.mac AND a.activated_at < %(end)s
-     AND a.activated_at >= coalesce(r.owner_since, '-infinity')
+     AND a.activated_at >= coalesce(r.owner_since, r.registered_at)
      ORDER BY a.activated_at DESC LIMIT 1),
     (SELECT max(d.last_seen) FROM activation_days d WHERE d.mac = r.mac
      AND d.day > %(end)s - interval '{CONTACT_DAYS} days' AND d.day < %(end)s
-     AND d.last_seen < %(end)s AND d.last_seen >= coalesce(r.owner_since, '-infinity')))
+     AND d.last_seen < %(end)s AND d.last_seen >= coalesce(r.owner_since, r.registered_at)))
 FROM routers r WHERE r.mac = ANY(%(macs)s::macaddr[])"""
 
 

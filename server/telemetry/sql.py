@@ -217,7 +217,3 @@ ALERTS_BETWEEN = """(SELECT r.mac, r.hour, r.src_ip, r.dest_ip, r.signature_id, 
  WHERE d.mac = ANY(%(macs)s::macaddr[]) AND d.day > %(start)s - interval '1 day'
    AND d.day < %(end)s AND d.day + e.h * interval '1 hour' >= %(start)s
    AND d.day + e.h * interval '1 hour' < %(end)s)"""
-
-# Whether a router (%(macs)s, one) alerted on %(address)s in [%(start)s, %(end)s).
-ALERTED_ON = f"""SELECT EXISTS (SELECT 1 FROM {ALERTS_BETWEEN} a
-    WHERE a.src_ip = %(address)s::inet OR a.dest_ip = %(address)s::inet)"""
