@@ -6,14 +6,14 @@ Undone as it was done; every mark kept with who and when (table `false_positives
 
 For the fleet, marks are counted by owners, each for one reporter network (of a router of
 theirs that counts for the fleet: aged, keyed, at most a few /48s of one IPv6 allocation),
-and an address only when the router alerted on it, sighted it or a feed lists it: a threat
-feed's value marked from FALSE_POSITIVE_NETWORKS networks is held for an operator (`intel
-decisions`), as a value seen by too much of the fleet is; a signature so marked is listed
+and an address only when a feed lists it or the router sighted it: a threat feed's value
+marked from FALSE_POSITIVE_NETWORKS networks is held for an operator while a feed lists it
+(`intel decisions`), as a value seen by too much of the fleet is; a signature so marked is listed
 as a candidate to disable (`router-backend feedback`). One owner of many routers, or a
 thousand fresh MACs, weigh one network or nothing. A new owner ends the previous owner's
 marks (`owner_changed`).
 
-A repeated mark is answered with the one stored and changes nothing; a router's marks are
+A repeated mark is answered with the one stored (a 409) and changes nothing; a router's marks are
 at most FALSE_POSITIVE_MARKS_PER_ROUTER_DAY a day. A mark, its effect and the judgement
 are one transaction under the router's lock; a value is judged one transaction at a
 time."""
@@ -128,7 +128,7 @@ async def mark(db: Database, config: FeedbackConfig, user: str, mac_text: str, k
         feed = await intel_db.sighting_source(db, mac, intel_value[0], intel_value[1])
         if feed is None:
             raise MarkNotFound(f"router {mac} has no sighting of {value[:80]!r}")
-    network = await _counts_for(db, config, mac, kind, intel_value)
+    network = await _counts_for(db, mac, kind, intel_value)
     async with db.transaction() as cur:
         await marks_db.lock_router(cur, mac)
         if await intel_db.owner_in(cur, mac) != user:  # changed (or removed) meanwhile
@@ -153,7 +153,7 @@ async def _within_the_day(cur, config: FeedbackConfig, mac: str, user: str) -> N
                              "the last day", retry_after_seconds=3600)
 
 
-async def _counts_for(db: Database, config: FeedbackConfig, mac: str, kind: str,
+async def _counts_for(db: Database, mac: str, kind: str,
                       intel_value: tuple[str, str] | None) -> str | None:
     """The reporter network the mark counts for in the fleet (the router's, from its last
     poll), or None when it counts for nothing: an address counts only when a feed lists it
