@@ -68,19 +68,28 @@ async def test_a_busy_pool_after_an_outage_is_waited_for_not_answered_503(databa
     again, so under load the short wait, and its 503s, renewed themselves for as long as the
     load lasted."""
     db = await Database.open(database, 0, 2, 30)
+    holder = await psycopg.AsyncConnection.connect(database.dsn(), autocommit=True)
     try:
-        busy = [asyncio.create_task(db.fetchrow("SELECT %s FROM pg_sleep(1.5)", (n,)))
-                for n in range(2)]
+        # Both connections serve a statement that waits on a lock this test holds until the
+        # first requests have had their answers: busy for as long as the test needs, however
+        # slow the machine (a 1.5 s sleep ended first under a loaded CI run).
+        await holder.execute("SELECT pg_advisory_lock(8301)")
+        busy = [asyncio.create_task(db.fetchrow(
+            "SELECT %s FROM (SELECT pg_advisory_xact_lock_shared(8301)) held", (n,)))
+            for n in range(2)]
         while db.connection_counts()[:2] != (2, 0):  # both connections serving
             await asyncio.sleep(0.01)
         db.unreachable = True  # as the pool's failed reconnection left it, a moment before
         first = [db.fetchrow("SELECT %s", (n,)) for n in range(4)]  # wait 1 s, then 503
         assert all(isinstance(answer, DatabaseUnavailable)
                    for answer in await asyncio.gather(*first, return_exceptions=True))
-        later = [db.fetchrow("SELECT %s FROM pg_sleep(0.3)", (n,)) for n in range(8)]
+        later = [asyncio.create_task(db.fetchrow("SELECT %s FROM pg_sleep(0.3)", (n,)))
+                 for n in range(8)]
+        await holder.execute("SELECT pg_advisory_unlock(8301)")
         assert await asyncio.gather(*later, *busy) == [(n,) for n in range(8)] + [(0,), (1,)]
         assert not db.unreachable
     finally:
+        await holder.close()
         await db.close()
 
 
