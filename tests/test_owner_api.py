@@ -26,6 +26,15 @@ NAS, ATTACKER, LAN = "45.60.7.8", "45.33.32.77", "192.168.1.20"
 API = "/api/owners/{user}/routers/{mac}"
 
 
+async def feed_listing(house, *values: str) -> None:
+    """A plain feed listing `values`, added and fetched."""
+    settings, _, _, served, base = house
+    served.bodies["/list.txt"] = (200, "".join(f"{value}\n" for value in values).encode(), {})
+    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
+                        "plain")).returncode == 0
+    assert (await intel(settings, "fetch")).returncode == 0
+
+
 def crowd(prefix: str, n: int) -> str:
     return f"{prefix}:00:00:{n >> 8:02x}:{n & 255:02x}"
 
@@ -83,10 +92,7 @@ async def test_not_an_attack_takes_effect_for_the_router_at_its_next_poll(house,
     router's own; a repeated mark is the one stored; every mark kept with who and when."""
     settings, client, _, served, base = house
     await homes(client, settings)
-    served.bodies["/list.txt"] = (200, f"{NAS}\n{ATTACKER}\n".encode(), {})
-    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
-                        "plain")).returncode == 0
-    assert (await intel(settings, "fetch")).returncode == 0
+    await feed_listing(house, NAS, ATTACKER)
     before, _ = await intel_document(client, HOME)
     assert {e["address"] for e in before["block"]} == {NAS, ATTACKER}
 
@@ -175,10 +181,7 @@ async def test_three_hundred_routers_of_one_network_and_a_thousand_fresh_macs_ho
 async def five_networks_and_a_crowd(house, sql, same: int, fresh: int) -> None:
     settings, client, _, served, base = house
     db = client.app[DATABASE]
-    served.bodies["/list.txt"] = (200, f"{NAS}\n{ATTACKER}\n".encode(), {})
-    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
-                        "plain")).returncode == 0
-    assert (await intel(settings, "fetch")).returncode == 0
+    await feed_listing(house, NAS, ATTACKER)
 
     async def router(mac: str, address: str, user: str) -> None:
         answer = await client.get("/rules/last_updated", headers={
@@ -314,10 +317,7 @@ async def test_an_owner_weighs_one_network_and_no_value_is_held_before_a_feed_na
     in the fleet: it is the router's alone)."""
     settings, client, _, served, base = house
     db = client.app[DATABASE]
-    served.bodies["/list.txt"] = (200, f"{NAS}\n".encode(), {})
-    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
-                        "plain")).returncode == 0
-    assert (await intel(settings, "fetch")).returncode == 0
+    await feed_listing(house, NAS)
     for n in range(10):
         mac = crowd("02:89", n)
         answer = await client.get("/rules/last_updated", headers={
@@ -359,10 +359,7 @@ async def test_what_the_second_review_found_stays_mended(house, sql):
                                  "proto": "TCP"}])
     await poll(client, HOME)
     own(settings, HOME, "alice")
-    served.bodies["/list.txt"] = (200, f"{ATTACKER}\n".encode(), {})
-    assert (await intel(settings, "add", "list", f"{base}list.txt", "--format",
-                        "plain")).returncode == 0
-    assert (await intel(settings, "fetch")).returncode == 0
+    await feed_listing(house, ATTACKER)
     status, sighting = await marked(client, "alice", HOME, "sighting", f"ip:{ATTACKER}")
     assert status == 201
     assert (await marked(client, "alice", HOME, "address", ATTACKER))[0] == 201
