@@ -24,6 +24,7 @@ from pathlib import Path
 
 from agent.client import Backoff, Refused, ServiceClient, Unavailable
 from agent.config import AgentConfig, ConfigError, load_config
+from agent.enforcement import EnforcementReporter
 from agent.enrollment import router_key
 from agent.rules import RuleUpdater
 from agent.spool import Spool
@@ -74,8 +75,9 @@ class Agent:
         self.config = config
         self.state = AgentState.load(config.state_dir)
         self.client = ServiceClient(config)
-        self.uploader = Uploader(config, self.state, self.client)
-        self.rules = RuleUpdater(config, self.state, self.client)
+        self.enforcement = EnforcementReporter(config, self.client)
+        self.uploader = Uploader(config, self.state, self.client, self.enforcement)
+        self.rules = RuleUpdater(config, self.state, self.client, self.enforcement)
 
     def run(self, once: bool = False) -> int:
         signal.signal(signal.SIGTERM, _stop)
@@ -132,6 +134,8 @@ class Agent:
     def _poll(self) -> None:
         self.client.key = router_key(self.config, self.client)
         self.rules.poll()
+        if self.enforcement.due():
+            self.enforcement.report()
 
     def _step(self, step, backoff: Backoff, interval: float) -> float:
         """Run one step; the seconds until the next: its interval, or a backoff."""

@@ -47,6 +47,10 @@ class AgentConfig:
     dataset_entries: int = 10_000
     dataset_memory_bytes: int = 0
     ja4: bool = False
+    # Report what the block-list sets dropped (POST /rules/enforced) every this many
+    # seconds (0: never); their counters read with counters_command, {set} naming one set.
+    enforcement_seconds: float = 3600.0
+    counters_command: tuple[str, ...] = ("nft", "-j", "list", "set", "{set}")
     alert_types: tuple[str, ...] = ("alert",)
     flow_types: tuple[str, ...] = ("flow", "netflow")
     # Sent to /log/cfm with the flows and stored as sent: what the fleet's hunt indexes
@@ -90,7 +94,7 @@ class AgentConfig:
 
 _REQUIRED = ("server_url", "mac", "state_dir", "eve_json", "rules_file", "firewall_file")
 _COMMANDS = ("test_command", "reload_command", "firewall_test_command",
-             "firewall_reload_command")
+             "firewall_reload_command", "counters_command")
 _LISTS = ("alert_types", "flow_types", "meta_types")
 
 

@@ -110,12 +110,14 @@ def _empty(document: dict) -> bool:
 
 class IntelUpdater:
     def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient,
-                 run, run_quietly):
-        """`run(command, what)` and `run_quietly(command)`: agent/rules.py's."""
+                 run, run_quietly, before_reload):
+        """`run(command, what)` and `run_quietly(command)`: agent/rules.py's;
+        `before_reload()`: called before the block sets are loaded again (their counters)."""
         self._config = config
         self._state = state
         self._client = client
         self._run, self._run_quietly = run, run_quietly
+        self._before_reload = before_reload
         self._kept = config.state_dir / DOCUMENT_FILE
 
     def update(self, etag: str) -> tuple[bool, str] | None:
@@ -166,6 +168,7 @@ class IntelUpdater:
             path.name) and path not in wanted]
         self._replace(wanted, stale, ("test_command", "reload_command"), rules_file=rules)
         nft = self._config.firewall_file.with_name(NFT_FILE)
+        self._before_reload()
         self._replace({nft: nft_text(document, self._config)}, [],
                       ("firewall_test_command", "firewall_reload_command"), firewall_file=nft)
 

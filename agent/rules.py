@@ -23,6 +23,7 @@ import subprocess
 
 from agent.client import ServiceClient
 from agent.config import AgentConfig
+from agent.enforcement import EnforcementReporter
 from agent.files import write_atomically
 from agent.intel import IntelUpdater
 from agent.state import AgentState, now
@@ -43,13 +44,16 @@ class InstallError(Exception):
 
 
 class RuleUpdater:
-    def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient):
+    def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient,
+                 enforcement: EnforcementReporter):
         self._config = config
+        self._enforcement = enforcement
         self._state = state
         self._client = client
         self._files = {"ids": config.rules_file, "firewall": config.firewall_file,
                        "fleet": config.fleet_path}
-        self._intel = IntelUpdater(config, state, client, _run, _run_quietly)
+        self._intel = IntelUpdater(config, state, client, _run, _run_quietly,
+                                   enforcement.take)
         self._commands = {"ids": ("test_command", "reload_command"),
                           "firewall": ("firewall_test_command", "firewall_reload_command"),
                           "fleet": ("firewall_test_command", "firewall_reload_command")}
@@ -121,6 +125,8 @@ class RuleUpdater:
         return True, ""
 
     def _install(self, kind: str, content: bytes) -> None:
+        if kind != "ids":
+            self._enforcement.take()  # the sets' counts, read before the reload resets them
         target = self._files[kind]
         previous = target.with_name(target.name + ".prev")
         had_previous = target.exists()

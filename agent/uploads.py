@@ -14,6 +14,7 @@ import logging
 
 from agent.client import Refused, ServiceClient
 from agent.config import AgentConfig
+from agent.enforcement import EnforcementReporter, intel_rule_alert
 from agent.spool import Batch, Spool
 from agent.state import AgentState, now
 from agent.tail import EveTail
@@ -25,8 +26,10 @@ STOP_SENDING = {401, 403}  # the router's key or subscription: no batch can pass
 
 
 class Uploader:
-    def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient):
+    def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient,
+                 enforcement: EnforcementReporter):
         self._config = config
+        self._enforcement = enforcement
         self._state = state
         self._client = client
         self.spool = Spool(config.state_dir / "spool", config.spool_max_bytes)
@@ -37,13 +40,14 @@ class Uploader:
         """Move what is new in eve.json to the spool; the number of batches spooled."""
         spooled = 0
         while chunk := self.tail.read():
-            kinds, skipped = self._split(chunk.lines)
+            kinds, skipped, intel_alerts = self._split(chunk.lines)
             for kind, lines in kinds.items():
                 if lines:
                     self.spool.add(self._state.values["next_batch"], kind, chunk.key, lines)
                     self._state.values["next_batch"] += 1
                     spooled += 1
             self._state.count("records_skipped", skipped)
+            self._enforcement.count_alerts(intel_alerts)
             self.tail.advance(chunk.position)
             for dropped in self.spool.drop_oldest_beyond_cap():
                 self._state.count("batches_dropped_spool_full")
@@ -84,27 +88,30 @@ class Uploader:
                         batch.path.name, report["rejected"], report.get("errors", [])[:3])
         self._state.values["last_upload_at"] = now()
 
-    def _split(self, lines: list[bytes]) -> tuple[dict[str, list[bytes]], int]:
+    def _split(self, lines: list[bytes]) -> tuple[dict[str, list[bytes]], int, int]:
+        """The lines by where they go, those skipped, and the intel rules' alerts."""
         kinds: dict[str, list[bytes]] = {"events": [], "cfm": []}
-        skipped = 0
+        skipped = intel_alerts = 0
         for line in lines:
-            kind = self._kind_of(line)
+            kind, intel = self._kind_of(line)
+            intel_alerts += intel
             if kind is None:
                 skipped += 1
             else:
                 kinds[kind].append(line)
-        return kinds, skipped
+        return kinds, skipped, intel_alerts
 
-    def _kind_of(self, line: bytes) -> str | None:
+    def _kind_of(self, line: bytes) -> tuple[str | None, bool]:
         try:
-            event_type = json.loads(line).get("event_type")
+            record = json.loads(line)
+            event_type = record.get("event_type")
         except (ValueError, AttributeError):
-            return None  # not a JSON object: the server would reject it too
+            return None, False  # not a JSON object: the server would reject it too
         if event_type in self._config.alert_types:
-            return "events"
+            return "events", intel_rule_alert(record)
         if event_type in self._config.flow_types or event_type in self._config.meta_types:
-            return "cfm"
-        return None
+            return "cfm", False
+        return None, False
 
     def _save_position(self, position: dict) -> None:
         self._state.values["position"] = position

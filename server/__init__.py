@@ -16,7 +16,9 @@ importing only the layers below it (the `server-layers` contract of .importlinte
    `reports/` (each owner's weekly report of their routers: alerts, sightings, rules,
    contact, read from the summaries of telemetry, intel, generation and routers).
 5. `feedback/`: owners' marks "not an attack" (the router's allowlist, overrides and
-   sightings, and the fleet's holds by the networks marking a value).
+   sightings, and the fleet's holds by the networks marking a value); `enforcement/`: what
+   the routers' firewalls dropped, as their agents report it, stored per router and day
+   and counted for the fleet by networks.
 6. The capabilities, each above those it uses:
    - `intel/` (threat intelligence: feeds retro-hunted over the hunt index, sightings told
      to owners through notifications) and `ingest/` (streamed telemetry ingestion, each

@@ -45,6 +45,7 @@ from server.web.host_buckets import map_table_file
 from server.web.limits import HOST_TABLES, FloodLimits
 from server.intel.jobs import intel_jobs
 from server.reports.jobs import report_jobs
+from server.enforcement.jobs import enforcement_jobs
 from server.feedback.jobs import feedback_jobs
 from server.jobs import MOST_JOBS
 from server.fleet.config import FleetConfig
@@ -283,7 +284,8 @@ async def jobs_context(app: Resources) -> AsyncIterator[None]:
     jobs = scheduled_jobs(app[DATABASE], settings, app[METRICS],
                           intel_jobs(app[DATABASE], settings)
                           + report_jobs(app[DATABASE], settings)
-                          + feedback_jobs(app[DATABASE], settings))
+                          + feedback_jobs(app[DATABASE], settings)
+                          + enforcement_jobs(app[DATABASE], settings, app[METRICS]))
     indexer = HuntIndexer(app[DATABASE], HuntConfig.from_settings(settings),
                           settings.hunt_index_seconds, app[METRICS])
     indexer.start()

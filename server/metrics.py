@@ -102,6 +102,17 @@ class Metrics:
         self.fleet_job_seconds = Gauge("fleet_job_duration_seconds", "Time the fleet job's "
                                        "last run took", multiprocess_mode="mostrecent",
                                        registry=registry)
+        self.enforced = Gauge("enforcement_last_day", "What the routers' firewalls dropped "
+                              "in the last day, per block list, as the enforcement-figures "
+                              "job last counted it (routers that count for the fleet): "
+                              "packets, bytes, routers and networks it matched at",
+                              ["list", "figure"], multiprocess_mode="mostrecent",
+                              registry=registry)
+        self.feed_enforced = Gauge("intel_feed_enforcement_last_day", "Per threat feed, the "
+                                   "last day: packets and bytes dropped by its entries, "
+                                   "networks they matched at, its values that never matched",
+                                   ["feed", "figure"], multiprocess_mode="mostrecent",
+                                   registry=registry)
         self.loop_last_success = Gauge("background_loop_last_success_timestamp_seconds",
                                        "When each long-running loop last did its work "
                                        "(generation dispatch and renewal, ETag cache, "

@@ -2,13 +2,14 @@
 
 Its place in the generation queue, its allowlist entries and rule overrides, its hunt
 postings (its number in the packed index forgotten, so that no hunt names it:
-server/hunt/sql.py) and its threat sightings go, its owner's marks end (their record kept);
+server/hunt/sql.py) its threat sightings and enforcement reports go, its owner's marks end (their record kept);
 its telemetry stays until retention removes it. The one module that knows every capability a router lives in.
 """
 
 from __future__ import annotations
 
 from server.db.pool import Database, execute
+from server.enforcement import sql as enforcement_sql
 from server.feedback import sql as feedback_sql
 from server.generation import sql as generation_sql
 from server.hunt import sql as hunt_sql
@@ -20,7 +21,7 @@ from server.tuning import allowlist_sql, override_sql
 # router gone (it would otherwise wait on the queue row this deletes, and this on it).
 FORGOTTEN_FIRST = (feedback_sql.LOCK_ROUTER, generation_sql.FORGET_ROUTER, allowlist_sql.FORGET_ROUTER,
                    override_sql.FORGET_ROUTER, intel_sql.FORGET_ROUTER,
-                   feedback_sql.FORGET_ROUTER)
+                   feedback_sql.FORGET_ROUTER, enforcement_sql.FORGET_ROUTER)
 
 
 async def unsubscribe(db: Database, mac: str) -> bool:

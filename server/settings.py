@@ -656,6 +656,11 @@ class Settings:
         "Marks \"not an attack\" an owner may "
         "make of one router in a day (each is an allowlist entry or an override of its "
         "own); past it, 429.")
+    enforcement_entries_per_router_day: int = _fleet("300", _integer(0, 100_000),
+        "Most block-list entries a router's "
+        "enforcement reports (POST /rules/enforced) store for one day, over its lists: "
+        "the first reported, each report's most matched first; past it a report's "
+        "totals are still counted, its new entries not (docs/router-api.md).")
     fleet_max_entries: int = _fleet("10000", _integer(1),
         "Most addresses in the fleet's list (the most widely "
         "reported first).")

@@ -43,7 +43,8 @@ def test_every_routers_refusal_has_its_status():
     statuses = {cls.__name__: api_error(cls("x"), DOMAIN_STATUSES).status for cls in refusals}
     assert statuses == {"IdentityInvalid": 400, "IdentityMissing": 401, "CredentialsWrong": 401,
                         "NotAllowed": 403, "EnrollmentRefused": 409, "RegistrationsBusy": 429,
-                        "ReportInvalid": 400, "ReportTooLarge": 413}
+                        "ReportInvalid": 400, "ReportTooLarge": 413,
+                        "ReportStalled": 408}
 
 
 def test_no_capability_raises_an_http_error_of_its_own():

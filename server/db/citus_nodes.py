@@ -28,7 +28,8 @@ DISTRIBUTED_TABLES = ("routers", "router_rules", "router_keys", "enrollment_wind
                       "upload_keys", "router_applied", "telemetry_chunks",
                       "telemetry_alerts", "telemetry_flows", "telemetry_flow_days",
                       "telemetry_alert_days", "activations", "activation_days",
-                      "hunt_postings", "hunt_budgets", "hunt_pending", "intel_sightings")
+                      "hunt_postings", "hunt_budgets", "hunt_pending", "intel_sightings",
+                      "enforcement_days", "enforcement_hits")
 
 # Foreign keys from tables that stay on the coordinator to `routers`, which Citus refuses
 # (from a local table to a distributed one): their ON DELETE CASCADE is done by

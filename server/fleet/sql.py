@@ -284,6 +284,14 @@ def _outbreak(row: tuple) -> dict:
 
 # Each list written in one statement from one JSON document: a round trip per list, not per
 # entry (10,000 entries).
+def listed_attacker(address: str) -> str:
+    """SQL: whether the inet `address` is on the fleet's attackers list now."""
+    return f"EXISTS (SELECT 1 FROM fleet_attackers f WHERE f.address = {address})"
+
+
+ATTACKERS_LISTED = "SELECT count(*) FROM fleet_attackers"
+
+
 _INSERT_ATTACKERS = """INSERT INTO fleet_attackers
 SELECT address, routers, networks, alerts, severity, signatures, first_seen, last_seen,
        expires_at, reporters

@@ -9,6 +9,7 @@ from server.errors import (BadRequest, Conflict, DomainStatuses, Forbidden, NotF
                            Unprocessable, UnsupportedMediaType)
 from server.idempotency_key import KeyInvalid
 from server.ingest import errors as ingest
+from server.enforcement.report import EnforcementInvalid
 from server.feedback import marks
 from server.intel.capacity import CapacityInvalid
 from server.intel.values import ValueInvalid
@@ -33,6 +34,8 @@ DOMAIN_STATUSES: DomainStatuses = (
     (routers.RegistrationsBusy, TooManyRequests),    # 429, with Retry-After
     (routers.ReportInvalid, BadRequest),             # 400
     (routers.ReportTooLarge, PayloadTooLarge),       # 413
+    (routers.ReportStalled, RequestTimeout),         # 408
+    (EnforcementInvalid, BadRequest),                # 400
     (KeyInvalid, BadRequest),                        # 400
     (CapacityInvalid, BadRequest),                   # 400
     (FieldError, BadRequest),                        # 400, naming the field

@@ -9,7 +9,10 @@ from aiohttp import web
 
 from ruledata.workspace import Workspace
 from server import SERVICE_VERSION
-from server.routers.applied import read_report
+from server.enforcement.config import EnforcementConfig
+from server.enforcement.report import MAX_BODY_BYTES as REPORT_MAX_BYTES, parse_report
+from server.enforcement.store import store_report
+from server.routers.applied import read_json, read_report
 from server.generation import applied_sql as applied_db
 from server.generation import rules_sql as rules_db
 from server.db.pool import DatabaseUnavailable
@@ -164,6 +167,18 @@ async def rules_applied(request: web.Request, mac: str) -> web.Response:
 
 
 @for_router
+async def rules_enforced(request: web.Request, mac: str) -> web.Response:
+    """What the router's firewall sets dropped since its last report (server/enforcement/)."""
+    lists = parse_report(await read_json(request.content, request.content_length,
+                                         REPORT_MAX_BYTES))
+    settings = request.app[SETTINGS]
+    address = client_address(request, settings.trusted_proxies)
+    stored = await store_report(request.app[DATABASE], EnforcementConfig.from_settings(settings),
+                                mac, lists, address if address != "-" else None)
+    return json_response({"lists": {done.list: done.as_json() for done in stored}})
+
+
+@for_router
 async def payload(request: web.Request, mac: str, kind: str) -> web.Response:
     """The router's payload, or 304 when it names the current ETag: from the ETag cache
     without a query for nearly every poll (server/polling/etag_cache.py). An agent names
@@ -258,6 +273,7 @@ ROUTES = [web.get("/health", health),
           web.post("/log/cfm", post_cfm),
           web.get("/rules/last_updated", last_updated),
           web.post("/rules/applied", rules_applied),
+          web.post("/rules/enforced", rules_enforced),
           web.get("/rules/ids", functools.partial(payload, kind="ids")),
           web.get("/rules/firewall", functools.partial(payload, kind="firewall")),
           web.get("/rules/fleet", fleet),

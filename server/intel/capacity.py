@@ -74,3 +74,9 @@ def capacity(header: str | None, max_entries: int) -> Capacity:
     room = min(bounds) if bounds else DEFAULT
     fitting = max(size for size in SIZES if size <= room)
     return Capacity(min(fitting, max_entries), named.get("ja4", 0) == 1)
+
+
+def document_names(max_entries: int) -> list[str]:
+    """The names of every threat intelligence document a router may be sent."""
+    return sorted({Capacity(min(size, max_entries), ja4).name
+                   for size in SIZES for ja4 in (False, True)})

@@ -2,7 +2,7 @@
 older than their readers look back (server/telemetry/summary.py summaries_kept: a week and
 an hour at the defaults; a packed day of them while any of its hours is), activations
 older than ACTIVATION_RETENTION_DAYS and the hunt index older than HUNT_RETENTION_DAYS go
-by whole partitions. A chunk goes when its newest
+by whole partitions; the routers' enforcement reports after 31 days, by one delete. A chunk goes when its newest
 record is older than the cut-off (a merged chunk holds one router's records of at most one
 partition: a day).
 
@@ -30,12 +30,14 @@ from datetime import datetime, timedelta, timezone
 from server.db.detach import drop_partitions
 from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, partitions_from_rows
 from server.db.pool import Database
+from server.enforcement import sql as enforcement_sql
 from server.hunt.sql import EXPIRED_PACKED_DAYS
 
 SUMMARY_TABLES = ("telemetry_alerts", "telemetry_flows")
 PACKED_SUMMARY_TABLES = ("telemetry_alert_days", "telemetry_flow_days")
 DAY = timedelta(days=1)
 BATCH_ROWS = 5_000  # rows, or a router's hours (days) of summaries
+ENFORCEMENT_KEPT = timedelta(days=31)  # the figures look back 30 days
 PAUSE_SECONDS = 0.01  # between batches: lets ingestion's statements through
 
 
@@ -63,6 +65,11 @@ async def run_retention(db: Database, days: int, activation_days: int,
         "partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
         "rows_deleted": await db.execute(EXPIRED_PACKED_DAYS,
                                          {"cutoff": cutoffs["hunt_postings"]}),
+        "partitions_deferred": []}
+    removed["enforcement"] = {
+        "partitions_dropped": [], "rows_in_dropped_partitions_estimate": 0,
+        "rows_deleted": await db.execute(enforcement_sql.EXPIRED,
+                                         {"before": (now - ENFORCEMENT_KEPT).date()}),
         "partitions_deferred": []}
     return {"cutoff": cutoffs["telemetry_chunks"].isoformat(),
             "summary_cutoff": cutoffs["telemetry_alerts"].isoformat(),

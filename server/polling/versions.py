@@ -59,6 +59,15 @@ WHERE document = %(document)s AND since_serial <= %(since)s
   AND until_serial > %(since)s AND until_serial <= %(serial)s"""
 
 
+def held_item(documents: str, place: str, prefix: str) -> str:
+    """SQL: whether a current version of one of the documents %(documents)s (a text[]
+    parameter) holds an item of `place` beginning with the text `prefix` and a space."""
+    return f"""EXISTS (SELECT 1 FROM document_items d
+        WHERE d.document = ANY({documents}::text[]) AND d.place = '{place}'
+          AND d.until_serial IS NULL
+          AND d.item >= {prefix} || ' ' AND d.item < {prefix} || '!')"""
+
+
 def _lock_key(document: str) -> int:
     return zlib.crc32(f"document-versions:{document}".encode())
 

@@ -7,15 +7,17 @@ taken as the agent got it (`W/"abc"`) or bare (`abc`); either may be null (not l
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import orjson
 from aiohttp import StreamReader
 
-from server.routers.errors import ReportInvalid, ReportTooLarge
+from server.routers.errors import ReportInvalid, ReportStalled, ReportTooLarge
 from server.text import is_plain_text
 
 MAX_BODY_BYTES = 8 * 1024
+IDLE_SECONDS = 15  # a report's body may pause this long between chunks
 MAX_ETAG = 128
 # What an ETag header holds (RFC 9110's etagc, the W/ and quotes included): visible ASCII;
 # the API document gives the same pattern, so a report it allows is one the handler takes.
@@ -28,15 +30,7 @@ FIELDS = {"ids_etag", "firewall_etag", "ok", "detail"}
 async def read_report(content: StreamReader, content_length: int | None
                       ) -> tuple[str | None, str | None, bool, str | None]:
     """The report in a request's body (its stream and declared length)."""
-    if content_length is not None and content_length > MAX_BODY_BYTES:
-        raise ReportTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
-    raw = await content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        raise ReportTooLarge(f"a report is at most {MAX_BODY_BYTES} bytes")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise ReportInvalid("body is not valid JSON") from None
+    body = await read_json(content, content_length, MAX_BODY_BYTES)
     if not isinstance(body, dict):
         raise ReportInvalid("body must be a JSON object")
     if unknown := set(body) - FIELDS:
@@ -53,6 +47,30 @@ async def read_report(content: StreamReader, content_length: int | None
         # failing agent's last line of output is what an operator needs, whatever it holds.
         detail = "".join(c if is_plain_text(c) else "\ufffd" for c in detail)
     return _etag(body, "ids_etag"), _etag(body, "firewall_etag"), ok, detail
+
+
+async def read_json(content: StreamReader, content_length: int | None, max_bytes: int):
+    """A router's JSON report of at most `max_bytes` (applied, enforced), decoded."""
+    if content_length is not None and content_length > max_bytes:
+        raise ReportTooLarge(f"a report is at most {max_bytes} bytes")
+    chunks, size = [], 0
+    while chunk := await _next_chunk(content):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            raise ReportTooLarge(f"a report is at most {max_bytes} bytes")
+    try:
+        return orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        raise ReportInvalid("body is not valid JSON") from None
+
+
+async def _next_chunk(content: StreamReader) -> bytes:
+    try:
+        async with asyncio.timeout(IDLE_SECONDS):
+            return await content.readany()
+    except TimeoutError:
+        raise ReportStalled(f"body stalled: nothing received for {IDLE_SECONDS} s") from None
 
 
 def _etag(body: dict, field: str) -> str | None:

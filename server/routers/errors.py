@@ -36,5 +36,9 @@ class ReportInvalid(Refusal):
     """An applied report that is not what the API describes."""
 
 
+class ReportStalled(Refusal):
+    """A report whose body stopped arriving."""
+
+
 class ReportTooLarge(Refusal):
     """An applied report past its size."""

@@ -1,0 +1,3 @@
+DROP INDEX intel_indicators_inet;
+DROP TABLE enforcement_hits;
+DROP TABLE enforcement_days;
