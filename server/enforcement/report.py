@@ -8,12 +8,13 @@
 `firewall` is the router's own block list, `fleet` the fleet's shared one, `intel` the threat
 intelligence's block entries (`alerts`: its rules' alerts since the last report). Each list
 is optional; `entries` are the entries that matched, most packets first, at most
-MAX_ENTRIES a list. Counts are whole numbers from 0 to 2^63 - 1; an entry's packets and
-bytes never sum past its list's. Anything else is refused whole (400), nothing stored."""
+MAX_ENTRIES a list. Counts are whole numbers from 0 to 2^63 - 1. A report of another shape
+is refused whole (400), nothing stored. An entry whose address is no address or network,
+or one named again in its list, is ignored (it cannot be one the router was sent), as an
+entry never sent is (server/enforcement/store.py)."""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from engine.addresses import canonical_network
@@ -33,7 +34,8 @@ class EnforcementInvalid(Refusal):
 
 @dataclass(frozen=True)
 class Hit:
-    entry: str  # a network as PostgreSQL's cidr takes it: 203.0.113.5/32
+    entry: str | None  # a network as PostgreSQL's cidr takes it (203.0.113.5/32); None:
+    #                    not one, or named twice: ignored
     packets: int
     bytes: int
 
@@ -74,32 +76,34 @@ def _list(name: str, given: object) -> ListReport:
     if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
         raise EnforcementInvalid(f"lists.{name}.entries: expected a list of at most "
                                  f"{MAX_ENTRIES} entries")
-    hits = tuple(_hit(f"lists.{name}.entries[{n}]", entry) for n, entry in enumerate(entries))
-    if len({hit.entry for hit in hits}) < len(hits):
-        raise EnforcementInvalid(f"lists.{name}.entries: an entry is named twice")
-    if sum(hit.packets for hit in hits) > packets or sum(hit.bytes for hit in hits) > bytes_:
-        raise EnforcementInvalid(f"lists.{name}: its entries count more than the list")
+    hits, named = [], set()
+    for n, entry in enumerate(entries):
+        hit = _hit(f"lists.{name}.entries[{n}]", entry)
+        if hit.entry in named:
+            hit = Hit(None, hit.packets, hit.bytes)
+        named.add(hit.entry)
+        hits.append(hit)
     alerts = _count(given, "alerts", f"lists.{name}") if "alerts" in given else 0
-    return ListReport(name, packets, bytes_, alerts, hits)
+    return ListReport(name, packets, bytes_, alerts, tuple(hits))
 
 
 def _hit(place: str, given: object) -> Hit:
     if not isinstance(given, dict) or set(given) != _ENTRY_FIELDS:
         raise EnforcementInvalid(f'{place}: expected {{"address", "packets", "bytes"}}')
     address = given["address"]
+    if not isinstance(address, str) or len(address) > 64:
+        raise EnforcementInvalid(f"{place}.address: expected a string of at most 64 characters")
     try:
-        if not isinstance(address, str) or len(address) > 64:
-            raise ValueError
-        ipaddress.ip_network(address)  # strict: a network named by its first address
-        network = canonical_network(address)
+        entry: str | None = str(canonical_network(address))
     except ValueError:
-        raise EnforcementInvalid(f"{place}.address: not an address or a network "
-                                 "(named by its first address)") from None
-    return Hit(str(network), _count(given, "packets", place), _count(given, "bytes", place))
+        entry = None
+    return Hit(entry, _count(given, "packets", place), _count(given, "bytes", place))
 
 
 def _count(given: dict, field: str, place: str) -> int:
     value = given.get(field)
+    if type(value) is float and value.is_integer() and 0 <= value < 2 ** 63:
+        value = int(value)  # JSON has one number type: 5.0 is 5
     if type(value) is not int or not 0 <= value <= MAX_COUNT:
         raise EnforcementInvalid(f"{place}.{field}: expected a whole number from 0 to 2^63 - 1")
     return value

@@ -3,8 +3,8 @@ list, added to its day (the service's UTC day when the report arrives, so no rou
 day of its own).
 
 Only what the router holds is stored as fact: an entry it was never sent (not in its own
-firewall payload, the fleet's list, or a current threat intelligence document) is counted
-as ignored, not stored. A router-day keeps at most ENFORCEMENT_ENTRIES_PER_ROUTER_DAY
+firewall payload, the fleet's list, or a current threat intelligence document; no address;
+named twice) is counted as ignored, not stored. A router-day keeps at most ENFORCEMENT_ENTRIES_PER_ROUTER_DAY
 entries over its lists (those already kept are always added to); a list's totals are always
 added. No count is kept past a 10 Gbit/s line's day (MAX_BYTES, MAX_PACKETS: a router
 cannot claim more than its line could carry, and a sum never overflows). One router's
@@ -48,7 +48,8 @@ async def store_report(db: Database, config: EnforcementConfig, mac: str,
     """Add `lists` to the router's day; `address`: where the report came from (its
     network is what the router counts for in the fleet's figures)."""
     network = network_of(address) if address else None
-    given = [(report.name, hit) for report in lists for hit in report.hits]
+    given = [(report.name, hit) for report in lists for hit in report.hits
+             if hit.entry is not None]
     own = await _own_list(db, mac) if any(name == "firewall" for name, _ in given) else []
     async with db.transaction() as cur:
         await execute(cur, sql.LOCK_ROUTER, {"lock_class": sql.LOCK_CLASS, "mac": mac})

@@ -11,6 +11,7 @@ import functools
 
 from server import SERVICE_VERSION
 from server.routers.mac import MAC_PATTERN
+from server.enforcement.report import MAX_COUNT, MAX_ENTRIES
 from server.routers.applied import ETAG_PATTERN, MAX_ETAG
 from server.notify.fields import MAX_FIELD
 from server.notify.texts import TYPES
@@ -122,6 +123,37 @@ def _rules(kind: str, schema: str, found: bool = True) -> dict:
                       **_router_errors(403, *((404,) if found else ()))}}}
 
 
+def _enforced() -> dict:
+    count = {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}
+    entry = {"type": "object", "required": ["address", "packets", "bytes"],
+             "additionalProperties": False,
+             "properties": {"address": {"type": "string", "maxLength": 64},
+                            "packets": count, "bytes": count}}
+
+    def listed(alerts: bool) -> dict:
+        properties = {"packets": count, "bytes": count,
+                      "entries": {"type": "array", "maxItems": MAX_ENTRIES, "items": entry}}
+        return {"type": "object", "required": ["packets", "bytes"],
+                "additionalProperties": False,
+                "properties": {**properties, **({"alerts": count} if alerts else {})}}
+    stored = {"type": "object", "required": ["entries", "ignored", "over_budget"],
+              "properties": {name: {"type": "integer"}
+                             for name in ("entries", "ignored", "over_budget")}}
+    return {"post": {
+        "summary": "Report what the router's block-list sets dropped since its last report "
+                   "(docs/router-api.md, \"Enforcement reports\")",
+        "parameters": X_ID,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["lists"], "additionalProperties": False,
+            "properties": {"lists": {
+                "type": "object", "additionalProperties": False,
+                "properties": {"firewall": listed(False), "fleet": listed(False),
+                               "intel": listed(True)}}}}}}},
+        "responses": {"200": _json({"type": "object", "required": ["lists"], "properties": {
+            "lists": {"type": "object", "additionalProperties": stored}}}, "stored"),
+            **_router_errors(403, 408, 413)}}}
+
+
 def _intel() -> dict:
     """GET /rules/intel: the shared-document answer, with the capacity, delta and serial."""
     document = _rules("threat intelligence: Suricata datasets, the rules file that loads them "
@@ -210,6 +242,7 @@ def _paths() -> dict:
                                                        "firewall_current": {"type": "boolean"}}},
                                        "stored"),
                           **_router_errors(403, 413)}}},
+        "/rules/enforced": _enforced(),
         "/rules/ids": _rules("IDS", "IdsPayload"),
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
         "/rules/fleet": _rules("fleet's shared block list (the same for every router, "
