@@ -10,7 +10,7 @@ registers its arguments, what runs it; a group's sub-commands each name their ow
   and outbreaks), `hunt.py` (which routers saw an indicator, and the hunts made), `intel.py`
   (threat feeds, decisions on values, sightings), `reports.py` (the owners' weekly reports
   made now, or a given week's), `feedback.py` (what owners marked not an attack, for the
-  fleet), `backup.py` and `restore.py` (with
+  fleet), `enforcement.py` (what the routers' firewalls dropped), `backup.py` and `restore.py` (with
   `pg_backup.py`, PostgreSQL's own programs run);
 - `rulepreprocess.py`, `rulegen.py` (with `explain.py` for --explain),
   `routeraccessreport.py`: commands of their own entry;

@@ -9,9 +9,9 @@ import argparse
 import logging
 import sys
 
-from ops import (allowlist, backup, citus, console, dbshell, feedback, fleet, hunt, intel,
-                 migrate, reports, restore, retention, rules, serve, status, subscriptions,
-                 telemetry)
+from ops import (allowlist, backup, citus, console, dbshell, enforcement, feedback, fleet,
+                 hunt, intel, migrate, reports, restore, retention, rules, serve, status,
+                 subscriptions, telemetry)
 from server import SERVICE_VERSION
 from server.logs import configure_logging
 from server.process.exits import reported
@@ -22,7 +22,7 @@ log = logging.getLogger("router_backend.settings")
 # In the order `--help` lists them.
 COMMANDS = tuple(module.COMMAND for module in (
     serve, migrate, retention, subscriptions, status, rules, allowlist, fleet, hunt, intel,
-    reports, feedback, telemetry, console, citus, backup, restore, dbshell))
+    reports, feedback, enforcement, telemetry, console, citus, backup, restore, dbshell))
 # Commands that pass what they do not know on (to psql).
 PASSING_ON = {("dbshell", None), ("telemetry", "sql")}
 

@@ -13,11 +13,13 @@ import pytest
 
 from server.enforcement.config import EnforcementConfig
 from server.enforcement.figures import effectiveness
+from server.enforcement.jobs import set_figures
 from server.generation.rules_sql import store_payloads
 from server.intel import sql as intel_db
 from server.telemetry.indicators import feed_value
-from server.typedefs import DATABASE, SETTINGS
-from testkit.database import settings_for
+from server.typedefs import DATABASE, METRICS, SETTINGS
+from testkit.database import command_env, settings_for
+from testkit.server import router_backend_output
 
 MAC = "02:82:00:00:02:01"
 OWN, FLEET, INTEL_IP, INTEL_NET = "62.210.1.5", "77.88.1.9", "81.2.69.77", "91.198.0.0/16"
@@ -226,3 +228,15 @@ async def test_a_feed_is_credited_with_its_matched_values(client, sql):
                                                                           3, 15)
     (intel,) = counted.lists
     assert (intel.routers, intel.networks, intel.matched_routers, intel.alerts) == (4, 4, 3, 3)
+    done = await asyncio.to_thread(router_backend_output, command_env(client.app[SETTINGS]),
+                                   "enforcement", "--days", "1", "--json")
+    assert json.loads(done) == counted.as_json()
+    text = await asyncio.to_thread(router_backend_output, command_env(client.app[SETTINGS]),
+                                   "enforcement", "--days", "1")
+    assert "\nf\t2\t1\t1\t3\t3\t15\t1500\n" in text
+    assert f"intel\t{INTEL_IP}/32\t3\t3\t15\t1500" in text
+    await set_figures(client.app[DATABASE], EnforcementConfig.from_settings(
+        client.app[SETTINGS]), client.app[METRICS])
+    scraped = await (await client.get("/metrics")).text()
+    assert 'intel_feed_enforcement_last_day{feed="f",figure="packets"} 15.0' in scraped
+    assert 'enforcement_last_day{figure="matched_networks",list="intel"} 3.0' in scraped
