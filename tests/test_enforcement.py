@@ -20,6 +20,7 @@ from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, METRICS, SETTINGS
 from testkit.database import command_env, settings_for
 from testkit.server import router_backend_output
+from tests.test_console import SUPPORT, console_settings, sign_in
 
 MAC = "02:82:00:00:02:01"
 OWN, FLEET, INTEL_IP, INTEL_NET = "62.210.1.5", "77.88.1.9", "81.2.69.77", "91.198.0.0/16"
@@ -39,7 +40,9 @@ async def _report(client, mac: str, body, address: str = "47.1.1.1"):
 
 
 async def _own_list(db, mac: str, addresses: list[str]) -> None:
-    payload = {"entries": [{"address": address} for address in addresses]}
+    payload = {"version": "test", "entry_count": len(addresses), "truncated": False,
+               "entries": [{"address": address, "family": 4, "reasons": ["operator"]}
+                           for address in addresses]}
     await store_payloads(db, mac, {"firewall": (gzip.compress(json.dumps(payload).encode()),
                                                 f"own-{len(addresses)}")})
 
@@ -240,3 +243,18 @@ async def test_a_feed_is_credited_with_its_matched_values(client, sql):
     scraped = await (await client.get("/metrics")).text()
     assert 'intel_feed_enforcement_last_day{feed="f",figure="packets"} 15.0' in scraped
     assert 'enforcement_last_day{figure="matched_networks",list="intel"} 3.0' in scraped
+
+
+async def test_the_console_shows_what_the_fleet_and_each_router_enforced(make_client, settings,
+                                                                        sql):
+    client = await make_client(console_settings(settings))
+    await _lists_held(client, sql, MAC)
+    sql.rows("UPDATE routers SET registered_at = now() - interval '4 days'")
+    await _report(client, MAC, {"lists": {"fleet": _list((FLEET, 4))}})
+    assert (await sign_in(client, SUPPORT)).status == 303
+    page = await (await client.get("/console/intel")).text()
+    assert "<tr><td>fleet</td><td>1</td><td>1</td><td>1</td><td>1</td><td>4</td><td>400</td>" \
+        in page
+    assert f"<td><code>{FLEET}/32</code></td><td>1</td><td>1</td><td>4</td>" in page
+    page = await (await client.get(f"/console/routers/{MAC}")).text()
+    assert "<td>fleet</td><td>4</td><td>400</td><td>0</td><td>1</td>" in page

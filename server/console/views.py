@@ -19,6 +19,8 @@ from server.console.charts import bars
 from server.console.story import router_story
 from server.tuning import allowlist_sql as allowlist_db
 from server.console import sql as console_db
+from server.enforcement.config import EnforcementConfig
+from server.enforcement.figures import effectiveness, router_enforcement
 from server.feedback import sql as marks_db
 from server.feedback.config import FeedbackConfig
 from server.feedback.marks import fleet_view
@@ -184,10 +186,12 @@ async def router_page(request: web.Request) -> web.Response:
                                            SIGHTINGS_SHOWN),
         "marks": (await marks_db.of_router(request.config_dict[DATABASE], mac, None,
                                            MARKS_SHOWN, 0))[0],
+        "enforced": await router_enforcement(request.config_dict[DATABASE], mac),
         "reset_minutes": settings.enrollment_reset_window_minutes})
 
 
 SIGHTINGS_SHOWN = 500
+ENFORCEMENT_DAYS = 7  # the Intel page's window (`router-backend enforcement --days` for others)
 MARKS_SHOWN = 100
 
 
@@ -200,7 +204,9 @@ async def intel_page(request: web.Request) -> web.Response:
         "sightings": await intel_sightings(db, limit=SIGHTINGS_SHOWN),
         "shown": SIGHTINGS_SHOWN, "unowned": await intel_db.routers_without_owner(db),
         "feedback": await fleet_view(db, FeedbackConfig.from_settings(
-            request.config_dict[SETTINGS]))})
+            request.config_dict[SETTINGS])),
+        "enforcement": await effectiveness(db, EnforcementConfig.from_settings(
+            request.config_dict[SETTINGS]), ENFORCEMENT_DAYS)})
 
 
 async def tuning_page(request: web.Request) -> web.Response:
