@@ -10,8 +10,8 @@ remembers between runs), `tail.py` (new complete lines of eve.json, across rotat
 truncation), `spool.py` (batches waiting on disk, capped), `client.py` (HTTP to the service:
 retries, backoff, Retry-After), `uploads.py` (lines to batches to the server), `rules.py`
 (fetch, write, test, reload, report), `intel.py` (the threat intelligence document: datasets,
-rules and block list, by delta), `enforcement.py` (what the block-list sets dropped,
-from their counters, reported), `enrollment.py` (a router key from the fleet's
+rules and block list, by delta), `nftsets.py` (the block-list sets read with their
+counters, and changed element by element), `enforcement.py` (what they dropped, reported), `enrollment.py` (a router key from the fleet's
 enrollment token), `cli.py` (the `router-agent` command).
 
 Only the Python standard library: it runs on a router's minimal Python. It imports nothing of

@@ -2,11 +2,13 @@
 enforcement_seconds (docs/router-api.md "Enforcement reports").
 
 The block-list sets are declared with `counter` (docs/agent.md), so `nft -j list set` gives
-each element's packets and bytes since it was added. The agent keeps the counts it last read
-(state_dir/enforcement.json) and adds what grew since to the report pending; an element whose
-count went down was added again (a reload flushes and fills a set), so its whole count is
-new. The counts are read before every reload of a set and before every report, so a reload
-loses nothing but what matched between that reading and the reload. A report carries each
+each element's packets and bytes since it was added (agent/nftsets.py). The agent keeps the
+counts it last read (state_dir/enforcement.json) and adds what grew since to the report
+pending; an element whose count went down was added again (a set filled whole), so its
+whole count is new. A set is changed element by element, so what it keeps keeps its count;
+the counts are read in the reading that change is made from, and before every report, so
+nothing is lost but what a removed element matched between that reading and its removal
+(and, where a set is filled whole, what any matched then). A report carries each
 list's totals and its MAX_ENTRIES most matched entries; once the service has taken it, the
 pending counts start again from zero. While the service is unreachable they keep adding up.
 A set without counters (declared before this version) reports nothing for its list.
@@ -16,12 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import time
 
 from agent.client import Refused, ServiceClient
 from agent.config import AgentConfig
 from agent.files import write_atomically
+from agent.nftsets import Counts, read_set
 
 log = logging.getLogger("router_agent.enforcement")
 
@@ -30,40 +32,12 @@ MAX_ENTRIES = 100  # the service's limit on a list's entries in one report
 # The service's threat intelligence rules (its docs/router-api.md): alerts of these sids are
 # its intel's matches, counted with the intel list.
 INTEL_FIRST_SID, INTEL_SIDS = 1_990_001, 20
-COMMAND_TIMEOUT_SECONDS = 60
 
 
 def intel_rule_alert(record: dict) -> bool:
     alert = record.get("alert")
     sid = alert.get("signature_id") if isinstance(alert, dict) else None
     return isinstance(sid, int) and INTEL_FIRST_SID <= sid < INTEL_FIRST_SID + INTEL_SIDS
-
-
-def elements(listing: dict) -> dict[str, tuple[int, int]] | None:
-    """A set's elements and their counters from `nft -j list set`; None when the set keeps
-    no counters."""
-    counted: dict[str, tuple[int, int]] = {}
-    found = False
-    for item in listing.get("nftables", []):
-        for element in (item.get("set") or {}).get("elem", []):
-            found = True
-            inner = element.get("elem") if isinstance(element, dict) else None
-            if not isinstance(inner, dict) or not isinstance(inner.get("counter"), dict):
-                continue
-            entry = _entry(inner.get("val"))
-            if entry is not None:
-                counter = inner["counter"]
-                counted[entry] = (int(counter.get("packets", 0)), int(counter.get("bytes", 0)))
-    return counted if counted or not found else None
-
-
-def _entry(value) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("prefix"), dict):
-        prefix = value["prefix"]
-        return f"{prefix['addr']}/{prefix['len']}"
-    return None  # a range: not an entry the service sent
 
 
 class EnforcementReporter:
@@ -75,7 +49,7 @@ class EnforcementReporter:
         self._seen: dict[str, dict[str, list[int]]] = stored.get("seen", {})
         self._pending: dict[str, dict] = stored.get("pending", {})
         self._reported_at: float = stored.get("reported_at", time.time())
-        self._sets = {"firewall": (config.nft_set_v4, config.nft_set_v6),
+        self.sets = {"firewall": (config.nft_set_v4, config.nft_set_v6),
                       "fleet": (config.nft_set_fleet_v4, config.nft_set_fleet_v6),
                       "intel": (config.nft_set_intel_v4, config.nft_set_intel_v6)}
         if self.enabled and not self._path.exists():
@@ -98,22 +72,22 @@ class EnforcementReporter:
         """Add what every set matched since the last reading to the pending report."""
         if not self.enabled:
             return
-        for name, sets in self._sets.items():
-            now: dict[str, tuple[int, int]] = {}
-            counted = False
-            for set_name in sets:
-                found = self._read(set_name)
-                if found is not None:
-                    counted = True
-                    now.update(found)
-            if counted:
-                self._add(name, now)
+        for name, sets in self.sets.items():
+            held = [found for found in map(lambda set_name: read_set(self._config, set_name),
+                                           sets) if found is not None]
+            self._add(name, held)
         self._save()
+
+    def counted(self, name: str, held: list[dict[str, Counts]]) -> None:
+        """Add what the sets of list `name` matched, from a reading made by the caller."""
+        if self.enabled:
+            self._add(name, held)
+            self._save()
 
     def report(self) -> None:
         """Send the pending report; kept when the service cannot be reached."""
         self.take()
-        body = {"lists": {name: self._body(pending) for name, pending in self._pending.items()}}
+        body = self.pending()
         if body["lists"]:
             try:
                 self._client.request("POST", "/rules/enforced", json.dumps(body).encode(),
@@ -124,10 +98,19 @@ class EnforcementReporter:
         self._reported_at = time.time()
         self._save()
 
-    def _add(self, name: str, now: dict[str, tuple[int, int]]) -> None:
+    def pending(self) -> dict:
+        """The report as it would be sent now (POST /rules/enforced's body)."""
+        return {"lists": {name: self._body(pending) for name, pending in self._pending.items()}}
+
+    def _add(self, name: str, held: list[dict[str, Counts]]) -> None:
+        if not held:
+            return  # its sets cannot be read
+        now = {entry: counts for found in held for entry, counts in found.items()
+               if counts is not None}
+        if not now and any(held):
+            return  # its sets keep no counters
         seen = self._seen.get(name, {})
-        pending = self._list(name)
-        entries = pending.setdefault("entries", {})
+        entries = self._list(name).setdefault("entries", {})
         for entry, (packets, bytes_) in now.items():
             before = seen.get(entry, [0, 0])
             grown = (packets, bytes_) if packets < before[0] or bytes_ < before[1] else (
@@ -152,19 +135,6 @@ class EnforcementReporter:
         if "alerts" in pending:
             body["alerts"] = pending["alerts"]
         return body
-
-    def _read(self, set_name: str) -> dict[str, tuple[int, int]] | None:
-        command = []
-        for part in self._config.counters_command:
-            command += [*self._config.nft_table.split(), set_name] if part == "{set}" else [part]
-        try:
-            done = subprocess.run(command, capture_output=True, timeout=COMMAND_TIMEOUT_SECONDS)
-            if done.returncode != 0:
-                raise OSError(done.stderr.decode("utf-8", "replace").strip()[-200:])
-            return elements(json.loads(done.stdout))
-        except (OSError, subprocess.TimeoutExpired, ValueError, TypeError, KeyError) as error:
-            log.warning("counters of set %s not read: %s", set_name, error)
-            return None
 
     def _save(self) -> None:
         write_atomically(self._path, json.dumps({

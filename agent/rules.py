@@ -26,6 +26,7 @@ from agent.config import AgentConfig
 from agent.enforcement import EnforcementReporter
 from agent.files import write_atomically
 from agent.intel import IntelUpdater
+from agent.nftsets import changes_file, read_sets, whole_file
 from agent.state import AgentState, now
 
 log = logging.getLogger("router_agent.rules")
@@ -111,8 +112,8 @@ class RuleUpdater:
             return None
         etag = answer.headers.get("etag", "")
         try:
-            content = render(kind, answer.json(), self._config)
-            self._install(kind, content)
+            content, wanted = render(kind, answer.json(), self._config)
+            self._install(kind, content, wanted)
         except (PayloadError, InstallError, KeyError, TypeError, AttributeError) as error:
             log.error("%s payload %s not applied: %s", kind, etag, error)
             self._state.values["failed"][kind] = etag
@@ -124,23 +125,33 @@ class RuleUpdater:
         log.info("%s payload %s applied to %s", kind, etag, self._files[kind])
         return True, ""
 
-    def _install(self, kind: str, content: bytes) -> None:
-        if kind != "ids":
-            self._enforcement.take()  # the sets' counts, read before the reload resets them
+    def _install(self, kind: str, content: bytes, wanted: dict[str, list[str]] | None
+                 ) -> None:
+        """Write the payload's file and load it: for a block list, only what changed in its
+        sets when they can be read (agent/nftsets.py), from the reading that counts what
+        they dropped."""
         target = self._files[kind]
+        loaded = target
+        held = read_sets(self._config, wanted) if wanted is not None else None
+        if wanted is not None and held is not None:
+            self._enforcement.counted(kind, list(held.values()))
+            loaded = target.with_name(target.name + ".changes")
+            write_atomically(loaded, changes_file(self._config.nft_table, wanted, held,
+                                                  f"{kind} list"))
         previous = target.with_name(target.name + ".prev")
         had_previous = target.exists()
         if had_previous:
             write_atomically(previous, target.read_bytes())
         write_atomically(target, content)
-        test, reload = (self._config.command(name, target) for name in self._commands[kind])
+        test, reload = (self._config.command(name, loaded) for name in self._commands[kind])
         try:
             _run(test, "test")
             _run(reload, "reload")
         except InstallError:
             if had_previous:
                 write_atomically(target, previous.read_bytes())
-                _run_quietly(reload)  # the previous files back in force
+                if loaded == target:  # (a file of changes failed whole: nothing changed)
+                    _run_quietly(reload)  # the previous files back in force
             else:
                 target.unlink(missing_ok=True)
             raise
@@ -181,14 +192,18 @@ def plain_text(text: str) -> str:
     return "".join(char if char.isprintable() else " " for char in text)
 
 
-def render(kind: str, payload: dict, config: AgentConfig) -> bytes:
+def render(kind: str, payload: dict, config: AgentConfig
+           ) -> tuple[bytes, dict[str, list[str]] | None]:
+    """The payload's file, and for a block list the elements of each of its sets."""
     if kind == "ids":
-        return ids_file(payload)
+        return ids_file(payload), None
     if kind == "fleet":
-        return nft_file(payload, config.nft_table, {4: config.nft_set_fleet_v4,
-                                                    6: config.nft_set_fleet_v6}, "fleet list")
-    return nft_file(payload, config.nft_table, {4: config.nft_set_v4, 6: config.nft_set_v6},
-                    f"block list, ruleset {payload.get('version')}")
+        sets, title = {4: config.nft_set_fleet_v4, 6: config.nft_set_fleet_v6}, "fleet list"
+    else:
+        sets = {4: config.nft_set_v4, 6: config.nft_set_v6}
+        title = f"block list, ruleset {payload.get('version')}"
+    wanted = block_sets(payload, sets)
+    return whole_file(config.nft_table, wanted, title), wanted
 
 
 def ids_file(payload: dict) -> bytes:
@@ -202,18 +217,13 @@ def ids_file(payload: dict) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def nft_file(payload: dict, table: str, sets: dict[int, str], title: str) -> bytes:
-    families: dict[int, list[str]] = {4: [], 6: []}
+def block_sets(payload: dict, sets: dict[int, str]) -> dict[str, list[str]]:
+    """Each set's addresses (IPv4, IPv6), every one checked to be an address."""
+    families: dict[str, list[str]] = {sets[4]: [], sets[6]: []}
     for entry in payload["entries"]:
         try:
             address = ipaddress.ip_address(entry["address"])
         except (ValueError, TypeError):
             raise PayloadError(f"not an IP address: {entry.get('address')!r}") from None
-        families[address.version].append(str(address))
-    lines = [f"# router-backend {title}: {len(payload['entries'])} entries"]
-    for family, addresses in families.items():
-        lines.append(f"flush set {table} {sets[family]}")
-        if addresses:
-            lines.append(f"add element {table} {sets[family]} "
-                         f"{{ {', '.join(addresses)} }}")
-    return ("\n".join(lines) + "\n").encode()
+        families[sets[address.version]].append(str(address))
+    return families
