@@ -31,3 +31,13 @@ CREATE INDEX enforcement_hits_by_day ON enforcement_hits (day, list, entry);
 -- values merged into one network) holds: looked up by containment when the figures are read.
 CREATE INDEX intel_indicators_inet ON intel_indicators USING gist ((value::inet) inet_ops)
     WHERE kind IN ('ip', 'network');
+-- How widely each threat feed's address or network matched on the routers' firewalls in the
+-- last 30 days (reporter networks, as the fleet counts them), set every hour by the
+-- enforcement-figures job: a document trimmed to a router's capacity keeps these first
+-- (server/intel/sql.py DELIVERED). Under Citus it stays on the coordinator.
+CREATE TABLE intel_matched (
+    kind      text     NOT NULL,
+    value     text     NOT NULL COLLATE "C",
+    networks  integer  NOT NULL,
+    PRIMARY KEY (kind, value)
+);

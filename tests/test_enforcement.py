@@ -16,6 +16,7 @@ from server.enforcement.figures import effectiveness
 from server.enforcement.jobs import set_figures
 from server.generation.rules_sql import store_payloads
 from server.intel import sql as intel_db
+from server.removal import unsubscribe
 from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, METRICS, SETTINGS
 from testkit.database import command_env, settings_for
@@ -258,3 +259,54 @@ async def test_the_console_shows_what_the_fleet_and_each_router_enforced(make_cl
     assert f"<td><code>{FLEET}/32</code></td><td>1</td><td>1</td><td>4</td>" in page
     page = await (await client.get(f"/console/routers/{MAC}")).text()
     assert "<td>fleet</td><td>4</td><td>400</td><td>0</td><td>1</td>" in page
+
+
+async def test_a_small_router_keeps_first_what_matched_at_many_networks(client, sql):
+    db = client.app[DATABASE]
+    routers = [_mac("02:87", n) for n in range(3)]
+    for n, mac in enumerate(routers):
+        await _poll(client, mac, f"47.{n}.0.1")
+    sql.rows("UPDATE routers SET registered_at = now() - interval '4 days'")
+    now = datetime.now(timezone.utc)
+    common = [f"81.2.{n // 128}.{(n % 128) * 2}" for n in range(1_200)]  # none adjacent
+    low = "81.9.0.1"
+    taken = [("ip", feed_value("ip", address), 90, now, now, now + timedelta(days=30))
+             for address in common]
+    taken.append(("ip", feed_value("ip", low), 10, now, now, now + timedelta(days=30)))
+    await intel_db.add_feed(db, "f", None, "plain", None, 50, "test")
+    await intel_db.swap_version(db, "f", taken, len(taken), {}, None, None, "test")
+    async with db.transaction() as cur:
+        await intel_db.mark_hunted(cur, [(kind, value) for kind, value, *_ in taken])
+
+    async def small() -> set[str]:
+        answer = await client.get("/rules/intel", headers={
+            "X-ID": routers[0], "Router-Capacity": "datasets=1000"})
+        return {entry["address"] for entry in (await answer.json())["block"]}
+    assert low not in await small()  # the least confident: trimmed
+    whole = await client.get("/rules/intel", headers={"X-ID": routers[0]})
+    assert low in {entry["address"] for entry in (await whole.json())["block"]}
+    held = ("SELECT count(*) FROM document_items WHERE document = 'intel-10000' "
+            "AND place = 'block' AND until_serial IS NULL")
+    async with asyncio.timeout(30):  # until the whole document is recorded
+        while await asyncio.to_thread(sql.value, held) < 1_201:
+            await asyncio.sleep(0.05)
+    for n, mac in enumerate(routers):  # three networks' firewalls dropped traffic to it
+        status, stored = await _report(client, mac, {"lists": {"intel": _list((low, 9))}},
+                                       f"47.{n}.0.1")
+        assert stored["lists"]["intel"]["entries"] == 1, stored
+    await set_figures(db, EnforcementConfig.from_settings(client.app[SETTINGS]),
+                      client.app[METRICS])
+    assert sql.rows("SELECT kind, networks FROM intel_matched") == [("ip", 3)]
+    async with asyncio.timeout(30):  # the change notified, the documents built again
+        while low not in await small():
+            await asyncio.sleep(0.1)
+    assert len(await small()) == 1_000
+
+
+async def test_a_removed_router_takes_its_reports_with_it(client, sql):
+    await _lists_held(client, sql, MAC, "02:82:00:00:02:02")
+    for mac in (MAC, "02:82:00:00:02:02"):
+        assert (await _report(client, mac, {"lists": {"fleet": _list((FLEET, 1))}}))[0] == 200
+    assert await unsubscribe(client.app[DATABASE], MAC)
+    assert sql.rows("SELECT mac::text FROM enforcement_days") == [("02:82:00:00:02:02",)]
+    assert sql.rows("SELECT mac::text FROM enforcement_hits") == [("02:82:00:00:02:02",)]

@@ -80,12 +80,16 @@ async def test_trims_the_straddling_partition_to_exactly_the_old_rows(settings, 
     seed_rows(sql, "cfm", 50, 70)
     seed_summaries(sql, 24, 5)
     seed_activations(sql, [1, 40, 399, 401, 800])
+    sql.rows("""INSERT INTO enforcement_days (mac, day, list, packets, bytes)
+                SELECT '02:00:00:00:00:01', current_date - d, 'fleet', 1, 1
+                FROM unnest(ARRAY[0, 30, 32]) AS d""")  # enforcement reports: 31 days
     async with open_database(settings) as db:
         detail = await run_retention(db, days=30, activation_days=400, batch_rows=250)
     deleted = {table: removed["rows_deleted"] for table, removed in detail["removed"].items()}
     assert deleted == {CHUNKS: 1250, "telemetry_alerts": 24, "telemetry_flows": 0,
                        "telemetry_flow_days": 0, "telemetry_alert_days": 0, "activations": 2, "activation_days": 0, "hunt_postings": 0,
-                       "hunt_packed": 0}
+                       "hunt_packed": 0, "enforcement": 1}
+    assert sql.value("SELECT count(*) FROM enforcement_days") == 2
     assert all(not removed["partitions_dropped"] for removed in detail["removed"].values())
     # Activations follow their own, longer limit (the monthly report reads them).
     assert sql.value("SELECT count(*) FROM activations") == 3

@@ -99,6 +99,16 @@ async def effectiveness(db: Database, config: EnforcementConfig, days: int) -> E
     return Effectiveness(days, lists, feeds, top)
 
 
+async def matched_values(db: Database, config: EnforcementConfig, days: int = 30
+                         ) -> list[tuple[str, str, int]]:
+    """Each threat feed's value that matched, with the networks it matched at."""
+    async with db.transaction() as cur:
+        params = {"today": await sql.today(cur), "days": days,
+                  "min_age": config.min_router_age}
+        await execute(cur, sql.matched_values_statement(config.keyed), params)
+        return [tuple(row) for row in await cur.fetchall()]
+
+
 @dataclass(frozen=True)
 class RouterDay:
     day: str

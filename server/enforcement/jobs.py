@@ -1,12 +1,15 @@
-"""The enforcement reports' scheduled job (server/jobs/schedule.py runs it): the last day's
-figures counted every hour and set as Prometheus gauges (server/metrics.py), so a scrape
-reads no report."""
+"""The enforcement reports' scheduled job (server/jobs/schedule.py runs it), every hour: the
+last day's figures set as Prometheus gauges (server/metrics.py), so a scrape reads no
+report, and how widely each threat feed's value matched in the last 30 days given to the
+intel's delivery (`intel_matched`: a document trimmed to a router's capacity keeps those
+first)."""
 
 from __future__ import annotations
 
 from server.db.pool import Database
 from server.enforcement.config import EnforcementConfig
-from server.enforcement.figures import effectiveness
+from server.enforcement.figures import effectiveness, matched_values
+from server.intel import sql as intel_db
 from server.metrics import Metrics
 from server.settings import Settings
 
@@ -21,7 +24,10 @@ async def set_figures(db: Database, config: EnforcementConfig, metrics: Metrics)
     for feed in counted.feeds:
         for name in ("packets", "bytes", "matched_networks", "values_never_matched"):
             metrics.feed_enforced.labels(feed.feed, name).set(getattr(feed, name))
-    return {"lists": len(counted.lists), "feeds": len(counted.feeds)}
+    matched = await matched_values(db, config)
+    await intel_db.set_matched(db, matched)
+    return {"lists": len(counted.lists), "feeds": len(counted.feeds),
+            "values_matched": len(matched)}
 
 
 def enforcement_jobs(db: Database, settings: Settings, metrics: Metrics) -> list[tuple]:

@@ -150,6 +150,18 @@ FROM intel_feeds f LEFT JOIN held ON held.feed = f.name
 ORDER BY f.name"""
 
 
+def matched_values_statement(keyed: bool) -> str:
+    """Each threat feed's current address or network inside a matched intel block entry,
+    with the networks it matched at: (kind, value, networks)."""
+    hits = _hits(keyed)
+    return f"""WITH h AS ({hits} WHERE h.list = 'intel'),
+credited AS (SELECT DISTINCT i.kind, i.value, h.network
+             FROM (SELECT DISTINCT entry, network FROM h) h JOIN intel_indicators i
+               ON i.kind IN ('ip', 'network') AND (i.value::inet) <<= h.entry
+             WHERE i.expires_at > now())
+{counted_networks("SELECT kind, value, network FROM credited", "kind, value")}"""
+
+
 # One router's reports, newest day first.
 ROUTER_DAYS = """SELECT day, list, packets, bytes, alerts, reports FROM enforcement_days
 WHERE mac = %(mac)s AND day > %(today)s - %(days)s ORDER BY day DESC, list"""

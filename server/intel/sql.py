@@ -258,21 +258,22 @@ def rails(exempt: list[str]) -> dict:
 # and no address or network overlapping a poll address of a router that protects its
 # network (`_POLLED`: the poll addresses found by a range of their index, not a scan per
 # value), nor a network broader than BROADEST_PREFIX unless an operator released it; at most %(max)s, the feeds in turns
-# (each feed's highest confidence first, then its most recently seen): a feed of a million
+# (each feed's most widely matched on the routers' firewalls first, `intel_matched`, then
+# its highest confidence, then its most recently seen): a feed of a million
 # values, however confident it says it is, cannot push out another's. A value several feeds
 # name is its most confident feed's.
 DELIVERED = f"""WITH current AS (
     SELECT DISTINCT ON (i.kind, i.value) i.kind, i.value, i.feed, i.confidence, i.last_seen,
-           i.expires_at
-    FROM intel_indicators i
+           i.expires_at, coalesce(m.networks, 0) AS matched
+    FROM intel_indicators i LEFT JOIN intel_matched m USING (kind, value)
     WHERE i.expires_at > now() AND NOT {_DECIDED} AND i.kind <> ALL(%(left_out)s::text[])
       AND (i.hunted_at IS NOT NULL OR EXISTS (SELECT 1 FROM intel_decisions d
            WHERE d.kind = i.kind AND d.value = i.value AND d.decision = 'released'))
     ORDER BY i.kind, i.value, i.confidence DESC, i.last_seen DESC),
 kept AS (
-SELECT i.kind, i.value, i.confidence, i.last_seen, i.expires_at,
-       row_number() OVER (PARTITION BY i.feed ORDER BY i.confidence DESC, i.last_seen DESC,
-                                                       i.kind, i.value) AS turn
+SELECT i.kind, i.value, i.confidence, i.last_seen, i.expires_at, i.matched,
+       row_number() OVER (PARTITION BY i.feed ORDER BY i.matched DESC, i.confidence DESC,
+                                                       i.last_seen DESC, i.kind, i.value) AS turn
 FROM current i
 WHERE ({withheld(decided=False)}) IS NULL
   AND (i.kind NOT IN ('ip', 'network') OR (
@@ -286,7 +287,7 @@ WHERE ({withheld(decided=False)}) IS NULL
        OR EXISTS (SELECT 1 FROM intel_decisions d WHERE d.kind = i.kind
                   AND d.value = i.value AND d.decision = 'released')))))
 SELECT kind, value, expires_at FROM kept
-ORDER BY turn, confidence DESC, last_seen DESC, kind, value
+ORDER BY turn, matched DESC, confidence DESC, last_seen DESC, kind, value
 LIMIT %(max)s"""
 
 
@@ -313,6 +314,27 @@ async def delivered(db: Database, exempt: list[str], max_entries: int,
         await execute(cur, DELIVERED, {**rails(exempt), "max": max_entries,
                                        "left_out": list(left_out)})
         return await cur.fetchall()
+
+
+_MATCHED = "SELECT kind, value, networks FROM intel_matched"
+_FORGET_MATCHED = "DELETE FROM intel_matched"
+_SET_MATCHED = """INSERT INTO intel_matched (kind, value, networks)
+SELECT * FROM unnest(%(kinds)s::text[], %(values)s::text[], %(networks)s::int[])"""
+
+
+async def set_matched(db: Database, rows: list[tuple[str, str, int]]) -> None:
+    """How widely each value matched on the routers' firewalls (kind, value, networks),
+    replacing the last count (the enforcement reports' job sets it); the routers'
+    documents are built again when it changed."""
+    async with db.transaction() as cur:
+        await execute(cur, _MATCHED)
+        if sorted(tuple(row) for row in await cur.fetchall()) == sorted(rows):
+            return  # the same: no document is built again
+        await execute(cur, _FORGET_MATCHED)
+        await execute(cur, _SET_MATCHED, {"kinds": [row[0] for row in rows],
+                                          "values": [row[1] for row in rows],
+                                          "networks": [row[2] for row in rows]})
+        await execute(cur, CHANGED)
 
 
 async def unhunted(db: Database, batch: int) -> list[tuple[str, str, str]]:
