@@ -30,6 +30,7 @@ from bench.postmaster_drill import postmaster_drill
 from bench.interrupt_drill import report as interrupt_report
 from bench.outage_drill import outage_drill
 from bench.report_drill import report_drill
+from bench.enforcement_week import enforcement_week
 from bench.stall_drill import stall_round
 from bench.two_servers import two_servers
 from bench.worker_kill_drill import worker_kill_drill
@@ -252,3 +253,10 @@ async def test_postmaster_drill_quick(tmp_path, workers):
     assert result.ok, (result.back_after, result.slowest, result.statuses, result.late_503s,
                       result.check)
     assert result.ledger.records_acknowledged > 0
+
+
+async def test_enforcement_week_quick(database, tmp_path):
+    result = await enforcement_week(database, tmp_path, routers=400)
+    assert result.ok, result.failures
+    assert result.reports == 400 * 7 + 130
+    assert 0 < result.stored_bytes_per_router_day < 10_000
