@@ -102,6 +102,13 @@ async def test_each_owner_gets_one_true_report_a_week_quiet_ones_too(house, sql)
                          '{{{SCANNER}, {ATTACKER}}}', '{{{LAN}, {LAN}}}', '{{2402000, 2001219}}',
                          '{{3, NULL}}', '{{20, 1}}', ARRAY[now(), now()], '{{"[]", "[]"}}',
                          '{{NULL, NULL}}')""")
+    # What BUSY's firewall dropped (its enforcement reports): two days ago and today; eight
+    # days ago is the week before.
+    sql.rows(f"""INSERT INTO enforcement_days (mac, day, list, packets, bytes) VALUES
+                 ('{BUSY}', '{(day - timedelta(days=2)).date()}', 'firewall', 7, 700),
+                 ('{BUSY}', '{(day - timedelta(days=2)).date()}', 'fleet', 5, 500),
+                 ('{BUSY}', '{day.date()}', 'intel', 3, 300),
+                 ('{BUSY}', '{(day - timedelta(days=8)).date()}', 'firewall', 1000, 1)""")
 
     end = next_hour()
     done = await reports(settings, "--week-ending", end.isoformat())
@@ -123,7 +130,10 @@ async def test_each_owner_gets_one_true_report_a_week_quiet_ones_too(house, sql)
     assert silent["alerts"]["total"] == 0
     assert alice["routers"][0]["mac"] == SILENT  # gone quiet: first to look at
     assert alice["totals"] == {"routers": 2, "alerts": 38, "sightings": 0, "quiet_routers": 1,
-                               "rules_not_current": 2}
+                               "rules_not_current": 2, "blocked_packets": 15}
+    assert busy["blocked"] == {"packets": 15, "bytes": 1500, "firewall": 7, "fleet": 5,
+                               "intel": 3}
+    assert silent["blocked"] is None  # it sends no enforcement report
     assert alice["all_quiet"] is False and alice["period"]["end"] == end.isoformat()
 
     [carol] = reported(sql, "carol")
@@ -136,6 +146,8 @@ async def test_each_owner_gets_one_true_report_a_week_quiet_ones_too(house, sql)
     assert f"Router {SILENT}\n  Gone quiet: no contact in 35 days or more" in text
     assert f"{SCANNER} (22), {ATTACKER} (16)" in text
     assert "IDS alerts: 38 (high 15, medium 2, low 20, other 1)" in text
+    assert ("Blocked by its firewall: 15 packets (its own list 7, the fleet's 5, threat "
+            "intelligence 3)") in text
 
     feed = await (await client.get("/api/workflow/users/alice/notifications")).json()
     [listed] = [n for n in feed["notifications"] if n["type"] == TYPE]
@@ -158,10 +170,13 @@ async def test_a_router_is_reported_to_its_owner_only_from_when_it_became_theirs
     own(settings, SOLD, "first")
     own(settings, CALM, "first")   # the first owner still has a router, so a report
     own(settings, SOLD, "second")
+    sql.rows(f"INSERT INTO enforcement_days (mac, day, list, packets, bytes) VALUES ('{SOLD}', "
+             "(now() AT TIME ZONE 'UTC')::date, 'fleet', 9, 9)")  # today's: partly the first's
     done = await reports(settings, "--week-ending", next_hour().isoformat())
     assert done.returncode == 0, done.stderr
     [second] = reported(sql, "second")
     assert second["totals"]["alerts"] == 0 and second["routers"][0]["mac"] == SOLD
+    assert second["routers"][0]["blocked"] is None
     [first] = reported(sql, "first")
     assert [week["mac"] for week in first["routers"]] == [CALM]
 

@@ -162,6 +162,16 @@ credited AS (SELECT DISTINCT i.kind, i.value, h.network
 {counted_networks("SELECT kind, value, network FROM credited", "kind, value")}"""
 
 
+# What `macs`' firewalls dropped in [start, end), per list: each UTC day counted in the
+# period its midnight falls in (a period starting within a day leaves that day out: its
+# earlier hours may be another owner's).
+BLOCKED_BETWEEN = """SELECT mac::text, list, sum(packets), sum(bytes) FROM enforcement_days
+WHERE mac = ANY(%(macs)s::macaddr[]) AND day >= (%(start)s AT TIME ZONE 'UTC')::date
+  AND (day::timestamp AT TIME ZONE 'UTC') >= %(start)s
+  AND (day::timestamp AT TIME ZONE 'UTC') < %(end)s
+GROUP BY mac, list"""
+
+
 # One router's reports, newest day first.
 ROUTER_DAYS = """SELECT day, list, packets, bytes, alerts, reports FROM enforcement_days
 WHERE mac = %(mac)s AND day > %(today)s - %(days)s ORDER BY day DESC, list"""

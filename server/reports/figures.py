@@ -35,7 +35,7 @@ def _empty(mac: str) -> dict:
             "top_remote": [], "top_signatures": [],
             "sightings": {"count": 0, "listed": []},
             "rules": {"state": "none", "reported_at": None},
-            "last_contact": None, "quiet": True}
+            "last_contact": None, "quiet": True, "blocked": None}
 
 
 def router_weeks(rows: dict, macs: list[str], end: datetime,
@@ -59,6 +59,12 @@ def router_weeks(rows: dict, macs: list[str], end: datetime,
     for mac, ok, reported_at, current in rows["rules"]:
         weeks[mac]["rules"] = {"state": _rules_state(ok, current),
                                "reported_at": reported_at and reported_at.isoformat()}
+    for mac, list_, packets, bytes_ in rows["blocked"]:
+        blocked = weeks[mac]["blocked"] = weeks[mac]["blocked"] or {
+            "packets": 0, "bytes": 0, "firewall": 0, "fleet": 0, "intel": 0}
+        blocked[list_] = int(packets)
+        blocked["packets"] += int(packets)
+        blocked["bytes"] += int(bytes_)
     for mac, contact in rows["contacts"]:
         weeks[mac]["last_contact"] = contact and contact.isoformat()
         weeks[mac]["quiet"] = contact is None or end - contact > timedelta(hours=QUIET_HOURS)
@@ -100,7 +106,9 @@ def owner_report(start: datetime, end: datetime, zone: str, weeks: list[dict]) -
               "sightings": sum(week["sightings"]["count"] for week in weeks),
               "quiet_routers": sum(1 for week in weeks if week["quiet"]),
               "rules_not_current": sum(1 for week in weeks
-                                       if week["rules"]["state"] != "current")}
+                                       if week["rules"]["state"] != "current"),
+              "blocked_packets": sum(week["blocked"]["packets"] for week in weeks
+                                     if week["blocked"])}
     return {"period": {"start": start.isoformat(), "end": end.isoformat(), "zone": zone},
             "all_quiet": totals["alerts"] == 0 and totals["sightings"] == 0,
             "totals": totals, "routers": ordered[:TOP_ROUTERS],

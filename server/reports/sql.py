@@ -10,6 +10,7 @@ from engine.addresses import NOT_PUBLIC
 from server.db.pool import Database, execute
 from server.fleet.sql import endpoint
 from server.generation.applied_sql import RULES_STATE
+from server.enforcement.sql import BLOCKED_BETWEEN
 from server.intel.sql import OWNER_SINCE, SIGHTED_BETWEEN
 from server.reports.schedule import Schedule
 from server.routers.sql import LAST_CONTACTS
@@ -90,7 +91,8 @@ async def week_rows(db: Database, macs: list[str], start: datetime, end: datetim
         return {"alerts": await reads.fetchall(ALERT_FIGURES, names),
                 "sightings": await reads.fetchall(SIGHTED_BETWEEN, names),
                 "rules": await reads.fetchall(RULES_STATE, names),
-                "contacts": await reads.fetchall(LAST_CONTACTS, names)}
+                "contacts": await reads.fetchall(LAST_CONTACTS, names),
+                "blocked": await reads.fetchall(BLOCKED_BETWEEN, names)}
 
 
 async def owners(db: Database, users: list[str] | None = None) -> list[tuple]:

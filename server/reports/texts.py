@@ -63,6 +63,12 @@ def _router_lines(week: dict, zone: str) -> list[str]:
                   f"{_local(s['last_seen'], zone)}" for s in sightings["listed"]]
         if sightings["count"] > len(sightings["listed"]):
             lines.append(f"  ... and {sightings['count'] - len(sightings['listed']):,} more")
+    blocked = week["blocked"]
+    if blocked is not None:  # (None: its agent sends no enforcement report)
+        lines.append(f"  Blocked by its firewall: {_plural(blocked['packets'], 'packet')}"
+                     + (f" (its own list {blocked['firewall']:,}, the fleet's "
+                        f"{blocked['fleet']:,}, threat intelligence {blocked['intel']:,})"
+                        if blocked["packets"] else ""))
     lines.append(f"  Rules: {RULES[week['rules']['state']]}")
     if not week["quiet"]:
         lines.append(f"  Last contact: {_local(week['last_contact'], zone)}")
