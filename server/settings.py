@@ -539,7 +539,8 @@ class Settings:
         "Days of telemetry records kept. Their hourly "
         "summaries are kept as far back as generation, the fleet job and the console read "
         "them (RULE_GENERATION_TELEMETRY_DAYS, FLEET_WINDOW_HOURS, a week: the longest) and "
-        "an hour more, at most this long.")
+        "an hour more, the alerts' packed by day 31 days (owners are shown 30), at most "
+        "this long.")
     activation_retention_days: int = _retention("400", _integer(1),
         "Days of activation records kept by the "
         "retention job (long enough for monthly and yearly access reports); after their "

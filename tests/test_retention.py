@@ -240,6 +240,25 @@ async def test_summaries_go_once_their_readers_no_longer_look_back(settings, sql
     assert sql.value("SELECT count(*) FROM telemetry_alerts") == 7 * 24 + 1
 
 
+async def test_packed_alert_days_are_kept_as_long_as_owners_are_shown_alerts(settings, sql):
+    """An owner's frontend lists 30 days of alerts: their packed days stay 31 days (never
+    past RETENTION_DAYS), while the hourly summaries go after a week."""
+    sql.rows("""INSERT INTO telemetry_alert_days (mac, day, hours, src_ips, dest_ips,
+                    signature_ids, severities, alerts, last_seen, flow_ids, networks)
+                SELECT %s, date_trunc('day', now() - d * interval '1 day', 'UTC'), '{3}',
+                       '{45.33.32.77}', '{192.168.1.20}', '{2001219}', '{1}', '{5}',
+                       ARRAY[now()], '{"[]"}', '{NULL}'
+                FROM unnest(ARRAY[10, 29, 33]) AS d""", (MAC,))
+    async with open_database(settings) as db:
+        await run_retention(db, days=30, activation_days=400,
+                            summaries_kept=summaries_kept(settings))
+    assert sql.value("SELECT count(*) FROM telemetry_alert_days") == 2
+    async with open_database(settings) as db:
+        await run_retention(db, days=20, activation_days=400,
+                            summaries_kept=summaries_kept(settings))
+    assert sql.value("SELECT count(*) FROM telemetry_alert_days") == 1  # RETENTION_DAYS 20
+
+
 def test_summaries_are_kept_as_far_back_as_their_longest_reader_never_past_the_records(
         tmp_path):
     def kept(**environ: str) -> timedelta:

@@ -1,6 +1,8 @@
 """The retention job: telemetry received more than RETENTION_DAYS ago, hourly summaries
 older than their readers look back (server/telemetry/summary.py summaries_kept: a week and
-an hour at the defaults; a packed day of them while any of its hours is), activations
+an hour at the defaults; a packed day of them while any of its hours is, and packed alert
+days as long as owners are shown alerts, ALERTS_LISTED_DAYS and a day, at most
+RETENTION_DAYS), activations
 older than ACTIVATION_RETENTION_DAYS and the hunt index older than HUNT_RETENTION_DAYS go
 by whole partitions; the routers' enforcement reports after 31 days, by one delete. A chunk goes when its newest
 record is older than the cut-off (a merged chunk holds one router's records of at most one
@@ -32,6 +34,7 @@ from server.db.partitions import LIST_PARTITIONS, TIME_COLUMNS, Partition, parti
 from server.db.pool import Database
 from server.enforcement import sql as enforcement_sql
 from server.hunt.sql import EXPIRED_PACKED_DAYS
+from server.telemetry.summary import ALERTS_LISTED_DAYS
 
 SUMMARY_TABLES = ("telemetry_alerts", "telemetry_flows")
 PACKED_SUMMARY_TABLES = ("telemetry_alert_days", "telemetry_flow_days")
@@ -57,6 +60,10 @@ async def run_retention(db: Database, days: int, activation_days: int,
     # A packed day is kept while any of its hours is (server/telemetry/summary_days.py).
     for table in PACKED_SUMMARY_TABLES:
         cutoffs[table] = cutoffs["telemetry_alerts"] - DAY
+    # Packed alert days as far back as owners are shown alerts, at most as long as records.
+    cutoffs["telemetry_alert_days"] = max(
+        now - timedelta(days=days),
+        min(cutoffs["telemetry_alert_days"], now - timedelta(days=ALERTS_LISTED_DAYS) - DAY))
     cutoffs["hunt_postings"] = now - timedelta(days=hunt_days or days)
     removed = {}
     for table, cutoff in cutoffs.items():

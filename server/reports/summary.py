@@ -9,9 +9,10 @@ from server.db.pool import Database
 from server.reports import sql as reports_db
 from server.reports.figures import ownership_start, router_weeks
 from server.reports.schedule import WEEK
+from server.telemetry.summary import ALERTS_LISTED_DAYS
 
 PERIODS = {"week": WEEK, "day": timedelta(days=1)}
-LISTED_DAYS = 30  # how far back a router's alerts and sightings are listed
+LISTED_DAYS = ALERTS_LISTED_DAYS  # how far back a router's alerts and sightings are listed
 
 
 async def router_summary(db: Database, names: dict[int, str], mac: str,

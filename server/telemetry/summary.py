@@ -23,6 +23,9 @@ FLOW_ID_CHARS = 40
 FLOW_TYPES = frozenset({"flow", "netflow"})
 IPS_REMEMBERED = 4_096  # spellings of addresses canonicalised once per upload
 CONSOLE_DAYS = 7  # the console's router page counts a week of signatures (server/console)
+# An owner's frontend lists a router's alerts this far back (server/reports/summary.py): the
+# alert summaries packed by day are kept that long (and a day more), at most RETENTION_DAYS.
+ALERTS_LISTED_DAYS = 30
 
 # Positions in the values of extract.py's EVENT_COLUMNS / CFM_COLUMNS.
 _EVENT_TYPE, _SRC_IP, _DEST_IP, _DEST_PORT, _APP_PROTO, _SID, _SEVERITY = 1, 2, 4, 5, 7, 8, 9
