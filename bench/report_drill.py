@@ -1,7 +1,7 @@
 """Weekly report drill (issue 83): a fleet of ROUTERS routers of ROUTERS/2 owners talks to a
 real server process over HTTP for a week's worth of truth (alerts of known sources,
 signatures and severities, polls or none, a listed domain looked up, rules reported loaded
-current, behind or failed); then the week's reports are made by the command, as the hourly
+current, behind or failed, packets its firewall dropped in an enforcement report); then the week's reports are made by the command, as the hourly
 job makes them, and the owners' mail arrives at a local SMTP server. Then time moves on a
 week and the next reports are made.
 
@@ -11,7 +11,7 @@ Checks, each against the truth the drill planted:
 - each owner gets exactly one email a week, those whose routers saw nothing included (the
   report says all was quiet), and a rerun sends none;
 - every figure of every report (alerts by severity, the address and signature most alerted,
-  sightings, rules, gone quiet) is the planted one, and the owner's feed holds that report;
+  sightings, rules, gone quiet, blocked by the firewall) is the planted one, and the owner's feed holds that report;
 - the week after, every router's figures are its own of that week: no alert, and gone
   quiet (no contact in its last day).
 tests/test_drills.py runs a quick version.
@@ -54,6 +54,7 @@ class Plan:
     polls: bool
     looks_up: bool       # the listed domain: one sighting
     rules: str | None
+    blocked: int         # packets its firewall's fleet list dropped (an enforcement report)
 
     @property
     def source(self) -> str:
@@ -73,7 +74,8 @@ def plans(routers: int) -> list[Plan]:
         calm = owner % 5 == 2
         found.append(Plan(f"02:83:00:00:{n >> 8:02x}:{n & 255:02x}", f"owner-{owner}",
                           0 if calm else n % 9, 1 + n % 3, calm or n % 7 != 3,
-                          not calm and n % 11 == 4, None if calm else RULES[n % 4]))
+                          not calm and n % 11 == 4, None if calm else RULES[n % 4],
+                          0 if calm or n % 7 == 3 else n % 13))
     return found
 
 
@@ -112,6 +114,11 @@ async def _act(session: aiohttp.ClientSession, url: str, plan: Plan) -> None:
     if plan.alerts:
         async with session.post(f"{url}/log/events", data=_alerts(plan),
                                 headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+    if plan.blocked:
+        body = {"lists": {"fleet": {"packets": plan.blocked, "bytes": 60 * plan.blocked}}}
+        async with session.post(f"{url}/rules/enforced", json=body,
+                                headers={"X-ID": plan.mac}) as answer:
             assert answer.status == 200, await answer.text()
     if plan.looks_up:
         body = orjson.dumps({"event_type": "dns", "src_ip": "192.168.1.20",
@@ -200,6 +207,10 @@ def _check_first_week(result: DrillResult, reports: dict[str, dict],
             result.check(week["rules"]["state"] == (plan.rules or "none"),
                          f"{plan.mac}: rules {week['rules']['state']} not {plan.rules}")
             result.check(week["quiet"] == (not plan.polls), f"{plan.mac}: quiet")
+            result.check(week["blocked"] == ({"packets": plan.blocked, "bytes": 60 * plan.blocked,
+                                              "firewall": 0, "fleet": plan.blocked, "intel": 0}
+                                             if plan.blocked else None),
+                         f"{plan.mac}: blocked {week['blocked']}")
             result.figures_checked += 1
 
 
@@ -241,6 +252,8 @@ async def report_drill(location: DatabaseLocation, workdir: Path,
                     "INSERT INTO routers (mac, owner_user, owner_email) SELECT m, o, "
                     "o || '@example.org' FROM unnest(%s::macaddr[], %s::text[]) AS f(m, o)",
                     ([plan.mac for plan in fleet], [plan.owner for plan in fleet]))
+                # theirs since two days: today's enforcement reports are of their ownership
+                await db.execute("UPDATE routers SET registered_at = now() - interval '2 days'")
                 await _everyone(lambda plan: _act(session, server.url, plan), fleet)
                 reporting = [plan for plan in fleet if plan.rules is not None]
                 await db.execute(
@@ -299,6 +312,7 @@ async def report_drill(location: DatabaseLocation, workdir: Path,
         _check_first_week(result, first, by_owner)
         for owner, report in second.items():
             result.check(report["totals"]["alerts"] == 0
+                         and report["totals"]["blocked_packets"] == 0
                          and report["totals"]["quiet_routers"] == len(by_owner[owner]),
                          f"{owner}: the second week {report['totals']}")
     finally:

@@ -1,10 +1,11 @@
 """The cost of the owners' weekly reports (issue 83, server/reports/weekly.py): every owner's
 report of a fleet of ROUTERS routers made in one run, from the summaries a week of uploads
-leaves (hourly alert rows of the last two days, three packed days before), with the memory
+leaves (hourly alert rows of the last two days, three packed days before, and seven days of
+enforcement reports of three lists), with the memory
 of the process sampled all along and the bytes each stored report takes.
 
 The reference, in the same run: reading every summary row of the week once (`COPY ... TO
-STDOUT` of both tables), the least any report from the summaries can cost.
+STDOUT` of the three tables), the least any report from the summaries can cost.
 
     python -m bench.weekly_reports [--routers 100000] [--hourly-rows 20] [--big-owner 10000]
 """
@@ -50,11 +51,18 @@ SELECT {_MAC}, date_trunc('day', %(end)s::timestamptz) - (d + 3) * interval '1 d
        array_fill(NULL::cidr, ARRAY[10])
 FROM generate_series(0, %(routers)s - 1) n, generate_series(0, 2) d"""
 
+# Each router's enforcement reports: the week's seven days, its three lists.
+_ENFORCED = f"""INSERT INTO enforcement_days (mac, day, list, packets, bytes, alerts)
+SELECT {_MAC}, (date_trunc('day', %(end)s::timestamptz, 'UTC') - d * interval '1 day')::date,
+       l, 1 + (n + d) %% 50, 60 * (1 + (n + d) %% 50), 0
+FROM generate_series(0, %(routers)s - 1) n, generate_series(1, 7) d,
+     unnest(ARRAY['firewall', 'fleet', 'intel']) l"""
+
 
 async def _plant(db: Database, routers: int, rows: int, big: int, end: datetime) -> float:
     began = time.perf_counter()
     names = {"routers": routers, "rows": rows, "big": big, "end": end}
-    for statement in (_ROUTERS, _HOURLY, _PACKED):
+    for statement in (_ROUTERS, _HOURLY, _PACKED, _ENFORCED):
         await db.execute(statement, names)
     await db.execute("ANALYZE")
     return time.perf_counter() - began
@@ -64,7 +72,7 @@ async def _reference(db: Database) -> float:
     """Every summary row read once, as COPY writes it out."""
     began = time.perf_counter()
     async with db.cursor() as cur:
-        for table in ("telemetry_alerts", "telemetry_alert_days"):
+        for table in ("telemetry_alerts", "telemetry_alert_days", "enforcement_days"):
             async with cur.copy(f"COPY (SELECT * FROM {table}) TO STDOUT") as copy:
                 async for _ in copy:
                     pass
