@@ -13,6 +13,7 @@ day's last room."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from engine.addresses import network_of
 from server.db.pool import Database, execute
 from server.enforcement import sql
 from server.enforcement.config import EnforcementConfig
-from server.enforcement.report import ListReport
+from server.enforcement.report import Hit, ListReport
 from server.generation.rules_sql import stored_payloads
 from server.intel.capacity import document_names
 
@@ -58,20 +59,8 @@ async def store_report(db: Database, config: EnforcementConfig, mac: str,
         await execute(cur, sql.HELD, {"mac": mac, "day": day})
         held = {tuple(row) for row in await cur.fetchall()}
         room = max(0, config.entries_per_router_day - len(held))
-        kept, outcome = [], {}
+        kept, outcome = _admitted(lists, sent, held, room)
         for report in lists:
-            ignored = over = 0
-            for hit in report.hits:  # most matched first, as the agent sends them
-                key = (report.name, hit.entry)
-                if key not in sent:
-                    ignored += 1
-                elif key in held or room > 0:
-                    room -= key not in held
-                    kept.append((report.name, hit))
-                else:
-                    over += 1
-            outcome[report.name] = Stored(report.name, len(report.hits) - ignored - over,
-                                          ignored, over)
             await execute(cur, sql.ADD_DAY, {
                 "mac": mac, "day": day, "list": report.name, "network": network,
                 "packets": min(report.packets, MAX_PACKETS),
@@ -83,15 +72,40 @@ async def store_report(db: Database, config: EnforcementConfig, mac: str,
                 "entries": [hit.entry for _, hit in kept],
                 "packets": [min(hit.packets, MAX_PACKETS) for _, hit in kept],
                 "bytes": [min(hit.bytes, MAX_BYTES) for _, hit in kept], **_bounds()})
-    return list(outcome.values())
+    return outcome
+
+
+def _admitted(lists: tuple[ListReport, ...], sent: set, held: set, room: int
+              ) -> tuple[list[tuple[str, Hit]], list[Stored]]:
+    """The hits stored (those sent: already held, or new while the day has room, each
+    list's most matched first, as the agent sends them), and each list's outcome."""
+    kept, outcome = [], []
+    for report in lists:
+        ignored = over = 0
+        for hit in report.hits:
+            key = (report.name, hit.entry)
+            if key not in sent:
+                ignored += 1
+            elif key in held or room > 0:
+                room -= key not in held
+                kept.append((report.name, hit))
+            else:
+                over += 1
+        outcome.append(Stored(report.name, len(report.hits) - ignored - over, ignored, over))
+    return kept, outcome
 
 
 async def _own_list(db: Database, mac: str) -> list[str]:
     """The addresses of the router's own firewall payload as it was last stored."""
     stored = await stored_payloads(db, mac)
     packed = stored[5] if stored is not None else None
-    return [] if packed is None else [entry["address"] for entry in
-                                      orjson.loads(gzip.decompress(packed))["entries"]]
+    if packed is None:
+        return []
+    return await asyncio.to_thread(_addresses, packed)  # (a large list: off the event loop)
+
+
+def _addresses(packed: bytes) -> list[str]:
+    return [entry["address"] for entry in orjson.loads(gzip.decompress(packed))["entries"]]
 
 
 def _bounds() -> dict:
