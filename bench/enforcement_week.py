@@ -34,6 +34,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from bench.checks import Checks
 from server.db.location import DatabaseLocation
 from server.db.pool import Database
 from server.fleet import sql as fleet_db
@@ -91,21 +92,12 @@ def huge(value: str) -> dict:
 
 
 @dataclass
-class WeekResult:
+class WeekResult(Checks):
     routers: int = 0
     reports: int = 0
     stored_bytes_per_router_day: float = 0.0
     report_ms: list = field(default_factory=list)
     applied_ms: list = field(default_factory=list)  # the reference: POST /rules/applied
-    failures: list = field(default_factory=list)
-
-    def check(self, condition: bool, what: str) -> None:
-        if not condition and len(self.failures) < 20:
-            self.failures.append(what)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
 
 
 async def _post(session, url: str, router: str, address: str, body: dict,

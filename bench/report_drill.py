@@ -33,6 +33,7 @@ import orjson
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
+from bench.checks import Checks
 from bench.intel_drill import Feeds
 from server.db.location import DatabaseLocation
 from server.db.pool import Database
@@ -80,21 +81,12 @@ def plans(routers: int) -> list[Plan]:
 
 
 @dataclass
-class DrillResult:
+class DrillResult(Checks):
     owners: int = 0
     emails_first: int = 0
     emails_second: int = 0
     figures_checked: int = 0
     seconds: dict = field(default_factory=dict)
-    failures: list = field(default_factory=list)
-
-    def check(self, condition: bool, what: str) -> None:
-        if not condition and len(self.failures) < 20:
-            self.failures.append(what)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
 
 
 def _alerts(plan: Plan) -> bytes:
