@@ -164,6 +164,8 @@ def canonical_network(network: str) -> ipaddress.IPv4Network | ipaddress.IPv6Net
     """A network as stored and compared: an IPv4 range written in an IPv6 form that carries
     IPv4 (`::ffff:8.8.0.0/112`) is that IPv4 range; ValueError when it is not a network."""
     net = ipaddress.ip_network(network, strict=False)
+    if net.version == 6 and net.network_address.scope_id is not None:
+        raise ValueError(f"{network!r}: a network with a zone")
     if net.version == 6 and net.prefixlen >= 96:
         first = canonical(net.network_address)
         if first.version == 4:

@@ -261,7 +261,12 @@ async def test_the_console_shows_what_the_fleet_and_each_router_enforced(make_cl
     assert "<td>fleet</td><td>4</td><td>400</td><td>0</td><td>1</td>" in page
 
 
-async def test_a_small_router_keeps_first_what_matched_at_many_networks(client, sql):
+async def test_a_small_router_keeps_first_what_matched_at_many_networks(
+        make_client, database, tmp_path, sql):
+    # The reports reorder the intel only where they are the routers' own (key mode, or
+    # FLEET_ATTACKERS_IN_MAC_MODE), and from FLEET_MIN_NETWORKS networks.
+    client = await make_client(settings_for(database, tmp_path, FLEET_MIN_NETWORKS="3",
+                                            FLEET_ATTACKERS_IN_MAC_MODE="true"))
     db = client.app[DATABASE]
     routers = [_mac("02:87", n) for n in range(3)]
     for n, mac in enumerate(routers):
@@ -290,10 +295,14 @@ async def test_a_small_router_keeps_first_what_matched_at_many_networks(client, 
     async with asyncio.timeout(30):  # until the whole document is recorded
         while await asyncio.to_thread(sql.value, held) < 1_201:
             await asyncio.sleep(0.05)
-    for n, mac in enumerate(routers):  # three networks' firewalls dropped traffic to it
+    config = EnforcementConfig.from_settings(client.app[SETTINGS])
+    for n, mac in enumerate(routers[:2]):  # two networks: not yet
         status, stored = await _report(client, mac, {"lists": {"intel": _list((low, 9))}},
                                        f"47.{n}.0.1")
         assert stored["lists"]["intel"]["entries"] == 1, stored
+    await set_figures(db, config, client.app[METRICS])
+    assert sql.rows("SELECT kind, networks FROM intel_matched") == []
+    await _report(client, routers[2], {"lists": {"intel": _list((low, 9))}}, "47.2.0.1")
     await set_figures(db, EnforcementConfig.from_settings(client.app[SETTINGS]),
                       client.app[METRICS])
     assert sql.rows("SELECT kind, networks FROM intel_matched") == [("ip", 3)]
@@ -310,3 +319,34 @@ async def test_a_removed_router_takes_its_reports_with_it(client, sql):
     assert await unsubscribe(client.app[DATABASE], MAC)
     assert sql.rows("SELECT mac::text FROM enforcement_days") == [("02:82:00:00:02:02",)]
     assert sql.rows("SELECT mac::text FROM enforcement_hits") == [("02:82:00:00:02:02",)]
+
+
+async def test_a_router_is_one_network_however_many_it_reports_from(client, sql):
+    """One router reporting an entry from seven /24s over seven days, and a stranger posting
+    as it from another address (mac mode): the entry stays at one network, the day at its
+    first report's; a zoned address is ignored; an entry counts no more than its list."""
+    await _lists_held(client, sql, MAC)
+    sql.rows("UPDATE routers SET registered_at = now() - interval '40 days'")
+    for day in range(7):
+        await _report(client, MAC, {"lists": {"intel": _list((INTEL_IP, 2))}}, f"47.{day}.0.1")
+        await _report(client, MAC, {"lists": {"intel": _list()}}, "99.9.9.9")  # a stranger
+        for table in ("enforcement_days", "enforcement_hits"):
+            sql.rows(f"UPDATE {table} SET day = day - 1")
+    assert {row[0] for row in sql.rows("SELECT network::text FROM enforcement_days")} == {
+        f"47.{day}.0.0/24" for day in range(7)}
+    counted = await effectiveness(client.app[DATABASE], EnforcementConfig.from_settings(
+        client.app[SETTINGS]), 30)
+    assert [(e.entry, e.networks, e.routers) for e in counted.top] == [(f"{INTEL_IP}/32", 1, 1)]
+    assert [(f.feed, f.matched_networks) for f in counted.feeds] == [("f", 1)]
+    await set_figures(client.app[DATABASE], EnforcementConfig.from_settings(
+        client.app[SETTINGS]), client.app[METRICS])
+    assert sql.rows("SELECT * FROM intel_matched") == []  # mac mode: no reordering
+
+    status, stored = await _report(client, MAC, {"lists": {"intel": {
+        "packets": 5, "bytes": 500, "entries": [
+            {"address": "fe80::%1/64", "packets": 1, "bytes": 1},
+            {"address": INTEL_IP, "packets": 10 ** 12, "bytes": 10 ** 12}]}}})
+    assert status == 200 and stored["lists"]["intel"] == {
+        "entries": 1, "ignored": 1, "over_budget": 0}
+    assert sql.rows("SELECT packets, bytes FROM enforcement_hits WHERE day = "
+                    "(now() AT TIME ZONE 'UTC')::date") == [(5, 500)]

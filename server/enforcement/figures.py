@@ -101,10 +101,11 @@ async def effectiveness(db: Database, config: EnforcementConfig, days: int) -> E
 
 async def matched_values(db: Database, config: EnforcementConfig, days: int = 30
                          ) -> list[tuple[str, str, int]]:
-    """Each threat feed's value that matched, with the networks it matched at."""
+    """Each threat feed's value that matched at FLEET_MIN_NETWORKS networks or more, with
+    the networks it matched at."""
     async with db.transaction() as cur:
         params = {"today": await sql.today(cur), "days": days,
-                  "min_age": config.min_router_age}
+                  "min_age": config.min_router_age, "min_networks": config.min_networks}
         await execute(cur, sql.matched_values_statement(config.keyed), params)
         return [tuple(row) for row in await cur.fetchall()]
 

@@ -24,7 +24,7 @@ async def set_figures(db: Database, config: EnforcementConfig, metrics: Metrics)
     for feed in counted.feeds:
         for name in ("packets", "bytes", "matched_networks", "values_never_matched"):
             metrics.feed_enforced.labels(feed.feed, name).set(getattr(feed, name))
-    matched = await matched_values(db, config)
+    matched = await matched_values(db, config) if config.trims else []
     await intel_db.set_matched(db, matched)
     return {"lists": len(counted.lists), "feeds": len(counted.feeds),
             "values_matched": len(matched)}

@@ -35,7 +35,7 @@ WHERE mac = %(mac)s AND day = %(day)s"""
 ADD_DAY = """INSERT INTO enforcement_days AS d (mac, day, list, network, packets, bytes, alerts)
 VALUES (%(mac)s, %(day)s, %(list)s, %(network)s, %(packets)s, %(bytes)s, %(alerts)s)
 ON CONFLICT (mac, day, list) DO UPDATE SET
-    network = coalesce(excluded.network, d.network),
+    network = coalesce(d.network, excluded.network),  -- the day's first report's
     packets = least(d.packets + excluded.packets, %(max_packets)s),
     bytes = least(d.bytes + excluded.bytes, %(max_bytes)s),
     alerts = least(d.alerts + excluded.alerts, %(max_alerts)s),
@@ -65,15 +65,19 @@ async def today(cur) -> date:
 
 
 def counted_networks(source: str, key: str) -> str:
-    """SQL: per `key` (columns of `source`, which also gives `network`), its distinct
-    reporter networks, at most PER_ALLOCATION /48s of one IPv6 /32, as the fleet counts its
-    reporters (server/fleet/sql.py): rows (key..., networks)."""
+    """SQL: per `key` (columns of `source`, which also gives `mac`, `day` and `network`), the
+    reporter networks of its routers, each router for one network (that of its first day
+    in the window: a router reporting from another network each day is still one), at most
+    PER_ALLOCATION /48s of one IPv6 /32, as the fleet counts its reporters
+    (server/fleet/sql.py): rows (key..., networks)."""
     return f"""SELECT {key}, count(*) AS networks FROM (
     SELECT {key}, row_number() OVER (
         PARTITION BY {key}, CASE WHEN family(network) = 6
                                  THEN set_masklen(network, {ALLOCATION_PREFIX}) ELSE network END
         ORDER BY network) AS place
-    FROM (SELECT DISTINCT {key}, network FROM ({source}) s WHERE network IS NOT NULL) d) ranked
+    FROM (SELECT DISTINCT {key}, network FROM (
+            SELECT DISTINCT ON ({key}, mac) {key}, network FROM ({source}) s
+            WHERE network IS NOT NULL ORDER BY {key}, mac, day) first) d) ranked
 WHERE place <= {PER_ALLOCATION} GROUP BY {key}"""
 
 
@@ -84,8 +88,13 @@ WHERE e.day > %(today)s - %(days)s AND {counted(keyed)}"""
 
 
 def _hits(keyed: bool) -> str:
-    return f"""SELECT h.mac, h.list, h.entry, h.packets, h.bytes, d.network
-FROM enforcement_hits h JOIN ({_window(keyed)}) d USING (mac, day, list)"""
+    """The entries matched in the window, each no more than its list's day (`day_packets`,
+    `day_bytes`: a router's entries together never count past that either)."""
+    return f"""SELECT h.mac, h.day, h.list, h.entry, least(h.packets, d.packets) AS packets,
+       least(h.bytes, d.bytes) AS bytes, d.packets AS day_packets, d.bytes AS day_bytes,
+       d.network
+FROM enforcement_hits h JOIN ({_window(keyed)}) d USING (mac, day, list)
+WHERE h.packets > 0"""
 
 
 def lists_statement(keyed: bool) -> str:
@@ -93,8 +102,9 @@ def lists_statement(keyed: bool) -> str:
     alerts, entries matched."""
     window, hits = _window(keyed), _hits(keyed)
     return f"""WITH w AS ({window}),
-loaded AS ({counted_networks("SELECT list, network FROM w", "list")}),
-matched AS ({counted_networks("SELECT list, network FROM w WHERE packets > 0", "list")}),
+loaded AS ({counted_networks("SELECT list, mac, day, network FROM w", "list")}),
+matched AS ({counted_networks("SELECT list, mac, day, network FROM w WHERE packets > 0",
+                              "list")}),
 entries AS (SELECT list, count(DISTINCT entry) AS n FROM ({hits}) h GROUP BY list)
 SELECT w.list, count(DISTINCT w.mac), coalesce(max(l.networks), 0),
        count(DISTINCT w.mac) FILTER (WHERE w.packets > 0), coalesce(max(m.networks), 0),
@@ -108,7 +118,7 @@ def entries_statement(keyed: bool) -> str:
     """The entries that matched most widely, per list: networks first, then packets."""
     hits = _hits(keyed)
     return f"""WITH h AS ({hits}),
-nets AS ({counted_networks("SELECT list, entry, network FROM h", "list, entry")})
+nets AS ({counted_networks("SELECT list, entry, mac, day, network FROM h", "list, entry")})
 SELECT * FROM (
     SELECT h.list, text(h.entry), coalesce(max(n.networks), 0) AS networks,
            count(DISTINCT h.mac), sum(h.packets) AS packets, sum(h.bytes),
@@ -120,46 +130,55 @@ SELECT * FROM (
 WHERE place <= %(top)s ORDER BY list, place"""
 
 
+# A matched intel block entry is credited to the feeds' current addresses and networks it is:
+# those equal to it, else (a block entry merged from several values) every one inside it. A
+# feed's /16 is credited for a hit on it, not the addresses listed inside it too.
+_CREDITED = """SELECT DISTINCT i.feed, i.kind, i.value, e.entry
+FROM (SELECT DISTINCT entry FROM h) e JOIN intel_indicators i
+  ON i.kind IN ('ip', 'network') AND (i.value::inet) <<= e.entry
+WHERE i.expires_at > now()
+  AND ((i.value::inet) = e.entry::inet OR NOT EXISTS (
+        SELECT 1 FROM intel_indicators j WHERE j.kind IN ('ip', 'network')
+          AND (j.value::inet) <<= e.entry AND (j.value::inet) = e.entry::inet
+          AND j.expires_at > now()))"""
+
+
 def feeds_statement(keyed: bool) -> str:
     """Per threat feed: its current addresses and networks, those a matched block entry
-    holds, the routers and networks they matched at, packets and bytes."""
+    holds, the routers and networks they matched at, packets and bytes (a router-day's of
+    one feed no more than its intel list's day)."""
     hits = _hits(keyed)
-    return f"""WITH h AS ({hits} WHERE h.list = 'intel'),
-entries AS (SELECT entry, count(DISTINCT mac) AS routers, sum(packets) AS packets,
-                   sum(bytes) AS bytes FROM h GROUP BY entry),
-credited AS (SELECT DISTINCT i.feed, i.kind, i.value, e.entry
-             FROM entries e JOIN intel_indicators i
-               ON i.kind IN ('ip', 'network') AND (i.value::inet) <<= e.entry
-             WHERE i.expires_at > now()),
-routers AS (SELECT c.feed, count(DISTINCT h.mac) AS n FROM credited c JOIN h USING (entry)
-            GROUP BY c.feed),
-nets AS ({counted_networks(
-    "SELECT c.feed, h.network FROM credited c JOIN h USING (entry)", "feed")}),
-dropped AS (SELECT feed, sum(packets) AS packets, sum(bytes) AS bytes
-            FROM (SELECT DISTINCT c.feed, c.entry FROM credited c) f JOIN entries USING (entry)
-            GROUP BY feed),
+    return f"""WITH h AS ({hits} AND h.list = 'intel'),
+credited AS ({_CREDITED}),
+fed AS (SELECT DISTINCT feed, entry FROM credited),
+per_day AS (SELECT f.feed, h.mac, h.day, h.network, least(sum(h.packets), max(h.day_packets))
+                   AS packets, least(sum(h.bytes), max(h.day_bytes)) AS bytes
+            FROM fed f JOIN h USING (entry) GROUP BY f.feed, h.mac, h.day, h.network),
+routers AS (SELECT feed, count(DISTINCT mac) AS n, sum(packets) AS packets,
+                   sum(bytes) AS bytes FROM per_day GROUP BY feed),
+nets AS ({counted_networks("SELECT feed, mac, day, network FROM per_day", "feed")}),
+matched AS (SELECT feed, count(DISTINCT (kind, value)) AS n FROM credited GROUP BY feed),
 held AS (SELECT feed, count(*) AS n FROM intel_indicators
          WHERE kind IN ('ip', 'network') AND expires_at > now() GROUP BY feed)
-SELECT f.name, coalesce(held.n, 0),
-       (SELECT count(DISTINCT (c.kind, c.value)) FROM credited c WHERE c.feed = f.name),
+SELECT f.name, coalesce(held.n, 0), coalesce(matched.n, 0),
        coalesce(routers.n, 0), coalesce(nets.networks, 0),
-       coalesce(dropped.packets, 0), coalesce(dropped.bytes, 0)
+       coalesce(routers.packets, 0), coalesce(routers.bytes, 0)
 FROM intel_feeds f LEFT JOIN held ON held.feed = f.name
      LEFT JOIN routers ON routers.feed = f.name LEFT JOIN nets ON nets.feed = f.name
-     LEFT JOIN dropped ON dropped.feed = f.name
+     LEFT JOIN matched ON matched.feed = f.name
 ORDER BY f.name"""
 
 
 def matched_values_statement(keyed: bool) -> str:
-    """Each threat feed's current address or network inside a matched intel block entry,
-    with the networks it matched at: (kind, value, networks)."""
+    """Each threat feed's current address or network credited with a matched intel block
+    entry, with the networks that entry matched at, when at least %(min_networks)s:
+    (kind, value, networks)."""
     hits = _hits(keyed)
-    return f"""WITH h AS ({hits} WHERE h.list = 'intel'),
-credited AS (SELECT DISTINCT i.kind, i.value, h.network
-             FROM (SELECT DISTINCT entry, network FROM h) h JOIN intel_indicators i
-               ON i.kind IN ('ip', 'network') AND (i.value::inet) <<= h.entry
-             WHERE i.expires_at > now())
-{counted_networks("SELECT kind, value, network FROM credited", "kind, value")}"""
+    return f"""WITH h AS ({hits} AND h.list = 'intel'),
+credited AS ({_CREDITED}),
+nets AS ({counted_networks("SELECT entry, mac, day, network FROM h", "entry")})
+SELECT c.kind, c.value, max(n.networks)::int FROM credited c JOIN nets n USING (entry)
+GROUP BY c.kind, c.value HAVING max(n.networks) >= %(min_networks)s"""
 
 
 # What `macs`' firewalls dropped in [start, end), per list: each UTC day counted in the

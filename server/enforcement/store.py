@@ -4,7 +4,8 @@ day of its own).
 
 Only what the router holds is stored as fact: an entry it was never sent (not in its own
 firewall payload, the fleet's list, or a current threat intelligence document; no address;
-named twice) is counted as ignored, not stored. A router-day keeps at most ENFORCEMENT_ENTRIES_PER_ROUTER_DAY
+named twice; nothing matched) is counted as ignored, not stored; an entry counts no more
+than its list in the report. A router-day keeps at most ENFORCEMENT_ENTRIES_PER_ROUTER_DAY
 entries over its lists (those already kept are always added to); a list's totals are always
 added. No count is kept past a 10 Gbit/s line's day (MAX_BYTES, MAX_PACKETS: a router
 cannot claim more than its line could carry, and a sum never overflows). One router's
@@ -48,7 +49,7 @@ async def store_report(db: Database, config: EnforcementConfig, mac: str,
                        lists: tuple[ListReport, ...], address: str | None) -> list[Stored]:
     """Add `lists` to the router's day; `address`: where the report came from (its
     network is what the router counts for in the fleet's figures)."""
-    network = network_of(address) if address else None
+    network = network_of(address) if address else None  # the day keeps its first
     given = [(report.name, hit) for report in lists for hit in report.hits
              if hit.entry is not None]
     own = await _own_list(db, mac) if any(name == "firewall" for name, _ in given) else []
@@ -60,18 +61,21 @@ async def store_report(db: Database, config: EnforcementConfig, mac: str,
         held = {tuple(row) for row in await cur.fetchall()}
         room = max(0, config.entries_per_router_day - len(held))
         kept, outcome = _admitted(lists, sent, held, room)
+        # An entry counts no more than its list in the report, the list no more than a day.
+        totals = {report.name: (min(report.packets, MAX_PACKETS), min(report.bytes, MAX_BYTES))
+                  for report in lists}
         for report in lists:
             await execute(cur, sql.ADD_DAY, {
                 "mac": mac, "day": day, "list": report.name, "network": network,
-                "packets": min(report.packets, MAX_PACKETS),
-                "bytes": min(report.bytes, MAX_BYTES), "alerts": min(report.alerts, MAX_ALERTS),
-                **_bounds()})
+                "packets": totals[report.name][0], "bytes": totals[report.name][1],
+                "alerts": min(report.alerts, MAX_ALERTS), **_bounds()})
         if kept:
             await execute(cur, sql.ADD_HITS, {
                 "mac": mac, "day": day, "lists": [name for name, _ in kept],
                 "entries": [hit.entry for _, hit in kept],
-                "packets": [min(hit.packets, MAX_PACKETS) for _, hit in kept],
-                "bytes": [min(hit.bytes, MAX_BYTES) for _, hit in kept], **_bounds()})
+                "packets": [min(hit.packets, totals[name][0]) for name, hit in kept],
+                "bytes": [min(hit.bytes, totals[name][1]) for name, hit in kept],
+                **_bounds()})
     return outcome
 
 
@@ -84,7 +88,7 @@ def _admitted(lists: tuple[ListReport, ...], sent: set, held: set, room: int
         ignored = over = 0
         for hit in report.hits:
             key = (report.name, hit.entry)
-            if key not in sent:
+            if key not in sent or not (hit.packets or hit.bytes):  # (nothing matched)
                 ignored += 1
             elif key in held or room > 0:
                 room -= key not in held
