@@ -77,7 +77,11 @@ async def test_a_busy_pool_after_an_outage_is_waited_for_not_answered_503(databa
         busy = [asyncio.create_task(db.fetchrow(
             "SELECT %s FROM (SELECT pg_advisory_xact_lock_shared(8301)) held", (n,)))
             for n in range(2)]
-        while db.connection_counts()[:2] != (2, 0):  # both connections serving
+        # Both connections serving, their statements waiting on the lock (the pool's own
+        # bookkeeping after handing them out is done by then: it found the database again).
+        while (await (await holder.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 8301 "
+                "AND NOT granted")).fetchone())[0] < 2:
             await asyncio.sleep(0.01)
         db.unreachable = True  # as the pool's failed reconnection left it, a moment before
         first = [db.fetchrow("SELECT %s", (n,)) for n in range(4)]  # wait 1 s, then 503
