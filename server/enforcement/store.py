@@ -25,7 +25,7 @@ from server.db.pool import Database, execute
 from server.enforcement import sql
 from server.enforcement.config import EnforcementConfig
 from server.enforcement.report import Hit, ListReport
-from server.generation.rules_sql import stored_payloads
+from server.generation.rules_sql import read_payload
 from server.intel.capacity import document_names
 
 MAX_BYTES = 10 ** 10 // 8 * 86_400      # a day at 10 Gbit/s
@@ -101,8 +101,8 @@ def _admitted(lists: tuple[ListReport, ...], sent: set, held: set, room: int
 
 async def _own_list(db: Database, mac: str) -> list[str]:
     """The addresses of the router's own firewall payload as it was last stored."""
-    stored = await stored_payloads(db, mac)
-    packed = stored[5] if stored is not None else None
+    found = await read_payload(db, mac, "firewall", frozenset())
+    packed = found[1] if found is not None else None
     if packed is None:
         return []
     return await asyncio.to_thread(_addresses, packed)  # (a large list: off the event loop)
