@@ -113,28 +113,45 @@ async def test_a_write_waiting_on_a_stalled_uploads_rows_does_not_hold_the_other
     written with a chunk mid-body, its client then stalling) kept its turn of
     INGEST_WRITES_AT_ONCE as long: every router's upload waited, and so did the stalled
     upload's own next chunk, so its body's idle limit never came and all waited for the
-    statement timeout (30 s here). A turn stops counting after WRITE_OVERTIME_SECONDS."""
+    statement timeout (30 s here). A turn stops counting after WRITE_OVERTIME_SECONDS: the
+    other router is answered while the stalled upload still holds its rows, and the stalled
+    upload's rest, sent then, is stored before the waiting write, which is stored after."""
     monkeypatch.setattr("server.telemetry.writer.SUMMARY_ROWS", 1)  # a summary each chunk
     client = await make_client(settings_for(
-        database, tmp_path, INGEST_BATCH_ROWS="5", INGEST_BODY_IDLE_SECONDS="10",
+        database, tmp_path, INGEST_BATCH_ROWS="5", INGEST_BODY_IDLE_SECONDS="20",
         INGEST_WRITES_AT_ONCE="1", DB_TIMEOUT_SECONDS="30"))  # no statement cut short
     if time.time() % 3600 > 3590:  # both uploads' summary rows in the same hour
         await asyncio.sleep(3600 - time.time() % 3600 + 0.5)
     reader, writer = await stalled_upload(client.host, client.port, RECORD * 20)
     try:
-        await until(lambda: idle_in_transaction(sql) == 1)
+        await until(lambda: written_and_waiting(sql) == 1)  # its summary rows are held
         blocked = asyncio.create_task(client.post("/log/events", data=RECORD, headers=NDJSON))
-        await asyncio.sleep(1.5)  # a record's upload takes milliseconds: this one waits on
-        assert not blocked.done()  # the stalled upload's rows (on a Citus worker, under Citus)
-        started = time.perf_counter()
+        await until(lambda: waiting_on_a_lock(sql) == 1)
         response = await client.post("/log/events", data=RECORD,
                                      headers={**NDJSON, "X-ID": OTHER})
-        took = time.perf_counter() - started
-        assert response.status == 200 and took < 3, (response.status, took)
-        assert not blocked.done()  # still waiting on the stalled upload's rows
+        assert response.status == 200
+        assert written_and_waiting(sql) == 1 and not blocked.done()  # both still as they were
+        writer.write(RECORD * 60)  # the rest of the stalled body: its next chunks need a turn
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+        assert head.startswith(b"HTTP/1.1 200")
     finally:
         writer.close()
-    assert (await blocked).status == 200  # the stalled upload rolled back, this one stored
+    assert (await blocked).status == 200  # not cut short by the statement timeout
+    assert count(sql) == 82
+
+
+def written_and_waiting(sql) -> int:
+    """Transactions that have sent a write (their last statement is not BEGIN) and wait."""
+    return sql.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND state LIKE 'idle in transaction%' AND query NOT LIKE 'BEGIN%'")
+
+
+def waiting_on_a_lock(sql) -> int:
+    """Statements waiting on a lock: here, or on a Citus worker under Citus."""
+    if sql.value("SELECT count(*) FROM pg_extension WHERE extname = 'citus'"):
+        return sql.value("SELECT count(*) FROM citus_lock_waits")
+    return sql.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND wait_event_type = 'Lock'")
 
 
 async def until(condition, seconds: float = 5.0) -> None:
