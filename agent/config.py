@@ -41,12 +41,14 @@ class AgentConfig:
     intel_dir: Path | None = None           # its rules and datasets; default: beside rules_file
     nft_set_intel_v4: str = "router_backend_intel_v4"  # interval sets: networks too
     nft_set_intel_v6: str = "router_backend_intel_v6"
-    # What this router can hold of the threat intelligence, said on every request
-    # (Router-Capacity, docs/router-api.md): dataset entries its Suricata loads, the bytes
-    # it gives them (0: not said), and whether its Suricata has JA4.
+    # What this router can hold, said on every request (Router-Capacity,
+    # docs/router-api.md): dataset entries its Suricata loads, the bytes it gives them (0:
+    # not said), whether its Suricata has JA4, and the entries one of its nftables sets
+    # holds (0: not said; the sets are declared without `size`, so memory bounds them).
     dataset_entries: int = 10_000
     dataset_memory_bytes: int = 0
     ja4: bool = False
+    set_entries: int = 65_536
     # Report what the block-list sets dropped (POST /rules/enforced) every this many
     # seconds (0: never); their counters read with counters_command, {set} naming one set.
     enforcement_seconds: float = 3600.0
@@ -70,6 +72,8 @@ class AgentConfig:
         said = [f"datasets={max(0, self.dataset_entries)}", f"ja4={int(self.ja4)}"]
         if self.dataset_memory_bytes > 0:
             said.append(f"memory={self.dataset_memory_bytes}")
+        if self.set_entries > 0:
+            said.append(f"sets={self.set_entries}")
         return ", ".join(said)
 
     @property

@@ -73,19 +73,23 @@ def fleet_outbreaks(found: list[dict], max_entries: int) -> list[dict]:
                                             entry["sid"]))[:max_entries]
 
 
-def router_entries(attackers: list[dict], exemptions: Exemptions = Exemptions()) -> list[dict]:
+def router_entries(attackers: list[dict], exemptions: Exemptions = Exemptions(),
+                   max_entries: int | None = None) -> list[dict]:
     """The fleet's entries as a router gets them (GET /rules/fleet): what its block list
-    needs, minus what `exemptions` holds (a router's own allowlist), in the order of their
-    addresses (not of their counts, which move while an attack goes on)."""
+    needs, minus what `exemptions` holds (a router's own allowlist), the first `max_entries`
+    of `attackers` left (the stored order: most networks, then routers, then the most
+    recently seen first), in the order of their addresses (not of their counts, which move
+    while an attack goes on)."""
+    kept = [entry for entry in attackers if not exemptions.exempt(entry["address"])]
     entries = [{"address": entry["address"], "family": 6 if ":" in entry["address"] else 4,
                 "reasons": ["fleet"], "expires_at": entry["expires_at"]}
-               for entry in attackers if not exemptions.exempt(entry["address"])]
+               for entry in kept[:max_entries]]
     return sorted(entries, key=lambda entry: (entry["family"], entry["address"]))
 
 
-def fleet_document(attackers: list[dict], exemptions: Exemptions = Exemptions()) -> dict:
+def fleet_document(attackers: list[dict], exemptions: Exemptions = Exemptions(),
+                   max_entries: int | None = None) -> dict:
     """The shared document: no time of its own, so equal inputs give equal bytes and its ETag
     moves only when what a router blocks (or until when) changes."""
-    entries = router_entries(attackers, exemptions)
+    entries = router_entries(attackers, exemptions, max_entries)
     return {"entry_count": len(entries), "entries": entries}
-

@@ -27,7 +27,7 @@ from server.exposure import chosen_risks
 from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
-from server.fleet.document import FleetList
+from server.fleet.document import FleetList, FleetLists
 from server.intel.document import IntelList, IntelLists
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.domain_errors import DOMAIN_STATUSES
@@ -195,8 +195,9 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     keys = app[ROUTER_KEYS]
     feed.follow(ROUTER_KEYS_CHANNEL, keys.forget, keys.forget_all)
     listening = lambda: feed.listening  # noqa: E731
-    fleet = app[FLEET_LIST] = FleetList(app[DATABASE], listening, app[METRICS],
-                                        settings.fleet_enabled)
+    fleet = app[FLEET_LIST] = FleetLists(lambda entries: FleetList(
+        app[DATABASE], listening, app[METRICS], settings.fleet_enabled, entries),
+        settings.fleet_max_entries)
     fleet_config = FleetConfig.from_settings(settings)
     intel = app[INTEL_LIST] = IntelLists(lambda capacity: IntelList(
         app[DATABASE], listening, list(fleet_config.service_networks), capacity,

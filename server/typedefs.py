@@ -4,7 +4,7 @@ from aiohttp import web
 
 from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
-from server.fleet.document import FleetList
+from server.fleet.document import FleetLists
 from server.intel.document import IntelLists
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
@@ -33,7 +33,7 @@ SENDS = web.AppKey("sends", Sends)
 METRICS = web.AppKey("metrics", Metrics)
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
 ETAG_CACHE = web.AppKey("etag_cache", EtagCache)
-FLEET_LIST = web.AppKey("fleet_list", FleetList)
+FLEET_LIST = web.AppKey("fleet_list", FleetLists)
 INTEL_LIST = web.AppKey("intel_list", IntelLists)
 # What this process does: its parts (server/app.py Part, SERVING, WORKING).
 PARTS = web.AppKey("parts", tuple)

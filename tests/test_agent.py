@@ -382,7 +382,7 @@ def fleet_entry(address: str) -> dict:
 async def fleet_served(client, entries: int) -> None:
     """Wait until the server's fleet document holds `entries` entries (a loaded machine
     delivers the change's notification in its own time)."""
-    fleet = client.app[FLEET_LIST]
+    fleet = client.app[FLEET_LIST].whole
     await wait_for(lambda: _holds(fleet, entries), timeout=10, interval=0.05)
 
 

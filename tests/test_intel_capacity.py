@@ -11,7 +11,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from server.intel import sql as intel_db
-from server.intel.capacity import Capacity, CapacityInvalid, capacity
+from server.intel.capacity import Capacity, capacity
+from server.polling.capacity import CapacityInvalid
 from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE
 

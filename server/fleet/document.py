@@ -1,7 +1,13 @@
 """The fleet's shared document (GET /rules/fleet): built from the `fleet_attackers` table
 and the fleet's allowlist (engine/fleet.py), served as every shared document is
 (server/polling/shared_document.py). The fleet job, and every change of the allowlist,
-notify channel `fleet_list` in their transaction."""
+notify channel `fleet_list` in their transaction.
+
+A router that names `sets` in its Router-Capacity (server/polling/capacity.py) gets the
+largest size of SIZES that one of its sets holds: the list's first entries in the stored
+order (most networks, then routers, then the most recently seen). One that names no `sets`
+gets the whole list (at most FLEET_MAX_ENTRIES, 10,000 by default: a tenth of what an ipset
+holds by default). Routers of like capacity share one document."""
 
 from __future__ import annotations
 
@@ -13,19 +19,21 @@ from engine.fleet import fleet_document, times_written
 from server.fleet import sql as fleet_db
 from server.db.pool import Database
 from server.metrics import Metrics
+from server.polling.capacity import declared, largest_fitting
 from server.polling.shared_document import Served, SharedDocument
 
-__all__ = ["FleetList", "Served"]
+__all__ = ["FleetList", "FleetLists", "Served"]
 
 
 class FleetList(SharedDocument):
     def __init__(self, db: Database, listening: Callable[[], bool], metrics: Metrics,
-                 enabled: bool = True):
+                 enabled: bool = True, max_entries: int | None = None):
         """`enabled` False (FLEET_ENABLED=false): the document is empty, whatever the tables
-        hold from before."""
+        hold from before. `max_entries`: a smaller router's list (None: the whole list)."""
         super().__init__(db, listening)
         self._enabled = enabled
         self._metrics = metrics
+        self._max_entries = max_entries
 
     def _allowlists_apply(self) -> bool:
         return self._enabled
@@ -36,7 +44,36 @@ class FleetList(SharedDocument):
         return await asyncio.to_thread(lambda: [times_written(entry) for entry in stored])
 
     def _build(self, attackers: list[dict], exempt: list[str]) -> dict:
-        return fleet_document(attackers, Exemptions.of(exempt, []))
+        return fleet_document(attackers, Exemptions.of(exempt, []), self._max_entries)
 
     def _built(self, served: Served, document: dict) -> None:
-        self._metrics.fleet_entries.labels("served").set(served.entries)
+        if self._max_entries is None:  # the whole list
+            self._metrics.fleet_entries.labels("served").set(served.entries)
+
+
+class FleetLists:
+    """The fleet's list in each size routers declare, each made when a router first asks
+    for it: at most len(SIZES) + 1, whatever the fleet."""
+
+    def __init__(self, make: Callable[[int | None], FleetList], max_entries: int):
+        self._make = make
+        self._max_entries = max_entries
+        self._lists: dict[int | None, FleetList] = {}
+        self.whole = self._sized(None)
+
+    def for_router(self, header: str | None) -> FleetList:
+        """The list for a router naming `header` (Router-Capacity, or None);
+        CapacityInvalid when the header is malformed."""
+        sets = declared(header).sets
+        if sets is None or sets >= self._max_entries:
+            return self.whole
+        return self._sized(largest_fitting(sets, self._max_entries))
+
+    def _sized(self, entries: int | None) -> FleetList:
+        if (found := self._lists.get(entries)) is None:
+            found = self._lists[entries] = self._make(entries)
+        return found
+
+    def changed(self, payload: str = "") -> None:
+        for document in list(self._lists.values()):
+            document.changed(payload)

@@ -11,7 +11,7 @@ from server.idempotency_key import KeyInvalid
 from server.ingest import errors as ingest
 from server.enforcement.report import EnforcementInvalid
 from server.feedback import marks
-from server.intel.capacity import CapacityInvalid
+from server.polling.capacity import CapacityInvalid
 from server.intel.values import ValueInvalid
 from server.reports.schedule import ScheduleInvalid
 from server.notify.fields import FieldError

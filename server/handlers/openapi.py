@@ -245,8 +245,9 @@ def _paths() -> dict:
         "/rules/enforced": _enforced(),
         "/rules/ids": _rules("IDS", "IdsPayload"),
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
-        "/rules/fleet": _rules("fleet's shared block list (the same for every router, "
-                               "less its own allowlist)", "FleetList", found=False),
+        "/rules/fleet": _rules("fleet's shared block list (one for each size of set "
+                               "routers name in Router-Capacity, less the router's own "
+                               "allowlist; docs/router-api.md)", "FleetList", found=False),
         "/rules/intel": _intel(),
         "/metrics": {"get": {
             "summary": "Prometheus metrics of this process",

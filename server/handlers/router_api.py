@@ -18,7 +18,8 @@ from server.generation import rules_sql as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
-from server.intel.capacity import HEADER as CAPACITY_HEADER
+from server.polling.capacity import HEADER as CAPACITY_HEADER
+from server.fleet.document import FleetList
 from server.intel.document import IntelList
 from server.polling.shared_document import Served, SharedDocument
 from server.routers.identity import mac_from_header
@@ -144,12 +145,13 @@ async def _ingest(request: web.Request, mac: str, kind: str) -> web.Response:
 
 @for_router
 async def last_updated(request: web.Request, mac: str) -> web.Response:
-    intel_list = _intel_list(request)  # a malformed capacity refused before anything is done
+    fleet_list, intel_list = _fleet_list(request), _intel_list(request)  # a malformed
+    # capacity refused before anything is done
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
         request.app[DATABASE], mac, address if address != "-" else None)
     request.app[TRAFFIC_TALLY].poll()
-    fleet = await request.app[FLEET_LIST].served(mac)
+    fleet = await fleet_list.served(mac)
     intel = await intel_list.served(mac)
     return json_response({"ids_updated_at": iso_utc(ids_at),
                           "firewall_updated_at": iso_utc(firewall_at),
@@ -204,9 +206,9 @@ async def payload(request: web.Request, mac: str, kind: str) -> web.Response:
 
 @for_router
 async def fleet(request: web.Request, mac: str) -> web.Response:
-    """The fleet's shared block list (server/fleet/document.py), or 304 when it names
-    the document's ETag: from memory, no query."""
-    return await _shared(request, mac, request.app[FLEET_LIST])
+    """The fleet's shared block list of the router's capacity (server/fleet/document.py),
+    or 304 when it names the document's ETag: from memory, no query."""
+    return await _shared(request, mac, _fleet_list(request))
 
 
 @for_router
@@ -229,6 +231,11 @@ async def intel(request: web.Request, mac: str) -> web.Response:
     if serial is not None:  # the version's number (server/polling/versions.py)
         answer.headers[SERIAL_HEADER] = str(serial)
     return answer
+
+
+def _fleet_list(request: web.Request) -> FleetList:
+    """The fleet's list of the size the router's capacity names."""
+    return request.app[FLEET_LIST].for_router(request.headers.get(CAPACITY_HEADER))
 
 
 def _intel_list(request: web.Request) -> IntelList:
