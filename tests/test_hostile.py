@@ -60,7 +60,8 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
     try:
         # Two hold a transaction with batches written; two wait (the pool's spare is for an
         # upload all read).
-        await asyncio.sleep(0.5)
+        await until(lambda: written_and_waiting(sql) == 2)
+        await asyncio.sleep(0.5)  # and no more in a while (a wrong third would be seen)
         assert idle_in_transaction(sql) == 2
         for path in ("/health", "/rules/last_updated", "/rules/ids"):
             status, seconds = await timed_get(client, path)
@@ -89,11 +90,11 @@ async def test_an_upload_served_little_takes_the_pools_spare_connection(
         INGEST_DB_POOL_MAX="2", DB_TIMEOUT_SECONDS="10"))
     stalls = [await stalled_upload(client.host, client.port, RECORD * 20, f"aa:bb:cc:00:15:{n:02x}")
               for n in range(3)]
-    await asyncio.sleep(0.3)
+    await until(lambda: written_and_waiting(sql) == 2)
     stalls.append(await stalled_upload(client.host, client.port, RECORD * 5,
                                        "aa:bb:cc:00:16:01"))
     try:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a wrong connection for the third or the fresh one is seen
         assert idle_in_transaction(sql) == 2  # the third and the fresh one wait
         started = time.perf_counter()
         response = await client.post("/log/events", data=RECORD,
