@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agent.client import ServiceClient
 from agent.config import AgentConfig
+from agent.deltas import follows, serial_of
 from agent.files import write_atomically
 from agent.state import AgentState, now
 
@@ -52,23 +53,6 @@ def applied(document: dict, delta: dict) -> dict:
             "files": {name: "".join(f"{line}\n" for line in sorted(lines))
                       for name, lines in files.items() if lines},
             "block": block}
-
-
-def follows(delta: dict, done: dict) -> bool:
-    """Whether a delta starts at the version this router holds: its ETag, and its number
-    when both are known (a gap in the numbers: the whole document is asked instead)."""
-    if delta["delta_from"] != done.get("etag", "").removeprefix("W/").strip('"'):
-        return False
-    held, start = done.get("serial"), delta.get("from_serial")
-    return held is None or start is None or held == start
-
-
-def _serial(answer, body: dict) -> int | None:
-    """The number of the version an answer holds: a delta's, or the header's."""
-    if "serial" in body:
-        return body["serial"]
-    header = answer.headers.get("document-serial", "")
-    return int(header) if header.isdigit() else None
 
 
 def checked(document: dict) -> dict:
@@ -154,7 +138,7 @@ class IntelUpdater:
         self._state.values["applied"]["intel"] = {"etag": new_etag, "at": now(),
                                                   "entries": document["entry_count"],
                                                   "delta": "delta_from" in body,
-                                                  "serial": _serial(answer, body)}
+                                                  "serial": serial_of(answer, body)}
         self._state.values["failed"].pop("intel", None)
         log.info("intel document %s applied: %d entries", new_etag, document["entry_count"])
         return True, ""

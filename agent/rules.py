@@ -3,7 +3,8 @@
 Each poll asks GET /rules/last_updated; a kind whose time moved (for the fleet's shared list,
 whose ETag moved) is fetched with
 If-None-Match (the ETag applied, and one that failed to load, so a payload that failed is not
-tried again until it changes). A new payload is written atomically over the file (the file
+tried again until it changes); the fleet's list as what changed since the list held
+(`?delta=1`, the list kept in the state directory), whole when the delta does not follow. A new payload is written atomically over the file (the file
 it replaces kept as FILE.prev), checked with the test command and loaded with the reload
 command; when either fails the previous file is put back and loaded again. The outcome goes
 to POST /rules/applied. Nothing here runs while the server is unreachable: the files last
@@ -23,6 +24,7 @@ import subprocess
 
 from agent.client import ServiceClient
 from agent.config import AgentConfig
+from agent.deltas import fleet_applied, follows, serial_of
 from agent.enforcement import EnforcementReporter
 from agent.files import write_atomically
 from agent.intel import IntelUpdater
@@ -33,6 +35,7 @@ log = logging.getLogger("router_agent.rules")
 
 COMMAND_TIMEOUT_SECONDS = 300
 MAX_DETAIL = 1000  # the service's limit on a report's detail
+FLEET_DOCUMENT_FILE = "fleet.json"  # the fleet's list last applied, for the next delta
 
 
 class PayloadError(Exception):
@@ -53,6 +56,7 @@ class RuleUpdater:
         self._client = client
         self._files = {"ids": config.rules_file, "firewall": config.firewall_file,
                        "fleet": config.fleet_path}
+        self._fleet_kept = config.state_dir / FLEET_DOCUMENT_FILE
         self._intel = IntelUpdater(config, state, client, _run, _run_quietly,
                                    enforcement.take)
         self._commands = {"ids": ("test_command", "reload_command"),
@@ -98,7 +102,9 @@ class RuleUpdater:
         headers = {"Accept-Encoding": "gzip"}
         if known:
             headers["If-None-Match"] = ", ".join(known)
-        answer = self._client.request("GET", f"/rules/{kind}", headers=headers)
+        held = self._held_fleet() if kind == "fleet" and known else None
+        path = f"/rules/{kind}" + ("?delta=1" if held is not None else "")
+        answer = self._client.request("GET", path, headers=headers)
         if answer.status == 304 and answer.headers.get("etag") == applied.get("etag"):
             # The time moved, yet the ETag is said to be current: a 304 from the service's
             # ETag cache can be stale (agent drills in CI saw one pin an agent to its old
@@ -112,18 +118,39 @@ class RuleUpdater:
             return None
         etag = answer.headers.get("etag", "")
         try:
-            content, wanted = render(kind, answer.json(), self._config)
+            body = answer.json()
+            if "delta_from" in body and not follows(body, applied):
+                log.warning("fleet delta from version %s, this router holds %s: the whole "
+                            "list asked", body.get("from_serial"), applied.get("serial"))
+                answer = self._client.request("GET", f"/rules/{kind}",
+                                              headers={"Accept-Encoding": "gzip"})
+                etag, body = answer.headers.get("etag", ""), answer.json()
+            payload = fleet_applied(held, body) if "delta_from" in body else body
+            content, wanted = render(kind, payload, self._config)
             self._install(kind, content, wanted)
-        except (PayloadError, InstallError, KeyError, TypeError, AttributeError) as error:
+        except (PayloadError, InstallError, KeyError, TypeError, AttributeError,
+                ValueError) as error:
             log.error("%s payload %s not applied: %s", kind, etag, error)
             self._state.values["failed"][kind] = etag
             self._state.error(f"{kind} payload not applied: {error}")
             return False, f"{kind}: {error}"
         self._state.values["applied"][kind] = {"etag": etag, "updated_at": updated_at,
                                                "at": now()}
+        if kind == "fleet":  # kept, for the next delta
+            write_atomically(self._fleet_kept, json.dumps(payload).encode(), 0o600)
+            self._state.values["applied"][kind].update(
+                serial=serial_of(answer, body), delta="delta_from" in body)
         self._state.values["failed"].pop(kind, None)
         log.info("%s payload %s applied to %s", kind, etag, self._files[kind])
         return True, ""
+
+    def _held_fleet(self) -> dict | None:
+        """The fleet's list last applied, as kept; None when there is none to apply a
+        delta to."""
+        try:
+            return json.loads(self._fleet_kept.read_text())
+        except (OSError, ValueError):
+            return None
 
     def _install(self, kind: str, content: bytes, wanted: dict[str, list[str]] | None
                  ) -> None:

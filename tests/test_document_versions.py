@@ -14,7 +14,8 @@ import orjson
 import gzip
 import pytest
 
-from agent.intel import follows, applied
+from agent.deltas import follows
+from agent.intel import applied
 from engine.intel import items
 from server.db.pool import Database
 from server.intel import sql as intel_db

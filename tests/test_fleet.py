@@ -189,20 +189,27 @@ async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_fo
     for n in range(5):
         await report(client, mac(n), network_address(n))
     await run_job(client, fleet_settings)
-    own = await client.app[DATABASE].fetchone(
-        "INSERT INTO firewall_allowlist (network, mac) VALUES ('45.33.32.0/24', %s) "
-        "RETURNING id", (mac(1),))
-    await asyncio_pause()
-    assert ATTACKER not in listed((await fleet_list(client, mac(1)))[1])  # its own entry
+    own, _ = await allowlist_db.add(client.app[DATABASE], "45.33.32.0/24", mac(1), None,
+                                    "test")
+    await until_listed(client, mac(1), lambda listing: ATTACKER not in listing)  # its own
     status, shared, etag = await fleet_list(client, mac(2))
     assert ATTACKER in listed(shared)
     assert (await fleet_list(client, mac(1), **{"If-None-Match": etag}))[0] == 200
-    await allowlist_db.remove(client.app[DATABASE], own[0], "test")
+    await allowlist_db.remove(client.app[DATABASE], own, "test")
     await allowlist_db.add(client.app[DATABASE], ATTACKER, None, "ours", "test")
-    await asyncio_pause()
     # The veto holds before the job runs again, and after.
-    assert (await fleet_list(client, mac(2)))[1]["entries"] == []
+    await until_listed(client, mac(2), lambda listing: not listing)
     assert (await run_job(client, fleet_settings))["attackers"] == 0
+
+
+async def until_listed(client, router: str, holds) -> None:
+    """Wait until the router's list, as served, holds (the allowlist's notification
+    reaches the app's listening connection in its own time)."""
+    for _ in range(200):
+        if holds(listed((await fleet_list(client, router))[1])):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the fleet's list never held what was waited for")
 
 
 async def asyncio_pause(seconds: float = 0.5) -> None:

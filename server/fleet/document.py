@@ -7,7 +7,11 @@ A router that names `sets` in its Router-Capacity (server/polling/capacity.py) g
 largest size of SIZES that one of its sets holds: the list's first entries in the stored
 order (most networks, then routers, then the most recently seen). One that names no `sets`
 gets the whole list (at most FLEET_MAX_ENTRIES, 10,000 by default: a tenth of what an ipset
-holds by default). Routers of like capacity share one document."""
+holds by default). Routers of like capacity share one document.
+
+Each size's versions are numbered and kept in the database (server/polling/versioned.py),
+so a router asks what changed since the list it holds (`?delta=1`), from any process, after
+any restart."""
 
 from __future__ import annotations
 
@@ -15,22 +19,23 @@ import asyncio
 from typing import Callable
 
 from engine.firewall import Exemptions
-from engine.fleet import fleet_document, times_written
+from engine.fleet import fleet_delta, fleet_document, fleet_items, times_written
 from server.fleet import sql as fleet_db
 from server.db.pool import Database
 from server.metrics import Metrics
 from server.polling.capacity import declared, largest_fitting
-from server.polling.shared_document import Served, SharedDocument
+from server.polling.shared_document import Served
+from server.polling.versioned import VersionedDocument
 
 __all__ = ["FleetList", "FleetLists", "Served"]
 
 
-class FleetList(SharedDocument):
+class FleetList(VersionedDocument):
     def __init__(self, db: Database, listening: Callable[[], bool], metrics: Metrics,
                  enabled: bool = True, max_entries: int | None = None):
         """`enabled` False (FLEET_ENABLED=false): the document is empty, whatever the tables
         hold from before. `max_entries`: a smaller router's list (None: the whole list)."""
-        super().__init__(db, listening)
+        super().__init__(db, listening, "fleet" if max_entries is None else f"fleet-{max_entries}")
         self._enabled = enabled
         self._metrics = metrics
         self._max_entries = max_entries
@@ -39,7 +44,9 @@ class FleetList(SharedDocument):
         return self._enabled
 
     async def _load(self) -> list[dict]:
+        made_at = await self._read_clock()
         stored = await fleet_db.attackers(self._db) if self._enabled else []
+        self._made_at = made_at
         # The entries' times written as the document carries them, in a thread.
         return await asyncio.to_thread(lambda: [times_written(entry) for entry in stored])
 
@@ -47,8 +54,16 @@ class FleetList(SharedDocument):
         return fleet_document(attackers, Exemptions.of(exempt, []), self._max_entries)
 
     def _built(self, served: Served, document: dict) -> None:
+        super()._built(served, document)
         if self._max_entries is None:  # the whole list
             self._metrics.fleet_entries.labels("served").set(served.entries)
+
+    def _items(self, document: dict) -> set[tuple[str, str]]:
+        return fleet_items(document)
+
+    def _delta_document(self, since: str, document: dict, added: set, removed: set,
+                        serials: tuple[int, int]) -> dict:
+        return fleet_delta(since, document, added, removed, serials)
 
 
 class FleetLists:

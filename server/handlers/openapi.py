@@ -156,10 +156,21 @@ def _enforced() -> dict:
 
 def _intel() -> dict:
     """GET /rules/intel: the shared-document answer, with the capacity, delta and serial."""
-    document = _rules("threat intelligence: Suricata datasets, the rules file that loads them "
-                      "and block-list entries (one document for each capacity routers name, "
-                      "less the router's own allowlist; docs/router-api.md)", "IntelDocument",
-                      found=False)
+    return _versioned(_rules("threat intelligence: Suricata datasets, the rules file that "
+                             "loads them and block-list entries (one document for each "
+                             "capacity routers name, less the router's own allowlist; "
+                             "docs/router-api.md)", "IntelDocument", found=False))
+
+
+def _fleet() -> dict:
+    """GET /rules/fleet: as the threat intelligence's, its own schema."""
+    return _versioned(_rules("fleet's shared block list (one for each size of set routers "
+                             "name in Router-Capacity, less the router's own allowlist; "
+                             "docs/router-api.md)", "FleetList", found=False))
+
+
+def _versioned(document: dict) -> dict:
+    """A versioned shared document's answer: its serial said in a header."""
     # Router-Capacity and ?delta=1 (docs/router-api.md) are left out, as ?delta was: their
     # grammar is more than a schema says (each name once, ja4 0 or 1; any other delta is
     # the whole document), and a fuzzer's schema-valid value refused would read as a defect.
@@ -245,9 +256,7 @@ def _paths() -> dict:
         "/rules/enforced": _enforced(),
         "/rules/ids": _rules("IDS", "IdsPayload"),
         "/rules/firewall": _rules("firewall", "FirewallPayload"),
-        "/rules/fleet": _rules("fleet's shared block list (one for each size of set "
-                               "routers name in Router-Capacity, less the router's own "
-                               "allowlist; docs/router-api.md)", "FleetList", found=False),
+        "/rules/fleet": _fleet(),
         "/rules/intel": _intel(),
         "/metrics": {"get": {
             "summary": "Prometheus metrics of this process",

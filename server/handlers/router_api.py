@@ -21,7 +21,8 @@ from server.polling.etag_cache import etag_header, not_modified, wanted_etags
 from server.polling.capacity import HEADER as CAPACITY_HEADER
 from server.fleet.document import FleetList
 from server.intel.document import IntelList
-from server.polling.shared_document import Served, SharedDocument
+from server.polling.shared_document import Served
+from server.polling.versioned import VersionedDocument
 from server.routers.identity import mac_from_header
 from server.idempotency_key import idempotency_key
 from server.ingest.body import Body
@@ -207,17 +208,22 @@ async def payload(request: web.Request, mac: str, kind: str) -> web.Response:
 @for_router
 async def fleet(request: web.Request, mac: str) -> web.Response:
     """The fleet's shared block list of the router's capacity (server/fleet/document.py),
-    or 304 when it names the document's ETag: from memory, no query."""
-    return await _shared(request, mac, _fleet_list(request))
+    or 304 when it names the document's ETag: from memory, no query; with `?delta=1` what
+    changed since the list it names (docs/router-api.md)."""
+    return await _versioned(request, mac, _fleet_list(request))
 
 
 @for_router
 async def intel(request: web.Request, mac: str) -> web.Response:
-    """The threat intelligence document (server/intel/document.py), as the fleet's; with
-    `?delta=1` and If-None-Match naming an earlier document this process knows, what changed
-    since it (docs/router-api.md). Admitted once: a delta that fell back to the whole
-    document took the router's request budget twice."""
-    document = _intel_list(request)
+    """The threat intelligence document (server/intel/document.py), as the fleet's."""
+    return await _versioned(request, mac, _intel_list(request))
+
+
+async def _versioned(request: web.Request, mac: str, document: VersionedDocument
+                     ) -> web.Response:
+    """A versioned shared document; with `?delta=1` and If-None-Match naming an earlier
+    version kept, what changed since it. Admitted once: a delta that fell back to the
+    whole document took the router's request budget twice."""
     if request.query.get("delta") == "1":
         named = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
         if len(named) == 1 and "*" not in named:
@@ -241,10 +247,6 @@ def _fleet_list(request: web.Request) -> FleetList:
 def _intel_list(request: web.Request) -> IntelList:
     """The threat intelligence document of the capacity the router names."""
     return request.app[INTEL_LIST].for_router(request.headers.get(CAPACITY_HEADER))
-
-
-async def _shared(request: web.Request, mac: str, document: SharedDocument) -> web.Response:
-    return _served(request, await document.served(mac))
 
 
 def _served(request: web.Request, served: Served) -> web.Response:
