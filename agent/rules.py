@@ -1,11 +1,11 @@
 """The router's IDS rules and firewall block list, kept up to date and never lost.
 
 Each poll asks GET /rules/last_updated; a kind whose time moved (for the fleet's shared list,
-whose ETag moved) is fetched with
-If-None-Match (the ETag applied, and one that failed to load, so a payload that failed is not
-tried again until it changes); the fleet's list as what changed since the list held
-(`?delta=1`, the list kept in the state directory), whole when the delta does not follow. A new payload is written atomically over the file (the file
-it replaces kept as FILE.prev), checked with the test command and loaded with the reload
+whose ETag moved) is fetched with If-None-Match (the ETag applied, and one that failed to
+load, so a payload that failed is not tried again until it changes); the fleet's list as
+what changed since the list held (`?delta=1`, the list kept in the state directory), whole
+when the delta does not follow. A new payload is written atomically over the file (the
+file it replaces kept as FILE.prev), checked with the test command and loaded with the reload
 command; when either fails the previous file is put back and loaded again. The outcome goes
 to POST /rules/applied. Nothing here runs while the server is unreachable: the files last
 applied stay in force.

@@ -35,7 +35,8 @@ class FleetList(VersionedDocument):
                  enabled: bool = True, max_entries: int | None = None):
         """`enabled` False (FLEET_ENABLED=false): the document is empty, whatever the tables
         hold from before. `max_entries`: a smaller router's list (None: the whole list)."""
-        super().__init__(db, listening, "fleet" if max_entries is None else f"fleet-{max_entries}")
+        name = "fleet" if max_entries is None else f"fleet-{max_entries}"
+        super().__init__(db, listening, name)
         self._enabled = enabled
         self._metrics = metrics
         self._max_entries = max_entries

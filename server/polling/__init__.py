@@ -6,5 +6,6 @@ document every router gets the same, built once per change on the same notificat
 fleet's list (GET /rules/fleet, server/fleet/document.py) and the threat intelligence
 (GET /rules/intel, server/intel/document.py). `versions.py` numbers a shared document's
 versions in the database, so that any process answers a delta from any version kept, and
-`versioned.py` is a shared document served so (both documents are). `capacity.py` reads what a router says it can hold (Router-Capacity), from which each shared
-document chooses its size."""
+`versioned.py` is a shared document served so (both documents are). `capacity.py` reads
+what a router says it can hold (Router-Capacity), from which each shared document chooses
+its size."""
