@@ -24,11 +24,6 @@ def count(sql) -> int:
     return stored_count(sql)
 
 
-def idle_in_transaction(sql) -> int:
-    return sql.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND state LIKE 'idle in transaction%'")
-
-
 async def stalled_upload(host: str, port: int, first_part: bytes, mac: str = MAC):
     """Announce a body four times `first_part`, send `first_part`, then send nothing."""
     reader, writer = await asyncio.open_connection(host, port)
@@ -62,7 +57,7 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
         # upload all read).
         await until(lambda: written_and_waiting(sql) == 2)
         await asyncio.sleep(0.5)  # and no more in a while (a wrong third would be seen)
-        assert idle_in_transaction(sql) == 2
+        assert written_and_waiting(sql) == 2
         for path in ("/health", "/rules/last_updated", "/rules/ids"):
             status, seconds = await timed_get(client, path)
             assert status in (200, 404) and seconds < 1, (path, status, seconds)
@@ -72,7 +67,7 @@ async def test_stalled_uploads_are_cut_off_and_never_take_the_pool(make_client, 
     finally:  # a failure above leaves no socket for the next test to find unclosed
         for _, writer in stalls:
             writer.close()
-    assert count(sql) == 0 and idle_in_transaction(sql) == 0
+    assert count(sql) == 0 and written_and_waiting(sql) == 0
     status, _ = await timed_get(client, "/rules/last_updated")
     response = await client.post("/log/events", data=RECORD, headers=NDJSON)
     assert (status, response.status, count(sql)) == (200, 200, 1)
@@ -95,13 +90,13 @@ async def test_an_upload_served_little_takes_the_pools_spare_connection(
                                        "aa:bb:cc:00:16:01"))
     try:
         await asyncio.sleep(0.5)  # a wrong connection for the third or the fresh one is seen
-        assert idle_in_transaction(sql) == 2  # the third and the fresh one wait
+        assert written_and_waiting(sql) == 2  # the third and the fresh one wait
         started = time.perf_counter()
         response = await client.post("/log/events", data=RECORD,
                                      headers={**NDJSON, "X-ID": OTHER})
         took = time.perf_counter() - started
         assert response.status == 200 and took < 1, (response.status, took)
-        assert idle_in_transaction(sql) == 2
+        assert written_and_waiting(sql) == 2
     finally:
         for _, writer in stalls:
             writer.close()
@@ -142,9 +137,11 @@ async def test_a_write_waiting_on_a_stalled_uploads_rows_does_not_hold_the_other
 
 
 def written_and_waiting(sql) -> int:
-    """Transactions that have sent a write (their last statement is not BEGIN) and wait."""
+    """Uploads whose transaction has sent a chunk (its last statement) and waits for more of
+    the body: no other transaction of the service (a job's, idle between two statements)."""
     return sql.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND state LIKE 'idle in transaction%' AND query NOT LIKE 'BEGIN%'")
+                     "AND state LIKE 'idle in transaction%' "
+                     "AND query LIKE 'INSERT INTO telemetry_chunks%'")
 
 
 def waiting_on_a_lock(sql) -> int:
