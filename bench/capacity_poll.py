@@ -154,10 +154,12 @@ def _wait_built(url: str, macs: list[str], values: int, fleet: int,
     for n, document, wanted in ((2, "intel", values), (1, "fleet", fleet)):
         while True:
             status, _, body = _get(url, f"/rules/{document}", macs[n], _capacity(n)[1])
-            if status == 200 and _opened(body)["entry_count"] == wanted:
+            held = _opened(body)["entry_count"] if status == 200 else None
+            if held == wanted:
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the {document} document never held {wanted:,} entries")
+                raise RuntimeError(f"the {document} document never held {wanted:,} entries "
+                                   f"(it holds {held})")
             time.sleep(0.2)
 
 

@@ -150,10 +150,12 @@ def _exempt(entry: dict, exemptions: Exemptions) -> bool:
                if allowed.version == network.version)
 
 
-def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions()) -> dict:
+def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions(),
+                   max_block: int | None = None) -> dict:
     """The document from entries {kind, value (stored), expires_at (written)}, in the
     delivery statement's order; equal inputs give equal bytes. A router's own allowlist
-    (`exemptions`) takes its addresses out of its copy."""
+    (`exemptions`) takes its addresses out of its copy; `max_block`: the first addresses and
+    networks kept as block entries (a router whose set holds fewer)."""
     files: dict[str, list[str]] = {name: [] for name in FILES}
     kinds = {kind: name for name, (_, held) in FILES.items() for kind in held}
     listed, count = [], 0
@@ -169,7 +171,7 @@ def intel_document(entries: list[dict], exemptions: Exemptions = Exemptions()) -
         name = kinds[kind]
         files[name].append(_line(FILES[name][0], kind, entry["value"]))
     kept = {name: sorted(lines) for name, lines in files.items() if lines}
-    block = block_entries(listed)
+    block = block_entries(listed[:max_block])
     return {"entry_count": count, "files": {name: "\n".join(lines) + "\n" for name, lines in kept.items()},
             "rules": rules_file(set(kept)), "block": block}
 

@@ -1,7 +1,7 @@
 """The fleet's list follows what a router says one of its firewall sets holds
 (Router-Capacity `sets`, issue 82): a smaller router gets the fleet's most widely reported
 entries first, routers of like capacity share one document, and one that names nothing gets
-the whole list. The threat intelligence document fits `sets` too."""
+the whole list. The threat intelligence's block entries fit `sets` too."""
 
 from __future__ import annotations
 
@@ -59,11 +59,13 @@ def test_a_malformed_set_capacity_is_refused(header):
 
 
 @pytest.mark.parametrize("header,wanted", [
-    ("sets=1000, datasets=30000", Capacity(1_000, False)),
+    ("sets=1000, datasets=30000", Capacity(30_000, False, 1_000)),
     ("sets=65536, datasets=30000", Capacity(30_000, False)),
+    ("sets=65536, datasets=100000", Capacity(100_000, False, 30_000)),
     ("sets=65536", Capacity(10_000, False)),   # no datasets' bound: the default
-    ("sets=2000", Capacity(1_000, False))])
-def test_the_intelligence_fits_a_set_as_well(header, wanted):
+    ("sets=2000", Capacity(10_000, False, 1_000)),
+    ("sets=10", Capacity(10_000, False, 0))])
+def test_the_intelligence_block_entries_fit_a_set(header, wanted):
     assert capacity(header, 100_000) == wanted
 
 

@@ -111,3 +111,24 @@ async def test_a_malformed_declaration_is_a_400_and_changes_nothing(client, sql,
         assert "Router-Capacity" in (await answer.json())["error"]
     after = sql.rows("SELECT (SELECT count(*) FROM activations), (SELECT count(*) FROM routers)")
     assert after == before
+
+
+async def test_a_router_whose_set_holds_less_keeps_its_addresses_in_the_dataset(client):
+    """`sets` smaller than the document: the block entries are the most confident
+    addresses that one set holds; every address stays in the `ip` dataset (Suricata still
+    alerts on it)."""
+    rows = [("ip", _address(n), 90 - n // 100) for n in range(1_500)]  # none adjacent
+    rows += [("domain", f"d{n}.capacity.example", 50) for n in range(100)]
+    await _feed(client.app[DATABASE], rows)
+    status, small, small_etag = await _document(client, "datasets=10000, sets=1000")
+    assert status == 200 and small["entry_count"] == 1_600
+    assert len(small["block"]) == 1_000
+    assert len(small["files"]["rb-intel-ip.lst"].splitlines()) == 1_500
+    kept = {entry["address"] for entry in small["block"]}
+    assert kept == {_address(n) for n in range(1_000)}  # the most confident
+    _, whole, whole_etag = await _document(client, "datasets=10000, sets=65536")
+    assert len(whole["block"]) == 1_500 and whole_etag != small_etag
+
+
+def _address(n: int) -> str:
+    return f"62.5.{n // 100}.{n % 100 * 2 + 1}"

@@ -67,7 +67,7 @@ class IntelList(VersionedDocument):
                 for kind, value, expires_at in rows]
 
     def _build(self, entries: list[dict], exempt: list[str]) -> dict:
-        return intel_document(entries, Exemptions.of(exempt, []))
+        return intel_document(entries, Exemptions.of(exempt, []), self._capacity.block)
 
     def _items(self, document: dict) -> set[tuple[str, str]]:
         return items(document)
@@ -79,8 +79,8 @@ class IntelList(VersionedDocument):
 
 class IntelLists:
     """The threat intelligence documents, one for each capacity routers name
-    (server/intel/capacity.py), each made when a router first asks for it: at most
-    len(SIZES) × 2, whatever the fleet."""
+    (server/intel/capacity.py), each made when a router first asks for it: at most one per
+    pair of sizes (entries, block entries) with and without JA4, whatever the fleet."""
 
     def __init__(self, make: Callable[[Capacity], IntelList], max_entries: int):
         self._make = make
