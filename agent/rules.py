@@ -102,7 +102,7 @@ class RuleUpdater:
         headers = {"Accept-Encoding": "gzip"}
         if known:
             headers["If-None-Match"] = ", ".join(known)
-        held = self._held_fleet() if kind == "fleet" and known else None
+        held = self._held_fleet(applied.get("etag")) if kind == "fleet" and known else None
         path = f"/rules/{kind}" + ("?delta=1" if held is not None else "")
         answer = self._client.request("GET", path, headers=headers)
         if answer.status == 304 and answer.headers.get("etag") == applied.get("etag"):
@@ -137,20 +137,24 @@ class RuleUpdater:
         self._state.values["applied"][kind] = {"etag": etag, "updated_at": updated_at,
                                                "at": now()}
         if kind == "fleet":  # kept, for the next delta
-            write_atomically(self._fleet_kept, json.dumps(payload).encode(), 0o600)
+            write_atomically(self._fleet_kept, json.dumps(
+                {"etag": etag, "document": payload}).encode(), 0o600)
             self._state.values["applied"][kind].update(
                 serial=serial_of(answer, body), delta="delta_from" in body)
         self._state.values["failed"].pop(kind, None)
         log.info("%s payload %s applied to %s", kind, etag, self._files[kind])
         return True, ""
 
-    def _held_fleet(self) -> dict | None:
-        """The fleet's list last applied, as kept; None when there is none to apply a
-        delta to."""
+    def _held_fleet(self, etag: str | None) -> dict | None:
+        """The fleet's list applied as `etag`, as kept; None when there is none to apply a
+        delta to (none kept, or another list's: a stop between the two writes)."""
         try:
-            return json.loads(self._fleet_kept.read_text())
+            kept = json.loads(self._fleet_kept.read_text())
         except (OSError, ValueError):
             return None
+        if not isinstance(kept, dict) or not etag or kept.get("etag") != etag:
+            return None
+        return kept.get("document")
 
     def _install(self, kind: str, content: bytes, wanted: dict[str, list[str]] | None
                  ) -> None:

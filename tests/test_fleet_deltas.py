@@ -148,3 +148,11 @@ async def test_the_agent_applies_a_delta_and_asks_the_whole_list_after_a_gap(
     await change([_entry(n) for n in range(3, 30)])
     assert (await run_round(config))[0] == 0 and state()["delta"] is False
     assert loaded() == {_entry(n)["address"] for n in range(3, 30)}
+    # The list kept is another's than the one applied (a stop between the two writes):
+    # no delta is applied to it.
+    kept_list = config.state_dir / "fleet.json"
+    kept_list.write_bytes(orjson.dumps({"etag": "W/\"other\"", "document": {
+        "entry_count": 0, "entries": []}}))
+    await change([_entry(n) for n in range(4, 31)])
+    assert (await run_round(config))[0] == 0 and state()["delta"] is False
+    assert loaded() == {_entry(n)["address"] for n in range(4, 31)}
