@@ -43,12 +43,12 @@ class AgentConfig:
     nft_set_intel_v6: str = "router_backend_intel_v6"
     # What this router can hold, said on every request (Router-Capacity,
     # docs/router-api.md): dataset entries its Suricata loads, the bytes it gives them (0:
-    # not said), whether its Suricata has JA4, and the entries one of its nftables sets
-    # holds (0: not said; the sets are declared without `size`, so memory bounds them).
+    # not said), whether its Suricata has JA4, and the entries one of its firewall sets
+    # holds (0: not said, the default: the sets docs/agent.md declares have no `size`).
     dataset_entries: int = 10_000
     dataset_memory_bytes: int = 0
     ja4: bool = False
-    set_entries: int = 65_536
+    set_entries: int = 0
     # Report what the block-list sets dropped (POST /rules/enforced) every this many
     # seconds (0: never); their counters read with counters_command, {set} naming one set.
     enforcement_seconds: float = 3600.0

@@ -154,7 +154,10 @@ class RuleUpdater:
             return None
         if not isinstance(kept, dict) or not etag or kept.get("etag") != etag:
             return None
-        return kept.get("document")
+        document = kept.get("document")
+        if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
+            return None  # (damaged: a delta applied to it would fail, and be refused again)
+        return document
 
     def _install(self, kind: str, content: bytes, wanted: dict[str, list[str]] | None
                  ) -> None:

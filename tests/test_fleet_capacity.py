@@ -35,10 +35,13 @@ def _entry(n: int) -> dict:
 
 
 def _worth_most(entries: list[dict], count: int) -> set[str]:
-    """The `count` entries of most networks, then routers, then the most recently seen."""
-    ranked = sorted(entries, key=lambda entry: (entry["networks"], entry["routers"],
-                                                 entry["last_seen"]), reverse=True)
-    return {entry["address"] for entry in ranked[:count]}
+    """The `count` entries of most networks, then routers, then the most recently seen
+    day, then the lowest address."""
+    def rank(entry: dict) -> tuple:
+        day = datetime.fromisoformat(entry["last_seen"]).date().toordinal()
+        return (-entry["networks"], -entry["routers"], -day,
+                int(ipaddress.ip_address(entry["address"])))
+    return {entry["address"] for entry in sorted(entries, key=rank)[:count]}
 
 
 @pytest.mark.parametrize("header,entries", [
@@ -124,6 +127,8 @@ async def test_an_agent_applies_the_list_its_sets_hold(make_client, database, tm
     config = config_for(tmp_path, url_of(client), set_entries=1_000, intel=False,
                         firewall_test_command=("true",), firewall_reload_command=("true",))
     assert "sets=1000" in config.capacity_header
+    assert "sets=" not in config_for(tmp_path, url_of(client)).capacity_header.replace(
+        "datasets=", "")  # not said by default
     assert (await run_round(config))[0] == 0
     loaded = {element for line in config.fleet_path.read_text().splitlines()
               if line.startswith("add element")

@@ -5,9 +5,10 @@ notify channel `fleet_list` in their transaction.
 
 A router that names `sets` in its Router-Capacity (server/polling/capacity.py) gets the
 largest size of SIZES that one of its sets holds: the list's first entries in the stored
-order (most networks, then routers, then the most recently seen). One that names no `sets`
-gets the whole list (at most FLEET_MAX_ENTRIES, 10,000 by default: a tenth of what an ipset
-holds by default). Routers of like capacity share one document.
+order (most networks, then routers, then the most recently seen day, then the address: an
+hour reported does not reorder it). One that names no `sets` gets the whole list (at most
+FLEET_MAX_ENTRIES, 10,000 by default: a sixth of what an ipset holds by default). Routers
+of like capacity share one document.
 
 Each size's versions are numbered and kept in the database (server/polling/versioned.py),
 so a router asks what changed since the list it holds (`?delta=1`), from any process, after

@@ -317,7 +317,8 @@ async def replace(db: Database, attackers: list[dict], outbreaks: list[dict]) ->
 
 _ATTACKERS = """SELECT host(address), routers, networks, alerts, severity, signatures,
     first_seen, last_seen, reporters, expires_at
-FROM fleet_attackers ORDER BY networks DESC, routers DESC, last_seen DESC, address"""
+FROM fleet_attackers
+ORDER BY networks DESC, routers DESC, date_trunc('day', last_seen) DESC, address"""
 _OUTBREAKS = """SELECT sid, routers, networks, alerts, severity, NULL,
     first_seen, last_seen, reporters
 FROM fleet_outbreaks ORDER BY networks DESC, routers DESC, sid"""
@@ -325,8 +326,9 @@ FROM fleet_outbreaks ORDER BY networks DESC, routers DESC, sid"""
 
 async def attackers(db: Database) -> list[dict]:
     """The fleet's attackers as the job stored them, most widely reported first, then the
-    most recently seen (a router's smaller list keeps the first: server/fleet/document.py);
-    their times (first_seen, last_seen, expires_at) datetimes."""
+    most recently seen by the day (a router's smaller list keeps the first, and a day's
+    order does not move with each hour reported: server/fleet/document.py); their times
+    (first_seen, last_seen, expires_at) datetimes."""
     return [_attacker(row) for row in await db.fetchall(_ATTACKERS)]
 
 

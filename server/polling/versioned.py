@@ -141,10 +141,10 @@ class VersionedDocument(SharedDocument):
             return None
         if (known := deltas.get(since)) is not None:
             return known, current.etag
-        start = await versions.since_serial(self._db, self.name, since, serial)
-        if start is None or start >= serial:
+        found = await versions.changes_since(self._db, self.name, since, serial)
+        if found is None:
             return None
-        added, removed = await versions.changes(self._db, self.name, start, serial)
+        start, added, removed = found
         delta = await asyncio.to_thread(served_document, self._delta_document(
             since, document, added, removed, (start, serial)))
         if len(deltas) < DELTAS_KEPT and deltas is self._deltas:

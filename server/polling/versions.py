@@ -23,7 +23,7 @@ from __future__ import annotations
 import zlib
 from datetime import datetime
 
-from server.db.pool import Database, execute
+from server.db.pool import Database, Reads, execute
 
 KEPT_DAYS = 7  # a router away for a week still gets a delta; about 170 hourly versions
 
@@ -107,12 +107,31 @@ async def since_serial(db: Database, document: str, etag: str, serial: int) -> i
     return None if row is None else row[0]
 
 
+async def changes_since(db: Database, document: str, etag: str, serial: int
+                        ) -> tuple[int, set[tuple[str, str]], set[tuple[str, str]]] | None:
+    """(the serial of the version of ETag `etag`, what version `serial` adds to it, what it
+    removes), all read of one state of the tables, so that a prune between the reads never
+    leaves a change without what it removed; None when that version is not kept before
+    `serial`."""
+    async with db.snapshot() as reads:
+        (start,), = await reads.fetchall(_SINCE, (document, etag, serial))
+        if start is None or start >= serial:
+            return None
+        added, removed = await _changes(reads, document, start, serial)
+    return start, added, removed
+
+
 async def changes(db: Database, document: str, since: int,
                   serial: int) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """What version `serial` adds to version `since`, and what it removes from it."""
-    names = {"document": document, "since": since, "serial": serial}
     async with db.snapshot() as reads:  # both reads of one state of the table
-        added = set(await reads.fetchall(_ADDED, names))
-        removed = set(await reads.fetchall(_REMOVED, names))
+        return await _changes(reads, document, since, serial)
+
+
+async def _changes(reads: Reads, document: str, since: int, serial: int
+                   ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    names = {"document": document, "since": since, "serial": serial}
+    added = set(await reads.fetchall(_ADDED, names))
+    removed = set(await reads.fetchall(_REMOVED, names))
     both = added & removed  # in both versions, gone and back between: no change
     return added - both, removed - both
