@@ -2,7 +2,7 @@
 a restart of the service (issue 82).
 
 ROUTERS routers say one of three capacities in Router-Capacity (CAPACITIES: a small router,
-the reference agent's default, a large one with JA4) and fetch both documents whole. Every
+a medium one whose sets are ipsets of the default size, a large one with JA4) and fetch both documents whole. Every
 answer is checked against what its router declared: the intelligence's entries within its
 dataset bound, its block entries and the fleet's list within one set, no JA4 file without
 `ja4=1`. Then both documents change (1 % of the feed's values replaced, 1 % of the fleet's
@@ -43,7 +43,7 @@ from testkit.server import ServerRunner, router_backend_output
 
 # (name, header, dataset entries it holds, set entries it holds, JA4)
 CAPACITIES = (("small", "datasets=1000, sets=1000, ja4=0", 1_000, 1_000, False),
-              ("default", "datasets=10000, ja4=0, sets=65536", 10_000, 65_536, False),
+              ("medium", "datasets=10000, ja4=0, sets=65536", 10_000, 65_536, False),
               ("large", "datasets=100000, memory=20000000, ja4=1, sets=65536", 100_000,
                65_536, True))
 SAMPLE = 3  # deltas of each capacity applied and compared with the whole document
@@ -148,7 +148,7 @@ def _check_whole(answers: dict, macs: list[str]) -> dict:
 
 def _wait_built(url: str, macs: list[str], values: int, fleet: int,
                 timeout: float = 180) -> None:
-    """Until the large router's intelligence holds every value and the default router's
+    """Until the large router's intelligence holds every value and the medium router's
     fleet's list every entry (the import judged, the lists' notifications heard)."""
     deadline = time.monotonic() + timeout
     for n, document, wanted in ((2, "intel", values), (1, "fleet", fleet)):
@@ -164,7 +164,7 @@ def _wait_built(url: str, macs: list[str], values: int, fleet: int,
 
 
 def _wait_changed(url: str, macs: list[str], held: dict, timeout: float = 180) -> None:
-    """Until the large router's intelligence and the default router's fleet's list moved
+    """Until the large router's intelligence and the medium router's fleet's list moved
     from the ETags held (the change heard; a smaller document may not move: the values
     that changed need not be among those it keeps)."""
     deadline = time.monotonic() + timeout
