@@ -2,8 +2,9 @@
 a restart of the service (issue 82).
 
 ROUTERS routers say one of three capacities in Router-Capacity (CAPACITIES: a small router,
-a medium one whose sets are ipsets of the default size, a large one with JA4) and fetch both documents whole. Every
-answer is checked against what its router declared: the intelligence's entries within its
+a medium one whose sets are ipsets of the default size, a large one with JA4) and fetch both
+documents whole. Every answer is checked against what its router declared: the
+intelligence's entries within its
 dataset bound, its block entries and the fleet's list within one set, no JA4 file without
 `ja4=1`. Then both documents change (1 % of the feed's values replaced, 1 % of the fleet's
 list), the service is stopped and started again (every process), and every router asks
