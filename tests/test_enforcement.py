@@ -77,9 +77,12 @@ async def _lists_held(client, sql, *macs: str) -> None:
     await intel_db.swap_version(db, "f", taken, len(taken), {}, None, None, "test")
     async with db.transaction() as cur:
         await intel_db.mark_hunted(cur, [(kind, value) for kind, value, *_ in taken])
-    answer = await client.get("/rules/intel", headers={"X-ID": macs[0]})
-    document = await answer.json()
-    assert {entry["address"] for entry in document["block"]} == {INTEL_IP, INTEL_NET}
+    async def blocked() -> set[str]:  # once the feed's notification reached the app
+        answer = await client.get("/rules/intel", headers={"X-ID": macs[0]})
+        return {entry["address"] for entry in (await answer.json())["block"]}
+    async with asyncio.timeout(30):
+        while await blocked() != {INTEL_IP, INTEL_NET}:
+            await asyncio.sleep(0.05)
     await _recorded(sql)
 
 

@@ -6,6 +6,7 @@ is told only of what the router saw while it was theirs."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -132,7 +133,12 @@ async def test_a_new_version_is_judged_before_any_router_gets_it(house, sql):
     await match_now(db, IntelConfig.from_settings(settings))
     held = (await intel(settings, "decisions")).stdout
     assert "everyones-resolver.example\theld\t12" in held
-    document, _ = await intel_document(client, HOME)
+    async with asyncio.timeout(30):  # once the judgement's notification reached the app
+        while True:
+            document, _ = await intel_document(client, HOME)
+            if decoded(document["files"].get("rb-intel-domains.lst", "")):
+                break
+            await asyncio.sleep(0.05)
     assert decoded(document["files"].get("rb-intel-domains.lst", "")) == ["rare-c2.example"]
 
 
