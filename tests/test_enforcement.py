@@ -58,6 +58,13 @@ def _list(*entries: tuple[str, int], extra: int = 0) -> dict:
     return {"packets": packets, "bytes": packets * 100, "entries": _hits(*entries)}
 
 
+@pytest.fixture
+def settings(database, tmp_path):
+    """The fleet job kept from its start (it would replace the fleet's list this file
+    writes with its own count, none, when a loaded machine starts it late)."""
+    return settings_for(database, tmp_path, FLEET_CRON_SCHEDULE="0 0 1 1 *")
+
+
 async def _lists_held(client, sql, *macs: str) -> None:
     """Routers holding OWN in their own list, FLEET in the fleet's, and an intel document
     whose block entries are INTEL_IP and INTEL_NET (a feed `f`, fetched and polled)."""
