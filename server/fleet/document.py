@@ -26,6 +26,7 @@ from server.db.pool import Database
 from server.metrics import Metrics
 from server.polling.capacity import declared, largest_fitting
 from server.polling.shared_document import Served
+from server.polling.sized import SizedDocuments
 from server.polling.versioned import VersionedDocument
 
 __all__ = ["FleetList", "FleetLists", "Served"]
@@ -68,29 +69,17 @@ class FleetList(VersionedDocument):
         return fleet_delta(since, document, added, removed, serials)
 
 
-class FleetLists:
-    """The fleet's list in each size routers declare, each made when a router first asks
-    for it: at most len(SIZES) + 1, whatever the fleet."""
+class FleetLists(SizedDocuments[int | None, FleetList]):
+    """The fleet's list in each size routers declare: at most len(SIZES) + 1, whatever the
+    fleet; None the whole list."""
 
     def __init__(self, make: Callable[[int | None], FleetList], max_entries: int):
-        self._make = make
+        super().__init__(make)
         self._max_entries = max_entries
-        self._lists: dict[int | None, FleetList] = {}
-        self.whole = self._sized(None)
+        self.whole = self.sized(None)
 
-    def for_router(self, header: str | None) -> FleetList:
-        """The list for a router naming `header` (Router-Capacity, or None);
-        CapacityInvalid when the header is malformed."""
+    def _size(self, header: str | None) -> int | None:
         sets = declared(header).sets
         if sets is None or sets >= self._max_entries:
-            return self.whole
-        return self._sized(largest_fitting(sets, self._max_entries))
-
-    def _sized(self, entries: int | None) -> FleetList:
-        if (found := self._lists.get(entries)) is None:
-            found = self._lists[entries] = self._make(entries)
-        return found
-
-    def changed(self, payload: str = "") -> None:
-        for document in list(self._lists.values()):
-            document.changed(payload)
+            return None
+        return largest_fitting(sets, self._max_entries)

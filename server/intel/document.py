@@ -22,6 +22,7 @@ from engine.intel import delta_document, intel_document, items
 from server.intel import sql as intel_db
 from server.intel.capacity import Capacity, capacity
 from server.db.pool import Database, DatabaseUnavailable
+from server.polling.sized import SizedDocuments
 from server.polling.versioned import VersionedDocument
 
 log = logging.getLogger("router_backend.intel")
@@ -77,24 +78,14 @@ class IntelList(VersionedDocument):
         return delta_document(since, document, added, removed, serials)
 
 
-class IntelLists:
+class IntelLists(SizedDocuments[Capacity, IntelList]):
     """The threat intelligence documents, one for each capacity routers name
-    (server/intel/capacity.py), each made when a router first asks for it: at most one per
-    pair of sizes (entries, block entries) with and without JA4, whatever the fleet."""
+    (server/intel/capacity.py): at most one per pair of sizes (entries, block entries) with
+    and without JA4, whatever the fleet."""
 
     def __init__(self, make: Callable[[Capacity], IntelList], max_entries: int):
-        self._make = make
+        super().__init__(make)
         self._max_entries = max_entries
-        self._lists: dict[Capacity, IntelList] = {}
 
-    def for_router(self, header: str | None) -> IntelList:
-        """The document for a router naming `header` (Router-Capacity, or None);
-        CapacityInvalid when the header is malformed."""
-        wanted = capacity(header, self._max_entries)
-        if (found := self._lists.get(wanted)) is None:
-            found = self._lists[wanted] = self._make(wanted)
-        return found
-
-    def changed(self, payload: str = "") -> None:
-        for document in list(self._lists.values()):
-            document.changed(payload)
+    def _size(self, header: str | None) -> Capacity:
+        return capacity(header, self._max_entries)

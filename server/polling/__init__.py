@@ -8,4 +8,4 @@ fleet's list (GET /rules/fleet, server/fleet/document.py) and the threat intelli
 versions in the database, so that any process answers a delta from any version kept, and
 `versioned.py` is a shared document served so (both documents are). `capacity.py` reads
 what a router says it can hold (Router-Capacity), from which each shared document chooses
-its size."""
+its size, and `sized.py` keeps one document of each size routers declare."""
