@@ -98,10 +98,12 @@ def fleet_document(attackers: list[dict], exemptions: Exemptions = Exemptions(),
 def fleet_items(document: dict) -> set[tuple[str, str]]:
     """The document as the versions' items (server/polling/versions.py): each entry, its
     address and expiry (an entry whose expiry moved is removed and added again)."""
-    return {("entry", _entry_key(entry)) for entry in document["entries"]}
+    return {("entry", entry_key(entry)) for entry in document["entries"]}
 
 
-def _entry_key(entry: dict) -> str:
+def entry_key(entry: dict) -> str:
+    """A block entry as a versions' item: its address and expiry (the intelligence's block
+    entries too, engine/intel.py)."""
     return f"{entry['address']} {entry['expires_at']}"
 
 
@@ -110,7 +112,7 @@ def fleet_delta(since: str, new: dict, added: set, removed: set,
     """What a router holding the list `since` (its ETag) applies to hold `new`: the entries
     to remove (their addresses) and to add; `serials`: the numbers of the version held and
     of `new`, said so that a router sees a gap."""
-    entries = {_entry_key(entry): entry for entry in new["entries"]}
+    entries = {entry_key(entry): entry for entry in new["entries"]}
     return {"delta_from": since, "from_serial": serials[0], "serial": serials[1],
             "entry_count": new["entry_count"],
             "add": sorted((entries[item] for _, item in added),

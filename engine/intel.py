@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 
 from engine.addresses import is_public_network
 from engine.firewall import Exemptions
-from engine.fleet import HOUR_FORMAT
+from engine.fleet import HOUR_FORMAT, entry_key
 
 FIRST_SID = 1_990_001  # 1,000,000-1,999,999: for local use; INTEL_SIDS of them ours
 INTEL_SIDS = 20
@@ -180,12 +180,8 @@ def items(document: dict) -> set[tuple[str, str]]:
     """A document as a set of (place, item): each file's lines, each block entry."""
     held = {(name, line) for name, text in document["files"].items()
             for line in text.splitlines()}
-    held |= {("block", _entry_key(entry)) for entry in document["block"]}
+    held |= {("block", entry_key(entry)) for entry in document["block"]}
     return held
-
-
-def _entry_key(entry: dict) -> str:
-    return f"{entry['address']} {entry['expires_at']}"
 
 
 def changes(old: dict, new: dict) -> tuple[set, set]:
@@ -200,7 +196,7 @@ def delta_document(since: str, new: dict, added: set, removed: set,
     file's lines to add and remove, the block entries to add and remove, and the rules file
     whole (a few lines); `serials`: the numbers of the version held and of `new`
     (server/polling/versions.py), said so that a router sees a gap."""
-    blocks = {_entry_key(entry): entry for entry in new["block"]}
+    blocks = {entry_key(entry): entry for entry in new["block"]}
     files: dict[str, dict[str, list[str]]] = {}
     for verb, changed in (("add", added), ("remove", removed)):
         for place, item in changed:

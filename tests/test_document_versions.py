@@ -151,7 +151,7 @@ async def test_versions_older_than_a_week_are_pruned_with_the_items_gone_before_
     assert sql.rows("SELECT serial FROM document_versions ORDER BY 1") == [(3,)]
     assert sql.rows("SELECT item, since_serial, until_serial FROM document_items "
                     "ORDER BY item") == [("2", 1, None), ("3", 3, None)]
-    assert await versions.since_serial(db, "intel", "a", 3) is None
+    assert await versions.changes_since(db, "intel", "a", 3) is None
 
 
 async def test_items_of_a_version_are_what_its_document_holds(db):

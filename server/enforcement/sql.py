@@ -15,8 +15,8 @@ LOCK_CLASS = 7_302_151  # first key of the per-router advisory lock of its repor
 LOCK_ROUTER = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(mac)s::text))"
 TODAY = "SELECT (now() AT TIME ZONE 'UTC')::date"
 
-# The block entry's text in the threat intelligence document's items (engine/intel.py
-# `_entry_key`: its address, a space, its expiry): an address alone, a network as CIDR.
+# The block entry's text in the threat intelligence document's items (engine/fleet.py
+# `entry_key`: its address, a space, its expiry): an address alone, a network as CIDR.
 _ITEM = ("CASE WHEN masklen(g.entry) = CASE family(g.entry) WHEN 4 THEN 32 ELSE 128 END "
          "THEN host(g.entry) ELSE text(g.entry) END")
 

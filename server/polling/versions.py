@@ -100,13 +100,6 @@ async def record(db: Database, document: str, etag: str, items: set[tuple[str, s
         return serial
 
 
-async def since_serial(db: Database, document: str, etag: str, serial: int) -> int | None:
-    """The serial of the kept version whose ETag is `etag`, up to `serial`; None when no
-    such version is kept (another document's, a future one, one pruned, or none at all)."""
-    row = await db.fetchone(_SINCE, (document, etag, serial))
-    return None if row is None else row[0]
-
-
 async def changes_since(db: Database, document: str, etag: str, serial: int
                         ) -> tuple[int, set[tuple[str, str]], set[tuple[str, str]]] | None:
     """(the serial of the version of ETag `etag`, what version `serial` adds to it, what it
