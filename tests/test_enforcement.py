@@ -21,6 +21,7 @@ from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, METRICS, SETTINGS
 from testkit.database import command_env, settings_for
 from testkit.server import router_backend_output
+from testkit.waiting import wait_for
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 MAC = "02:82:00:00:02:01"
@@ -84,12 +85,11 @@ async def _lists_held(client, sql, *macs: str) -> None:
     await intel_db.swap_version(db, "f", taken, len(taken), {}, None, None, "test")
     async with db.transaction() as cur:
         await intel_db.mark_hunted(cur, [(kind, value) for kind, value, *_ in taken])
-    async def blocked() -> set[str]:  # once the feed's notification reached the app
+    async def blocked() -> bool:  # once the feed's notification reached the app
         answer = await client.get("/rules/intel", headers={"X-ID": macs[0]})
-        return {entry["address"] for entry in (await answer.json())["block"]}
-    async with asyncio.timeout(30):
-        while await blocked() != {INTEL_IP, INTEL_NET}:
-            await asyncio.sleep(0.05)
+        held = {entry["address"] for entry in (await answer.json())["block"]}
+        return held == {INTEL_IP, INTEL_NET}
+    await wait_for(blocked, timeout=30, interval=0.05)
     await _recorded(sql)
 
 

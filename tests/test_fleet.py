@@ -31,6 +31,7 @@ from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
 from testkit.rule_archives import ruleset_settings
 from testkit.server import router_backend, router_backend_output
+from testkit.waiting import wait_for
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 ATTACKER = "45.33.32.156"
@@ -205,11 +206,9 @@ async def test_the_allowlist_vetoes_an_address_at_once_and_a_router_own_entry_fo
 async def until_listed(client, router: str, holds) -> None:
     """Wait until the router's list, as served, holds (the allowlist's notification
     reaches the app's listening connection in its own time)."""
-    for _ in range(200):
-        if holds(listed((await fleet_list(client, router))[1])):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the fleet's list never held what was waited for")
+    async def served() -> bool:
+        return holds(listed((await fleet_list(client, router))[1]))
+    await wait_for(served, timeout=10, interval=0.05)
 
 
 async def asyncio_pause(seconds: float = 0.5) -> None:

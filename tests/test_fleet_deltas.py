@@ -16,6 +16,7 @@ from server.fleet.document import FleetList
 from server.metrics import Metrics
 from server.typedefs import DATABASE, FLEET_LIST
 from tests.test_agent import config_for, run_round, url_of
+from tests.test_document_versions import db  # noqa: F401 (the fixture)
 from tests.test_fleet_capacity import _entry
 from testkit.database import settings_for
 from testkit.waiting import wait_for
@@ -31,13 +32,6 @@ def _list_of(db: Database, entries: int | None = None) -> FleetList:
     """The list as a process serves it (server/app.py), listening to nothing: each test
     says when it changed."""
     return FleetList(db, lambda: True, Metrics(), True, entries)
-
-
-@pytest.fixture
-async def db(database):
-    pool = await Database.open(database, 0, 4, 30)
-    yield pool
-    await pool.close()
 
 
 async def test_a_process_started_later_answers_a_delta_it_never_built(db, sql):

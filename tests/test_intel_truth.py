@@ -6,7 +6,6 @@ is told only of what the router saw while it was theirs."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -19,6 +18,7 @@ from server.hunt.recent import MARK_MARGIN
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env
 from testkit.server import router_backend
+from testkit.waiting import wait_for
 from tests.test_hunt import dns, upload
 from tests.test_hunt_packed import plant, sybils
 from tests.test_intel import decoded, house, intel, intel_document, subscriptions  # noqa: F401
@@ -133,13 +133,10 @@ async def test_a_new_version_is_judged_before_any_router_gets_it(house, sql):
     await match_now(db, IntelConfig.from_settings(settings))
     held = (await intel(settings, "decisions")).stdout
     assert "everyones-resolver.example\theld\t12" in held
-    async with asyncio.timeout(30):  # once the judgement's notification reached the app
-        while True:
-            document, _ = await intel_document(client, HOME)
-            if decoded(document["files"].get("rb-intel-domains.lst", "")):
-                break
-            await asyncio.sleep(0.05)
-    assert decoded(document["files"].get("rb-intel-domains.lst", "")) == ["rare-c2.example"]
+    async def judged() -> list[str]:  # once the judgement's notification reached the app
+        document, _ = await intel_document(client, HOME)
+        return decoded(document["files"].get("rb-intel-domains.lst", ""))
+    assert await wait_for(judged, timeout=30, interval=0.05) == ["rare-c2.example"]
 
 
 async def test_a_new_owner_is_told_only_of_what_was_seen_while_the_router_was_theirs(house,
