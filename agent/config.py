@@ -43,12 +43,14 @@ class AgentConfig:
     nft_set_intel_v6: str = "router_backend_intel_v6"
     # What this router can hold, said on every request (Router-Capacity,
     # docs/router-api.md): dataset entries its Suricata loads, the bytes it gives them (0:
-    # not said), whether its Suricata has JA4, and the entries one of its firewall sets
-    # holds (0: not said, the default: the sets docs/agent.md declares have no `size`).
+    # not said), whether its Suricata has JA4, the entries one of its firewall sets
+    # holds (0: not said, the default: the sets docs/agent.md declares have no `size`), and
+    # the IDS rules its Suricata loads (0: not said; a service before it refuses the name).
     dataset_entries: int = 10_000
     dataset_memory_bytes: int = 0
     ja4: bool = False
     set_entries: int = 0
+    rule_count: int = 0
     # Report what the block-list sets dropped (POST /rules/enforced) every this many
     # seconds (0: never); their counters read with counters_command, {set} naming one set.
     enforcement_seconds: float = 3600.0
@@ -74,6 +76,8 @@ class AgentConfig:
             said.append(f"memory={self.dataset_memory_bytes}")
         if self.set_entries > 0:
             said.append(f"sets={self.set_entries}")
+        if self.rule_count > 0:
+            said.append(f"rules={self.rule_count}")
         return ", ".join(said)
 
     @property

@@ -19,9 +19,13 @@ IDS payload (operators' overrides first: engine/overrides.py)
 3. Flowbits are closed over: a rule that checks a bit (`isset`/`isnotset`) brings a rule that
    sets it (the best eligible setter, else a disabled one), recursively, and the whole group
    is counted in the budget; a rule whose bit nothing sets is left out.
-4. Drawing stops when RULE_GENERATION_SAMPLE_COUNT rules are in (fired ones included).
+4. Drawing stops when RULE_GENERATION_SAMPLE_COUNT rules are in (fired ones included), or
+   the rules the router declared it loads, when fewer (`Holds`).
+5. A rule naming a JA4 keyword is never taken, nor brought as a setter, for a router that
+   did not declare JA4: its Suricata would refuse the whole file.
 
-Firewall payload: see engine/firewall.py.
+Firewall payload: see engine/firewall.py; at most the entries one of the router's firewall
+sets holds, when it declared fewer than RULE_GENERATION_FIREWALL_MAX_ENTRIES.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.firewall import AlertRow, Exemptions, firewall_entries
 from engine.intel import INTEL_SID_RANGE
@@ -47,6 +51,16 @@ FiredRow = tuple[int, int, int]
 OutbreakRow = tuple[int, int, int]
 
 
+@dataclass(frozen=True)
+class Holds:
+    """What the router declared it holds (Router-Capacity, docs/router-api.md): the IDS
+    rules its Suricata loads, the entries one of its firewall sets holds (None: not said),
+    whether its Suricata has JA4."""
+    rules: int | None = None
+    sets: int | None = None
+    ja4: bool = False
+
+
 @dataclass
 class TelemetrySummary:
     """What the router's recent telemetry says (built by the server from the database), and
@@ -59,6 +73,7 @@ class TelemetrySummary:
     allowlist: list[str] = field(default_factory=list)  # allowlists' and intel's held networks
     overrides: list[OverrideRow] = field(default_factory=list)  # the fleet's and its own
     outbreaks: list[OutbreakRow] = field(default_factory=list)  # the fleet's (not its own)
+    holds: Holds = field(default_factory=Holds)  # what the router declared
 
 
 @dataclass
@@ -68,6 +83,15 @@ class PayloadLimits:
     fired_share: float = 0.5     # of sample_count, at most, for rules that fired
     block_min_alerts: int = 3    # alerts an address needs before it is blocked
     fleet_share: float = 0.1     # of sample_count, at most, for the fleet's outbreaks
+
+    def within(self, holds: Holds) -> "PayloadLimits":
+        """These limits, lowered to what a router declared it holds."""
+        return replace(self, sample_count=_at_most(self.sample_count, holds.rules),
+                       firewall_max_entries=_at_most(self.firewall_max_entries, holds.sets))
+
+
+def _at_most(limit: int, declared: int | None) -> int:
+    return limit if declared is None else min(limit, declared)
 
 
 def seed_for(mac: str, version: str) -> int:
@@ -83,6 +107,7 @@ class Generated:
 
 def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[str],
              limits: PayloadLimits, seed: int) -> Generated:
+    limits = limits.within(summary.holds)
     selection = _choose_rules(ruleset, summary, limits, random.Random(seed))
     reasons = selection.reasons
     rules = sorted(selection.chosen, key=lambda r: (r["gid"], r["sid"]))
@@ -142,7 +167,8 @@ def _choose_rules(ruleset: Ruleset, summary: TelemetrySummary, limits: PayloadLi
                   rng: random.Random) -> _Selection:
     budget = limits.sample_count
     overrides = resolve(ruleset, summary.overrides)
-    selection = _Selection(overrides.disabled)
+    unloadable = set() if summary.holds.ja4 else ruleset.ja4_rules
+    selection = _Selection(overrides.disabled | unloadable)
     for rule, override_id in overrides.forced:
         selection.take(selection.group_for(rule, ruleset), "override", budget,
                        {"override": override_id})

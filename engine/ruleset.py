@@ -20,6 +20,9 @@ from ruledata.build import MANIFEST
 from ruledata.compromised import compromised_ips_of
 from ruledata.parser import FLOWBIT_SETS
 
+# A JA4 keyword as a rule option (`ja4.hash;`, a sticky buffer), not a word in a message.
+JA4_KEYWORD = re.compile(r"[;(]\s*ja4\.[a-z_.]+\s*[;:]")
+
 RULE_FIELDS = ("gid", "sid", "rev", "action", "msg", "classtype", "app_proto", "dst_port",
                "flowbits", "noalert", "weight", "raw", "eligible", "file")
 
@@ -39,9 +42,13 @@ class Ruleset:
     by_app_proto: dict[str, list[int]] = field(default_factory=dict)
     by_port: dict[int, list[int]] = field(default_factory=dict)
     port_ranges: list[tuple[int, list[tuple[int, int]]]] = field(default_factory=list)
+    # id() of the rules naming a JA4 keyword, which a Suricata without JA4 refuses to load.
+    ja4_rules: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.weights = [rule["weight"] for rule in self.rules]
+        self.ja4_rules = {id(rule) for rule in self.all_rules or self.rules
+                          if JA4_KEYWORD.search(rule["raw"])}
         for index, rule in enumerate(self.rules):
             if rule["app_proto"]:
                 self.by_app_proto.setdefault(rule["app_proto"], []).append(index)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.generate import PayloadLimits, TelemetrySummary, generate, seed_for
+from engine.generate import Holds, PayloadLimits, TelemetrySummary, generate, seed_for
 from engine.ruleset import load_ruleset
 from engine.selectors import Selector, matching
 from ruledata.parser import FLOWBIT_CHECKS, FLOWBIT_SETS
@@ -168,6 +168,59 @@ def test_firewall_limit_and_truncation(fixture_ruleset):
                                                             "185.220.101.3"],
                       PayloadLimits(sample_count=3, firewall_max_entries=2), 1)
     assert result.firewall["entry_count"] == 2 and result.firewall["truncated"] is True
+
+
+def test_a_routers_declared_bounds_lower_the_operators(fixture_ruleset):
+    compromised = ["185.220.101.1", "185.220.101.2", "185.220.101.3"]
+    limits = PayloadLimits(sample_count=100, firewall_max_entries=100)
+    whole = generate(fixture_ruleset, TelemetrySummary(), compromised, limits, 1)
+    assert whole.ids["rule_count"] > 3 and whole.firewall["entry_count"] == 3
+    small = generate(fixture_ruleset, TelemetrySummary(holds=Holds(rules=3, sets=1)),
+                     compromised, limits, 1)
+    assert small.ids["rule_count"] == 3 and small.firewall["entry_count"] == 1
+    assert small.firewall["truncated"] is True
+    checked_bits_are_set(small.ids["rules"], fixture_ruleset)
+    # A router declaring more than the operator allows gets the operator's bounds.
+    large = generate(fixture_ruleset, TelemetrySummary(holds=Holds(rules=10**15, sets=10**15)),
+                     compromised, limits, 1)
+    assert large.ids == whole.ids and large.firewall == whole.firewall
+    nothing = generate(fixture_ruleset, TelemetrySummary(holds=Holds(rules=0, sets=0)),
+                       compromised, limits, 1)
+    assert nothing.ids["rule_count"] == 0 and nothing.firewall["entry_count"] == 0
+
+
+JA4_RULES = (b'alert tls any any -> any any (msg:"TEST JA4 client"; ja4.hash; '
+             b'content:"t13d1516h2_8daaf6152771_02713d6af862"; flowbits:set,TEST.ja4; '
+             b'flowbits:noalert; sid:9100001; rev:1;)\n'
+             b'alert tls any any -> any any (msg:"TEST after the JA4 client"; '
+             b'flowbits:isset,TEST.ja4; sid:9100002; rev:1;)\n'
+             b'alert tls any any -> any any (msg:"TEST a message naming ja4.hash; only"; '
+             b'tls.sni; content:"example.com"; sid:9100003; rev:1;)\n')
+
+
+@pytest.fixture(scope="module")
+def ja4_ruleset(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ja4-ruleset")
+    archive = tmp / "archive.zip"
+    archive.write_bytes(make_zip(fixture_members({"rules/ja4-test.rules": JA4_RULES})))
+    return load_ruleset(publish(tmp, archive))
+
+
+def test_a_ja4_rule_reaches_only_a_router_that_declared_ja4(ja4_ruleset):
+    fired = [(9100001, 5, 1), (9100002, 5, 1), (9100003, 5, 1)]
+    limits = PayloadLimits(sample_count=100, firewall_max_entries=10, fired_share=1.0)
+    overrides = [(1, "enable", "9100001", False)]  # not even an operator's enable
+
+    def sids(ja4: bool) -> set[int]:
+        summary = TelemetrySummary(fired=fired, overrides=overrides, holds=Holds(ja4=ja4))
+        return {rule["sid"] for rule in generate(ja4_ruleset, summary, [], limits, 1
+                                                 ).ids["rules"]}
+
+    assert {9100001, 9100002, 9100003} <= sids(True)
+    without = sids(False)
+    # The JA4 rule is left out, and so is the rule whose flowbit only it sets; a message
+    # that names the keyword is no JA4 rule.
+    assert 9100001 not in without and 9100002 not in without and 9100003 in without
 
 
 def test_corpus_generation_is_deterministic_and_closed(corpus_ruleset):

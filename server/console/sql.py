@@ -33,7 +33,8 @@ SELECT ids_etag, firewall_etag, ok, detail, reported_at FROM router_applied WHER
 
 _GENERATION = """
 SELECT next_due_at, generated_at, generation_count, attempts, last_error, last_seconds,
-       claimed_by, CASE WHEN claimed_until > now() THEN claimed_until END
+       claimed_by, CASE WHEN claimed_until > now() THEN claimed_until END,
+       declared_rules, declared_sets, declared_ja4
 FROM generation_queue WHERE mac = %(mac)s"""
 
 # Records by kind and upload time: a chunk's newest upload bounds the ones it holds.

@@ -7,6 +7,8 @@ from datetime import datetime
 
 from server.db.channels import ROUTER_RULES, notify
 from server.db.pool import Database, execute
+from engine.generate import Holds
+from server.polling.capacity import Declared
 
 
 # Three statements sent together (one round trip, one implicit transaction), each planned
@@ -19,18 +21,37 @@ MOVE_POLL_ADDRESS = ("UPDATE routers SET poll_address = %(address)s WHERE mac = 
                      "AND poll_address IS DISTINCT FROM %(address)s::inet")
 PAYLOAD_TIMES = ("SELECT ids_updated_at, firewall_updated_at FROM router_rules "
                  "WHERE mac = %(mac)s")
-ACTIVATE_AND_READ = f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n{PAYLOAD_TIMES}"
+# What the router declares it holds (Router-Capacity), written only when it changed (most
+# polls match no row); the router is then due for generation, within its payloads' new
+# bounds, at most once every REGENERATION_GAP after its last generation (a router changing
+# its header at each poll is generated no more often than that).
+REGENERATION_GAP = "interval '5 minutes'"
+DECLARED = "(declared_rules, declared_sets, declared_ja4)"
+DECLARED_NOW = "(%(rules)s::bigint, %(sets)s::bigint, %(ja4)s::boolean)"
+DECLARE_CAPACITY = (
+    f"UPDATE generation_queue SET {DECLARED} = {DECLARED_NOW}, next_due_at = "
+    f"least(next_due_at, greatest(now(), generated_at + {REGENERATION_GAP})) "
+    f"WHERE mac = %(mac)s AND {DECLARED} IS DISTINCT FROM {DECLARED_NOW}")
+ACTIVATE_AND_READ = (f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n{DECLARE_CAPACITY};\n"
+                     f"{PAYLOAD_TIMES}")
 
 
-async def activate_and_read_timestamps(db: Database, mac: str, address: str | None
+async def activate_and_read_timestamps(db: Database, mac: str, address: str | None,
+                                       declared: Declared
                                        ) -> tuple[datetime | None, datetime | None]:
     """Record an activation (with the address the router called from, so that its firewall
-    never blocks it, nor the fleet's list) and return (ids_updated_at,
-    firewall_updated_at), one round trip."""
+    never blocks it, nor the fleet's list) and what it `declared` it holds, and return
+    (ids_updated_at, firewall_updated_at), one round trip."""
     async with db.cursor() as cur:
-        await execute(cur, ACTIVATE_AND_READ, {"mac": mac, "address": address})
+        await execute(cur, ACTIVATE_AND_READ, {"mac": mac, "address": address,
+                                               **declared_params(declared)})
         row = await cur.fetchone()
     return (row[0], row[1]) if row else (None, None)
+
+
+def declared_params(declared: Declared | Holds) -> dict:
+    """The statements' parameters for what a router declared its own payloads must fit."""
+    return {"rules": declared.rules, "sets": declared.sets, "ja4": declared.ja4}
 
 
 # Plain SQL, built once per kind: this runs on every rules poll that the ETag cache cannot

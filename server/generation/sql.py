@@ -13,14 +13,16 @@ from datetime import timedelta
 
 import psycopg
 
-from engine.generate import TelemetrySummary
+from engine.generate import Holds, TelemetrySummary
 from server.db.activation_days import DETAIL_FROM_READ
 from server.db import leases
 from server.db.leases import (Leased, claim_one_statement, claim_statement, fail_statement,
                               finish_statement, renew_statement)
 from server.db.pool import Database, execute
 from server.fleet.sql import OUTBREAKS_FOR_GENERATION
-from server.generation.rules_sql import PAYLOAD_CHANGED, payload_params, upsert_statement
+from server.generation.rules_sql import (DECLARED, DECLARED_NOW, PAYLOAD_CHANGED,
+                                         REGENERATION_GAP, declared_params, payload_params,
+                                         upsert_statement)
 from server.telemetry.sql import ALERTS_IN_WINDOW, FLOWS_IN_WINDOW
 
 # Bounds on what the summary returns per router.
@@ -152,7 +154,8 @@ SELECT
     AND day > now() - %(window)s - interval '1 day' AND day <= now()
     AND {WITHIN_WINDOW.format(time='last_seen')}
     ORDER BY day DESC LIMIT {OWN_ADDRESSES})
-   ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own)"""
+   ORDER BY seen DESC LIMIT {OWN_ADDRESSES}) own),
+ (SELECT json_build_array{DECLARED} FROM generation_queue WHERE mac = %(mac)s)"""
 
 
 async def renew_and_summarise(cur: psycopg.AsyncCursor, owner: str, mac: str,
@@ -169,30 +172,36 @@ async def renew_and_summarise(cur: psycopg.AsyncCursor, owner: str, mac: str,
     if not renewed:
         raise LeaseLost(f"the lease on {mac} ran out before its generation began")
     await execute(cur, TELEMETRY_SUMMARY, {**params, "detail_from": detail_from})
-    fired, apps, ports, alerts, own = await cur.fetchone()
+    fired, apps, ports, alerts, own, holds = await cur.fetchone()
     return TelemetrySummary(fired=[tuple(row) for row in fired or []], app_protos=apps or [],
                             dest_ports=ports or [],
                             alerts=[tuple(alert) for alert in alerts or []],
                             own_addresses=own or [], allowlist=allowlist or [],
                             overrides=[tuple(row) for row in overrides or []],
-                            outbreaks=[tuple(row) for row in outbreaks or []])
+                            outbreaks=[tuple(row) for row in outbreaks or []],
+                            holds=Holds(*holds) if holds else Holds())
 
 
 # Reschedule, only while the lease is ours; the payloads are stored in the same transaction
-# (the row lock taken here holds the lease until the commit).
-RESCHEDULE = finish_statement(QUEUE, "generated_at = now(), next_due_at = now() + %(interval)s, "
-                              "generation_count = generation_count + 1, attempts = 0, "
-                              "last_error = NULL, last_seconds = %(seconds)s")
+# (the row lock taken here holds the lease until the commit). A router that declared other
+# bounds while it was generated is due again as a changed declaration makes it (the
+# generation before this one, `generated_at` as it was, plus the gap: at once after a first).
+RESCHEDULE = finish_statement(
+    QUEUE, f"next_due_at = CASE WHEN {DECLARED} IS NOT DISTINCT FROM {DECLARED_NOW} "
+           f"THEN now() + %(interval)s ELSE greatest(now(), generated_at + {REGENERATION_GAP}) "
+           "END, generated_at = now(), generation_count = generation_count + 1, attempts = 0, "
+           "last_error = NULL, last_seconds = %(seconds)s")
 STORE_PAYLOADS = upsert_statement(("firewall", "ids"))
 
 
 async def complete(cur: psycopg.AsyncCursor, owner: str, mac: str, interval: timedelta,
-                   payloads: dict[str, tuple[bytes, str]], seconds: float) -> None:
-    """In a generation worker: store both payloads and reschedule the router, atomically, if
-    the lease is still ours (LeaseLost if not); the servers are notified when a payload
-    changed (server/generation/rules_sql.py)."""
-    params = {**payload_params(mac, payloads), "key": mac, "owner": owner, "interval": interval,
-              "seconds": seconds}
+                   payloads: dict[str, tuple[bytes, str]], seconds: float, holds: Holds
+                   ) -> None:
+    """In a generation worker: store both payloads (generated within `holds`) and
+    reschedule the router, atomically, if the lease is still ours (LeaseLost if not); the
+    servers are notified when a payload changed (server/generation/rules_sql.py)."""
+    params = {**payload_params(mac, payloads), **declared_params(holds), "key": mac,
+              "owner": owner, "interval": interval, "seconds": seconds}
     async with cur.connection.transaction():  # a lost connection has rolled back already
         await execute(cur, RESCHEDULE, params)
         if cur.rowcount != 1:

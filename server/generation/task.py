@@ -87,7 +87,8 @@ def generate_and_store(task: RouterTask) -> RouterGenerated:
         _CONNECTION.run(task.location, task.db_timeout, lambda cur: complete(
             cur, task.owner, task.mac, task.interval,
             {"ids": (result.ids_gz, result.ids_etag),
-             "firewall": (result.firewall_gz, result.firewall_etag)}, result.seconds))
+             "firewall": (result.firewall_gz, result.firewall_etag)}, result.seconds,
+            summary.holds))
     except CONNECTIVITY_ERRORS as error:
         _CONNECTION.discard()
         raise DatabaseUnavailable(str(error).strip().splitlines()[0]

@@ -18,7 +18,7 @@ from server.generation import rules_sql as rules_db
 from server.db.pool import DatabaseUnavailable
 from server.errors import NotFound, json_response
 from server.polling.etag_cache import etag_header, not_modified, wanted_etags
-from server.polling.capacity import HEADER as CAPACITY_HEADER
+from server.polling.capacity import HEADER as CAPACITY_HEADER, declared
 from server.fleet.document import FleetList
 from server.intel.document import IntelList
 from server.polling.shared_document import Served
@@ -146,11 +146,11 @@ async def _ingest(request: web.Request, mac: str, kind: str) -> web.Response:
 
 @for_router
 async def last_updated(request: web.Request, mac: str) -> web.Response:
-    fleet_list, intel_list = _fleet_list(request), _intel_list(request)  # a malformed
-    # capacity refused before anything is done
+    holds = declared(request.headers.get(CAPACITY_HEADER))  # a malformed capacity
+    fleet_list, intel_list = _fleet_list(request), _intel_list(request)  # refused first
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
-        request.app[DATABASE], mac, address if address != "-" else None)
+        request.app[DATABASE], mac, address if address != "-" else None, holds)
     request.app[TRAFFIC_TALLY].poll()
     fleet = await fleet_list.served(mac)
     intel = await intel_list.served(mac)

@@ -1,12 +1,14 @@
 """What a router says it can hold, on each poll, in one header (docs/router-api.md):
 
-    Router-Capacity: datasets=30000, memory=8000000, ja4=1, sets=65536
+    Router-Capacity: datasets=30000, memory=8000000, ja4=1, sets=65536, rules=20000
 
 `datasets`: dataset entries its Suricata loads; `memory`: the bytes it gives them; `ja4`:
 whether its Suricata has JA4 (1) or not (0); `sets`: the entries one of its firewall sets
-holds (an ipset's `maxelem`, 65,536 by default). Each is optional, at most once. This module
-reads the grammar; the documents choose their size from it (server/intel/capacity.py,
-server/fleet/document.py). A header that is not this grammar is refused (400)."""
+holds (an ipset's `maxelem`, 65,536 by default); `rules`: the IDS rules it loads. Each is
+optional, at most once. This module reads the grammar; the shared documents choose their
+size from it (server/intel/capacity.py, server/fleet/document.py), the router's own
+payloads are generated within it (server/generation/capacity_sql.py). A header that is not
+this grammar is refused (400)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from server.refusal import Refusal
 HEADER = "Router-Capacity"
 SIZES = (0, 1_000, 3_000, 10_000, 30_000, 100_000)  # few, so that documents stay shared
 MAX_HEADER = 200
-_FIELD = re.compile(r"\s*(datasets|memory|ja4|sets)\s*=\s*([0-9]{1,15})\s*")
+_FIELD = re.compile(r"\s*(datasets|memory|ja4|sets|rules)\s*=\s*([0-9]{1,15})\s*")
 
 
 class CapacityInvalid(Refusal):
@@ -32,6 +34,7 @@ class Declared:
     memory: int | None = None
     ja4: bool = False
     sets: int | None = None
+    rules: int | None = None
 
 
 def declared(header: str | None) -> Declared:
@@ -45,12 +48,13 @@ def declared(header: str | None) -> Declared:
         found = _FIELD.fullmatch(part)
         if found is None or found[1] in named:
             raise CapacityInvalid(f"{HEADER}: expected datasets=N, memory=BYTES, ja4=0|1, "
-                                  f"sets=N (each at most once), got {part.strip()[:40]!r}")
+                                  f"sets=N, rules=N (each at most once), "
+                                  f"got {part.strip()[:40]!r}")
         named[found[1]] = int(found[2])
     if named.get("ja4", 0) not in (0, 1):
         raise CapacityInvalid(f"{HEADER}: ja4 is 0 or 1")
     return Declared(named.get("datasets"), named.get("memory"), named.get("ja4", 0) == 1,
-                    named.get("sets"))
+                    named.get("sets"), named.get("rules"))
 
 
 def largest_fitting(room: int, max_entries: int) -> int:
