@@ -28,7 +28,7 @@ from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
 from server.fleet.document import FleetList, FleetLists
-from server.intel.document import IntelList, IntelLists
+from server.intel.document import DeliveredRows, IntelList, IntelLists
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.domain_errors import DOMAIN_STATUSES
 from server.handlers.notifications import create_notifications_app
@@ -199,9 +199,10 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
         app[DATABASE], listening, app[METRICS], settings.fleet_enabled, entries),
         settings.fleet_max_entries)
     fleet_config = FleetConfig.from_settings(settings)
+    delivered = DeliveredRows(app[DATABASE], list(fleet_config.service_networks),
+                              fleet_config.min_age, fleet_config.keyed)
     intel = app[INTEL_LIST] = IntelLists(lambda capacity: IntelList(
-        app[DATABASE], listening, list(fleet_config.service_networks), capacity,
-        fleet_config.min_age, fleet_config.keyed), settings.intel_max_entries)
+        app[DATABASE], listening, delivered, capacity), settings.intel_max_entries, delivered)
     for document in (fleet, intel):  # the allowlist is in both
         feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)
     feed.follow(INTEL_LIST_CHANNEL, intel.changed, intel.changed)

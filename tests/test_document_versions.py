@@ -20,7 +20,7 @@ from engine.intel import items
 from server.db.pool import Database
 from server.intel import sql as intel_db
 from server.intel.capacity import Capacity
-from server.intel.document import IntelList
+from server.intel.document import DeliveredRows, IntelList
 from server.intel.feeds import rows
 from server.intel.formats import Version
 from server.polling import versions
@@ -33,7 +33,8 @@ LARGEST = Capacity(100_000, False)
 def _document_of(db: Database) -> IntelList:
     """The document as a process serves it (server/app.py), listening to nothing: every
     test says when it changed."""
-    return IntelList(db, lambda: True, [], LARGEST, timedelta(hours=72), False)
+    return IntelList(db, lambda: True, DeliveredRows(db, [], timedelta(hours=72), False),
+                     LARGEST)
 
 
 async def _feed(db: Database, names: list[str]) -> None:

@@ -12,9 +12,13 @@ import pytest
 
 from server.intel import sql as intel_db
 from server.intel.capacity import Capacity, capacity
+from server.polling import sized
 from server.polling.capacity import CapacityInvalid
 from server.telemetry.indicators import feed_value
-from server.typedefs import DATABASE
+from engine.intel import shown
+from server.fleet.config import FleetConfig
+from server.typedefs import DATABASE, INTEL_LIST, SETTINGS
+from testkit.waiting import wait_for
 
 MAC = "02:82:00:00:01:01"
 JA4 = "t13d1516h2_8daaf6152771_e5627efa2ab1"
@@ -132,3 +136,75 @@ async def test_a_router_whose_set_holds_less_keeps_its_addresses_in_the_dataset(
 
 def _address(n: int) -> str:
     return f"62.5.{n // 100}.{n % 100 * 2 + 1}"
+
+
+async def _new_version(db, rows: list[tuple[str, str, int]]) -> None:
+    now = datetime.now(timezone.utc)
+    taken = [(kind, feed_value(kind, value), confidence, now, now, now + timedelta(days=30))
+             for kind, value, confidence in rows]
+    await intel_db.swap_version(db, "f", taken, len(taken), {}, None, None, "test")
+    async with db.transaction() as cur:
+        await intel_db.mark_hunted(cur, [(kind, value) for kind, value, *_ in taken])
+
+
+SIZES_ASKED = ("datasets=1000", "datasets=3000", None, "datasets=3000, sets=1000",
+               "datasets=1000, ja4=1", "datasets=10000, ja4=1")
+
+
+async def test_a_change_reads_the_delivery_once_for_every_size_of_a_ja4_choice(
+        client, monkeypatch):
+    """Six documents held (four without JA4, two with): a change reads the delivery
+    statement twice, not six times (a stranger naming every size costs two reads), and
+    each document is still the first entries of its choice's."""
+    db = client.app[DATABASE]
+    rows = [("domain", f"top{n}.capacity.example", 90) for n in range(2_000)]
+    await _feed(db, rows)
+    for header in SIZES_ASKED:
+        assert (await _document(client, header))[0] == 200
+    reads, read = [], intel_db.delivered
+
+    async def counted(db, exempt, max_entries, min_age, keyed, left_out=()):
+        reads.append((max_entries, left_out))
+        return await read(db, exempt, max_entries, min_age, keyed, left_out)
+
+    monkeypatch.setattr(intel_db, "delivered", counted)
+    await _new_version(db, [("domain", "new.capacity.example", 99)] + rows[:-1])
+
+    async def every_document_holds_it() -> bool:
+        for header in SIZES_ASKED:
+            if "new.capacity.example" not in _names((await _document(client, header))[1]):
+                return False
+        return True
+
+    await wait_for(every_document_holds_it)
+    assert {left_out for _, left_out in reads} == {(), ("ja4",)}
+    assert {entries for entries, _ in reads} == {10_000}  # the largest held, each time
+    # One change (as the feed's notification makes it): two reads for the six documents.
+    reads.clear()
+    client.app[INTEL_LIST].changed()
+    for header in SIZES_ASKED:
+        assert (await _document(client, header))[0] == 200
+    assert sorted(reads) == [(10_000, ()), (10_000, ("ja4",))]
+    # A smaller document is what a read of its own size would have given.
+    config = FleetConfig.from_settings(client.app[SETTINGS])
+    own = await read(db, list(config.service_networks), 1_000, config.min_age, config.keyed,
+                     ("ja4",))
+    _, small, _ = await _document(client, "datasets=1000")
+    assert small["entry_count"] == 1_000
+    assert _names(small) == {shown(kind, value) for kind, value, _ in own}
+
+
+async def test_a_size_nobody_asked_for_lately_is_dropped_at_a_change(client, monkeypatch):
+    db = client.app[DATABASE]
+    await _feed(db, [("domain", "one.capacity.example", 50)])
+    lists = client.app[INTEL_LIST]
+    assert (await _document(client, "datasets=1000"))[0] == 200
+    assert (await _document(client, "datasets=3000"))[0] == 200
+    assert len(lists.sizes()) == 2
+    monkeypatch.setattr(sized, "IDLE_SECONDS", 0.0)
+    lists.changed()  # neither asked since: both dropped, neither rebuilt
+    assert lists.sizes() == []
+    monkeypatch.setattr(sized, "IDLE_SECONDS", 900.0)
+    status, document, _ = await _document(client, "datasets=1000")  # asked again: made again
+    assert status == 200 and _names(document) == {"one.capacity.example"}
+    assert len(lists.sizes()) == 1

@@ -11,9 +11,10 @@ numbered and kept in the database (server/polling/versioned.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable
 
 from engine.firewall import Exemptions
@@ -23,26 +24,74 @@ from server.intel import sql as intel_db
 from server.intel.capacity import Capacity, capacity
 from server.db.pool import Database, DatabaseUnavailable
 from server.polling.sized import SizedDocuments
-from server.polling.versioned import VersionedDocument
+from server.polling.versioned import VersionedDocument, read_clock
 
 log = logging.getLogger("router_backend.intel")
 
 REBUILD_SECONDS = 3600.0
 
 
-class IntelList(VersionedDocument):
-    def __init__(self, db: Database, listening: Callable[[], bool], exempt: list[str],
-                 capacity: Capacity, trusted_after: timedelta, keyed: bool):
-        """`exempt`: the service's own networks, never delivered; `capacity`: the size of
-        the document and whether it holds JA4 fingerprints (server/intel/capacity.py);
-        `trusted_after`: the age (FLEET_MIN_ROUTER_AGE_HOURS) past which a keyed router's
-        poll address keeps a value out; `keyed`: ROUTER_AUTH=key (in mac mode no poll
-        address does)."""
-        super().__init__(db, listening, capacity.name)
+class DeliveredRows:
+    """The delivery statement read once for every document of a JA4 choice: a smaller
+    document is the first entries of the larger (its order is total), so a change costs a
+    process two reads (with JA4 and without), not one for each size it serves. A read is
+    shared by the documents asking for one begun after a time they name (their last change;
+    for a rebuild of time, SHARE_SECONDS ago); a failed one is not."""
+
+    SHARE_SECONDS = 2.0
+
+    def __init__(self, db: Database, exempt: list[str], trusted_after: timedelta,
+                 keyed: bool):
+        """`exempt`: the service's own networks, never delivered; `trusted_after`: the age
+        (FLEET_MIN_ROUTER_AGE_HOURS) past which a keyed router's poll address keeps a value
+        out; `keyed`: ROUTER_AUTH=key (in mac mode no poll address does)."""
+        self._db = db
         self._exempt = exempt
-        self._capacity = capacity
         self._trusted_after = trusted_after
         self._keyed = keyed
+        self._largest: dict[bool, int] = {}  # ja4 -> the most entries a document holds
+        self._reads: dict[bool, tuple[float, int, asyncio.Task]] = {}  # ja4 -> its last
+
+    def expect(self, largest: dict[bool, int]) -> None:
+        """`largest`: the most entries a document of each JA4 choice holds, which the next
+        read of that choice reads."""
+        self._largest = largest
+
+    async def rows(self, entries: int, ja4: bool, fresh_after: float
+                   ) -> tuple[datetime, list[tuple]]:
+        """The database's time before the read, and the first `entries` rows delivered, of
+        a read begun after `fresh_after` (monotonic)."""
+        now = time.monotonic()
+        held = self._reads.get(ja4)
+        if held is None or held[1] < entries or held[0] < fresh_after \
+                or (held[2].done() and (held[2].cancelled() or held[2].exception())):
+            limit = max(entries, self._largest.get(ja4, 0))
+            held = (now, limit, asyncio.get_running_loop().create_task(self._read(limit, ja4)))
+            self._reads[ja4] = held
+        made_at, rows = await asyncio.shield(held[2])
+        return made_at, rows[:entries]
+
+    async def _read(self, entries: int, ja4: bool) -> tuple[datetime, list[tuple]]:
+        made_at = await read_clock(self._db)
+        rows = await intel_db.delivered(self._db, self._exempt, entries, self._trusted_after,
+                                        self._keyed, () if ja4 else ("ja4",))
+        return made_at, rows
+
+
+class IntelList(VersionedDocument):
+    def __init__(self, db: Database, listening: Callable[[], bool], delivered: DeliveredRows,
+                 capacity: Capacity):
+        """`delivered`: what the delivery statement keeps, read once for the documents of
+        a change; `capacity`: the size of the document and whether it holds JA4
+        fingerprints (server/intel/capacity.py)."""
+        super().__init__(db, listening, capacity.name)
+        self._delivered = delivered
+        self._capacity = capacity
+        self._changed_at = 0.0  # the last change notified (monotonic)
+
+    def changed(self, payload: str = "") -> None:
+        self._changed_at = time.monotonic()
+        super().changed(payload)
 
     def _outdated(self) -> bool:
         return super()._outdated() or time.monotonic() - self._loaded_at > REBUILD_SECONDS
@@ -53,10 +102,10 @@ class IntelList(VersionedDocument):
         entries of the last good load are kept and the failure logged: a feed must never
         stop routers from polling (GET /rules/last_updated names this document)."""
         try:
-            made_at = await self._read_clock()
-            rows = await intel_db.delivered(self._db, self._exempt, self._capacity.entries,
-                                            self._trusted_after, self._keyed,
-                                            () if self._capacity.ja4 else ("ja4",))
+            fresh_after = self._changed_at if self._changes != self._seen \
+                else time.monotonic() - DeliveredRows.SHARE_SECONDS
+            made_at, rows = await self._delivered.rows(
+                self._capacity.entries, self._capacity.ja4, fresh_after)
         except DatabaseUnavailable:
             raise
         except Exception:
@@ -83,9 +132,20 @@ class IntelLists(SizedDocuments[Capacity, IntelList]):
     (server/intel/capacity.py): at most one per pair of sizes (entries, block entries) with
     and without JA4, whatever the fleet."""
 
-    def __init__(self, make: Callable[[Capacity], IntelList], max_entries: int):
+    def __init__(self, make: Callable[[Capacity], IntelList], max_entries: int,
+                 delivered: DeliveredRows):
+        """`delivered`: the reads the documents `make` makes share."""
         super().__init__(make)
         self._max_entries = max_entries
+        self._delivered = delivered
 
     def _size(self, header: str | None) -> Capacity:
         return capacity(header, self._max_entries)
+
+    def changed(self, payload: str = "") -> None:
+        self._drop_idle()
+        largest: dict[bool, int] = {}
+        for held in self.sizes():
+            largest[held.ja4] = max(largest.get(held.ja4, 0), held.entries)
+        self._delivered.expect(largest)
+        super().changed(payload)

@@ -1,22 +1,30 @@
 """A shared document in each size routers declare (Router-Capacity, capacity.py), each made
 when a router first asks for it: as many as there are sizes, whatever the fleet. A subclass
-says which size a header names (`_size`)."""
+says which size a header names (`_size`). A document no router asked for in IDLE_SECONDS is
+dropped at the next change instead of being rebuilt (a stranger naming every size once
+does not make each process rebuild them all at every change for ever); asked again, it is
+made again, and its deltas still come from the versions kept in the database."""
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, Iterable, TypeVar
 
 from server.polling.shared_document import SharedDocument
 
 Size = TypeVar("Size", bound=Hashable)
 Document = TypeVar("Document", bound=SharedDocument)
 
+IDLE_SECONDS = 900.0
+
 
 class SizedDocuments(ABC, Generic[Size, Document]):
     def __init__(self, make: Callable[[Size], Document]):
         self._make = make
         self._documents: dict[Size, Document] = {}
+        self._asked: dict[Size, float] = {}     # size -> when a router last asked (monotonic)
+        self._pinned: set[Size] = set()         # sizes the service holds itself: never dropped
 
     @abstractmethod
     def _size(self, header: str | None) -> Size:
@@ -25,13 +33,32 @@ class SizedDocuments(ABC, Generic[Size, Document]):
     def for_router(self, header: str | None) -> Document:
         """The document for a router naming `header` (Router-Capacity, or None);
         CapacityInvalid when the header is malformed."""
-        return self.sized(self._size(header))
+        size = self._size(header)
+        self._asked[size] = time.monotonic()
+        return self._document(size)
 
     def sized(self, size: Size) -> Document:
+        """The document of `size`, held by the service itself: kept, asked or not."""
+        self._pinned.add(size)
+        return self._document(size)
+
+    def sizes(self) -> Iterable[Size]:
+        """The sizes held now."""
+        return list(self._documents)
+
+    def _document(self, size: Size) -> Document:
         if size not in self._documents:
             self._documents[size] = self._make(size)
         return self._documents[size]
 
     def changed(self, payload: str = "") -> None:
+        self._drop_idle()
         for document in list(self._documents.values()):
             document.changed(payload)
+
+    def _drop_idle(self) -> None:
+        idle_since = time.monotonic() - IDLE_SECONDS
+        for size in list(self._documents):
+            if size not in self._pinned and self._asked.get(size, 0.0) < idle_since:
+                del self._documents[size]
+                self._asked.pop(size, None)

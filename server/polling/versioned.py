@@ -30,6 +30,12 @@ DELTAS_KEPT = 64        # deltas to the current document kept packed, by the ETa
 RETRY_SECONDS = 5.0     # a version not recorded is tried again, at a delta asked, after this
 
 
+async def read_clock(db: Database) -> datetime:
+    """The database's time (clock_timestamp(): not the transaction's start)."""
+    (now,) = await db.fetchrow("SELECT clock_timestamp()")
+    return now
+
+
 class VersionedDocument(SharedDocument):
     def __init__(self, db: Database, listening: Callable[[], bool], name: str):
         """`name`: the document's among the versions kept (one per size served)."""
@@ -55,8 +61,7 @@ class VersionedDocument(SharedDocument):
     async def _read_clock(self) -> datetime:
         """The database's time, read by `_load` before it reads the state and kept as
         `_made_at` once the state is read: the version's time."""
-        (made_at,) = await self._db.fetchrow("SELECT clock_timestamp()")
-        return made_at
+        return await read_clock(self._db)
 
     def changed(self, _payload: str = "") -> None:
         """Rebuilt at once, not at the next request: every process then passes through
