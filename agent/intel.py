@@ -117,23 +117,29 @@ class IntelUpdater:
         answer = self._client.request("GET", "/rules/intel?delta=1", headers=headers)
         if answer.status == 304:
             return None
-        new_etag = answer.headers.get("etag", "")
+        new_etag, body = answer.headers.get("etag", ""), None
+        headers.pop("If-None-Match", None)  # what is asked again is the whole document
         try:
             body = answer.json()
             if "delta_from" in body and not follows(body, done):
                 log.warning("intel delta from version %s, this router holds %s: the whole "
                             "document asked", body.get("from_serial"), done.get("serial"))
-                headers.pop("If-None-Match", None)
                 answer = self._client.request("GET", "/rules/intel", headers=headers)
                 new_etag, body = answer.headers.get("etag", ""), answer.json()
-            document = checked(applied(held, body) if "delta_from" in body else body)
-            if not _empty(document) or (held is not None and not _empty(held)):
-                self._install(document)  # (an empty list where none was: nothing to load)
+            document = self._applied(held, body)
         except (IntelError, KeyError, TypeError, AttributeError, ValueError) as error:
-            log.error("intel document %s not applied: %s", new_etag, error)
-            self._state.values["failed"]["intel"] = new_etag
-            self._state.error(f"intel document not applied: {error}")
-            return False, f"intel: {error}"
+            if not isinstance(body, dict) or "delta_from" not in body:
+                return self._failed(new_etag, error)
+            # A delta that does not apply: the whole document, before this version is
+            # marked failed (and not asked again until it changes).
+            log.warning("intel delta to %s not applied (%s): the whole document asked",
+                        new_etag, error)
+            try:
+                answer = self._client.request("GET", "/rules/intel", headers=headers)
+                new_etag, body = answer.headers.get("etag", ""), answer.json()
+                document = self._applied(held, body)
+            except (IntelError, KeyError, TypeError, AttributeError, ValueError) as error:
+                return self._failed(new_etag, error)
         write_atomically(self._kept, json.dumps(document).encode(), 0o600)
         self._state.values["applied"]["intel"] = {"etag": new_etag, "at": now(),
                                                   "entries": document["entry_count"],
@@ -142,6 +148,19 @@ class IntelUpdater:
         self._state.values["failed"].pop("intel", None)
         log.info("intel document %s applied: %d entries", new_etag, document["entry_count"])
         return True, ""
+
+    def _applied(self, held: dict | None, body: dict) -> dict:
+        """The document `body` (whole, or a delta to `held`) leads to, installed."""
+        document = checked(applied(held, body) if "delta_from" in body else body)
+        if not _empty(document) or (held is not None and not _empty(held)):
+            self._install(document)  # (an empty list where none was: nothing to load)
+        return document
+
+    def _failed(self, etag: str, error: Exception) -> tuple[bool, str]:
+        log.error("intel document %s not applied: %s", etag, error)
+        self._state.values["failed"]["intel"] = etag
+        self._state.error(f"intel document not applied: {error}")
+        return False, f"intel: {error}"
 
     def _install(self, document: dict) -> None:
         directory = self._config.intel_path

@@ -47,6 +47,10 @@ class InstallError(Exception):
     """The test or the reload command failed; the previous file is back."""
 
 
+# What a payload that cannot be applied raises (a bad document, a refused reload).
+NOT_APPLIED = (PayloadError, InstallError, KeyError, TypeError, AttributeError, ValueError)
+
+
 class RuleUpdater:
     def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient,
                  enforcement: EnforcementReporter):
@@ -116,7 +120,7 @@ class RuleUpdater:
                 return None
         if answer.status == 304:
             return None
-        etag = answer.headers.get("etag", "")
+        etag, body = answer.headers.get("etag", ""), None
         try:
             body = answer.json()
             if "delta_from" in body and not follows(body, applied):
@@ -125,15 +129,20 @@ class RuleUpdater:
                 answer = self._client.request("GET", f"/rules/{kind}",
                                               headers={"Accept-Encoding": "gzip"})
                 etag, body = answer.headers.get("etag", ""), answer.json()
-            payload = fleet_applied(held, body) if "delta_from" in body else body
-            content, wanted = render(kind, payload, self._config)
-            self._install(kind, content, wanted)
-        except (PayloadError, InstallError, KeyError, TypeError, AttributeError,
-                ValueError) as error:
-            log.error("%s payload %s not applied: %s", kind, etag, error)
-            self._state.values["failed"][kind] = etag
-            self._state.error(f"{kind} payload not applied: {error}")
-            return False, f"{kind}: {error}"
+            payload = self._applied(kind, held, body)
+        except NOT_APPLIED as error:
+            if not isinstance(body, dict) or "delta_from" not in body:
+                return self._failed(kind, etag, error)
+            # A delta that does not apply: the whole list, before this version is marked
+            # failed (and not asked again until it changes).
+            log.warning("fleet delta to %s not applied (%s): the whole list asked", etag, error)
+            try:
+                answer = self._client.request("GET", f"/rules/{kind}",
+                                              headers={"Accept-Encoding": "gzip"})
+                etag, body = answer.headers.get("etag", ""), answer.json()
+                payload = self._applied(kind, held, body)
+            except NOT_APPLIED as error:
+                return self._failed(kind, etag, error)
         self._state.values["applied"][kind] = {"etag": etag, "updated_at": updated_at,
                                                "at": now()}
         if kind == "fleet":  # kept, for the next delta
@@ -144,6 +153,20 @@ class RuleUpdater:
         self._state.values["failed"].pop(kind, None)
         log.info("%s payload %s applied to %s", kind, etag, self._files[kind])
         return True, ""
+
+    def _applied(self, kind: str, held: dict | None, body: dict) -> dict:
+        """The payload `body` (whole, or a delta to the fleet's list `held`) leads to,
+        installed."""
+        payload = fleet_applied(held, body) if "delta_from" in body else body
+        content, wanted = render(kind, payload, self._config)
+        self._install(kind, content, wanted)
+        return payload
+
+    def _failed(self, kind: str, etag: str, error: Exception) -> tuple[bool, str]:
+        log.error("%s payload %s not applied: %s", kind, etag, error)
+        self._state.values["failed"][kind] = etag
+        self._state.error(f"{kind} payload not applied: {error}")
+        return False, f"{kind}: {error}"
 
     def _held_fleet(self, etag: str | None) -> dict | None:
         """The fleet's list applied as `etag`, as kept; None when there is none to apply a

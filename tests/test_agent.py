@@ -599,6 +599,22 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
     assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 2
     assert "intel" in status(config)["failed"]
 
+    # A delta that does not apply (the document kept holds a block entry that is no
+    # network): the whole document is asked and applied at once, not the version failed.
+    (tmp_path / "test-fails").unlink()
+    kept_path = config.state_dir / "intel.json"
+    kept = json.loads(kept_path.read_text())
+    kept["block"].append({"address": "not-a-network", "expires_at": None})
+    kept_path.write_text(json.dumps(kept))
+    async with open_database(settings) as db:
+        await import_file(db, feed, b"other.bad.example\nlast.bad.example\n", "test")
+        await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
+    await wait_for(lambda: _intel_holds(intel_list, 2), timeout=10, interval=0.05)
+    assert (await run_round(config))[0] == 0
+    assert status(config)["applied"]["intel"]["delta"] is False
+    assert "intel" not in status(config)["failed"]
+    assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 2
+
 
 async def _intel_holds(intel_list, entries: int, text: str = "") -> bool:
     served = await intel_list.served(MAC)

@@ -150,3 +150,13 @@ async def test_the_agent_applies_a_delta_and_asks_the_whole_list_after_a_gap(
     await change([_entry(n) for n in range(4, 31)])
     assert (await run_round(config))[0] == 0 and state()["delta"] is False
     assert loaded() == {_entry(n)["address"] for n in range(4, 31)}
+    # A delta that does not apply (the list kept holds an entry that is no address): the
+    # whole list is asked and applied at once, not the version marked failed.
+    kept = orjson.loads(kept_list.read_bytes())
+    kept["document"]["entries"].append({"address": "not-an-address", "family": 4,
+                                        "reasons": ["fleet"], "expires_at": None})
+    kept_list.write_bytes(orjson.dumps(kept))
+    await change([_entry(n) for n in range(5, 32)])
+    assert (await run_round(config))[0] == 0 and state()["delta"] is False
+    assert loaded() == {_entry(n)["address"] for n in range(5, 32)}
+    assert "fleet" not in orjson.loads((config.state_dir / "state.json").read_bytes())["failed"]
