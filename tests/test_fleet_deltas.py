@@ -5,6 +5,7 @@ a delta to its sets and asks the whole list when the delta does not follow its v
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import orjson
 import pytest
@@ -14,6 +15,7 @@ from server.db.pool import Database
 from server.fleet import sql as fleet_db
 from server.fleet.document import FleetList
 from server.metrics import Metrics
+from server.polling import versioned, versions
 from server.typedefs import DATABASE, FLEET_LIST
 from tests.test_agent import config_for, run_round, url_of
 from tests.test_document_versions import db  # noqa: F401 (the fixture)
@@ -160,3 +162,32 @@ async def test_the_agent_applies_a_delta_and_asks_the_whole_list_after_a_gap(
     assert (await run_round(config))[0] == 0 and state()["delta"] is False
     assert loaded() == {_entry(n)["address"] for n in range(5, 32)}
     assert "fleet" not in orjson.loads((config.state_dir / "state.json").read_bytes())["failed"]
+
+
+async def test_routers_asking_one_delta_at_once_share_its_computation(db, monkeypatch):
+    """After a restart every router holding one version asks the same delta at once: one
+    read of the versions and one build serve them all; the deltas asked lately are kept,
+    the oldest asked dropped first."""
+    reads, read = [], versions.changes_since
+
+    async def counted(db, name, since, serial):
+        reads.append(since)
+        return await read(db, name, since, serial)
+
+    monkeypatch.setattr(versions, "changes_since", counted)
+    monkeypatch.setattr(versioned, "DELTAS_KEPT", 2)
+    document, held = _list_of(db), []
+    for version in range(4):
+        await fleet_db.replace(db, [_entry(n) for n in range(version, 20 + version)], [])
+        document.changed()
+        served = await document.served(MAC)
+        assert await document.recorded(served) == version + 1
+        held.append(served.etag)
+    answers = await asyncio.gather(*(document.delta(MAC, held[0]) for _ in range(50)))
+    assert len(reads) == 1 and len({answer[0].etag for answer in answers}) == 1
+    assert _opened(answers[0][0].packed)["from_serial"] == 1
+    for since in (held[1], held[2], held[2]):  # the third is kept: no read
+        assert await document.delta(MAC, since) is not None
+    assert reads == [held[0], held[1], held[2]]
+    assert await document.delta(MAC, held[0]) is not None  # dropped, the oldest asked
+    assert reads[-1] == held[0] and len(reads) == 4

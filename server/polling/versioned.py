@@ -2,8 +2,8 @@
 this process builds is recorded in the database, and the change from any version kept is
 read from there, so any process on any host, after any restart, answers a delta
 (`?delta=1`, docs/router-api.md). A process's memory holds its current document and the
-deltas to it asked lately (DELTAS_KEPT), not a history; a delta is packed once per earlier
-ETag asked, in a thread. Each change is built at once, so that every process records and
+deltas to it asked lately (DELTAS_KEPT, the oldest asked dropped first), not a history; a
+delta is computed once for the routers asking it at once, and packed in a thread. Each change is built at once, so that every process records and
 serves it soon.
 
 A subclass says, beside what a shared document says, how a document is a set of items
@@ -47,6 +47,7 @@ class VersionedDocument(SharedDocument):
         self._recorded_at = 0.0                  # the last try to record (monotonic)
         self._recording: asyncio.Task | None = None  # the recording of the last rebuild
         self._deltas: dict[str, Served] = {}     # from ETag -> delta to the current
+        self._computing: dict[tuple[str, int], asyncio.Task] = {}  # (from, to) -> in flight
         self._eager: asyncio.Task | None = None  # the rebuild a change started
 
     @abstractmethod
@@ -146,12 +147,25 @@ class VersionedDocument(SharedDocument):
             return None
         if (known := deltas.get(since)) is not None:
             return known, current.etag
+        key = (since, serial)  # one computation for the routers asking it at once
+        if (computing := self._computing.get(key)) is None:
+            computing = asyncio.get_running_loop().create_task(
+                self._computed(since, document, serial))
+            self._computing[key] = computing
+            computing.add_done_callback(lambda _: self._computing.pop(key, None))
+        delta = await asyncio.shield(computing)
+        if delta is None:
+            return None
+        if deltas is self._deltas and since not in deltas:
+            if len(deltas) >= DELTAS_KEPT:  # the oldest asked goes
+                deltas.pop(next(iter(deltas)))
+            deltas[since] = delta
+        return delta, current.etag
+
+    async def _computed(self, since: str, document: dict, serial: int) -> Served | None:
         found = await versions.changes_since(self._db, self.name, since, serial)
         if found is None:
             return None
         start, added, removed = found
-        delta = await asyncio.to_thread(served_document, self._delta_document(
+        return await asyncio.to_thread(served_document, self._delta_document(
             since, document, added, removed, (start, serial)))
-        if len(deltas) < DELTAS_KEPT and deltas is self._deltas:
-            deltas[since] = delta
-        return delta, current.etag
