@@ -28,6 +28,7 @@ from server.db.pool import Database
 from server.errors import ErrorAnswers
 from server.polling.etag_cache import EtagCache
 from server.fleet.document import FleetList, FleetLists
+from server.generation.declarations import Declarations
 from server.intel.document import DeliveredRows, IntelList, IntelLists
 from server.generation.service import GenerationConfig, GenerationService, generation_pool
 from server.handlers.domain_errors import DOMAIN_STATUSES
@@ -61,7 +62,7 @@ from server.web.in_flight import InFlight
 from server.web.middleware import request_middleware
 from server.web.routes import add_routes
 from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, GENERATION,
-                             IN_FLIGHT, INGESTION, METRICS, NOTIFIER, PARTS, ROUTER_KEYS,
+                             DECLARATIONS, IN_FLIGHT, INGESTION, METRICS, NOTIFIER, PARTS, ROUTER_KEYS,
                              ROUTER_REGISTRY, SENDS, SETTINGS, TRAFFIC_TALLY, UPLOAD_SLOTS)
 
 log = logging.getLogger("router_backend.http")
@@ -245,6 +246,7 @@ async def registry_context(app: Resources) -> AsyncIterator[None]:
     app[ROUTER_REGISTRY] = RouterRegistry(
         app[DATABASE], settings.registration_mode, settings.router_cache_seconds,
         app[FLOOD_LIMITS], registrations, on_new_router=service.wake if service else lambda: None)
+    app[DECLARATIONS] = Declarations()
     yield
 
 

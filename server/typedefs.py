@@ -6,6 +6,7 @@ from server.db.pool import Database
 from server.polling.etag_cache import EtagCache
 from server.fleet.document import FleetLists
 from server.intel.document import IntelLists
+from server.generation.declarations import Declarations
 from server.generation.service import GenerationService
 from server.routers.identity import RouterRegistry
 from server.ingest.ingest import Ingestion
@@ -24,6 +25,7 @@ DATABASE = web.AppKey("database", Database)
 INGESTION = web.AppKey("ingestion", Ingestion)
 UPLOAD_SLOTS = web.AppKey("upload_slots", UploadSlots)
 ROUTER_REGISTRY = web.AppKey("router_registry", RouterRegistry)
+DECLARATIONS = web.AppKey("declarations", Declarations)
 ROUTER_KEYS = web.AppKey("router_keys", RouterKeys)
 FLOOD_LIMITS = web.AppKey("flood_limits", FloodLimits)
 TRAFFIC_TALLY = web.AppKey("traffic_tally", TrafficTally)

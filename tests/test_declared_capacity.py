@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from server.generation import declarations
 from server.jobs.preprocess import run_preprocess
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
@@ -121,3 +122,22 @@ async def test_the_reference_agent_declares_its_rules_and_sets(generating, sql, 
     assert "rules=" not in config_for(tmp_path, url_of(generating)).capacity_header
     await run_round(config)
     assert declared(sql, AGENT_MAC) == (2, 1, True)
+
+
+async def test_a_poll_writes_the_declaration_only_when_it_may_have_changed(
+        generating, sql, monkeypatch):
+    """A process writes a router's declaration at its first poll there and when the header
+    changes; the same header again writes nothing until RECHECK_SECONDS passed (another
+    process may have written another meanwhile: then it is written again)."""
+    client = generating
+    assert await poll(client, "rules=7") == 200
+    assert declared(sql) == (7, None, False)
+    sql.rows("UPDATE generation_queue SET declared_rules = 8 WHERE mac = %s", (MAC,))
+    assert await poll(client, "rules=7") == 200  # as another process had written
+    assert declared(sql) == (8, None, False)
+    monkeypatch.setattr(declarations, "RECHECK_SECONDS", 0.0)
+    assert await poll(client, "rules=6") == 200  # changed: written
+    assert declared(sql) == (6, None, False)
+    sql.rows("UPDATE generation_queue SET declared_rules = 8 WHERE mac = %s", (MAC,))
+    assert await poll(client, "rules=6") == 200  # the same, but past the recheck
+    assert declared(sql) == (6, None, False)

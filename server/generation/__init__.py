@@ -16,7 +16,9 @@ One generation's path through the code:
 
 Its SQL: `sql.py` (the queue's leases and a generation worker's statements), `rules_sql.py`
 (the stored payloads and activations), `applied_sql.py` (what routers report they loaded);
-`status.py` is its part of the fleet at a glance.
+`status.py` is its part of the fleet at a glance; `declarations.py` what each router
+declared it holds, as this process last wrote it (a poll writes it only when it may have
+changed).
 
 Imports: server.db, server.fleet (the outbreaks read with a router's tuning), server.routers,
 server.telemetry, engine, ruledata; nothing from ops.

@@ -32,19 +32,24 @@ DECLARE_CAPACITY = (
     f"UPDATE generation_queue SET {DECLARED} = {DECLARED_NOW}, next_due_at = "
     f"least(next_due_at, greatest(now(), generated_at + {REGENERATION_GAP})) "
     f"WHERE mac = %(mac)s AND {DECLARED} IS DISTINCT FROM {DECLARED_NOW}")
-ACTIVATE_AND_READ = (f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n{DECLARE_CAPACITY};\n"
-                     f"{PAYLOAD_TIMES}")
+ACTIVATE_AND_READ = f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n{PAYLOAD_TIMES}"
+ACTIVATE_DECLARE_AND_READ = (f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n"
+                             f"{DECLARE_CAPACITY};\n{PAYLOAD_TIMES}")
 
 
 async def activate_and_read_timestamps(db: Database, mac: str, address: str | None,
-                                       declared: Declared
+                                       declared: Declared | None
                                        ) -> tuple[datetime | None, datetime | None]:
     """Record an activation (with the address the router called from, so that its firewall
-    never blocks it, nor the fleet's list) and what it `declared` it holds, and return
-    (ids_updated_at, firewall_updated_at), one round trip."""
+    never blocks it, nor the fleet's list) and what it `declared` it holds (None: nothing
+    to write, server/generation/declarations.py), and return (ids_updated_at,
+    firewall_updated_at), one round trip."""
     async with db.cursor() as cur:
-        await execute(cur, ACTIVATE_AND_READ, {"mac": mac, "address": address,
-                                               **declared_params(declared)})
+        if declared is None:
+            await execute(cur, ACTIVATE_AND_READ, {"mac": mac, "address": address})
+        else:
+            await execute(cur, ACTIVATE_DECLARE_AND_READ, {
+                "mac": mac, "address": address, **declared_params(declared)})
         row = await cur.fetchone()
     return (row[0], row[1]) if row else (None, None)
 

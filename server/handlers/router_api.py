@@ -31,7 +31,7 @@ from server.ingest.ingest import Upload
 from server.web.peers import client_address
 from server.settings import Settings
 from server.timestamps import iso_utc
-from server.typedefs import (DATABASE, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, INGESTION, METRICS,
+from server.typedefs import (DATABASE, DECLARATIONS, ETAG_CACHE, FLEET_LIST, INTEL_LIST, FLOOD_LIMITS, INGESTION, METRICS,
                              ROUTER_KEYS, ROUTER_REGISTRY, SETTINGS, TRAFFIC_TALLY,
                              UPLOAD_SLOTS)
 
@@ -149,8 +149,12 @@ async def last_updated(request: web.Request, mac: str) -> web.Response:
     holds = declared(request.headers.get(CAPACITY_HEADER))  # a malformed capacity
     fleet_list, intel_list = _fleet_list(request), _intel_list(request)  # refused first
     address = client_address(request, request.app[SETTINGS].trusted_proxies)
+    declarations = request.app[DECLARATIONS]
+    written = None if declarations.unchanged(mac, holds) else holds
     ids_at, firewall_at = await rules_db.activate_and_read_timestamps(
-        request.app[DATABASE], mac, address if address != "-" else None, holds)
+        request.app[DATABASE], mac, address if address != "-" else None, written)
+    if written is not None:
+        declarations.written(mac, holds)
     request.app[TRAFFIC_TALLY].poll()
     fleet = await fleet_list.served(mac)
     intel = await intel_list.served(mac)

@@ -12,6 +12,7 @@ this grammar is refused (400)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ class Declared:
     rules: int | None = None
 
 
+@functools.lru_cache(maxsize=1024)  # every poll names one; a fleet, a few of them
 def declared(header: str | None) -> Declared:
     """The declaration `header` (None: no header) holds; CapacityInvalid when malformed."""
     if header is None:

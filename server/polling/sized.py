@@ -17,6 +17,7 @@ Size = TypeVar("Size", bound=Hashable)
 Document = TypeVar("Document", bound=SharedDocument)
 
 IDLE_SECONDS = 900.0
+SIZES_REMEMBERED = 1024  # headers and the size each names (a poll costs no parse)
 
 
 class SizedDocuments(ABC, Generic[Size, Document]):
@@ -25,6 +26,7 @@ class SizedDocuments(ABC, Generic[Size, Document]):
         self._documents: dict[Size, Document] = {}
         self._asked: dict[Size, float] = {}     # size -> when a router last asked (monotonic)
         self._pinned: set[Size] = set()         # sizes the service holds itself: never dropped
+        self._sizes: dict[str | None, Size] = {}  # header -> the size it names
 
     @abstractmethod
     def _size(self, header: str | None) -> Size:
@@ -33,7 +35,13 @@ class SizedDocuments(ABC, Generic[Size, Document]):
     def for_router(self, header: str | None) -> Document:
         """The document for a router naming `header` (Router-Capacity, or None);
         CapacityInvalid when the header is malformed."""
-        size = self._size(header)
+        if header in self._sizes:
+            size = self._sizes[header]
+        else:
+            size = self._size(header)
+            if len(self._sizes) >= SIZES_REMEMBERED:  # headers a stranger makes up
+                self._sizes.clear()
+            self._sizes[header] = size
         self._asked[size] = time.monotonic()
         return self._document(size)
 
