@@ -1,28 +1,37 @@
 """The reference agent against real nftables in a network namespace the test makes (issue
-82): its sets hold exactly the payloads after each change, applied element by element; a
-listed address never passes while its set changes; what the sets dropped (their elements'
+82): its sets hold exactly the payloads after each change (its own list's, the fleet's and
+the threat intelligence's, the last two by deltas), applied element by element (the
+intelligence's set refilled in one nft transaction); a listed address never passes while
+its set changes; what the sets dropped (their elements'
 counters) reaches the service as an enforcement report, every packet counted once. Skipped where no namespace
 can be made (not root, no `ip netns`, no `nft`)."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import shutil
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from server.db.lifecycle import open_database
 from server.fleet import sql as fleet_db
+from server.intel import sql as intel_db
+from server.telemetry.indicators import feed_value
+from server.typedefs import FLEET_LIST, INTEL_LIST
+from testkit.waiting import wait_for
 from testkit.database import settings_for
 from testkit.payloads import store_payload_objects
 from tests.test_agent import (MAC, config_for, firewall_payload, fleet_entry, fleet_served,
                               run_round, url_of)
 
 OWN, KEPT, FLEET = "62.210.1.5", "62.210.1.6", "77.88.1.9"
+INTEL = "77.88.2.9"  # a feed's address, in every version of the intelligence
 
 # The agent's sets as docs/agent.md declares them, and what the namespace's own traffic
 # meets: the block sets drop; a packet to KEPT that got past them is counted as passed.
@@ -38,11 +47,11 @@ RULESET = """table inet filter {
     ip daddr @router_backend_block_v4 drop
     ip daddr @router_backend_fleet_v4 drop
     ip daddr @router_backend_intel_v4 drop
-    ip daddr %s counter name passed accept
+    ip daddr { %s } counter name passed accept
   }
   counter passed { }
 }
-""" % KEPT
+""" % ", ".join((KEPT, FLEET, INTEL))
 
 
 def _namespaces_work() -> bool:
@@ -67,7 +76,7 @@ def namespace():
     inside = ["ip", "netns", "exec", name]
     try:
         subprocess.run([*inside, "ip", "link", "set", "lo", "up"], check=True)
-        for address in (OWN, KEPT, FLEET):
+        for address in (OWN, KEPT, FLEET, INTEL):
             subprocess.run([*inside, "ip", "addr", "add", f"{address}/32", "dev", "lo"],
                            check=True)
         subprocess.run([*inside, "nft", "-f", "-"], input=RULESET.encode(), check=True)
@@ -120,9 +129,10 @@ async def _sent(sender: subprocess.Popen) -> int:
     return int((await asyncio.to_thread(sender.communicate))[0])
 
 
-def _agent(tmp_path, client, inside: list[str]):
+def _agent(tmp_path, client, inside: list[str], intel: bool = False):
     nft = [*inside, "nft"]
-    return config_for(tmp_path, url_of(client), intel=False,
+    return config_for(tmp_path, url_of(client), intel=intel, test_command=("true",),
+                      reload_command=("true",),
                       firewall_test_command=(*nft, "-c", "-f", "{firewall_file}"),
                       firewall_reload_command=(*nft, "-f", "{firewall_file}"),
                       counters_command=(*nft, "-j", "list", "set", "{set}"),
@@ -175,3 +185,54 @@ async def test_sets_follow_the_payloads_no_listed_packet_passes_and_drops_are_re
     assert hits[KEPT] == hammered and days["firewall"] == 50 + hammered
     assert (await run_round(config))[0] == 0  # nothing new: nothing added
     assert dict(sql.rows("SELECT list, packets FROM enforcement_days")) == days
+
+
+async def _document_holds(document, address: str) -> bool:
+    return address.encode() in gzip.decompress((await document.served(MAC)).packed)
+
+
+async def _intel_version(db, addresses: list[str]) -> None:
+    """The feed's next version, judged (as a retro-hunt does): delivered."""
+    now = datetime.now(timezone.utc)
+    if not await intel_db.feeds(db, "drill"):
+        await intel_db.add_feed(db, "drill", None, "plain", "ip", 50, "test")
+    rows = [("ip", feed_value("ip", address), 50, now, now, now + timedelta(days=30))
+            for address in addresses]
+    await intel_db.swap_version(db, "drill", rows, len(rows), {}, None, None, "test")
+    async with db.transaction() as cur:
+        await intel_db.mark_hunted(cur, [("ip", value) for _, value, *_ in rows])
+
+
+@pytest.mark.drill  # real nftables, a namespace, senders running through reloads
+async def test_the_fleet_list_and_the_intelligence_change_and_no_listed_packet_passes(
+        make_client, database, tmp_path, namespace):
+    """The fleet's list and the threat intelligence change four times each under a live
+    agent, by deltas, while two senders hammer an address each lists in every version:
+    after each change the sets hold exactly the documents, and nothing passes."""
+    settings = settings_for(database, tmp_path / "server", FLEET_CRON_SCHEDULE="0 0 1 1 *")
+    client = await make_client(settings)
+    config = _agent(tmp_path, client, namespace, intel=True)
+    fleet, intel = client.app[FLEET_LIST].whole, client.app[INTEL_LIST].for_router(None)
+
+    async def change(n: int) -> None:
+        async with open_database(settings) as db:
+            await fleet_db.replace(db, [fleet_entry(FLEET), fleet_entry(f"77.88.4.{n}")], [])
+            await _intel_version(db, [INTEL, f"77.88.3.{n}"])
+        await wait_for(lambda: _document_holds(fleet, f"77.88.4.{n}"), timeout=10)
+        await wait_for(lambda: _document_holds(intel, f"77.88.3.{n}"), timeout=10)
+
+    await change(0)
+    assert (await run_round(config))[0] == 0
+    stop = tmp_path / "stop"
+    hammers = [_send(namespace, address, 10_000_000, str(stop)) for address in (FLEET, INTEL)]
+    for n in range(1, 5):
+        await change(n)
+        assert (await run_round(config))[0] == 0
+        assert _elements(namespace, "router_backend_fleet_v4") == {FLEET, f"77.88.4.{n}"}
+        assert _elements(namespace, "router_backend_intel_v4") == {INTEL, f"77.88.3.{n}"}
+    stop.touch()
+    sent = [await _sent(hammer) for hammer in hammers]
+    assert all(count > 0 for count in sent)
+    assert _passed(namespace) == 0
+    state = json.loads((config.state_dir / "state.json").read_text())["applied"]
+    assert state["fleet"]["delta"] is True and state["intel"]["delta"] is True
