@@ -71,8 +71,14 @@ def settings(database, tmp_path) -> Settings:
 
 
 @pytest.fixture
-async def make_client(aiohttp_client):
-    """Build the real app from settings and connect a real HTTP client to it."""
+def make_client(request):
+    """Build the real app from settings and connect a real HTTP client to it. The test's
+    database, when it has one, is set up before the clients and so dropped after them:
+    an app whose database went first waited a second for a connection at its close."""
+    if "database" in request.fixturenames:
+        request.getfixturevalue("database")
+    aiohttp_client = request.getfixturevalue("aiohttp_client")
+
     async def make(settings: Settings):
         return await aiohttp_client(create_app(settings))
     return make
