@@ -37,9 +37,20 @@ def blank_database(server):
         execute_alone(server, f"DROP DATABASE {location.name} WITH (FORCE)")
 
 
+@contextlib.contextmanager
+def cloned_database(server, template):
+    """A copy of `template` (no session may be connected to it), dropped afterwards."""
+    location = server.with_name(f"rb_clone_{uuid.uuid4().hex[:12]}")
+    execute_alone(server, f"CREATE DATABASE {location.name} TEMPLATE {template.name}")
+    try:
+        yield location
+    finally:
+        execute_alone(server, f"DROP DATABASE {location.name} WITH (FORCE)")
+
+
 def apply_with_yoyo(location, last: str, unmark: bool = False) -> None:
-    """The migrations up to `last`, applied as yoyo does; with `unmark`, the last one's record
-    then removed (what a kill between apply_one's two commits leaves)."""
+    """The migrations up to `last` not applied yet, applied as yoyo does; with `unmark`, the
+    last one's record then removed (what a kill between apply_one's two commits leaves)."""
     migrations = read_schema_migrations()
     backend = get_backend(location.yoyo_url())
     try:
@@ -52,17 +63,21 @@ def apply_with_yoyo(location, last: str, unmark: bool = False) -> None:
 
 def test_each_migration_applied_but_not_recorded_is_recorded(pg_server, single_server_database):
     """That state for each of the migrations in turn: the next start records it, applies the
-    rest, and the schema is the one a clean migration makes."""
+    rest, and the schema is the one a clean migration makes. Each state is a copy of one
+    database migrated a step further each turn, its last record then removed (a database
+    migrated from blank each turn took 45 times the migrations for the same states)."""
     migrated = fingerprint(single_server_database)
     migrations = read_schema_migrations()
-    for migration in migrations:
-        with blank_database(pg_server) as database:
-            apply_with_yoyo(database, migration.id, unmark=True)
-            assert migration.id not in recorded(database)
-            applied = apply_migrations(database)
-            assert applied == [m.id for m in migrations if m.id >= migration.id]
-            assert recorded(database) == [m.id for m in migrations]
-            assert fingerprint(database) == migrated, migration.id
+    with blank_database(pg_server) as through:
+        for migration in migrations:
+            apply_with_yoyo(through, migration.id)
+            with cloned_database(pg_server, through) as database:
+                apply_with_yoyo(database, migration.id, unmark=True)
+                assert migration.id not in recorded(database)
+                applied = apply_migrations(database)
+                assert applied == [m.id for m in migrations if m.id >= migration.id]
+                assert recorded(database) == [m.id for m in migrations]
+                assert fingerprint(database) == migrated, migration.id
 
 
 def test_a_migration_that_truly_fails_is_not_recorded(pg_server):
