@@ -9,7 +9,7 @@ import pytest
 from ops import cli, entry
 
 
-def interrupted() -> None:
+def interrupted(*_) -> None:
     raise KeyboardInterrupt
 
 
