@@ -5,9 +5,14 @@ often it changes (docs/router-api.md, "Capacity")."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+from server.db.pool import execute
 from server.generation import declarations
+from server.generation.sql import RESCHEDULE
+from server.typedefs import DATABASE
 from server.jobs.preprocess import run_preprocess
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
@@ -141,3 +146,33 @@ async def test_a_poll_writes_the_declaration_only_when_it_may_have_changed(
     sql.rows("UPDATE generation_queue SET declared_rules = 8 WHERE mac = %s", (MAC,))
     assert await poll(client, "rules=6") == 200  # the same, but past the recheck
     assert declared(sql) == (6, None, False)
+
+
+async def test_a_declaration_changed_during_a_generation_waits_the_gap_after_it(
+        generating, sql):
+    """The review's race: a header changed while the router was generated made it due at
+    once again (two generations seconds apart); it waits the gap after that generation."""
+    client = generating
+    assert await poll(client, "rules=3") == 200
+    await wait_for(lambda: scheduled(sql))
+    sql.rows("UPDATE generation_queue SET claimed_by = 'test', claimed_until = now() + "
+             "interval '1 minute' WHERE mac = %s", (MAC,))  # a generation under way
+    assert await poll(client, "rules=4") == 200
+    async with client.app[DATABASE].cursor() as cur:  # it ends, made with rules=3
+        await execute(cur, RESCHEDULE, {"key": MAC, "owner": "test", "seconds": 0.1,
+                                        "interval": timedelta(hours=1), "rules": 3,
+                                        "sets": None, "ja4": False})
+    assert sql.value("SELECT next_due_at - generated_at FROM generation_queue WHERE mac = %s",
+                     (MAC,)) == timedelta(minutes=5)
+
+
+async def test_a_changed_declaration_keeps_a_failing_routers_backoff(generating, sql):
+    client = generating
+    assert await poll(client, "rules=3") == 200
+    await wait_for(lambda: scheduled(sql))
+    sql.rows("UPDATE generation_queue SET attempts = 4, next_due_at = now() + "
+             "interval '8 minutes' WHERE mac = %s", (MAC,))  # as four failures leave it
+    assert await poll(client, "rules=4") == 200
+    assert declared(sql) == (4, None, False)
+    assert sql.value("SELECT next_due_at > now() + interval '7 minutes' FROM generation_queue "
+                     "WHERE mac = %s", (MAC,))

@@ -214,10 +214,16 @@ async def test_the_fleet_list_and_the_intelligence_change_and_no_listed_packet_p
     config = _agent(tmp_path, client, namespace, intel=True)
     fleet, intel = client.app[FLEET_LIST].whole, client.app[INTEL_LIST].for_router(None)
 
+    # Twenty addresses more in every version of each, as a real list keeps most of its
+    # entries from one version to the next.
+    fleet_kept = [FLEET, *(f"77.88.5.{4 * k + 1}" for k in range(20))]  # none adjacent
+    intel_kept = [INTEL, *(f"77.88.6.{4 * k + 1}" for k in range(20))]
+
     async def change(n: int) -> None:
         async with open_database(settings) as db:
-            await fleet_db.replace(db, [fleet_entry(FLEET), fleet_entry(f"77.88.4.{n}")], [])
-            await _intel_version(db, [INTEL, f"77.88.3.{n}"])
+            await fleet_db.replace(db, [fleet_entry(address) for address in
+                                        (*fleet_kept, f"77.88.4.{n}")], [])
+            await _intel_version(db, [*intel_kept, f"77.88.3.{n}"])
         await wait_for(lambda: _document_holds(fleet, f"77.88.4.{n}"), timeout=10)
         await wait_for(lambda: _document_holds(intel, f"77.88.3.{n}"), timeout=10)
 
@@ -228,8 +234,8 @@ async def test_the_fleet_list_and_the_intelligence_change_and_no_listed_packet_p
     for n in range(1, 5):
         await change(n)
         assert (await run_round(config))[0] == 0
-        assert _elements(namespace, "router_backend_fleet_v4") == {FLEET, f"77.88.4.{n}"}
-        assert _elements(namespace, "router_backend_intel_v4") == {INTEL, f"77.88.3.{n}"}
+        assert _elements(namespace, "router_backend_fleet_v4") == {*fleet_kept, f"77.88.4.{n}"}
+        assert _elements(namespace, "router_backend_intel_v4") == {*intel_kept, f"77.88.3.{n}"}
     stop.touch()
     sent = [await _sent(hammer) for hammer in hammers]
     assert all(count > 0 for count in sent)

@@ -167,7 +167,7 @@ async def test_the_agent_applies_a_delta_and_asks_the_whole_list_after_a_gap(
 async def test_routers_asking_one_delta_at_once_share_its_computation(db, monkeypatch):
     """After a restart every router holding one version asks the same delta at once: one
     read of the versions and one build serve them all; the deltas asked lately are kept,
-    the oldest asked dropped first."""
+    the one asked least lately dropped first."""
     reads, read = [], versions.changes_since
 
     async def counted(db, name, since, serial):
@@ -191,3 +191,8 @@ async def test_routers_asking_one_delta_at_once_share_its_computation(db, monkey
     assert reads == [held[0], held[1], held[2]]
     assert await document.delta(MAC, held[0]) is not None  # dropped, the oldest asked
     assert reads[-1] == held[0] and len(reads) == 4
+    # The one asked least lately goes, not the one kept first: held[2], asked again, stays.
+    for since in (held[2], held[1], held[2]):
+        assert await document.delta(MAC, since) is not None
+    assert reads[4:] == [held[1]]
+

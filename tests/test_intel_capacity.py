@@ -208,3 +208,15 @@ async def test_a_size_nobody_asked_for_lately_is_dropped_at_a_change(client, mon
     status, document, _ = await _document(client, "datasets=1000")  # asked again: made again
     assert status == 200 and _names(document) == {"one.capacity.example"}
     assert len(lists.sizes()) == 1
+    # Dropped at a real change: made again when asked, from a read after the change, not
+    # the read its last making shared.
+    monkeypatch.setattr(sized, "IDLE_SECONDS", 0.0)
+    await _new_version(db, [("domain", "two.capacity.example", 50)])
+
+    async def dropped() -> bool:
+        return lists.sizes() == []
+
+    await wait_for(dropped)
+    monkeypatch.setattr(sized, "IDLE_SECONDS", 900.0)
+    status, document, _ = await _document(client, "datasets=1000")
+    assert status == 200 and _names(document) == {"two.capacity.example"}

@@ -24,13 +24,15 @@ PAYLOAD_TIMES = ("SELECT ids_updated_at, firewall_updated_at FROM router_rules "
 # What the router declares it holds (Router-Capacity), written only when it changed (most
 # polls match no row); the router is then due for generation, within its payloads' new
 # bounds, at most once every REGENERATION_GAP after its last generation (a router changing
-# its header at each poll is generated no more often than that).
+# its header at each poll is generated no more often than that), and not before a failed
+# generation's backoff has passed.
 REGENERATION_GAP = "interval '5 minutes'"
 DECLARED = "(declared_rules, declared_sets, declared_ja4)"
 DECLARED_NOW = "(%(rules)s::bigint, %(sets)s::bigint, %(ja4)s::boolean)"
 DECLARE_CAPACITY = (
-    f"UPDATE generation_queue SET {DECLARED} = {DECLARED_NOW}, next_due_at = "
-    f"least(next_due_at, greatest(now(), generated_at + {REGENERATION_GAP})) "
+    f"UPDATE generation_queue SET {DECLARED} = {DECLARED_NOW}, next_due_at = CASE WHEN "
+    f"attempts > 0 THEN next_due_at ELSE "
+    f"least(next_due_at, greatest(now(), generated_at + {REGENERATION_GAP})) END "
     f"WHERE mac = %(mac)s AND {DECLARED} IS DISTINCT FROM {DECLARED_NOW}")
 ACTIVATE_AND_READ = f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n{PAYLOAD_TIMES}"
 ACTIVATE_DECLARE_AND_READ = (f"{RECORD_ACTIVATION};\n{MOVE_POLL_ADDRESS};\n"

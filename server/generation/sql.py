@@ -184,12 +184,13 @@ async def renew_and_summarise(cur: psycopg.AsyncCursor, owner: str, mac: str,
 
 # Reschedule, only while the lease is ours; the payloads are stored in the same transaction
 # (the row lock taken here holds the lease until the commit). A router that declared other
-# bounds while it was generated is due again as a changed declaration makes it (the
-# generation before this one, `generated_at` as it was, plus the gap: at once after a first).
+# bounds while it was generated is due again the gap after this generation (at once after
+# its first: `generated_at` is still the one before this).
 RESCHEDULE = finish_statement(
     QUEUE, f"next_due_at = CASE WHEN {DECLARED} IS NOT DISTINCT FROM {DECLARED_NOW} "
-           f"THEN now() + %(interval)s ELSE greatest(now(), generated_at + {REGENERATION_GAP}) "
-           "END, generated_at = now(), generation_count = generation_count + 1, attempts = 0, "
+           f"THEN now() + %(interval)s WHEN generated_at IS NULL THEN now() "
+           f"ELSE now() + {REGENERATION_GAP} END, generated_at = now(), "
+           "generation_count = generation_count + 1, attempts = 0, "
            "last_error = NULL, last_seconds = %(seconds)s")
 STORE_PAYLOADS = upsert_statement(("firewall", "ids"))
 

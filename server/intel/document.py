@@ -50,18 +50,19 @@ class DeliveredRows:
         self._trusted_after = trusted_after
         self._keyed = keyed
         self._largest: dict[bool, int] = {}  # ja4 -> the most entries a document holds
+        self._changed_at = 0.0               # the last change (monotonic)
         self._reads: dict[bool, tuple[float, int, asyncio.Task]] = {}  # ja4 -> its last
 
     def expect(self, largest: dict[bool, int]) -> None:
-        """`largest`: the most entries a document of each JA4 choice holds, which the next
-        read of that choice reads."""
-        self._largest = largest
+        """A change: no read begun before it is shared again; `largest`, the most entries a
+        document of each JA4 choice holds, is what the next read of that choice reads."""
+        self._largest, self._changed_at = largest, time.monotonic()
 
     async def rows(self, entries: int, ja4: bool, fresh_after: float
                    ) -> tuple[datetime, list[tuple]]:
         """The database's time before the read, and the first `entries` rows delivered, of
         a read begun after `fresh_after` (monotonic)."""
-        now = time.monotonic()
+        now, fresh_after = time.monotonic(), max(fresh_after, self._changed_at)
         held = self._reads.get(ja4)
         if held is None or held[1] < entries or held[0] < fresh_after \
                 or (held[2].done() and (held[2].cancelled() or held[2].exception())):
@@ -87,7 +88,8 @@ class IntelList(VersionedDocument):
         super().__init__(db, listening, capacity.name)
         self._delivered = delivered
         self._capacity = capacity
-        self._changed_at = 0.0  # the last change notified (monotonic)
+        self._changed_at = time.monotonic()  # the last change notified, or its making: a
+        # document made after a change shares no read begun before it
 
     def changed(self, payload: str = "") -> None:
         self._changed_at = time.monotonic()

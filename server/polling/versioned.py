@@ -2,9 +2,10 @@
 this process builds is recorded in the database, and the change from any version kept is
 read from there, so any process on any host, after any restart, answers a delta
 (`?delta=1`, docs/router-api.md). A process's memory holds its current document and the
-deltas to it asked lately (DELTAS_KEPT, the oldest asked dropped first), not a history; a
-delta is computed once for the routers asking it at once, and packed in a thread. Each change is built at once, so that every process records and
-serves it soon.
+deltas to it asked lately (DELTAS_KEPT, the one asked least lately dropped first), not a
+history; a delta is computed once for the routers asking it at once (at most
+COMPUTED_AT_ONCE different ones at a time), and packed in a thread. Each change is built
+at once, so that every process records and serves it soon.
 
 A subclass says, beside what a shared document says, how a document is a set of items
 (`_items`) and how a delta is written (`_delta_document`), and reads the database's clock
@@ -27,6 +28,7 @@ from server.polling.shared_document import Served, SharedDocument, served_docume
 log = logging.getLogger("router_backend.documents")
 
 DELTAS_KEPT = 64        # deltas to the current document kept packed, by the ETag they start at
+COMPUTED_AT_ONCE = 4    # deltas not kept computed at once, a document
 RETRY_SECONDS = 5.0     # a version not recorded is tried again, at a delta asked, after this
 
 
@@ -48,6 +50,7 @@ class VersionedDocument(SharedDocument):
         self._recording: asyncio.Task | None = None  # the recording of the last rebuild
         self._deltas: dict[str, Served] = {}     # from ETag -> delta to the current
         self._computing: dict[tuple[str, int], asyncio.Task] = {}  # (from, to) -> in flight
+        self._computations = asyncio.Semaphore(COMPUTED_AT_ONCE)
         self._eager: asyncio.Task | None = None  # the rebuild a change started
 
     @abstractmethod
@@ -146,6 +149,7 @@ class VersionedDocument(SharedDocument):
         if serial is None or document is None or current is not self._shared:
             return None
         if (known := deltas.get(since)) is not None:
+            deltas[since] = deltas.pop(since)  # the latest asked: the last dropped
             return known, current.etag
         key = (since, serial)  # one computation for the routers asking it at once
         if (computing := self._computing.get(key)) is None:
@@ -157,15 +161,18 @@ class VersionedDocument(SharedDocument):
         if delta is None:
             return None
         if deltas is self._deltas and since not in deltas:
-            if len(deltas) >= DELTAS_KEPT:  # the oldest asked goes
+            if len(deltas) >= DELTAS_KEPT:  # the one asked least lately goes
                 deltas.pop(next(iter(deltas)))
             deltas[since] = delta
         return delta, current.etag
 
     async def _computed(self, since: str, document: dict, serial: int) -> Served | None:
-        found = await versions.changes_since(self._db, self.name, since, serial)
-        if found is None:
-            return None
-        start, added, removed = found
-        return await asyncio.to_thread(served_document, self._delta_document(
-            since, document, added, removed, (start, serial)))
+        """The delta, None when the version is not kept. At most COMPUTED_AT_ONCE are
+        computed at once: each holds a connection and a thread."""
+        async with self._computations:
+            found = await versions.changes_since(self._db, self.name, since, serial)
+            if found is None:
+                return None
+            start, added, removed = found
+            return await asyncio.to_thread(served_document, self._delta_document(
+                since, document, added, removed, (start, serial)))
