@@ -50,19 +50,18 @@ class DeliveredRows:
         self._trusted_after = trusted_after
         self._keyed = keyed
         self._largest: dict[bool, int] = {}  # ja4 -> the most entries a document holds
-        self._changed_at = 0.0               # the last change (monotonic)
         self._reads: dict[bool, tuple[float, int, asyncio.Task]] = {}  # ja4 -> its last
 
     def expect(self, largest: dict[bool, int]) -> None:
-        """A change: no read begun before it is shared again; `largest`, the most entries a
-        document of each JA4 choice holds, is what the next read of that choice reads."""
-        self._largest, self._changed_at = largest, time.monotonic()
+        """`largest`: the most entries a document of each JA4 choice holds, which the next
+        read of that choice reads."""
+        self._largest = largest
 
     async def rows(self, entries: int, ja4: bool, fresh_after: float
                    ) -> tuple[datetime, list[tuple]]:
         """The database's time before the read, and the first `entries` rows delivered, of
         a read begun after `fresh_after` (monotonic)."""
-        now, fresh_after = time.monotonic(), max(fresh_after, self._changed_at)
+        now = time.monotonic()
         held = self._reads.get(ja4)
         if held is None or held[1] < entries or held[0] < fresh_after \
                 or (held[2].done() and (held[2].cancelled() or held[2].exception())):

@@ -7,8 +7,8 @@ whether its Suricata has JA4 (1) or not (0); `sets`: the entries one of its fire
 holds (an ipset's `maxelem`, 65,536 by default); `rules`: the IDS rules it loads. Each is
 optional, at most once. This module reads the grammar; the shared documents choose their
 size from it (server/intel/capacity.py, server/fleet/document.py), the router's own
-payloads are generated within it (server/generation/capacity_sql.py). A header that is not
-this grammar is refused (400)."""
+payloads are generated within it (server/generation/rules_sql.py stores it). A header that
+is not this grammar is refused (400)."""
 
 from __future__ import annotations
 
