@@ -69,6 +69,24 @@ def before_database(server: DatabaseLocation, checkout: Path, python: str,
             pgsql.Identifier(location.name)))
 
 
+@contextlib.contextmanager
+def paired_servers(before: Path, before_python: str, this_settings: dict[str, str],
+                   before_settings: dict[str, str]
+                   ) -> Iterator[tuple[Path, dict[str, tuple[DatabaseLocation, object]]]]:
+    """This checkout's server and the other checkout's, each on a database of its own
+    release's migrations on one PostgreSQL: a scratch directory, and each side's (database,
+    running server) by "this" and "before"."""
+    with database_server("DB_") as server, \
+            tempfile.TemporaryDirectory(prefix="bench-") as scratch, \
+            migrated_database(server, "bench") as this_db, \
+            before_database(server, before, before_python, Path(scratch) / "b") as before_db, \
+            running_server(this_db, Path(scratch) / "t", **this_settings) as this_server, \
+            running_server(before_db, Path(scratch) / "b", checkout=before,
+                           python=before_python, **before_settings) as before_server:
+        yield Path(scratch), {"this": (this_db, this_server),
+                              "before": (before_db, before_server)}
+
+
 def has_indexer(location: DatabaseLocation) -> bool:
     """The release has the hunt indexer (migration 0032), whose work after a round is waited
     for so that it does not fall in the other side's."""
@@ -112,14 +130,8 @@ def main() -> int:
 
     rates: dict[str, list[float]] = {"before": [], "this": []}
     copies: list[float] = []
-    with database_server("DB_") as server, \
-            tempfile.TemporaryDirectory(prefix="bench-") as scratch, \
-            migrated_database(server, "bench") as this_db, \
-            before_database(server, args.before, before_python,
-                            Path(scratch) / "b") as before_db, \
-            running_server(this_db, Path(scratch) / "t", **settings) as this_server, \
-            running_server(before_db, Path(scratch) / "b", checkout=args.before,
-                           python=before_python, **workers) as before_server:
+    with paired_servers(args.before, before_python, settings, workers) as (_, servers):
+        (this_db, this_server), (before_db, before_server) = servers["this"], servers["before"]
         sides = {"before": (before_db, before_server.port, has_indexer(before_db)),
                  "this": (this_db, this_server.port, "HUNT_INDEX_SECONDS" not in settings)}
         for number in range(args.rounds):

@@ -21,14 +21,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
-from bench.ingest_pair import before_database
+from bench.ingest_pair import paired_servers
 from bench.wrk import available, run_wrk
-from testkit.database import database_server, migrated_database
-from testkit.server import running_server
 
 FIRST_MAC = 0x0200_0082_0000
 CAPACITIES = ("datasets=1000, sets=1000, rules=5000",
@@ -99,21 +96,14 @@ def main() -> int:
     fleet = routers(args.routers)
     paths = ("/rules/last_updated", "/rules/intel")
     results: dict[tuple[str, str], list[dict]] = {}
-    with database_server("DB_") as server, \
-            tempfile.TemporaryDirectory(prefix="bench-") as scratch, \
-            migrated_database(server, "bench") as this_db, \
-            before_database(server, args.before, before_python,
-                            Path(scratch) / "b") as before_db, \
-            running_server(this_db, Path(scratch) / "t") as this_server, \
-            running_server(before_db, Path(scratch) / "b", checkout=args.before,
-                           python=before_python) as before_server:
-        sides = {"before": before_server, "this": this_server}
+    with paired_servers(args.before, before_python, {}, {}) as (scratch, servers):
+        sides = {side: runner for side, (_, runner) in servers.items()}
         files = {}
         for side, runner in sides.items():
             etags = first_polls(runner.url, fleet)
-            files[side, paths[0]] = poll_file(Path(scratch) / f"{side}-poll", fleet, None)
-            files[side, paths[1]] = poll_file(Path(scratch) / f"{side}-intel", fleet, etags)
-        script = Path(scratch) / "poll.lua"
+            files[side, paths[0]] = poll_file(scratch / f"{side}-poll", fleet, None)
+            files[side, paths[1]] = poll_file(scratch / f"{side}-intel", fleet, etags)
+        script = scratch / "poll.lua"
         script.write_text(SCRIPT)
         print(f"{args.routers} routers of {len(CAPACITIES)} capacities, {args.rounds} rounds "
               f"of {args.seconds} s a side and path, {args.connections} connections; this "
