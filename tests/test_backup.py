@@ -14,7 +14,8 @@ import subprocess
 
 from ops.pg_backup import server_major
 from testkit.database import Sql, command_env
-from testkit.server import ServerRunner, embedded_env, router_backend
+from testkit.server import ServerRunner, embedded_env
+from tests.commands import router_backend
 
 MAC = "aa:bb:cc:00:43:02"
 

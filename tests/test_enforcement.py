@@ -20,8 +20,8 @@ from server.removal import unsubscribe
 from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, METRICS, SETTINGS
 from testkit.database import command_env, settings_for
-from testkit.server import router_backend_output
 from testkit.waiting import wait_for
+from tests.commands import router_backend_output
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 MAC = "02:82:00:00:02:01"

@@ -5,7 +5,7 @@ plainly) are in tests/test_hunt_packed.py."""
 from __future__ import annotations
 
 from testkit.database import command_env
-from testkit.server import router_backend
+from tests.commands import router_backend
 
 
 async def test_a_router_is_a_unicast_mac(make_client, settings, sql):

@@ -13,7 +13,8 @@ import orjson
 import pytest
 
 from testkit import REPOSITORY
-from testkit.server import ServerRunner, router_backend
+from testkit.server import ServerRunner
+from tests.commands import router_backend
 
 MAC = "aa:bb:cc:54:00:01"
 EVE = (REPOSITORY / "tests" / "fixtures" / "eve-sample.ndjson").read_bytes()

@@ -30,8 +30,8 @@ from server.typedefs import DATABASE
 from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
 from testkit.rule_archives import ruleset_settings
-from testkit.server import router_backend, router_backend_output
 from testkit.waiting import wait_for
+from tests.commands import router_backend, router_backend_output
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 ATTACKER = "45.33.32.156"

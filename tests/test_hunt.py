@@ -29,7 +29,7 @@ from server.hunt.postings import POSTINGS_FREE, POSTINGS_PER_RECORD
 from server.typedefs import DATABASE, SETTINGS
 from testkit.corpus import corpus_path
 from testkit.database import command_env
-from testkit.server import router_backend
+from tests.commands import router_backend
 from engine.addresses import is_public
 from tests.test_console import OPERATOR, SUPPORT, console_settings, sign_in
 

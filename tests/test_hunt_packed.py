@@ -30,7 +30,7 @@ from server.hunt.postings import (POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, TRIPLE
 from server.hunt.sql import ADD_PENDING
 from server.typedefs import DATABASE, SETTINGS
 from testkit.database import command_env
-from testkit.server import router_backend
+from tests.commands import router_backend
 from tests.test_console import SUPPORT, console_settings, sign_in
 from tests.test_hunt import (corpus_records, dns, expected, fleet, hunt, indexed,  # noqa: F401
                              mac, upload)

@@ -32,8 +32,9 @@ from server.hunt.packing import pack
 from server.telemetry.indicators import feed_value
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env, settings_for
-from testkit.server import ServerRunner, router_backend
+from testkit.server import ServerRunner
 from testkit.waiting import wait_for
+from tests.commands import router_backend
 from tests.test_hunt import dns, upload
 from tests.test_console import SUPPORT, console_settings, sign_in
 from tests.test_hunt_packed import plant

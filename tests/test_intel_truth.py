@@ -17,8 +17,8 @@ from server.hunt.packing import pack
 from server.hunt.recent import MARK_MARGIN
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env
-from testkit.server import router_backend
 from testkit.waiting import wait_for
+from tests.commands import router_backend
 from tests.test_hunt import dns, upload
 from tests.test_hunt_packed import plant, sybils
 from tests.test_intel import decoded, house, intel, intel_document, subscriptions  # noqa: F401
@@ -158,6 +158,12 @@ async def test_a_new_owner_is_told_only_of_what_was_seen_while_the_router_was_th
     assert sql.value("SELECT count(*) FROM notifications") == 0
     # Bob's own traffic of the name, later, is his to be told of, from his ownership on.
     since = sql.value("SELECT owner_since FROM routers WHERE mac = %s", (HOME,))
+    # A posting's times are whole seconds: an upload in the second the ownership began is
+    # not known to be after it (and bob is not told of it). Bob's comes a second later.
+    async def a_second_later() -> bool:
+        return sql.value("SELECT now() >= date_trunc('second', %s::timestamptz) "
+                         "+ interval '1 second'", (since,))
+    assert await wait_for(a_second_later, timeout=5, interval=0.05)
     await upload(client, HOME, [dns("alices-clinic.example")])
     await match_now(client.app[DATABASE], IntelConfig.from_settings(settings))
     told = sql.rows("SELECT user_id, recipient, metadata->>'first_seen', metadata, message "

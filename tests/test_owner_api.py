@@ -13,7 +13,7 @@ from server.feedback.config import FeedbackConfig
 from server.feedback.marks import rejudged
 from server.typedefs import DATABASE
 from testkit.database import command_env
-from testkit.server import router_backend
+from tests.commands import router_backend
 from tests.test_console import SUPPORT, sign_in
 from tests.test_hunt import dns, upload
 from tests.test_intel import house, intel, intel_document, subscriptions  # noqa: F401

@@ -17,7 +17,7 @@ from server.reports.schedule import Schedule, ScheduleInvalid, checked_zone, par
 from server.reports.weekly import TYPE, send_weekly_reports
 from server.typedefs import DATABASE, NOTIFIER
 from testkit.database import command_env
-from testkit.server import router_backend
+from tests.commands import router_backend
 from tests.test_intel import house, subscriptions  # noqa: F401 (fixture)
 from tests.test_intel import feeds  # noqa: F401 (fixture)
 from tests.test_intel_truth import body
