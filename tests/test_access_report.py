@@ -7,13 +7,13 @@ import csv
 import io
 import random
 import subprocess
-import sys
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from testkit.database import command_env
+from tests.commands import run_program
 
 MACS = ["aa:bb:cc:00:10:01", "aa:bb:cc:00:10:02", "aa:bb:cc:00:10:03"]
 
@@ -36,9 +36,7 @@ def activations(sql):
 
 
 def run_report(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.routeraccessreport", *args],
-                          env=command_env(settings),
-                          capture_output=True, text=True, timeout=60)
+    return run_program("ops.routeraccessreport", command_env(settings), *args)
 
 
 def iso(moment: datetime) -> str:

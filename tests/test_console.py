@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-import sys
 from collections import Counter
 
 import aiohttp
@@ -18,6 +17,7 @@ import pytest
 from server.console.auth import COOKIE, hash_secret
 from testkit.database import command_env
 from testkit.server import ServerRunner, free_port, http_get
+from tests.commands import router_backend
 
 SUPPORT, OPERATOR = ("sam", "s" * 20), ("olga", "o" * 20)
 SECRET = "k" * 40
@@ -210,8 +210,7 @@ async def test_sessions_listed_and_ended_by_the_command_and_by_leaving_console_u
 
 
 def console_command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops", "console", *args],
-                          env=command_env(settings), capture_output=True, text=True, timeout=60)
+    return router_backend(command_env(settings), "console", *args)
 
 
 async def test_redirects_stay_on_the_console(console):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -18,6 +17,7 @@ from server.jobs.preprocess import run_preprocess
 from testkit.database import command_env
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
+from tests.commands import router_backend, run_program
 
 VICTIM = "aa:bb:cc:00:12:31"
 
@@ -44,14 +44,11 @@ async def post(client, body: bytes, **headers: str) -> None:
 
 
 def command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", *args], env=command_env(settings),
-                          capture_output=True, text=True, timeout=120)
+    return router_backend(command_env(settings), *args)
 
 
 def firewall(settings, sql) -> dict:
-    result = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", VICTIM],
-                            env=command_env(settings), capture_output=True, text=True,
-                            timeout=120)
+    result = run_program("ops.rulegen", command_env(settings), "--mac", VICTIM)
     assert result.returncode == 0, result.stderr
     packed = sql.value("SELECT firewall_payload_gz FROM router_rules WHERE mac = %s", (VICTIM,))
     return {entry["address"]: entry for entry in unpack(bytes(packed))["entries"]}

@@ -32,6 +32,7 @@ from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
 from testkit.waiting import wait_for
 from testkit.workers import pool_worker_pids
+from tests.commands import run_program
 
 MAC = "aa:bb:cc:00:00:44"
 
@@ -69,9 +70,7 @@ async def publish(settings):
 
 
 def rulegen(settings, mac: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", mac],
-                          env=command_env(settings),
-                          capture_output=True, text=True, timeout=120)
+    return run_program("ops.rulegen", command_env(settings), "--mac", mac)
 
 
 def stored_payloads(sql) -> tuple[dict, dict, object]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-import subprocess
-import sys
 import time
 from contextlib import asynccontextmanager, contextmanager
 
@@ -23,6 +21,7 @@ from server.web import limits, middleware
 from server.routers.registration import MAX_WAITING_PER_ADDRESS
 from testkit.database import command_env, settings_for
 from testkit.telemetry import stored_count
+from tests.commands import router_backend
 
 FLOODER, OTHER = "aa:bb:cc:00:1f:01", "aa:bb:cc:00:1f:02"
 RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\n'
@@ -67,8 +66,7 @@ async def test_records_per_router(make_client, database, tmp_path, sql):
 
 async def test_new_registrations_per_client_address(make_client, database, tmp_path, sql):
     settings = settings_for(database, tmp_path, REGISTRATIONS_PER_MINUTE_PER_ADDRESS="3")
-    subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", "add", OTHER],
-                   env=command_env(settings), check=True, capture_output=True, timeout=60)
+    assert router_backend(command_env(settings), "subscriptions", "add", OTHER).returncode == 0
     client = await make_client(settings)
     here = {"X-Forwarded-For": "203.0.113.9"}  # through the proxy (loopback is trusted)
     macs = [f"aa:bb:cc:00:1e:{n:02x}" for n in range(5)]
@@ -97,9 +95,7 @@ async def test_forwarded_address_ignored_without_trusted_proxies(make_client, da
 async def test_nobody_spends_another_routers_budget_in_key_mode(make_client, database,
                                                                 tmp_path):
     settings = settings_for(database, tmp_path, ROUTER_AUTH="key", ROUTER_REQUESTS_PER_MINUTE="3")
-    added = subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", "add", FLOODER],
-                           env=command_env(settings), capture_output=True, text=True,
-                           timeout=60)
+    added = router_backend(command_env(settings), "subscriptions", "add", FLOODER)
     key = added.stdout.strip().splitlines()[-1]
     client = await make_client(settings)
     for _ in range(10):

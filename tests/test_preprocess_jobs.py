@@ -26,6 +26,7 @@ from server.jobs.schedule import first_download_at_start, scheduled_jobs
 from server.metrics import Metrics
 from testkit.database import command_env, settings_for
 from testkit.rule_archives import fixture_members, make_zip
+from tests.commands import run_program
 
 
 def feed_env(settings, feed_dir) -> dict:
@@ -41,8 +42,7 @@ def publish_feed(feed_dir, version: str, extra: dict | None = None) -> None:
 
 
 def run_command(env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.rulepreprocess"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_program("ops.rulepreprocess", env)
 
 
 def test_command_publishes_then_reports_unchanged_then_fails_clearly(settings, tmp_path):
@@ -74,8 +74,7 @@ def test_a_local_archive_is_published_offline(settings, tmp_path):
                       RULE_PREPROCESS_ARCHIVE_URL="http://127.0.0.1:9/archive.zip")
 
     def offline(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "ops.rulepreprocess", *args], env=env,
-                              capture_output=True, text=True, timeout=120)
+        return run_program("ops.rulepreprocess", env, *args)
 
     named = offline("--archive", str(archive), "--version", "20200616")
     assert named.returncode == 0, named.stderr

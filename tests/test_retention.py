@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 
@@ -26,6 +24,7 @@ from server.telemetry.summary import summaries_kept
 from server.telemetry.chunks import compress
 from testkit.database import command_env
 from testkit.telemetry import stored_count
+from tests.commands import router_backend
 
 MAC = "aa:bb:cc:00:20:01"
 BODY = compress([b'{"event_type": "alert"}'])
@@ -276,10 +275,8 @@ def test_retention_command(settings, sql):
     seed_rows(sql, "events", 30, 5)
     seed_summaries(sql, 2, 4)  # 40 and 10 days old: both past the summaries' week
     seed_activations(sql, [3, 12])
-    result = subprocess.run([sys.executable, "-m", "ops.cli", "retention"],
-                            env=command_env(settings, RETENTION_DAYS="30",
-                                            ACTIVATION_RETENTION_DAYS="10"),
-                            capture_output=True, text=True, timeout=60)
+    result = router_backend(command_env(settings, RETENTION_DAYS="30",
+                                        ACTIVATION_RETENTION_DAYS="10"), "retention")
     assert result.returncode == 0, result.stderr
     assert "telemetry chunks before" in result.stdout
     assert ": 0 partitions dropped (about 0 rows), 30 rows deleted" in result.stdout

@@ -15,6 +15,7 @@ import pytest
 from testkit.database import command_env, settings_for
 from testkit.server import ServerRunner, http_get
 from testkit.telemetry import stored_count
+from tests.commands import router_backend
 
 VICTIM, ATTACKER = "aa:bb:cc:00:12:01", "aa:bb:cc:00:12:02"
 TOKEN = "fleet-enrollment-secret-0123"
@@ -31,9 +32,7 @@ def key_settings(database, tmp_path):
 
 
 def command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", *args],
-                          env=command_env(settings), capture_output=True, text=True,
-                          timeout=60)
+    return router_backend(command_env(settings), "subscriptions", *args)
 
 
 def issued_key(result: subprocess.CompletedProcess) -> str:

@@ -4,7 +4,6 @@ routers concerned within one poll, the payloads honouring the overrides."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
@@ -13,14 +12,13 @@ from testkit.database import command_env
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
 from testkit.waiting import generated_after
+from tests.commands import router_backend, run_program
 
 ONE, TWO = "aa:bb:cc:00:16:41", "aa:bb:cc:00:16:42"
 
 
 def rules_command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", "rules", *args],
-                          env=command_env(settings), capture_output=True, text=True,
-                          timeout=120)
+    return router_backend(command_env(settings), "rules", *args)
 
 
 def payload_sids(sql, mac: str) -> dict[int, dict]:
@@ -95,11 +93,9 @@ async def test_rulegen_explains_every_rule_and_entry(database, tmp_path, make_cl
         "X-ID": ONE, "Content-Type": "application/x-ndjson"})
     assert response.status == 200
     env = command_env(settings, RULE_GENERATION_SAMPLE_COUNT="8")
-    override = subprocess.run([sys.executable, "-m", "ops.cli", "rules", "enable", "9000004",
-                               "--mac", ONE], env=env, capture_output=True, text=True)
+    override = router_backend(env, "rules", "enable", "9000004", "--mac", ONE)
     assert override.returncode == 0, override.stderr
-    result = subprocess.run([sys.executable, "-m", "ops.rulegen", "--mac", ONE, "--explain"],
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = run_program("ops.rulegen", env, "--mac", ONE, "--explain")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "1 from overrides, 2 from its own alerts" in lines[0]

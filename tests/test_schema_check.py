@@ -10,12 +10,11 @@ import sys
 
 from server.db.migrate import release_schema_version
 from testkit.database import Sql, command_env, migrate, settings_for
+from tests.commands import router_backend
 
 
 def command(settings, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", *args],
-                          env=command_env(settings, **env), capture_output=True, text=True,
-                          timeout=120)
+    return router_backend(command_env(settings, **env), *args)
 
 
 def schema_snapshot(sql: Sql) -> tuple:

@@ -4,7 +4,6 @@ real API and commands where there is one."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import orjson
 
@@ -14,6 +13,7 @@ from testkit.database import command_env
 from testkit.payloads import store_payload_objects
 from testkit.rule_archives import ruleset_settings
 from testkit.server import free_port
+from tests.commands import router_backend
 
 CURRENT, BEHIND, BROKEN, SILENT = (f"aa:bb:cc:00:16:{n:02x}" for n in (0x21, 0x22, 0x23, 0x24))
 RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\n'
@@ -21,9 +21,8 @@ RECORD = b'{"event_type": "alert", "alert": {"signature_id": 1, "severity": 3}}\
 
 def status(settings, *args: str) -> subprocess.CompletedProcess:
     """The command, where nothing listens (no service runs: the test's app is in-process)."""
-    return subprocess.run([sys.executable, "-m", "ops.cli", "status", *args],
-                          env=command_env(settings, LISTEN_PORT=str(free_port())),
-                          capture_output=True, text=True, timeout=60)
+    return router_backend(command_env(settings, LISTEN_PORT=str(free_port())), "status",
+                          *args)
 
 
 async def test_status_reports_the_fleet(database, tmp_path, make_client, sql):

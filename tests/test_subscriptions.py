@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from testkit.database import command_env, settings_for
+from tests.commands import router_backend
 
 MAC = "aa:bb:cc:00:30:01"
 
 
 def command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", "subscriptions", *args],
-                          env=command_env(settings),
-                          capture_output=True, text=True, timeout=60)
+    return router_backend(command_env(settings), "subscriptions", *args)
 
 
 async def test_add_list_remove_with_closed_mode(database, tmp_path, make_client, sql):

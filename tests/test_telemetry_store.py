@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -26,6 +25,7 @@ from server.telemetry.compaction import compact
 from server.telemetry.export import stored_records
 from testkit.database import command_env
 from testkit.telemetry import stored_count, telemetry
+from tests.commands import router_backend
 
 MAC = "aa:bb:cc:00:32:01"
 OTHER = "aa:bb:cc:00:32:02"
@@ -244,8 +244,7 @@ async def test_uploads_go_on_while_merges_run(client, sql, settings):
 
 
 def run_command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", "telemetry", *args],
-                          env=command_env(settings), capture_output=True, timeout=120)
+    return router_backend(command_env(settings), "telemetry", *args, text=False)
 
 
 async def test_export_command_streams_records_oldest_first(client, sql, settings):

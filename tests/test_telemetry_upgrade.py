@@ -6,7 +6,6 @@ moved give generation what the rows gave it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -17,6 +16,7 @@ from server.telemetry.extract import EVENT_COLUMNS, event_row
 from testkit import CORPUS
 from testkit.database import Sql, command_env, migrate, migrated_database, settings_for
 from testkit.telemetry import SUMMARY_OF_BEFORE
+from tests.commands import router_backend
 
 ROUTERS = [f"aa:bb:cc:00:18:{n:02x}" for n in range(3)]
 CHUNKS = "0018.telemetry-chunks"
@@ -77,8 +77,7 @@ def canonical(record: dict) -> bytes:
 
 
 def command(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.cli", *args], env=command_env(settings),
-                          capture_output=True, timeout=300)
+    return router_backend(command_env(settings), *args, text=False)
 
 
 def test_a_filled_database_upgraded_keeps_every_record(pg_server, tmp_path):
