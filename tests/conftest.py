@@ -1,6 +1,7 @@
 """Fixtures that assemble the service the way production does, on a real PostgreSQL.
 
-The database server is the embedded one (started once per session in a temporary directory)
+The database server is the embedded one (started once per session in a temporary directory,
+in memory when the machine has the room: testkit/database.py `memory_directory`)
 unless TEST_DB_HOST is set, in which case TEST_DB_PORT/TEST_DB_USER/TEST_DB_PASSWORD name a
 server to use (TEST_CITUS_HOST... name a Citus coordinator, and win). Each test gets its
 own database, cloned from a template migrated once.
@@ -29,7 +30,7 @@ def pg_server() -> DatabaseLocation:
     coordinator named by TEST_CITUS_HOST/TEST_CITUS_PORT when set (its workers added in its
     `postgres` database; docs/scaling.md), else as above."""
     prefix = "TEST_CITUS_" if os.environ.get("TEST_CITUS_HOST") else "TEST_DB_"
-    with database_server(prefix) as server:
+    with database_server(prefix, in_memory=True) as server:
         yield server
 
 
