@@ -6,7 +6,6 @@ PostgreSQL, the real job."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from server.generation.sql import renew_and_summarise
 from server.fleet.config import FleetConfig
 from server.fleet.job import run_fleet
 from server.jobs.preprocess import run_preprocess
-from server.typedefs import DATABASE
+from server.typedefs import DATABASE, FLEET_LIST
 from testkit.database import command_env, settings_for
 from testkit.fleet import attack_body, sids
 from testkit.rule_archives import ruleset_settings
@@ -78,10 +77,15 @@ def fleet_settings(database, tmp_path):
 
 
 async def run_job(client, settings) -> dict:
-    """The job, then time for its notification to reach the app's listening connection (a
-    poll in between is answered from the list before)."""
+    """The job, once its notification reached the app (a poll before is answered from the
+    list before: the job notifies at every run, changed or not)."""
+    lists = client.app[FLEET_LIST]
+    heard = lists.heard
     detail = await run_fleet(client.app[DATABASE], FleetConfig.from_settings(settings))
-    await asyncio_pause()
+
+    async def notified() -> bool:
+        return lists.heard > heard
+    await wait_for(notified, timeout=30, interval=0.02)
     return detail
 
 
@@ -209,11 +213,6 @@ async def until_listed(client, router: str, holds) -> None:
     async def served() -> bool:
         return holds(listed((await fleet_list(client, router))[1]))
     await wait_for(served, timeout=10, interval=0.05)
-
-
-async def asyncio_pause(seconds: float = 0.5) -> None:
-    """Time for a notification to reach the app's listening connection."""
-    await asyncio.sleep(seconds)
 
 
 async def test_fleet_list_needs_what_other_router_endpoints_need(make_client, database,

@@ -95,7 +95,9 @@ async def test_an_upload_served_little_takes_the_pools_spare_connection(
         response = await client.post("/log/events", data=RECORD,
                                      headers={**NDJSON, "X-ID": OTHER})
         took = time.perf_counter() - started
-        assert response.status == 200 and took < 1, (response.status, took)
+        # Behind the stalled ones it would wait their idle timeout (5 s): the rest is margin
+        # for a loaded machine.
+        assert response.status == 200 and took < 3, (response.status, took)
         assert written_and_waiting(sql) == 2
     finally:
         for _, writer in stalls:

@@ -555,7 +555,7 @@ def test_a_feed_of_too_many_lines_or_objects_is_refused_before_they_are_made():
 
 async def test_a_fetch_is_timed_whole_across_its_redirects(aiohttp_server):
     async def slow_redirect(request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(1.5)
         hop = int(request.match_info["hop"])
         raise web.HTTPFound(f"/hop/{hop + 1}")
     app = web.Application()
@@ -564,7 +564,9 @@ async def test_a_fetch_is_timed_whole_across_its_redirects(aiohttp_server):
     started = time.monotonic()
     with pytest.raises(FetchError, match="within 2 s"):
         await fetch(str(server.make_url("/hop/0")), None, None, 10_000, 2)
-    assert time.monotonic() - started < 2.7  # each of its 4 hops took 0.8 s
+    # Timed a hop at a time, its 4 hops (MAX_REDIRECTS + 1) would take 6 s and fail as too
+    # many redirects; the margin is for a loaded machine's late timer.
+    assert time.monotonic() - started < 5
 
 
 async def test_a_misp_feed_whose_events_fail_keeps_its_previous_version(house, sql):

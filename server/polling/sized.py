@@ -27,6 +27,9 @@ class SizedDocuments(ABC, Generic[Size, Document]):
         self._asked: dict[Size, float] = {}     # size -> when a router last asked (monotonic)
         self._pinned: set[Size] = set()         # sizes the service holds itself: never dropped
         self._sizes: dict[str | None, Size] = {}  # header -> the size it names
+        # Changes heard (notifications, starts and stops of listening): a poll after the
+        # count grew is answered from what the database held when it grew.
+        self.heard = 0
 
     @abstractmethod
     def _size(self, header: str | None) -> Size:
@@ -60,6 +63,7 @@ class SizedDocuments(ABC, Generic[Size, Document]):
         return self._documents[size]
 
     def changed(self, payload: str = "") -> None:
+        self.heard += 1
         self._drop_idle()
         for document in list(self._documents.values()):
             document.changed(payload)
