@@ -155,7 +155,7 @@ async def test_an_access_record_is_dated_when_its_request_was_answered(access_li
     assert record.created == answered
     assert record.msecs == int(answered % 1 * 1000)
     now = logging.makeLogRecord({})
-    assert 5.2 < (now.relativeCreated - record.relativeCreated) / 1000 < 5.5
+    assert 5.2 < (now.relativeCreated - record.relativeCreated) / 1000 < 7  # not the flush's, 0
 
 
 async def test_access_lines_are_queued_then_written_together(access_lines):

@@ -28,6 +28,16 @@ from testkit.telemetry import stored_count
 WORKERS = 2
 
 
+async def refusing(port: int) -> bool:
+    """Whether a connection to the port on loopback is refused."""
+    try:
+        connection = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", port), 1)
+    except OSError:
+        return True
+    connection.close()
+    return False
+
+
 def metric(text: str, name: str) -> float:
     """The sum of a metric's samples in a Prometheus exposition."""
     total, found = 0.0, False
@@ -183,10 +193,14 @@ async def test_new_connections_skip_a_worker_slot_in_a_crash_loop_delay(supervis
 
 
 async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
-    lines, delay = 20, 0.1
+    lines, delay = 20, 0.05
+    halfway, refused = asyncio.Semaphore(0), asyncio.Event()
 
     async def slow_body(number: int):
         for line in range(lines):
+            if line == lines // 2:  # each upload under way when the signal comes, and after
+                halfway.release()
+                await refused.wait()
             yield b'{"event_type": "alert", "flow_id": %d}\n' % (number * 1000 + line)
             await asyncio.sleep(delay)
 
@@ -198,12 +212,13 @@ async def test_sigterm_drains_every_worker_then_exits_0(supervised, database):
                 return (await answer.json())["accepted"]
 
         uploads = [asyncio.create_task(upload(n)) for n in range(8)]
-        await asyncio.sleep(lines * delay / 3)
+        for _ in uploads:
+            await asyncio.wait_for(halfway.acquire(), 30)
         supervised.process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
-        with pytest.raises(OSError):  # refused while the uploads drain, not queued for nobody
-            await asyncio.to_thread(socket.create_connection, ("127.0.0.1", supervised.port), 1)
+        # refused while the uploads drain, not queued for nobody
+        await wait_for(lambda: refusing(supervised.port), timeout=30)
         assert not any(task.done() for task in uploads)
+        refused.set()
         accepted = await asyncio.gather(*uploads)
         status = await asyncio.to_thread(supervised.process.wait, 60)
     assert accepted == [lines] * 8 and status == 0
