@@ -39,6 +39,9 @@ from testkit.waiting import wait_for
 from testkit.telemetry import stored_count, telemetry
 
 MAC = "aa:bb:cc:00:25:01"
+# The bulk of an intel list that stays across versions: a delta is answered only when
+# smaller than the whole list (server/polling/versioned.py).
+KEPT_DOMAINS = b"".join(b"kept%d.bad.example\n" % n for n in range(30))
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
@@ -563,13 +566,13 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
     async with open_database(settings) as db:
         await intel_db.add_feed(db, "test-feed", None, "plain", None, 50, "test")
         feed = (await intel_db.feeds(db, "test-feed"))[0]
-        await import_file(db, feed, b"c2.bad.example\n45.33.32.66\n185.220.0.0/16\n", "test")
+        await import_file(db, feed, KEPT_DOMAINS + b"c2.bad.example\n45.33.32.66\n185.220.0.0/16\n", "test")
         await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
-    await wait_for(lambda: _intel_holds(intel_list, 3), timeout=10, interval=0.05)
+    await wait_for(lambda: _intel_holds(intel_list, 33), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
     rules_dir = config.rules_file.parent
-    assert (rules_dir / "rb-intel-domains.lst").read_text() == \
-        base64.b64encode(b"c2.bad.example").decode() + "\n"
+    assert (rules_dir / "rb-intel-domains.lst").read_text().splitlines() == \
+        _encoded(KEPT_DOMAINS + b"c2.bad.example")
     assert (rules_dir / "rb-intel-ip.lst").read_text() == "45.33.32.66\n"
     assert "dataset:isset,rb-intel-domains" in (rules_dir / "rb-intel.rules").read_text()
     assert (rules_dir / "rb-intel-block.nft").read_text().splitlines()[1:3] == [
@@ -579,24 +582,24 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
         "suricata-test", "suricata-reload", "nft-check", "nft-load"]
 
     async with open_database(settings) as db:  # the next version: one gone, one new
-        await import_file(db, feed, b"c2.bad.example\nnew.bad.example\n185.220.0.0/16\n",
+        await import_file(db, feed, KEPT_DOMAINS + b"c2.bad.example\nnew.bad.example\n185.220.0.0/16\n",
                           "test")
         await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
-    await wait_for(lambda: _intel_holds(intel_list, 3, base64.b64encode(
+    await wait_for(lambda: _intel_holds(intel_list, 33, base64.b64encode(
         b"new.bad.example").decode()), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
     assert status(config)["applied"]["intel"]["delta"] is True  # only what changed came
-    assert (rules_dir / "rb-intel-domains.lst").read_text().splitlines() == sorted(
-        base64.b64encode(name).decode() for name in (b"c2.bad.example", b"new.bad.example"))
+    assert (rules_dir / "rb-intel-domains.lst").read_text().splitlines() == _encoded(
+        KEPT_DOMAINS + b"c2.bad.example\nnew.bad.example")
     assert not (rules_dir / "rb-intel-ip.lst").exists()
 
     (tmp_path / "test-fails").touch()  # Suricata refuses the next one: the last stays
     async with open_database(settings) as db:
-        await import_file(db, feed, b"other.bad.example\n", "test")
+        await import_file(db, feed, KEPT_DOMAINS + b"other.bad.example\n", "test")
         await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
-    await wait_for(lambda: _intel_holds(intel_list, 1), timeout=10, interval=0.05)
+    await wait_for(lambda: _intel_holds(intel_list, 31), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
-    assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 2
+    assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 32
     assert "intel" in status(config)["failed"]
 
     # A delta that does not apply (the document kept holds a block entry that is no
@@ -607,13 +610,19 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
     kept["block"].append({"address": "not-a-network", "expires_at": None})
     kept_path.write_text(json.dumps(kept))
     async with open_database(settings) as db:
-        await import_file(db, feed, b"other.bad.example\nlast.bad.example\n", "test")
+        await import_file(db, feed, KEPT_DOMAINS + b"other.bad.example\nlast.bad.example\n",
+                          "test")
         await judge_and_tell(db, IntelConfig.from_settings(settings), "test")  # delivered
-    await wait_for(lambda: _intel_holds(intel_list, 2), timeout=10, interval=0.05)
+    await wait_for(lambda: _intel_holds(intel_list, 32), timeout=10, interval=0.05)
     assert (await run_round(config))[0] == 0
     assert status(config)["applied"]["intel"]["delta"] is False
     assert "intel" not in status(config)["failed"]
-    assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 2
+    assert len((rules_dir / "rb-intel-domains.lst").read_text().splitlines()) == 32
+
+
+def _encoded(names: bytes) -> list[str]:
+    """A domains file's lines for `names` (one a line): base64, sorted."""
+    return sorted(base64.b64encode(name).decode() for name in names.split())
 
 
 async def _intel_holds(intel_list, entries: int, text: str = "") -> bool:

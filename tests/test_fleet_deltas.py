@@ -72,6 +72,26 @@ async def test_each_size_has_versions_of_its_own(db, sql):
         ("fleet", 1), ("fleet-1000", 1)]
 
 
+async def test_a_list_mostly_replaced_is_answered_whole_not_as_a_larger_delta(db):
+    """Every entry replaced: the delta (each old one removed, each new one added) would
+    carry more than the whole list, so the whole list is the answer, asked once or again."""
+    await fleet_db.replace(db, [_entry(n) for n in range(200)], [])
+    document = _list_of(db)
+    held = await document.served(MAC)
+    await document.recorded(held)
+    await fleet_db.replace(db, [_entry(n) for n in range(1_000, 1_200)], [])
+    document.changed()
+    current = await document.served(MAC)
+    await document.recorded(current)
+    assert await document.delta(MAC, held.etag) is None
+    assert await document.delta(MAC, held.etag) is None  # the choice kept, not recomputed
+    await fleet_db.replace(db, [_entry(n) for n in range(1_000, 1_201)], [])
+    document.changed()
+    await document.recorded(await document.served(MAC))
+    answer = await document.delta(MAC, current.etag)  # one added: a delta again
+    assert answer is not None and len(_opened(answer[0].packed)["add"]) == 1
+
+
 @pytest.mark.parametrize("since", ["not-an-etag", "0" * 64, "x" * 10_000, ""])
 async def test_a_delta_from_a_version_not_kept_is_the_whole_list(db, since):
     await fleet_db.replace(db, [_entry(1)], [])

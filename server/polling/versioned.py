@@ -140,7 +140,8 @@ class VersionedDocument(SharedDocument):
         """What changed since the shared document of ETag `since`, and the ETag it leads
         to, for a router without an allowlist of its own; None when that document is not a
         version kept before this one (unknown, another document's, pruned, later than what
-        this process serves): the whole document then."""
+        this process serves), or when the delta would be no smaller than the whole document
+        (most of it replaced): the whole document then."""
         current = await self.served(mac)
         if mac in self._own or current is not self._shared or since == current.etag:
             return None
@@ -150,7 +151,7 @@ class VersionedDocument(SharedDocument):
             return None
         if (known := deltas.get(since)) is not None:
             deltas[since] = deltas.pop(since)  # the latest asked: the last dropped
-            return known, current.etag
+            return None if known is current else (known, current.etag)
         key = (since, serial)  # one computation for the routers asking it at once
         if (computing := self._computing.get(key)) is None:
             computing = asyncio.get_running_loop().create_task(
@@ -160,11 +161,13 @@ class VersionedDocument(SharedDocument):
         delta = await asyncio.shield(computing)
         if delta is None:
             return None
+        if len(delta.packed) >= len(current.packed):  # most replaced: the whole is smaller
+            delta = current
         if deltas is self._deltas and since not in deltas:
             if len(deltas) >= DELTAS_KEPT:  # the one asked least lately goes
                 deltas.pop(next(iter(deltas)))
             deltas[since] = delta
-        return delta, current.etag
+        return None if delta is current else (delta, current.etag)
 
     async def _computed(self, since: str, document: dict, serial: int) -> Served | None:
         """The delta, None when the version is not kept. At most COMPUTED_AT_ONCE are
