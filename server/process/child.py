@@ -26,6 +26,7 @@ from server.app import (EVERYTHING, SERVING, WORKING, Part, Resources, connectio
 from server.db import service_settings
 from server.db.service_settings import CONSOLE_SECRET_SET
 from server.logs import configure_logging
+from server.process.memory import memory_return_context
 from server.process.shutdown import Inherited, run_until_stopped, serve_until_stopped
 from server.process.exits import reported
 from server.settings import Settings, load_settings, shared_with_commands
@@ -53,11 +54,12 @@ def run(settings: Settings, parts: tuple[Part, ...] = EVERYTHING,
     if not any(part.serves for part in parts):
         held = resources(settings, parts, metrics_dir)
         asyncio.run(run_until_stopped(
-            held, contexts(settings, parts, metrics_dir, migrate),
+            held, [*contexts(settings, parts, metrics_dir, migrate), memory_return_context],
             functools.partial(record_settings, settings, held) if WORKING in parts
             else _nothing))
         return 0
     app = create_app(settings, parts, metrics_dir, migrate=migrate, host_tables=host_tables)
+    app.cleanup_ctx.append(memory_return_context)
     if WORKING in parts:  # the one process that runs the jobs: recorded once a start
         app.on_startup.append(lambda app: record_settings(settings, app))
     asyncio.run(serve_until_stopped(app, app[IN_FLIGHT], settings.listen_host,
