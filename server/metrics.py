@@ -51,6 +51,12 @@ class Metrics:
         self._request_children: dict[tuple[object, str, int], tuple[Counter, Histogram]] = {}
         # (route, method, status) -> durations of the requests not yet recorded
         self._unrecorded: dict[tuple[object, str, int], list[float]] = {}
+        self._declare_work(registry)
+        self._declare_host(registry)
+        self._declare_fleet(registry)
+
+    def _declare_work(self, registry: CollectorRegistry) -> None:
+        """What the service did: records, generations, jobs, deliveries, the loops."""
         self.records = Counter("telemetry_records", "Telemetry records in acknowledged requests",
                                ["kind", "outcome"], registry=registry)
         self.generations = Counter("rule_generations", "Per-router generations run here",
@@ -67,6 +73,15 @@ class Metrics:
                                 registry=registry)
         self.notifications = Counter("notification_deliveries", "Email delivery attempts",
                                      ["outcome"], registry=registry)
+        self.loop_last_success = Gauge("background_loop_last_success_timestamp_seconds",
+                                       "When each long-running loop last did its work "
+                                       "(generation dispatch and renewal, ETag cache, "
+                                       "telemetry tally, notification retries, jobs); its "
+                                       "start until the first success",
+                                       ["loop"], multiprocess_mode="max", registry=registry)
+
+    def _declare_host(self, registry: CollectorRegistry) -> None:
+        """The host's processes and what they hold."""
         self.db_pool = Gauge("db_pool_connections", "Database pool connections (summed over "
                              "the host's processes)", ["state"], multiprocess_mode="livesum",
                              registry=registry)
@@ -79,6 +94,15 @@ class Metrics:
                                           "some process bypasses its cache; processes "
                                           "without a cache report 1)",
                                           multiprocess_mode="livemin", registry=registry)
+        self.generation_workers = Gauge("rule_generation_workers",
+                                        "Generation worker processes on this host",
+                                        multiprocess_mode="livesum", registry=registry)
+        self.http_workers = Gauge("http_worker_processes", "Processes serving HTTP requests on "
+                                  "this host (live ones)", multiprocess_mode="livesum",
+                                  registry=registry)
+
+    def _declare_fleet(self, registry: CollectorRegistry) -> None:
+        """The routers: their keys and limits, the ruleset, the fleet's lists, enforcement."""
         self.auth_events = Counter("router_auth_events", "Router key and enrollment events: "
                                    "enrolled, enroll_refused, enroll_conflict, key_refused",
                                    ["event"], registry=registry)
@@ -88,12 +112,6 @@ class Metrics:
         self.ruleset_published = Gauge("ruleset_published_timestamp_seconds", "When the "
                                        "ruleset in use was published (0: none yet)",
                                        multiprocess_mode="mostrecent", registry=registry)
-        self.generation_workers = Gauge("rule_generation_workers",
-                                        "Generation worker processes on this host",
-                                        multiprocess_mode="livesum", registry=registry)
-        self.http_workers = Gauge("http_worker_processes", "Processes serving HTTP requests on "
-                                  "this host (live ones)", multiprocess_mode="livesum",
-                                  registry=registry)
         self.fleet_entries = Gauge("fleet_list_entries", "Entries of the fleet's lists as the "
                                    "fleet job last stored them: attackers and outbreaks (kept "
                                    "in every IDS payload); served: entries of the document "
@@ -113,12 +131,6 @@ class Metrics:
                                    "networks they matched at, its values that never matched",
                                    ["feed", "figure"], multiprocess_mode="mostrecent",
                                    registry=registry)
-        self.loop_last_success = Gauge("background_loop_last_success_timestamp_seconds",
-                                       "When each long-running loop last did its work "
-                                       "(generation dispatch and renewal, ETag cache, "
-                                       "telemetry tally, notification retries, jobs); its "
-                                       "start until the first success",
-                                       ["loop"], multiprocess_mode="max", registry=registry)
 
     def loop_health(self, name: str, logger) -> LoopHealth:
         """The health reporter of one long-running loop (server/background.py)."""

@@ -55,17 +55,74 @@ def _mark_json(mark: Mark) -> dict:
             "unmarkedAt": iso_utc(mark.unmarked_at)}
 
 
+async def _routers_owned(request: web.Request, user: str) -> list:
+    """The (mac, owner since) of each router `user` owns; NotYours when none."""
+    found = (await reports_db.routers_of(request.config_dict[DATABASE], [user])).get(user)
+    if not found:
+        raise marks.NotYours(f"user {user[:64]!r} owns no router")
+    return found
+
+
+async def _routers(request: web.Request) -> web.Response:
+    found = await _routers_owned(request, _user(request))
+    return json_response({"routers": [{"mac": mac, "ownerSince": iso_utc(since)}
+                                      for mac, since in found]})
+
+
+async def _alerts(request: web.Request) -> web.Response:
+    limit, offset = paging(request)
+    _, mac, since = await _owned(request)
+    now = await _now(request)
+    start = listed_since(now, since)
+    rows, total = await reports_db.alerts_page(request.config_dict[DATABASE], mac, start,
+                                               now, limit, offset)
+    return json_response({
+        "alerts": [{"hour": iso_utc(hour), "src": src, "dest": dest, "sid": sid,
+                    "severity": severity, "count": count}
+                   for hour, src, dest, sid, severity, count in rows],
+        "total": total, "since": iso_utc(start)})
+
+
+async def _sightings(request: web.Request) -> web.Response:
+    limit, offset = paging(request)
+    _, mac, since = await _owned(request)
+    start = listed_since(await _now(request), since)
+    rows, total = await intel_db.sightings_page(request.config_dict[DATABASE], mac,
+                                                start, limit, offset)
+    listed = []
+    for row in rows:
+        fields = sighting_fields(row)
+        listed.append({**fields, "closed": row[9],
+                       "markValue": f"{fields['kind']}:{fields['indicator']}"})
+    return json_response({"sightings": listed, "total": total, "since": iso_utc(start)})
+
+
+async def _false_positives(request: web.Request) -> web.Response:
+    limit, offset = paging(request)
+    user, mac, _ = await _owned(request)
+    found, total = await marks_db.of_router(request.config_dict[DATABASE], mac, user,
+                                            limit, offset)
+    return json_response({"falsePositives": [_mark_json(m) for m in found],
+                          "total": total})
+
+
+async def _weekly_report(request: web.Request) -> web.Response:
+    user = _user(request)
+    body = await json_object(request)
+    weekly, at, zone = body.get("weekly"), body.get("at"), body.get("zone")
+    if not isinstance(weekly, (bool, type(None))) or not all(
+            isinstance(v, (str, type(None))) for v in (at, zone)):
+        raise BadRequest("expected {\"weekly\": true|false, \"at\": \"mon 08:00\", "
+                         "\"zone\": \"Europe/Prague\"}, each optional")
+    await _routers_owned(request, user)
+    schedule = await change_schedule(request.config_dict[DATABASE], user, weekly, at,
+                                     zone)
+    return json_response({"weekly": schedule.weekly, "at": schedule.described})
+
+
 def owner_routes(settings: Settings) -> list[web.RouteDef]:
     config = FeedbackConfig.from_settings(settings)
     names = SignatureNames(settings.rule_data_path)
-
-    async def routers(request: web.Request) -> web.Response:
-        user = _user(request)
-        found = (await reports_db.routers_of(request.config_dict[DATABASE], [user])).get(user)
-        if not found:
-            raise marks.NotYours(f"user {user[:64]!r} owns no router")
-        return json_response({"routers": [{"mac": mac, "ownerSince": iso_utc(since)}
-                                          for mac, since in found]})
 
     async def summary(request: web.Request) -> web.Response:
         period = request.query.get("period", "week")
@@ -75,40 +132,6 @@ def owner_routes(settings: Settings) -> list[web.RouteDef]:
         known = await asyncio.to_thread(names)
         return json_response(await router_summary(request.config_dict[DATABASE], known, mac,
                                                   since, period, await _now(request)))
-
-    async def alerts(request: web.Request) -> web.Response:
-        limit, offset = paging(request)
-        _, mac, since = await _owned(request)
-        now = await _now(request)
-        start = listed_since(now, since)
-        rows, total = await reports_db.alerts_page(request.config_dict[DATABASE], mac, start,
-                                                   now, limit, offset)
-        return json_response({
-            "alerts": [{"hour": iso_utc(hour), "src": src, "dest": dest, "sid": sid,
-                        "severity": severity, "count": count}
-                       for hour, src, dest, sid, severity, count in rows],
-            "total": total, "since": iso_utc(start)})
-
-    async def sightings(request: web.Request) -> web.Response:
-        limit, offset = paging(request)
-        _, mac, since = await _owned(request)
-        start = listed_since(await _now(request), since)
-        rows, total = await intel_db.sightings_page(request.config_dict[DATABASE], mac,
-                                                    start, limit, offset)
-        listed = []
-        for row in rows:
-            fields = sighting_fields(row)
-            listed.append({**fields, "closed": row[9],
-                           "markValue": f"{fields['kind']}:{fields['indicator']}"})
-        return json_response({"sightings": listed, "total": total, "since": iso_utc(start)})
-
-    async def false_positives(request: web.Request) -> web.Response:
-        limit, offset = paging(request)
-        user, mac, _ = await _owned(request)
-        found, total = await marks_db.of_router(request.config_dict[DATABASE], mac, user,
-                                                limit, offset)
-        return json_response({"falsePositives": [_mark_json(m) for m in found],
-                              "total": total})
 
     async def mark(request: web.Request) -> web.Response:
         user = _user(request)
@@ -135,26 +158,11 @@ def owner_routes(settings: Settings) -> list[web.RouteDef]:
                            request.match_info["mac"], int(raw))
         return json_response({"message": "Mark undone."})
 
-    async def weekly_report(request: web.Request) -> web.Response:
-        user = _user(request)
-        body = await json_object(request)
-        weekly, at, zone = body.get("weekly"), body.get("at"), body.get("zone")
-        if not isinstance(weekly, (bool, type(None))) or not all(
-                isinstance(v, (str, type(None))) for v in (at, zone)):
-            raise BadRequest("expected {\"weekly\": true|false, \"at\": \"mon 08:00\", "
-                             "\"zone\": \"Europe/Prague\"}, each optional")
-        found = (await reports_db.routers_of(request.config_dict[DATABASE], [user])).get(user)
-        if not found:
-            raise marks.NotYours(f"user {user[:64]!r} owns no router")
-        schedule = await change_schedule(request.config_dict[DATABASE], user, weekly, at,
-                                         zone)
-        return json_response({"weekly": schedule.weekly, "at": schedule.described})
-
-    return [web.get("/owners/{userId}/routers", routers),
+    return [web.get("/owners/{userId}/routers", _routers),
             web.get(f"{_ROUTER}/summary", summary),
-            web.get(f"{_ROUTER}/alerts", alerts),
-            web.get(f"{_ROUTER}/sightings", sightings),
-            web.get(f"{_ROUTER}/false-positives", false_positives),
+            web.get(f"{_ROUTER}/alerts", _alerts),
+            web.get(f"{_ROUTER}/sightings", _sightings),
+            web.get(f"{_ROUTER}/false-positives", _false_positives),
             web.post(f"{_ROUTER}/false-positives", mark),
             web.delete(f"{_ROUTER}/false-positives/{{markId}}", unmark),
-            web.put("/owners/{userId}/weekly-report", weekly_report)]
+            web.put("/owners/{userId}/weekly-report", _weekly_report)]
