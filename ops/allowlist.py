@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import Command, operator, run_command
+from ops.command import Command, operator, run_command, scope_arguments
 from server.tuning import allowlist_sql as allowlist_db
 from server.db.pool import Database
 from server.settings import Settings
@@ -21,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="never block this address or network")
     add.add_argument("network", help="an address or a network in CIDR form")
-    add.add_argument("--mac", help="for this router only (default: the whole fleet)")
-    add.add_argument("--note", help="free text kept with the entry")
+    scope_arguments(add, "entry")
     add.set_defaults(act=_add)
     actions.add_parser("list", help="every entry").set_defaults(act=_list)
     remove = actions.add_parser("remove", help="remove an entry by the id `list` shows")

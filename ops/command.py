@@ -100,6 +100,21 @@ def _loaded_settings(prog: str) -> Settings:
     return loaded
 
 
+def scope_arguments(parser: argparse.ArgumentParser, kept_with: str) -> None:
+    """`--mac` and `--note` of a tuning change (an allowlist entry, a rule override)."""
+    parser.add_argument("--mac", help="for this router only (default: the whole fleet)")
+    parser.add_argument("--note", help=f"free text kept with the {kept_with}")
+
+
+def sub_command(prog: str) -> Callable[[Settings, argparse.Namespace], int]:
+    """What runs a command of sub-commands: the one chosen, whose parser named its function
+    (`set_defaults(act=...)`, called with the arguments, the settings and the database)."""
+    def run(settings: Settings, args: argparse.Namespace) -> int:
+        return run_command(prog, lambda settings, db: args.act(args, settings, db),
+                           settings=settings)
+    return run
+
+
 @dataclass(frozen=True)
 class Command:
     """One `router-backend` command: its name and one-line help, what registers its

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from ops.command import Command, CommandError, UsageError, mac_argument, operator, run_command
+from ops.command import Command, CommandError, UsageError, mac_argument, operator, sub_command
 from server.feedback import sql as marks_db
 from server.intel import sql as intel_db
 from server.intel.config import IntelConfig
@@ -243,10 +243,5 @@ async def _import(args: argparse.Namespace, settings: Settings, db: Database) ->
     return 0
 
 
-def intel(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
-                       settings=settings)
-
-
 COMMAND = Command("intel", "threat feeds delivered to every router and retro-hunted; their "
-                  "sightings, told to the routers' owners", add_arguments, intel)
+                  "sightings, told to the routers' owners", add_arguments, sub_command(PROG))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import Command, moment, run_command
+from ops.command import Command, moment, sub_command
 from server.db.pool import Database
 from server.reports.jobs import SignatureNames
 from server.reports.weekly import send_weekly_reports
@@ -39,10 +39,5 @@ async def _weekly(args: argparse.Namespace, settings: Settings, db: Database) ->
     return 0
 
 
-def reports(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
-                       settings=settings)
-
-
 COMMAND = Command("reports", "the owners' weekly reports: make those due now, or a given "
-                  "week's", add_arguments, reports)
+                  "week's", add_arguments, sub_command(PROG))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import Command, operator, run_command
+from ops.command import Command, operator, scope_arguments, sub_command
 from server.tuning import override_sql as overrides_db
 from server.db.pool import Database
 from server.settings import Settings
@@ -27,8 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         command = actions.add_parser(action, help=help_text)
         command.add_argument("selector", help="SID, GID:SID, re:REGEX, group:FILE or "
                                               "classtype:NAME")
-        command.add_argument("--mac", help="for this router only (default: the whole fleet)")
-        command.add_argument("--note", help="free text kept with the override")
+        scope_arguments(command, "override")
         command.set_defaults(act=_add)
     actions.add_parser("overrides", help="every override").set_defaults(act=_overrides)
     remove = actions.add_parser("remove", help="remove an override by the id `overrides` shows")
@@ -59,10 +58,5 @@ async def _remove(args: argparse.Namespace, settings: Settings, db: Database) ->
     return 0
 
 
-def rules(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
-                       settings=settings)
-
-
 COMMAND = Command("rules", "rule overrides: keep rules off or always on, fleet-wide or per "
-                  "router", add_arguments, rules)
+                  "router", add_arguments, sub_command(PROG))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ops.command import Command, CommandError, UsageError, mac_argument, operator, run_command
+from ops.command import Command, CommandError, UsageError, mac_argument, operator, sub_command
 from server.intel import sql as intel_db
 from server.routers import key_sql as keys_db
 from server.routers import sql as router_db
@@ -170,10 +170,5 @@ async def _issue_key(db: Database, mac: str, replace: bool) -> None:
     print(f"key for {mac} (shown once, only its hash is stored):\n{key}")
 
 
-def subscriptions(settings: Settings, args: argparse.Namespace) -> int:
-    return run_command(PROG, lambda settings, db: args.act(args, settings, db),
-                       settings=settings)
-
-
 COMMAND = Command("subscriptions", "list, add or remove router subscriptions (closed mode)",
-                  add_arguments, subscriptions)
+                  add_arguments, sub_command(PROG))
