@@ -644,7 +644,9 @@ def test_every_http_worker_answers_a_delta(tmp_path, database):
     try:
         env = command_env(settings_for(database, tmp_path))
         feed = tmp_path / "feed.txt"
-        feed.write_text("one.delta.example\ntwo.delta.example\n")
+        # A bulk that stays: a delta is answered only when smaller than the whole document.
+        feed.write_text("".join(f"kept{n}.delta.example\n" for n in range(40))
+                        + "one.delta.example\ntwo.delta.example\n")
         assert router_backend(env, "intel", "import", str(feed), "--feed", "f", "--format",
                               "plain").returncode == 0
         before = _until(lambda: _holding(server.url, b"two.delta.example"))
