@@ -27,18 +27,14 @@ import aiohttp
 
 from bench.ingest import add_settings_option
 from testkit.database import throwaway_database
-from testkit.server import running_server
+from testkit.server import memory_kib, running_server
 
 FLOODER = "02:80:00:00:0f:01"
 REFUSING = {"ROUTER_REQUESTS_PER_MINUTE": "1", "TOO_MANY_REQUESTS_DELAY_SECONDS": "2"}
 
 
 def rss_mib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+    return memory_kib(pid, "VmRSS") // 1024
 
 
 async def flood(url: str, clients: int, seconds: float, size: int) -> collections.Counter:

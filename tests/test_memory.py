@@ -66,11 +66,12 @@ async def test_large_body_streams_in_flat_memory(database, tmp_path, sql, worker
 
 
 FRAGMENTED = """
+import os
 import random
 from server.process.memory import return_freed_memory
+from testkit.server import memory_kib
 def rss():
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS"))
+    return memory_kib(os.getpid(), "VmRSS") // 1024
 blocks = [bytearray(random.choice([70_000, 100_000, 120_000])) for _ in range(3_000)]
 kept = blocks[::50]  # one in fifty still held: the freed ones between them stay mapped
 del blocks
