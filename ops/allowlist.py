@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import Command, operator, run_command, scope_arguments
+from ops.command import Command, entries_arguments, operator, run_command, scope_arguments
 from server.tuning import allowlist_sql as allowlist_db
 from server.db.pool import Database
 from server.settings import Settings
@@ -23,10 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("network", help="an address or a network in CIDR form")
     scope_arguments(add, "entry")
     add.set_defaults(act=_add)
-    actions.add_parser("list", help="every entry").set_defaults(act=_list)
-    remove = actions.add_parser("remove", help="remove an entry by the id `list` shows")
-    remove.add_argument("id", type=int)
-    remove.set_defaults(act=_remove)
+    entries_arguments(actions, "list", "entry", _list, _remove)
 
 
 async def _list(args: argparse.Namespace, db: Database) -> int:

@@ -106,6 +106,16 @@ def scope_arguments(parser: argparse.ArgumentParser, kept_with: str) -> None:
     parser.add_argument("--note", help=f"free text kept with the {kept_with}")
 
 
+def entries_arguments(actions, listing: str, entry: str, list_act: Callable,
+                      remove_act: Callable) -> None:
+    """The `LISTING` and `remove ID` sub-commands of the tuning entries kept (an allowlist
+    entry, a rule override)."""
+    actions.add_parser(listing, help=f"every {entry}").set_defaults(act=list_act)
+    remove = actions.add_parser("remove", help=f"remove an {entry} by the id `{listing}` shows")
+    remove.add_argument("id", type=int)
+    remove.set_defaults(act=remove_act)
+
+
 def sub_command(prog: str) -> Callable[[Settings, argparse.Namespace], int]:
     """What runs a command of sub-commands: the one chosen, whose parser named its function
     (`set_defaults(act=...)`, called with the arguments, the settings and the database)."""

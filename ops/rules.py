@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ops.command import Command, operator, scope_arguments, sub_command
+from ops.command import Command, entries_arguments, operator, scope_arguments, sub_command
 from server.tuning import override_sql as overrides_db
 from server.db.pool import Database
 from server.settings import Settings
@@ -29,10 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                               "classtype:NAME")
         scope_arguments(command, "override")
         command.set_defaults(act=_add)
-    actions.add_parser("overrides", help="every override").set_defaults(act=_overrides)
-    remove = actions.add_parser("remove", help="remove an override by the id `overrides` shows")
-    remove.add_argument("id", type=int)
-    remove.set_defaults(act=_remove)
+    entries_arguments(actions, "overrides", "override", _overrides, _remove)
 
 
 async def _add(args: argparse.Namespace, settings: Settings, db: Database) -> int:

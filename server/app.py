@@ -130,8 +130,8 @@ def create_app(settings: Settings, parts: tuple[Part, ...] | None = None,
             app.add_subapp("/console/", create_console_app(settings, outer))
         if "notifications" in settings.services:
             app.add_subapp("/api/", create_notifications_app(settings, outer))
-        add_routes(app, operations.ROUTES
-                   + (router_api.ROUTES if "router" in settings.services else []), outer)
+        add_routes(app, [*operations.ROUTES,
+                         *(router_api.ROUTES if "router" in settings.services else ())], outer)
     return app
 
 
@@ -177,14 +177,21 @@ async def ingest_database_context(app: Resources) -> AsyncIterator[None]:
         await database.close()
 
 
-async def traffic_tally_context(app: Resources) -> AsyncIterator[None]:
-    tally = TrafficTally(app[DATABASE], app[METRICS])
-    app[TRAFFIC_TALLY] = tally
-    tally.start()
+@contextlib.asynccontextmanager
+async def _running(service: Any) -> AsyncIterator[None]:
+    """A service's loop started for as long as the process runs, then stopped."""
+    service.start()
     try:
         yield
     finally:
-        await tally.stop()
+        await service.stop()
+
+
+async def traffic_tally_context(app: Resources) -> AsyncIterator[None]:
+    tally = TrafficTally(app[DATABASE], app[METRICS])
+    app[TRAFFIC_TALLY] = tally
+    async with _running(tally):
+        yield
 
 
 async def change_feed_context(app: Resources) -> AsyncIterator[None]:
@@ -207,11 +214,8 @@ async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     for document in (fleet, intel):  # the allowlist is in both
         feed.follow(FLEET_LIST_CHANNEL, document.changed, document.changed)
     feed.follow(INTEL_LIST_CHANNEL, intel.changed, intel.changed)
-    feed.start()
-    try:
+    async with _running(feed):
         yield
-    finally:
-        await feed.stop()
 
 
 async def generation_context(app: Resources) -> AsyncIterator[None]:
@@ -292,11 +296,10 @@ async def jobs_context(app: Resources) -> AsyncIterator[None]:
                           + enforcement_jobs(app[DATABASE], settings, app[METRICS]))
     indexer = HuntIndexer(app[DATABASE], HuntConfig.from_settings(settings),
                           settings.hunt_index_seconds, app[METRICS])
-    indexer.start()
     try:
-        yield
+        async with _running(indexer):
+            yield
     finally:
-        await indexer.stop()
         await jobs.stop()
 
 

@@ -85,9 +85,7 @@ def install(app: web.Application) -> None:
     app.on_cleanup.append(gate.close)
 
 
-def routes() -> list[web.RouteDef]:
-    return [web.get("/hunt", hunt_page), web.post("/hunt", hunt),
-            web.get("/routers/{mac}/records", router_records)]
+ROUTES = web.RouteTableDef()
 
 
 def _day(text) -> date | None:
@@ -119,10 +117,12 @@ async def _page(request: web.Request, status: int = 200, **context) -> web.Respo
         status=status)
 
 
+@ROUTES.get("/hunt")
 async def hunt_page(request: web.Request) -> web.Response:
     return await _page(request)
 
 
+@ROUTES.post("/hunt")
 async def hunt(request: web.Request) -> web.Response:
     form = await request.post()
     asked = form.get("indicators", "")
@@ -178,6 +178,7 @@ def _refuse_households(request: web.Request, indicators) -> None:
                 "(recorded in the hunt log)")
 
 
+@ROUTES.get("/routers/{mac}/records")
 async def router_records(request: web.Request) -> web.Response:
     """The router's records carrying an indicator, recorded in the hunt log with the router."""
     mac = tuning.router_mac(request.match_info["mac"])

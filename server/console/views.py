@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import secrets
+from typing import Any, Awaitable, Callable
 from urllib.parse import quote, urlencode
 
 import aiohttp_jinja2
@@ -44,21 +45,11 @@ def _nobody() -> str:
     return hash_secret(secrets.token_urlsafe(16))
 
 
+ROUTES = web.RouteTableDef()
+
+
 def routes() -> list[web.RouteDef]:
-    return [web.get("/sign-in", sign_in_page),
-            web.post("/sign-in", sign_in),
-            web.post("/sign-out", sign_out),
-            web.get("/", fleet_page),
-            web.get("/routers", find_router),
-            web.get("/routers/{mac}", router_page),
-            web.post("/routers/{mac}/reset", reset_enrollment),
-            web.get("/tuning", tuning_page),
-            web.get("/intel", intel_page),
-            web.post("/tuning/overrides", add_override),
-            web.post("/tuning/overrides/{id:\\d{1,18}}/remove", remove_override),
-            web.post("/tuning/allowlist", add_allowed),
-            web.post("/tuning/allowlist/{id:\\d{1,18}}/remove", remove_allowed),
-            *hunting.routes()]
+    return [*ROUTES, *hunting.ROUTES]
 
 
 def field(form, name: str) -> str:
@@ -98,8 +89,13 @@ async def _render(request: web.Request, template: str, context: dict,
                             **context}, status=status)
 
 
-async def sign_in_page(request: web.Request, message: str | None = None,
-                       status: int = 200) -> web.Response:
+@ROUTES.get("/sign-in")
+async def sign_in_page(request: web.Request) -> web.Response:
+    return await _sign_in_form(request)
+
+
+async def _sign_in_form(request: web.Request, message: str | None = None,
+                        status: int = 200) -> web.Response:
     token = secrets.token_urlsafe(24)
     if request.query.get("expired") and message is None:
         message = "Your session expired: sign in again."
@@ -111,6 +107,7 @@ async def sign_in_page(request: web.Request, message: str | None = None,
     return response
 
 
+@ROUTES.post("/sign-in")
 async def sign_in(request: web.Request) -> web.StreamResponse:
     flood = request.config_dict[FLOOD_LIMITS]
     address = client_address(request, request.config_dict[SETTINGS].trusted_proxies)
@@ -129,10 +126,10 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         raise
     if stale:
         flood.attempt_succeeded(address)
-        return await sign_in_page(request, "The sign-in form was stale: try again.", 403)
+        return await _sign_in_form(request, "The sign-in form was stale: try again.", 403)
     if credential is None or not matches:
         flood.credential_failed(address, f"console sign-in as {name!r}")
-        return await sign_in_page(request, "Wrong name or secret.", 401)
+        return await _sign_in_form(request, "Wrong name or secret.", 401)
     flood.attempt_succeeded(address)
     session = await sessions.start(request.config_dict[DATABASE], name, address)
     response = web.HTTPSeeOther(_back(field(form, "next")))
@@ -142,6 +139,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     raise response
 
 
+@ROUTES.post("/sign-out")
 async def sign_out(request: web.Request) -> web.StreamResponse:
     await request.app[SESSIONS].end(request.config_dict[DATABASE], request.cookies.get(COOKIE))
     response = web.HTTPSeeOther("/console/sign-in")
@@ -149,6 +147,7 @@ async def sign_out(request: web.Request) -> web.StreamResponse:
     raise response
 
 
+@ROUTES.get("/")
 async def fleet_page(request: web.Request) -> web.Response:
     db = request.config_dict[DATABASE]
     status = await fleet_status(db, request.config_dict[SETTINGS])
@@ -168,11 +167,13 @@ async def fleet_page(request: web.Request) -> web.Response:
                         labelled=True)})
 
 
+@ROUTES.get("/routers")
 async def find_router(request: web.Request) -> web.StreamResponse:
     mac = tuning.router_mac(request.query.get("mac", ""))
     raise web.HTTPSeeOther(f"/console/routers/{quote(mac)}")
 
 
+@ROUTES.get("/routers/{mac}")
 async def router_page(request: web.Request) -> web.Response:
     mac = tuning.router_mac(request.match_info["mac"])
     settings = request.config_dict[SETTINGS]
@@ -195,6 +196,7 @@ ENFORCEMENT_DAYS = 7  # the Intel page's window (`router-backend enforcement --d
 MARKS_SHOWN = 100
 
 
+@ROUTES.get("/intel")
 async def intel_page(request: web.Request) -> web.Response:
     db = request.config_dict[DATABASE]
     return await _render(request, "intel.html", {
@@ -209,6 +211,7 @@ async def intel_page(request: web.Request) -> web.Response:
             request.config_dict[SETTINGS]), ENFORCEMENT_DAYS)})
 
 
+@ROUTES.get("/tuning")
 async def tuning_page(request: web.Request) -> web.Response:
     db = request.config_dict[DATABASE]
     return await _render(request, "tuning.html", {
@@ -216,37 +219,33 @@ async def tuning_page(request: web.Request) -> web.Response:
         "changes": await tuning_changes.recent(db)})
 
 
-async def add_override(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    await tuning.add_override(request.config_dict[DATABASE], request.config_dict[SETTINGS],
-                              field(form, "action"), field(form, "selector"),
-                              field(form, "mac"), field(form, "note"),
-                              _made_by(request))
-    raise web.HTTPSeeOther(_back(field(form, "back")))
+def _tuning_form(path: str, change: Callable[[web.Request, Any, str], Awaitable[object]]
+                 ) -> None:
+    """A tuning form posted to `path`: the change made through server/tuning from the form's
+    fields in the console user's name, then back to the page the form was posted from."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        await change(request, form, _made_by(request))
+        raise web.HTTPSeeOther(_back(field(form, "back")))
+    ROUTES.post(path)(handler)
 
 
-async def remove_override(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    await tuning.remove_override(request.config_dict[DATABASE], int(request.match_info["id"]),
-                                 _made_by(request))
-    raise web.HTTPSeeOther(_back(field(form, "back")))
+_ONE = "{id:\\d{1,18}}"   # an entry's id
+_tuning_form("/tuning/overrides", lambda request, form, made_by: tuning.add_override(
+    request.config_dict[DATABASE], request.config_dict[SETTINGS], field(form, "action"),
+    field(form, "selector"), field(form, "mac"), field(form, "note"), made_by))
+_tuning_form(f"/tuning/overrides/{_ONE}/remove", lambda request, form, made_by:
+             tuning.remove_override(request.config_dict[DATABASE],
+                                    int(request.match_info["id"]), made_by))
+_tuning_form("/tuning/allowlist", lambda request, form, made_by: tuning.add_allowed(
+    request.config_dict[DATABASE], field(form, "network"), field(form, "mac"),
+    field(form, "note"), made_by))
+_tuning_form(f"/tuning/allowlist/{_ONE}/remove", lambda request, form, made_by:
+             tuning.remove_allowed(request.config_dict[DATABASE],
+                                   int(request.match_info["id"]), made_by))
 
 
-async def add_allowed(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    await tuning.add_allowed(request.config_dict[DATABASE], field(form, "network"),
-                             field(form, "mac"), field(form, "note"),
-                             _made_by(request))
-    raise web.HTTPSeeOther(_back(field(form, "back")))
-
-
-async def remove_allowed(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    await tuning.remove_allowed(request.config_dict[DATABASE], int(request.match_info["id"]),
-                                _made_by(request))
-    raise web.HTTPSeeOther(_back(field(form, "back")))
-
-
+@ROUTES.post("/routers/{mac}/reset")
 async def reset_enrollment(request: web.Request) -> web.StreamResponse:
     settings = request.config_dict[SETTINGS]
     await tuning.reset_enrollment(request.config_dict[DATABASE], request.match_info["mac"],

@@ -39,6 +39,8 @@ from server.typedefs import (DATABASE, DECLARATIONS, ETAG_CACHE, FLEET_LIST, INT
 # The number of the version of the threat intelligence document an answer holds.
 SERIAL_HEADER = "Document-Serial"
 
+ROUTES = web.RouteTableDef()
+
 
 def admitted(request: web.Request) -> str | None:
     """The calling router's MAC, its request budget taken, when this process admitted it
@@ -76,12 +78,13 @@ def for_router(handler):
     `admit`): the one step every router endpoint but /health and /enroll passes, once a
     request."""
     @functools.wraps(handler)
-    async def admitted_first(request: web.Request, **kwargs) -> web.StreamResponse:
+    async def admitted_first(request: web.Request) -> web.StreamResponse:
         mac = admitted(request) or await admit(request)
-        return await handler(request, mac, **kwargs)
+        return await handler(request, mac)
     return admitted_first
 
 
+@ROUTES.post("/enroll")
 async def enroll(request: web.Request) -> web.Response:
     """A router's key, once, against the fleet's ENROLLMENT_TOKEN."""
     mac = mac_from_header(request.headers)
@@ -94,6 +97,7 @@ async def enroll(request: web.Request) -> web.Response:
     return json_response({"key": key}, status=201)
 
 
+@ROUTES.get("/health")
 async def health(request: web.Request) -> web.Response:
     """Checks the header's form only: a health probe neither registers nor writes."""
     mac_from_header(request.headers)
@@ -116,17 +120,8 @@ def _ruleset(settings: Settings) -> dict | None:
             "age_seconds": current.age_seconds}
 
 
-@for_router
-async def post_events(request: web.Request, mac: str) -> web.Response:
-    return await _ingest(request, mac, "events")
-
-
-@for_router
-async def post_cfm(request: web.Request, mac: str) -> web.Response:
-    return await _ingest(request, mac, "cfm")
-
-
-async def _ingest(request: web.Request, mac: str, kind: str) -> web.Response:
+async def post_records(request: web.Request, mac: str, kind: str) -> web.Response:
+    """An upload of IDS events or flow records (server/ingest/ingest.py)."""
     client = client_address(request, request.app[SETTINGS].trusted_proxies)
     address = request.app[FLOOD_LIMITS].bucket(client)
     upload = Upload(request.content_type, idempotency_key(request.headers), Body(
@@ -144,6 +139,11 @@ async def _ingest(request: web.Request, mac: str, kind: str) -> web.Response:
     return json_response(report)
 
 
+for _kind in ("events", "cfm"):
+    ROUTES.post(f"/log/{_kind}")(for_router(functools.partial(post_records, kind=_kind)))
+
+
+@ROUTES.get("/rules/last_updated")
 @for_router
 async def last_updated(request: web.Request, mac: str) -> web.Response:
     holds = declared(request.headers.get(CAPACITY_HEADER))  # a malformed capacity
@@ -163,6 +163,7 @@ async def last_updated(request: web.Request, mac: str) -> web.Response:
                           "fleet_etag": fleet.header, "intel_etag": intel.header})
 
 
+@ROUTES.post("/rules/applied")
 @for_router
 async def rules_applied(request: web.Request, mac: str) -> web.Response:
     """What the agent loaded; answers whether those are the current payloads."""
@@ -173,6 +174,7 @@ async def rules_applied(request: web.Request, mac: str) -> web.Response:
     return json_response({"ids_current": ids_current, "firewall_current": firewall_current})
 
 
+@ROUTES.post("/rules/enforced")
 @for_router
 async def rules_enforced(request: web.Request, mac: str) -> web.Response:
     """What the router's firewall sets dropped since its last report (server/enforcement/)."""
@@ -185,7 +187,6 @@ async def rules_enforced(request: web.Request, mac: str) -> web.Response:
     return json_response({"lists": {done.list: done.as_json() for done in stored}})
 
 
-@for_router
 async def payload(request: web.Request, mac: str, kind: str) -> web.Response:
     """The router's payload, or 304 when it names the current ETag: from the ETag cache
     without a query for nearly every poll (server/polling/etag_cache.py). An agent names
@@ -209,6 +210,11 @@ async def payload(request: web.Request, mac: str, kind: str) -> web.Response:
     return _packed_response(request, etag, packed)
 
 
+for _kind in ("ids", "firewall"):
+    ROUTES.get(f"/rules/{_kind}")(for_router(functools.partial(payload, kind=_kind)))
+
+
+@ROUTES.get("/rules/fleet")
 @for_router
 async def fleet(request: web.Request, mac: str) -> web.Response:
     """The fleet's shared block list of the router's capacity (server/fleet/document.py),
@@ -217,6 +223,7 @@ async def fleet(request: web.Request, mac: str) -> web.Response:
     return await _versioned(request, mac, _fleet_list(request))
 
 
+@ROUTES.get("/rules/intel")
 @for_router
 async def intel(request: web.Request, mac: str) -> web.Response:
     """The threat intelligence document (server/intel/document.py), as the fleet's."""
@@ -278,16 +285,3 @@ def _accepts_gzip(request: web.Request) -> bool:
         if name.strip() in ("gzip", "x-gzip", "*") and params.replace(" ", "") != "q=0":
             return True
     return False
-
-
-ROUTES = [web.get("/health", health),
-          web.post("/enroll", enroll),
-          web.post("/log/events", post_events),
-          web.post("/log/cfm", post_cfm),
-          web.get("/rules/last_updated", last_updated),
-          web.post("/rules/applied", rules_applied),
-          web.post("/rules/enforced", rules_enforced),
-          web.get("/rules/ids", functools.partial(payload, kind="ids")),
-          web.get("/rules/firewall", functools.partial(payload, kind="firewall")),
-          web.get("/rules/fleet", fleet),
-          web.get("/rules/intel", intel)]
