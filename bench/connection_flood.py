@@ -4,14 +4,19 @@ honest router polls and uploads; its medians against the same requests on the qu
 in the same run.
 
     python -m bench.connection_flood [--idle 42000] [--holders 3] [--workers 2]
-                                     [--requests 60] [--checkout PATH] [--set NAME=VALUE]
+                                     [--requests 60] [--compete] [--checkout PATH]
+                                     [--set NAME=VALUE]
 
 The real server (`python -m ops.cli serve`, HTTP_WORKERS=--workers) on an embedded
 PostgreSQL. Each holder is a process of its own (its descriptor limit raised to the hard
 one) keeping `--idle / --holders` connections open, none sending a byte, and reconnecting
-each one the service closes. Printed: the honest router's poll and upload medians quiet and
-under the flood (and their ratio), the connections the service closed to make room, and the
-most descriptors a worker held against its limit. Without the bound on connections
+each one the service closes, at the idle scheduling class (SCHED_IDLE): a flood from other
+hosts takes none of the service's cores, and holders on its own machine would otherwise
+measure what they take of two cores, not what the flood costs the service (`--compete`
+runs them at the ordinary class, to see that too). Printed: the honest router's poll and
+upload medians quiet and under the flood (and their ratio), how many of the flood's
+connections ended a second and the cores the serving processes used meanwhile, and the most
+descriptors a worker held against its limit. Without the bound on connections
 (server/web/connections.py) the red team's 42,000 idle connections exhausted both workers'
 descriptors and honest routers could not connect.
 """
@@ -25,6 +30,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,11 +48,14 @@ HOLD_WITHIN_SECONDS = 60.0  # a holder's time to open its connections once each 
 # listening queues refuse some while full), then the honest router is measured
 
 
-async def hold(port: int, count: int) -> None:
+async def hold(port: int, count: int, compete: bool) -> None:
     """Keeps `count` idle connections to the service open; prints "held" once they are,
-    then how many the service closed, each second."""
+    then how many the service closed, each second. Unless it `compete`s, at the idle
+    scheduling class: it takes only the cores the service and the honest router leave."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if not compete:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     closed, connected = 0, 0
     opening = asyncio.Semaphore(OPENED_AT_ONCE)
 
@@ -105,6 +114,26 @@ async def honest(url: str, requests: int) -> tuple[float, float, int]:
             statistics.median(uploads) if uploads else float("nan"), failed)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system time the processes have used."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def follow_closed(holder: subprocess.Popen, counts: dict[int, int]) -> None:
+    """Keeps `counts[holder.pid]` at the holder's latest count of connections the service
+    closed (it prints one each second), in a thread of its own."""
+    def read() -> None:
+        assert holder.stdout is not None
+        for line in holder.stdout:
+            if line.startswith("closed"):
+                counts[holder.pid] = int(line.split()[1])
+    threading.Thread(target=read, daemon=True).start()
+
+
 def descriptors(pids: list[int]) -> int:
     return max(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
 
@@ -117,7 +146,7 @@ def descriptor_limit(pid: int) -> int:
 
 
 def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
-        checkout: Path | None) -> dict:
+        checkout: Path | None, compete: bool) -> dict:
     other = {} if checkout is None else {"checkout": checkout,
                                          "python": str(checkout / ".venv" / "bin" / "python")}
     with throwaway_database() as (location, workdir):
@@ -127,17 +156,24 @@ def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
             quiet = asyncio.run(honest(server.url, requests))
             started = [subprocess.Popen(
                 [sys.executable, "-m", "bench.connection_flood", "--hold", str(server.port),
-                 str(idle // holders)], stdout=subprocess.PIPE, text=True,
+                 str(idle // holders), *(["--compete"] if compete else [])],
+                stdout=subprocess.PIPE, text=True,
                 cwd=Path(__file__).resolve().parent.parent) for _ in range(holders)]
             try:
                 held = sum(int(holder.stdout.readline().split()[1]) for holder in started)
-                most = descriptors(serving)
-                flooded = asyncio.run(honest(server.url, requests))
-                most = max(most, descriptors(serving))
-                closed = 0
+                counts: dict[int, int] = {}
                 for holder in started:
-                    line = holder.stdout.readline().split()
-                    closed += int(line[1]) if line[:1] == ["closed"] else 0
+                    follow_closed(holder, counts)
+                most = descriptors(serving)
+                time.sleep(1.1)  # the holders' first counts
+                closed_before, cpu_before = sum(counts.values()), cpu_seconds(serving)
+                began = time.monotonic()
+                flooded = asyncio.run(honest(server.url, requests))
+                took = time.monotonic() - began
+                time.sleep(1.1)  # the holders' next count
+                closed = sum(counts.values()) - closed_before
+                cores = (cpu_seconds(serving) - cpu_before) / took
+                most = max(most, descriptors(serving))
                 limit = descriptor_limit(serving[0])
                 bound = [line.rsplit("at most", 1)[1].split()[0]
                          for line in server.log_tail(1_000_000).splitlines()
@@ -147,7 +183,7 @@ def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
                     holder.kill()
                     holder.wait()
     return {"quiet": quiet, "flooded": flooded, "closed": closed, "descriptors": most,
-            "held": held,
+            "held": held, "seconds": took, "cores": cores,
             "limit": limit, "bound": bound[-1]}
 
 
@@ -159,29 +195,37 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--hold", nargs=2, type=int, metavar=("PORT", "COUNT"),
                         help="be one holder: keep COUNT idle connections to PORT open")
+    parser.add_argument("--compete", action="store_true",
+                        help="holders at the ordinary scheduling class, competing with the "
+                             "service for this machine's cores (default: the idle class, as "
+                             "a flood from other hosts takes none of them)")
     parser.add_argument("--checkout", type=Path, default=None,
                         help="run another checkout's server (the release before), with the "
                              "virtualenv in it")
     add_settings_option(parser)
     args = parser.parse_args()
     if args.hold:
-        asyncio.run(hold(*args.hold))
+        asyncio.run(hold(*args.hold, args.compete))
         return 0
     r = run(args.idle, args.holders, args.workers, args.requests, dict(args.set),
-            args.checkout)
+            args.checkout, args.compete)
     (poll, upload, _), (flood_poll, flood_upload, failed) = r["quiet"], r["flooded"]
     print(f"{args.idle:,} idle connections from {args.holders} holders on 127.0.0.1, "
           f"HTTP_WORKERS={args.workers}, each worker holding at most {r['bound']}"
-          f"{f' (the server of {args.checkout})' if args.checkout else ''}")
+          f"{f' (the server of {args.checkout})' if args.checkout else ''}; holders at "
+          f"{'the ordinary' if args.compete else 'the idle'} scheduling class")
     print(f"connections opened at least once: {r['held']:,}; honest requests that failed "
           f"under the flood: {failed} of {2 * args.requests}")
     print(f"honest poll median: quiet {poll * 1e3:.1f} ms, flooded {flood_poll * 1e3:.1f} ms "
           f"({flood_poll / poll:.2f}×)")
     print(f"honest upload median: quiet {upload * 1e3:.1f} ms, flooded "
           f"{flood_upload * 1e3:.1f} ms ({flood_upload / upload:.2f}×)")
-    print(f"connections the service closed to make room (in the holders' last second "
-          f"counts): {r['closed']:,}; most descriptors a worker held: {r['descriptors']:,} "
-          f"of its {r['limit']:,}")
+    print(f"while the honest router was measured ({r['seconds']:.1f} s): "
+          f"{r['closed'] / r['seconds']:,.0f} of the flood's connections ended a second "
+          f"(closed by the service's idle timer or bound, or refused by a full listening "
+          f"queue) and were opened again; the serving processes "
+          f"used {r['cores']:.2f} cores; most descriptors a worker held: "
+          f"{r['descriptors']:,} of its {r['limit']:,}")
     return 0
 
 
