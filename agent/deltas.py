@@ -1,7 +1,8 @@
-"""What the agent needs of a shared document's deltas (`?delta=1`, docs/router-api.md): a
+"""What the agent needs of a shared document's deltas (`?delta=2`, docs/router-api.md): a
 delta follows the version held only when it starts at its ETag and, both being known, at
 its number (a gap: the whole document is asked instead); the number of the version an
-answer holds; the fleet's list a delta leads to (agent/intel.py applies the intelligence's)."""
+answer holds; what its removals name, as places among what is held (`removed_at`); the
+fleet's list a delta leads to (agent/intel.py applies the intelligence's)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,34 @@ def serial_of(answer, body: dict) -> int | None:
     return int(header) if header.isdigit() else None
 
 
+def removed_at(held: list[str], places: list) -> set[str]:
+    """The items of `held` (distinct) a delta's `remove_at` names: places among them in
+    code-point order, each its distance from the one before (the first from -1).
+    ValueError when they name what is not held (the whole document is asked then)."""
+    order = sorted(held)
+    if len(set(order)) != len(order):
+        raise ValueError("the items held are not distinct: no place names one")
+    named, place = set(), -1
+    for distance in places:
+        if type(distance) is not int or distance < 1:
+            raise ValueError(f"not a distance between places: {str(distance)[:40]!r}")
+        place += distance
+        if place >= len(order):
+            raise ValueError(f"place {place} of {len(order)} items held")
+        named.add(order[place])
+    return named
+
+
+def removals(held: list[str], change: dict) -> set[str]:
+    """What a delta's change removes of `held`: named (`remove`) or by place (`remove_at`)."""
+    if "remove_at" in change:
+        return removed_at(held, change["remove_at"])
+    return set(change["remove"])
+
+
 def fleet_applied(document: dict, delta: dict) -> dict:
     """The fleet's list a delta leads to from `document` (removed first: an entry whose
     expiry moved is removed and added again)."""
-    removed = set(delta["remove"])
-    entries = [entry for entry in document["entries"] if entry["address"] not in removed]
+    gone = removals([entry["address"] for entry in document["entries"]], delta)
+    entries = [entry for entry in document["entries"] if entry["address"] not in gone]
     return {"entry_count": delta["entry_count"], "entries": entries + delta["add"]}

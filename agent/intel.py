@@ -7,7 +7,7 @@ naming rb-intel.rules); its block entries written as an nftables file of interva
 reload fails, every file written is put back as it was and loaded again.
 
 The last document applied is kept in the state directory, so the next fetch asks only for
-what changed since (`?delta=1`, If-None-Match its ETag) and applies that to it. What the
+what changed since (`?delta=2`, If-None-Match its ETag) and applies that to it. What the
 server sends is checked before it reaches a file: known file names only, one value a line
 without spaces or quotes, each rule one line, each block entry a network.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from agent.client import ServiceClient
 from agent.config import AgentConfig
-from agent.deltas import follows, serial_of
+from agent.deltas import follows, removals, serial_of
 from agent.files import write_atomically
 from agent.state import AgentState, now
 
@@ -44,10 +44,10 @@ def applied(document: dict, delta: dict) -> dict:
     files = {name: set(text.splitlines()) for name, text in document["files"].items()}
     for name, change in delta["files"].items():
         lines = files.setdefault(name, set())
-        lines.difference_update(change["remove"])
+        lines.difference_update(removals(list(lines), change))
         lines.update(change["add"])
-    removed = set(delta["block"]["remove"])
-    block = [entry for entry in document["block"] if entry["address"] not in removed]
+    gone = removals([entry["address"] for entry in document["block"]], delta["block"])
+    block = [entry for entry in document["block"] if entry["address"] not in gone]
     block += delta["block"]["add"]
     return {"entry_count": delta["entry_count"], "rules": delta["rules"],
             "files": {name: "".join(f"{line}\n" for line in sorted(lines))
@@ -114,7 +114,7 @@ class IntelUpdater:
         held = json.loads(self._kept.read_text()) if self._kept.exists() else None
         if held is not None and done.get("etag"):
             headers["If-None-Match"] = done["etag"]
-        answer = self._client.request("GET", "/rules/intel?delta=1", headers=headers)
+        answer = self._client.request("GET", "/rules/intel?delta=2", headers=headers)
         if answer.status == 304:
             return None
         new_etag, body = answer.headers.get("etag", ""), None

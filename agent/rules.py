@@ -3,7 +3,7 @@
 Each poll asks GET /rules/last_updated; a kind whose time moved (for the fleet's shared list,
 whose ETag moved) is fetched with If-None-Match (the ETag applied, and one that failed to
 load, so a payload that failed is not tried again until it changes); the fleet's list as
-what changed since the list held (`?delta=1`, the list kept in the state directory), whole
+what changed since the list held (`?delta=2`, the list kept in the state directory), whole
 when the delta does not follow. A new payload is written atomically over the file (the
 file it replaces kept as FILE.prev), checked with the test command and loaded with the reload
 command; when either fails the previous file is put back and loaded again. The outcome goes
@@ -107,7 +107,7 @@ class RuleUpdater:
         if known:
             headers["If-None-Match"] = ", ".join(known)
         held = self._held_fleet(applied.get("etag")) if kind == "fleet" and known else None
-        path = f"/rules/{kind}" + ("?delta=1" if held is not None else "")
+        path = f"/rules/{kind}" + ("?delta=2" if held is not None else "")
         answer = self._client.request("GET", path, headers=headers)
         if answer.status == 304 and answer.headers.get("etag") == applied.get("etag"):
             # The time moved, yet the ETag is said to be current: a 304 from the service's

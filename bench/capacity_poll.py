@@ -8,7 +8,7 @@ intelligence's entries within its
 dataset bound, its block entries and the fleet's list within one set, no JA4 file without
 `ja4=1`. Then both documents change (1 % of the feed's values replaced, 1 % of the fleet's
 list), the service is stopped and started again (every process), and every router asks
-what changed since the versions it holds (`?delta=1`, If-None-Match), as the reference
+what changed since the versions it holds (`?delta=2`, If-None-Match), as the reference
 agent does; a sample of each capacity's deltas is applied (agent/deltas.py, agent/intel.py)
 and compared with the whole document.
 
@@ -18,7 +18,7 @@ database. The documents built for the change are counted in the versions' table:
 size in use, whatever the number of routers.
 
     python -m bench.capacity_poll [--routers 10000] [--workers 2] [--values 100000]
-        [--fleet 10000]
+        [--fleet 10000] [--delta-form 2]
 """
 
 from __future__ import annotations
@@ -105,12 +105,12 @@ def _get(url: str, path: str, mac: str, header: str, etag: str | None = None
         return error.code, error.headers.get("ETag", ""), b""
 
 
-def _poll_all(url: str, macs: list[str], held: dict | None, delta: bool) -> dict:
+def _poll_all(url: str, macs: list[str], held: dict | None, delta: str | None) -> dict:
     """Every router's answer for both documents: (document, mac) -> (status, etag, body)."""
     def one(job: tuple[str, int, str]) -> tuple:
         document, n, mac = job
         etag = held[(document, mac)][1] if held else None
-        path = f"/rules/{document}{'?delta=1' if delta else ''}"
+        path = f"/rules/{document}{'?delta=' + delta if delta else ''}"
         return (document, mac), _get(url, path, mac, _capacity(n)[1], etag)
     jobs = [(document, n, mac) for n, mac in enumerate(macs) for document in DOCUMENTS]
     with ThreadPoolExecutor(16) as pool:
@@ -205,7 +205,7 @@ def _check_deltas(answers: dict, held: dict, wholes: dict, macs: list[str]
     return deltas, unchanged
 
 
-def run(routers: int, workers: int, values: int, fleet: int) -> dict:
+def run(routers: int, workers: int, values: int, fleet: int, form: str = "2") -> dict:
     with throwaway_database() as (location, workdir):
         macs = _macs(routers)
         now = datetime.now(timezone.utc).replace(microsecond=0)
@@ -220,7 +220,7 @@ def run(routers: int, workers: int, values: int, fleet: int) -> dict:
                                   "--format", "plain")
             _store_fleet(sql, fleet, 0, now)
             _wait_built(server.url, macs, values, fleet)
-            held = _poll_all(server.url, macs, None, False)
+            held = _poll_all(server.url, macs, None, None)
             etags = _check_whole(held, macs)
             versions_before = sql.value("SELECT count(*) FROM document_versions")
             feed.write_bytes(_feed(values, values // 100))
@@ -241,7 +241,7 @@ def run(routers: int, workers: int, values: int, fleet: int) -> dict:
                                       _capacity(n)[1])
                     wholes[(document, n)] = _opened(body)
                     whole_bytes[(document, n)] = len(body)
-            answers = _poll_all(server.url, macs, held, True)
+            answers = _poll_all(server.url, macs, held, form)
         finally:
             server.stop()
     deltas, unchanged = _check_deltas(answers, held, wholes, macs)
@@ -281,8 +281,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--values", type=int, default=100_000)
     parser.add_argument("--fleet", type=int, default=10_000)
+    parser.add_argument("--delta-form", choices=("1", "2"), default="2",
+                        help="`?delta=`: 2 removals as places, as the agent asks; 1 named")
     args = parser.parse_args()
-    report(run(args.routers, args.workers, args.values, args.fleet))
+    report(run(args.routers, args.workers, args.values, args.fleet, args.delta_form))
     return 0
 
 

@@ -1,7 +1,7 @@
 """What a restart of the service costs the fleet's threat intelligence downloads (issue 82):
 ROUTERS routers hold the document of a 100,000-value feed; the feed changes 1 %; the service
 is stopped and started again (every process: the supervisor and its HTTP workers); then
-every router asks what changed since the document it holds (`GET /rules/intel?delta=1`,
+every router asks what changed since the document it holds (`GET /rules/intel?delta=2`,
 If-None-Match, gzip), as the reference agent does.
 
 The reference, in the same run: what the routers would have downloaded had each got the
@@ -11,6 +11,7 @@ router's version, leading to the ETag served, and for a sample of routers the de
 (agent/intel.py `applied`) equals the whole document.
 
     python -m bench.intel_restart [--routers 2000] [--workers 2] [--values 100000]
+        [--delta-form 2]
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def _feed(values: int, changed: int) -> bytes:
     return "\n".join(lines).encode()
 
 
-def _get(url: str, mac: str, etag: str | None, delta: bool) -> tuple[int, str, bytes]:
+def _get(url: str, mac: str, etag: str | None, delta: str | None) -> tuple[int, str, bytes]:
     headers = {"X-ID": mac, "Accept-Encoding": "gzip", "Router-Capacity": CAPACITY,
                **({"If-None-Match": etag} if etag else {})}
-    request = urllib.request.Request(f"{url}/rules/intel{'?delta=1' if delta else ''}",
+    request = urllib.request.Request(f"{url}/rules/intel{'?delta=' + delta if delta else ''}",
                                      headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=120) as answer:
@@ -57,7 +58,8 @@ def _get(url: str, mac: str, etag: str | None, delta: bool) -> tuple[int, str, b
         return error.code, error.headers.get("ETag", ""), b""
 
 
-def _all(url: str, macs: list[str], etags: dict[str, str] | None, delta: bool) -> list:
+def _all(url: str, macs: list[str], etags: dict[str, str] | None, delta: str | None
+         ) -> list:
     with ThreadPoolExecutor(16) as pool:
         return list(pool.map(lambda mac: _get(url, mac, etags and etags[mac], delta), macs))
 
@@ -75,7 +77,7 @@ def _until_served(url: str, mac: str, entries: int, timeout: float = 120,
     heard)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _, etag, packed = _get(url, mac, None, False)
+        _, etag, packed = _get(url, mac, None, None)
         document = orjson.loads(gzip.decompress(packed))
         if document["entry_count"] == entries and etag != etag_not:
             return etag, document
@@ -83,7 +85,7 @@ def _until_served(url: str, mac: str, entries: int, timeout: float = 120,
     raise RuntimeError(f"the document of {entries:,} entries was not served in {timeout} s")
 
 
-def run(routers: int, workers: int, values: int) -> dict:
+def run(routers: int, workers: int, values: int, form: str = "2") -> dict:
     with throwaway_database() as (location, workdir):
         macs = _macs(routers)
         Sql(location).rows("INSERT INTO routers (mac) SELECT unnest(%s::macaddr[])", (macs,))
@@ -93,19 +95,19 @@ def run(routers: int, workers: int, values: int) -> dict:
             _import(env, workdir, values, 0)
             before, _ = _until_served(server.url, macs[0], values)
             held = {mac: etag for mac, (status, etag, _) in
-                    zip(macs, _all(server.url, macs, None, False)) if status == 200}
-            whole_before = gzip.decompress(_get(server.url, macs[0], None, False)[2])
+                    zip(macs, _all(server.url, macs, None, None)) if status == 200}
+            whole_before = gzip.decompress(_get(server.url, macs[0], None, None)[2])
             assert len(held) == routers and set(held.values()) == {before}, "not one document"
             _import(env, workdir, values, values // 100)
             _until_served(server.url, macs[0], values, etag_not=before)
-            unrestarted = len(_get(server.url, macs[0], before, True)[2])
+            unrestarted = len(_get(server.url, macs[0], before, form)[2])
             server.stop()
             began = time.monotonic()
             server.start(120)
             restart = time.monotonic() - began
             after, whole = _until_served(server.url, macs[0], values)
-            answers = _all(server.url, macs, held, True)
-            whole_bytes = len(_get(server.url, macs[0], None, False)[2])
+            answers = _all(server.url, macs, held, form)
+            whole_bytes = len(_get(server.url, macs[0], None, None)[2])
         finally:
             server.stop()
     served = sum(len(body) for _, _, body in answers)
@@ -147,8 +149,10 @@ def main() -> int:
     parser.add_argument("--routers", type=int, default=2_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--values", type=int, default=100_000)
+    parser.add_argument("--delta-form", choices=("1", "2"), default="2",
+                        help="`?delta=`: 2 removals as places, as the agent asks; 1 named")
     args = parser.parse_args()
-    report(run(args.routers, args.workers, args.values))
+    report(run(args.routers, args.workers, args.values, args.delta_form))
     return 0
 
 

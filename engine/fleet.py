@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 from engine.addresses import is_public
 from engine.firewall import Exemptions
+from engine.places import removed_places
 
 HOUR_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 EXPIRY_STEP_HOURS = 6
@@ -108,13 +109,20 @@ def entry_key(entry: dict) -> str:
 
 
 def fleet_delta(since: str, new: dict, added: set, removed: set,
-                serials: tuple[int, int]) -> dict:
+                serials: tuple[int, int], places: bool = False) -> dict:
     """What a router holding the list `since` (its ETag) applies to hold `new`: the entries
-    to remove (their addresses) and to add; `serials`: the numbers of the version held and
-    of `new`, said so that a router sees a gap."""
+    to remove (their addresses, or with `places` their places in the list held:
+    engine/places.py) and to add; `serials`: the numbers of the version held and of `new`,
+    said so that a router sees a gap."""
     entries = {entry_key(entry): entry for entry in new["entries"]}
-    return {"delta_from": since, "from_serial": serials[0], "serial": serials[1],
-            "entry_count": new["entry_count"],
-            "add": sorted((entries[item] for _, item in added),
-                          key=lambda entry: (entry["family"], entry["address"])),
-            "remove": sorted(item.split(" ", 1)[0] for _, item in removed)}
+    gone = [item.split(" ", 1)[0] for _, item in removed]
+    delta = {"delta_from": since, "from_serial": serials[0], "serial": serials[1],
+             "entry_count": new["entry_count"],
+             "add": sorted((entries[item] for _, item in added),
+                           key=lambda entry: (entry["family"], entry["address"]))}
+    if places:
+        kept = [key.split(" ", 1)[0] for key in entries if ("entry", key) not in added]
+        delta["remove_at"] = removed_places(kept + gone, gone)
+    else:
+        delta["remove"] = sorted(gone)
+    return delta

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from engine.addresses import is_public_network
 from engine.firewall import Exemptions
 from engine.fleet import HOUR_FORMAT, entry_key
+from engine.places import removed_places
 
 FIRST_SID = 1_990_001  # 1,000,000-1,999,999: for local use; INTEL_SIDS of them ours
 INTEL_SIDS = 20
@@ -191,24 +192,39 @@ def changes(old: dict, new: dict) -> tuple[set, set]:
 
 
 def delta_document(since: str, new: dict, added: set, removed: set,
-                   serials: tuple[int, int] | None = None) -> dict:
+                   serials: tuple[int, int] | None = None, places: bool = False) -> dict:
     """What a router holding the document `since` (its ETag) applies to hold `new`: each
     file's lines to add and remove, the block entries to add and remove, and the rules file
-    whole (a few lines); `serials`: the numbers of the version held and of `new`
+    whole (a few lines); with `places`, what is removed as its places in the version held
+    (engine/places.py); `serials`: the numbers of the version held and of `new`
     (server/polling/versions.py), said so that a router sees a gap."""
     blocks = {entry_key(entry): entry for entry in new["block"]}
-    files: dict[str, dict[str, list[str]]] = {}
-    for verb, changed in (("add", added), ("remove", removed)):
-        for place, item in changed:
-            if place != "block":
-                files.setdefault(place, {"add": [], "remove": []})[verb].append(item)
-    for lists in files.values():
-        lists["add"].sort()
-        lists["remove"].sort()
+    changed: dict[str, dict[str, list[str]]] = {}
+    for verb, items_changed in (("add", added), ("remove", removed)):
+        for place, item in items_changed:
+            changed.setdefault(place, {"add": [], "remove": []})[verb].append(item)
+    block = changed.pop("block", {"add": [], "remove": []})
+    gone = [item.split(" ", 1)[0] for item in block["remove"]]
     numbered = {} if serials is None else {"from_serial": serials[0], "serial": serials[1]}
-    return {"delta_from": since, **numbered, "entry_count": new["entry_count"], "files": files,
-            "rules": new["rules"],
-            "block": {"add": sorted((blocks[item] for place, item in added if place == "block"),
-                                    key=lambda e: (e["family"], e["address"])),
-                      "remove": sorted(item.split(" ", 1)[0] for place, item in removed
-                                       if place == "block")}}
+    delta = {"delta_from": since, **numbered, "entry_count": new["entry_count"],
+             "files": {name: _file_change(new, name, lists, places)
+                       for name, lists in changed.items()},
+             "rules": new["rules"],
+             "block": {"add": sorted((blocks[item] for item in block["add"]),
+                                     key=lambda e: (e["family"], e["address"]))}}
+    if places:
+        kept = [key.split(" ", 1)[0] for key in blocks if ("block", key) not in added]
+        delta["block"]["remove_at"] = removed_places(kept + gone, gone)
+    else:
+        delta["block"]["remove"] = sorted(gone)
+    return delta
+
+
+def _file_change(new: dict, name: str, lists: dict[str, list[str]], places: bool) -> dict:
+    """A file's lines to add, and to remove (or their places in the file held)."""
+    if not places:
+        return {"add": sorted(lists["add"]), "remove": sorted(lists["remove"])}
+    added = set(lists["add"])
+    kept = [line for line in new["files"].get(name, "").splitlines() if line not in added]
+    return {"add": sorted(added), "remove_at": removed_places(kept + lists["remove"],
+                                                              lists["remove"])}

@@ -65,8 +65,8 @@ class FleetList(VersionedDocument):
         return fleet_items(document)
 
     def _delta_document(self, since: str, document: dict, added: set, removed: set,
-                        serials: tuple[int, int]) -> dict:
-        return fleet_delta(since, document, added, removed, serials)
+                        serials: tuple[int, int], places: bool) -> dict:
+        return fleet_delta(since, document, added, removed, serials, places)
 
 
 class FleetLists(SizedDocuments[int | None, FleetList]):

@@ -39,6 +39,9 @@ from server.typedefs import (DATABASE, DECLARATIONS, ETAG_CACHE, FLEET_LIST, INT
 # The number of the version of the threat intelligence document an answer holds.
 SERIAL_HEADER = "Document-Serial"
 
+# `?delta=`: 1 removals named, 2 removals as places (engine/places.py).
+DELTA_FORMS = ("1", "2")
+
 ROUTES = web.RouteTableDef()
 
 
@@ -232,13 +235,13 @@ async def intel(request: web.Request, mac: str) -> web.Response:
 
 async def _versioned(request: web.Request, mac: str, document: VersionedDocument
                      ) -> web.Response:
-    """A versioned shared document; with `?delta=1` and If-None-Match naming an earlier
+    """A versioned shared document; with `?delta=1` (or 2) and If-None-Match naming an earlier
     version kept, what changed since it. Admitted once: a delta that fell back to the
     whole document took the router's request budget twice."""
-    if request.query.get("delta") == "1":
+    if (form := request.query.get("delta")) in DELTA_FORMS:
         named = wanted_etags(",".join(request.headers.getall("If-None-Match", ())))
         if len(named) == 1 and "*" not in named:
-            delta = await document.delta(mac, next(iter(named)))
+            delta = await document.delta(mac, next(iter(named)), places=form == "2")
             if delta is not None:
                 packed, etag = delta
                 return _packed_response(request, etag, packed.packed)

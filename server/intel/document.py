@@ -124,8 +124,8 @@ class IntelList(VersionedDocument):
         return items(document)
 
     def _delta_document(self, since: str, document: dict, added: set, removed: set,
-                        serials: tuple[int, int]) -> dict:
-        return delta_document(since, document, added, removed, serials)
+                        serials: tuple[int, int], places: bool) -> dict:
+        return delta_document(since, document, added, removed, serials, places)
 
 
 class IntelLists(SizedDocuments[Capacity, IntelList]):

@@ -48,8 +48,8 @@ class VersionedDocument(SharedDocument):
         self._version: tuple[str, int] | None = None  # an ETag recorded, and its number
         self._recorded_at = 0.0                  # the last try to record (monotonic)
         self._recording: asyncio.Task | None = None  # the recording of the last rebuild
-        self._deltas: dict[str, Served] = {}     # from ETag -> delta to the current
-        self._computing: dict[tuple[str, int], asyncio.Task] = {}  # (from, to) -> in flight
+        self._deltas: dict[tuple[str, bool], Served] = {}  # (from ETag, places) -> delta
+        self._computing: dict[tuple[str, int, bool], asyncio.Task] = {}  # in flight
         self._computations = asyncio.Semaphore(COMPUTED_AT_ONCE)
         self._eager: asyncio.Task | None = None  # the rebuild a change started
 
@@ -59,8 +59,9 @@ class VersionedDocument(SharedDocument):
 
     @abstractmethod
     def _delta_document(self, since: str, document: dict, added: set, removed: set,
-                        serials: tuple[int, int]) -> dict:
-        """What a router holding the version of ETag `since` applies to hold `document`."""
+                        serials: tuple[int, int], places: bool) -> dict:
+        """What a router holding the version of ETag `since` applies to hold `document`
+        (`places`: its removals as places, `?delta=2`)."""
 
     async def _read_clock(self) -> datetime:
         """The database's time, read by `_load` before it reads the state and kept as
@@ -136,9 +137,10 @@ class VersionedDocument(SharedDocument):
         return version[1] if version is not None and served is self._shared \
             and version[0] == served.etag else None
 
-    async def delta(self, mac: str, since: str) -> tuple[Served, str] | None:
-        """What changed since the shared document of ETag `since`, and the ETag it leads
-        to, for a router without an allowlist of its own; None when that document is not a
+    async def delta(self, mac: str, since: str, places: bool = False
+                    ) -> tuple[Served, str] | None:
+        """What changed since the shared document of ETag `since` (`places`: its removals
+        as places), and the ETag it leads to, for a router without an allowlist of its own; None when that document is not a
         version kept before this one (unknown, another document's, pruned, later than what
         this process serves), or when the delta would be no smaller than the whole document
         (most of it replaced): the whole document then."""
@@ -149,13 +151,14 @@ class VersionedDocument(SharedDocument):
         document, deltas = self._document, self._deltas
         if serial is None or document is None or current is not self._shared:
             return None
-        if (known := deltas.get(since)) is not None:
-            deltas[since] = deltas.pop(since)  # the latest asked: the last dropped
+        asked = (since, places)
+        if (known := deltas.get(asked)) is not None:
+            deltas[asked] = deltas.pop(asked)  # the latest asked: the last dropped
             return None if known is current else (known, current.etag)
-        key = (since, serial)  # one computation for the routers asking it at once
+        key = (since, serial, places)  # one computation for the routers asking it at once
         if (computing := self._computing.get(key)) is None:
             computing = asyncio.get_running_loop().create_task(
-                self._computed(since, document, serial))
+                self._computed(since, document, serial, places))
             self._computing[key] = computing
             computing.add_done_callback(lambda _: self._computing.pop(key, None))
         delta = await asyncio.shield(computing)
@@ -163,13 +166,14 @@ class VersionedDocument(SharedDocument):
             return None
         if len(delta.packed) >= len(current.packed):  # most replaced: the whole is smaller
             delta = current
-        if deltas is self._deltas and since not in deltas:
+        if deltas is self._deltas and asked not in deltas:
             if len(deltas) >= DELTAS_KEPT:  # the one asked least lately goes
                 deltas.pop(next(iter(deltas)))
-            deltas[since] = delta
+            deltas[asked] = delta
         return None if delta is current else (delta, current.etag)
 
-    async def _computed(self, since: str, document: dict, serial: int) -> Served | None:
+    async def _computed(self, since: str, document: dict, serial: int, places: bool
+                        ) -> Served | None:
         """The delta, None when the version is not kept. At most COMPUTED_AT_ONCE are
         computed at once: each holds a connection and a thread."""
         async with self._computations:
@@ -178,4 +182,4 @@ class VersionedDocument(SharedDocument):
                 return None
             start, added, removed = found
             return await asyncio.to_thread(served_document, self._delta_document(
-                since, document, added, removed, (start, serial)))
+                since, document, added, removed, (start, serial), places))
