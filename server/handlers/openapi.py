@@ -171,7 +171,7 @@ def _fleet() -> dict:
 
 def _versioned(document: dict) -> dict:
     """A versioned shared document's answer: its serial said in a header."""
-    # Router-Capacity and ?delta=1 (docs/router-api.md) are left out, as ?delta was: their
+    # Router-Capacity and ?delta=1 or 2 (docs/router-api.md) are left out, as ?delta was: their
     # grammar is more than a schema says (each name once, ja4 0 or 1; any other delta is
     # the whole document), and a fuzzer's schema-valid value refused would read as a defect.
     get = document["get"]

@@ -140,10 +140,10 @@ class VersionedDocument(SharedDocument):
     async def delta(self, mac: str, since: str, places: bool = False
                     ) -> tuple[Served, str] | None:
         """What changed since the shared document of ETag `since` (`places`: its removals
-        as places), and the ETag it leads to, for a router without an allowlist of its own; None when that document is not a
-        version kept before this one (unknown, another document's, pruned, later than what
-        this process serves), or when the delta would be no smaller than the whole document
-        (most of it replaced): the whole document then."""
+        as places), and the ETag it leads to, for a router without an allowlist of its own;
+        None when that document is not a version kept before this one (unknown, another
+        document's, pruned, later than what this process serves), or when the delta would be
+        no smaller than the whole document (most of it replaced): the whole document then."""
         current = await self.served(mac)
         if mac in self._own or current is not self._shared or since == current.etag:
             return None
