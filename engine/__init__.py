@@ -6,6 +6,7 @@
   addresses it blocks and why, `payloads.py`: canonical JSON, ETag, stored gzip; `fleet.py`: the fleet's
   attackers and outbreaks from many routers' reports, and the shared list routers get;
   `intel.py`: the threat intelligence document (Suricata datasets, rules, block entries);
+  `places.py`: a delta's removals as places among what the router holds (`?delta=2`);
 - `ruleset.py`: the published ruleset loaded once per worker process; `worker.py`: one
   router's generation as a worker runs it; `overrides.py` and `selectors.py`: operators'
   rule overrides and the suricata-update-style selectors they use;
