@@ -12,6 +12,11 @@ nothing is lost but what a removed element matched between that reading and its 
 list's totals and its MAX_ENTRIES most matched entries; once the service has taken it, the
 pending counts start again from zero. While the service is unreachable they keep adding up.
 A set without counters (declared before this version) reports nothing for its list.
+
+Alerts are counted as eve.json is read: those of the service's intel rules with the intel
+list, the others by the source of their rule in the IDS payload last applied (its
+`reason`), reported as list `ids`: every source the payload has, 0 included, and those
+counted since (an alert of a rule the payload does not have is not counted).
 """
 
 from __future__ import annotations
@@ -34,10 +39,23 @@ MAX_ENTRIES = 100  # the service's limit on a list's entries in one report
 INTEL_FIRST_SID, INTEL_SIDS = 1_990_001, 20
 
 
-def intel_rule_alert(record: dict) -> bool:
+IDS = "ids"  # the report's list of the IDS rules' alerts by source
+
+RuleKey = str  # "GID:SID"
+
+
+def alerted_rule(record: dict) -> RuleKey | None:
+    """The rule an alert record names."""
     alert = record.get("alert")
-    sid = alert.get("signature_id") if isinstance(alert, dict) else None
-    return isinstance(sid, int) and INTEL_FIRST_SID <= sid < INTEL_FIRST_SID + INTEL_SIDS
+    if not isinstance(alert, dict):
+        return None
+    gid, sid = alert.get("gid", 1), alert.get("signature_id")
+    return f"{gid}:{sid}" if isinstance(gid, int) and isinstance(sid, int) else None
+
+
+def _intel_rule(rule: RuleKey) -> bool:
+    gid, sid = map(int, rule.split(":"))
+    return gid == 1 and INTEL_FIRST_SID <= sid < INTEL_FIRST_SID + INTEL_SIDS
 
 
 class EnforcementReporter:
@@ -49,6 +67,7 @@ class EnforcementReporter:
         self._seen: dict[str, dict[str, list[int]]] = stored.get("seen", {})
         self._pending: dict[str, dict] = stored.get("pending", {})
         self._reported_at: float = stored.get("reported_at", time.time())
+        self._sources: dict[RuleKey, str] = stored.get("sources", {})  # of the IDS payload
         self.sets = {"firewall": (config.nft_set_v4, config.nft_set_v6),
                       "fleet": (config.nft_set_fleet_v4, config.nft_set_fleet_v6),
                       "intel": (config.nft_set_intel_v4, config.nft_set_intel_v6)}
@@ -62,11 +81,23 @@ class EnforcementReporter:
     def due(self) -> bool:
         return self.enabled and time.time() - self._reported_at >= self._config.enforcement_seconds
 
-    def count_alerts(self, alerts: int) -> None:
-        """The intel rules' alerts read from eve.json since the last call."""
-        if self.enabled and alerts:
-            self._list("intel")["alerts"] = self._list("intel").get("alerts", 0) + alerts
-            self._save()
+    def rule_sources(self, rules: list[dict]) -> None:
+        """The IDS payload just applied: the source (`reason`) of each of its rules."""
+        self._sources = {f"{rule.get('gid', 1)}:{rule.get('sid')}": rule["reason"]
+                         for rule in rules if isinstance(rule.get("reason"), str)}
+        self._save()
+
+    def count_alerts(self, alerted: dict[RuleKey, int]) -> None:
+        """The alerts of each rule read from eve.json since the last call."""
+        if not self.enabled or not alerted:
+            return
+        for rule, alerts in alerted.items():
+            if _intel_rule(rule):
+                self._list("intel")["alerts"] = self._list("intel").get("alerts", 0) + alerts
+            elif (source := self._sources.get(rule)) is not None:
+                by_source = self._pending.setdefault(IDS, {})
+                by_source[source] = by_source.get(source, 0) + alerts
+        self._save()
 
     def take(self) -> None:
         """Add what every set matched since the last reading to the pending report."""
@@ -100,7 +131,12 @@ class EnforcementReporter:
 
     def pending(self) -> dict:
         """The report as it would be sent now (POST /rules/enforced's body)."""
-        return {"lists": {name: self._body(pending) for name, pending in self._pending.items()}}
+        lists = {name: self._body(pending) for name, pending in self._pending.items()
+                 if name != IDS}
+        if by_source := {**dict.fromkeys(sorted(set(self._sources.values())), 0),
+                         **self._pending.get(IDS, {})}:
+            lists[IDS] = by_source
+        return {"lists": lists}
 
     def _add(self, name: str, held: list[dict[str, Counts]]) -> None:
         if not held:
@@ -139,4 +175,4 @@ class EnforcementReporter:
     def _save(self) -> None:
         write_atomically(self._path, json.dumps({
             "seen": self._seen, "pending": self._pending,
-            "reported_at": self._reported_at}).encode(), 0o600)
+            "reported_at": self._reported_at, "sources": self._sources}).encode(), 0o600)

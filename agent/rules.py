@@ -150,6 +150,8 @@ class RuleUpdater:
                 {"etag": etag, "document": payload}).encode(), 0o600)
             self._state.values["applied"][kind].update(
                 serial=serial_of(answer, body), delta="delta_from" in body)
+        if kind == "ids":
+            self._enforcement.rule_sources(payload["rules"])
         self._state.values["failed"].pop(kind, None)
         log.info("%s payload %s applied to %s", kind, etag, self._files[kind])
         return True, ""

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 
 from agent.client import Refused, ServiceClient
 from agent.config import AgentConfig
-from agent.enforcement import EnforcementReporter, intel_rule_alert
+from agent.enforcement import EnforcementReporter, RuleKey, alerted_rule
 from agent.spool import Batch, Spool
 from agent.state import AgentState, now
 from agent.tail import EveTail
@@ -40,14 +41,14 @@ class Uploader:
         """Move what is new in eve.json to the spool; the number of batches spooled."""
         spooled = 0
         while chunk := self.tail.read():
-            kinds, skipped, intel_alerts = self._split(chunk.lines)
+            kinds, skipped, alerted = self._split(chunk.lines)
             for kind, lines in kinds.items():
                 if lines:
                     self.spool.add(self._state.values["next_batch"], kind, chunk.key, lines)
                     self._state.values["next_batch"] += 1
                     spooled += 1
             self._state.count("records_skipped", skipped)
-            self._enforcement.count_alerts(intel_alerts)
+            self._enforcement.count_alerts(alerted)
             self.tail.advance(chunk.position)
             for dropped in self.spool.drop_oldest_beyond_cap():
                 self._state.count("batches_dropped_spool_full")
@@ -88,30 +89,31 @@ class Uploader:
                         batch.path.name, report["rejected"], report.get("errors", [])[:3])
         self._state.values["last_upload_at"] = now()
 
-    def _split(self, lines: list[bytes]) -> tuple[dict[str, list[bytes]], int, int]:
-        """The lines by where they go, those skipped, and the intel rules' alerts."""
+    def _split(self, lines: list[bytes]) -> tuple[dict[str, list[bytes]], int, Counter]:
+        """The lines by where they go, those skipped, and the alerts of each rule."""
         kinds: dict[str, list[bytes]] = {"events": [], "cfm": []}
-        skipped = intel_alerts = 0
+        skipped, alerted = 0, Counter()
         for line in lines:
-            kind, intel = self._kind_of(line)
-            intel_alerts += intel
+            kind, rule = self._kind_of(line)
+            if rule is not None:
+                alerted[rule] += 1
             if kind is None:
                 skipped += 1
             else:
                 kinds[kind].append(line)
-        return kinds, skipped, intel_alerts
+        return kinds, skipped, alerted
 
-    def _kind_of(self, line: bytes) -> tuple[str | None, bool]:
+    def _kind_of(self, line: bytes) -> tuple[str | None, RuleKey | None]:
         try:
             record = json.loads(line)
             event_type = record.get("event_type")
         except (ValueError, AttributeError):
-            return None, False  # not a JSON object: the server would reject it too
+            return None, None  # not a JSON object: the server would reject it too
         if event_type in self._config.alert_types:
-            return "events", intel_rule_alert(record)
+            return "events", alerted_rule(record)
         if event_type in self._config.flow_types or event_type in self._config.meta_types:
-            return "cfm", False
-        return None, False
+            return "cfm", None
+        return None, None
 
     def _save_position(self, position: dict) -> None:
         self._state.values["position"] = position

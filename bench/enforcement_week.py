@@ -2,7 +2,8 @@
 firewall sets dropped (POST /rules/enforced) to a real server process over HTTP, once a day
 for a simulated week (each day's rows moved back a day after it, the service counting a
 report for the day it arrives); 100 fresh MACs of 100 networks and 30 established routers of
-one network report huge counts for two values of a feed nobody else matched. Then the
+one network report huge counts for two values of a feed nobody else matched, and huge
+alerts of the IDS rules they carry as flowbit setters. Then the
 fleet's figures (`router-backend enforcement --days 7 --json`) are checked against the
 truth planted.
 
@@ -37,6 +38,7 @@ import orjson
 from bench.checks import Checks
 from server.db.location import DatabaseLocation
 from server.db.pool import Database
+from server.enforcement.store import MAX_ALERTS
 from server.fleet import sql as fleet_db
 from server.generation.rules_sql import store_payloads
 from server.intel import sql as intel_db
@@ -83,12 +85,19 @@ def report(n: int, day: int) -> dict:
         "fleet": {"packets": 2, "bytes": 120,
                   "entries": [{"address": FLEET[n % 20], "packets": 2, "bytes": 120}]},
         "intel": {"packets": sum(e["packets"] for e in intel),
-                  "bytes": sum(e["bytes"] for e in intel), "alerts": 1, "entries": intel}}}
+                  "bytes": sum(e["bytes"] for e in intel), "alerts": 1, "entries": intel},
+        "ids": {"fired": fired_alerts(n), "sampled": 1, "flowbits": 0}}}
+
+
+def fired_alerts(n: int) -> int:
+    """Router n's alerts a day of the rules it carries for its own alerts: on every other
+    network only."""
+    return 1 + n % 3 if (n // 4) % 2 == 0 else 0
 
 
 def huge(value: str) -> dict:
     return {"lists": {"intel": {"packets": HUGE, "bytes": HUGE, "entries": [
-        {"address": value, "packets": HUGE, "bytes": HUGE}]}}}
+        {"address": value, "packets": HUGE, "bytes": HUGE}]}, "ids": {"flowbits": HUGE}}}
 
 
 @dataclass
@@ -239,7 +248,14 @@ def _check(result: WeekResult, figures: dict, routers: int) -> None:
         "fleet": (routers, networks, routers, networks, 2 * routers * DAYS,
                   120 * routers * DAYS, 0, min(routers, 20)),
         "intel": (routers + 30, networks + 1, routers + 30, networks + 1, None, None,
-                  routers * DAYS, None)}
+                  routers * DAYS, None),
+        # The IDS rules by source: the crowd's huge counts kept at a day's bound and at one
+        # network, the fresh MACs' at none.
+        "ids.fired": (routers, networks, sum(1 for n in range(routers) if fired_alerts(n)),
+                      len({n // 4 for n in range(routers) if fired_alerts(n)}), 0, 0,
+                      DAYS * sum(map(fired_alerts, range(routers))), 0),
+        "ids.sampled": (routers, networks, routers, networks, 0, 0, routers * DAYS, 0),
+        "ids.flowbits": (routers + 30, networks + 1, 30, 1, 0, 0, 30 * MAX_ALERTS, 0)}
     for name, want in expected.items():
         row = lists.get(name)
         result.check(row is not None, f"list {name} missing")
@@ -287,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result.routers} routers, {DAYS} days, {result.reports} reports over HTTP in "
           f"{seconds:.0f} s")
     print(f"stored: {result.stored_bytes_per_router_day:,.0f} bytes a router-day "
-          "(enforcement_days and enforcement_hits with their indexes; three lists, "
-          "three to four entries matched)")
+          "(enforcement_days and enforcement_hits with their indexes; three block lists "
+          "and three IDS rule sources, three to four entries matched)")
     print(f"a report: median {statistics.median(times):.1f} ms, p99 "
           f"{times[int(len(times) * 0.99)]:.1f} ms ({CONCURRENCY} at once); "
           f"{statistics.median(times) / reference:.2f}x the median of POST /rules/applied "

@@ -38,6 +38,9 @@ from dataclasses import dataclass, field, replace
 from engine.firewall import AlertRow, Exemptions, firewall_entries
 from engine.intel import INTEL_SID_RANGE
 from engine.overrides import OverrideRow, resolve
+
+# Why a rule is in a router's IDS payload (its `reason`), in the order rules are taken.
+RULE_SOURCES = ("override", "fired", "fleet", "sampled", "flowbits")
 from engine.ruleset import Ruleset
 from ruledata.parser import FLOWBIT_CHECKS
 
@@ -118,7 +121,7 @@ def generate(ruleset: Ruleset, summary: TelemetrySummary, compromised_ips: list[
         Exemptions.of(summary.allowlist, summary.own_addresses), INTEL_SID_RANGE)
     firewall = {"version": ruleset.version, "entry_count": len(entries),
                 "truncated": truncated, "entries": entries}
-    counts = {"override": 0, "fired": 0, "fleet": 0, "sampled": 0, "flowbits": 0}
+    counts = dict.fromkeys(RULE_SOURCES, 0)
     for rule in rules:
         counts[reasons[id(rule)]] += 1
     stats = {"rules": len(rules), "from_overrides": counts["override"],

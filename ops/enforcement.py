@@ -2,7 +2,8 @@
 it (POST /rules/enforced, docs/router-api.md), over the last 1, 7 or 30 days: per block list
 (the routers' own, the fleet's, the threat intelligence's) the routers and networks that
 loaded it and where it matched, packets and bytes dropped, entries matched (and, for the
-fleet's list, those of it that never matched); per threat feed its values matched and never
+fleet's list, those of it that never matched), and the same for the IDS rules of each source
+(`ids.fired`, ...: where they alerted, their alerts); per threat feed its values matched and never
 matched; the entries that matched at the most networks. `--json` prints the same as JSON.
 Counted as the fleet counts its evidence (server/enforcement/figures.py)."""
 
@@ -28,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _print(counted: Effectiveness) -> None:
-    print(f"block lists, the last {counted.days} days (routers that count for the fleet)")
+    print(f"block lists and IDS rule sources, the last {counted.days} days (routers that "
+          "count for the fleet)")
     print("list\trouters\tnetworks\tmatched_routers\tmatched_networks\tpackets\tbytes\t"
           "alerts\tentries_matched\tentries_never_matched")
     for row in counted.lists:

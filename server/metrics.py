@@ -120,10 +120,11 @@ class Metrics:
         self.fleet_job_seconds = Gauge("fleet_job_duration_seconds", "Time the fleet job's "
                                        "last run took", multiprocess_mode="mostrecent",
                                        registry=registry)
-        self.enforced = Gauge("enforcement_last_day", "What the routers' firewalls dropped "
-                              "in the last day, per block list, as the enforcement-figures "
-                              "job last counted it (routers that count for the fleet): "
-                              "packets, bytes, routers and networks it matched at",
+        self.enforced = Gauge("enforcement_last_day", "What the routers enforced in the "
+                              "last day, per block list and IDS rule source (ids.*), as the "
+                              "enforcement-figures job last counted it (routers that count "
+                              "for the fleet): packets, bytes, alerts, routers and networks "
+                              "it matched at",
                               ["list", "figure"], multiprocess_mode="mostrecent",
                               registry=registry)
         self.feed_enforced = Gauge("intel_feed_enforcement_last_day", "Per threat feed, the "

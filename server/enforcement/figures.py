@@ -33,7 +33,7 @@ class ListFigures:
     matched_networks: int
     packets: int
     bytes: int
-    alerts: int             # the intel rules' (intel only)
+    alerts: int             # its rules' (intel, ids.*)
     entries_matched: int
     entries_never_matched: int | None  # of the fleet's list now; None: not one list
 

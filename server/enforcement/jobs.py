@@ -19,7 +19,7 @@ FIGURES_CRON_SCHEDULE = "47 * * * *"
 async def set_figures(db: Database, config: EnforcementConfig, metrics: Metrics) -> dict:
     counted = await effectiveness(db, config, 1)
     for figures in counted.lists:
-        for name in ("packets", "bytes", "matched_routers", "matched_networks"):
+        for name in ("packets", "bytes", "alerts", "matched_routers", "matched_networks"):
             metrics.enforced.labels(figures.list, name).set(getattr(figures, name))
     for feed in counted.feeds:
         for name in ("packets", "bytes", "matched_networks", "values_never_matched"):

@@ -3,11 +3,14 @@
 
     {"lists": {"firewall": {"packets": 12, "bytes": 840,
                             "entries": [{"address": "203.0.113.5", "packets": 12, "bytes": 840}]},
-               "fleet": {...}, "intel": {..., "alerts": 3}}}
+               "fleet": {...}, "intel": {..., "alerts": 3},
+               "ids": {"fired": 30, "sampled": 2, "flowbits": 0}}}
 
 `firewall` is the router's own block list, `fleet` the fleet's shared one, `intel` the threat
-intelligence's block entries (`alerts`: its rules' alerts since the last report). Each list
-is optional; `entries` are the entries that matched, most packets first, at most
+intelligence's block entries (`alerts`: its rules' alerts since the last report), `ids` the
+alerts of its IDS payload's rules since the last report by their source (the payload's
+`reason`: engine/generate.py RULE_SOURCES), each stored as a list of its own
+(`ids.fired`, ...) with alerts and no packets. Each list is optional; `entries` are the entries that matched, most packets first, at most
 MAX_ENTRIES a list. Counts are whole numbers from 0 to 2^63 - 1. A report of another shape
 is refused whole (400), nothing stored. An entry whose address is no address or network,
 or one named again in its list, is ignored (it cannot be one the router was sent), as an
@@ -18,9 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.addresses import canonical_network
+from engine.generate import RULE_SOURCES
 from server.refusal import Refusal
 
 LISTS = ("firewall", "fleet", "intel")
+IDS = "ids"  # the IDS rules' alerts, by source: stored as lists IDS_LISTS
+IDS_LISTS = tuple(f"{IDS}.{source}" for source in RULE_SOURCES)
 MAX_BODY_BYTES = 64 * 1024
 MAX_ENTRIES = 100  # a list's entries in one report
 MAX_COUNT = 2 ** 63 - 1
@@ -56,10 +62,23 @@ def parse_report(body: object) -> tuple[ListReport, ...]:
     lists = body["lists"]
     if not isinstance(lists, dict):
         raise EnforcementInvalid("lists: expected an object")
-    if unknown := set(lists) - set(LISTS):
+    if unknown := set(lists) - {*LISTS, IDS}:
         raise EnforcementInvalid(f"lists: unknown lists {', '.join(sorted(unknown))[:200]}; "
-                                 f"known: {', '.join(LISTS)}")
-    return tuple(_list(name, lists[name]) for name in LISTS if name in lists)
+                                 f"known: {', '.join((*LISTS, IDS))}")
+    blocked = tuple(_list(name, lists[name]) for name in LISTS if name in lists)
+    return blocked + (_ids(lists[IDS]) if IDS in lists else ())
+
+
+def _ids(given: object) -> tuple[ListReport, ...]:
+    """The IDS rules' alerts by source, one list each."""
+    if not isinstance(given, dict):
+        raise EnforcementInvalid(f"lists.{IDS}: expected an object of sources and alerts")
+    if unknown := set(given) - set(RULE_SOURCES):
+        raise EnforcementInvalid(f"lists.{IDS}: unknown sources "
+                                 f"{', '.join(sorted(unknown))[:200]}; known: "
+                                 f"{', '.join(RULE_SOURCES)}")
+    return tuple(ListReport(f"{IDS}.{source}", 0, 0, _count(given, source, f"lists.{IDS}"), ())
+                 for source in RULE_SOURCES if source in given)
 
 
 def _list(name: str, given: object) -> ListReport:

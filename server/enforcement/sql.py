@@ -97,17 +97,21 @@ FROM enforcement_hits h JOIN ({_window(keyed)}) d USING (mac, day, list)
 WHERE h.packets > 0"""
 
 
+# A day a list matched at: a block list dropped something, the IDS rules of a source alerted.
+_MATCHED = "(packets > 0 OR (starts_with(list, 'ids.') AND alerts > 0))"
+
+
 def lists_statement(keyed: bool) -> str:
     """Per list: routers and networks that reported it, that it matched at, packets, bytes,
     alerts, entries matched."""
     window, hits = _window(keyed), _hits(keyed)
     return f"""WITH w AS ({window}),
 loaded AS ({counted_networks("SELECT list, mac, day, network FROM w", "list")}),
-matched AS ({counted_networks("SELECT list, mac, day, network FROM w WHERE packets > 0",
+matched AS ({counted_networks(f"SELECT list, mac, day, network FROM w WHERE {_MATCHED}",
                               "list")}),
 entries AS (SELECT list, count(DISTINCT entry) AS n FROM ({hits}) h GROUP BY list)
 SELECT w.list, count(DISTINCT w.mac), coalesce(max(l.networks), 0),
-       count(DISTINCT w.mac) FILTER (WHERE w.packets > 0), coalesce(max(m.networks), 0),
+       count(DISTINCT w.mac) FILTER (WHERE {_MATCHED}), coalesce(max(m.networks), 0),
        sum(w.packets), sum(w.bytes), sum(w.alerts), coalesce(max(e.n), 0)
 FROM w LEFT JOIN loaded l USING (list) LEFT JOIN matched m USING (list)
        LEFT JOIN entries e USING (list)
@@ -181,11 +185,12 @@ SELECT c.kind, c.value, max(n.networks)::int FROM credited c JOIN nets n USING (
 GROUP BY c.kind, c.value HAVING max(n.networks) >= %(min_networks)s"""
 
 
-# What `macs`' firewalls dropped in [start, end), per list: each UTC day counted in the
-# period its midnight falls in (a period starting within a day leaves that day out: its
+# What `macs`' firewalls dropped in [start, end), per block list: each UTC day counted in
+# the period its midnight falls in (a period starting within a day leaves that day out: its
 # earlier hours may be another owner's).
 BLOCKED_BETWEEN = """SELECT mac::text, list, sum(packets), sum(bytes) FROM enforcement_days
-WHERE mac = ANY(%(macs)s::macaddr[]) AND day >= (%(start)s AT TIME ZONE 'UTC')::date
+WHERE mac = ANY(%(macs)s::macaddr[]) AND NOT starts_with(list, 'ids.')
+  AND day >= (%(start)s AT TIME ZONE 'UTC')::date
   AND (day::timestamp AT TIME ZONE 'UTC') >= %(start)s
   AND (day::timestamp AT TIME ZONE 'UTC') < %(end)s
 GROUP BY mac, list"""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 
+from engine.generate import RULE_SOURCES
 from server import SERVICE_VERSION
 from server.routers.mac import MAC_PATTERN
-from server.enforcement.report import MAX_COUNT, MAX_ENTRIES
+from server.enforcement.report import IDS, MAX_COUNT, MAX_ENTRIES
 from server.routers.applied import ETAG_PATTERN, MAX_ETAG
 from server.notify.fields import MAX_FIELD
 from server.notify.texts import TYPES
@@ -140,15 +141,19 @@ def _enforced() -> dict:
               "properties": {name: {"type": "integer"}
                              for name in ("entries", "ignored", "over_budget")}}
     return {"post": {
-        "summary": "Report what the router's block-list sets dropped since its last report "
-                   "(docs/router-api.md, \"Enforcement reports\")",
+        "summary": "Report what the router's block-list sets dropped and its rules alerted "
+                   "since its last report (docs/router-api.md, \"Enforcement reports\")",
         "parameters": X_ID,
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["lists"], "additionalProperties": False,
             "properties": {"lists": {
                 "type": "object", "additionalProperties": False,
                 "properties": {"firewall": listed(False), "fleet": listed(False),
-                               "intel": listed(True)}}}}}}},
+                               "intel": listed(True), IDS: {
+                                   "type": "object", "additionalProperties": False,
+                                   "description": "the IDS rules' alerts by their source "
+                                                  "(the payload's reason)",
+                                   "properties": dict.fromkeys(RULE_SOURCES, count)}}}}}}}},
         "responses": {"200": _json({"type": "object", "required": ["lists"], "properties": {
             "lists": {"type": "object", "additionalProperties": stored}}}, "stored"),
             **_router_errors(403, 408, 413)}}}
