@@ -3,8 +3,9 @@ router: its dataset files and rules file written into `intel_dir` (beside the ID
 default; Suricata opens a relative dataset path beside the rules file naming it), checked
 with the test command and loaded with the reload command, as the IDS payload is ({rules_file}
 naming rb-intel.rules); its block entries written as an nftables file of interval sets
-(router_backend_intel_v4/v6) and loaded with the firewall commands. When a check or a
-reload fails, every file written is put back as it was and loaded again.
+(router_backend_intel_v4/v6) and loaded with the firewall commands, only what changed when
+the sets can be read (as the block lists are: agent/nftsets.py). When a check or a reload
+fails, every file written is put back as it was and loaded again.
 
 The last document applied is kept in the state directory, so the next fetch asks only for
 what changed since (`?delta=2`, If-None-Match its ETag) and applies that to it. What the
@@ -23,7 +24,9 @@ from pathlib import Path
 from agent.client import ServiceClient
 from agent.config import AgentConfig
 from agent.deltas import follows, removals, serial_of
+from agent.enforcement import EnforcementReporter
 from agent.files import write_atomically
+from agent.nftsets import changes_file, element, read_sets, whole_file
 from agent.state import AgentState, now
 
 log = logging.getLogger("router_agent.intel")
@@ -73,19 +76,14 @@ def checked(document: dict) -> dict:
     return document
 
 
-def nft_text(document: dict, config: AgentConfig) -> bytes:
-    families: dict[int, list[str]] = {4: [], 6: []}
+def block_sets(document: dict, config: AgentConfig) -> dict[str, list[str]]:
+    """Each intel set's elements (IPv4, IPv6), as a set lists them."""
+    sets = {4: config.nft_set_intel_v4, 6: config.nft_set_intel_v6}
+    families: dict[str, set[str]] = {sets[4]: set(), sets[6]: set()}
     for entry in document["block"]:
         network = ipaddress.ip_network(entry["address"])
-        families[network.version].append(str(network))
-    sets = {4: config.nft_set_intel_v4, 6: config.nft_set_intel_v6}
-    lines = [f"# router-backend threat intelligence: {len(document['block'])} entries"]
-    for family, networks in families.items():
-        lines.append(f"flush set {config.nft_table} {sets[family]}")
-        if networks:
-            lines.append(f"add element {config.nft_table} {sets[family]} "
-                         f"{{ {', '.join(sorted(set(networks)))} }}")
-    return ("\n".join(lines) + "\n").encode()
+        families[sets[network.version]].add(element(str(network)))
+    return {name: sorted(elements) for name, elements in families.items()}
 
 
 def _empty(document: dict) -> bool:
@@ -94,14 +92,14 @@ def _empty(document: dict) -> bool:
 
 class IntelUpdater:
     def __init__(self, config: AgentConfig, state: AgentState, client: ServiceClient,
-                 run, run_quietly, before_reload):
-        """`run(command, what)` and `run_quietly(command)`: agent/rules.py's;
-        `before_reload()`: called before the block sets are loaded again (their counters)."""
+                 run, run_quietly, enforcement: EnforcementReporter):
+        """`run(command, what)` and `run_quietly(command)`: agent/rules.py's; `enforcement`
+        is given what the block sets dropped before they change."""
         self._config = config
         self._state = state
         self._client = client
         self._run, self._run_quietly = run, run_quietly
-        self._before_reload = before_reload
+        self._enforcement = enforcement
         self._kept = config.state_dir / DOCUMENT_FILE
 
     def update(self, etag: str) -> tuple[bool, str] | None:
@@ -170,13 +168,31 @@ class IntelUpdater:
         stale = [path for path in directory.glob("rb-intel-*") if FILE_NAME.fullmatch(
             path.name) and path not in wanted]
         self._replace(wanted, stale, ("test_command", "reload_command"), rules_file=rules)
-        nft = self._config.firewall_file.with_name(NFT_FILE)
-        self._before_reload()
-        self._replace({nft: nft_text(document, self._config)}, [],
-                      ("firewall_test_command", "firewall_reload_command"), firewall_file=nft)
+        self._install_sets(document)
+
+    def _install_sets(self, document: dict) -> None:
+        """The block entries into the intel sets: only what changed when they can be read
+        (agent/nftsets.py), from the reading that counts what they dropped, so an element
+        kept keeps its counter; else the sets filled whole. The whole file is written either
+        way, for the router's boot."""
+        table, nft = self._config.nft_table, self._config.firewall_file.with_name(NFT_FILE)
+        wanted = block_sets(document, self._config)
+        held = read_sets(self._config, wanted)
+        loaded = nft
+        if held is None:
+            self._enforcement.take()
+        else:
+            self._enforcement.counted("intel", list(held.values()))
+            loaded = nft.with_name(NFT_FILE + ".changes")
+            write_atomically(loaded, changes_file(table, wanted, held, "threat intelligence"))
+        self._replace({nft: whole_file(table, wanted, "threat intelligence")}, [],
+                      ("firewall_test_command", "firewall_reload_command"),
+                      restore=loaded == nft, firewall_file=loaded)
 
     def _replace(self, wanted: dict[Path, bytes], stale: list[Path], commands: tuple,
-                 **files: Path) -> None:
+                 restore: bool = True, **files: Path) -> None:
+        """Write `wanted`, remove `stale`, test and reload; on a failure the files put back
+        and, when `restore`, loaded again (a file of changes that failed changed nothing)."""
         before = {path: path.read_bytes() if path.exists() else None
                   for path in [*wanted, *stale]}
         for path, content in wanted.items():
@@ -193,5 +209,6 @@ class IntelUpdater:
                     path.unlink(missing_ok=True)
                 else:
                     write_atomically(path, content)
-            self._run_quietly(reload)
+            if restore:
+                self._run_quietly(reload)
             raise

@@ -61,8 +61,7 @@ class RuleUpdater:
         self._files = {"ids": config.rules_file, "firewall": config.firewall_file,
                        "fleet": config.fleet_path}
         self._fleet_kept = config.state_dir / FLEET_DOCUMENT_FILE
-        self._intel = IntelUpdater(config, state, client, _run, _run_quietly,
-                                   enforcement.take)
+        self._intel = IntelUpdater(config, state, client, _run, _run_quietly, enforcement)
         self._commands = {"ids": ("test_command", "reload_command"),
                           "firewall": ("firewall_test_command", "firewall_reload_command"),
                           "fleet": ("firewall_test_command", "firewall_reload_command")}

@@ -577,7 +577,7 @@ async def test_the_intel_document_is_installed_updated_by_delta_and_put_back_on_
     assert "dataset:isset,rb-intel-domains" in (rules_dir / "rb-intel.rules").read_text()
     assert (rules_dir / "rb-intel-block.nft").read_text().splitlines()[1:3] == [
         "flush set inet filter router_backend_intel_v4",
-        "add element inet filter router_backend_intel_v4 { 185.220.0.0/16, 45.33.32.66/32 }"]
+        "add element inet filter router_backend_intel_v4 { 185.220.0.0/16, 45.33.32.66 }"]
     assert (tmp_path / "calls").read_text().split()[-4:] == [
         "suricata-test", "suricata-reload", "nft-check", "nft-load"]
 

@@ -1,7 +1,7 @@
 """The reference agent against real nftables in a network namespace the test makes (issue
 82): its sets hold exactly the payloads after each change (its own list's, the fleet's and
-the threat intelligence's, the last two by deltas), applied element by element (the
-intelligence's set refilled in one nft transaction); a listed address never passes while
+the threat intelligence's, the last two by deltas), applied element by element; a listed
+address never passes while
 its set changes; what the sets dropped (their elements'
 counters) reaches the service as an enforcement report, every packet counted once. Skipped where no namespace
 can be made (not root, no `ip netns`, no `nft`)."""
@@ -205,10 +205,11 @@ async def _intel_version(db, addresses: list[str]) -> None:
 
 @pytest.mark.drill  # real nftables, a namespace, senders running through reloads
 async def test_the_fleet_list_and_the_intelligence_change_and_no_listed_packet_passes(
-        make_client, database, tmp_path, namespace):
+        make_client, database, tmp_path, namespace, sql):
     """The fleet's list and the threat intelligence change four times each under a live
     agent, by deltas, while two senders hammer an address each lists in every version:
-    after each change the sets hold exactly the documents, and nothing passes."""
+    after each change the sets hold exactly the documents, nothing passes, and every packet
+    they dropped is reported once (an element kept keeps its counter)."""
     settings = settings_for(database, tmp_path / "server", FLEET_CRON_SCHEDULE="0 0 1 1 *")
     client = await make_client(settings)
     config = _agent(tmp_path, client, namespace, intel=True)
@@ -242,3 +243,6 @@ async def test_the_fleet_list_and_the_intelligence_change_and_no_listed_packet_p
     assert _passed(namespace) == 0
     state = json.loads((config.state_dir / "state.json").read_text())["applied"]
     assert state["fleet"]["delta"] is True and state["intel"]["delta"] is True
+    assert (await run_round(config))[0] == 0  # the report of what was dropped
+    hits = dict(sql.rows("SELECT list || ' ' || host(entry), packets FROM enforcement_hits"))
+    assert hits[f"fleet {FLEET}"] == sent[0] and hits[f"intel {INTEL}"] == sent[1]
