@@ -196,12 +196,13 @@ async def traffic_tally_context(app: Resources) -> AsyncIterator[None]:
 
 async def change_feed_context(app: Resources) -> AsyncIterator[None]:
     """The change feed (server/changes.py) and what follows it: the ETag cache, router keys
-    rotated or revoked elsewhere, the fleet's and the threat intelligence documents."""
+    rotated or revoked elsewhere (and the routers removed, admitted and declared), the
+    fleet's and the threat intelligence documents."""
     settings = app[SETTINGS]
     feed = ChangeFeed(app[DATABASE], settings.db_timeout_seconds, app[METRICS])
     app[ETAG_CACHE] = EtagCache(feed)
-    keys = app[ROUTER_KEYS]
-    feed.follow(ROUTER_KEYS_CHANNEL, keys.forget, keys.forget_all)
+    for knows_routers in (app[ROUTER_KEYS], app[ROUTER_REGISTRY], app[DECLARATIONS]):
+        feed.follow(ROUTER_KEYS_CHANNEL, knows_routers.forget, knows_routers.forget_all)
     listening = lambda: feed.listening  # noqa: E731
     fleet = app[FLEET_LIST] = FleetLists(lambda entries: FleetList(
         app[DATABASE], listening, app[METRICS], settings.fleet_enabled, entries),

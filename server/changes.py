@@ -10,8 +10,9 @@ closed (the network between us and the database) is found by a heartbeat query a
 HEARTBEAT_SECONDS of silence, within the connect timeout.
 
 Subscribers today: the ETag cache (server/polling/etag_cache.py), router keys
-(server/routers/keys.py), the fleet's and the threat intelligence documents
-(server/polling/shared_document.py).
+(server/routers/keys.py), the routers admitted and their declarations
+(server/routers/identity.py, server/generation/declarations.py), the fleet's and the threat
+intelligence documents (server/polling/shared_document.py).
 """
 
 from __future__ import annotations

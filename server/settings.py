@@ -284,8 +284,9 @@ class Settings:
     router_cache_seconds: int = _routers("30", _integer(0),
         "How long a server process trusts its memory of a "
         "router's registration (closed mode; open mode registers once) or of its key "
-        "before asking the database again (a key rotated or revoked is forgotten at "
-        "once, by notification; this bounds it while notifications are down).")
+        "before asking the database again (a key rotated or revoked, or a router "
+        "removed, is forgotten at once, by notification; this bounds it while "
+        "notifications are down).")
     router_auth: str = _routers("mac", _choice("mac", "key"),
         "`mac`: a router is whoever sends its MAC in X-ID (the "
         "seed's behaviour). `key`: every router endpoint but /health also needs "

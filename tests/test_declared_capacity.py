@@ -12,7 +12,9 @@ import pytest
 from server.db.pool import execute
 from server.generation import declarations
 from server.generation.sql import RESCHEDULE
-from server.typedefs import DATABASE
+from server.polling.capacity import Declared
+from server.removal import unsubscribe
+from server.typedefs import DATABASE, DECLARATIONS
 from server.jobs.preprocess import run_preprocess
 from testkit.payloads import unpack
 from testkit.rule_archives import ruleset_settings
@@ -146,6 +148,21 @@ async def test_a_poll_writes_the_declaration_only_when_it_may_have_changed(
     sql.rows("UPDATE generation_queue SET declared_rules = 8 WHERE mac = %s", (MAC,))
     assert await poll(client, "rules=6") == 200  # the same, but past the recheck
     assert declared(sql) == (6, None, False)
+
+
+async def test_a_router_removed_and_registered_again_has_its_declaration_written(
+        generating, sql):
+    """The process forgets what it wrote for a router removed (the change feed's key
+    channel): the same header at the new registration's first poll is written."""
+    client = generating
+    assert await poll(client, "rules=7") == 200
+    assert declared(sql) == (7, None, False)
+    assert await unsubscribe(client.app[DATABASE], MAC)
+    async def forgotten() -> bool:
+        return not client.app[DECLARATIONS].unchanged(MAC, Declared(rules=7))
+    await wait_for(forgotten, timeout=10, interval=0.02)
+    assert await poll(client, "rules=7") == 200  # registered again
+    assert declared(sql) == (7, None, False)
 
 
 async def test_a_declaration_changed_during_a_generation_waits_the_gap_after_it(

@@ -4,7 +4,7 @@ its transaction, by name, so that the sender and every subscriber name the same 
 from __future__ import annotations
 
 ROUTER_RULES = "router_rules"  # a router's payload changed; payload: its MAC
-ROUTER_KEYS = "router_keys"    # a router's key was rotated or revoked; payload: its MAC
+ROUTER_KEYS = "router_keys"    # a router's key rotated or revoked, or it removed; payload: its MAC
 FLEET_LIST = "fleet_list"      # the fleet's lists, or an allowlist, changed
 INTEL_LIST = "intel_list"      # what routers are sent of threat intelligence may have changed
 

@@ -3,8 +3,10 @@
 New registrations go through the registration protocol (server/routers/registration.py:
 the client address's limit, counted in the database, and this process's gate). Each server
 process remembers which routers it has seen registered, so a polling router costs
-no registration query after its first call (closed mode re-checks after ROUTER_CACHE_SECONDS,
-so an operator's removal takes effect within that time).
+no registration query after its first call. A router removed is forgotten when the change
+feed says so (server/app.py): its next call is checked again (closed mode: refused; open
+mode: registered anew). Closed mode also re-checks after ROUTER_CACHE_SECONDS, so a removal
+takes effect within that time while the feed is down.
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ class RouterRegistry:
     def admitted(self, mac: str) -> bool:
         """Whether this process admitted the router lately (no database asked)."""
         return self._admitted_until.get(mac, 0.0) > time.monotonic()
+
+    def forget(self, mac: str) -> None:
+        self._admitted_until.pop(mac, None)
+
+    def forget_all(self) -> None:
+        self._admitted_until.clear()
 
     def note_new_router(self, mac: str) -> None:
         """A router registered by another path (enrollment): admit it and wake generation."""
