@@ -266,3 +266,38 @@ async def test_console_paths_without_a_route_ask_a_stranger_to_sign_in(client):
         response = await client.get(path, allow_redirects=False)
         assert response.status == 303
         assert response.headers["Location"].startswith("/console/sign-in")
+
+
+@pytest.mark.parametrize("auth, head", [
+    ("mac", b'GET /rules/ids HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\nIf-None-Match: "\xff\xfe"\r\n'),
+    ("mac", b'GET /rules/firewall HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\n'
+            b'If-None-Match: W/"\xff", "x"\r\n'),
+    ("mac", b'GET /rules/fleet?delta=2 HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\n'
+            b'If-None-Match: "\xff\xfe"\r\n'),
+    ("mac", b'GET /rules/intel?delta=1 HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\n'
+            b'If-None-Match: "\xff\xfe"\r\n'),
+    ("mac", b'GET /rules/last_updated HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\n'
+            b'Router-Capacity: rules=\xff\r\n'),
+    ("mac", b'GET /rules/last_updated HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:\xff\r\n'),
+    ("mac", b'POST /log/events HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\nIdempotency-Key: \xff\r\n'
+            b'Content-Type: application/x-ndjson\r\nContent-Length: 0\r\n'),
+    ("mac", b'GET /metrics HTTP/1.1\r\nAuthorization: Bearer \xff\xfe\r\n'),
+    ("mac", b'GET /api/notifications?user=u HTTP/1.1\r\nAuthorization: Bearer \xff\xfe\r\n'),
+    ("key", b'GET /rules/last_updated HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\n'
+            b'Authorization: Bearer \xff\xfe\r\n'),
+    ("key", b'POST /enroll HTTP/1.1\r\nX-ID: aa:bb:cc:00:09:01\r\n'
+            b'Authorization: Bearer \xff\xfe\r\nContent-Length: 0\r\n'),
+], ids=lambda value: value if isinstance(value, str) else value.split(b"\r\n")[-2][:40].decode(
+    "ascii", "replace"))
+async def test_header_bytes_that_are_not_utf8_get_a_clear_answer_never_a_500(
+        make_client, database, tmp_path, auth, head):
+    """aiohttp hands on bytes that are not UTF-8 as surrogates, which neither a statement nor
+    a hash can take: an ETag of them matches nothing, a key or token of them is wrong."""
+    client = await make_client(settings_for(
+        database, tmp_path, ROUTER_AUTH=auth, ENROLLMENT_TOKEN="t" * 16,
+        METRICS_TOKEN="m" * 16, NOTIFICATION_API_TOKEN="n" * 16))
+    answer = await raw_request(client.server.port, head)
+    status = int(answer.split(b" ", 2)[1])
+    assert status in (200, 304, 400, 401, 403, 404), answer[:300]
+    if status >= 400:
+        assert b'"error"' in answer, answer[:300]

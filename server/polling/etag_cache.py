@@ -28,13 +28,15 @@ def etag_header(value: str) -> str:
 
 def wanted_etags(if_none_match: str | None) -> frozenset[str]:
     """The ETag values an If-None-Match names (weak or strong, quotes removed), `*`
-    included; entries that are not quoted ETags are ignored."""
+    included; entries that are not quoted ETags are ignored, and so are those of other
+    than ASCII (the service's ETags are ASCII; bytes that are not UTF-8 reach a header's
+    value as surrogates, which no statement could take)."""
     wanted = set()
     for tag in (if_none_match or "").split(","):
         tag = tag.strip().removeprefix("W/")
         if tag == "*":
             wanted.add(tag)
-        elif len(tag) >= 2 and tag[0] == tag[-1] == '"':
+        elif len(tag) >= 2 and tag[0] == tag[-1] == '"' and tag.isascii():
             wanted.add(tag[1:-1])
     return frozenset(wanted)
 

@@ -37,7 +37,9 @@ def new_key() -> str:
 
 
 def key_hash(key: str) -> bytes:
-    return hashlib.sha256(key.encode()).digest()
+    """Of a key as presented: bytes that are not UTF-8 (surrogates in a header's value)
+    hash as sent, a key that matches none."""
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -112,7 +114,8 @@ class RouterKeys:
                         mac, address)
             raise NotAllowed("enrollment is off (ENROLLMENT_TOKEN is not set)")
         presented = bearer_token(headers) or ""
-        if not hmac.compare_digest(presented.encode(), token.encode()):
+        if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"),
+                                   token.encode()):
             self._metrics.auth_events.labels("enroll_refused").inc()
             self._limits.credential_failed(address, f"wrong enrollment token (for {mac})")
             raise CredentialsWrong("wrong enrollment token")

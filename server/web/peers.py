@@ -26,7 +26,8 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 def bearer_matches(headers: Mapping[str, str], secret: str) -> bool:
     """The request's Authorization is exactly `Bearer <secret>` (compared in constant time)."""
-    return hmac.compare_digest(headers.get("Authorization", "").encode(),
+    return hmac.compare_digest(headers.get("Authorization", "").encode("utf-8",
+                                                                       "surrogateescape"),
                                f"Bearer {secret}".encode())
 
 
