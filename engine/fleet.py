@@ -122,7 +122,7 @@ def fleet_delta(since: str, new: dict, added: set, removed: set,
                            key=lambda entry: (entry["family"], entry["address"]))}
     if places:
         kept = [key.split(" ", 1)[0] for key in entries if ("entry", key) not in added]
-        delta["remove_at"] = removed_places(kept + gone, gone)
+        delta["remove_at"] = removed_places(sorted(kept), (), gone)
     else:
         delta["remove"] = sorted(gone)
     return delta

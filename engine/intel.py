@@ -19,6 +19,7 @@ entry and the value), so INTEL_MAX_ENTRIES at 100,000 is about 10-17 MB.
 from __future__ import annotations
 
 import base64
+import functools
 import ipaddress
 from datetime import datetime, timedelta, timezone
 
@@ -214,7 +215,7 @@ def delta_document(since: str, new: dict, added: set, removed: set,
                                      key=lambda e: (e["family"], e["address"]))}}
     if places:
         kept = [key.split(" ", 1)[0] for key in blocks if ("block", key) not in added]
-        delta["block"]["remove_at"] = removed_places(kept + gone, gone)
+        delta["block"]["remove_at"] = removed_places(sorted(kept), (), gone)
     else:
         delta["block"]["remove"] = sorted(gone)
     return delta
@@ -224,7 +225,13 @@ def _file_change(new: dict, name: str, lists: dict[str, list[str]], places: bool
     """A file's lines to add, and to remove (or their places in the file held)."""
     if not places:
         return {"add": sorted(lists["add"]), "remove": sorted(lists["remove"])}
-    added = set(lists["add"])
-    kept = [line for line in new["files"].get(name, "").splitlines() if line not in added]
-    return {"add": sorted(added), "remove_at": removed_places(kept + lists["remove"],
-                                                              lists["remove"])}
+    return {"add": sorted(lists["add"]), "remove_at": removed_places(
+        _lines(new["files"].get(name, "")), lists["add"], lists["remove"])}
+
+
+@functools.lru_cache(maxsize=4)
+def _lines(text: str) -> list[str]:
+    """A file's lines (sorted: intel_document writes them so), split once for every delta
+    computed to the same document: 100,000 lines took 15 ms a delta (a few MB held for the
+    four files asked last)."""
+    return text.splitlines()

@@ -10,8 +10,14 @@ from bisect import bisect_left
 from typing import Iterable
 
 
-def removed_places(held: Iterable[str], removed: Iterable[str]) -> list[int]:
-    """The places of `removed` (each one of `held`) among `held` sorted, as distances."""
-    order = sorted(set(held))
-    places = sorted(bisect_left(order, item) for item in set(removed))
+def removed_places(now: list[str], added: Iterable[str], removed: Iterable[str]
+                   ) -> list[int]:
+    """The places of `removed` among the version held, as distances: `now` is the version
+    sent (sorted), `added` what of it the version held lacks. The n-th removed item in order
+    stands after the n removed before it and the kept items before it (those of `now`
+    before it, less those of `added`): two bisections each, no sort of the whole (a delta
+    computed for a router costs a lookup per change, not a pass over the items held)."""
+    new_ones = sorted(set(added))
+    places = [bisect_left(now, item) - bisect_left(new_ones, item) + n
+              for n, item in enumerate(sorted(set(removed)))]
     return [place - before for before, place in zip([-1, *places], places)]

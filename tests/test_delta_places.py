@@ -91,9 +91,24 @@ def test_a_place_naming_nothing_held_is_refused(places):
         removed_at(["b", "a", "c"], places)
 
 
+def test_places_are_those_in_the_whole_version_held_sorted():
+    rng = random.Random(82)
+    for _ in range(200):
+        held = sorted({rng.choice("aAbB.-0") * rng.randint(1, 4) for _ in range(30)})
+        removed = rng.sample(held, rng.randint(0, len(held)))
+        added = sorted({rng.choice("cC_") * rng.randint(1, 4) for _ in range(5)})
+        now = sorted([item for item in held if item not in removed] + added)
+        where = sorted(held.index(item) for item in removed)
+        assert removed_places(now, added, removed) == [
+            place - before for before, place in zip([-1, *where], where)]
+        assert removed_at(held, removed_places(now, added, removed)) == set(removed)
+
+
 def test_places_count_in_code_point_order_of_what_is_held():
     held = ["b.example", "A.example", "a.example", "c.example"]
-    assert removed_places(held, ["a.example", "c.example"]) == [2, 2]
+    assert removed_places(["A.example", "b.example"], (), ["a.example", "c.example"]) == [2, 2]
+    assert removed_places(["b.example", "d"], ["d"], ["c.example", "A.example", "a.example"]
+                          ) == [1, 1, 2]
     assert removed_at(held, [2, 2]) == {"a.example", "c.example"}
     with pytest.raises(ValueError):  # the same item twice: no place names one of them
         removed_at(["a", "a"], [1])

@@ -181,5 +181,5 @@ class VersionedDocument(SharedDocument):
             if found is None:
                 return None
             start, added, removed = found
-            return await asyncio.to_thread(served_document, self._delta_document(
-                since, document, added, removed, (start, serial), places))
+            return await asyncio.to_thread(lambda: served_document(self._delta_document(
+                since, document, added, removed, (start, serial), places)))  # (off the loop)
