@@ -18,6 +18,7 @@ from server.generation.rules_sql import store_payloads
 from server.intel import sql as intel_db
 from server.removal import unsubscribe
 from server.telemetry.indicators import feed_value
+from server.tuning import allowlist_sql
 from server.typedefs import DATABASE, METRICS, SETTINGS
 from testkit.database import command_env, settings_for
 from testkit.waiting import wait_for
@@ -360,3 +361,17 @@ async def test_a_router_is_one_network_however_many_it_reports_from(client, sql)
         "entries": 1, "ignored": 1, "over_budget": 0}
     assert sql.rows("SELECT packets, bytes FROM enforcement_hits WHERE day = "
                     "(now() AT TIME ZONE 'UTC')::date") == [(5, 500)]
+
+
+async def test_an_entry_the_router_own_allowlist_covers_was_never_sent_and_is_ignored(
+        client, sql):
+    await _lists_held(client, sql, MAC)
+    await allowlist_sql.add(client.app[DATABASE], f"{FLEET}/32", MAC, None, "test")
+    await allowlist_sql.add(client.app[DATABASE], "81.2.69.0/24", MAC, None, "test")
+    status, body = await _report(client, MAC, {"lists": {
+        "fleet": _list((FLEET, 2)), "intel": _list((INTEL_IP, 4), (INTEL_NET, 1))}})
+    assert status == 200, body
+    assert body["lists"]["fleet"] == {"entries": 0, "ignored": 1, "over_budget": 0}
+    assert body["lists"]["intel"] == {"entries": 1, "ignored": 1, "over_budget": 0}
+    assert sql.rows("SELECT list, text(entry) FROM enforcement_hits") == [
+        ("intel", INTEL_NET)]

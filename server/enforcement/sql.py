@@ -22,12 +22,15 @@ _ITEM = ("CASE WHEN masklen(g.entry) = CASE family(g.entry) WHEN 4 THEN 32 ELSE 
 
 # Which of a report's (list, entry) pairs the router holds now: its own firewall payload's
 # (%(own)s, its addresses), the fleet's list, a block entry of a current threat
-# intelligence document (%(documents)s).
+# intelligence document (%(documents)s); of the two shared ones, none its own allowlist
+# covers (its copies leave those out).
 SENT = f"""SELECT g.list, text(g.entry)
 FROM unnest(%(lists)s::text[], %(entries)s::cidr[]) AS g(list, entry)
-WHERE (g.list = 'firewall' AND g.entry::inet = ANY(%(own)s::inet[]))
+WHERE ((g.list = 'firewall' AND g.entry::inet = ANY(%(own)s::inet[]))
    OR (g.list = 'fleet' AND {listed_attacker("g.entry::inet")})
-   OR (g.list = 'intel' AND {held_item("%(documents)s", "block", _ITEM)})"""
+   OR (g.list = 'intel' AND {held_item("%(documents)s", "block", _ITEM)}))
+  AND NOT (g.list <> 'firewall' AND EXISTS (
+      SELECT 1 FROM firewall_allowlist a WHERE a.mac = %(mac)s AND a.network && g.entry))"""
 
 HELD = """SELECT list, text(entry) FROM enforcement_hits
 WHERE mac = %(mac)s AND day = %(day)s"""
