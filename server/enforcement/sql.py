@@ -35,8 +35,11 @@ WHERE ((g.list = 'firewall' AND g.entry::inet = ANY(%(own)s::inet[]))
 HELD = """SELECT list, text(entry) FROM enforcement_hits
 WHERE mac = %(mac)s AND day = %(day)s"""
 
-ADD_DAY = """INSERT INTO enforcement_days AS d (mac, day, list, network, packets, bytes, alerts)
-VALUES (%(mac)s, %(day)s, %(list)s, %(network)s, %(packets)s, %(bytes)s, %(alerts)s)
+# Every list of a report in one statement.
+ADD_DAYS = """INSERT INTO enforcement_days AS d (mac, day, list, network, packets, bytes, alerts)
+SELECT %(mac)s, %(day)s, list, %(network)s, packets, bytes, alerts
+FROM unnest(%(lists)s::text[], %(packets)s::bigint[], %(bytes)s::bigint[],
+            %(alerts)s::bigint[]) AS g(list, packets, bytes, alerts)
 ON CONFLICT (mac, day, list) DO UPDATE SET
     network = coalesce(d.network, excluded.network),  -- the day's first report's
     packets = least(d.packets + excluded.packets, %(max_packets)s),

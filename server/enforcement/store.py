@@ -64,11 +64,12 @@ async def store_report(db: Database, config: EnforcementConfig, mac: str,
         # An entry counts no more than its list in the report, the list no more than a day.
         totals = {report.name: (min(report.packets, MAX_PACKETS), min(report.bytes, MAX_BYTES))
                   for report in lists}
-        for report in lists:
-            await execute(cur, sql.ADD_DAY, {
-                "mac": mac, "day": day, "list": report.name, "network": network,
-                "packets": totals[report.name][0], "bytes": totals[report.name][1],
-                "alerts": min(report.alerts, MAX_ALERTS), **_bounds()})
+        await execute(cur, sql.ADD_DAYS, {
+            "mac": mac, "day": day, "network": network,
+            "lists": [report.name for report in lists],
+            "packets": [totals[report.name][0] for report in lists],
+            "bytes": [totals[report.name][1] for report in lists],
+            "alerts": [min(report.alerts, MAX_ALERTS) for report in lists], **_bounds()})
         if kept:
             await execute(cur, sql.ADD_HITS, {
                 "mac": mac, "day": day, "lists": [name for name, _ in kept],
