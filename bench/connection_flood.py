@@ -47,7 +47,7 @@ import aiohttp
 
 from bench.ingest import add_settings_option
 from testkit.database import throwaway_database
-from testkit.server import running_server
+from testkit.server import memory_kib, running_server
 
 HONEST = "02:80:00:00:00:01"
 FLOODER = "02:80:00:00:00:66"
@@ -188,10 +188,16 @@ def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
     other = {} if checkout is None else {"checkout": checkout,
                                          "python": str(checkout / ".venv" / "bin" / "python")}
     with throwaway_database() as (location, workdir):
-        with running_server(location, workdir, flood_limits=send,  # (the limits refuse it)
-                            HTTP_WORKERS=str(workers), **other, **settings) as server:
+        # The flood limits on when it sends (they refuse it), the honest router's allowance
+        # its own requests, quiet and flooded, within a minute (the flooder's thousands a
+        # second are refused all the same).
+        honest_allowance = {"ROUTER_REQUESTS_PER_MINUTE": str(max(120, 4 * requests))} \
+            if send else {}
+        with running_server(location, workdir, flood_limits=send, HTTP_WORKERS=str(workers),
+                            **other, **{**honest_allowance, **settings}) as server:
             serving = server.children("serving") if workers > 1 else [server.process.pid]
             quiet = asyncio.run(honest(server.url, requests))
+            rss_quiet = max(memory_kib(pid, "VmRSS") for pid in serving)
             started = [subprocess.Popen(
                 [sys.executable, "-m", "bench.connection_flood", "--hold", str(server.port),
                  str(idle // holders), *(["--compete"] if compete else []),
@@ -215,6 +221,7 @@ def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
                     totals(counts), (closed_before, answered_before)))
                 cores = (cpu_seconds(serving) - cpu_before) / took
                 most = max(most, descriptors(serving))
+                rss_flooded = max(memory_kib(pid, "VmRSS") for pid in serving)
                 limit = descriptor_limit(serving[0])
                 bound = [line.rsplit("at most", 1)[1].split()[0]
                          for line in server.log_tail(1_000_000).splitlines()
@@ -226,7 +233,7 @@ def run(idle: int, holders: int, workers: int, requests: int, settings: dict,
     return {"quiet": quiet, "flooded": flooded, "closed": closed, "answered": answered,
             "descriptors": most,
             "held": held, "seconds": took, "cores": cores,
-            "limit": limit, "bound": bound[-1]}
+            "limit": limit, "bound": bound[-1], "rss": (rss_quiet, rss_flooded)}
 
 
 def main() -> int:
@@ -272,7 +279,8 @@ def main() -> int:
           f"queue) and were opened again, {r['answered'] / r['seconds']:,.0f} of its "
           f"requests answered a second; the serving processes "
           f"used {r['cores']:.2f} cores; most descriptors a worker held: "
-          f"{r['descriptors']:,} of its {r['limit']:,}")
+          f"{r['descriptors']:,} of its {r['limit']:,}; a worker's RSS at most "
+          f"{r['rss'][0] / 1024:.0f} MiB quiet, {r['rss'][1] / 1024:.0f} MiB flooded")
     return 0
 
 

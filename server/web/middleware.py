@@ -23,7 +23,12 @@ from server.errors import ErrorAnswers
 from server.metrics import Metrics
 from server.web.in_flight import InFlight
 
-REFUSALS_DELAYED_AT_ONCE = 1000
+# A waiting refusal holds its connection and request, about 22 KB (4,000 took a worker from
+# 75 to 162 MiB): 5,000 bound it near 110 MiB a process, and hold the red team's 4,000
+# connections of one address (two workers) waiting rather than refused again at once and
+# reconnecting (1,000: 4,500 connections closed and opened again a second, an honest poll
+# 3.2 times its quiet median; 5,000: none, 1.4-1.5 times: bench/connection_flood.py --send).
+REFUSALS_DELAYED_AT_ONCE = 5000
 
 
 def request_middleware(in_flight: InFlight, metrics: Metrics, errors: ErrorAnswers,
