@@ -28,8 +28,9 @@ from server.telemetry.indicators import indicator
 from server.hunt.postings import (POSTINGS_FREE, POSTINGS_PER_ROUTER_DAY, TRIPLES_ANNOUNCED,
                                   Postings, PendingUpload)
 from server.hunt.sql import ADD_PENDING
-from server.typedefs import DATABASE, SETTINGS
+from server.typedefs import DATABASE, ROUTER_REGISTRY, SETTINGS
 from testkit.database import command_env
+from testkit.waiting import wait_for
 from tests.commands import router_backend
 from tests.test_console import SUPPORT, console_settings, sign_in
 from tests.test_hunt import (corpus_records, dns, expected, fleet, hunt, indexed,  # noqa: F401
@@ -207,9 +208,12 @@ async def test_a_removed_router_is_named_by_no_hunt(make_client, settings, sql, 
     assert answer["match_count"] == 1
     assert sql.value("SELECT count(*) FROM hunt_postings WHERE mac = %s", (mac(5),)) == 0
     assert sql.value("SELECT count(*) FROM hunt_routers WHERE mac = %s", (mac(5),)) == 0
-    await upload(client, mac(5), [dns("gone.example")])  # still sending: not registered
-    assert hunt(settings, "--domain", "gone.example")["match_count"] == 1
-    sql.rows("INSERT INTO routers (mac) VALUES (%s)", (mac(5),))  # registered anew
+    async def forgotten() -> bool:  # the process told of the removal (the change feed)
+        return not client.app[ROUTER_REGISTRY].admitted(mac(5))
+    await wait_for(forgotten, timeout=10, interval=0.02)
+    # Still sending, in open mode: registered anew, a router like any other from then on.
+    await upload(client, mac(5), [dns("gone.example")])
+    assert sql.value("SELECT count(*) FROM routers WHERE mac = %s", (mac(5),)) == 1
     assert hunt(settings, "--domain", "gone.example")["match_count"] == 2
 
 
