@@ -78,8 +78,9 @@ def router_entries(attackers: list[dict], exemptions: Exemptions = Exemptions(),
                    max_entries: int | None = None) -> list[dict]:
     """The fleet's entries as a router gets them (GET /rules/fleet): what its block list
     needs, minus what `exemptions` holds (a router's own allowlist), the first `max_entries`
-    of `attackers` left (the stored order: most networks, then routers, then the most
-    recently seen day, then the address), in the order of their addresses (not of their counts, which move
+    of `attackers` left (the stored order: matched at the most networks on the routers'
+    firewalls, then most networks reporting it, then routers, then the most recently seen
+    day, then the address), in the order of their addresses (not of their counts, which move
     while an attack goes on)."""
     kept = [entry for entry in attackers if not exemptions.exempt(entry["address"])]
     entries = [{"address": entry["address"], "family": 6 if ":" in entry["address"] else 4,

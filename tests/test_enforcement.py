@@ -14,15 +14,17 @@ import pytest
 from server.enforcement.config import EnforcementConfig
 from server.enforcement.figures import effectiveness
 from server.enforcement.jobs import set_figures
+from server.fleet import sql as fleet_db
 from server.generation.rules_sql import store_payloads
 from server.intel import sql as intel_db
 from server.removal import unsubscribe
 from server.telemetry.indicators import feed_value
 from server.tuning import allowlist_sql
-from server.typedefs import DATABASE, METRICS, SETTINGS
+from server.typedefs import DATABASE, FLEET_LIST, METRICS, SETTINGS
 from testkit.database import command_env, settings_for
 from testkit.waiting import wait_for
 from tests.commands import router_backend_output
+from tests.test_agent import fleet_entry
 from tests.test_console import SUPPORT, console_settings, sign_in
 
 MAC = "02:82:00:00:02:01"
@@ -375,3 +377,49 @@ async def test_an_entry_the_router_own_allowlist_covers_was_never_sent_and_is_ig
     assert body["lists"]["intel"] == {"entries": 1, "ignored": 1, "over_budget": 0}
     assert sql.rows("SELECT list, text(entry) FROM enforcement_hits") == [
         ("intel", INTEL_NET)]
+
+
+async def test_a_small_fleet_list_keeps_first_what_matched_at_many_networks(
+        make_client, database, tmp_path, sql):
+    """The fleet's list trimmed to a router's set keeps first the addresses that matched
+    on the routers' firewalls at FLEET_MIN_NETWORKS networks (fleet_matched), then the
+    fleet's own evidence: the least reported address comes in once three networks dropped
+    it."""
+    client = await make_client(settings_for(database, tmp_path, FLEET_MIN_NETWORKS="3",
+                                            FLEET_ATTACKERS_IN_MAC_MODE="true",
+                                            FLEET_CRON_SCHEDULE="0 0 1 1 *"))
+    db = client.app[DATABASE]
+    routers = [_mac("02:88", n) for n in range(3)]
+    for n, mac in enumerate(routers):
+        await _poll(client, mac, f"47.{n}.0.1")
+    sql.rows("UPDATE routers SET registered_at = now() - interval '4 days'")
+    expires = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:00:00Z")
+    common = [f"77.90.{n // 200}.{n % 200 + 1}" for n in range(1_000)]
+    low = "77.99.0.1"
+    await fleet_db.replace(db, [{**fleet_entry(address), "networks": networks,
+                                 "expires_at": expires}
+                                for address, networks in [*((a, 10) for a in common),
+                                                          (low, 5)]], [])
+
+    async def small() -> set[str]:
+        answer = await client.get("/rules/fleet", headers={
+            "X-ID": routers[0], "Router-Capacity": "sets=1000"})
+        return {entry["address"] for entry in (await answer.json())["entries"]}
+    await wait_for(lambda: _fleet_of(client, 1_001), timeout=30, interval=0.05)
+    assert low not in await small()  # the least reported: trimmed
+    config = EnforcementConfig.from_settings(client.app[SETTINGS])
+    for n, mac in enumerate(routers):
+        status, stored = await _report(client, mac, {"lists": {"fleet": _list((low, 9))}},
+                                       f"47.{n}.0.1")
+        assert stored["lists"]["fleet"]["entries"] == 1, stored
+        await set_figures(db, config, client.app[METRICS])
+        assert sql.rows("SELECT host(address), networks FROM fleet_matched") == (
+            [(low, 3)] if n == 2 else [])
+    async with asyncio.timeout(30):  # the change notified, the lists built again
+        while low not in await small():
+            await asyncio.sleep(0.1)
+    assert len(await small()) == 1_000
+
+
+async def _fleet_of(client, entries: int) -> bool:
+    return (await client.app[FLEET_LIST].whole.served(MAC)).entries == entries

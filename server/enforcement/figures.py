@@ -110,6 +110,17 @@ async def matched_values(db: Database, config: EnforcementConfig, days: int = 30
         return [tuple(row) for row in await cur.fetchall()]
 
 
+async def matched_fleet(db: Database, config: EnforcementConfig, days: int = 30
+                        ) -> list[tuple[str, int]]:
+    """Each address of the fleet's list that matched at FLEET_MIN_NETWORKS networks or more,
+    with the networks it matched at."""
+    async with db.transaction() as cur:
+        params = {"today": await sql.today(cur), "days": days,
+                  "min_age": config.min_router_age, "min_networks": config.min_networks}
+        await execute(cur, sql.matched_fleet_statement(config.keyed), params)
+        return [tuple(row) for row in await cur.fetchall()]
+
+
 @dataclass(frozen=True)
 class RouterDay:
     day: str

@@ -1,14 +1,15 @@
 """The enforcement reports' scheduled job (server/jobs/schedule.py runs it), every hour: the
 last day's figures set as Prometheus gauges (server/metrics.py), so a scrape reads no
-report, and how widely each threat feed's value matched in the last 30 days given to the
-intel's delivery (`intel_matched`: a document trimmed to a router's capacity keeps those
-first)."""
+report, and how widely each threat feed's value and each address of the fleet's list matched
+in the last 30 days given to their delivery (`intel_matched`, `fleet_matched`: a document
+trimmed to a router's capacity keeps those first)."""
 
 from __future__ import annotations
 
 from server.db.pool import Database
 from server.enforcement.config import EnforcementConfig
-from server.enforcement.figures import effectiveness, matched_values
+from server.enforcement.figures import effectiveness, matched_fleet, matched_values
+from server.fleet import sql as fleet_db
 from server.intel import sql as intel_db
 from server.metrics import Metrics
 from server.settings import Settings
@@ -26,8 +27,10 @@ async def set_figures(db: Database, config: EnforcementConfig, metrics: Metrics)
             metrics.feed_enforced.labels(feed.feed, name).set(getattr(feed, name))
     matched = await matched_values(db, config) if config.trims else []
     await intel_db.set_matched(db, matched)
+    fleet_matched = await matched_fleet(db, config) if config.trims else []
+    await fleet_db.set_matched(db, fleet_matched)
     return {"lists": len(counted.lists), "feeds": len(counted.feeds),
-            "values_matched": len(matched)}
+            "values_matched": len(matched), "fleet_matched": len(fleet_matched)}
 
 
 def enforcement_jobs(db: Database, settings: Settings, metrics: Metrics) -> list[tuple]:

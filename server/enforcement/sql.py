@@ -191,6 +191,15 @@ SELECT c.kind, c.value, max(n.networks)::int FROM credited c JOIN nets n USING (
 GROUP BY c.kind, c.value HAVING max(n.networks) >= %(min_networks)s"""
 
 
+def matched_fleet_statement(keyed: bool) -> str:
+    """Each address of the fleet's list that matched at %(min_networks)s networks or more,
+    with those networks: (address, networks)."""
+    hits = _hits(keyed)
+    return f"""WITH h AS ({hits} AND h.list = 'fleet'),
+nets AS ({counted_networks("SELECT entry, mac, day, network FROM h", "entry")})
+SELECT host(entry), networks::int FROM nets WHERE networks >= %(min_networks)s"""
+
+
 # What `macs`' firewalls dropped in [start, end), per block list: each UTC day counted in
 # the period its midnight falls in (a period starting within a day leaves that day out: its
 # earlier hours may be another owner's).

@@ -13,7 +13,9 @@ from server.db.pool import Database
 
 
 async def attackers(db: Database) -> list[dict]:
-    """The fleet's attackers, most widely reported first, with the operators' evidence."""
+    """The fleet's attackers in the order a smaller list keeps them (matched at the most
+    networks on the routers' firewalls first, then the most widely reported), with the
+    operators' evidence."""
     return [times_written(entry) for entry in await fleet_db.attackers(db)]
 
 

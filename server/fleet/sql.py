@@ -315,17 +315,37 @@ async def replace(db: Database, attackers: list[dict], outbreaks: list[dict]) ->
         await execute(cur, FLEET_CHANGED)
 
 
-_ATTACKERS = """SELECT host(address), routers, networks, alerts, severity, signatures,
-    first_seen, last_seen, reporters, expires_at
-FROM fleet_attackers
-ORDER BY networks DESC, routers DESC, date_trunc('day', last_seen) DESC, address"""
+# Those that matched on the routers' firewalls at the most networks first (fleet_matched,
+# set by the enforcement reports' job), then the most widely reported.
+_ATTACKERS = """SELECT host(a.address), a.routers, a.networks, a.alerts, a.severity,
+    a.signatures, a.first_seen, a.last_seen, a.reporters, a.expires_at
+FROM fleet_attackers a LEFT JOIN fleet_matched m USING (address)
+ORDER BY coalesce(m.networks, 0) DESC, a.networks DESC, a.routers DESC,
+         date_trunc('day', a.last_seen) DESC, a.address"""
 _OUTBREAKS = """SELECT sid, routers, networks, alerts, severity, NULL,
     first_seen, last_seen, reporters
 FROM fleet_outbreaks ORDER BY networks DESC, routers DESC, sid"""
 
 
+async def set_matched(db: Database, rows: list[tuple[str, int]]) -> None:
+    """How widely each address matched on the routers' firewalls (address, networks),
+    replacing the last count (the enforcement reports' job sets it); the routers' lists are
+    built again when it changed."""
+    async with db.transaction() as cur:
+        await execute(cur, "SELECT host(address), networks FROM fleet_matched")
+        if sorted(tuple(row) for row in await cur.fetchall()) == sorted(rows):
+            return  # the same: no list is built again
+        await execute(cur, "DELETE FROM fleet_matched")
+        await execute(cur, """INSERT INTO fleet_matched (address, networks)
+            SELECT * FROM unnest(%(addresses)s::inet[], %(networks)s::int[])""",
+                      {"addresses": [row[0] for row in rows],
+                       "networks": [row[1] for row in rows]})
+        await execute(cur, FLEET_CHANGED)
+
+
 async def attackers(db: Database) -> list[dict]:
-    """The fleet's attackers as the job stored them, most widely reported first, then the
+    """The fleet's attackers as the job stored them, those matched at the most networks on
+    the routers' firewalls first (fleet_matched), then the most widely reported, then the
     most recently seen by the day (a router's smaller list keeps the first, and a day's
     order does not move with each hour reported: server/fleet/document.py); their times
     (first_seen, last_seen, expires_at) datetimes."""
