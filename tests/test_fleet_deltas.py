@@ -140,8 +140,10 @@ async def test_the_agent_applies_a_delta_also_after_the_list_came_back_to_its_co
     async def change(entries: list[dict]) -> None:
         await fleet_db.replace(db, entries, [])
 
-        async def served() -> bool:
-            return (await whole.served(config.mac)).entries == len(entries)
+        async def served() -> bool:  # these entries, not merely as many (two lists here are)
+            document = orjson.loads(gzip.decompress((await whole.served(config.mac)).packed))
+            return {entry["address"] for entry in document["entries"]} == {
+                entry["address"] for entry in entries}
         await wait_for(served, timeout=10, interval=0.05)
 
     def state() -> dict:
