@@ -100,24 +100,25 @@ async def effectiveness(db: Database, config: EnforcementConfig, days: int) -> E
 
 
 async def matched_values(db: Database, config: EnforcementConfig, days: int = 30
-                         ) -> list[tuple[str, str, int]]:
+                         ) -> list[tuple]:
     """Each threat feed's value that matched at FLEET_MIN_NETWORKS networks or more, with
-    the networks it matched at."""
-    async with db.transaction() as cur:
-        params = {"today": await sql.today(cur), "days": days,
-                  "min_age": config.min_router_age, "min_networks": config.min_networks}
-        await execute(cur, sql.matched_values_statement(config.keyed), params)
-        return [tuple(row) for row in await cur.fetchall()]
+    the networks it matched at: (kind, value, networks)."""
+    return await _widely_matched(db, config, sql.matched_values_statement(config.keyed), days)
 
 
 async def matched_fleet(db: Database, config: EnforcementConfig, days: int = 30
-                        ) -> list[tuple[str, int]]:
+                        ) -> list[tuple]:
     """Each address of the fleet's list that matched at FLEET_MIN_NETWORKS networks or more,
-    with the networks it matched at."""
+    with the networks it matched at: (address, networks)."""
+    return await _widely_matched(db, config, sql.matched_fleet_statement(config.keyed), days)
+
+
+async def _widely_matched(db: Database, config: EnforcementConfig, statement: str, days: int
+                          ) -> list[tuple]:
     async with db.transaction() as cur:
         params = {"today": await sql.today(cur), "days": days,
                   "min_age": config.min_router_age, "min_networks": config.min_networks}
-        await execute(cur, sql.matched_fleet_statement(config.keyed), params)
+        await execute(cur, statement, params)
         return [tuple(row) for row in await cur.fetchall()]
 
 

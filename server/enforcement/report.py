@@ -11,8 +11,9 @@ intelligence's block entries (`alerts`: its rules' alerts since the last report)
 alerts of its IDS payload's rules since the last report by their source (the payload's
 `reason`: engine/generate.py RULE_SOURCES), each stored as a list of its own
 (`ids.fired`, ...) with alerts and no packets. Each list is optional; `entries` are the
-entries that matched, most packets first, at most MAX_ENTRIES a list. Counts are whole numbers from 0 to 2^63 - 1. A report of another shape
-is refused whole (400), nothing stored. An entry whose address is no address or network,
+entries that matched, most packets first, at most MAX_ENTRIES a list. Counts are whole
+numbers from 0 to 2^63 - 1. A report of another shape is refused whole (400), nothing
+stored. An entry whose address is no address or network,
 or one named again in its list, is ignored (it cannot be one the router was sent), as an
 entry never sent is (server/enforcement/store.py)."""
 
@@ -25,8 +26,7 @@ from engine.generate import RULE_SOURCES
 from server.refusal import Refusal
 
 LISTS = ("firewall", "fleet", "intel")
-IDS = "ids"  # the IDS rules' alerts, by source: stored as lists IDS_LISTS
-IDS_LISTS = tuple(f"{IDS}.{source}" for source in RULE_SOURCES)
+IDS = "ids"  # the IDS rules' alerts, by source: each stored as list "ids.<source>"
 MAX_BODY_BYTES = 64 * 1024
 MAX_ENTRIES = 100  # a list's entries in one report
 MAX_COUNT = 2 ** 63 - 1
